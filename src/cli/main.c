@@ -1,0 +1,76 @@
+/* scaffold: the command-line entry point; dispatches to the subcommands of cli.h.
+ * A subcommand whose module is not part of this build is declared weak and reported as such. */
+#include "cli/cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#pragma weak cmd_generate_fractals
+#pragma weak cmd_generate_dataset
+#pragma weak cmd_benchmark
+#pragma weak cmd_predict
+#pragma weak cmd_trace
+#pragma weak cmd_analyze
+#pragma weak cmd_compare
+#pragma weak cmd_store_bench
+
+#define SCAFFOLD_VERSION "0.1.0"
+
+typedef struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *help;
+} cli_command;
+
+static void usage(FILE *out, const cli_command *cmds, size_t n) {
+    fprintf(out, "usage: scaffold [--version] [--help] COMMAND [ARGS...]\n\n"
+                 "The ScaFFold benchmark in C and the I/O tools around it.\n\ncommands:\n");
+    for (size_t i = 0; i < n; i++)
+        fprintf(out, "  %-18s %s%s\n", cmds[i].name, cmds[i].help,
+                cmds[i].fn ? "" : " (not built)");
+    fprintf(out, "\nRun 'scaffold COMMAND --help' for the options of a command.\n"
+                 "Run on N ranks with: mpirun -n N scaffold COMMAND ...\n");
+}
+
+int main(int argc, char **argv) {
+    const cli_command cmds[] = {
+        {"generate_fractals", cmd_generate_fractals, "generate the IFS fractal classes and instances"},
+        {"generate_dataset", cmd_generate_dataset, "generate (or reuse) the volume dataset"},
+        {"benchmark", cmd_benchmark, "train the 3D U-Net to the target Dice (the main job)"},
+        {"predict", cmd_predict, "run a checkpoint on a volume"},
+        {"trace", cmd_trace, "run a command under the I/O tracer"},
+        {"analyze", cmd_analyze, "analyze traces: bottlenecks, checklist, proposals"},
+        {"compare", cmd_compare, "compare baseline and candidate runs with guards"},
+        {"store-bench", cmd_store_bench, "benchmark the distributed in-memory sample store"},
+    };
+    const size_t n = sizeof cmds / sizeof cmds[0];
+    if (argc < 2) {
+        usage(stderr, cmds, n);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout, cmds, n);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("scaffold %s\n", SCAFFOLD_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        /* Accept generate-fractals as well as generate_fractals. */
+        char alt[64];
+        snprintf(alt, sizeof alt, "%s", cmds[i].name);
+        for (char *p = alt; *p; p++)
+            if (*p == '_')
+                *p = '-';
+        if (strcmp(argv[1], cmds[i].name) && strcmp(argv[1], alt))
+            continue;
+        if (!cmds[i].fn) {
+            fprintf(stderr, "scaffold: command '%s' is not part of this build\n", cmds[i].name);
+            return 2;
+        }
+        return cmds[i].fn(argc - 1, argv + 1);
+    }
+    fprintf(stderr, "scaffold: unknown command '%s' (see 'scaffold --help')\n", argv[1]);
+    return 2;
+}

@@ -1,0 +1,75 @@
+/* log: stderr logging and clocks (see log.h). */
+#include "core/log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <time.h>
+
+static int log_rank;
+static int log_verb;
+
+void log_set_rank(int rank) {
+    log_rank = rank;
+}
+
+void log_set_verbosity(int v) {
+    log_verb = v;
+}
+
+int log_verbosity(void) {
+    return log_verb;
+}
+
+static void log_emit(const char *level, const char *fmt, va_list ap) {
+    char msg[2048];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    time_t t = time(NULL);
+    struct tm tm;
+    localtime_r(&t, &tm);
+    fprintf(stderr, "[%02d:%02d:%02d][rank=%d]%s %s\n", tm.tm_hour, tm.tm_min, tm.tm_sec, log_rank,
+            level, msg);
+}
+
+void log_info(const char *fmt, ...) {
+    if (log_rank != 0 || log_verb < 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    log_emit("", fmt, ap);
+    va_end(ap);
+}
+
+void log_debug(const char *fmt, ...) {
+    if (log_verb < 1)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    log_emit("[debug]", fmt, ap);
+    va_end(ap);
+}
+
+void log_warn(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    log_emit("[warning]", fmt, ap);
+    va_end(ap);
+}
+
+void log_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    log_emit("[error]", fmt, ap);
+    va_end(ap);
+}
+
+double time_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+long long time_unix_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
+}

@@ -1,0 +1,94 @@
+/* dist: MPI world setup, error agreement and small collectives (see dist.h). */
+#include "dist/dist.h"
+
+#include "core/err.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int dist_we_initialised;
+
+int dist_init(dist_world *w, int *argc, char ***argv) {
+    int inited = 0;
+    MPI_Initialized(&inited);
+    w->thread_level = MPI_THREAD_SINGLE;
+    if (!inited) {
+        if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &w->thread_level) != MPI_SUCCESS)
+            return err_set(ERR_MPI, "MPI_Init_thread failed");
+        dist_we_initialised = 1;
+    } else {
+        MPI_Query_thread(&w->thread_level);
+    }
+    w->comm = MPI_COMM_WORLD;
+    MPI_Comm_rank(w->comm, &w->rank);
+    MPI_Comm_size(w->comm, &w->size);
+    return 0;
+}
+
+void dist_finalize(dist_world *w) {
+    (void)w;
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (dist_we_initialised && !fin)
+        MPI_Finalize();
+}
+
+int dist_agree(const dist_world *w, int rc) {
+    if (w->size == 1)
+        return rc;
+    /* Lowest failing rank wins: encode (failed ? rank : size). */
+    int mine = rc ? w->rank : w->size, first = w->size;
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, w->comm);
+    if (first == w->size)
+        return 0;
+    int code = rc;
+    char msg[ERR_MSG_MAX];
+    if (w->rank == first)
+        snprintf(msg, sizeof msg, "%s", err_msg());
+    MPI_Bcast(&code, 1, MPI_INT, first, w->comm);
+    MPI_Bcast(msg, sizeof msg, MPI_CHAR, first, w->comm);
+    if (w->rank != first)
+        err_set(code, "%s", msg);
+    return code;
+}
+
+void dist_barrier(const dist_world *w) {
+    MPI_Barrier(w->comm);
+}
+
+void dist_bcast(const dist_world *w, void *buf, size_t n, int root) {
+    const size_t chunk = (size_t)1 << 30;
+    for (size_t off = 0; off < n; off += chunk) {
+        size_t len = n - off < chunk ? n - off : chunk;
+        MPI_Bcast((char *)buf + off, (int)len, MPI_BYTE, root, w->comm);
+    }
+}
+
+double dist_max_double(const dist_world *w, double v) {
+    double r = v;
+    MPI_Allreduce(&v, &r, 1, MPI_DOUBLE, MPI_MAX, w->comm);
+    return r;
+}
+
+double dist_sum_double(const dist_world *w, double v) {
+    double r = v;
+    MPI_Allreduce(&v, &r, 1, MPI_DOUBLE, MPI_SUM, w->comm);
+    return r;
+}
+
+long long dist_sum_ll(const dist_world *w, long long v) {
+    long long r = v;
+    MPI_Allreduce(&v, &r, 1, MPI_LONG_LONG, MPI_SUM, w->comm);
+    return r;
+}
+
+void dist_block(const dist_world *w, size_t n, size_t *lo, size_t *hi) {
+    size_t per = (n + (size_t)w->size - 1) / (size_t)w->size;
+    size_t a = per * (size_t)w->rank, b = a + per;
+    if (a > n)
+        a = n;
+    if (b > n)
+        b = n;
+    *lo = a;
+    *hi = b;
+}

@@ -1,0 +1,40 @@
+/* dist: the MPI layer. One `dist_world` per process (rank, size, communicator); a single process
+ * started without mpirun is a valid 1-rank world (singleton init). The error agreement here is
+ * what keeps a failure on one rank from hanging the others: every fallible collective step ends
+ * with dist_agree(), which gives all ranks the same return code and the failing rank's message. */
+#ifndef SCAFFOLD_DIST_DIST_H
+#define SCAFFOLD_DIST_DIST_H
+
+#include <mpi.h>
+#include <stddef.h>
+
+typedef struct dist_world {
+    MPI_Comm comm;
+    int rank;
+    int size;
+    int thread_level; /* MPI thread support provided */
+} dist_world;
+
+/* Initialises MPI (MPI_THREAD_MULTIPLE requested; the provided level is recorded) unless it
+ * already is, and fills `w` for MPI_COMM_WORLD. 0 or ERR_MPI. */
+int dist_init(dist_world *w, int *argc, char ***argv);
+
+/* Finalises MPI if dist_init initialised it. */
+void dist_finalize(dist_world *w);
+
+/* Collective. Combines every rank's local return code: if any rank failed, every rank returns
+ * the failing code of the lowest failing rank and its err_msg() becomes that rank's message
+ * (prefixed "rank R: " when it came from another rank). Returns 0 when all succeeded. */
+int dist_agree(const dist_world *w, int rc);
+
+/* Collective helpers that cannot fail in practice (MPI errors abort by default). */
+void dist_barrier(const dist_world *w);
+void dist_bcast(const dist_world *w, void *buf, size_t n, int root);
+double dist_max_double(const dist_world *w, double v);
+double dist_sum_double(const dist_world *w, double v);
+long long dist_sum_ll(const dist_world *w, long long v);
+
+/* Block partition of n items: this rank's [*lo, *hi). per = ceil(n/size). */
+void dist_block(const dist_world *w, size_t n, size_t *lo, size_t *hi);
+
+#endif

@@ -1,0 +1,48 @@
+# tests/lib.sh: helpers for shell test suites. Source it, call `t_check "name" cmd...` or
+# `t_ok name` / `t_fail name why`, and end with `t_report` (prints "N passed, N failed").
+T_PASSED=0
+T_FAILED=0
+BUILD=${BUILD:-build}
+PYTHON=${PYTHON:-/usr/bin/python3}
+SCAFFOLD=${SCAFFOLD:-$PWD/$BUILD/scaffold}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+# Keep Open MPI quiet and local in containers.
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+MPIRUN=${MPIRUN:-mpirun --oversubscribe --allow-run-as-root}
+
+t_ok() { T_PASSED=$((T_PASSED + 1)); echo "ok   $1"; }
+t_fail() { T_FAILED=$((T_FAILED + 1)); echo "FAIL $1${2:+: $2}"; }
+# t_check NAME CMD...: passes when CMD exits 0.
+t_check() {
+    local name=$1; shift
+    if "$@"; then t_ok "$name"; else t_fail "$name" "exit $?"; fi
+}
+# t_expect_fail NAME STATUS PATTERN CMD...: CMD must exit with STATUS and print PATTERN (stderr+stdout).
+t_expect_fail() {
+    local name=$1 status=$2 pat=$3; shift 3
+    local out rc
+    out=$("$@" 2>&1); rc=$?
+    if [ "$rc" -ne "$status" ]; then t_fail "$name" "exit $rc, wanted $status: $out"; return; fi
+    if ! grep -qE -- "$pat" <<<"$out"; then t_fail "$name" "message lacks /$pat/: $out"; return; fi
+    t_ok "$name"
+}
+t_report() { echo "$T_PASSED passed, $T_FAILED failed"; [ "$T_FAILED" -eq 0 ]; }
+t_tmpdir() { mktemp -d "${TMPDIR:-/tmp}/scaffold-test.XXXXXX"; }
+# t_cbin BIN [ARGS...]: runs a C test binary (or any command printing "N passed, N failed") and
+# adds its counts; a crash or missing summary counts as one failure.
+t_cbin() {
+    local out rc line p f
+    out=$("$@" 2>&1); rc=$?
+    line=$(echo "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -n 1)
+    if [ -z "$line" ]; then
+        echo "$out" | tail -n 20
+        t_fail "$*" "no summary line (exit $rc)"; return
+    fi
+    p=$(echo "$line" | sed -E 's/^([0-9]+) passed.*/\1/')
+    f=$(echo "$line" | sed -E 's/^[0-9]+ passed, ([0-9]+) failed.*/\1/')
+    if [ "$f" -ne 0 ] || [ "$rc" -ne 0 ]; then echo "$out" | grep -v '^ok' | tail -n 30; fi
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+    T_PASSED=$((T_PASSED + p)); T_FAILED=$((T_FAILED + f))
+    echo "ok   $* ($p passed, $f failed)"
+}
