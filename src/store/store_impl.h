@@ -1,0 +1,89 @@
+/* store_impl: the store's internal state, shared by store.c (lifecycle, validation, dispatch),
+ * store_rma.c (one-sided transfers) and store_coll.c (collective transfers). Not a public header:
+ * only the files of src/store include it. */
+#ifndef SCAFFOLD_STORE_STORE_IMPL_H
+#define SCAFFOLD_STORE_STORE_IMPL_H
+
+#include "dist/dist.h"
+#include "store/store.h"
+
+#include <pthread.h>
+#include <stdint.h>
+
+typedef struct store_var {
+    char name[STORE_NAME_MAX];
+    store_type type;
+    int64_t row_elems, row_bytes;
+    int64_t nrows;   /* this rank's rows */
+    int64_t *prefix; /* size+1 entries: prefix[p] = first global row of rank p, prefix[size] = total */
+    char *base;      /* this rank's rows: window memory (RMA) or malloc'd (COLL) */
+    MPI_Win win;     /* RMA only */
+    int has_win, locked;
+    MPI_Datatype rowtype; /* COLL only: one row as an MPI datatype */
+    int has_rowtype;
+} store_var;
+
+struct store {
+    dist_world w; /* rank, size and the private communicator (for dist_agree) */
+    store_method method;
+    int64_t coll_max_bytes, max_read_bytes;
+    int thread_level;
+    int env_problem; /* a bad environment value seen by store_opts_default, reported at create */
+    pthread_mutex_t mpi_lock;  /* RMA below MPI_THREAD_MULTIPLE: serialises our MPI calls */
+    pthread_mutex_t coll_lock; /* COLL: scratch buffers below are per store */
+    int nvars;
+    store_var *vars[STORE_MAX_VARS]; /* fixed slots: concurrent readers never see a realloc */
+    /* COLL scratch (under coll_lock), grown on demand. */
+    char *sendbuf, *recvbuf;
+    size_t sendcap, recvcap;
+    int64_t *allidx;
+    size_t allidxcap;
+    int *counts;  /* 8 arrays of `size` ints, see store_coll.c */
+    int64_t *hdr; /* 3 int64 per rank: the per-call header exchanged by store_coll.c */
+};
+
+/* Index source for a transfer: an explicit list, or the range start, start+1, ... */
+typedef struct store_idx {
+    const int64_t *idx; /* the list (when !range) */
+    int64_t start;      /* the first row (when range) */
+    int range;
+} store_idx;
+
+static inline int64_t store_idx_at(const store_idx *x, int64_t i) {
+    return x->range ? x->start + i : x->idx[i];
+}
+
+/* Owner of global row g (0 <= g < total): the largest p with prefix[p] <= g. Ranks with zero
+ * rows share a prefix value with their successor; the largest such p is the one holding g. */
+static inline int store_owner_of(const store_var *v, int size, int64_t g) {
+    int lo = 0, hi = size - 1;
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        if (v->prefix[mid] <= g)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+/* MPI error code -> ERR_MPI with the MPI error string. */
+int store_mpi_err(int mpirc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* One row of `row_bytes` bytes as a committed MPI datatype (rows over INT_MAX bytes are built
+ * from 1 GiB blocks, since MPI counts are int). 0 or ERR_MPI. */
+int store_mpi_rowtype(int64_t row_bytes, MPI_Datatype *type);
+
+/* Method back ends. Indices are already validated; dst holds n rows. */
+int store_rma_window(store *s, store_var *v);
+void store_rma_release(store *s, store_var *v);
+int store_rma_get(store *s, store_var *v, const store_idx *x, int64_t n, char *dst);
+int store_rma_sync(store *s, store_var *v);
+
+/* COLL: collective. local_rc != 0 means this rank's arguments were rejected (message already
+ * set); the call still takes part in the agreement so the other ranks do not block. var may be
+ * -1 on such a rank. Returns the agreed code. */
+int store_coll_get(store *s, int var, const store_idx *x, int64_t n, char *dst, int local_rc);
+void store_coll_release(store *s);
+
+#endif
