@@ -15,7 +15,8 @@ ifeq ($(origin CC),default)
 CC := mpicc
 endif
 
-WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla -Wformat=2
+WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla -Wformat=2 \
+            -Wno-format-truncation
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=c11 -D_GNU_SOURCE $(WARN) -Isrc -Iinclude -MMD -MP
 LDLIBS   += -lyaml -lz -lpng -lm -lpthread

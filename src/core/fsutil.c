@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,7 +54,24 @@ int fs_atomic_open(fs_atomic *a, const char *path) {
     return 0;
 }
 
+/* Fault injection for tests: SCAFFOLD_FAULT_KILL_AT_COMMIT=N kills the process with SIGKILL
+ * inside the N-th commit, after the data is written to the temporary file and before the
+ * rename, exactly as a `kill -9` at the worst moment would. */
+static void fault_point(void) {
+    static atomic_long commits;
+    static long kill_at = -1;
+    if (kill_at < 0) {
+        const char *e = getenv("SCAFFOLD_FAULT_KILL_AT_COMMIT");
+        kill_at = e ? atol(e) : 0;
+    }
+    if (kill_at > 0 && atomic_fetch_add(&commits, 1) + 1 == kill_at)
+        raise(SIGKILL);
+}
+
 int fs_atomic_commit(fs_atomic *a, int do_fsync) {
+    if (a->fp)
+        fflush(a->fp);
+    fault_point();
     if (!a->fp)
         return err_set(ERR_IO, "%s: file was not open", a->path);
     int bad = ferror(a->fp) || fflush(a->fp) != 0;

@@ -1,0 +1,679 @@
+/* config: defaults, YAML files, flags, validation and YAML output (see config.h). */
+#include "core/config.h"
+
+#include "core/err.h"
+#include "core/fsutil.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <yaml.h>
+
+typedef enum { T_INT, T_FLOAT, T_STR, T_LIST } cfg_type;
+#define T_INT_ T_INT
+
+typedef struct {
+    const char *name;
+    cfg_type type;
+    size_t off;
+    const char *def;
+    const char *help;
+} cfg_desc;
+
+static const cfg_desc cfg_table[CFG_NKEYS] = {
+#define CFG_DESC(name, type, def, help) {#name, T_##type, offsetof(scaffold_config, name), def, help},
+    CFG_KEYS(CFG_DESC)
+#undef CFG_DESC
+};
+
+/* Keys that scaffold writes into a run's config.yaml, or upstream accepts, with no effect here. */
+static const char *const cfg_aux[] = {
+    "command",   "config",      "verbose",    "restart",  "run_iter",           "benchmark_run_dir",
+    "unet_layers", "vol_size",  "point_num",  "scheduler_metadata", "machine_name", "scale",
+    "dc_total_shards", "config_files", NULL};
+
+/* Keys that hold a single value (a YAML list for them is a rejected "sweep"). */
+static int cfg_is_list(int k) {
+    return cfg_table[k].type == T_LIST;
+}
+
+static int cfg_find(const char *name) {
+    for (int k = 0; k < CFG_NKEYS; k++)
+        if (!strcmp(cfg_table[k].name, name))
+            return k;
+    return -1;
+}
+
+static int cfg_is_aux(const char *name) {
+    for (int i = 0; cfg_aux[i]; i++)
+        if (!strcmp(cfg_aux[i], name))
+            return 1;
+    return 0;
+}
+
+const char *config_pyfloat(double v, char *buf, size_t n) {
+    if (isnan(v)) {
+        snprintf(buf, n, "nan");
+        return buf;
+    }
+    if (isinf(v)) {
+        snprintf(buf, n, v > 0 ? "inf" : "-inf");
+        return buf;
+    }
+    /* Shortest digits that round-trip (Python's repr), then Python's layout rules. */
+    char e[64];
+    int prec;
+    for (prec = 0; prec < 17; prec++) {
+        snprintf(e, sizeof e, "%.*e", prec, v);
+        if (strtod(e, NULL) == v)
+            break;
+    }
+    char *ep = strchr(e, 'e');
+    int exp10 = atoi(ep + 1);
+    *ep = '\0';
+    char digits[32];
+    int nd = 0, neg = e[0] == '-';
+    for (char *p = e; *p; p++)
+        if (isdigit((unsigned char)*p))
+            digits[nd++] = *p;
+    while (nd > 1 && digits[nd - 1] == '0')
+        nd--;
+    digits[nd] = '\0';
+    char out[64];
+    size_t o = 0;
+    if (neg)
+        out[o++] = '-';
+    if (exp10 < -4 || exp10 >= 16) {
+        out[o++] = digits[0];
+        if (nd > 1) {
+            out[o++] = '.';
+            memcpy(out + o, digits + 1, (size_t)nd - 1);
+            o += (size_t)nd - 1;
+        }
+        o += (size_t)snprintf(out + o, sizeof out - o, "e%c%02d", exp10 < 0 ? '-' : '+',
+                              abs(exp10));
+    } else if (exp10 < 0) {
+        out[o++] = '0';
+        out[o++] = '.';
+        for (int i = 0; i < -exp10 - 1; i++)
+            out[o++] = '0';
+        memcpy(out + o, digits, (size_t)nd);
+        o += (size_t)nd;
+    } else {
+        for (int i = 0; i <= exp10; i++)
+            out[o++] = i < nd ? digits[i] : '0';
+        out[o++] = '.';
+        if (nd > exp10 + 1) {
+            memcpy(out + o, digits + exp10 + 1, (size_t)(nd - exp10 - 1));
+            o += (size_t)(nd - exp10 - 1);
+        } else {
+            out[o++] = '0';
+        }
+    }
+    out[o] = '\0';
+    snprintf(buf, n, "%s", out);
+    return buf;
+}
+
+/* Where a key's value came from, for messages. */
+static void cfg_where(const scaffold_config *c, int k, const char *src, char *buf, size_t n) {
+    (void)c;
+    if (src && !strncmp(src, "--", 2))
+        snprintf(buf, n, "%s", src);
+    else if (src)
+        snprintf(buf, n, "%s: key '%s'", src, cfg_table[k].name);
+    else
+        snprintf(buf, n, "key '%s'", cfg_table[k].name);
+}
+
+static int parse_int(const char *s, long long *out) {
+    if (!strcasecmp(s, "true")) {
+        *out = 1;
+        return 0;
+    }
+    if (!strcasecmp(s, "false")) {
+        *out = 0;
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end != '\0')
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_float(const char *s, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end != '\0')
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* Sets key k from a scalar text. `quoted`: the YAML scalar was quoted (so never a number).
+ * `src`: "file.yml" or "--flag" for messages. */
+static int cfg_set_scalar(scaffold_config *c, int k, const char *text, int quoted, const char *src) {
+    const cfg_desc *d = &cfg_table[k];
+    char *field = (char *)c + d->off;
+    char where[CFG_STR_MAX + 64];
+    cfg_where(c, k, src, where, sizeof where);
+    switch (d->type) {
+    case T_INT: {
+        long long v;
+        if (quoted || parse_int(text, &v))
+            return err_set(ERR_CONFIG, "%s: expected an integer, got '%s'", where, text);
+        if (v < -2147483647LL || v > 2147483647LL)
+            return err_set(ERR_CONFIG, "%s: integer %s out of range", where, text);
+        *(int *)field = (int)v;
+        return 0;
+    }
+    case T_FLOAT: {
+        double v;
+        if (quoted || parse_float(text, &v) || !isfinite(v))
+            return err_set(ERR_CONFIG, "%s: expected a number, got '%s'", where, text);
+        *(double *)field = v;
+        return 0;
+    }
+    case T_STR:
+        if (strlen(text) >= CFG_STR_MAX)
+            return err_set(ERR_CONFIG, "%s: value longer than %d characters", where,
+                           CFG_STR_MAX - 1);
+        strcpy(field, text);
+        return 0;
+    case T_LIST: {
+        /* A scalar for a list key: "1,1,1" or "[1, 1, 1]" from a flag. */
+        cfg_list l = {0, {0}};
+        char tmp[256];
+        snprintf(tmp, sizeof tmp, "%s", text);
+        for (char *tok = strtok(tmp, "[], "); tok; tok = strtok(NULL, "[], ")) {
+            long long v;
+            if (l.n >= CFG_LIST_MAX || parse_int(tok, &v))
+                return err_set(ERR_CONFIG, "%s: expected a list of up to %d integers, got '%s'",
+                               where, CFG_LIST_MAX, text);
+            l.v[l.n++] = (int)v;
+        }
+        if (l.n == 0)
+            return err_set(ERR_CONFIG, "%s: empty list", where);
+        *(cfg_list *)field = l;
+        return 0;
+    }
+    }
+    return err_set(ERR_INTERNAL, "bad key type");
+}
+
+void config_defaults(scaffold_config *c) {
+    memset(c, 0, sizeof *c);
+    for (int k = 0; k < CFG_NKEYS; k++)
+        if (cfg_set_scalar(c, k, cfg_table[k].def, 0, "default") != 0)
+            abort(); /* a bad default is a programming error caught by the first test run */
+}
+
+static const char *node_kind(yaml_node_t *n) {
+    return n->type == YAML_SEQUENCE_NODE ? "a list" : n->type == YAML_MAPPING_NODE ? "a mapping"
+                                                                                     : "a scalar";
+}
+
+int config_load_file(scaffold_config *c, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return err_set(ERR_CONFIG, "cannot open config file %s: %s", path, strerror(errno));
+    yaml_parser_t parser;
+    yaml_document_t doc;
+    yaml_parser_initialize(&parser);
+    yaml_parser_set_input_file(&parser, f);
+    if (!yaml_parser_load(&parser, &doc)) {
+        int rc = err_set(ERR_CONFIG, "%s:%zu:%zu: YAML syntax error: %s", path,
+                         parser.problem_mark.line + 1, parser.problem_mark.column + 1,
+                         parser.problem ? parser.problem : "unknown");
+        yaml_parser_delete(&parser);
+        fclose(f);
+        return rc;
+    }
+    yaml_parser_delete(&parser);
+    fclose(f);
+    int rc = 0;
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    char unknown[CFG_STR_MAX] = "", sweeps[CFG_STR_MAX] = "";
+    if (!root) {
+        goto done; /* empty file: no overrides */
+    }
+    if (root->type != YAML_MAPPING_NODE) {
+        rc = err_set(ERR_CONFIG, "%s: expected a mapping of configuration keys, found %s", path,
+                     node_kind(root));
+        goto done;
+    }
+    for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
+         p++) {
+        yaml_node_t *kn = yaml_document_get_node(&doc, p->key);
+        yaml_node_t *vn = yaml_document_get_node(&doc, p->value);
+        if (kn->type != YAML_SCALAR_NODE) {
+            rc = err_set(ERR_CONFIG, "%s: configuration keys must be plain names", path);
+            goto done;
+        }
+        const char *key = (const char *)kn->data.scalar.value;
+        if (!strcmp(key, "dataset_num_shards") || !strcmp(key, "dataset_shard_dims")) {
+            rc = err_set(ERR_CONFIG,
+                         "%s: key '%s' is no longer supported; use dc_num_shards/dc_shard_dims",
+                         path, key);
+            goto done;
+        }
+        if (!strcmp(key, "dist")) {
+            if (vn->type == YAML_SCALAR_NODE && !strcmp((char *)vn->data.scalar.value, "0")) {
+                rc = err_set(ERR_CONFIG, "%s: key 'dist': dist: 0 is not supported (scaffold is "
+                                         "always distributed; remove the key)", path);
+                goto done;
+            }
+            continue;
+        }
+        int k = cfg_find(key);
+        if (k < 0) {
+            if (!cfg_is_aux(key)) {
+                size_t u = strlen(unknown);
+                snprintf(unknown + u, sizeof unknown - u, "%s'%s'", u ? ", " : "", key);
+            }
+            continue;
+        }
+        if (vn->type == YAML_SEQUENCE_NODE && !cfg_is_list(k)) {
+            size_t u = strlen(sweeps);
+            snprintf(sweeps + u, sizeof sweeps - u, "%s'%s'", u ? ", " : "", key);
+            continue;
+        }
+        if (vn->type == YAML_MAPPING_NODE) {
+            rc = err_set(ERR_CONFIG, "%s: key '%s': expected a single value, found a mapping",
+                         path, key);
+            goto done;
+        }
+        if (vn->type == YAML_SEQUENCE_NODE) {
+            cfg_list l = {0, {0}};
+            for (yaml_node_item_t *it = vn->data.sequence.items.start;
+                 it < vn->data.sequence.items.top; it++) {
+                yaml_node_t *in = yaml_document_get_node(&doc, *it);
+                long long v;
+                if (in->type != YAML_SCALAR_NODE || l.n >= CFG_LIST_MAX ||
+                    parse_int((char *)in->data.scalar.value, &v)) {
+                    rc = err_set(ERR_CONFIG, "%s: key '%s': expected a list of up to %d integers",
+                                 path, key, CFG_LIST_MAX);
+                    goto done;
+                }
+                l.v[l.n++] = (int)v;
+            }
+            *(cfg_list *)((char *)c + cfg_table[k].off) = l;
+        } else {
+            const char *v = (const char *)vn->data.scalar.value;
+            int quoted = vn->data.scalar.style == YAML_SINGLE_QUOTED_SCALAR_STYLE ||
+                         vn->data.scalar.style == YAML_DOUBLE_QUOTED_SCALAR_STYLE;
+            int is_null = !quoted && (!strcmp(v, "") || !strcmp(v, "~") || !strcmp(v, "null"));
+            if (is_null) {
+                if (cfg_table[k].type != T_STR) {
+                    rc = err_set(ERR_CONFIG, "%s: key '%s' has no value", path, key);
+                    goto done;
+                }
+                v = "";
+            }
+            if ((rc = cfg_set_scalar(c, k, v, quoted, path)) != 0)
+                goto done;
+        }
+        c->from_file[k] = 1;
+    }
+    if (sweeps[0]) {
+        rc = err_set(ERR_CONFIG,
+                     "%s: %s: parameter sweeps are no longer supported; got a list for a "
+                     "single-valued key. Launch one benchmark run per parameter setting.",
+                     path, sweeps);
+        goto done;
+    }
+    if (unknown[0]) {
+        rc = err_set(ERR_CONFIG, "%s: unknown config key(s): %s (see 'scaffold benchmark --help' "
+                                 "for the valid keys)", path, unknown);
+        goto done;
+    }
+done:
+    yaml_document_delete(&doc);
+    return rc;
+}
+
+/* "--problem-scale" / "--problem_scale" / "--T-0" -> key index. */
+static int cfg_flag_key(const char *flag) {
+    char name[128];
+    snprintf(name, sizeof name, "%s", flag);
+    for (char *p = name; *p; p++)
+        if (*p == '-')
+            *p = '_';
+    return cfg_find(name);
+}
+
+int config_parse_args(scaffold_config *c, int argc, char **argv, int require_config) {
+    /* Pass 1: options that are not keys, and the config files (loaded before any flag). */
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help"))
+            return 1;
+        if (!strcmp(a, "-c") || !strcmp(a, "--config")) {
+            if (i + 1 >= argc)
+                return err_set(ERR_USAGE, "%s needs a file name", a);
+            if (c->n_files >= CFG_MAX_FILES)
+                return err_set(ERR_USAGE, "at most %d config files", CFG_MAX_FILES);
+            snprintf(c->files[c->n_files++], CFG_STR_MAX, "%s", argv[++i]);
+            continue;
+        }
+        if (!strncmp(a, "--config=", 9)) {
+            if (c->n_files >= CFG_MAX_FILES)
+                return err_set(ERR_USAGE, "at most %d config files", CFG_MAX_FILES);
+            snprintf(c->files[c->n_files++], CFG_STR_MAX, "%s", a + 9);
+            continue;
+        }
+        if (!strcmp(a, "--restart")) {
+            c->restart = 1;
+            continue;
+        }
+        if (!strcmp(a, "--verbose")) {
+            c->verbose++;
+            continue;
+        }
+        if (a[0] == '-' && a[1] == 'v' && strspn(a + 1, "v") == strlen(a + 1)) {
+            c->verbose += (int)strlen(a + 1);
+            continue;
+        }
+        if (!strncmp(a, "--", 2)) {
+            char name[128];
+            const char *eq = strchr(a, '=');
+            size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+            if (len >= sizeof name)
+                return err_set(ERR_USAGE, "unknown option %s", a);
+            memcpy(name, a + 2, len);
+            name[len] = '\0';
+            int k = cfg_flag_key(name);
+            if (k < 0)
+                return err_set(ERR_USAGE, "unknown option --%s (see 'scaffold %s --help')", name,
+                               argv[0]);
+            if (!eq)
+                i += cfg_is_list(k) ? CFG_LIST_MAX : 1;
+            if (i >= argc)
+                return err_set(ERR_USAGE, "option --%s needs %s", name,
+                               cfg_is_list(k) ? "3 integers" : "a value");
+            continue;
+        }
+        return err_set(ERR_USAGE, "unexpected argument '%s' (see 'scaffold %s --help')", a,
+                       argv[0]);
+    }
+    if (require_config && c->n_files == 0)
+        return err_set(ERR_USAGE, "a configuration file is required: scaffold %s -c FILE.yml",
+                       argv[0]);
+    for (int f = 0; f < c->n_files; f++) {
+        int rc = config_load_file(c, c->files[f]);
+        if (rc)
+            return rc;
+    }
+    /* Pass 2: key flags, applied after every file. */
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-c") || !strcmp(a, "--config")) {
+            i++;
+            continue;
+        }
+        if (strncmp(a, "--", 2) || !strncmp(a, "--config=", 9) || !strcmp(a, "--restart") ||
+            !strcmp(a, "--verbose"))
+            continue;
+        char name[128], flag[160];
+        const char *eq = strchr(a, '=');
+        size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+        memcpy(name, a + 2, len);
+        name[len] = '\0';
+        snprintf(flag, sizeof flag, "--%s", name);
+        int k = cfg_flag_key(name);
+        int rc;
+        if (cfg_is_list(k) && !eq) {
+            char joined[256] = "";
+            for (int j = 1; j <= CFG_LIST_MAX; j++) {
+                size_t u = strlen(joined);
+                snprintf(joined + u, sizeof joined - u, "%s%s", j > 1 ? "," : "", argv[i + j]);
+            }
+            rc = cfg_set_scalar(c, k, joined, 0, flag);
+            i += CFG_LIST_MAX;
+        } else {
+            rc = cfg_set_scalar(c, k, eq ? eq + 1 : argv[++i], 0, flag);
+        }
+        if (rc)
+            return rc;
+        c->from_flag[k] = 1;
+    }
+    return 0;
+}
+
+/* Source of a key's current value, for messages: the last file that set it, or the flag. */
+static void cfg_src(const scaffold_config *c, int k, char *buf, size_t n) {
+    if (c->from_flag[k]) {
+        char flag[128];
+        snprintf(flag, sizeof flag, "--%s", cfg_table[k].name);
+        for (char *p = flag + 2; *p; p++)
+            if (*p == '_')
+                *p = '-';
+        snprintf(buf, n, "%s", flag);
+    } else if (c->from_file[k] && c->n_files > 0) {
+        snprintf(buf, n, "%s: key '%s'", c->files[c->n_files - 1], cfg_table[k].name);
+        /* Find the last file that mentions the key for an exact message. */
+        for (int f = c->n_files - 1; f >= 0; f--) {
+            char *txt = NULL;
+            if (fs_read_file(c->files[f], &txt, NULL) == 0) {
+                char pat[160];
+                snprintf(pat, sizeof pat, "%s:", cfg_table[k].name);
+                int hit = strstr(txt, pat) != NULL;
+                free(txt);
+                if (hit) {
+                    snprintf(buf, n, "%s: key '%s'", c->files[f], cfg_table[k].name);
+                    break;
+                }
+            }
+        }
+        err_clear();
+    } else {
+        snprintf(buf, n, "default of key '%s'", cfg_table[k].name);
+    }
+}
+
+#define CFG_FAIL(k, ...)                                                                           \
+    do {                                                                                           \
+        char src_[CFG_STR_MAX + 64], msg_[CFG_STR_MAX + 256];                                                    \
+        cfg_src(c, CFG_K_##k, src_, sizeof src_);                                                  \
+        snprintf(msg_, sizeof msg_, __VA_ARGS__);                                                  \
+        return err_set(ERR_CONFIG, "%s: %s", src_, msg_);                                          \
+    } while (0)
+
+static int is_bool(int v) {
+    return v == 0 || v == 1;
+}
+
+int config_finalize(scaffold_config *c) {
+    if (c->n_categories < 1)
+        CFG_FAIL(n_categories, "must be a positive integer, got %d", c->n_categories);
+    if (c->problem_scale < 3 || c->problem_scale > 12)
+        CFG_FAIL(problem_scale, "must be between 3 and 12, got %d", c->problem_scale);
+    if (c->unet_bottleneck_dim < 0 || c->unet_bottleneck_dim > c->problem_scale - 1)
+        CFG_FAIL(unet_bottleneck_dim, "must be in [0, problem_scale-1] = [0, %d], got %d",
+                 c->problem_scale - 1, c->unet_bottleneck_dim);
+    if (c->n_fracts_per_vol < 1)
+        CFG_FAIL(n_fracts_per_vol, "must be a positive integer, got %d", c->n_fracts_per_vol);
+    if (c->n_instances_used_per_fractal < c->n_fracts_per_vol)
+        CFG_FAIL(n_instances_used_per_fractal, "must be at least n_fracts_per_vol (%d), got %d",
+                 c->n_fracts_per_vol, c->n_instances_used_per_fractal);
+    if (c->local_batch_size < 1)
+        CFG_FAIL(local_batch_size, "must be a positive integer, got %d", c->local_batch_size);
+    if (c->dataloader_num_workers < 0 || c->dataloader_num_workers > 64)
+        CFG_FAIL(dataloader_num_workers, "must be in [0, 64], got %d", c->dataloader_num_workers);
+    if (c->val_split <= 0 || c->val_split >= 100)
+        CFG_FAIL(val_split, "must be a percentage in [1, 99], got %d", c->val_split);
+    if (!(c->starting_learning_rate > 0))
+        CFG_FAIL(starting_learning_rate, "must be > 0");
+    if (!(c->min_learning_rate >= 0) || c->min_learning_rate > c->starting_learning_rate)
+        CFG_FAIL(min_learning_rate, "must be in [0, starting_learning_rate]");
+    if (c->T_0 < 1)
+        CFG_FAIL(T_0, "must be a positive integer, got %d", c->T_0);
+    if (c->T_mult < 1)
+        CFG_FAIL(T_mult, "must be a positive integer, got %d", c->T_mult);
+    if (!(c->variance_threshold >= 0))
+        CFG_FAIL(variance_threshold, "must be >= 0");
+    if (!(c->normalize > 0))
+        CFG_FAIL(normalize, "must be > 0");
+    if (c->group_norm_groups < 1)
+        CFG_FAIL(group_norm_groups, "must be a positive integer, got %d", c->group_norm_groups);
+    if (c->unet_base_channels < 1)
+        CFG_FAIL(unet_base_channels, "must be a positive integer, got %d", c->unet_base_channels);
+    if (c->unet_base_channels % c->group_norm_groups != 0)
+        CFG_FAIL(group_norm_groups, "%d does not divide unet_base_channels (%d); GroupNorm needs "
+                 "it to divide every channel count", c->group_norm_groups, c->unet_base_channels);
+    if (c->warmup_batches < 0)
+        CFG_FAIL(warmup_batches, "must be >= 0, got %d", c->warmup_batches);
+    if (!(c->ce_weight_sample_fraction > 0 && c->ce_weight_sample_fraction <= 1))
+        CFG_FAIL(ce_weight_sample_fraction, "must be in (0, 1]");
+    if (!(c->target_dice > 0 && c->target_dice <= 1))
+        CFG_FAIL(target_dice, "must be in (0, 1]");
+    if (c->epochs != -1 && c->epochs < 1)
+        CFG_FAIL(epochs, "must be -1 (until target_dice) or a positive cap, got %d", c->epochs);
+    if (c->datagen_batch_size < 1)
+        CFG_FAIL(datagen_batch_size, "must be a positive integer");
+    if (c->dc_num_shards.n != c->dc_shard_dims.n)
+        CFG_FAIL(dc_num_shards, "must have as many entries as dc_shard_dims (%d vs %d)",
+                 c->dc_num_shards.n, c->dc_shard_dims.n);
+    c->vol_size = 1 << c->problem_scale;
+    for (int i = 0; i < c->dc_num_shards.n; i++) {
+        if (c->dc_num_shards.v[i] < 1 || c->dc_num_shards.v[i] > c->vol_size)
+            CFG_FAIL(dc_num_shards, "entries must be in [1, vol_size=%d], got %d", c->vol_size,
+                     c->dc_num_shards.v[i]);
+        int d = c->dc_shard_dims.v[i];
+        if (d < 2 || d > 4)
+            CFG_FAIL(dc_shard_dims, "entries must be 2 (D), 3 (H) or 4 (W), got %d", d);
+        for (int j = 0; j < i; j++)
+            if (c->dc_shard_dims.v[j] == d)
+                CFG_FAIL(dc_shard_dims, "entries must be unique, %d appears twice", d);
+    }
+    if (config_optimizer(c) < 0)
+        CFG_FAIL(optimizer, "must be ADAM, SGD or RMSProp, got '%s'", c->optimizer);
+    if (strcmp(c->framework, "torch") != 0)
+        CFG_FAIL(framework, "only 'torch' is accepted (kept for compatibility), got '%s'",
+                 c->framework);
+    if (strcmp(c->data_store, "files") != 0 && strcmp(c->data_store, "memory") != 0)
+        CFG_FAIL(data_store, "must be 'files' or 'memory', got '%s'", c->data_store);
+    if (!c->base_run_dir[0])
+        CFG_FAIL(base_run_dir, "must not be empty");
+    if (!c->dataset_dir[0])
+        CFG_FAIL(dataset_dir, "must not be empty");
+    if (!c->fract_base_dir[0])
+        CFG_FAIL(fract_base_dir, "must not be empty");
+    if (!c->checkpoint_dir[0] || strchr(c->checkpoint_dir, '/'))
+        CFG_FAIL(checkpoint_dir, "must be a plain folder name");
+    if (!c->job_name[0] || strchr(c->job_name, '/'))
+        CFG_FAIL(job_name, "must be a plain name without '/'");
+#define CFG_BOOL_CHECK(k)                                                                          \
+    if (!is_bool(c->k))                                                                            \
+        CFG_FAIL(k, "must be 0 or 1, got %d", c->k);
+    CFG_BOOL_CHECK(disable_scheduler)
+    CFG_BOOL_CHECK(more_determinism)
+    CFG_BOOL_CHECK(datagen_from_scratch)
+    CFG_BOOL_CHECK(train_from_scratch)
+    CFG_BOOL_CHECK(torch_amp)
+    CFG_BOOL_CHECK(activation_checkpointing)
+    CFG_BOOL_CHECK(dataset_reuse_enforce_commit_id)
+    CFG_BOOL_CHECK(async_save)
+#undef CFG_BOOL_CHECK
+    c->unet_layers = c->problem_scale - c->unet_bottleneck_dim;
+    c->point_num = (long)(((double)c->vol_size * c->vol_size * c->vol_size) / 256.0);
+    return 0;
+}
+
+int config_optimizer(const scaffold_config *c) {
+    if (!strcasecmp(c->optimizer, "ADAM"))
+        return CFG_OPT_ADAM;
+    if (!strcasecmp(c->optimizer, "SGD"))
+        return CFG_OPT_SGD;
+    if (!strcasecmp(c->optimizer, "RMSProp"))
+        return CFG_OPT_RMSPROP;
+    return -1;
+}
+
+void config_usage(FILE *out, const char *cmd, const char *summary) {
+    fprintf(out,
+            "usage: scaffold %s -c FILE.yml [-c OVERRIDE.yml ...] [--KEY VALUE ...]\n\n%s\n\n"
+            "options:\n"
+            "  -c, --config FILE          configuration file (repeatable: the first is the base,\n"
+            "                             later files override it in order)\n"
+            "  -v, --verbose              more output (repeatable)\n"
+            "  --restart                  resume the run in --run-dir from its checkpoints\n"
+            "  -h, --help                 this help\n\n"
+            "configuration keys (precedence: default < file < flag):\n",
+            cmd, summary);
+    for (int k = 0; k < CFG_NKEYS; k++) {
+        char flag[96];
+        snprintf(flag, sizeof flag, "--%s", cfg_table[k].name);
+        for (char *p = flag + 2; *p; p++)
+            if (*p == '_')
+                *p = '-';
+        const char *arg = cfg_table[k].type == T_LIST  ? " I I I"
+                          : cfg_table[k].type == T_STR ? " STR"
+                          : cfg_table[k].type == T_INT ? " INT"
+                                                       : " NUM";
+        strcat(flag, arg);
+        fprintf(out, "  %-36s %s [%s]\n", flag, cfg_table[k].help, cfg_table[k].def);
+    }
+}
+
+static void yaml_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(f, "\\x%02x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+int config_write_yaml(const scaffold_config *c, const char *path, int only_flags) {
+    fs_atomic a;
+    int rc = fs_atomic_open(&a, path);
+    if (rc)
+        return rc;
+    FILE *f = a.fp;
+    for (int k = 0; k < CFG_NKEYS; k++) {
+        if (only_flags && !c->from_flag[k])
+            continue;
+        if (k == CFG_K_run_dir && !c->from_flag[k])
+            continue; /* a saved config must not turn a new run into a resume */
+        const char *field = (const char *)c + cfg_table[k].off;
+        fprintf(f, "%s: ", cfg_table[k].name);
+        char num[64];
+        switch (cfg_table[k].type) {
+        case T_INT:
+            fprintf(f, "%d", *(const int *)field);
+            break;
+        case T_FLOAT:
+            fputs(config_pyfloat(*(const double *)field, num, sizeof num), f);
+            break;
+        case T_STR:
+            yaml_str(f, field);
+            break;
+        case T_LIST: {
+            const cfg_list *l = (const cfg_list *)field;
+            fputc('[', f);
+            for (int i = 0; i < l->n; i++)
+                fprintf(f, "%s%d", i ? ", " : "", l->v[i]);
+            fputc(']', f);
+            break;
+        }
+        }
+        fputc('\n', f);
+    }
+    if (!only_flags)
+        fprintf(f, "unet_layers: %d\nvol_size: %d\npoint_num: %ld\n", c->unet_layers, c->vol_size,
+                c->point_num);
+    return fs_atomic_commit(&a, 1);
+}

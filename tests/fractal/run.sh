@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# generate_fractals: numpy checks, rank-count determinism, kill/restart, corrupt files, bad input.
+cd "$(dirname "$0")/../.." && source tests/lib.sh
+d=$(t_tmpdir)
+cfg=$d/small.yml
+printf 'problem_scale: 5\nn_categories: 3\nfract_base_dir: %s/f1\n' "$d" > "$cfg"
+tree_hash() { (cd "$1" && find . -type f | sort | xargs sha256sum | sha256sum | cut -c1-16); }
+
+# 1 rank, then numpy checks (independent re-implementation of the RNG, search and chaos game).
+t_check "generate_fractals -n 1" $MPIRUN -n 1 "$SCAFFOLD" generate_fractals -c "$cfg" -v
+t_check "numpy: classes, variance rule, instances" "$PYTHON" tests/fractal/check_library.py "$d/f1" 42 0.15 5 3
+h1=$(tree_hash "$d/f1")
+# 4 ranks into another directory: identical tree.
+t_check "generate_fractals -n 4" $MPIRUN -n 4 "$SCAFFOLD" generate_fractals -c "$cfg" --fract-base-dir "$d/f4"
+h4=$(tree_hash "$d/f4")
+[ "$h1" = "$h4" ] && t_ok "same tree for 1 and 4 ranks ($h1)" || t_fail "same tree for 1 and 4 ranks" "$h1 vs $h4"
+# 2 ranks, singleton (no mpirun) too.
+"$SCAFFOLD" generate_fractals -c "$cfg" --fract-base-dir "$d/fs" >/dev/null 2>&1
+[ "$(tree_hash "$d/fs")" = "$h1" ] && t_ok "singleton run gives the same tree" || t_fail "singleton run gives the same tree"
+
+# Killed midway (SIGKILL inside the 200th atomic write, after the data, before the rename).
+out=$(SCAFFOLD_FAULT_KILL_AT_COMMIT=200 "$SCAFFOLD" generate_fractals -c "$cfg" --fract-base-dir "$d/fk" 2>&1)
+rc=$?
+[ "$rc" -ne 0 ] && t_ok "fault injection killed the run (exit $rc)" || t_fail "fault injection killed the run"
+partial=$(find "$d/fk" -name '*.npy' | wc -l)
+debris=$(find "$d/fk" -name '.*.tmp.*' | wc -l)
+[ "$partial" -gt 0 ] && [ "$partial" -lt 435 ] && t_ok "killed run left $partial finished instances" || t_fail "killed run state" "$partial"
+[ "$debris" -ge 1 ] && t_ok "kill left a temporary file, never a partial final file" || t_fail "kill debris" "$debris"
+ok=1
+for f in $(find "$d/fk" -name '*.npy'); do "$PYTHON" -c "import numpy,sys; numpy.load(sys.argv[1])" "$f" 2>/dev/null || ok=0; done
+[ $ok -eq 1 ] && t_ok "every file under a final name is complete" || t_fail "every file under a final name is complete"
+find "$d/fk" -name '*.npy' -exec stat -c '%i %Y %n' {} + | sort > "$d/before"
+out=$($MPIRUN -n 2 "$SCAFFOLD" generate_fractals -c "$cfg" --fract-base-dir "$d/fk" 2>&1)
+echo "$out" | grep -q "reused" && t_ok "rerun completes" || t_fail "rerun completes" "$out"
+find "$d/fk" -name '*.npy' -exec stat -c '%i %Y %n' {} + | sort > "$d/after"
+missing=$(comm -23 "$d/before" "$d/after" | wc -l)
+[ "$missing" -eq 0 ] && t_ok "rerun did not rewrite finished files" || t_fail "rerun rewrote $missing finished files"
+[ "$(find "$d/fk" -name '.*.tmp.*' | wc -l)" -eq 0 ] && t_ok "rerun removed temporary debris" || t_fail "rerun removed temporary debris"
+[ "$(tree_hash "$d/fk")" = "$h1" ] && t_ok "restarted tree equals the clean tree" || t_fail "restarted tree equals the clean tree"
+
+# Corrupt files are regenerated.
+cp -r "$d/f1" "$d/fc"
+inst=$(find "$d/fc" -name '000001_0007.npy')
+truncate -s 100 "$inst"
+echo "garbage" > "$d/fc/var0.15/seed42/3DIFS_param/000002.csv"
+"$SCAFFOLD" generate_fractals -c "$cfg" --fract-base-dir "$d/fc" > "$d/log" 2>&1
+[ "$(tree_hash "$d/fc")" = "$h1" ] && t_ok "corrupt class and instance regenerated" || t_fail "corrupt files regenerated" "$(cat "$d/log")"
+
+# Bad inputs: exit status 2 (config) with one clear message, nothing written.
+cd "$d"
+printf 'problem_scale: 5\nbogus_key: 1\n' > bad1.yml
+t_expect_fail "unknown key" 2 "bad1.yml.*unknown config key.*bogus_key" "$SCAFFOLD" generate_fractals -c bad1.yml
+printf 'problem_scale: [5, 6]\nseed: [1, 2]\n' > bad2.yml
+t_expect_fail "list for single-valued keys names every key" 2 "bad2.yml.*'problem_scale', 'seed'.*sweeps" "$SCAFFOLD" generate_fractals -c bad2.yml
+printf 'problem_scale: five\n' > bad3.yml
+t_expect_fail "wrong type" 2 "bad3.yml: key 'problem_scale': expected an integer" "$SCAFFOLD" generate_fractals -c bad3.yml
+printf 'n_categories: -1\n' > bad4.yml
+t_expect_fail "n_categories: -1" 2 "bad4.yml: key 'n_categories': must be a positive integer" "$SCAFFOLD" generate_fractals -c bad4.yml
+t_expect_fail "missing config file" 2 "cannot open config file nonexistent.yml" "$SCAFFOLD" generate_fractals -c nonexistent.yml
+t_expect_fail "no config given" 2 "configuration file is required" "$SCAFFOLD" generate_fractals
+t_expect_fail "bad flag value" 2 "--n-categories: expected an integer" "$SCAFFOLD" generate_fractals -c "$cfg" --n-categories x
+t_expect_fail "unknown flag" 2 "unknown option --frobnicate" "$SCAFFOLD" generate_fractals -c "$cfg" --frobnicate 1
+t_expect_fail "bad input agreed at -n 2" 2 "unknown config key" $MPIRUN -n 2 "$SCAFFOLD" generate_fractals -c bad1.yml
+[ ! -e fractals ] && t_ok "nothing written on bad input" || t_fail "nothing written on bad input"
+touch afile
+printf 'problem_scale: 5\nn_categories: 2\nfract_base_dir: %s/afile/sub\n' "$d" > bad5.yml
+t_expect_fail "unwritable fract_base_dir" 1 "cannot create directory .*afile" $MPIRUN -n 2 "$SCAFFOLD" generate_fractals -c bad5.yml
+cd - >/dev/null
+"$SCAFFOLD" generate_fractals --help | grep -q -- "--fract-base-dir" && t_ok "--help lists the flags" || t_fail "--help lists the flags"
+rm -rf "$d"
+t_report
