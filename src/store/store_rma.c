@@ -38,9 +38,10 @@ int store_rma_window(store *s, store_var *v) {
     if (mrc != MPI_SUCCESS)
         rc = store_mpi_err(mrc,
                            "store_add('%s'): MPI_Win_allocate of %lld bytes failed, so the rma "
-                           "method cannot run here (with Open MPI pick a one-sided component that "
-                           "supports the thread level, e.g. --mca osc sm,rdma or ucx, not pt2pt "
-                           "under MPI_THREAD_MULTIPLE; or use the coll method)",
+                           "method cannot run with this MPI setup (Open MPI: the osc component "
+                           "must support the thread level and transport: sm on one node, ucx "
+                           "across nodes; pt2pt refuses MPI_THREAD_MULTIPLE and rdma needs an "
+                           "RDMA-capable btl), or use the coll method",
                            v->name, (long long)bytes);
     /* Agree before anything else: if only some ranks got a window, freeing it would be a
      * collective the others never join, so those ranks leak it rather than hang. */

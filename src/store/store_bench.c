@@ -1,0 +1,391 @@
+/* store_bench: the `scaffold store-bench` measurements (see store_bench.h for the definitions).
+ *
+ * Each rank's shard holds self-describing rows (word w of global row g = mix64(g, w)), every
+ * timed run ends by checking the rows of its last call, and the baseline (local memcpy of random
+ * rows) runs on all ranks at once, like the reads, so both see the same memory-bus contention. */
+#include "store/store_bench.h"
+
+#include "core/err.h"
+#include "core/fsutil.h"
+#include "core/rng.h"
+#include "dist/dist.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+void store_bench_opts_default(store_bench_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->nmethods = 2;
+    o->methods[0] = STORE_RMA;
+    o->methods[1] = STORE_COLL;
+    const int64_t rows[4] = {3136, 12544, 204800, 1048576};
+    o->nrow_bytes = 4;
+    memcpy(o->row_bytes, rows, sizeof rows);
+    o->nbatches = 2;
+    o->batches[0] = 1;
+    o->batches[1] = 128;
+    o->rows_per_rank = 4096;
+    o->shard_bytes = (int64_t)256 << 20;
+    o->nget = 4000;
+    o->get_bytes = (int64_t)256 << 20;
+    o->repeats = 5;
+    o->threads = 1;
+    o->seed = 1;
+}
+
+static uint64_t word_of(int64_t g, int64_t w) {
+    return rng_mix64((uint64_t)g * 0x100000001B3ULL + (uint64_t)w + 1);
+}
+
+static void fill_row(char *row, int64_t rb, int64_t g) {
+    int64_t nw = rb / 8;
+    for (int64_t w = 0; w < nw; w++) {
+        uint64_t x = word_of(g, w);
+        memcpy(row + w * 8, &x, 8);
+    }
+    for (int64_t b = nw * 8; b < rb; b++)
+        row[b] = (char)(g + b);
+}
+
+static int row_ok(const char *row, int64_t rb, int64_t g) {
+    int64_t nw = rb / 8;
+    for (int64_t w = 0; w < nw; w++) {
+        uint64_t x;
+        memcpy(&x, row + w * 8, 8);
+        if (x != word_of(g, w))
+            return 0;
+    }
+    for (int64_t b = nw * 8; b < rb; b++)
+        if (row[b] != (char)(g + b))
+            return 0;
+    return 1;
+}
+
+typedef struct result {
+    const char *what; /* "rma", "coll", "memcpy" */
+    int64_t row_bytes, batch, nget;
+    int threads;
+    double us_row, mbs; /* medians over repeats */
+} result;
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* One reader's share of a timed run. */
+typedef struct reader {
+    store *s;
+    int var;
+    int64_t batch, rb, n; /* rows to read, a multiple of batch */
+    const int64_t *idx;
+    char *dst;
+    int rc;
+    char msg[ERR_MSG_MAX];
+} reader;
+
+static int read_all(store *s, int var, const int64_t *idx, int64_t n, int64_t batch, char *dst,
+                    int64_t rb) {
+    for (int64_t i = 0; i < n; i += batch) {
+        int rc = batch == 1 ? store_get(s, var, idx[i], 1, dst, (size_t)rb)
+                            : store_get_batch(s, var, idx + i, batch, dst, (size_t)(batch * rb));
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static void *reader_main(void *p) {
+    reader *r = p;
+    r->rc = read_all(r->s, r->var, r->idx, r->n, r->batch, r->dst, r->rb);
+    if (r->rc)
+        snprintf(r->msg, sizeof r->msg, "%s", err_msg());
+    return NULL;
+}
+
+/* Draws n indices: uniform over all rows, or over other ranks' rows only. */
+static void draw(int64_t *idx, int64_t n, const dist_world *w, int64_t per_rank, int remote,
+                 uint64_t seed, uint64_t stream) {
+    rng r = rng_make(seed, RNG_TEST, (uint64_t)w->rank, stream);
+    int64_t total = per_rank * w->size;
+    for (int64_t i = 0; i < n; i++) {
+        if (remote && w->size > 1) {
+            int64_t k = (int64_t)rng_below(&r, (uint64_t)(total - per_rank));
+            int64_t mine = per_rank * w->rank;
+            idx[i] = k < mine ? k : k + per_rank;
+        } else {
+            idx[i] = (int64_t)rng_below(&r, (uint64_t)total);
+        }
+    }
+}
+
+/* Timed runs of one configuration; fills res (rank 0's copy is the one printed). */
+static int run_config(const store_bench_opts *o, const dist_world *w, store *s, int var,
+                      store_method m, int64_t rb, int64_t per_rank, int64_t batch, int64_t nget,
+                      int threads, const char *base, int64_t *idx, char *dst, result *res,
+                      uint64_t stream) {
+    double us[64], mbs[64];
+    const int reps = o->repeats < 64 ? o->repeats : 64;
+    int rc = 0;
+    for (int rep = 0; rep < reps && !rc; rep++) {
+        draw(idx, nget, w, per_rank, o->remote_only, o->seed, stream * 1000 + (uint64_t)rep);
+        const int64_t share = nget / threads; /* a multiple of batch by construction */
+        /* Warm-up: one call, not timed (first-touch of dst, window setup paths). */
+        if (s)
+            rc = read_all(s, var, idx, batch, batch, dst, rb);
+        rc = dist_agree(w, rc);
+        if (rc)
+            break;
+        MPI_Barrier(w->comm);
+        double t0 = MPI_Wtime();
+        if (!s) {
+            /* Baseline: memcpy of the same number of random rows of the local shard. */
+            for (int64_t i = 0; i < nget; i += batch)
+                for (int64_t j = 0; j < batch; j++)
+                    memcpy(dst + j * rb, base + (idx[i + j] % per_rank) * rb, (size_t)rb);
+        } else if (threads == 1) {
+            rc = read_all(s, var, idx, nget, batch, dst, rb);
+        } else {
+            reader rd[64];
+            pthread_t th[64];
+            for (int t = 0; t < threads; t++) {
+                rd[t] = (reader){.s = s, .var = var, .batch = batch, .rb = rb, .n = share,
+                                 .idx = idx + t * share, .dst = dst + t * batch * rb};
+                pthread_create(&th[t], NULL, reader_main, &rd[t]);
+            }
+            for (int t = 0; t < threads; t++) {
+                pthread_join(th[t], NULL);
+                if (rd[t].rc && !rc)
+                    rc = err_set(rd[t].rc, "%s", rd[t].msg);
+            }
+        }
+        double dt = MPI_Wtime() - t0;
+        /* Check the rows of the last call of (each thread's share of) the run. */
+        if (!rc && s)
+            for (int t = 0; t < threads && !rc; t++) {
+                const int64_t last = t * share + share - batch;
+                for (int64_t j = 0; j < batch && !rc; j++)
+                    if (!row_ok(dst + (t * batch + j) * rb, rb, idx[last + j]))
+                        rc = err_set(ERR_INTERNAL,
+                                     "store-bench: %s read wrong data for global row %lld (%lld-"
+                                     "byte rows, batch %lld)",
+                                     store_method_name(m), (long long)idx[last + j],
+                                     (long long)rb, (long long)batch);
+            }
+        rc = dist_agree(w, rc);
+        double mean = dist_sum_double(w, dt) / w->size;
+        us[rep] = 1e6 * mean / (double)nget;
+        mbs[rep] = (double)rb * (double)nget / mean / 1e6;
+    }
+    if (rc)
+        return rc;
+    *res = (result){.what = s ? store_method_name(m) : "memcpy", .row_bytes = rb,
+                    .batch = batch, .nget = nget, .threads = threads,
+                    .us_row = median(us, reps), .mbs = median(mbs, reps)};
+    return 0;
+}
+
+static const result *find(const result *r, int n, const char *what, int64_t rb, int64_t batch) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(r[i].what, what) && r[i].row_bytes == rb && (batch < 0 || r[i].batch == batch))
+            return &r[i];
+    return NULL;
+}
+
+static void print_table(FILE *out, const result *r, int n) {
+    fprintf(out, "%-7s %10s %6s %4s %6s %10s %11s %9s %9s\n", "method", "row_bytes", "batch",
+            "thr", "rows", "us/row", "MB/s/rank", "vs_get", "vs_memcpy");
+    for (int i = 0; i < n; i++) {
+        const result *g = find(r, n, r[i].what, r[i].row_bytes, 1);
+        const result *mc = find(r, n, "memcpy", r[i].row_bytes, -1);
+        char vg[32] = "-", vm[32] = "-";
+        if (g && strcmp(r[i].what, "memcpy"))
+            snprintf(vg, sizeof vg, "%.2fx", g->us_row / r[i].us_row);
+        if (mc && strcmp(r[i].what, "memcpy"))
+            snprintf(vm, sizeof vm, "%.0f%%", 100.0 * r[i].mbs / mc->mbs);
+        fprintf(out, "%-7s %10lld %6lld %4d %6lld %10.3f %11.1f %9s %9s\n", r[i].what,
+                (long long)r[i].row_bytes, (long long)r[i].batch, r[i].threads,
+                (long long)r[i].nget, r[i].us_row, r[i].mbs, vg, vm);
+    }
+}
+
+static void write_csv(FILE *f, const result *r, int n, int ranks) {
+    fprintf(f, "method,ranks,row_bytes,batch,threads,rows_per_run,us_per_row,mb_per_s_rank,"
+               "speedup_vs_get,fraction_of_memcpy\n");
+    for (int i = 0; i < n; i++) {
+        const result *g = find(r, n, r[i].what, r[i].row_bytes, 1);
+        const result *mc = find(r, n, "memcpy", r[i].row_bytes, -1);
+        int base = !strcmp(r[i].what, "memcpy");
+        fprintf(f, "%s,%d,%lld,%lld,%d,%lld,%.4f,%.2f,", r[i].what, ranks,
+                (long long)r[i].row_bytes, (long long)r[i].batch, r[i].threads,
+                (long long)r[i].nget, r[i].us_row, r[i].mbs);
+        if (g && !base)
+            fprintf(f, "%.4f,", g->us_row / r[i].us_row);
+        else
+            fprintf(f, ",");
+        if (mc && !base)
+            fprintf(f, "%.4f\n", r[i].mbs / mc->mbs);
+        else
+            fprintf(f, "\n");
+    }
+}
+
+static int check_opts(const store_bench_opts *o) {
+    if (o->nmethods < 1 || o->nrow_bytes < 1 || o->nbatches < 1)
+        return err_set(ERR_USAGE, "store-bench: empty --method, --row-bytes or --batch list");
+    for (int i = 0; i < o->nrow_bytes; i++)
+        if (o->row_bytes[i] < 1)
+            return err_set(ERR_USAGE, "store-bench: --row-bytes values must be >= 1");
+    for (int i = 0; i < o->nbatches; i++)
+        if (o->batches[i] < 1 || o->batches[i] > (1 << 20))
+            return err_set(ERR_USAGE, "store-bench: --batch values must be 1..1048576");
+    if (o->rows_per_rank < 1 || o->shard_bytes < 1 || o->nget < 1 || o->get_bytes < 1)
+        return err_set(ERR_USAGE, "store-bench: --rows-per-rank, --shard-mb, --nget and "
+                                  "--get-mb must be >= 1");
+    if (o->repeats < 1 || o->repeats > 63)
+        return err_set(ERR_USAGE, "store-bench: --repeats must be 1..63");
+    if (o->threads < 1 || o->threads > 64)
+        return err_set(ERR_USAGE, "store-bench: --threads must be 1..64");
+    if (o->coll_max_bytes < 0)
+        return err_set(ERR_USAGE, "store-bench: --coll-max-bytes must be >= 1");
+    return 0;
+}
+
+int store_bench_run(const store_bench_opts *o, MPI_Comm comm, FILE *out) {
+    dist_world w = {.comm = comm};
+    MPI_Comm_rank(comm, &w.rank);
+    MPI_Comm_size(comm, &w.size);
+    MPI_Query_thread(&w.thread_level);
+    int rc = dist_agree(&w, check_opts(o));
+    if (rc)
+        return rc;
+    fs_atomic csv = {0};
+    if (o->csv && w.rank == 0)
+        rc = fs_atomic_open(&csv, o->csv);
+    if ((rc = dist_agree(&w, rc)))
+        return rc;
+
+    const int maxres = 2 * STORE_BENCH_MAX_LIST * (STORE_BENCH_MAX_LIST + 1);
+    result *res = calloc((size_t)maxres, sizeof *res);
+    int nres = 0;
+    if (w.rank == 0)
+        fprintf(out,
+                "store-bench: %d ranks, thread level %d, %s indices, median of %d runs; us/row = "
+                "mean rank wall / rows per rank (DDStore bench_get definition)\n",
+                w.size, w.thread_level, o->remote_only ? "remote-only" : "uniform", o->repeats);
+
+    for (int ri = 0; ri < o->nrow_bytes && !rc; ri++) {
+        const int64_t rb = o->row_bytes[ri];
+        int64_t per_rank = o->shard_bytes / rb;
+        if (per_rank > o->rows_per_rank)
+            per_rank = o->rows_per_rank;
+        if (per_rank < 1)
+            per_rank = 1;
+        int64_t maxbatch = 1;
+        for (int b = 0; b < o->nbatches; b++)
+            if (o->batches[b] > maxbatch)
+                maxbatch = o->batches[b];
+        const int64_t dst_rows = maxbatch * (o->threads > 1 ? o->threads : 1);
+        char *shard = malloc((size_t)(per_rank * rb));
+        char *dst = malloc((size_t)(dst_rows * rb));
+        int64_t *idx = malloc((size_t)(o->nget + maxbatch * o->threads) * sizeof *idx);
+        rc = (shard && dst && idx) ? 0
+                                   : err_set(ERR_NOMEM, "store-bench: out of memory for %lld "
+                                                        "rows of %lld bytes",
+                                             (long long)per_rank, (long long)rb);
+        if (!rc) {
+            for (int64_t i = 0; i < per_rank; i++)
+                fill_row(shard + i * rb, rb, per_rank * w.rank + i);
+            memset(dst, 0, (size_t)(dst_rows * rb));
+        }
+        rc = dist_agree(&w, rc);
+        for (int mi = -1; mi < o->nmethods && !rc; mi++) {
+            store *s = NULL;
+            int var = -1;
+            if (mi >= 0) {
+                store_opts so;
+                store_opts_default(&so);
+                so.method = o->methods[mi];
+                if (o->coll_max_bytes)
+                    so.coll_max_bytes = o->coll_max_bytes;
+                rc = store_create(&s, comm, &so);
+                if (!rc)
+                    rc = store_add(s, "bench", STORE_BYTE, rb, per_rank, shard, &var);
+                if (rc) {
+                    store_free(&s);
+                    break;
+                }
+            }
+            for (int b = 0; b < o->nbatches && !rc; b++) {
+                const int64_t batch = o->batches[b];
+                /* Threads only for rma (coll is collective: one thread per rank). */
+                const int threads = (s && o->methods[mi] == STORE_RMA) ? o->threads : 1;
+                if (!s && b > 0)
+                    break; /* one baseline per row size, at the largest batch buffer */
+                const int64_t bb = s ? batch : maxbatch;
+                int64_t nget = o->nget;
+                if (nget > o->get_bytes / rb)
+                    nget = o->get_bytes / rb;
+                nget = (nget / (bb * threads)) * bb * threads;
+                if (nget < bb * threads)
+                    nget = bb * threads;
+                rc = run_config(o, &w, s, var, s ? o->methods[mi] : STORE_RMA, rb, per_rank, bb,
+                                nget, threads, shard, idx, dst, &res[nres],
+                                (uint64_t)(ri * 64 + (mi + 1) * 16 + b));
+                if (!rc)
+                    nres++;
+            }
+            int frc = store_free(&s);
+            if (!rc)
+                rc = frc;
+        }
+        free(shard);
+        free(dst);
+        free(idx);
+    }
+    if (!rc && w.rank == 0) {
+        print_table(out, res, nres);
+        /* The acceptance figures: batch-128 vs get at the smallest row, largest row vs memcpy. */
+        for (int mi = 0; mi < o->nmethods; mi++) {
+            const char *mn = store_method_name(o->methods[mi]);
+            const result *g = find(res, nres, mn, o->row_bytes[0], 1);
+            const result *bt = NULL;
+            for (int i = 0; i < nres; i++)
+                if (!strcmp(res[i].what, mn) && res[i].row_bytes == o->row_bytes[0] &&
+                    res[i].batch > 1 && (!bt || res[i].batch > bt->batch))
+                    bt = &res[i];
+            int64_t big = o->row_bytes[o->nrow_bytes - 1];
+            const result *mc = find(res, nres, "memcpy", big, -1);
+            double best = 0;
+            for (int i = 0; i < nres; i++)
+                if (!strcmp(res[i].what, mn) && res[i].row_bytes == big && res[i].mbs > best)
+                    best = res[i].mbs;
+            fprintf(out, "summary %s:", mn);
+            if (g && bt)
+                fprintf(out, " get_batch(%lld) %.1fx cheaper per row than get at %lld B;",
+                        (long long)bt->batch, g->us_row / bt->us_row,
+                        (long long)o->row_bytes[0]);
+            if (mc && best > 0)
+                fprintf(out, " %lld B rows at %.0f%% of local memcpy (%.0f vs %.0f MB/s/rank)",
+                        (long long)big, 100.0 * best / mc->mbs, best, mc->mbs);
+            fprintf(out, "\n");
+        }
+        fflush(out);
+    }
+    if (o->csv && w.rank == 0) {
+        if (!rc) {
+            write_csv(csv.fp, res, nres, w.size);
+            rc = fs_atomic_commit(&csv, 0);
+        } else {
+            fs_atomic_abort(&csv);
+        }
+    }
+    free(res);
+    return dist_agree(&w, rc);
+}
