@@ -27,13 +27,17 @@ int ifs_chaos(const ifs_params *ip, uint64_t seed, uint64_t purpose, uint64_t a,
     if (n == 0)
         return 1;
     rng r = rng_make(seed, purpose, a, b);
-    const double *m0 = ip->p[0], *m1 = ip->p[1];
-    const double p0 = m0[12];
+    const double *maps = &ip->p[0][0];
+    /* u < p0 with u = k * 2^-53 is exactly k < ceil(p0 * 2^53): compare integers, no
+     * int-to-double conversion on the hot path (p0 is in [0, 1], so the product is exact). */
+    const uint64_t thr = (uint64_t)ceil(maps[12] * 0x1.0p53);
     double x = 0, y = 0, z = 0;
-    int ok = 1;
+    int runaway = 0;
     pts[0] = pts[1] = pts[2] = 0;
     for (size_t i = 1; i < n; i++) {
-        const double *m = rng_uniform(&r) < p0 ? m0 : m1;
+        /* Branch-free map choice: the draw is unpredictable, so a branch would mispredict half
+         * the time; an address computed from the comparison costs nothing. */
+        const double *m = maps + IFS_COLS * (size_t)((rng_u64(&r) >> 11) >= thr);
         /* Grouped so that the three products of each row are independent (shorter chain). */
         double nx = (m[0] * x + m[1] * y) + (m[2] * z + m[9]);
         double ny = (m[3] * x + m[4] * y) + (m[5] * z + m[10]);
@@ -45,9 +49,9 @@ int ifs_chaos(const ifs_params *ip, uint64_t seed, uint64_t purpose, uint64_t a,
         pts[3 * i + 1] = y;
         pts[3 * i + 2] = z;
         /* NaN compares false, so it is caught by the finiteness check of the caller. */
-        if (fabs(x) > IFS_RUNAWAY || fabs(y) > IFS_RUNAWAY || fabs(z) > IFS_RUNAWAY)
-            ok = 0;
+        runaway |= (fabs(x) > IFS_RUNAWAY) | (fabs(y) > IFS_RUNAWAY) | (fabs(z) > IFS_RUNAWAY);
     }
+    int ok = !runaway;
     return ok;
 }
 

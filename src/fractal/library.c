@@ -165,7 +165,7 @@ static int generate_classes(const scaffold_config *c, const dist_world *w, fract
         free(params);
         return rc;
     }
-    long base = 0, accepted_total = 0;
+    long base = 0, accepted_total = 0, prev_per = 0;
     double last_report = t0;
     ifs_params *mine = malloc((size_t)c->datagen_batch_size * sizeof *mine);
     long long *mine_at = malloc((size_t)c->datagen_batch_size * sizeof *mine_at);
@@ -176,10 +176,9 @@ static int generate_classes(const scaffold_config *c, const dist_world *w, fract
         /* Per-rank attempts this round: upstream's rule once the acceptance rate is known;
          * the first round tries 4x what is needed (the rate is typically 20-60%). */
         long per;
-        if (base == 0 || accepted_total == 0) {
-            per = (4L * remaining + w->size - 1) / w->size;
-            if (base > 0)
-                per = c->datagen_batch_size;
+        if (accepted_total == 0) {
+            /* Rate unknown: start at 4x what is needed, then grow 4x per empty round. */
+            per = prev_per ? 4 * prev_per : (4L * remaining + w->size - 1) / w->size;
         } else {
             double rate = (double)accepted_total / (double)base;
             per = (long)ceil(ceil(1.1 * remaining / rate) / w->size);
@@ -188,6 +187,7 @@ static int generate_classes(const scaffold_config *c, const dist_world *w, fract
             per = c->datagen_batch_size;
         if (per < 1)
             per = 1;
+        prev_per = per;
         long first = base + (long)w->rank * per;
         int nmine = 0;
         for (long a = first; a < first + per; a++) {
