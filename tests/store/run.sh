@@ -1,13 +1,83 @@
 #!/usr/bin/env bash
 # Store tests: the C suite (tests/store/test_store.c, mirroring DDStore's test_single,
-# test_multirank and test_get_batch) at 1, 2, 3 and 4 ranks for both methods, sanitizer builds
-# when present, and the store-bench command's argument and failure handling.
+# test_multirank and test_get_batch) at 1, 2, 3 and 4 ranks for both methods; a window that
+# cannot be created fails cleanly; `scaffold store-bench` arguments, CSV output and data checks;
+# ASan/UBSan and TSan builds of the suite when they exist (make test-asan / test-tsan build them).
 cd "$(dirname "$0")/../.." && source tests/lib.sh
 T=$BUILD/tests/store/test_store
+# Open MPI leaks its own init-time allocations; leaks are checked below, filtered to our code.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-suppressions=$PWD/tests/store/tsan.supp}
+
+quiet() { "$@" >/dev/null; }
+
 for m in rma coll; do
-    t_cbin "$T" "$m"
+    t_cbin timeout 120 "$T" "$m"
     for n in 2 3 4; do
         t_cbin timeout 120 $MPIRUN -n $n "$T" "$m"
     done
 done
+
+# Open MPI's pt2pt one-sided component refuses MPI_THREAD_MULTIPLE: store_add must say so on
+# every rank and exit, not hang; the coll method needs no window and still works there.
+tiny=(--row-bytes 64 --batch 1,8 --repeats 1 --nget 64)
+t_expect_fail "rma without a usable window: clear error, no hang" 1 "MPI_Win_allocate of [0-9]+ bytes failed.*coll method" \
+    timeout 60 $MPIRUN --mca osc pt2pt -n 2 "$SCAFFOLD" store-bench --method rma "${tiny[@]}"
+t_check "coll runs where no window can be created" \
+    quiet timeout 60 $MPIRUN --mca osc pt2pt -n 2 "$SCAFFOLD" store-bench --method coll "${tiny[@]}"
+
+# Command line.
+t_check "store-bench --help" quiet "$SCAFFOLD" store-bench --help
+t_expect_fail "unknown option" 2 "unknown option '--bogus'" "$SCAFFOLD" store-bench --bogus 1
+t_expect_fail "unknown method" 2 "unknown store method 'foo'" "$SCAFFOLD" store-bench --method foo
+t_expect_fail "malformed size" 2 "--row-bytes '12x' is not a size" "$SCAFFOLD" store-bench --row-bytes 12x
+t_expect_fail "batch 0" 2 "--batch values must be" "$SCAFFOLD" store-bench --batch 0
+t_expect_fail "missing value" 2 "--nget needs a value" "$SCAFFOLD" store-bench --nget
+t_expect_fail "malformed DDSTORE_ALLTOALL_MAX_BYTES" 2 "DDSTORE_ALLTOALL_MAX_BYTES" \
+    env DDSTORE_ALLTOALL_MAX_BYTES=lots "$SCAFFOLD" store-bench --method coll "${tiny[@]}"
+t_expect_fail "DDSTORE_MAX_READ_BYTES above 2^31-1" 2 "DDSTORE_MAX_READ_BYTES" \
+    env DDSTORE_MAX_READ_BYTES=4294967296 "$SCAFFOLD" store-bench --method rma "${tiny[@]}"
+d=$(t_tmpdir)
+t_expect_fail "CSV in a missing directory" 1 "cannot write $d/no/r.csv" \
+    "$SCAFFOLD" store-bench "${tiny[@]}" --csv "$d/no/r.csv"
+
+# A small real run: both methods, 2 reader threads, a 4096-byte read limit (split Gets), rows
+# checked inside; then the CSV: one memcpy line per row size plus methods x batches.
+out=$(DDSTORE_MAX_READ_BYTES=4096 timeout 120 $MPIRUN -n 2 "$SCAFFOLD" store-bench --row-bytes 3136,100000 \
+    --batch 1,32 --nget 256 --repeats 2 --threads 2 --csv "$d/r.csv" 2>&1)
+rc=$?
+if [ $rc -eq 0 ] && grep -q '^summary rma: get_batch(32)' <<<"$out" && grep -q '^summary coll:' <<<"$out"; then
+    t_ok "store-bench at 2 ranks (both methods, threads, split reads)"
+else
+    t_fail "store-bench at 2 ranks" "exit $rc: $out"
+fi
+t_check "store-bench CSV has every configuration" "$PYTHON" - "$d/r.csv" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == 10, len(rows)
+for r in rows:
+    assert r["ranks"] == "2" and float(r["us_per_row"]) > 0 and float(r["mb_per_s_rank"]) > 0, r
+    if r["method"] != "memcpy":
+        assert float(r["fraction_of_memcpy"]) > 0 and float(r["speedup_vs_get"]) > 0, r
+assert {(r["method"], r["batch"]) for r in rows} >= {("rma", "1"), ("rma", "32"), ("coll", "1"), ("coll", "32")}
+assert all(r["threads"] == "2" for r in rows if r["method"] == "rma")
+PY
+rm -rf "$d"
+
+# Sanitizer builds, when present and not already the build under test.
+A=build-address-undefined/tests/store/test_store
+if [ -x "$A" ] && [ "$A" != "$T" ]; then
+    for m in rma coll; do t_cbin timeout 300 $MPIRUN -n 2 "$A" "$m"; done
+fi
+if [ -x "$A" ]; then
+    # Leaks whose allocation site (first frame after the allocator) is in our code.
+    out=$(ASAN_OPTIONS=detect_leaks=1 timeout 300 "$A" rma 2>&1)
+    ours=$(awk '/^(Direct|Indirect) leak/{f=1; next} f && /#1 /{print; f=0}' <<<"$out" | grep -E 'src/store/|tests/store/')
+    if [ -z "$ours" ]; then t_ok "no leaks from the store (ASan, 1 rank)"; else t_fail "store leaks" "$ours"; fi
+fi
+TS=build-thread/tests/store/test_store
+if [ -x "$TS" ]; then
+    # 4 reader threads per rank next to main-thread all-reduces, under TSan.
+    t_cbin timeout 300 $MPIRUN -n 2 "$TS" rma
+fi
 t_report
