@@ -1,0 +1,313 @@
+/* layers: GroupNorm (+ fused ReLU), ReLU, MaxPool3d(2), concatenation, log-softmax and layout
+ * conversion, forward and backward, channels-last (see layers.h). The convolutions are in
+ * conv.c.
+ *
+ * GroupNorm statistics: each thread sums its share of voxels per channel (float partial sums over
+ * blocks of 64 voxels, added into double), the per-thread sums are combined per group, and the
+ * variance is a second pass around the mean (no E[x^2] - mean^2 cancellation). */
+#include "nn/layers.h"
+
+#include <float.h>
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#define GN_BLOCK 64
+
+/* Workspace: per thread 2C doubles + 2C floats (6C floats), then per channel 4C doubles
+ * (sums, sums2, shift[2C]) and 7C floats. */
+size_t nn_groupnorm_ws_floats(int C) {
+    return (size_t)NN_MAX_THREADS * (size_t)C * 6 + 15 * (size_t)C + 64;
+}
+
+static double *gn_channel_area(float *ws, int C) {
+    return (double *)(ws + (size_t)NN_MAX_THREADS * C * 6);
+}
+
+/* Per-channel sums over voxels [0,S) of f(x) for sample n, into dsum[c] (double) per thread. */
+static void gn_channel_sums(double *out1, double *out2, const float *x1, const float *x2,
+                            const float *x3, long S, int C, const double *shift, float *ws,
+                            int mode) {
+    /* mode 0: out1 = sum x1.
+     * mode 1: out1 = sum (x1 - shift[c])^2.
+     * mode 2 (GN backward): dy = x2 * (x3 > 0 or x3 NULL); xhat = (x1 - shift[c]) * shift[C+c];
+     *         out1 = sum dy, out2 = sum dy * xhat. */
+    const int nth = nn_threads();
+    double *dacc = (double *)ws; /* nth * 2C doubles */
+    float *facc = ws + (size_t)nth * C * 4;
+#pragma omp parallel num_threads(nth)
+    {
+        const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
+        double *d1 = dacc + (size_t)tid * 2 * C, *d2 = d1 + C;
+        float *f1 = facc + (size_t)tid * 2 * C, *f2 = f1 + C;
+        memset(d1, 0, sizeof(double) * 2 * C);
+        const long lo = S * tid / nt, hi = S * (tid + 1) / nt;
+        for (long b0 = lo; b0 < hi; b0 += GN_BLOCK) {
+            const long b1 = b0 + GN_BLOCK < hi ? b0 + GN_BLOCK : hi;
+            memset(f1, 0, sizeof(float) * 2 * C);
+            for (long p = b0; p < b1; p++) {
+                const float *a = x1 + p * C;
+                if (mode == 0) {
+                    for (int c = 0; c < C; c++)
+                        f1[c] += a[c];
+                } else if (mode == 1) {
+                    for (int c = 0; c < C; c++) {
+                        float d = a[c] - (float)shift[c];
+                        f1[c] += d * d;
+                    }
+                } else {
+                    const float *g = x2 + p * C, *yv = x3 ? x3 + p * C : NULL;
+                    for (int c = 0; c < C; c++) {
+                        float dy = (yv && !(yv[c] > 0.0f)) ? 0.0f : g[c];
+                        float xh = (a[c] - (float)shift[c]) * (float)shift[C + c];
+                        f1[c] += dy;
+                        f2[c] += dy * xh;
+                    }
+                }
+            }
+            for (int c = 0; c < C; c++) {
+                d1[c] += f1[c];
+                d2[c] += f2[c];
+            }
+        }
+    }
+    for (int c = 0; c < C; c++) {
+        double s1 = 0, s2 = 0;
+        for (int t = 0; t < nth; t++) {
+            s1 += dacc[(size_t)t * 2 * C + c];
+            s2 += dacc[(size_t)t * 2 * C + C + c];
+        }
+        out1[c] = s1;
+        if (out2)
+            out2[c] = s2;
+    }
+}
+
+void nn_groupnorm_forward(float *y, float *mean, float *rstd, const float *x, const float *gamma,
+                          const float *beta, int N, long S, int C, int G, int relu, float *ws) {
+    const int cg = C / G;
+    double *sums = gn_channel_area(ws, C);
+    double *chm = sums + C; /* per channel: its group's mean */
+    for (int n = 0; n < N; n++) {
+        const float *xn = x + (size_t)n * S * C;
+        gn_channel_sums(sums, NULL, xn, NULL, NULL, S, C, NULL, ws, 0);
+        const double cnt = (double)S * cg;
+        for (int g = 0; g < G; g++) {
+            double s = 0;
+            for (int c = g * cg; c < (g + 1) * cg; c++)
+                s += sums[c];
+            for (int c = g * cg; c < (g + 1) * cg; c++)
+                chm[c] = s / cnt;
+        }
+        gn_channel_sums(sums, NULL, xn, NULL, NULL, S, C, chm, ws, 1);
+        for (int g = 0; g < G; g++) {
+            double s = 0;
+            for (int c = g * cg; c < (g + 1) * cg; c++)
+                s += sums[c];
+            const double var = s / cnt;
+            mean[n * G + g] = (float)chm[g * cg];
+            rstd[n * G + g] = (float)(1.0 / sqrt(var + NN_GN_EPS));
+        }
+        /* y = x * scale[c] + bias[c] with scale = gamma*rstd, bias = beta - mean*scale. */
+        float *scale = (float *)(sums + 4 * C), *bias = scale + C;
+        for (int c = 0; c < C; c++) {
+            const int g = c / cg;
+            scale[c] = gamma[c] * rstd[n * G + g];
+            bias[c] = beta[c] - mean[n * G + g] * scale[c];
+        }
+        float *yn = y + (size_t)n * S * C;
+#pragma omp parallel for schedule(static)
+        for (long p = 0; p < S; p++) {
+            const float *a = xn + p * C;
+            float *o = yn + p * C;
+            if (relu) {
+                for (int c = 0; c < C; c++) {
+                    float v = a[c] * scale[c] + bias[c];
+                    o[c] = v > 0.0f ? v : 0.0f;
+                }
+            } else {
+                for (int c = 0; c < C; c++)
+                    o[c] = a[c] * scale[c] + bias[c];
+            }
+        }
+    }
+}
+
+void nn_groupnorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
+                           const float *x, const float *y, const float *mean, const float *rstd,
+                           const float *gamma, int N, long S, int C, int G, int relu, float *ws) {
+    const int cg = C / G;
+    double *sums = gn_channel_area(ws, C);
+    double *sums2 = sums + C, *shift = sums2 + C; /* shift: 2C (mean, rstd per channel) */
+    for (int n = 0; n < N; n++) {
+        const float *xn = x + (size_t)n * S * C, *dyn = dy + (size_t)n * S * C;
+        const float *yn = relu ? y + (size_t)n * S * C : NULL;
+        for (int c = 0; c < C; c++) {
+            shift[c] = mean[n * G + c / cg];
+            shift[C + c] = rstd[n * G + c / cg];
+        }
+        gn_channel_sums(sums, sums2, xn, dyn, yn, S, C, shift, ws, 2);
+        const double cnt = (double)S * cg;
+        /* Per group: a = mean(gamma*dy), b = mean(gamma*dy*xhat). */
+        float *ca = (float *)(sums + 4 * C), *cb = ca + C, *gr = cb + C;
+        for (int g = 0; g < G; g++) {
+            double a = 0, b = 0;
+            for (int c = g * cg; c < (g + 1) * cg; c++) {
+                a += gamma[c] * sums[c];
+                b += gamma[c] * sums2[c];
+            }
+            for (int c = g * cg; c < (g + 1) * cg; c++) {
+                ca[c] = (float)(a / cnt);
+                cb[c] = (float)(b / cnt);
+                gr[c] = gamma[c];
+            }
+        }
+        for (int c = 0; c < C; c++) {
+            dgamma[c] += (float)sums2[c];
+            dbeta[c] += (float)sums[c];
+        }
+        float *dxn = dx + (size_t)n * S * C;
+        float *mc = gr + C, *rc = mc + C;
+        for (int c = 0; c < C; c++) {
+            mc[c] = (float)shift[c];
+            rc[c] = (float)shift[C + c];
+        }
+#pragma omp parallel for schedule(static)
+        for (long p = 0; p < S; p++) {
+            const float *a = xn + p * C, *g = dyn + p * C;
+            const float *yv = yn ? yn + p * C : NULL;
+            float *o = dxn + p * C;
+            for (int c = 0; c < C; c++) {
+                float d = (yv && !(yv[c] > 0.0f)) ? 0.0f : g[c];
+                float xh = (a[c] - mc[c]) * rc[c];
+                o[c] = rc[c] * (gr[c] * d - ca[c] - xh * cb[c]);
+            }
+        }
+    }
+}
+
+void nn_relu_forward(float *y, const float *x, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++)
+        y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+void nn_relu_backward(float *dx, const float *dy, const float *y, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++)
+        dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+void nn_maxpool3d_forward(float *out, uint8_t *idx, const float *in, int N, int D, int H, int W,
+                          int C) {
+    const int Do = D / 2, Ho = H / 2, Wo = W / 2;
+#pragma omp parallel for collapse(3) schedule(static)
+    for (int n = 0; n < N; n++)
+        for (int z = 0; z < Do; z++)
+            for (int y = 0; y < Ho; y++)
+                for (int x = 0; x < Wo; x++) {
+                    const size_t o = ((((size_t)n * Do + z) * Ho + y) * Wo + x) * C;
+                    const float *src[8];
+                    for (int t = 0; t < 8; t++)
+                        src[t] = in + ((((size_t)n * D + 2 * z + t / 4) * H + 2 * y + (t / 2) % 2) *
+                                           W + 2 * x + t % 2) * C;
+                    for (int c = 0; c < C; c++) {
+                        float m = src[0][c];
+                        int k = 0;
+                        for (int t = 1; t < 8; t++) {
+                            /* PyTorch keeps the first maximum and lets NaN win. */
+                            float v = src[t][c];
+                            if (v > m || (isnan(v) && !isnan(m))) {
+                                m = v;
+                                k = t;
+                            }
+                        }
+                        out[o + c] = m;
+                        idx[o + c] = (uint8_t)k;
+                    }
+                }
+}
+
+void nn_maxpool3d_backward(float *din, const float *dout, const uint8_t *idx, int N, int D, int H,
+                           int W, int C) {
+    const int Do = D / 2, Ho = H / 2, Wo = W / 2;
+#pragma omp parallel for collapse(3) schedule(static)
+    for (int n = 0; n < N; n++)
+        for (int z = 0; z < Do; z++)
+            for (int y = 0; y < Ho; y++)
+                for (int x = 0; x < Wo; x++) {
+                    const size_t o = ((((size_t)n * Do + z) * Ho + y) * Wo + x) * C;
+                    for (int c = 0; c < C; c++) {
+                        const int t = idx[o + c];
+                        din[((((size_t)n * D + 2 * z + t / 4) * H + 2 * y + (t / 2) % 2) * W +
+                             2 * x + t % 2) * C + c] += dout[o + c];
+                    }
+                }
+}
+
+void nn_concat_forward(float *out, const float *a, int ca, const float *b, int cb, long P) {
+#pragma omp parallel for schedule(static)
+    for (long p = 0; p < P; p++) {
+        memcpy(out + p * (ca + cb), a + p * ca, sizeof(float) * ca);
+        memcpy(out + p * (ca + cb) + ca, b + p * cb, sizeof(float) * cb);
+    }
+}
+
+void nn_concat_backward(float *da, float *db, const float *dout, int ca, int cb, long P) {
+#pragma omp parallel for schedule(static)
+    for (long p = 0; p < P; p++) {
+        if (da)
+            memcpy(da + p * ca, dout + p * (ca + cb), sizeof(float) * ca);
+        if (db)
+            memcpy(db + p * cb, dout + p * (ca + cb) + ca, sizeof(float) * cb);
+    }
+}
+
+void nn_log_softmax_forward(float *y, const float *x, long P, int C) {
+#pragma omp parallel for schedule(static)
+    for (long p = 0; p < P; p++) {
+        const float *a = x + p * C;
+        float m = -INFINITY;
+        for (int c = 0; c < C; c++)
+            m = a[c] > m ? a[c] : m;
+        double s = 0;
+        for (int c = 0; c < C; c++)
+            s += exp((double)(a[c] - m));
+        const float lse = m + (float)log(s);
+        for (int c = 0; c < C; c++)
+            y[p * C + c] = a[c] - lse;
+    }
+}
+
+void nn_log_softmax_backward(float *dx, const float *dy, const float *y, long P, int C) {
+#pragma omp parallel for schedule(static)
+    for (long p = 0; p < P; p++) {
+        double s = 0;
+        for (int c = 0; c < C; c++)
+            s += dy[p * C + c];
+        for (int c = 0; c < C; c++)
+            dx[p * C + c] = dy[p * C + c] - expf(y[p * C + c]) * (float)s;
+    }
+}
+
+void nn_to_channels_last(float *dst, const float *src, int N, int C, long S) {
+    for (int n = 0; n < N; n++) {
+        const float *s = src + (size_t)n * C * S;
+        float *d = dst + (size_t)n * C * S;
+#pragma omp parallel for schedule(static)
+        for (long p = 0; p < S; p++)
+            for (int c = 0; c < C; c++)
+                d[p * C + c] = s[(size_t)c * S + p];
+    }
+}
+
+void nn_to_channels_first(float *dst, const float *src, int N, int C, long S) {
+    for (int n = 0; n < N; n++) {
+        const float *s = src + (size_t)n * C * S;
+        float *d = dst + (size_t)n * C * S;
+#pragma omp parallel for schedule(static)
+        for (long p = 0; p < S; p++)
+            for (int c = 0; c < C; c++)
+                d[(size_t)c * S + p] = s[p * C + c];
+    }
+}

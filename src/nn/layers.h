@@ -1,0 +1,109 @@
+/* layers: forward and backward passes of every layer of the 3D U-Net, on float32 tensors in
+ * channels-last layout (N, D, H, W, C): the C values of one voxel are contiguous.
+ *
+ * RATIONALE: channels-last turns every convolution into GEMMs whose rows are voxels and whose
+ * columns are channels (gemm.h), the skip-connection concatenation into a strided copy that is
+ * fused with the zero padding of the next convolution, and GroupNorm/softmax into contiguous
+ * per-voxel loops. Weights keep PyTorch's layout (so checkpoints are PyTorch state_dicts) and
+ * are repacked on every call, which costs one pass over the weights, a small fraction of a
+ * convolution's work.
+ *
+ * Contracts common to all functions here:
+ *  - Shapes are trusted (the model builder validates them); pointers must not alias unless
+ *    stated. Kernels never allocate: scratch comes from a caller-provided workspace `ws` whose
+ *    size in floats is given by the matching *_ws_floats() function.
+ *  - Weight and bias gradients ACCUMULATE (+=) into dw/db (zero them first, as llm.c does);
+ *    input gradients are OVERWRITTEN unless the function says "accumulates".
+ *  - All loops are OpenMP-parallel; results do not depend on the thread count except for the
+ *    rounding of reductions.
+ *  - NN_MAX_THREADS bounds the per-thread scratch; more OpenMP threads than that are not used. */
+#ifndef SCAFFOLD_NN_LAYERS_H
+#define SCAFFOLD_NN_LAYERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define NN_MAX_THREADS 64
+
+/* Threads the layers use: min(omp_get_max_threads(), NN_MAX_THREADS). */
+int nn_threads(void);
+
+/* ---- Conv3d, kernel 3, stride 1, padding 1, no bias ----------------------------------------
+ * out (N,D,H,W,cout) = conv(cat(inA (N,D,H,W,ca), inB (N,D,H,W,cb))) with w (cout, ca+cb, 3,3,3)
+ * in PyTorch layout. inB may be NULL (cb = 0): the concatenation (skip first) is fused with the
+ * zero padding, so the UNet never materialises cat(). */
+size_t nn_conv3d_ws_floats(int N, int D, int H, int W, int cin, int cout);
+void nn_conv3d_forward(float *out, const float *inA, int ca, const float *inB, int cb,
+                       const float *w, int cout, int N, int D, int H, int W, float *ws);
+/* dw (cout, cin, 3,3,3) accumulates; din (N,D,H,W,ca+cb) is overwritten, skipped when NULL. */
+void nn_conv3d_backward(float *din, float *dw, const float *dout, const float *inA, int ca,
+                        const float *inB, int cb, const float *w, int cout, int N, int D, int H,
+                        int W, float *ws);
+
+/* ---- ConvTranspose3d, kernel 2, stride 2, bias -----------------------------------------------
+ * in (N,D,H,W,cin) -> out (N,2D,2H,2W,cout); w (cin, cout, 2,2,2), b (cout). */
+size_t nn_convt3d_ws_floats(int N, int D, int H, int W, int cin, int cout);
+void nn_convt3d_forward(float *out, const float *in, const float *w, const float *b, int cin,
+                        int cout, int N, int D, int H, int W, float *ws);
+/* dout has `ldo` floats per voxel (ldo >= cout; the U-Net passes the upsample half of a
+ * concatenation gradient). dw, db accumulate; din (N,D,H,W,cin) overwritten unless NULL. */
+void nn_convt3d_backward(float *din, float *dw, float *db, const float *dout, long ldo,
+                         const float *in, const float *w, int cin, int cout, int N, int D, int H,
+                         int W, float *ws);
+
+/* ---- Conv3d, kernel 1, bias (the output layer) ----------------------------------------------
+ * in (P, cin) -> out (P, cout) where P = N*D*H*W voxels; w (cout, cin, 1,1,1), b (cout). */
+size_t nn_conv1_ws_floats(long P, int cin, int cout);
+void nn_conv1_forward(float *out, const float *in, const float *w, const float *b, int cin,
+                      int cout, long P, float *ws);
+void nn_conv1_backward(float *din, float *dw, float *db, const float *dout, const float *in,
+                       const float *w, int cin, int cout, long P, float *ws);
+
+/* ---- GroupNorm (eps 1e-5, affine), optionally fused with the ReLU that follows it ----------
+ * x (N, S, C) with S voxels per sample, G groups of C/G channels. y = relu?(gn(x)); mean and
+ * rstd (N, G) are saved for the backward pass. Statistics are accumulated in double. */
+#define NN_GN_EPS 1e-5
+size_t nn_groupnorm_ws_floats(int C);
+void nn_groupnorm_forward(float *y, float *mean, float *rstd, const float *x, const float *gamma,
+                          const float *beta, int N, long S, int C, int G, int relu, float *ws);
+/* dy: gradient w.r.t. y; y is the forward output (used for the ReLU mask when relu != 0).
+ * dx may equal dy (in place). dgamma, dbeta (C) accumulate. */
+void nn_groupnorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
+                           const float *x, const float *y, const float *mean, const float *rstd,
+                           const float *gamma, int N, long S, int C, int G, int relu, float *ws);
+
+/* ---- ReLU ------------------------------------------------------------------------------------
+ * y = max(x, 0); dx = dy * (y > 0) (y is the forward output; dx may equal dy). */
+void nn_relu_forward(float *y, const float *x, size_t n);
+void nn_relu_backward(float *dx, const float *dy, const float *y, size_t n);
+
+/* ---- MaxPool3d(2) ----------------------------------------------------------------------------
+ * in (N,D,H,W,C) -> out (N,D/2,H/2,W/2,C); idx (same shape as out) records which of the 8 inputs
+ * won (first maximum in (dz,dy,dx) order, as PyTorch). Backward ACCUMULATES into din. */
+void nn_maxpool3d_forward(float *out, uint8_t *idx, const float *in, int N, int D, int H, int W,
+                          int C);
+void nn_maxpool3d_backward(float *din, const float *dout, const uint8_t *idx, int N, int D, int H,
+                           int W, int C);
+
+/* ---- Channel concatenation (skip first) ------------------------------------------------------
+ * out (P, ca+cb) = [a (P, ca) | b (P, cb)]; backward splits dout into da, db (overwritten). */
+void nn_concat_forward(float *out, const float *a, int ca, const float *b, int cb, long P);
+void nn_concat_backward(float *da, float *db, const float *dout, int ca, int cb, long P);
+
+/* ---- log-softmax over channels ---------------------------------------------------------------
+ * x (P, C) -> y (P, C); backward: dx = dy - exp(y) * sum_c dy (dx may equal dy). */
+void nn_log_softmax_forward(float *y, const float *x, long P, int C);
+void nn_log_softmax_backward(float *dx, const float *dy, const float *y, long P, int C);
+
+/* ---- Layout conversion -----------------------------------------------------------------------
+ * (N, C, S) <-> (N, S, C): PyTorch's NCDHW to channels-last and back. */
+void nn_to_channels_last(float *dst, const float *src, int N, int C, long S);
+void nn_to_channels_first(float *dst, const float *src, int N, int C, long S);
+
+/* ---- Naive references (tests and benchmarks): same contracts, plain loops, no workspace ---- */
+void nn_conv3d_forward_ref(float *out, const float *in, const float *w, int cin, int cout, int N,
+                           int D, int H, int W);
+void nn_conv3d_backward_ref(float *din, float *dw, const float *dout, const float *in,
+                            const float *w, int cin, int cout, int N, int D, int H, int W);
+
+#endif

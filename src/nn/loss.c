@@ -1,0 +1,213 @@
+/* loss: weighted cross-entropy + (1 - soft foreground Dice), its gradient w.r.t. the logits,
+ * the hard Dice metric and the CE class weights (see loss.h for the formulas).
+ *
+ * Gradient: with g = dloss/dlp, dloss/dlogits = g - p * sum_c g. The CE part of g is
+ * -w[y]/den at the label; the Dice part is dloss/dp * p with, for c >= 1,
+ * dloss/dp = -(1/(N(K-1))) * (2t/(S+e) - (I+e)/(S+e)^2). Sums are accumulated in double per
+ * thread and combined in a fixed order. */
+#include "nn/loss.h"
+
+#include "core/err.h"
+#include "nn/layers.h"
+
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+/* Per thread: 2 doubles (num, den) + 3*N*K doubles (sum p, sum p*t, sum t) + 1 bad label. */
+static size_t loss_thread_doubles(int N, int K) {
+    return 4 + 3 * (size_t)N * K;
+}
+
+size_t nn_loss_ws_floats(int N, int K) {
+    return 2 * (loss_thread_doubles(N, K) * NN_MAX_THREADS + 2 * (size_t)N * K) + 64;
+}
+
+static int bad_label(long v, int K) {
+    return err_set(ERR_RANGE,
+                   "mask label %ld is not a class index: the model has %d classes (0..%d); "
+                   "check n_categories against the dataset",
+                   v, K, K - 1);
+}
+
+int nn_loss(float *dlogits, const float *logits, const uint16_t *labels, const float *ce_weight,
+            int N, long S, int K, double *loss_out, double *ce_out, double *dice_out, float *ws) {
+    const int nth = nn_threads();
+    const size_t per = loss_thread_doubles(N, K);
+    double *acc = (double *)ws;
+    double *coef = acc + per * nth; /* alpha, beta per (n, c) */
+#pragma omp parallel num_threads(nth)
+    {
+        const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
+        double *a = acc + per * tid;
+        memset(a, 0, sizeof(double) * per);
+        double *sp = a + 4, *spt = sp + (size_t)N * K, *st = spt + (size_t)N * K;
+        const long P = (long)N * S;
+        const long lo = P * tid / nt, hi = P * (tid + 1) / nt;
+        float pbuf[256];
+        for (long v = lo; v < hi; v++) {
+            const int n = (int)(v / S);
+            const float *z = logits + v * K;
+            const int y = labels[v];
+            if (y >= K) {
+                a[2] = 1;
+                a[3] = y;
+                continue;
+            }
+            float m = z[0];
+            for (int c = 1; c < K; c++)
+                m = z[c] > m ? z[c] : m;
+            double s = 0;
+            for (int c = 0; c < K; c++)
+                s += exp((double)(z[c] - m));
+            const double lse = m + log(s);
+            float *pv = dlogits ? dlogits + v * K : pbuf;
+            for (int c = 0; c < K; c++) {
+                pv[c] = (float)exp((double)z[c] - lse);
+                sp[n * K + c] += pv[c];
+            }
+            const double lpy = (double)z[y] - lse;
+            a[0] += ce_weight[y] * -lpy;
+            a[1] += ce_weight[y];
+            spt[n * K + y] += pv[y];
+            st[n * K + y] += 1;
+        }
+    }
+    double num = 0, den = 0;
+    for (int t = 0; t < nth; t++) {
+        const double *a = acc + per * t;
+        if (a[2] != 0)
+            return bad_label((long)a[3], K);
+        num += a[0];
+        den += a[1];
+    }
+    /* Reduce per-thread sums into thread 0's area. */
+    double *sp = acc + 4, *spt = sp + (size_t)N * K, *st = spt + (size_t)N * K;
+    for (int t = 1; t < nth; t++) {
+        const double *a = acc + per * t + 4;
+        for (size_t i = 0; i < 3 * (size_t)N * K; i++)
+            sp[i] += a[i];
+    }
+    const double ce = num / (den > 1e-12 ? den : 1e-12);
+    double dsum = 0;
+    const double scale = K > 1 ? 1.0 / ((double)N * (K - 1)) : 0.0;
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < K; c++) {
+            const double I = 2 * spt[n * K + c];
+            double Ssum = sp[n * K + c] + st[n * K + c];
+            const int degenerate = Ssum == 0;
+            if (degenerate)
+                Ssum = I;
+            const double d = (I + NN_DICE_EPS) / (Ssum + NN_DICE_EPS);
+            if (c >= 1)
+                dsum += d;
+            /* dloss/dp = alpha * t + beta (zero for background or a degenerate S). */
+            double alpha = 0, beta = 0;
+            if (c >= 1 && !degenerate) {
+                alpha = -scale * 2.0 / (Ssum + NN_DICE_EPS);
+                beta = scale * (I + NN_DICE_EPS) / ((Ssum + NN_DICE_EPS) * (Ssum + NN_DICE_EPS));
+            }
+            coef[2 * (n * K + c)] = alpha;
+            coef[2 * (n * K + c) + 1] = beta;
+        }
+    const double dice = K > 1 ? dsum * scale : 1.0;
+    if (loss_out)
+        *loss_out = ce + (1.0 - dice);
+    if (ce_out)
+        *ce_out = ce;
+    if (dice_out)
+        *dice_out = dice;
+    if (!dlogits)
+        return 0;
+    const double inv_den = 1.0 / (den > 1e-12 ? den : 1e-12);
+    const long P = (long)N * S;
+#pragma omp parallel for schedule(static) num_threads(nth)
+    for (long v = 0; v < P; v++) {
+        const int n = (int)(v / S);
+        float *pv = dlogits + v * K;
+        const int y = labels[v];
+        float g[256];
+        double gs = 0;
+        for (int c = 0; c < K; c++) {
+            const double *cf = coef + 2 * (n * K + c);
+            double gv = (cf[0] * (c == y) + cf[1]) * pv[c];
+            if (c == y)
+                gv -= ce_weight[y] * inv_den;
+            g[c] = (float)gv;
+            gs += gv;
+        }
+        for (int c = 0; c < K; c++)
+            pv[c] = g[c] - pv[c] * (float)gs;
+    }
+    return 0;
+}
+
+void nn_argmax(uint16_t *out, const float *logits, long P, int K) {
+#pragma omp parallel for schedule(static)
+    for (long v = 0; v < P; v++) {
+        const float *z = logits + v * K;
+        int best = 0;
+        for (int c = 1; c < K; c++)
+            if (z[c] > z[best] || (isnan(z[c]) && !isnan(z[best])))
+                best = c;
+        out[v] = (uint16_t)best;
+    }
+}
+
+int nn_hard_dice(float *dice, const float *logits, const uint16_t *labels, int N, long S, int K) {
+    for (int n = 0; n < N; n++) {
+        /* counts: predicted, label, both, per class (K <= 256 by nn_loss's contract too) */
+        long cp[256] = {0}, cl[256] = {0}, cb[256] = {0};
+        long bad = -1;
+        for (long v = 0; v < S; v++) {
+            const float *z = logits + ((size_t)n * S + v) * K;
+            int best = 0;
+            for (int c = 1; c < K; c++)
+                if (z[c] > z[best] || (isnan(z[c]) && !isnan(z[best])))
+                    best = c;
+            const int y = labels[(size_t)n * S + v];
+            if (y >= K) {
+                bad = y;
+                break;
+            }
+            cp[best]++;
+            cl[y]++;
+            cb[best] += best == y;
+        }
+        if (bad >= 0)
+            return bad_label(bad, K);
+        double s = 0;
+        for (int c = 1; c < K; c++) {
+            const double I = 2.0 * cb[c];
+            double Ss = (double)cp[c] + cl[c];
+            if (Ss == 0)
+                Ss = I;
+            s += (I + NN_DICE_EPS) / (Ss + NN_DICE_EPS);
+        }
+        dice[n] = K > 1 ? (float)(s / (K - 1)) : 1.0f;
+    }
+    return 0;
+}
+
+int nn_label_counts(uint64_t *counts, const uint16_t *labels, size_t n, int K) {
+    for (size_t i = 0; i < n; i++) {
+        if (labels[i] >= K)
+            return bad_label(labels[i], K);
+        counts[labels[i]]++;
+    }
+    return 0;
+}
+
+void nn_ce_class_weights(float *w, const uint64_t *counts, int K) {
+    uint64_t total = 0;
+    for (int c = 0; c < K; c++)
+        total += counts[c];
+    const uint64_t bg = counts[0], fg = total - bg;
+    for (int c = 0; c < K; c++)
+        w[c] = 1.0f;
+    if (bg == 0 || fg == 0)
+        return;
+    w[0] = (float)((double)total / (double)bg);
+    for (int c = 1; c < K; c++)
+        w[c] = (float)((double)total / (double)fg);
+}

@@ -1,0 +1,129 @@
+/* optim: Adam / SGD / RMSprop steps over the flat parameter slab, global-norm clipping and the
+ * CosineAnnealingWarmRestarts schedule (formulas in optim.h). */
+#include "nn/optim.h"
+
+#include "core/err.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <strings.h>
+
+int nn_optim_parse(const char *name, nn_optim_kind *kind) {
+    if (!strcasecmp(name, "adam"))
+        *kind = NN_OPT_ADAM;
+    else if (!strcasecmp(name, "sgd"))
+        *kind = NN_OPT_SGD;
+    else if (!strcasecmp(name, "rmsprop"))
+        *kind = NN_OPT_RMSPROP;
+    else
+        return err_set(ERR_CONFIG, "optimizer '%s' is unknown: use ADAM, SGD or RMSprop", name);
+    return 0;
+}
+
+const char *nn_optim_name(nn_optim_kind kind) {
+    switch (kind) {
+    case NN_OPT_ADAM:
+        return "ADAM";
+    case NN_OPT_SGD:
+        return "SGD";
+    case NN_OPT_RMSPROP:
+        return "RMSprop";
+    }
+    return "?";
+}
+
+size_t nn_optim_state_floats(nn_optim_kind kind, size_t n) {
+    return kind == NN_OPT_ADAM ? 2 * n : kind == NN_OPT_RMSPROP ? n : 0;
+}
+
+int nn_optim_init(nn_optim *o, nn_optim_kind kind, size_t n) {
+    o->kind = kind;
+    o->beta1 = 0.9;
+    o->beta2 = 0.999;
+    o->eps = 1e-8;
+    o->alpha = 0.99;
+    o->step = 0;
+    o->n = n;
+    o->state = NULL;
+    size_t ns = nn_optim_state_floats(kind, n);
+    if (ns) {
+        o->state = calloc(ns, sizeof(float));
+        if (!o->state)
+            return err_set(ERR_NOMEM, "optimizer state: cannot allocate %zu floats", ns);
+    }
+    return 0;
+}
+
+void nn_optim_free(nn_optim *o) {
+    if (!o)
+        return;
+    free(o->state);
+    o->state = NULL;
+}
+
+void nn_optim_step(nn_optim *o, float *params, const float *grads, double lr) {
+    const size_t n = o->n;
+    o->step++;
+    if (o->kind == NN_OPT_SGD) {
+        const float l = (float)lr;
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++)
+            params[i] -= l * grads[i];
+    } else if (o->kind == NN_OPT_RMSPROP) {
+        const float a = (float)o->alpha, l = (float)lr, eps = (float)o->eps;
+        float *v = o->state;
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) {
+            const float g = grads[i];
+            v[i] = a * v[i] + (1.0f - a) * g * g;
+            params[i] -= l * g / (sqrtf(v[i]) + eps);
+        }
+    } else {
+        const double bc1 = 1.0 - pow(o->beta1, (double)o->step);
+        const double bc2 = 1.0 - pow(o->beta2, (double)o->step);
+        const float step_size = (float)(lr / bc1), bc2s = (float)sqrt(bc2);
+        const float b1 = (float)o->beta1, b2 = (float)o->beta2, eps = (float)o->eps;
+        float *m = o->state, *v = o->state + n;
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++) {
+            const float g = grads[i];
+            m[i] = b1 * m[i] + (1.0f - b1) * g;
+            v[i] = b2 * v[i] + (1.0f - b2) * g * g;
+            const float denom = sqrtf(v[i]) / bc2s + eps;
+            params[i] -= step_size * m[i] / denom;
+        }
+    }
+}
+
+double nn_grad_norm(const float *grads, size_t n) {
+    double s = 0;
+#pragma omp parallel for reduction(+ : s) schedule(static)
+    for (size_t i = 0; i < n; i++)
+        s += (double)grads[i] * grads[i];
+    return sqrt(s);
+}
+
+double nn_clip_grad_norm(float *grads, size_t n, double max_norm) {
+    const double norm = nn_grad_norm(grads, n);
+    const double coef = max_norm / (norm + 1e-6);
+    if (coef < 1.0) {
+        const float c = (float)coef;
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++)
+            grads[i] *= c;
+    }
+    return norm;
+}
+
+double nn_lr_cosine_warm(double lr0, int T_0, int T_mult, double eta_min, long epochs_done) {
+    /* PyTorch's incremental form: T_cur += 1; if T_cur >= T_i: T_cur -= T_i, T_i *= T_mult. */
+    long T_i = T_0 > 0 ? T_0 : 1, T_cur = 0;
+    for (long e = 0; e < epochs_done; e++) {
+        T_cur++;
+        if (T_cur >= T_i) {
+            T_cur -= T_i;
+            T_i *= T_mult > 0 ? T_mult : 1;
+        }
+    }
+    return eta_min + (lr0 - eta_min) * (1.0 + cos(M_PI * (double)T_cur / (double)T_i)) / 2.0;
+}

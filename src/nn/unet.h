@@ -1,0 +1,107 @@
+/* unet: the ScaFFold 3D U-Net (reference §9) as one object: parameter, gradient and activation
+ * slabs allocated once for a maximum batch and a volume size, training forward+backward with the
+ * ScaFFold loss, evaluation, and inference.
+ *
+ * Typical use by the benchmark (every rank does the same, so the weights agree bit for bit):
+ *
+ *   nn_unet_spec s = {.in_channels = 3, .n_classes = n_categories + 1,
+ *                     .layers = problem_scale - unet_bottleneck_dim,
+ *                     .base_channels = 64, .groups = group_norm_groups};
+ *   nn_unet m;  nn_optim o;
+ *   nn_unet_create(&m, &s, local_batch_size, 1 << problem_scale, ...same for H, W);
+ *   nn_unet_init_params(&m, seed);
+ *   nn_optim_init(&o, NN_OPT_ADAM, m.nparams);
+ *   per batch:  nn_unet_zero_grad(&m);
+ *               nn_unet_forward_backward(&m, x, y, n, ce_w, &loss, &dice);
+ *               MPI_Allreduce(MPI_IN_PLACE, m.grads, m.nparams, MPI_FLOAT, MPI_SUM, comm);
+ *               (scale m.grads by 1/ranks), nn_clip_grad_norm(m.grads, m.nparams, 1.0);
+ *               nn_optim_step(&o, m.params, m.grads, lr);
+ *   per epoch:  lr = nn_lr_cosine_warm(lr0, T_0, T_mult, eta_min, epochs_done);
+ *   validation: nn_unet_evaluate(&m, x, y, n, ce_w, &val_loss, dice_per_sample);
+ *
+ * Inputs: volumes are float32 (n, in_channels, D, H, W) (NumPy/PyTorch order), masks uint16
+ * (n, D, H, W) with values < n_classes. Internally activations are channels-last (layers.h).
+ * Parameters are stored in PyTorch's layout, in state_dict order, under upstream's names
+ * (nn_unet.tensors), so a checkpoint is the state_dict. */
+#ifndef SCAFFOLD_NN_UNET_H
+#define SCAFFOLD_NN_UNET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct nn_unet_spec {
+    int in_channels;   /* 3 */
+    int n_classes;     /* n_categories + 1 (at most 256) */
+    int layers;        /* L = problem_scale - unet_bottleneck_dim, >= 1 */
+    int base_channels; /* 64 upstream; the extension key unet_base_channels changes it */
+    int groups;        /* group_norm_groups: must divide base_channels */
+} nn_unet_spec;
+
+typedef struct nn_tensor_info {
+    char name[96]; /* upstream state_dict key, e.g. "down_list.0.double_conv.0.weight" */
+    int ndim;
+    int64_t shape[5];
+    size_t offset; /* into params / grads (floats) */
+    size_t numel;
+} nn_tensor_info;
+
+struct nn_unet_plan;
+
+typedef struct nn_unet {
+    nn_unet_spec spec;
+    int max_batch, d, h, w; /* allocation size: batch and volume extent */
+    int ntensors;
+    nn_tensor_info *tensors; /* state_dict order */
+    size_t nparams;
+    float *params; /* one slab, nparams floats */
+    float *grads;  /* one slab, same layout; the benchmark all-reduces it directly */
+    size_t activation_floats; /* size of the activation + workspace slabs */
+    struct nn_unet_plan *plan; /* internal */
+} nn_unet;
+
+/* Validates a spec and a volume extent (each divisible by 2^layers). 0 or ERR_CONFIG naming the
+ * offending value and the fix. */
+int nn_unet_spec_check(const nn_unet_spec *s, int d, int h, int w);
+
+/* Number of parameters of a spec (the table of reference §9.4 for base 64). */
+size_t nn_unet_param_count(const nn_unet_spec *s);
+
+/* Builds the model and allocates every slab for batches of up to max_batch volumes of (d,h,w).
+ * Parameters are zero until nn_unet_init_params or a checkpoint load. 0, ERR_CONFIG or
+ * ERR_NOMEM (with the number of bytes asked for). nn_unet_free is NULL-safe. */
+int nn_unet_create(nn_unet *m, const nn_unet_spec *s, int max_batch, int d, int h, int w);
+void nn_unet_free(nn_unet *m);
+
+/* PyTorch's default initialisation (reference §9.6) from our RNG (purpose RNG_MODEL_INIT,
+ * a = tensor index): conv weights and biases U(-1/sqrt(fan_in), 1/sqrt(fan_in)), GroupNorm
+ * weight 1 and bias 0. Identical on every rank for the same seed. */
+void nn_unet_init_params(nn_unet *m, uint64_t seed);
+
+void nn_unet_zero_grad(nn_unet *m);
+
+/* Index of a tensor by state_dict name, or -1. */
+int nn_unet_find_tensor(const nn_unet *m, const char *name);
+
+/* Training step without the update: forward on n <= max_batch samples, the ScaFFold loss with
+ * CE class weights ce_weight[n_classes], and backward. Gradients ACCUMULATE into m->grads
+ * (call nn_unet_zero_grad first). Returns the loss and the soft foreground Dice (train Dice).
+ * 0, ERR_RANGE (bad label, n too large) or ERR_NUMERIC (non-finite loss). */
+int nn_unet_forward_backward(nn_unet *m, const float *x, const uint16_t *y, int n,
+                             const float *ce_weight, double *loss, double *dice);
+
+/* Validation: forward only; the loss (weighted CE + 1 - soft foreground Dice over the batch)
+ * and the hard foreground Dice of each sample into dice[n]. 0 or ERR_RANGE. */
+int nn_unet_evaluate(nn_unet *m, const float *x, const uint16_t *y, int n,
+                     const float *ce_weight, double *loss, float *dice);
+
+/* Inference: forward only. logits (n, n_classes, D, H, W) and/or mask (n, D, H, W) argmax
+ * labels; either may be NULL. 0 or ERR_RANGE. */
+int nn_unet_predict(nn_unet *m, const float *x, int n, float *logits, uint16_t *mask);
+
+/* Channels-last logits (n, D, H, W, n_classes) of the last forward pass (tests). */
+const float *nn_unet_logits(const nn_unet *m);
+
+/* Seconds spent in the last forward_backward, split (forward, loss, backward). */
+void nn_unet_last_times(const nn_unet *m, double *fwd, double *loss, double *bwd);
+
+#endif

@@ -1,0 +1,617 @@
+/* test_layers: every layer of src/nn against (1) the PyTorch fixtures of tools/torch_ref.py
+ * (forward and backward, float64 references stored as float32), (2) central finite differences
+ * of L = sum(y * r), and (3) for the convolutions, the naive loops on shapes that exercise
+ * every vector-block width and remainder path of the microkernels. */
+#include "fixture.h"
+#include "nn/gemm.h"
+#include "nn/layers.h"
+#include "nn/loss.h"
+#include "test.h"
+
+#include "core/rng.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+static float *ws_alloc(size_t n) {
+    float *p = malloc((n + 64) * sizeof(float));
+    memset(p, 0, (n + 64) * sizeof(float));
+    return p;
+}
+
+static float *randv(size_t n, uint64_t seed, float scale) {
+    float *p = malloc((n + 64) * sizeof(float));
+    rng r = rng_make(seed, RNG_TEST, n, 0);
+    for (size_t i = 0; i < n; i++)
+        p[i] = (float)rng_normal(&r) * scale;
+    return p;
+}
+
+static float *zeros(size_t n) {
+    return ws_alloc(n);
+}
+
+/* Tolerances (fp32 kernels vs float64 PyTorch): forward 1e-4 abs + 1e-4 rel; gradients that
+ * reduce over voxels 2e-4 abs + 1e-3 rel. */
+#define FW_ATOL 1e-4f
+#define FW_RTOL 1e-4f
+#define BW_ATOL 2e-4f
+#define BW_RTOL 1e-3f
+
+/* ---- PyTorch fixtures ------------------------------------------------------------------- */
+
+static void test_conv3d_fixture(const nn_st_file *st, const char *pfx) {
+    char nm[64];
+    int64_t xs[5], ws_[5];
+    snprintf(nm, sizeof nm, "%s.x", pfx);
+    float *x = fx_get_cl(st, nm, xs);
+    snprintf(nm, sizeof nm, "%s.w", pfx);
+    float *w = fx_get(st, nm, ws_, NULL);
+    const int N = (int)xs[0], cin = (int)xs[1], D = (int)xs[2], H = (int)xs[3], W = (int)xs[4];
+    const int cout = (int)ws_[0];
+    int64_t ys[5];
+    snprintf(nm, sizeof nm, "%s.y", pfx);
+    float *yref = fx_get_cl(st, nm, ys);
+    snprintf(nm, sizeof nm, "%s.dy", pfx);
+    float *dy = fx_get_cl(st, nm, ys);
+    snprintf(nm, sizeof nm, "%s.dx", pfx);
+    float *dxref = fx_get_cl(st, nm, xs);
+    snprintf(nm, sizeof nm, "%s.dw", pfx);
+    float *dwref = fx_get(st, nm, NULL, NULL);
+    const size_t P = (size_t)N * D * H * W;
+    float *ws = ws_alloc(nn_conv3d_ws_floats(N, D, H, W, cin, cout));
+    float *y = zeros(P * cout), *dx = zeros(P * cin), *dw = zeros(27 * (size_t)cin * cout);
+    nn_conv3d_forward(y, x, cin, NULL, 0, w, cout, N, D, H, W, ws);
+    snprintf(nm, sizeof nm, "%s forward", pfx);
+    check_close(nm, y, yref, P * cout, FW_ATOL, FW_RTOL);
+    nn_conv3d_backward(dx, dw, dy, x, cin, NULL, 0, w, cout, N, D, H, W, ws);
+    snprintf(nm, sizeof nm, "%s dx", pfx);
+    check_close(nm, dx, dxref, P * cin, BW_ATOL, BW_RTOL);
+    snprintf(nm, sizeof nm, "%s dw", pfx);
+    check_close(nm, dw, dwref, 27 * (size_t)cin * cout, BW_ATOL, BW_RTOL);
+    /* The same convolution through the fused concatenation: channels split 1 | cin-1. */
+    if (cin > 1) {
+        float *a = zeros(P), *b = zeros(P * (cin - 1)), *dx2 = zeros(P * cin);
+        nn_concat_backward(a, b, x, 1, cin - 1, (long)P);
+        memset(y, 0, P * cout * sizeof(float));
+        nn_conv3d_forward(y, a, 1, b, cin - 1, w, cout, N, D, H, W, ws);
+        snprintf(nm, sizeof nm, "%s forward (fused concat)", pfx);
+        check_close(nm, y, yref, P * cout, FW_ATOL, FW_RTOL);
+        memset(dw, 0, 27 * (size_t)cin * cout * sizeof(float));
+        nn_conv3d_backward(dx2, dw, dy, a, 1, b, cin - 1, w, cout, N, D, H, W, ws);
+        snprintf(nm, sizeof nm, "%s dx (fused concat)", pfx);
+        check_close(nm, dx2, dxref, P * cin, BW_ATOL, BW_RTOL);
+        snprintf(nm, sizeof nm, "%s dw (fused concat)", pfx);
+        check_close(nm, dw, dwref, 27 * (size_t)cin * cout, BW_ATOL, BW_RTOL);
+        free(a), free(b), free(dx2);
+    }
+    free(x), free(w), free(yref), free(dy), free(dxref), free(dwref), free(ws), free(y), free(dx),
+        free(dw);
+}
+
+static void test_convt_fixture(const nn_st_file *st) {
+    int64_t xs[5], wsh[5], ys[5];
+    float *x = fx_get_cl(st, "convt3d.x", xs), *w = fx_get(st, "convt3d.w", wsh, NULL);
+    float *b = fx_get(st, "convt3d.b", NULL, NULL);
+    float *yref = fx_get_cl(st, "convt3d.y", ys), *dy = fx_get_cl(st, "convt3d.dy", ys);
+    float *dxref = fx_get_cl(st, "convt3d.dx", xs), *dwref = fx_get(st, "convt3d.dw", NULL, NULL);
+    float *dbref = fx_get(st, "convt3d.db", NULL, NULL);
+    const int N = (int)xs[0], cin = (int)xs[1], D = (int)xs[2], H = (int)xs[3], W = (int)xs[4];
+    const int cout = (int)wsh[1];
+    const size_t P = (size_t)N * D * H * W;
+    float *ws = ws_alloc(nn_convt3d_ws_floats(N, D, H, W, cin, cout));
+    float *y = zeros(8 * P * cout), *dx = zeros(P * cin), *dw = zeros(8 * (size_t)cin * cout),
+          *db = zeros(cout);
+    nn_convt3d_forward(y, x, w, b, cin, cout, N, D, H, W, ws);
+    check_close("convt3d forward", y, yref, 8 * P * cout, FW_ATOL, FW_RTOL);
+    nn_convt3d_backward(dx, dw, db, dy, cout, x, w, cin, cout, N, D, H, W, ws);
+    check_close("convt3d dx", dx, dxref, P * cin, BW_ATOL, BW_RTOL);
+    check_close("convt3d dw", dw, dwref, 8 * (size_t)cin * cout, BW_ATOL, BW_RTOL);
+    check_close("convt3d db", db, dbref, cout, BW_ATOL, BW_RTOL);
+    free(x), free(w), free(b), free(yref), free(dy), free(dxref), free(dwref), free(dbref),
+        free(ws), free(y), free(dx), free(dw), free(db);
+}
+
+static void test_conv1_fixture(const nn_st_file *st) {
+    int64_t xs[5], wsh[5], ys[5];
+    float *x = fx_get_cl(st, "conv1.x", xs), *w = fx_get(st, "conv1.w", wsh, NULL);
+    float *b = fx_get(st, "conv1.b", NULL, NULL);
+    float *yref = fx_get_cl(st, "conv1.y", ys), *dy = fx_get_cl(st, "conv1.dy", ys);
+    float *dxref = fx_get_cl(st, "conv1.dx", xs), *dwref = fx_get(st, "conv1.dw", NULL, NULL);
+    float *dbref = fx_get(st, "conv1.db", NULL, NULL);
+    const int cin = (int)xs[1], cout = (int)wsh[0];
+    const long P = (long)xs[0] * xs[2] * xs[3] * xs[4];
+    float *ws = ws_alloc(nn_conv1_ws_floats(P, cin, cout));
+    float *y = zeros(P * cout), *dx = zeros(P * cin), *dw = zeros((size_t)cin * cout),
+          *db = zeros(cout);
+    nn_conv1_forward(y, x, w, b, cin, cout, P, ws);
+    check_close("conv1 forward", y, yref, P * cout, FW_ATOL, FW_RTOL);
+    nn_conv1_backward(dx, dw, db, dy, x, w, cin, cout, P, ws);
+    check_close("conv1 dx", dx, dxref, P * cin, BW_ATOL, BW_RTOL);
+    check_close("conv1 dw", dw, dwref, (size_t)cin * cout, BW_ATOL, BW_RTOL);
+    check_close("conv1 db", db, dbref, cout, BW_ATOL, BW_RTOL);
+    free(x), free(w), free(b), free(yref), free(dy), free(dxref), free(dwref), free(dbref),
+        free(ws), free(y), free(dx), free(dw), free(db);
+}
+
+static void test_gn_fixture(const nn_st_file *st, const char *pfx, int G, int relu) {
+    char nm[64];
+    int64_t xs[5];
+    snprintf(nm, sizeof nm, "%s.x", pfx);
+    float *x = fx_get_cl(st, nm, xs);
+    snprintf(nm, sizeof nm, "%s.g", pfx);
+    float *g = fx_get(st, nm, NULL, NULL);
+    snprintf(nm, sizeof nm, "%s.b", pfx);
+    float *b = fx_get(st, nm, NULL, NULL);
+    snprintf(nm, sizeof nm, "%s.y", pfx);
+    float *yref = fx_get_cl(st, nm, xs);
+    snprintf(nm, sizeof nm, "%s.dy", pfx);
+    float *dy = fx_get_cl(st, nm, xs);
+    snprintf(nm, sizeof nm, "%s.dx", pfx);
+    float *dxref = fx_get_cl(st, nm, xs);
+    snprintf(nm, sizeof nm, "%s.dg", pfx);
+    float *dgref = fx_get(st, nm, NULL, NULL);
+    snprintf(nm, sizeof nm, "%s.db", pfx);
+    float *dbref = fx_get(st, nm, NULL, NULL);
+    const int N = (int)xs[0], C = (int)xs[1];
+    const long S = (long)xs[2] * xs[3] * xs[4];
+    float *ws = ws_alloc(nn_groupnorm_ws_floats(C));
+    float *y = zeros(N * S * C), *dx = zeros(N * S * C), *mean = zeros(N * G),
+          *rstd = zeros(N * G), *dg = zeros(C), *db = zeros(C);
+    nn_groupnorm_forward(y, mean, rstd, x, g, b, N, S, C, G, relu, ws);
+    snprintf(nm, sizeof nm, "%s forward", pfx);
+    check_close(nm, y, yref, N * S * C, FW_ATOL, FW_RTOL);
+    nn_groupnorm_backward(dx, dg, db, dy, x, y, mean, rstd, g, N, S, C, G, relu, ws);
+    snprintf(nm, sizeof nm, "%s dx", pfx);
+    check_close(nm, dx, dxref, N * S * C, BW_ATOL, BW_RTOL);
+    snprintf(nm, sizeof nm, "%s dgamma", pfx);
+    check_close(nm, dg, dgref, C, BW_ATOL, BW_RTOL);
+    snprintf(nm, sizeof nm, "%s dbeta", pfx);
+    check_close(nm, db, dbref, C, BW_ATOL, BW_RTOL);
+    /* in place (dx == dy), as the U-Net calls it */
+    memset(dg, 0, C * sizeof(float));
+    memset(db, 0, C * sizeof(float));
+    nn_groupnorm_backward(dy, dg, db, dy, x, y, mean, rstd, g, N, S, C, G, relu, ws);
+    snprintf(nm, sizeof nm, "%s dx in place", pfx);
+    check_close(nm, dy, dxref, N * S * C, BW_ATOL, BW_RTOL);
+    free(x), free(g), free(b), free(yref), free(dy), free(dxref), free(dgref), free(dbref),
+        free(ws), free(y), free(dx), free(mean), free(rstd), free(dg), free(db);
+}
+
+static void test_small_fixtures(const nn_st_file *st) {
+    int64_t xs[5], ys[5];
+    /* relu */
+    float *x = fx_get_cl(st, "relu.x", xs), *yref = fx_get_cl(st, "relu.y", xs);
+    float *dy = fx_get_cl(st, "relu.dy", xs), *dxref = fx_get_cl(st, "relu.dx", xs);
+    size_t n = fx_numel(xs, 5);
+    float *y = zeros(n), *dx = zeros(n);
+    nn_relu_forward(y, x, n);
+    check_close("relu forward", y, yref, n, 0, 0);
+    nn_relu_backward(dx, dy, y, n);
+    check_close("relu dx", dx, dxref, n, 0, 0);
+    free(x), free(yref), free(dy), free(dxref), free(y), free(dx);
+    /* maxpool */
+    x = fx_get_cl(st, "maxpool.x", xs);
+    yref = fx_get_cl(st, "maxpool.y", ys);
+    dy = fx_get_cl(st, "maxpool.dy", ys);
+    dxref = fx_get_cl(st, "maxpool.dx", xs);
+    n = fx_numel(xs, 5);
+    const size_t no = fx_numel(ys, 5);
+    y = zeros(no);
+    dx = zeros(n);
+    uint8_t *idx = malloc(no);
+    nn_maxpool3d_forward(y, idx, x, (int)xs[0], (int)xs[2], (int)xs[3], (int)xs[4], (int)xs[1]);
+    check_close("maxpool forward", y, yref, no, 0, 0);
+    nn_maxpool3d_backward(dx, dy, idx, (int)xs[0], (int)xs[2], (int)xs[3], (int)xs[4], (int)xs[1]);
+    check_close("maxpool dx", dx, dxref, n, 0, 0);
+    free(x), free(yref), free(dy), free(dxref), free(y), free(dx), free(idx);
+    /* concat */
+    int64_t as[5], bs[5];
+    float *a = fx_get_cl(st, "concat.a", as), *b = fx_get_cl(st, "concat.b", bs);
+    yref = fx_get_cl(st, "concat.y", ys);
+    dy = fx_get_cl(st, "concat.dy", ys);
+    float *daref = fx_get_cl(st, "concat.da", as), *dbref = fx_get_cl(st, "concat.db", bs);
+    const long P = (long)as[0] * as[2] * as[3] * as[4];
+    const int ca = (int)as[1], cb = (int)bs[1];
+    y = zeros(P * (ca + cb));
+    float *da = zeros(P * ca), *db = zeros(P * cb);
+    nn_concat_forward(y, a, ca, b, cb, P);
+    check_close("concat forward", y, yref, P * (ca + cb), 0, 0);
+    nn_concat_backward(da, db, dy, ca, cb, P);
+    check_close("concat da", da, daref, P * ca, 0, 0);
+    check_close("concat db", db, dbref, P * cb, 0, 0);
+    free(a), free(b), free(yref), free(dy), free(daref), free(dbref), free(y), free(da), free(db);
+    /* log-softmax */
+    x = fx_get_cl(st, "logsoftmax.x", xs);
+    yref = fx_get_cl(st, "logsoftmax.y", xs);
+    dy = fx_get_cl(st, "logsoftmax.dy", xs);
+    dxref = fx_get_cl(st, "logsoftmax.dx", xs);
+    const long Pl = (long)xs[0] * xs[2] * xs[3] * xs[4];
+    const int C = (int)xs[1];
+    y = zeros(Pl * C);
+    dx = zeros(Pl * C);
+    nn_log_softmax_forward(y, x, Pl, C);
+    check_close("log_softmax forward", y, yref, Pl * C, 1e-6f, 1e-5f);
+    nn_log_softmax_backward(dx, dy, y, Pl, C);
+    check_close("log_softmax dx", dx, dxref, Pl * C, 1e-5f, 1e-4f);
+    free(x), free(yref), free(dy), free(dxref), free(y), free(dx);
+}
+
+static void test_loss_fixture(const nn_st_file *st) {
+    int64_t zs[5], ls[4];
+    float *z = fx_get_cl(st, "loss.logits", zs);
+    float *labf = fx_get(st, "loss.labels", ls, NULL);
+    float *w = fx_get(st, "loss.weight", NULL, NULL);
+    float *lref = fx_get(st, "loss.loss", NULL, NULL), *dref = fx_get(st, "loss.dice", NULL, NULL);
+    float *gref = fx_get_cl(st, "loss.dlogits", zs);
+    float *hdref = fx_get(st, "loss.hard_dice", NULL, NULL);
+    const int N = (int)zs[0], K = (int)zs[1];
+    const long S = (long)zs[2] * zs[3] * zs[4];
+    uint16_t *lab = malloc(N * S * 2);
+    for (long i = 0; i < N * S; i++)
+        lab[i] = (uint16_t)labf[i];
+    float *ws = ws_alloc(nn_loss_ws_floats(N, K)), *g = zeros(N * S * K);
+    double loss, ce, dice;
+    CHECK(nn_loss(g, z, lab, w, N, S, K, &loss, &ce, &dice, ws) == 0, "nn_loss failed");
+    float lf = (float)loss, df = (float)dice;
+    check_close("loss value", &lf, lref, 1, 1e-5f, 1e-5f);
+    check_close("soft dice value", &df, dref, 1, 1e-5f, 1e-5f);
+    check_close("loss dlogits", g, gref, N * S * K, 1e-6f, 1e-4f);
+    float hd[8];
+    CHECK(nn_hard_dice(hd, z, lab, N, S, K) == 0, "hard dice failed");
+    check_close("hard dice per sample", hd, hdref, N, 1e-6f, 1e-5f);
+    /* a class absent from both prediction and label scores 1 */
+    {
+        float zz[2 * 3] = {5, 0, 0, 5, 0, 0}; /* both voxels predict class 0 */
+        uint16_t yy[2] = {0, 0};
+        float d1;
+        nn_hard_dice(&d1, zz, yy, 1, 2, 3);
+        CHECK(fabsf(d1 - 1.0f) < 1e-6f, "absent class should score 1, got %g", (double)d1);
+    }
+    /* bad label */
+    lab[3] = (uint16_t)K;
+    CHECK(nn_loss(g, z, lab, w, N, S, K, &loss, &ce, &dice, ws) == ERR_RANGE,
+          "label >= K must be ERR_RANGE");
+    CHECK(strstr(err_msg(), "label") != NULL, "message names the label: %s", err_msg());
+    free(z), free(labf), free(w), free(lref), free(dref), free(gref), free(hdref), free(lab),
+        free(ws), free(g);
+}
+
+/* ---- finite differences ----------------------------------------------------------------- */
+
+/* L = sum(y * r) in double. */
+static double dotr(const float *y, const float *r, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)y[i] * r[i];
+    return s;
+}
+
+typedef struct fd_ctx {
+    void (*fwd)(struct fd_ctx *);
+    float *y, *r;
+    size_t ny;
+    void *u; /* layer-specific */
+} fd_ctx;
+
+/* Checks analytic grad[n] of L w.r.t. v[n] at up to 16 sampled elements. */
+static void fd_check(const char *name, fd_ctx *c, float *v, const float *grad, size_t n,
+                     float h) {
+    rng r = rng_make(7, RNG_TEST, n, 1);
+    int bad = 0;
+    double worst = 0;
+    for (int s = 0; s < 16 && s < (int)n; s++) {
+        size_t i = n <= 16 ? (size_t)s : rng_below(&r, n);
+        const float v0 = v[i];
+        v[i] = v0 + h;
+        c->fwd(c);
+        double lp = dotr(c->y, c->r, c->ny);
+        v[i] = v0 - h;
+        c->fwd(c);
+        double lm = dotr(c->y, c->r, c->ny);
+        v[i] = v0;
+        const double num = (lp - lm) / (2.0 * h);
+        const double err = fabs(num - grad[i]);
+        const double tol = 5e-3 + 1e-2 * fabs(num);
+        if (err > worst)
+            worst = err;
+        if (err > tol) {
+            if (bad < 3)
+                fprintf(stderr, "  %s[%zu]: analytic %.6g numeric %.6g\n", name, i,
+                        (double)grad[i], num);
+            bad++;
+        }
+    }
+    c->fwd(c);
+    CHECK(bad == 0, "finite differences %s: %d mismatches (max err %.3g)", name, bad, worst);
+}
+
+typedef struct conv_u {
+    float *x, *w, *b, *ws, *g, *bb, *mean, *rstd;
+    int N, D, H, W, cin, cout, G;
+    uint8_t *idx;
+} conv_u;
+
+static void fwd_conv3d(fd_ctx *c) {
+    conv_u *u = c->u;
+    nn_conv3d_forward(c->y, u->x, u->cin, NULL, 0, u->w, u->cout, u->N, u->D, u->H, u->W, u->ws);
+}
+static void fwd_convt(fd_ctx *c) {
+    conv_u *u = c->u;
+    nn_convt3d_forward(c->y, u->x, u->w, u->b, u->cin, u->cout, u->N, u->D, u->H, u->W, u->ws);
+}
+static void fwd_conv1(fd_ctx *c) {
+    conv_u *u = c->u;
+    nn_conv1_forward(c->y, u->x, u->w, u->b, u->cin, u->cout, (long)u->N * u->D * u->H * u->W,
+                     u->ws);
+}
+static void fwd_gn(fd_ctx *c) {
+    conv_u *u = c->u;
+    nn_groupnorm_forward(c->y, u->mean, u->rstd, u->x, u->g, u->bb, u->N,
+                         (long)u->D * u->H * u->W, u->cin, u->G, 0, u->ws);
+}
+static void fwd_pool(fd_ctx *c) {
+    conv_u *u = c->u;
+    nn_maxpool3d_forward(c->y, u->idx, u->x, u->N, u->D, u->H, u->W, u->cin);
+}
+static void fwd_lsm(fd_ctx *c) {
+    conv_u *u = c->u;
+    nn_log_softmax_forward(c->y, u->x, (long)u->N * u->D * u->H * u->W, u->cin);
+}
+static void fwd_relu(fd_ctx *c) {
+    conv_u *u = c->u;
+    nn_relu_forward(c->y, u->x, (size_t)u->N * u->D * u->H * u->W * u->cin);
+}
+
+static void test_finite_differences(void) {
+    const float h = 1e-2f;
+    /* conv3d */
+    {
+        conv_u u = {.N = 1, .D = 3, .H = 4, .W = 3, .cin = 3, .cout = 4};
+        const size_t P = 36;
+        u.x = randv(P * 3, 1, 1);
+        u.w = randv(27 * 12, 2, 0.2f);
+        u.ws = ws_alloc(nn_conv3d_ws_floats(1, 3, 4, 3, 3, 4));
+        fd_ctx c = {.fwd = fwd_conv3d, .y = zeros(P * 4), .r = randv(P * 4, 3, 1), .ny = P * 4,
+                    .u = &u};
+        float *dx = zeros(P * 3), *dw = zeros(27 * 12);
+        c.fwd(&c);
+        nn_conv3d_backward(dx, dw, c.r, u.x, 3, NULL, 0, u.w, 4, 1, 3, 4, 3, u.ws);
+        fd_check("conv3d dx", &c, u.x, dx, P * 3, h);
+        fd_check("conv3d dw", &c, u.w, dw, 27 * 12, h);
+        free(u.x), free(u.w), free(u.ws), free(c.y), free(c.r), free(dx), free(dw);
+    }
+    /* convT */
+    {
+        conv_u u = {.N = 1, .D = 2, .H = 2, .W = 3, .cin = 3, .cout = 2};
+        const size_t P = 12;
+        u.x = randv(P * 3, 4, 1);
+        u.w = randv(8 * 6, 5, 0.3f);
+        u.b = randv(2, 6, 1);
+        u.ws = ws_alloc(nn_convt3d_ws_floats(1, 2, 2, 3, 3, 2));
+        fd_ctx c = {.fwd = fwd_convt, .y = zeros(8 * P * 2), .r = randv(8 * P * 2, 7, 1),
+                    .ny = 8 * P * 2, .u = &u};
+        float *dx = zeros(P * 3), *dw = zeros(48), *db = zeros(2);
+        c.fwd(&c);
+        nn_convt3d_backward(dx, dw, db, c.r, 2, u.x, u.w, 3, 2, 1, 2, 2, 3, u.ws);
+        fd_check("convt3d dx", &c, u.x, dx, P * 3, h);
+        fd_check("convt3d dw", &c, u.w, dw, 48, h);
+        fd_check("convt3d db", &c, u.b, db, 2, h);
+        free(u.x), free(u.w), free(u.b), free(u.ws), free(c.y), free(c.r), free(dx), free(dw),
+            free(db);
+    }
+    /* conv1 */
+    {
+        conv_u u = {.N = 2, .D = 2, .H = 2, .W = 2, .cin = 4, .cout = 3};
+        const size_t P = 16;
+        u.x = randv(P * 4, 8, 1);
+        u.w = randv(12, 9, 0.5f);
+        u.b = randv(3, 10, 1);
+        u.ws = ws_alloc(nn_conv1_ws_floats(16, 4, 3));
+        fd_ctx c = {.fwd = fwd_conv1, .y = zeros(P * 3), .r = randv(P * 3, 11, 1), .ny = P * 3,
+                    .u = &u};
+        float *dx = zeros(P * 4), *dw = zeros(12), *db = zeros(3);
+        c.fwd(&c);
+        nn_conv1_backward(dx, dw, db, c.r, u.x, u.w, 4, 3, 16, u.ws);
+        fd_check("conv1 dx", &c, u.x, dx, P * 4, h);
+        fd_check("conv1 dw", &c, u.w, dw, 12, h);
+        fd_check("conv1 db", &c, u.b, db, 3, h);
+        free(u.x), free(u.w), free(u.b), free(u.ws), free(c.y), free(c.r), free(dx), free(dw),
+            free(db);
+    }
+    /* GroupNorm (without ReLU: the kink is tested against PyTorch instead) */
+    {
+        conv_u u = {.N = 2, .D = 2, .H = 2, .W = 3, .cin = 6, .G = 3};
+        const size_t n = 2 * 12 * 6;
+        u.x = randv(n, 12, 2);
+        u.g = randv(6, 13, 1);
+        u.bb = randv(6, 14, 1);
+        u.mean = zeros(6);
+        u.rstd = zeros(6);
+        u.ws = ws_alloc(nn_groupnorm_ws_floats(6));
+        fd_ctx c = {.fwd = fwd_gn, .y = zeros(n), .r = randv(n, 15, 1), .ny = n, .u = &u};
+        float *dx = zeros(n), *dg = zeros(6), *db = zeros(6);
+        c.fwd(&c);
+        nn_groupnorm_backward(dx, dg, db, c.r, u.x, c.y, u.mean, u.rstd, u.g, 2, 12, 6, 3, 0,
+                              u.ws);
+        fd_check("groupnorm dx", &c, u.x, dx, n, h);
+        fd_check("groupnorm dgamma", &c, u.g, dg, 6, h);
+        fd_check("groupnorm dbeta", &c, u.bb, db, 6, h);
+        free(u.x), free(u.g), free(u.bb), free(u.mean), free(u.rstd), free(u.ws), free(c.y),
+            free(c.r), free(dx), free(dg), free(db);
+    }
+    /* MaxPool, log-softmax, ReLU */
+    {
+        conv_u u = {.N = 1, .D = 2, .H = 4, .W = 4, .cin = 3};
+        const size_t n = 32 * 3, no = 4 * 3;
+        u.x = randv(n, 16, 1);
+        u.idx = malloc(no);
+        fd_ctx c = {.fwd = fwd_pool, .y = zeros(no), .r = randv(no, 17, 1), .ny = no, .u = &u};
+        float *dx = zeros(n);
+        c.fwd(&c);
+        nn_maxpool3d_backward(dx, c.r, u.idx, 1, 2, 4, 4, 3);
+        fd_check("maxpool dx", &c, u.x, dx, n, 1e-3f);
+        free(c.y), free(c.r), free(dx), free(u.idx);
+        fd_ctx c2 = {.fwd = fwd_lsm, .y = zeros(n), .r = randv(n, 18, 1), .ny = n, .u = &u};
+        dx = zeros(n);
+        c2.fwd(&c2);
+        nn_log_softmax_backward(dx, c2.r, c2.y, 32, 3);
+        fd_check("log_softmax dx", &c2, u.x, dx, n, h);
+        free(c2.y), free(c2.r), free(dx);
+        for (size_t i = 0; i < n; i++) /* keep away from the kink */
+            if (fabsf(u.x[i]) < 0.05f)
+                u.x[i] = 0.5f;
+        fd_ctx c3 = {.fwd = fwd_relu, .y = zeros(n), .r = randv(n, 19, 1), .ny = n, .u = &u};
+        dx = zeros(n);
+        c3.fwd(&c3);
+        nn_relu_backward(dx, c3.r, c3.y, n);
+        fd_check("relu dx", &c3, u.x, dx, n, 1e-2f);
+        free(c3.y), free(c3.r), free(dx), free(u.x);
+    }
+    /* the loss: L itself, dL/dlogits */
+    {
+        const int N = 2, K = 3;
+        const long S = 10;
+        float *z = randv(N * S * K, 20, 2), *w = zeros(K), *g = zeros(N * S * K);
+        uint16_t lab[20];
+        rng r = rng_make(21, RNG_TEST, 0, 0);
+        for (int i = 0; i < N * S; i++)
+            lab[i] = (uint16_t)rng_below(&r, K);
+        w[0] = 0.7f, w[1] = 1.5f, w[2] = 1.5f;
+        float *ws = ws_alloc(nn_loss_ws_floats(N, K));
+        double loss;
+        nn_loss(g, z, lab, w, N, S, K, &loss, NULL, NULL, ws);
+        int bad = 0;
+        for (int i = 0; i < N * S * K; i += 3) {
+            const float v0 = z[i];
+            double lp, lm;
+            z[i] = v0 + 1e-2f;
+            nn_loss(NULL, z, lab, w, N, S, K, &lp, NULL, NULL, ws);
+            z[i] = v0 - 1e-2f;
+            nn_loss(NULL, z, lab, w, N, S, K, &lm, NULL, NULL, ws);
+            z[i] = v0;
+            const double num = (lp - lm) / 2e-2;
+            if (fabs(num - g[i]) > 1e-4 + 1e-2 * fabs(num)) {
+                if (bad++ < 3)
+                    fprintf(stderr, "  loss dlogits[%d]: analytic %g numeric %g\n", i, g[i], num);
+            }
+        }
+        CHECK(bad == 0, "finite differences of the loss: %d mismatches", bad);
+        free(z), free(w), free(g), free(ws);
+    }
+}
+
+/* ---- optimized vs naive convolutions ---------------------------------------------------- */
+
+static void convt_naive(float *y, const float *x, const float *w, const float *b, int cin,
+                        int cout, int N, int D, int H, int W) {
+    for (int n = 0; n < N; n++)
+        for (int z = 0; z < 2 * D; z++)
+            for (int yy = 0; yy < 2 * H; yy++)
+                for (int xx = 0; xx < 2 * W; xx++)
+                    for (int oc = 0; oc < cout; oc++) {
+                        const int t = (z % 2) * 4 + (yy % 2) * 2 + xx % 2;
+                        const float *a =
+                            x + ((((size_t)n * D + z / 2) * H + yy / 2) * W + xx / 2) * cin;
+                        double s = b[oc];
+                        for (int ic = 0; ic < cin; ic++)
+                            s += (double)a[ic] * w[((size_t)ic * cout + oc) * 8 + t];
+                        y[((((size_t)n * 2 * D + z) * 2 * H + yy) * 2 * W + xx) * cout + oc] =
+                            (float)s;
+                    }
+}
+
+static void test_conv_vs_naive(void) {
+    static const int shapes[][6] = {
+        /* N, D, H, W, cin, cout */
+        {1, 4, 4, 4, 16, 16}, {1, 3, 5, 7, 32, 48}, {2, 4, 4, 4, 64, 64}, {1, 2, 6, 4, 80, 20},
+        {1, 2, 2, 2, 3, 128}, {1, 4, 4, 8, 16, 32}, {1, 4, 2, 17, 24, 40}, {1, 2, 2, 2, 96, 96},
+    };
+    char nm[96];
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int N = shapes[s][0], D = shapes[s][1], H = shapes[s][2], W = shapes[s][3];
+        const int cin = shapes[s][4], cout = shapes[s][5];
+        const size_t P = (size_t)N * D * H * W, nw = 27 * (size_t)cin * cout;
+        float *x = randv(P * cin, 100 + s, 1), *w = randv(nw, 200 + s, 1.0f / sqrtf(27 * cin));
+        float *dy = randv(P * cout, 300 + s, 1);
+        float *ws = ws_alloc(nn_conv3d_ws_floats(N, D, H, W, cin, cout));
+        float *y = zeros(P * cout), *yr = zeros(P * cout), *dx = zeros(P * cin),
+              *dxr = zeros(P * cin), *dw = zeros(nw), *dwr = zeros(nw);
+        nn_conv3d_forward(y, x, cin, NULL, 0, w, cout, N, D, H, W, ws);
+        nn_conv3d_forward_ref(yr, x, w, cin, cout, N, D, H, W);
+        nn_conv3d_backward(dx, dw, dy, x, cin, NULL, 0, w, cout, N, D, H, W, ws);
+        nn_conv3d_backward_ref(dxr, dwr, dy, x, w, cin, cout, N, D, H, W);
+        snprintf(nm, sizeof nm, "conv3d %dx%dx%dx%d %d->%d forward vs naive", N, D, H, W, cin,
+                 cout);
+        check_close(nm, y, yr, P * cout, 1e-5f, 1e-4f);
+        snprintf(nm, sizeof nm, "conv3d %dx%dx%dx%d %d->%d dx vs naive", N, D, H, W, cin, cout);
+        check_close(nm, dx, dxr, P * cin, 1e-5f, 1e-4f);
+        snprintf(nm, sizeof nm, "conv3d %dx%dx%dx%d %d->%d dw vs naive", N, D, H, W, cin, cout);
+        check_close(nm, dw, dwr, nw, 1e-4f, 1e-4f);
+        free(x), free(w), free(dy), free(ws), free(y), free(yr), free(dx), free(dxr), free(dw),
+            free(dwr);
+    }
+    /* ConvTranspose3d and the 1x1 convolution with wide channels (full-vector paths). */
+    static const int tshapes[][6] = {{1, 2, 2, 3, 64, 32}, {1, 2, 3, 2, 32, 64}, {2, 1, 2, 2, 48, 16}};
+    for (size_t s = 0; s < sizeof tshapes / sizeof tshapes[0]; s++) {
+        const int N = tshapes[s][0], D = tshapes[s][1], H = tshapes[s][2], W = tshapes[s][3];
+        const int cin = tshapes[s][4], cout = tshapes[s][5];
+        const size_t P = (size_t)N * D * H * W, nw = 8 * (size_t)cin * cout;
+        float *x = randv(P * cin, 400 + s, 1), *w = randv(nw, 500 + s, 0.1f), *b = randv(cout, 9, 1);
+        float *ws = ws_alloc(nn_convt3d_ws_floats(N, D, H, W, cin, cout));
+        float *y = zeros(8 * P * cout), *yr = zeros(8 * P * cout);
+        nn_convt3d_forward(y, x, w, b, cin, cout, N, D, H, W, ws);
+        convt_naive(yr, x, w, b, cin, cout, N, D, H, W);
+        snprintf(nm, sizeof nm, "convt3d %d->%d forward vs naive", cin, cout);
+        check_close(nm, y, yr, 8 * P * cout, 1e-5f, 1e-4f);
+        /* backward vs finite sums: dx[ic] = sum_t sum_oc dy * w, dw = sum x * dy */
+        float *dy = randv(8 * P * cout, 600 + s, 1), *dx = zeros(P * cin), *dw = zeros(nw),
+              *db = zeros(cout), *dxr = zeros(P * cin), *dwr = zeros(nw);
+        nn_convt3d_backward(dx, dw, db, dy, cout, x, w, cin, cout, N, D, H, W, ws);
+        for (int n = 0; n < N; n++)
+            for (int z = 0; z < 2 * D; z++)
+                for (int yy = 0; yy < 2 * H; yy++)
+                    for (int xx = 0; xx < 2 * W; xx++) {
+                        const int t = (z % 2) * 4 + (yy % 2) * 2 + xx % 2;
+                        const size_t pi = (((size_t)n * D + z / 2) * H + yy / 2) * W + xx / 2;
+                        const float *g =
+                            dy + ((((size_t)n * 2 * D + z) * 2 * H + yy) * 2 * W + xx) * cout;
+                        for (int ic = 0; ic < cin; ic++)
+                            for (int oc = 0; oc < cout; oc++) {
+                                dxr[pi * cin + ic] += g[oc] * w[((size_t)ic * cout + oc) * 8 + t];
+                                dwr[((size_t)ic * cout + oc) * 8 + t] += x[pi * cin + ic] * g[oc];
+                            }
+                    }
+        snprintf(nm, sizeof nm, "convt3d %d->%d dx vs naive", cin, cout);
+        check_close(nm, dx, dxr, P * cin, 1e-4f, 1e-4f);
+        snprintf(nm, sizeof nm, "convt3d %d->%d dw vs naive", cin, cout);
+        check_close(nm, dw, dwr, nw, 1e-4f, 1e-4f);
+        free(x), free(w), free(b), free(ws), free(y), free(yr), free(dy), free(dx), free(dw),
+            free(db), free(dxr), free(dwr);
+    }
+}
+
+int main(int argc, char **argv) {
+    const char *dir = argc > 1 ? argv[1] : "tests/nn/fixtures";
+    char path[512];
+    snprintf(path, sizeof path, "%s/layers.safetensors", dir);
+    nn_st_file st;
+    if (nn_st_open(&st, path)) {
+        fprintf(stderr, "%s\n", err_msg());
+        return 1;
+    }
+    printf("SIMD width %d floats\n", nn_gemm_vw());
+    test_conv3d_fixture(&st, "conv3d");
+    test_conv3d_fixture(&st, "conv3d_wide");
+    test_convt_fixture(&st);
+    test_conv1_fixture(&st);
+    test_gn_fixture(&st, "groupnorm", 4, 0);
+    test_gn_fixture(&st, "gnrelu", 2, 1);
+    test_small_fixtures(&st);
+    test_loss_fixture(&st);
+    nn_st_close(&st);
+    test_finite_differences();
+    test_conv_vs_naive();
+    return test_report();
+}
