@@ -1,0 +1,288 @@
+/* cmd_trace: `scaffold trace [options] -- CMD ARGS...` runs a command (and everything it forks
+ * or execs) under libscaffold_trace.so and reports the trace files it wrote. It owns only the
+ * launching: locating the library, setting LD_PRELOAD and the SCAFFOLD_TRACE_* variables,
+ * forwarding SIGINT/SIGTERM to the child, and the closing summary line. */
+#include "cli/cli.h"
+#include "core/err.h"
+#include "core/fsutil.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t trace_child_pid;
+
+static void trace_forward(int sig) {
+    if (trace_child_pid > 0)
+        kill((pid_t)trace_child_pid, sig);
+}
+
+/* Names of the trace files already in dir (so the summary counts only this run's). */
+static int trace_known(const char *dir, char ***names, size_t *n) {
+    *names = NULL;
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    struct dirent *e;
+    size_t cap = 0;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "trace-", 6) != 0)
+            continue;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 64;
+            char **p = realloc(*names, cap * sizeof *p);
+            if (!p)
+                break;
+            *names = p;
+        }
+        if (((*names)[*n] = strdup(e->d_name)) != NULL)
+            (*n)++;
+    }
+    closedir(d);
+    return 0;
+}
+
+static int trace_is_known(char **names, size_t n, const char *name) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(names[i], name))
+            return 1;
+    return 0;
+}
+
+static void trace_usage(FILE *out) {
+    fprintf(out,
+            "usage: scaffold trace [--out DIR] [--data-dirs A:B] [--exclude A:B] [--flush-ms N]\n"
+            "                      [--lib PATH] -- CMD [ARGS...]\n\n"
+            "Runs CMD with the I/O tracer preloaded. Every process (forks and execs included)\n"
+            "writes DIR/trace-<hash>-preload.pfw.gz in dftracer's format.\n\n"
+            "options:\n"
+            "  --out DIR          directory for the traces (default: ./traces; created)\n"
+            "  --data-dirs A:B    trace only paths under these directories (default: all)\n"
+            "  --exclude A:B      never trace paths under these directories\n"
+            "  --flush-ms N       flush interval in milliseconds (default 1000): the most a\n"
+            "                     killed process can lose\n"
+            "  --lib PATH         the tracer library (default: libscaffold_trace.so next to\n"
+            "                     this executable, or $SCAFFOLD_TRACE_LIB)\n\n"
+            "The exit status is CMD's (128+N if it died of signal N). Other settings are the\n"
+            "SCAFFOLD_TRACE_* environment variables described in docs/trace.md.\n");
+}
+
+/* The tracer library: --lib, $SCAFFOLD_TRACE_LIB, or next to /proc/self/exe (or ../lib). */
+static int trace_find_lib(const char *opt, char *out, size_t cap) {
+    const char *cand[3] = {opt, getenv("SCAFFOLD_TRACE_LIB"), NULL};
+    for (int i = 0; i < 2; i++) {
+        if (!cand[i] || !*cand[i])
+            continue;
+        if (access(cand[i], R_OK) != 0)
+            return err_set(ERR_USAGE, "tracer library '%s' (from %s) is not readable: %s",
+                           cand[i], i ? "$SCAFFOLD_TRACE_LIB" : "--lib", strerror(errno));
+        return fs_abspath(cand[i], out, cap);
+    }
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = 0;
+            const char *rel[2] = {"libscaffold_trace.so", "../lib/libscaffold_trace.so"};
+            for (int i = 0; i < 2; i++) {
+                char p[PATH_MAX + 64];
+                snprintf(p, sizeof p, "%s/%s", exe, rel[i]);
+                if (access(p, R_OK) == 0)
+                    return fs_abspath(p, out, cap);
+            }
+        }
+    }
+    return err_set(ERR_USAGE,
+                   "cannot find libscaffold_trace.so next to the scaffold executable; build it "
+                   "with 'make' or pass --lib PATH");
+}
+
+/* Absolute form of each entry of a ':' list (the child may chdir before it opens files). */
+static int trace_abs_list(const char *in, char *out, size_t cap) {
+    out[0] = 0;
+    size_t used = 0;
+    const char *s = in;
+    while (*s) {
+        const char *e = strchr(s, ':');
+        size_t n = e ? (size_t)(e - s) : strlen(s);
+        if (n) {
+            char one[PATH_MAX], abs[PATH_MAX];
+            if (n >= sizeof one)
+                return err_set(ERR_USAGE, "path list entry too long in '%s'", in);
+            memcpy(one, s, n);
+            one[n] = 0;
+            if (fs_abspath(one, abs, sizeof abs) != 0)
+                return err_set(ERR_USAGE, "cannot make '%s' absolute", one);
+            size_t al = strlen(abs);
+            if (used + al + 2 > cap)
+                return err_set(ERR_USAGE, "path list '%s' too long", in);
+            if (used)
+                out[used++] = ':';
+            memcpy(out + used, abs, al + 1);
+            used += al;
+        }
+        s += n;
+        if (*s == ':')
+            s++;
+    }
+    return 0;
+}
+
+int cmd_trace(int argc, char **argv) {
+    const char *out = "traces", *data_dirs = NULL, *exclude = NULL, *lib = NULL;
+    long flush_ms = -1;
+    int i = 1;
+    for (; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--")) {
+            i++;
+            break;
+        }
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            trace_usage(stdout);
+            return 0;
+        }
+        int has_val = i + 1 < argc;
+        if (!strcmp(a, "--out") && has_val) {
+            out = argv[++i];
+        } else if (!strcmp(a, "--data-dirs") && has_val) {
+            data_dirs = argv[++i];
+        } else if (!strcmp(a, "--exclude") && has_val) {
+            exclude = argv[++i];
+        } else if (!strcmp(a, "--lib") && has_val) {
+            lib = argv[++i];
+        } else if (!strcmp(a, "--flush-ms") && has_val) {
+            char *end;
+            flush_ms = strtol(argv[++i], &end, 10);
+            if (*end || flush_ms < 1 || flush_ms > 3600000) {
+                fprintf(stderr, "scaffold trace: --flush-ms '%s' must be an integer in "
+                                "1..3600000\n", argv[i]);
+                return 2;
+            }
+        } else if (a[0] == '-') {
+            fprintf(stderr, "scaffold trace: unknown or incomplete option '%s' (see --help)\n", a);
+            return 2;
+        } else {
+            break; /* the command, without a "--" */
+        }
+    }
+    if (i >= argc) {
+        fprintf(stderr, "scaffold trace: no command given; usage: scaffold trace [options] -- "
+                        "CMD [ARGS...]\n");
+        return 2;
+    }
+    char libpath[PATH_MAX], outabs[PATH_MAX], prefix[PATH_MAX + 16];
+    if (trace_find_lib(lib, libpath, sizeof libpath) != 0) {
+        fprintf(stderr, "scaffold trace: %s\n", err_msg());
+        return 2;
+    }
+    if (fs_mkdir_p(out) != 0 || fs_check_writable_dir(out) != 0 ||
+        fs_abspath(out, outabs, sizeof outabs) != 0) {
+        fprintf(stderr, "scaffold trace: --out '%s': %s (choose a writable directory)\n", out,
+                err_msg());
+        return 2;
+    }
+    snprintf(prefix, sizeof prefix, "%s/trace", outabs);
+    /* Preload ours first; keep whatever the user already preloads. */
+    const char *old = getenv("LD_PRELOAD");
+    size_t pl = strlen(libpath) + (old ? strlen(old) + 2 : 1);
+    char *preload = malloc(pl);
+    if (!preload) {
+        fprintf(stderr, "scaffold trace: out of memory\n");
+        return 1;
+    }
+    snprintf(preload, pl, "%s%s%s", libpath, old && *old ? ":" : "", old ? old : "");
+    setenv("LD_PRELOAD", preload, 1);
+    free(preload);
+    setenv("SCAFFOLD_TRACE_PREFIX", prefix, 1);
+    char list[8192];
+    if (data_dirs) {
+        if (trace_abs_list(data_dirs, list, sizeof list) != 0) {
+            fprintf(stderr, "scaffold trace: --data-dirs: %s\n", err_msg());
+            return 2;
+        }
+        setenv("SCAFFOLD_TRACE_INCLUDE", list, 1);
+    }
+    if (exclude) {
+        if (trace_abs_list(exclude, list, sizeof list) != 0) {
+            fprintf(stderr, "scaffold trace: --exclude: %s\n", err_msg());
+            return 2;
+        }
+        setenv("SCAFFOLD_TRACE_EXCLUDE", list, 1);
+    }
+    if (flush_ms > 0) {
+        char v[32];
+        snprintf(v, sizeof v, "%ld", flush_ms);
+        setenv("SCAFFOLD_TRACE_FLUSH_MS", v, 1);
+    }
+    unsetenv("SCAFFOLD_TRACE_DISABLE");
+
+    char **known;
+    size_t nknown;
+    trace_known(outabs, &known, &nknown);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "scaffold trace: fork failed: %s\n", strerror(errno));
+        return 1;
+    }
+    if (pid == 0) {
+        execvp(argv[i], argv + i);
+        fprintf(stderr, "scaffold trace: cannot run '%s': %s\n", argv[i], strerror(errno));
+        _exit(127);
+    }
+    trace_child_pid = pid;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = trace_forward;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0) {
+        if (errno != EINTR) {
+            fprintf(stderr, "scaffold trace: waitpid: %s\n", strerror(errno));
+            return 1;
+        }
+    }
+    int rc = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1;
+
+    /* Summary: trace files written during this run. */
+    long files = 0;
+    long long bytes = 0;
+    DIR *d = opendir(outabs);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL) {
+            size_t n = strlen(e->d_name);
+            if (strncmp(e->d_name, "trace-", 6) != 0 ||
+                !(n > 7 && (!strcmp(e->d_name + n - 7, ".pfw.gz") ||
+                            !strcmp(e->d_name + n - 4, ".pfw"))))
+                continue;
+            char p[PATH_MAX + 300];
+            struct stat sb;
+            snprintf(p, sizeof p, "%s/%s", outabs, e->d_name);
+            if (!trace_is_known(known, nknown, e->d_name) && stat(p, &sb) == 0) {
+                files++;
+                bytes += (long long)sb.st_size;
+            }
+        }
+        closedir(d);
+    }
+    for (size_t k = 0; k < nknown; k++)
+        free(known[k]);
+    free(known);
+    fprintf(stderr, "scaffold trace: %ld trace file%s (%.1f KiB) in %s; command exit status %d\n",
+            files, files == 1 ? "" : "s", (double)bytes / 1024.0, outabs, rc);
+    return rc;
+}
