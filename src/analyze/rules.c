@@ -1,0 +1,604 @@
+/* rules: the default rule table (data with provenance), YAML overrides, evaluation into
+ * findings with severities and named entities (see rules.h). */
+#include "analyze/rules.h"
+
+#include "core/err.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+#define CITE_WISIO                                                                                 \
+    "Yildirim, Devarajan, Kougkas, Sun, Mohror. WisIO: Automated I/O Bottleneck Detection with "   \
+    "Multi-Perspective Views for HPC Workflows. ICS 2025. "                                        \
+    "https://dl.acm.org/doi/10.1145/3721145.3730395"
+#define CITE_DFANALYZER                                                                            \
+    "DFAnalyzer rules.py (unoverlapped_io), llnl/dfanalyzer; thresholds as in WisIO (ICS 2025) "  \
+    "https://github.com/llnl/dfanalyzer"
+#define CITE_DFDIAG                                                                                \
+    "DFDiagnoser rule_defs/dlio/low_compute_util.yaml, https://github.com/llnl/DFDiagnoser"
+#define CITE_DRISHTI                                                                               \
+    "Bez, Ather, Byna. Drishti: Guiding end-users in the I/O optimization journey. PDSW 2022. "    \
+    "https://ieeexplore.ieee.org/document/10027503"
+#define CITE_MOHAN                                                                                 \
+    "Mohan, Phanishayee, Raniwala, Chidambaram. Analyzing and Mitigating Data Stalls in DNN "      \
+    "Training. VLDB 2021. https://arxiv.org/abs/2007.06775"
+#define CITE_CHECKFREQ                                                                             \
+    "Mohan, Phanishayee, Chidambaram. CheckFreq: Frequent, Fine-Grained DNN Checkpointing. "       \
+    "FAST 2021. https://www.usenix.org/conference/fast21/presentation/mohan"
+
+static const an_rule DEFAULT_RULES[] = {
+    {"wisio.excessive_metadata", "WisIO/DFAnalyzer", CITE_WISIO,
+     "Excessive metadata access", "metadata_time_share", ">=", 0.5, NULL, NULL, 0, "bottleneck",
+     "metadata", 1},
+    {"wisio.operation_imbalance", "WisIO/DFAnalyzer", CITE_WISIO,
+     "Read/write operation imbalance", "op_imbalance", ">", 0.1, NULL, NULL, 0, "info",
+     "read-write-mix", 1},
+    {"wisio.size_imbalance", "WisIO/DFAnalyzer", CITE_WISIO, "Read/write size imbalance",
+     "rw_size_imbalance", ">", 0.1, NULL, NULL, 0, "info", "read-write-mix", 1},
+    {"wisio.small_reads", "WisIO/DFAnalyzer", CITE_WISIO, "Small reads dominate I/O time",
+     "read_time_share", ">", 0.5, "read_mean_size", "<", 1048576, "bottleneck", "small-io", 1},
+    {"wisio.small_writes", "WisIO/DFAnalyzer", CITE_WISIO, "Small writes dominate I/O time",
+     "write_time_share", ">", 0.5, "write_mean_size", "<", 1048576, "bottleneck", "small-io", 1},
+    {"wisio.random_operations", "WisIO/DFAnalyzer", CITE_WISIO, "Random access operations",
+     "random_share", ">", 0.5, NULL, NULL, 0, "bottleneck", "sequentiality", 1},
+    {"dfanalyzer.unoverlapped_io", "DFAnalyzer", CITE_DFANALYZER,
+     "I/O not overlapped with compute", "unoverlapped_io_share", ">", 0.5, "io_share", ">=", 0.02,
+     "bottleneck", "overlap", 1},
+    {"dfdiagnoser.low_compute_util", "DFDiagnoser", CITE_DFDIAG, "Low compute utilisation",
+     "compute_util", "<", 0.7, NULL, NULL, 0, "bottleneck", "compute-utilisation", 1},
+    {"drishti.small_requests", "Drishti (P05/P06)", CITE_DRISHTI,
+     "Many small (<= 1 MiB) requests", "small_request_share", ">", 0.1, "small_requests", ">",
+     1000, "bottleneck", "small-io", 1},
+    {"drishti.random_operations", "Drishti (P11/P13)", CITE_DRISHTI, "Random operations",
+     "random_share", ">", 0.2, "random_ops", ">", 1000, "bottleneck", "sequentiality", 1},
+    {"drishti.stdio", "Drishti (S01)", CITE_DRISHTI, "STDIO carries a large share of bytes",
+     "stdio_byte_share", ">", 0.1, NULL, NULL, 0, "bottleneck", "interface", 1},
+    {"drishti.metadata_time", "Drishti (P17)", CITE_DRISHTI,
+     "A (file, process) record spends > 30 s in metadata", "meta_record_max_s", ">", 30.0, NULL,
+     NULL, 0, "bottleneck", "metadata", 1},
+    {"drishti.stragglers", "Drishti (P19, per rank)", CITE_DRISHTI, "Straggler ranks in I/O time",
+     "straggler_ratio", ">", 0.15, "io_share", ">=", 0.02, "bottleneck", "load-balance", 1},
+    {"drishti.size_imbalance", "Drishti (P21/P22, per rank)", CITE_DRISHTI,
+     "Data size imbalance across ranks", "rank_bytes_imbalance", ">", 0.3, "io_share", ">=", 0.02,
+     "bottleneck", "load-balance", 1},
+    {"dl.data_loader_stall", "Mohan et al. (data stalls)", CITE_MOHAN,
+     "Training waits on the data loader", "loader_stall_share", ">", 0.1, NULL, NULL, 0,
+     "bottleneck", "data-loader", 1},
+    {"dl.checkpoint_burst", "CheckFreq", CITE_CHECKFREQ, "Checkpoints stall training",
+     "checkpoint_share", ">", 0.1, NULL, NULL, 0, "bottleneck", "checkpoint", 1},
+};
+
+#define NDEFAULT (sizeof DEFAULT_RULES / sizeof DEFAULT_RULES[0])
+
+int an_rules_default(an_ruleset *rs) {
+    rs->rules = malloc(sizeof DEFAULT_RULES);
+    if (!rs->rules)
+        return err_set(ERR_NOMEM, "analyze: out of memory");
+    memcpy(rs->rules, DEFAULT_RULES, sizeof DEFAULT_RULES);
+    rs->n = NDEFAULT;
+    return 0;
+}
+
+void an_rules_free(an_ruleset *rs) {
+    if (!rs)
+        return;
+    free(rs->rules);
+    rs->rules = NULL;
+    rs->n = 0;
+}
+
+static void yaml_str(FILE *out, const char *key, const char *v) {
+    fprintf(out, "    %s: \"", key);
+    for (; v && *v; v++) {
+        if (*v == '"' || *v == '\\')
+            fputc('\\', out);
+        fputc(*v, out);
+    }
+    fputs("\"\n", out);
+}
+
+void an_rules_dump(const an_ruleset *rs, FILE *out) {
+    fprintf(out, "# scaffold analyze rule table (override with --rules FILE: id + threshold, "
+                 "threshold2, enabled)\nrules:\n");
+    for (size_t i = 0; i < rs->n; i++) {
+        const an_rule *r = &rs->rules[i];
+        fprintf(out, "  - id: %s\n", r->id);
+        yaml_str(out, "source", r->source);
+        yaml_str(out, "citation", r->citation);
+        yaml_str(out, "title", r->title);
+        fprintf(out, "    metric: %s\n    op: \"%s\"\n    threshold: %g\n", r->metric, r->op,
+                r->threshold);
+        if (r->metric2)
+            fprintf(out, "    metric2: %s\n    op2: \"%s\"\n    threshold2: %g\n", r->metric2,
+                    r->op2, r->threshold2);
+        fprintf(out, "    level: %s\n    category: %s\n    enabled: %s\n", r->level, r->category,
+                r->enabled ? "true" : "false");
+    }
+}
+
+int an_rules_load_overrides(an_ruleset *rs, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return err_set(ERR_CONFIG, "analyze: cannot open rules file %s", path);
+    yaml_parser_t p;
+    yaml_event_t ev;
+    if (!yaml_parser_initialize(&p)) {
+        fclose(f);
+        return err_set(ERR_NOMEM, "analyze: out of memory");
+    }
+    yaml_parser_set_input_file(&p, f);
+    int rc = 0, depth = 0, done = 0;
+    char key[64] = "";
+    int expect_value = 0;
+    an_rule *cur = NULL;
+    /* Values of the current item, applied when its mapping ends (the id may come last). */
+    char id[128] = "";
+    double thr = NAN, thr2 = NAN;
+    int enabled = -1;
+    while (!done && !rc) {
+        if (!yaml_parser_parse(&p, &ev)) {
+            rc = err_set(ERR_CONFIG, "analyze: %s:%zu: YAML error: %s", path,
+                         p.problem_mark.line + 1, p.problem ? p.problem : "syntax");
+            break;
+        }
+        switch (ev.type) {
+        case YAML_STREAM_END_EVENT: done = 1; break;
+        case YAML_MAPPING_START_EVENT:
+            depth++;
+            if (depth == 2) {
+                id[0] = 0;
+                thr = thr2 = NAN;
+                enabled = -1;
+            }
+            expect_value = 0;
+            break;
+        case YAML_MAPPING_END_EVENT:
+            if (depth == 2) {
+                cur = NULL;
+                for (size_t i = 0; i < rs->n; i++)
+                    if (!strcmp(rs->rules[i].id, id))
+                        cur = &rs->rules[i];
+                if (!cur) {
+                    rc = err_set(ERR_CONFIG,
+                                 "analyze: %s:%zu: unknown rule id '%s' (see scaffold analyze "
+                                 "--dump-rules)",
+                                 path, ev.start_mark.line + 1, id);
+                } else {
+                    if (!isnan(thr))
+                        cur->threshold = thr;
+                    if (!isnan(thr2))
+                        cur->threshold2 = thr2;
+                    if (enabled >= 0)
+                        cur->enabled = enabled;
+                }
+            }
+            depth--;
+            expect_value = 0;
+            break;
+        case YAML_SCALAR_EVENT: {
+            const char *v = (const char *)ev.data.scalar.value;
+            if (depth == 1 && !expect_value) {
+                if (strcmp(v, "rules"))
+                    rc = err_set(ERR_CONFIG, "analyze: %s:%zu: unknown key '%s' (expected 'rules')",
+                                 path, ev.start_mark.line + 1, v);
+                break;
+            }
+            if (depth != 2)
+                break;
+            if (!expect_value) {
+                snprintf(key, sizeof key, "%s", v);
+                expect_value = 1;
+                break;
+            }
+            expect_value = 0;
+            char *end;
+            if (!strcmp(key, "id")) {
+                snprintf(id, sizeof id, "%s", v);
+            } else if (!strcmp(key, "threshold") || !strcmp(key, "threshold2")) {
+                double d = strtod(v, &end);
+                if (end == v || *end || !isfinite(d)) {
+                    rc = err_set(ERR_CONFIG, "analyze: %s:%zu: %s must be a number, got '%s'",
+                                 path, ev.start_mark.line + 1, key, v);
+                    break;
+                }
+                if (!strcmp(key, "threshold"))
+                    thr = d;
+                else
+                    thr2 = d;
+            } else if (!strcmp(key, "enabled")) {
+                if (!strcmp(v, "true") || !strcmp(v, "1"))
+                    enabled = 1;
+                else if (!strcmp(v, "false") || !strcmp(v, "0"))
+                    enabled = 0;
+                else
+                    rc = err_set(ERR_CONFIG, "analyze: %s:%zu: enabled must be true or false",
+                                 path, ev.start_mark.line + 1);
+            }
+            /* Other keys (source, citation, metric, ...) are documentation: a dumped table
+             * can be edited and fed back. */
+            break;
+        }
+        default: break;
+        }
+        yaml_event_delete(&ev);
+    }
+    yaml_parser_delete(&p);
+    fclose(f);
+    return rc;
+}
+
+const char *an_severity(double share) {
+    if (share >= 0.5)
+        return "critical";
+    if (share >= 0.25)
+        return "high";
+    if (share >= 0.10)
+        return "medium";
+    if (share >= 0.02)
+        return "low";
+    return "trivial";
+}
+
+static double safe_div(double a, double b) {
+    return b > 0 ? a / b : 0;
+}
+
+int an_rule_metric(const char *name, const an_trace *t, const an_metrics *m, double *v,
+                   const char **why) {
+    (void)t;
+    double io = m->io_time_s;
+    uint64_t rops = m->ops[AN_T_READ], wops = m->ops[AN_T_WRITE];
+    uint64_t classified = m->read_classified + m->write_classified;
+    *why = NULL;
+    if (!strcmp(name, "metadata_time_share")) {
+        if (io <= 0)
+            return *why = "no I/O time in the trace", -1;
+        *v = m->t_s[AN_T_META] / io;
+    } else if (!strcmp(name, "op_imbalance")) {
+        if (rops + wops == 0)
+            return *why = "no read or write operation", -1;
+        *v = fabs((double)wops - (double)rops) / (double)(rops + wops);
+    } else if (!strcmp(name, "rw_size_imbalance")) {
+        double b = (double)(m->bytes_read + m->bytes_written);
+        if (b <= 0)
+            return *why = "no bytes read or written (sizes absent: args off?)", -1;
+        *v = fabs((double)m->bytes_written - (double)m->bytes_read) / b;
+    } else if (!strcmp(name, "read_time_share")) {
+        if (io <= 0)
+            return *why = "no I/O time in the trace", -1;
+        *v = m->t_s[AN_T_READ] / io;
+    } else if (!strcmp(name, "write_time_share")) {
+        if (io <= 0)
+            return *why = "no I/O time in the trace", -1;
+        *v = m->t_s[AN_T_WRITE] / io;
+    } else if (!strcmp(name, "read_mean_size")) {
+        if (!rops || !m->bytes_read)
+            return *why = "no read with a known size", -1;
+        *v = (double)m->bytes_read / (double)rops;
+    } else if (!strcmp(name, "write_mean_size")) {
+        if (!wops || !m->bytes_written)
+            return *why = "no write with a known size", -1;
+        *v = (double)m->bytes_written / (double)wops;
+    } else if (!strcmp(name, "random_share")) {
+        if (!classified)
+            return *why = "no read/write with a known offset", -1;
+        *v = (double)(m->read_random + m->write_random) / (double)classified;
+    } else if (!strcmp(name, "random_ops")) {
+        *v = (double)(m->read_random + m->write_random);
+    } else if (!strcmp(name, "unoverlapped_io_share")) {
+        if (!m->has_compute)
+            return *why = "no compute annotation in the trace, so overlap cannot be measured", -1;
+        if (m->io_union_s <= 0)
+            return *why = "no I/O time in the trace", -1;
+        *v = m->unoverlapped_io_s / m->io_union_s;
+    } else if (!strcmp(name, "io_share")) {
+        *v = m->io_share;
+    } else if (!strcmp(name, "compute_util")) {
+        if (!m->has_compute)
+            return *why = "no compute annotation in the trace", -1;
+        *v = m->compute_util;
+    } else if (!strcmp(name, "small_request_share")) {
+        if (!m->data_ops_known_size)
+            return *why = "no read/write with a known size", -1;
+        *v = (double)m->small_ops / (double)m->data_ops_known_size;
+    } else if (!strcmp(name, "small_requests")) {
+        *v = (double)m->small_ops;
+    } else if (!strcmp(name, "stdio_byte_share")) {
+        double b = (double)(m->stdio_bytes + m->posix_bytes + m->mpiio_bytes);
+        if (b <= 0)
+            return *why = "no bytes moved", -1;
+        *v = (double)m->stdio_bytes / b;
+    } else if (!strcmp(name, "meta_record_max_s")) {
+        *v = m->meta_max_record_s;
+    } else if (!strcmp(name, "straggler_ratio")) {
+        size_t k = 0;
+        for (size_t p = 0; p < m->nprocs; p++)
+            k += m->procs[p].ops > 0;
+        if (k < 2)
+            return *why = "fewer than two processes do I/O", -1;
+        *v = m->straggler_ratio;
+    } else if (!strcmp(name, "rank_bytes_imbalance")) {
+        size_t k = 0;
+        for (size_t p = 0; p < m->nprocs; p++)
+            k += m->procs[p].ops > 0;
+        if (k < 2)
+            return *why = "fewer than two processes do I/O", -1;
+        if (m->bytes_read + m->bytes_written == 0)
+            return *why = "no bytes moved", -1;
+        *v = m->bytes_imbalance;
+    } else if (!strcmp(name, "loader_stall_share")) {
+        if (!m->has_fetch)
+            return *why = "no data-loader (fetch) annotation in the trace", -1;
+        *v = safe_div(m->stall_s, m->proc_time_s);
+    } else if (!strcmp(name, "checkpoint_share")) {
+        if (!m->ckpt_time_s)
+            return *why = "no checkpoint annotation and no checkpoint-like file written", -1;
+        *v = safe_div(m->ckpt_time_s, m->wall_s);
+    } else {
+        return *why = "unknown metric", -1;
+    }
+    return 0;
+}
+
+static int holds(const char *op, double v, double thr) {
+    if (!strcmp(op, ">"))
+        return v > thr;
+    if (!strcmp(op, ">="))
+        return v >= thr;
+    if (!strcmp(op, "<"))
+        return v < thr;
+    if (!strcmp(op, "<="))
+        return v <= thr;
+    return 0;
+}
+
+/* Share of run time at stake for a rule's category. */
+static double stake_of(const an_rule *r, const an_metrics *m) {
+    double pt = m->proc_time_s > 0 ? m->proc_time_s : 1;
+    double wall = m->wall_s > 0 ? m->wall_s : 1;
+    const char *k = r->metric;
+    double data = an_class_share(m, AN_T_READ) + an_class_share(m, AN_T_WRITE);
+    if (!strcmp(r->level, "info"))
+        return 0;
+    if (!strcmp(k, "metadata_time_share") || !strcmp(k, "meta_record_max_s"))
+        return an_class_share(m, AN_T_META);
+    if (!strcmp(k, "read_time_share"))
+        return an_class_share(m, AN_T_READ);
+    if (!strcmp(k, "write_time_share"))
+        return an_class_share(m, AN_T_WRITE);
+    if (!strcmp(k, "random_share")) {
+        uint64_t c = m->read_classified + m->write_classified;
+        return (c ? (double)(m->read_random + m->write_random) / (double)c : 0) * data;
+    }
+    if (!strcmp(k, "unoverlapped_io_share"))
+        return m->unoverlapped_io_s / pt;
+    if (!strcmp(k, "compute_util"))
+        return 1.0 - m->compute_util;
+    if (!strcmp(k, "small_request_share"))
+        return (m->data_ops_known_size ? (double)m->small_ops / (double)m->data_ops_known_size
+                                       : 0) *
+               data;
+    if (!strcmp(k, "stdio_byte_share"))
+        return m->io_time_s > 0 ? m->stdio_time_s / m->io_time_s * m->exposed_io_s / pt : 0;
+    if (!strcmp(k, "straggler_ratio") || !strcmp(k, "rank_bytes_imbalance"))
+        return (m->io_max_s - m->io_median_s) / wall;
+    if (!strcmp(k, "loader_stall_share"))
+        return m->stall_s / pt;
+    if (!strcmp(k, "checkpoint_share"))
+        return m->ckpt_time_s / wall;
+    return 0;
+}
+
+static void human_bytes(double b, char *buf, size_t cap) {
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int i = 0;
+    while (b >= 1024 && i < 4) {
+        b /= 1024;
+        i++;
+    }
+    snprintf(buf, cap, i ? "%.1f %s" : "%.0f %s", b, u[i]);
+}
+
+/* Names the entities behind a finding: files, processes or windows. */
+static void add_entities(an_finding *f, const an_trace *t, const an_metrics *m) {
+    const char *cat = f->rule->category;
+    char lab[64];
+    if (!strcmp(cat, "load-balance")) {
+        uint32_t ps[2] = {m->straggler_proc, m->bytes_max_proc};
+        for (int k = 0; k < 2; k++) {
+            if (k == 1 && ps[1] == ps[0])
+                break;
+            an_proc_label(t, ps[k], lab, sizeof lab);
+            const an_proc_stat *st = &m->procs[ps[k]];
+            char b[32];
+            human_bytes((double)(st->read_bytes + st->write_bytes), b, sizeof b);
+            snprintf(f->entities[f->nentities++], sizeof f->entities[0],
+                     "process %s: %.3f s I/O outside checkpoints (median %.3f s), %s", lab,
+                     st->io_nockpt_s, m->io_median_s, b);
+        }
+        if (m->bytes_min_proc != m->bytes_max_proc && f->nentities < AN_MAX_ENTITIES) {
+            an_proc_label(t, m->bytes_min_proc, lab, sizeof lab);
+            const an_proc_stat *st = &m->procs[m->bytes_min_proc];
+            char b[32];
+            human_bytes((double)(st->read_bytes + st->write_bytes - st->ckpt_write_bytes), b,
+                        sizeof b);
+            snprintf(f->entities[f->nentities++], sizeof f->entities[0],
+                     "process %s: fewest bytes (%s)", lab, b);
+        }
+        return;
+    }
+    if (!strcmp(cat, "overlap") || !strcmp(cat, "data-loader") ||
+        !strcmp(cat, "compute-utilisation") || !strcmp(cat, "checkpoint")) {
+        /* The processes with the most exposed time, then the worst window. */
+        uint32_t best = 0;
+        double bv = -1;
+        for (size_t p = 0; p < m->nprocs; p++) {
+            const an_proc_stat *st = &m->procs[p];
+            double v = !strcmp(cat, "data-loader") ? st->stall_s
+                       : !strcmp(cat, "checkpoint") ? st->ckpt_s
+                       : !strcmp(cat, "overlap")    ? st->unoverlapped_io_s
+                                                    : st->span_s - st->compute_s;
+            if (v > bv) {
+                bv = v;
+                best = (uint32_t)p;
+            }
+        }
+        if (m->nprocs) {
+            an_proc_label(t, best, lab, sizeof lab);
+            snprintf(f->entities[f->nentities++], sizeof f->entities[0],
+                     "process %s: %.3f s exposed of %.3f s", lab, bv, m->procs[best].span_s);
+        }
+        size_t wb = 0;
+        double wv = -1;
+        for (size_t w = 0; w < m->nwindows; w++) {
+            const an_window *win = &m->windows[w];
+            double v = !strcmp(cat, "checkpoint")    ? win->ckpt_s
+                       : !strcmp(cat, "data-loader") ? win->fetch_s
+                                                     : win->t_s[0] + win->t_s[1] + win->t_s[2] +
+                                                           win->t_s[3] + win->t_s[4];
+            if (v > wv) {
+                wv = v;
+                wb = w;
+            }
+        }
+        if (m->nwindows && wv > 0)
+            snprintf(f->entities[f->nentities++], sizeof f->entities[0],
+                     "window %zu [%.2f s, %.2f s]: %.3f process-seconds", wb, wb * m->window_s,
+                     (wb + 1) * m->window_s, wv);
+        if (!strcmp(cat, "checkpoint") && m->ckpt_bytes) {
+            char b[32], bw[32];
+            human_bytes((double)m->ckpt_bytes, b, sizeof b);
+            human_bytes(m->ckpt_bw, bw, sizeof bw);
+            snprintf(f->entities[f->nentities++], sizeof f->entities[0],
+                     "%llu checkpoint events, %s written at %s/s", (unsigned long long)m->ckpt_events,
+                     b, bw);
+        }
+        return;
+    }
+    /* File-level rules: the top files by the relevant time or count. */
+    int used[AN_MAX_ENTITIES];
+    int nu = 0;
+    for (int round = 0; round < 3 && f->nentities < 3; round++) {
+        size_t bi = SIZE_MAX;
+        double bv = 0;
+        for (size_t k = 0; k < m->nfiles; k++) {
+            int skip = 0;
+            for (int u = 0; u < nu; u++)
+                skip |= used[u] == (int)k;
+            if (skip)
+                continue;
+            const an_file_stat *fs = &m->files[k];
+            double v = !strcmp(cat, "metadata")        ? fs->t_s[AN_T_META]
+                       : !strcmp(cat, "sequentiality") ? (double)fs->random
+                       : !strcmp(cat, "interface")     ? (double)(fs->bytes_read + fs->bytes_written)
+                       : !strcmp(cat, "small-io")      ? fs->t_s[AN_T_READ] + fs->t_s[AN_T_WRITE]
+                                                       : fs->time_s;
+            if (v > bv) {
+                bv = v;
+                bi = k;
+            }
+        }
+        if (bi == SIZE_MAX)
+            break;
+        used[nu++] = (int)bi;
+        const an_file_stat *fs = &m->files[bi];
+        const char *path = an_strtab_get(&t->files, fs->file);
+        size_t pl = strlen(path);
+        const char *shown = pl > 110 ? path + pl - 110 : path;
+        uint64_t data_ops = fs->reads + fs->writes;
+        char b[32];
+        human_bytes(data_ops ? (double)(fs->bytes_read + fs->bytes_written) / (double)data_ops : 0, b,
+                    sizeof b);
+        snprintf(f->entities[f->nentities++], sizeof f->entities[0],
+                 "file %s%s: %.3f s meta, %.3f s data, %llu ops, %llu random, mean %s", pl > 110 ? "..." : "",
+                 shown, fs->t_s[AN_T_META], fs->t_s[AN_T_READ] + fs->t_s[AN_T_WRITE],
+                 (unsigned long long)fs->ops, (unsigned long long)fs->random, b);
+    }
+}
+
+static int cmp_finding(const void *a, const void *b) {
+    const an_finding *x = a, *y = b;
+    int xi = !strcmp(x->severity, "info"), yi = !strcmp(y->severity, "info");
+    if (xi != yi)
+        return xi - yi;
+    if (x->stake_pct != y->stake_pct)
+        return x->stake_pct > y->stake_pct ? -1 : 1;
+    return strcmp(x->rule->id, y->rule->id);
+}
+
+static const char *fmt_val(const char *metric, double v, char *buf, size_t cap) {
+    size_t ml = strlen(metric);
+    if (ml > 5 && !strcmp(metric + ml - 5, "_size"))
+        human_bytes(v, buf, cap);
+    else if (strstr(metric, "_s") == metric + strlen(metric) - 2)
+        snprintf(buf, cap, "%.2f s", v);
+    else if (!strcmp(metric, "small_requests") || !strcmp(metric, "random_ops"))
+        snprintf(buf, cap, "%.0f", v);
+    else
+        snprintf(buf, cap, "%.1f%%", 100 * v);
+    return buf;
+}
+
+int an_rules_eval(const an_ruleset *rs, const an_trace *t, const an_metrics *m,
+                  an_finding **out, size_t *nout, char **skipped) {
+    *out = calloc(rs->n + 1, sizeof **out);
+    *nout = 0;
+    size_t scap = 4096, slen = 0;
+    char *sk = skipped ? malloc(scap) : NULL;
+    if (!*out || (skipped && !sk)) {
+        free(*out);
+        free(sk);
+        return err_set(ERR_NOMEM, "analyze: out of memory");
+    }
+    if (sk)
+        sk[0] = 0;
+    for (size_t i = 0; i < rs->n; i++) {
+        const an_rule *r = &rs->rules[i];
+        if (!r->enabled)
+            continue;
+        double v = 0, v2 = 0;
+        const char *why = NULL;
+        int ok = an_rule_metric(r->metric, t, m, &v, &why) == 0;
+        if (ok && r->metric2)
+            ok = an_rule_metric(r->metric2, t, m, &v2, &why) == 0;
+        if (!ok) {
+            if (sk) {
+                int w = snprintf(sk + slen, scap - slen, "%s: %s\n", r->id, why ? why : "n/a");
+                if (w > 0 && slen + (size_t)w < scap)
+                    slen += (size_t)w;
+            }
+            continue;
+        }
+        if (!holds(r->op, v, r->threshold) || (r->metric2 && !holds(r->op2, v2, r->threshold2)))
+            continue;
+        an_finding *f = &(*out)[(*nout)++];
+        f->rule = r;
+        f->value = v;
+        f->value2 = v2;
+        double st = stake_of(r, m);
+        if (st < 0)
+            st = 0;
+        if (st > 1)
+            st = 1;
+        f->stake_pct = 100 * st;
+        f->severity = !strcmp(r->level, "info") ? "info" : an_severity(st);
+        char a[32], b[32], c[32], d[32];
+        if (r->metric2)
+            snprintf(f->message, sizeof f->message, "%s: %s = %s (%s %s) and %s = %s (%s %s)",
+                     r->title, r->metric, fmt_val(r->metric, v, a, sizeof a), r->op,
+                     fmt_val(r->metric, r->threshold, b, sizeof b), r->metric2,
+                     fmt_val(r->metric2, v2, c, sizeof c), r->op2,
+                     fmt_val(r->metric2, r->threshold2, d, sizeof d));
+        else
+            snprintf(f->message, sizeof f->message, "%s: %s = %s (%s %s)", r->title, r->metric,
+                     fmt_val(r->metric, v, a, sizeof a), r->op,
+                     fmt_val(r->metric, r->threshold, b, sizeof b));
+        add_entities(f, t, m);
+    }
+    qsort(*out, *nout, sizeof **out, cmp_finding);
+    if (skipped)
+        *skipped = sk;
+    return 0;
+}

@@ -1,0 +1,158 @@
+/* trace: reading dftracer-format traces into columnar memory.
+ *
+ * Accepts `.pfw` and `.pfw.gz` files (gzip detected by magic, multi-member streams decoded member
+ * after member), directories (every *.pfw / *.pfw.gz below, recursively) and shell globs. Files
+ * are parsed in parallel (one worker thread per file, up to `threads`), each into its own chunk
+ * with private string tables; chunks are then merged into one time-sorted set of columns with
+ * global string tables. Handles dftracer v1 (all values as strings, inline fname/hostname,
+ * numeric hashes), v1.0.5 (small integer hashes), v2 (16-hex string hashes, FH/HH/SH/PR
+ * metadata) and our own tracer (args on, `bytes` for fread/fwrite). Truncated gzip streams and
+ * malformed lines are reported per file and everything read before them is kept.
+ *
+ * Memory per event: 4 x int64 (ts, dur, offset, bytes) + 5 x uint32 + 2 x uint8 = 54 bytes. */
+#ifndef SCAFFOLD_ANALYZE_TRACE_H
+#define SCAFFOLD_ANALYZE_TRACE_H
+
+#include "analyze/strtab.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Operation class of an event (column `op`). I/O classes follow DFAnalyzer's POSIX_IO_CAT
+ * lists, extended with the 64-bit and vector variants it misses (pread64, preadv, openat...).
+ * Annotation classes follow dftracer's AI categories and DLIO's names. */
+enum an_op {
+    AN_OP_NONE = 0,   /* an annotation we do not classify */
+    AN_OP_READ,
+    AN_OP_WRITE,
+    AN_OP_META,
+    AN_OP_SYNC,
+    AN_OP_PCTL,       /* fork/exec/exit */
+    AN_OP_IO_OTHER,   /* mmap, dup, ... */
+    AN_OP_COMPUTE,    /* compute: forward/backward/step; DLIO ai_framework compute */
+    AN_OP_FETCH,      /* dataloader: fetch (the consumer waiting for data) */
+    AN_OP_CKPT,       /* checkpoint: capture/restart */
+    AN_OP_COMM,       /* comm: all_reduce, barrier, ... */
+    AN_OP_EPOCH,      /* pipeline: epoch */
+    AN_OP_TRAIN,      /* pipeline: train */
+    AN_OP_EVAL,       /* pipeline: evaluate/test */
+    AN_OP_TRACER,     /* dftracer start/end */
+    AN_OP_COUNT
+};
+
+/* Bits of the `flags` column. */
+#define AN_F_POSIX 0x01u
+#define AN_F_STDIO 0x02u
+#define AN_F_MPIIO 0x04u
+#define AN_F_COUNTER 0x08u  /* a "C" aggregated counter event */
+#define AN_F_APPEND 0x10u   /* open with O_APPEND: the position is the file end */
+#define AN_F_SEEKPOS 0x20u  /* seek: `offset` holds the resulting position */
+#define AN_F_IGNORED 0x40u  /* the file matches a system path (/proc, /usr/lib, ...) */
+
+#define AN_IS_IO(op) ((op) >= AN_OP_READ && (op) <= AN_OP_IO_OTHER)
+
+typedef struct an_proc {
+    uint32_t host;  /* id in hosts */
+    int64_t pid;
+    int rank;       /* -1 when unknown */
+    uint32_t nthreads;
+} an_proc;
+
+/* One input file and what happened when reading it. */
+typedef struct an_input {
+    char *path;
+    uint64_t events;       /* events kept (X and C) */
+    uint64_t lines;        /* lines seen */
+    uint64_t malformed;    /* lines that were not a JSON object we could read */
+    uint64_t first_bad_line;
+    uint64_t members;      /* gzip members decoded (0 for plain text) */
+    uint64_t unknown_meta; /* metadata events of an unknown kind (ignored) */
+    int truncated;         /* the file ended inside a gzip member or a line */
+    int failed;            /* could not be opened/read at all */
+    char note[256];        /* the problem, for the report ("" if none) */
+} an_input;
+
+typedef struct an_trace {
+    size_t n;
+    int64_t *ts;      /* µs since the Unix epoch, sorted ascending */
+    int64_t *dur;     /* µs */
+    int64_t *offset;  /* file offset of a read/write, position after a seek; -1 unknown */
+    int64_t *bytes;   /* bytes moved by a read/write; -1 unknown */
+    uint32_t *name;   /* id in names */
+    uint32_t *cat;    /* id in cats */
+    uint32_t *file;   /* id in files (0 = no file) */
+    uint32_t *proc;   /* index in procs */
+    uint32_t *tid;
+    uint8_t *op;      /* enum an_op */
+    uint8_t *flags;   /* AN_F_* */
+    an_strtab names, cats, files, hosts;
+    uint8_t *file_ignored; /* per file id: 1 when the path is a system path */
+    an_proc *procs;
+    size_t nprocs;
+    an_input *inputs;
+    size_t ninputs;
+    /* Clock skew between hosts: std-dev of per-host first timestamps (seconds), and whether
+     * it exceeds the 30 s DFAnalyzer warning threshold. */
+    double host_start_stddev_s;
+    int clock_skew;
+    uint64_t total_lines, total_malformed, metadata_events;
+    double load_seconds;
+} an_trace;
+
+typedef struct an_read_opts {
+    int threads;         /* worker threads; <= 0 means one per CPU */
+    int include_system;  /* keep /proc, /usr/lib, ... files in the I/O metrics */
+} an_read_opts;
+
+/* Expands `paths` (files, directories, globs) into a sorted list of trace files.
+ * *out is malloc'ed (free each string and the array). 0, or ERR_USAGE when a path matches
+ * nothing or a directory holds no trace (the message names it). */
+int an_expand_inputs(const char *const *paths, int npaths, char ***out, size_t *nout);
+
+/* Reads every file into `t` (zeroed by the callee). Per-file problems (truncation, bad lines,
+ * unreadable files) are recorded in t->inputs and do not fail the call unless no event at all
+ * could be read (ERR_FORMAT, message naming the files). */
+int an_trace_read(an_trace *t, char *const *files, size_t nfiles, const an_read_opts *opts);
+
+/* Frees the trace (NULL-safe). */
+void an_trace_free(an_trace *t);
+
+/* Parses one JSON line into `t`-independent fields; exposed for unit tests. Returns 1 if the
+ * line is an event or metadata object, 0 for a line to skip ('[', ']', blank), -1 if malformed. */
+typedef struct an_rawev {
+    const char *name, *cat, *ph;
+    size_t name_n, cat_n, ph_n;
+    int64_t pid, tid, ts, dur;
+    int has_ts, has_dur, has_pid;
+    const char *hhash, *fhash, *fname, *hostname, *m_name, *m_value;
+    size_t hhash_n, fhash_n, fname_n, hostname_n, m_name_n, m_value_n;
+    int64_t ret, offset, count, size, bytes, flags, whence, dur_sum, size_sum, ret_sum, ccount;
+    unsigned has; /* AN_RAW_HAS_* bits for the numeric args */
+    int name_esc, fname_esc, m_name_esc;
+} an_rawev;
+
+#define AN_RAW_RET 0x001u
+#define AN_RAW_OFFSET 0x002u
+#define AN_RAW_COUNT 0x004u
+#define AN_RAW_SIZE 0x008u
+#define AN_RAW_BYTES 0x010u
+#define AN_RAW_FLAGS 0x020u
+#define AN_RAW_WHENCE 0x040u
+#define AN_RAW_DURSUM 0x080u
+#define AN_RAW_SIZESUM 0x100u
+#define AN_RAW_RETSUM 0x200u
+#define AN_RAW_CCOUNT 0x400u
+
+int an_parse_line(const char *p, const char *end, an_rawev *ev);
+
+/* Decodes JSON string escapes of s[0..n) into out (cap bytes). Returns the decoded length. */
+size_t an_json_unescape(const char *s, size_t n, char *out, size_t cap);
+
+/* Classifies an event by name and category (both as given in the trace). Sets *flags bits
+ * AN_F_POSIX/STDIO/MPIIO. */
+int an_classify(const char *name, size_t name_n, const char *cat, size_t cat_n, unsigned *flags);
+
+/* Display label of a process: "rank N" or "host:pid". */
+void an_proc_label(const an_trace *t, uint32_t proc, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,88 @@
+/* cmd_compare: `scaffold compare BASE... -- CAND...`: paired comparison of replicated runs with
+ * the do-less and non-degradation guards (see analyze/compare.h). */
+#include "analyze/compare.h"
+#include "cli/cli.h"
+#include "core/err.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: scaffold compare [--json] [--noise PCT] BASE... -- CAND...\n\n"
+            "Each BASE/CAND is one run: a trace file, a directory of per-process traces or a\n"
+            "glob. Give several runs per side as replicates. Reports wall and epoch time\n"
+            "deltas as a range against the baseline's noise band, the work done on each side\n"
+            "(bytes, checkpoint events, epochs, compute steps, events per category) and a\n"
+            "verdict: keep, reject (slower, 'does less, not faster', or the >2%% app\n"
+            "regression guard) or inconclusive.\n\n"
+            "options:\n"
+            "  --json        print the comparison as JSON\n"
+            "  --noise PCT   smallest noise band to assume (default 1)\n"
+            "  -h, --help    this help\n"
+            "Exit status: 0 (whatever the verdict), 2 bad arguments or input, 1 failure.\n");
+}
+
+int cmd_compare(int argc, char **argv) {
+    int json = 0;
+    double noise = 0.01;
+    int i = 1;
+    for (; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--json")) {
+            json = 1;
+        } else if (!strcmp(argv[i], "--noise")) {
+            char *end;
+            if (i + 1 >= argc || (noise = strtod(argv[i + 1], &end) / 100.0, *end) || noise < 0) {
+                fprintf(stderr, "scaffold compare: --noise needs a percentage, e.g. --noise 2\n");
+                return 2;
+            }
+            i++;
+        } else {
+            break;
+        }
+    }
+    int sep = -1;
+    for (int k = i; k < argc; k++)
+        if (!strcmp(argv[k], "--")) {
+            sep = k;
+            break;
+        }
+    if (sep < 0 || sep == i || sep == argc - 1) {
+        fprintf(stderr, "scaffold compare: give baseline and candidate runs separated by '--' "
+                        "(scaffold compare BASE... -- CAND...)\n");
+        return 2;
+    }
+    size_t nb = (size_t)(sep - i), nc = (size_t)(argc - sep - 1);
+    an_run *runs = calloc(nb + nc, sizeof *runs);
+    if (!runs) {
+        fprintf(stderr, "scaffold compare: out of memory\n");
+        return 1;
+    }
+    an_read_opts ro = {0};
+    int rc = 0;
+    for (size_t k = 0; k < nb + nc && !rc; k++) {
+        const char *p = k < nb ? argv[i + (int)k] : argv[sep + 1 + (int)(k - nb)];
+        rc = an_run_load(p, &ro, &runs[k]);
+        if (rc)
+            fprintf(stderr, "scaffold compare: %s run %s: %s\n", k < nb ? "baseline" : "candidate",
+                    p, err_msg());
+        else if (runs[k].warning[0])
+            fprintf(stderr, "scaffold compare: warning: %s\n", runs[k].warning);
+    }
+    if (!rc) {
+        an_compare_result r;
+        an_compare(runs, nb, runs + nb, nc, noise, &r);
+        if (json)
+            an_compare_json(runs, nb, runs + nb, nc, &r, stdout);
+        else
+            an_compare_text(runs, nb, runs + nb, nc, &r, stdout);
+    }
+    free(runs);
+    if (!rc)
+        return 0;
+    return rc == ERR_FORMAT || rc == ERR_USAGE ? 2 : err_exit_status(rc);
+}
