@@ -1,0 +1,293 @@
+/* generate: dataset_prepare, i.e. cache lookup and, when nothing matches, the MPI-parallel
+ * generation of every (volume, shard) file into a staging directory that is renamed when complete
+ * (see dataset.h and cache.h). */
+#include "dataset/dataset.h"
+
+#include "core/err.h"
+#include "core/log.h"
+#include "core/npy.h"
+#include "dataset/compose.h"
+#include "dataset/render.h"
+#include "fractal/library.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Writes one array as .npy under its final name in the staging directory, via a temporary name
+ * (no fsync: the staging directory is synced once before it is published). */
+static int write_npy(const char *path, npy_dtype dt, int ndim, const int64_t *shape,
+                     const void *data, size_t nbytes) {
+    fs_atomic a;
+    int rc = fs_atomic_open(&a, path);
+    if (rc)
+        return rc;
+    rc = npy_write_header(a.fp, dt, ndim, shape);
+    if (rc == 0 && fwrite(data, 1, nbytes, a.fp) != nbytes)
+        rc = err_set(ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    if (rc) {
+        fs_atomic_abort(&a);
+        return err_prefix("%s", path);
+    }
+    return fs_atomic_commit(&a, 0);
+}
+
+/* Per-rank generation state: buffers reused across tasks, and the voxelised fractals of the
+ * volume last loaded (consecutive tasks of one volume share them). */
+typedef struct gen_state {
+    const scaffold_config *c;
+    const ds_plan *plan;
+    ds_layout layout;
+    float *pts;       /* (point_num, 3) */
+    int32_t **vox;    /* per fractal of the current volume: (point_num, 3) */
+    int cur_vol;
+    float *vol;       /* largest shard (3, d, h, w) */
+    uint16_t *mask;   /* (d, h, w) */
+    long long bytes, files;
+} gen_state;
+
+static int load_volume_fractals(gen_state *g, int v) {
+    if (g->cur_vol == v)
+        return 0;
+    const scaffold_config *c = g->c;
+    int64_t shape[2] = {c->point_num, 3};
+    for (int k = 0; k < g->plan->n_fracts_per_vol; k++) {
+        const int *row = g->plan->contents + (size_t)v * 2 * (size_t)g->plan->n_fracts_per_vol;
+        int cat = row[2 * k], inst = row[2 * k + 1];
+        char path[FS_PATH_MAX];
+        fractal_instance_path(c, cat, inst, path, sizeof path);
+        int rc = npy_read_into(path, NPY_F32, 2, shape, g->pts);
+        if (rc) {
+            g->cur_vol = -1;
+            if (!fs_exists(path))
+                return err_set(rc, "fractal instance %s is missing; generate the fractal library "
+                               "first (scaffold generate_fractals -c CONFIG)", path);
+            return err_prefix("fractal library");
+        }
+        rc = ds_voxelize(g->pts, c->point_num, c->vol_size, g->vox[k]);
+        if (rc) {
+            g->cur_vol = -1;
+            return err_prefix("%s", path);
+        }
+    }
+    g->cur_vol = v;
+    return 0;
+}
+
+static int gen_task(gen_state *g, const char *staging, int v, int sid) {
+    int rc = load_volume_fractals(g, v);
+    if (rc)
+        return rc;
+    int64_t start[3], stop[3], ext[3];
+    rc = ds_layout_region(&g->layout, g->c->vol_size, sid, start, stop);
+    if (rc)
+        return rc;
+    for (int a = 0; a < 3; a++)
+        ext[a] = stop[a] - start[a];
+    ds_render_clear(g->vol, g->mask, ext);
+    const int *row = g->plan->contents + (size_t)v * 2 * (size_t)g->plan->n_fracts_per_vol;
+    for (int k = 0; k < g->plan->n_fracts_per_vol; k++) {
+        int cat = row[2 * k];
+        float color[3];
+        for (int ch = 0; ch < 3; ch++)
+            color[ch] = (float)g->plan->colors[3 * cat + ch]; /* float64 -> float32 on assign */
+        ds_render_fractal(g->vol, g->mask, start, stop, g->vox[k], g->c->point_num, color,
+                          (uint16_t)(cat + 1));
+    }
+    const char *split = g->plan->is_val[v] ? "validation" : "training";
+    char path[FS_PATH_MAX];
+    size_t nvox = (size_t)ext[0] * (size_t)ext[1] * (size_t)ext[2];
+    int64_t vshape[4] = {3, ext[0], ext[1], ext[2]};
+    snprintf(path, sizeof path, "%s/volumes/%s/%d_shard%06d.npy", staging, split, v, sid);
+    rc = write_npy(path, NPY_F32, 4, vshape, g->vol, 3 * nvox * sizeof(float));
+    if (rc)
+        return rc;
+    snprintf(path, sizeof path, "%s/masks/%s/%d_shard%06d_mask.npy", staging, split, v, sid);
+    rc = write_npy(path, NPY_U16, 3, vshape + 1, g->mask, nvox * sizeof(uint16_t));
+    if (rc)
+        return rc;
+    g->bytes += (long long)(3 * nvox * sizeof(float) + nvox * sizeof(uint16_t) + 2 * 128);
+    g->files += 2;
+    return 0;
+}
+
+static int gen_alloc(gen_state *g) {
+    const scaffold_config *c = g->c;
+    int64_t maxv = 1;
+    for (int a = 0; a < 3; a++) { /* chunk 0 is the largest along every axis */
+        int64_t s, e;
+        ds_chunk(c->vol_size, ds_layout_count_of(&g->layout, a), 0, &s, &e);
+        maxv *= e - s;
+    }
+    g->pts = malloc((size_t)c->point_num * 3 * sizeof *g->pts);
+    g->vox = calloc((size_t)g->plan->n_fracts_per_vol, sizeof *g->vox);
+    g->vol = malloc((size_t)maxv * 3 * sizeof *g->vol);
+    g->mask = malloc((size_t)maxv * sizeof *g->mask);
+    int ok = g->pts && g->vox && g->vol && g->mask;
+    for (int k = 0; ok && k < g->plan->n_fracts_per_vol; k++)
+        ok = (g->vox[k] = malloc((size_t)c->point_num * 3 * sizeof(int32_t))) != NULL;
+    g->cur_vol = -1;
+    return ok ? 0 : err_set(ERR_NOMEM, "dataset generation: out of memory (shard of %lld voxels)",
+                            (long long)maxv);
+}
+
+static void gen_free(gen_state *g) {
+    for (int k = 0; g->vox && k < g->plan->n_fracts_per_vol; k++)
+        free(g->vox[k]);
+    free(g->vox);
+    free(g->pts);
+    free(g->vol);
+    free(g->mask);
+}
+
+static int make_tree(const char *staging, const ds_plan *plan) {
+    static const char *const sub[] = {"volumes/training", "volumes/validation", "masks/training",
+                                      "masks/validation"};
+    char p[FS_PATH_MAX];
+    for (size_t i = 0; i < sizeof sub / sizeof sub[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", staging, sub[i]);
+        int rc = fs_mkdir_p(p);
+        if (rc)
+            return rc;
+    }
+    snprintf(p, sizeof p, "%s/volumes_contents.csv", staging);
+    return ds_plan_write_csv(plan, p);
+}
+
+int dataset_prepare(const scaffold_config *c, const dist_world *w, char *dir, size_t dirsz,
+                    dataset_prep_info *info) {
+    dataset_prep_info local;
+    if (!info)
+        info = &local;
+    memset(info, 0, sizeof *info);
+    ds_config_id(c, info->config_id);
+    char cfgdir[FS_PATH_MAX];
+    snprintf(cfgdir, sizeof cfgdir, "%s/%s", c->dataset_dir, info->config_id);
+
+    ds_plan plan;
+    ds_layout layout;
+    int rc = ds_layout_from_config(c, &layout);
+    if (rc == 0 && c->n_categories > 65535)
+        rc = err_set(ERR_CONFIG, "key 'n_categories': %d classes do not fit the uint16 mask",
+                     c->n_categories);
+    if (rc == 0)
+        rc = ds_plan_make(c, &plan);
+    else
+        memset(&plan, 0, sizeof plan);
+    rc = dist_agree(w, rc);
+    if (rc) {
+        ds_plan_free(&plan);
+        return rc;
+    }
+    info->num_volumes = plan.num_volumes;
+
+    /* Rank 0: prune stale staging directories and look for a cached dataset. */
+    char path[FS_PATH_MAX] = "";
+    int found = 0;
+    if (w->rank == 0) {
+        rc = fs_check_writable_dir(cfgdir);
+        if (rc == 0)
+            rc = ds_cache_prune(cfgdir, ds_cache_stale_seconds(), &info->stale_removed);
+        if (rc == 0 && !c->datagen_from_scratch) {
+            rc = ds_cache_find(cfgdir, info->config_id,
+                               c->dataset_reuse_enforce_commit_id ? DS_CODE_VERSION : NULL, path,
+                               sizeof path);
+            found = rc == 1;
+            if (rc == 1)
+                rc = 0;
+        }
+    }
+    rc = dist_agree(w, rc);
+    if (rc) {
+        ds_plan_free(&plan);
+        return rc;
+    }
+    dist_bcast(w, &found, sizeof found, 0);
+    if (found) {
+        dist_bcast(w, path, sizeof path, 0);
+        log_info("dataset: reusing %s", path);
+        info->reused = 1;
+        snprintf(dir, dirsz, "%s", path);
+        ds_plan_free(&plan);
+        return 0;
+    }
+
+    /* Generate: rank 0 makes the staging tree and the contents CSV. */
+    char staging[FS_PATH_MAX] = "";
+    if (w->rank == 0) {
+        rc = ds_cache_make_staging(cfgdir, staging, sizeof staging);
+        if (rc == 0)
+            rc = make_tree(staging, &plan);
+    }
+    rc = dist_agree(w, rc);
+    dist_bcast(w, staging, sizeof staging, 0);
+    int ntotal = ds_layout_total(&layout);
+    size_t ntasks = (size_t)plan.num_volumes * (size_t)ntotal;
+    if (rc == 0)
+        log_info("dataset: generating %d volumes x %d shard(s) (config_id %s, %d^3 voxels, "
+                 "%d rank(s)) in %s",
+                 plan.num_volumes, ntotal, info->config_id, c->vol_size, w->size, staging);
+    double t0 = time_now();
+    gen_state g;
+    memset(&g, 0, sizeof g);
+    g.c = c;
+    g.plan = &plan;
+    g.layout = layout;
+    if (rc == 0) {
+        rc = gen_alloc(&g);
+        size_t lo, hi;
+        dist_block(w, ntasks, &lo, &hi);
+        double last_log = t0, last_hb = t0;
+        for (size_t t = lo; rc == 0 && t < hi; t++) {
+            rc = gen_task(&g, staging, (int)(t / (size_t)ntotal), (int)(t % (size_t)ntotal));
+            double now = time_now();
+            if (w->rank == 0 && now - last_hb > DS_HEARTBEAT_SECONDS) {
+                ds_cache_heartbeat(staging);
+                last_hb = now;
+            }
+            if (w->rank == 0 && (now - last_log > 5.0 || t + 1 == hi)) {
+                log_info("dataset: rank 0 %zu/%zu tasks, %.1f MB written, %.1f s", t + 1 - lo,
+                         hi - lo, (double)g.bytes / 1e6, now - t0);
+                last_log = now;
+            }
+        }
+        gen_free(&g);
+        rc = dist_agree(w, rc);
+    }
+    info->bytes = dist_sum_ll(w, g.bytes);
+    info->files = dist_sum_ll(w, g.files);
+    if (rc == 0 && w->rank == 0) {
+        int *tv = malloc(((size_t)c->n_categories + 1) * 2 * sizeof *tv);
+        if (!tv) {
+            rc = err_set(ERR_NOMEM, "out of memory");
+        } else {
+            int *vv = tv + c->n_categories + 1;
+            int ntv = ds_plan_mask_values(&plan, 0, tv), nvv = ds_plan_mask_values(&plan, 1, vv);
+            snprintf(path, sizeof path, "%s/meta.yaml", staging);
+            rc = ds_meta_write(path, c, plan.num_volumes, plan.n_train, plan.n_val, tv, ntv, vv,
+                               nvv);
+            free(tv);
+        }
+        if (rc == 0)
+            rc = ds_cache_publish(staging, cfgdir, path, sizeof path);
+    }
+    rc = dist_agree(w, rc);
+    info->seconds = dist_max_double(w, time_now() - t0);
+    if (rc) {
+        /* Nothing partial stays visible: the staging directory is hidden and removed here (a
+         * killed run leaves it hidden until it is pruned as stale). */
+        if (w->rank == 0 && staging[0] && fs_is_dir(staging)) {
+            char msg[ERR_MSG_MAX];
+            snprintf(msg, sizeof msg, "%s", err_msg());
+            fs_rm_rf(staging);
+            err_set(rc, "%s", msg);
+        }
+        ds_plan_free(&plan);
+        return rc;
+    }
+    dist_bcast(w, path, sizeof path, 0);
+    snprintf(dir, dirsz, "%s", path);
+    ds_plan_free(&plan);
+    return 0;
+}
