@@ -1,0 +1,375 @@
+/* test_unet: the whole U-Net against PyTorch (tools/torch_ref.py fixture: a 2-level, base-4
+ * model on two 8^3 volumes): parameter names and shapes equal upstream's state_dict, logits,
+ * loss, soft Dice, every parameter gradient, and the losses of 10 Adam steps with clipping.
+ * Also: the parameter-count table of reference §9.4, initialisation bounds, the optimizers and
+ * schedule against their formulas, CE weights, and checkpoint save/load including bad files. */
+#include "fixture.h"
+#include "nn/checkpoint.h"
+#include "nn/loss.h"
+#include "nn/optim.h"
+#include "nn/unet.h"
+#include "test.h"
+
+#include "core/fsutil.h"
+
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+
+static void test_param_counts(void) {
+    /* reference §9.4: n_classes 6, bottleneck dim 3, base 64 */
+    static const struct {
+        int scale;
+        size_t params;
+    } T[] = {{5, 5423238},      {6, 22400390},     {7, 90302342},       {8, 361896838},
+             {9, 1448248198UL}, {10, 5793600390UL}, {11, 23174902662UL}};
+    for (size_t i = 0; i < sizeof T / sizeof T[0]; i++) {
+        nn_unet_spec s = {3, 6, T[i].scale - 3, 64, 8};
+        size_t n = nn_unet_param_count(&s);
+        CHECK(n == T[i].params, "scale %d: %zu params, reference %zu", T[i].scale, n, T[i].params);
+    }
+}
+
+typedef struct ufix {
+    nn_st_file st;
+    nn_unet m;
+    float *x, *w;
+    uint16_t *lab;
+    int n, size;
+} ufix;
+
+static int load_fixture(ufix *f, const char *dir) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/unet.safetensors", dir);
+    if (nn_st_open(&f->st, path)) {
+        fprintf(stderr, "%s\n", err_msg());
+        return 1;
+    }
+    nn_unet_spec s = {3, atoi(nn_st_meta(&f->st, "classes")), atoi(nn_st_meta(&f->st, "layers")),
+                      atoi(nn_st_meta(&f->st, "base")), atoi(nn_st_meta(&f->st, "groups"))};
+    f->n = atoi(nn_st_meta(&f->st, "n"));
+    f->size = atoi(nn_st_meta(&f->st, "size"));
+    if (nn_unet_create(&f->m, &s, f->n, f->size, f->size, f->size)) {
+        fprintf(stderr, "%s\n", err_msg());
+        return 1;
+    }
+    /* Every parameter of ours must be in the PyTorch state_dict with the same shape, and the
+     * state_dict must have nothing else. */
+    int nfix = 0;
+    for (int i = 0; i < f->st.nt; i++)
+        nfix += !strncmp(f->st.t[i].name, "param.", 6);
+    CHECK(nfix == f->m.ntensors, "state_dict has %d tensors, the model %d", nfix, f->m.ntensors);
+    for (int i = 0; i < f->m.ntensors; i++) {
+        char nm[128];
+        const nn_tensor_info *t = &f->m.tensors[i];
+        snprintf(nm, sizeof nm, "param.%s", t->name);
+        const nn_st_entry *e = nn_st_find(&f->st, nm);
+        CHECK(e != NULL, "tensor %s not in upstream's state_dict", t->name);
+        if (!e)
+            return 1;
+        int same = e->ndim == t->ndim;
+        for (int d = 0; same && d < t->ndim; d++)
+            same = e->shape[d] == t->shape[d];
+        CHECK(same, "tensor %s: shape differs from PyTorch", t->name);
+        nn_st_read_f32(&f->st, e, f->m.params + t->offset);
+    }
+    int64_t sh[5];
+    f->x = fx_get(&f->st, "x", sh, NULL);
+    f->w = fx_get(&f->st, "weight", NULL, NULL);
+    float *labf = fx_get(&f->st, "labels", NULL, NULL);
+    const size_t nv = (size_t)f->n * f->size * f->size * f->size;
+    f->lab = malloc(nv * 2);
+    for (size_t i = 0; i < nv; i++)
+        f->lab[i] = (uint16_t)labf[i];
+    free(labf);
+    return 0;
+}
+
+static void test_unet_fixture(ufix *f) {
+    nn_unet *m = &f->m;
+    double loss, dice;
+    nn_unet_zero_grad(m);
+    int rc = nn_unet_forward_backward(m, f->x, f->lab, f->n, f->w, &loss, &dice);
+    CHECK(rc == 0, "forward_backward: %s", err_msg());
+    int64_t sh[5];
+    float *lref = fx_get_cl(&f->st, "logits", sh);
+    const size_t nl = fx_numel(sh, 5);
+    /* fp32 through ~10 layers vs a float64 reference */
+    check_close("unet logits", nn_unet_logits(m), lref, nl, 1e-4f, 1e-3f);
+    float *lv = fx_get(&f->st, "loss", NULL, NULL);
+    float got[2] = {(float)loss, (float)dice};
+    check_close("unet loss and dice", got, lv, 2, 1e-5f, 1e-5f);
+    /* every parameter gradient (GroupNorm makes small-variance gradients sensitive to the
+     * rounding of the statistics, hence 1e-4 abs + 2e-3 rel) */
+    int bad = 0;
+    for (int i = 0; i < m->ntensors; i++) {
+        char nm[128];
+        snprintf(nm, sizeof nm, "grad.%s", m->tensors[i].name);
+        float *g = fx_get(&f->st, nm, NULL, NULL);
+        bad += check_close(nm, m->grads + m->tensors[i].offset, g, m->tensors[i].numel, 1e-4f,
+                           2e-3f);
+        free(g);
+    }
+    CHECK(bad == 0, "%d parameter gradients differ from PyTorch", bad);
+    free(lref);
+    free(lv);
+}
+
+static void test_unet_adam(ufix *f, nn_optim *o) {
+    nn_unet *m = &f->m;
+    float *lref = fx_get(&f->st, "adam.losses", NULL, NULL);
+    float *nref = fx_get(&f->st, "adam.norms", NULL, NULL);
+    const double lr = atof(nn_st_meta(&f->st, "lr"));
+    float losses[10], norms[10];
+    nn_optim_init(o, NN_OPT_ADAM, m->nparams);
+    for (int s = 0; s < 10; s++) {
+        double loss, dice;
+        nn_unet_zero_grad(m);
+        nn_unet_forward_backward(m, f->x, f->lab, f->n, f->w, &loss, &dice);
+        norms[s] = (float)nn_clip_grad_norm(m->grads, m->nparams, 1.0);
+        nn_optim_step(o, m->params, m->grads, lr);
+        losses[s] = (float)loss;
+    }
+    for (int s = 0; s < 10; s++)
+        printf("adam step %d: loss %.6f (torch %.6f)\n", s, losses[s], lref[s]);
+    /* 10 steps of fp32 vs float64: the trajectories agree to ~1e-5 */
+    check_close("10 Adam step losses", losses, lref, 10, 2e-4f, 1e-4f);
+    check_close("10 Adam step grad norms", norms, nref, 10, 1e-4f, 1e-3f);
+    free(lref);
+    free(nref);
+}
+
+static void test_eval_predict(ufix *f) {
+    nn_unet *m = &f->m;
+    double loss, loss2, dice;
+    float hd[4], hd2[4];
+    CHECK(nn_unet_evaluate(m, f->x, f->lab, f->n, f->w, &loss, hd) == 0, "evaluate");
+    nn_unet_zero_grad(m);
+    nn_unet_forward_backward(m, f->x, f->lab, f->n, f->w, &loss2, &dice);
+    CHECK(fabs(loss - loss2) < 1e-6 * (1 + fabs(loss)), "eval loss %g vs train loss %g", loss,
+          loss2);
+    nn_hard_dice(hd2, nn_unet_logits(m), f->lab, f->n, (long)f->size * f->size * f->size,
+                 m->spec.n_classes);
+    check_close("evaluate hard dice", hd, hd2, f->n, 0, 0);
+    const size_t S = (size_t)f->size * f->size * f->size, K = m->spec.n_classes;
+    float *lg = malloc(f->n * S * K * sizeof(float)), *cl = malloc(f->n * S * K * sizeof(float));
+    uint16_t *mask = malloc(f->n * S * 2), *m2 = malloc(f->n * S * 2);
+    CHECK(nn_unet_predict(m, f->x, f->n, lg, mask) == 0, "predict");
+    nn_to_channels_last(cl, lg, f->n, (int)K, (long)S);
+    check_close("predict logits = forward logits", cl, nn_unet_logits(m), f->n * S * K, 0, 0);
+    nn_argmax(m2, nn_unet_logits(m), (long)(f->n * S), (int)K);
+    CHECK(!memcmp(mask, m2, f->n * S * 2), "predict mask = argmax");
+    CHECK(nn_unet_predict(m, f->x, f->n + 1, NULL, mask) == ERR_RANGE, "batch too large");
+    free(lg), free(cl), free(mask), free(m2);
+}
+
+static void test_init(void) {
+    nn_unet_spec s = {3, 4, 2, 8, 4};
+    nn_unet a, b;
+    nn_unet_create(&a, &s, 1, 8, 8, 8);
+    nn_unet_create(&b, &s, 1, 8, 8, 8);
+    nn_unet_init_params(&a, 42);
+    nn_unet_init_params(&b, 42);
+    CHECK(!memcmp(a.params, b.params, a.nparams * 4), "same seed, same weights");
+    nn_unet_init_params(&b, 43);
+    CHECK(memcmp(a.params, b.params, a.nparams * 4), "different seed, different weights");
+    for (int i = 0; i < a.ntensors; i++) {
+        const nn_tensor_info *t = &a.tensors[i];
+        const float *p = a.params + t->offset;
+        if (strstr(t->name, ".double_conv.1.") || strstr(t->name, ".double_conv.4.")) {
+            const float v = strstr(t->name, ".weight") ? 1.0f : 0.0f;
+            int ok = 1;
+            for (size_t k = 0; k < t->numel; k++)
+                ok &= p[k] == v;
+            CHECK(ok, "%s must be all %g", t->name, (double)v);
+            continue;
+        }
+        const nn_tensor_info *wt = strstr(t->name, ".bias") ? &a.tensors[i - 1] : t;
+        const double fan = (double)wt->shape[1] * wt->shape[2] * wt->shape[3] * wt->shape[4];
+        const double bound = 1 / sqrt(fan);
+        double mx = 0, s2 = 0;
+        for (size_t k = 0; k < t->numel; k++) {
+            mx = fmax(mx, fabs(p[k]));
+            s2 += (double)p[k] * p[k];
+        }
+        CHECK(mx <= bound, "%s: |w| %g exceeds 1/sqrt(fan_in) = %g", t->name, mx, bound);
+        if (t->numel >= 500) {
+            const double var = s2 / t->numel, want = bound * bound / 3;
+            CHECK(fabs(var - want) < 0.15 * want, "%s: variance %g, uniform gives %g", t->name,
+                  var, want);
+        }
+    }
+    nn_unet_free(&a);
+    nn_unet_free(&b);
+    nn_unet_spec bad = {3, 4, 2, 8, 3};
+    nn_unet c;
+    CHECK(nn_unet_create(&c, &bad, 1, 8, 8, 8) == ERR_CONFIG, "groups must divide channels");
+    CHECK(strstr(err_msg(), "group_norm_groups") != NULL, "message: %s", err_msg());
+    CHECK(nn_unet_create(&c, &s, 1, 8, 10, 8) == ERR_CONFIG, "extent must be a multiple of 4");
+    nn_unet_spec l0 = {3, 4, 0, 8, 4};
+    CHECK(nn_unet_create(&c, &l0, 1, 8, 8, 8) == ERR_CONFIG, "layers >= 1");
+}
+
+static void test_optim_formulas(void) {
+    /* Adam vs the formula in double, three steps on 3 parameters */
+    float p[3] = {0.5f, -1.0f, 2.0f}, g[3] = {0.1f, -0.3f, 0.02f};
+    double pd[3] = {0.5, -1.0, 2.0}, md[3] = {0}, vd[3] = {0};
+    nn_optim o;
+    nn_optim_init(&o, NN_OPT_ADAM, 3);
+    for (int t = 1; t <= 3; t++) {
+        nn_optim_step(&o, p, g, 0.01);
+        for (int i = 0; i < 3; i++) {
+            md[i] = 0.9 * md[i] + 0.1 * g[i];
+            vd[i] = 0.999 * vd[i] + 0.001 * (double)g[i] * g[i];
+            const double mh = md[i] / (1 - pow(0.9, t)), vh = vd[i] / (1 - pow(0.999, t));
+            pd[i] -= 0.01 * mh / (sqrt(vh) + 1e-8);
+        }
+    }
+    float pf[3] = {(float)pd[0], (float)pd[1], (float)pd[2]};
+    check_close("adam 3 steps", p, pf, 3, 1e-6f, 1e-5f);
+    nn_optim_free(&o);
+    float q[2] = {1, 2}, gq[2] = {0.5f, -0.5f};
+    nn_optim_init(&o, NN_OPT_SGD, 2);
+    nn_optim_step(&o, q, gq, 0.1);
+    const float qs[2] = {0.95f, 2.05f};
+    check_close("sgd step", q, qs, 2, 1e-7f, 0);
+    nn_optim_free(&o);
+    nn_optim_init(&o, NN_OPT_RMSPROP, 2);
+    q[0] = 1, q[1] = 2;
+    nn_optim_step(&o, q, gq, 0.1);
+    const double v = 0.01 * 0.25;
+    const float qr[2] = {(float)(1 - 0.1 * 0.5 / (sqrt(v) + 1e-8)),
+                         (float)(2 + 0.1 * 0.5 / (sqrt(v) + 1e-8))};
+    check_close("rmsprop step", q, qr, 2, 1e-6f, 1e-6f);
+    nn_optim_free(&o);
+    nn_optim_kind k;
+    CHECK(nn_optim_parse("ADAM", &k) == 0 && k == NN_OPT_ADAM, "parse ADAM");
+    CHECK(nn_optim_parse("RMSprop", &k) == 0 && k == NN_OPT_RMSPROP, "parse RMSprop");
+    CHECK(nn_optim_parse("adamw", &k) == ERR_CONFIG, "adamw is not supported");
+    /* clipping: norm 5 -> scaled to 1 */
+    float c[2] = {3, 4};
+    double n = nn_clip_grad_norm(c, 2, 1.0);
+    CHECK(fabs(n - 5) < 1e-6 && fabsf(c[0] - 0.6f) < 1e-5f && fabsf(c[1] - 0.8f) < 1e-5f,
+          "clip: norm %g, g = (%g, %g)", n, c[0], c[1]);
+    float c2[2] = {0.3f, 0.4f};
+    nn_clip_grad_norm(c2, 2, 1.0);
+    CHECK(c2[0] == 0.3f && c2[1] == 0.4f, "no clipping under the max norm");
+    /* CosineAnnealingWarmRestarts(T_0 = 10, T_mult = 2, eta_min = 1e-5), lr0 = 1e-3 */
+    const double lr0 = 1e-3, emin = 1e-5;
+    CHECK(nn_lr_cosine_warm(lr0, 10, 2, emin, 0) == lr0, "epoch 1 runs at lr0");
+    double l5 = nn_lr_cosine_warm(lr0, 10, 2, emin, 5);
+    CHECK(fabs(l5 - (emin + (lr0 - emin) * 0.5)) < 1e-12, "half way: %g", l5);
+    CHECK(fabs(nn_lr_cosine_warm(lr0, 10, 2, emin, 10) - lr0) < 1e-15, "restart after 10");
+    double l20 = nn_lr_cosine_warm(lr0, 10, 2, emin, 20);
+    CHECK(fabs(l20 - (emin + (lr0 - emin) * 0.5)) < 1e-12, "second cycle is 20 long: %g", l20);
+    CHECK(fabs(nn_lr_cosine_warm(lr0, 10, 2, emin, 30) - lr0) < 1e-15, "restart after 10+20");
+    CHECK(fabs(nn_lr_cosine_warm(lr0, 10, 1, emin, 13) - nn_lr_cosine_warm(lr0, 10, 1, emin, 3)) <
+              1e-15,
+          "T_mult 1 is periodic");
+    /* CE weights */
+    uint64_t cnt[4] = {90, 4, 6, 0};
+    float w[4];
+    nn_ce_class_weights(w, cnt, 4);
+    const float wr[4] = {100.0f / 90, 10, 10, 10};
+    check_close("ce weights", w, wr, 4, 0, 1e-6f);
+    uint64_t allbg[3] = {10, 0, 0};
+    nn_ce_class_weights(w, allbg, 3);
+    CHECK(w[0] == 1 && w[1] == 1 && w[2] == 1, "uniform weights without foreground");
+    uint16_t labs[5] = {0, 1, 1, 2, 0};
+    uint64_t c3[3] = {0};
+    CHECK(nn_label_counts(c3, labs, 5, 3) == 0 && c3[0] == 2 && c3[1] == 2 && c3[2] == 1,
+          "label counts");
+    labs[2] = 7;
+    CHECK(nn_label_counts(c3, labs, 5, 3) == ERR_RANGE, "label out of range");
+}
+
+static void test_checkpoint(ufix *f, nn_optim *o) {
+    char dir[] = "/tmp/scaffold-nn-ckpt.XXXXXX";
+    if (!mkdtemp(dir)) {
+        CHECK(0, "mkdtemp");
+        return;
+    }
+    char path[256], opath[300], other[256];
+    snprintf(path, sizeof path, "%s/ckpt.safetensors", dir);
+    nn_checkpoint_optim_path(path, opath, sizeof opath);
+    CHECK(strstr(opath, "ckpt.optim.safetensors") != NULL, "sidecar name %s", opath);
+    const char *meta[] = {"epoch", "7", "val_dice", "0.5"};
+    CHECK(nn_checkpoint_save(path, &f->m, o, meta, 2) == 0, "save: %s", err_msg());
+    nn_unet m2;
+    nn_unet_create(&m2, &f->m.spec, 1, f->size, f->size, f->size);
+    nn_optim o2;
+    nn_optim_init(&o2, NN_OPT_ADAM, m2.nparams);
+    nn_st_file info;
+    CHECK(nn_checkpoint_load(path, &m2, &o2, &info) == 0, "load: %s", err_msg());
+    CHECK(!memcmp(m2.params, f->m.params, m2.nparams * 4), "params round trip");
+    CHECK(!memcmp(o2.state, o->state, 2 * m2.nparams * 4), "Adam state round trip");
+    CHECK(o2.step == o->step, "step %lld vs %lld", (long long)o2.step, (long long)o->step);
+    CHECK(nn_st_meta(&info, "epoch") && !strcmp(nn_st_meta(&info, "epoch"), "7"), "metadata");
+    nn_st_close(&info);
+    nn_unet_spec sp;
+    CHECK(nn_checkpoint_spec(path, 0, &sp) == 0 && sp.layers == f->m.spec.layers &&
+              sp.base_channels == f->m.spec.base_channels &&
+              sp.n_classes == f->m.spec.n_classes && sp.groups == f->m.spec.groups,
+          "spec inferred from the checkpoint");
+    /* reserved metadata key */
+    const char *badmeta[] = {"layers", "3"};
+    CHECK(nn_checkpoint_save(path, &f->m, NULL, badmeta, 1) == ERR_USAGE, "reserved key");
+    /* wrong architecture */
+    nn_unet_spec s3 = f->m.spec;
+    s3.base_channels *= 2;
+    nn_unet m3;
+    nn_unet_create(&m3, &s3, 1, f->size, f->size, f->size);
+    CHECK(nn_checkpoint_load(path, &m3, NULL, NULL) == ERR_FORMAT, "shape mismatch");
+    CHECK(strstr(err_msg(), "shape") != NULL, "message: %s", err_msg());
+    nn_unet_free(&m3);
+    /* a second save pairs a new sidecar; the old model file with the new sidecar is rejected */
+    snprintf(other, sizeof other, "%s/old.safetensors", dir);
+    char *data;
+    size_t n;
+    fs_read_file(path, &data, &n);
+    fs_write_file(other, data, n, 0);
+    char oold[300];
+    nn_checkpoint_optim_path(other, oold, sizeof oold);
+    CHECK(nn_checkpoint_save(path, &f->m, o, meta, 2) == 0, "second save");
+    char *od;
+    size_t on;
+    fs_read_file(opath, &od, &on);
+    fs_write_file(oold, od, on, 0);
+    CHECK(nn_checkpoint_load(other, &m2, &o2, NULL) == ERR_FORMAT, "pair id mismatch detected");
+    CHECK(strstr(err_msg(), "does not belong") != NULL, "message: %s", err_msg());
+    /* truncated and garbage files */
+    fs_write_file(other, data, n / 2, 0);
+    CHECK(nn_checkpoint_load(other, &m2, NULL, NULL) == ERR_FORMAT, "truncated: %s", err_msg());
+    fs_write_file(other, "hello world, not safetensors", 28, 0);
+    CHECK(nn_checkpoint_load(other, &m2, NULL, NULL) == ERR_FORMAT, "garbage: %s", err_msg());
+    memcpy(data + 8, "[", 1);
+    fs_write_file(other, data, n, 0);
+    CHECK(nn_checkpoint_load(other, &m2, NULL, NULL) == ERR_FORMAT, "bad JSON: %s", err_msg());
+    CHECK(nn_checkpoint_load("/nonexistent/x.safetensors", &m2, NULL, NULL) == ERR_IO, "missing");
+    free(data);
+    free(od);
+    nn_optim_free(&o2);
+    nn_unet_free(&m2);
+    fs_rm_rf(dir);
+}
+
+int main(int argc, char **argv) {
+    const char *dir = argc > 1 ? argv[1] : "tests/nn/fixtures";
+    test_param_counts();
+    test_init();
+    test_optim_formulas();
+    ufix f;
+    memset(&f, 0, sizeof f);
+    if (load_fixture(&f, dir))
+        return 1;
+    test_unet_fixture(&f);
+    test_eval_predict(&f);
+    nn_optim o;
+    test_unet_adam(&f, &o);
+    test_checkpoint(&f, &o);
+    nn_optim_free(&o);
+    nn_unet_free(&f.m);
+    nn_st_close(&f.st);
+    free(f.x), free(f.w), free(f.lab);
+    return test_report();
+}
