@@ -35,7 +35,7 @@ static void usage(FILE *f) {
             "  --help                 this text\n");
 }
 
-/* "3136", "12k", "1m", "2g" -> bytes/count. */
+/* "3136", "12k", "1m", "2g", "1t" -> bytes/count (binary multiples). */
 static int parse_size(const char *opt, const char *s, int64_t *out) {
     char *end = NULL;
     errno = 0;
@@ -49,6 +49,8 @@ static int parse_size(const char *opt, const char *s, int64_t *out) {
         mul = 1024 * 1024, end++;
     else if (*end == 'g' || *end == 'G')
         mul = (int64_t)1 << 30, end++;
+    else if (*end == 't' || *end == 'T')
+        mul = (int64_t)1 << 40, end++;
     if (*end || v * (double)mul > 9e18)
         return err_set(ERR_USAGE, "store-bench: %s '%s' is not a size (e.g. 3136, 12k, 1m)",
                        opt, s);

@@ -125,70 +125,161 @@ static void draw(int64_t *idx, int64_t n, const dist_world *w, int64_t per_rank,
     }
 }
 
-/* Timed runs of one configuration; fills res (rank 0's copy is the one printed). */
-static int run_config(const store_bench_opts *o, const dist_world *w, store *s, int var,
-                      store_method m, int64_t rb, int64_t per_rank, int64_t batch, int64_t nget,
-                      int threads, const char *base, int64_t *idx, char *dst, result *res,
-                      uint64_t stream) {
+/* One configuration of one row size: a method's store (NULL = the memcpy baseline), a batch
+ * size, a thread count, and the number of rows each rank reads per timed run. */
+typedef struct config {
+    store *s;
+    int var;
+    store_method m;
+    int64_t batch, nget;
+    int threads;
     double us[64], mbs[64];
-    const int reps = o->repeats < 64 ? o->repeats : 64;
+} config;
+
+/* One timed run of configuration c (collective). */
+static int timed_run(const store_bench_opts *o, const dist_world *w, config *c, int64_t rb,
+                     int64_t per_rank, const char *base, int64_t *idx, char *dst, int rep,
+                     uint64_t stream) {
+    const int64_t batch = c->batch, nget = c->nget;
+    const int threads = c->threads;
+    draw(idx, nget, w, per_rank, o->remote_only, o->seed, stream * 1000 + (uint64_t)rep);
+    const int64_t share = nget / threads; /* a multiple of batch by construction */
     int rc = 0;
-    for (int rep = 0; rep < reps && !rc; rep++) {
-        draw(idx, nget, w, per_rank, o->remote_only, o->seed, stream * 1000 + (uint64_t)rep);
-        const int64_t share = nget / threads; /* a multiple of batch by construction */
-        /* Warm-up: one call, not timed (first-touch of dst, window setup paths). */
-        if (s)
-            rc = read_all(s, var, idx, batch, batch, dst, rb);
-        rc = dist_agree(w, rc);
-        if (rc)
-            break;
-        MPI_Barrier(w->comm);
-        double t0 = MPI_Wtime();
-        if (!s) {
-            /* Baseline: memcpy of the same number of random rows of the local shard. */
-            for (int64_t i = 0; i < nget; i += batch)
-                for (int64_t j = 0; j < batch; j++)
-                    memcpy(dst + j * rb, base + (idx[i + j] % per_rank) * rb, (size_t)rb);
-        } else if (threads == 1) {
-            rc = read_all(s, var, idx, nget, batch, dst, rb);
-        } else {
-            reader rd[64];
-            pthread_t th[64];
-            for (int t = 0; t < threads; t++) {
-                rd[t] = (reader){.s = s, .var = var, .batch = batch, .rb = rb, .n = share,
-                                 .idx = idx + t * share, .dst = dst + t * batch * rb};
-                pthread_create(&th[t], NULL, reader_main, &rd[t]);
-            }
-            for (int t = 0; t < threads; t++) {
-                pthread_join(th[t], NULL);
-                if (rd[t].rc && !rc)
-                    rc = err_set(rd[t].rc, "%s", rd[t].msg);
-            }
-        }
-        double dt = MPI_Wtime() - t0;
-        /* Check the rows of the last call of (each thread's share of) the run. */
-        if (!rc && s)
-            for (int t = 0; t < threads && !rc; t++) {
-                const int64_t last = t * share + share - batch;
-                for (int64_t j = 0; j < batch && !rc; j++)
-                    if (!row_ok(dst + (t * batch + j) * rb, rb, idx[last + j]))
-                        rc = err_set(ERR_INTERNAL,
-                                     "store-bench: %s read wrong data for global row %lld (%lld-"
-                                     "byte rows, batch %lld)",
-                                     store_method_name(m), (long long)idx[last + j],
-                                     (long long)rb, (long long)batch);
-            }
-        rc = dist_agree(w, rc);
-        double mean = dist_sum_double(w, dt) / w->size;
-        us[rep] = 1e6 * mean / (double)nget;
-        mbs[rep] = (double)rb * (double)nget / mean / 1e6;
-    }
-    if (rc)
+    /* Warm-up: one call, not timed. */
+    if (c->s)
+        rc = read_all(c->s, c->var, idx, batch, batch, dst, rb);
+    if ((rc = dist_agree(w, rc)))
         return rc;
-    *res = (result){.what = s ? store_method_name(m) : "memcpy", .row_bytes = rb,
-                    .batch = batch, .nget = nget, .threads = threads,
-                    .us_row = median(us, reps), .mbs = median(mbs, reps)};
+    MPI_Barrier(w->comm);
+    double t0 = MPI_Wtime();
+    if (!c->s) {
+        /* Baseline: memcpy of as many random rows of the local shard into the same buffer. */
+        for (int64_t i = 0; i < nget; i += batch)
+            for (int64_t j = 0; j < batch; j++)
+                memcpy(dst + j * rb, base + (idx[i + j] % per_rank) * rb, (size_t)rb);
+    } else if (threads == 1) {
+        rc = read_all(c->s, c->var, idx, nget, batch, dst, rb);
+    } else {
+        reader rd[64];
+        pthread_t th[64];
+        for (int t = 0; t < threads; t++) {
+            rd[t] = (reader){.s = c->s, .var = c->var, .batch = batch, .rb = rb, .n = share,
+                             .idx = idx + t * share, .dst = dst + t * batch * rb};
+            pthread_create(&th[t], NULL, reader_main, &rd[t]);
+        }
+        for (int t = 0; t < threads; t++) {
+            pthread_join(th[t], NULL);
+            if (rd[t].rc && !rc)
+                rc = err_set(rd[t].rc, "%s", rd[t].msg);
+        }
+    }
+    double dt = MPI_Wtime() - t0;
+    /* Check the rows of the last call of (each thread's share of) the run. */
+    if (!rc && c->s)
+        for (int t = 0; t < threads && !rc; t++) {
+            const int64_t last = t * share + share - batch;
+            for (int64_t j = 0; j < batch && !rc; j++)
+                if (!row_ok(dst + (t * batch + j) * rb, rb, idx[last + j]))
+                    rc = err_set(ERR_INTERNAL,
+                                 "store-bench: %s read wrong data for global row %lld (%lld-byte "
+                                 "rows, batch %lld)",
+                                 store_method_name(c->m), (long long)idx[last + j], (long long)rb,
+                                 (long long)batch);
+        }
+    if ((rc = dist_agree(w, rc)))
+        return rc;
+    double mean = dist_sum_double(w, dt) / w->size;
+    c->us[rep] = 1e6 * mean / (double)nget;
+    c->mbs[rep] = (double)rb * (double)nget / mean / 1e6;
     return 0;
+}
+
+/* Every configuration of one row size. The repeats are interleaved (run 1 of every
+ * configuration, then run 2...), so a slow spell of a shared machine hits all configurations
+ * alike instead of skewing one ratio. */
+static int bench_row_size(const store_bench_opts *o, const dist_world *w, int ri, result *res,
+                          int *nres) {
+    const int64_t rb = o->row_bytes[ri];
+    int64_t per_rank = o->shard_bytes / rb;
+    if (per_rank > o->rows_per_rank)
+        per_rank = o->rows_per_rank;
+    if (per_rank < 1)
+        per_rank = 1;
+    int64_t maxbatch = 1;
+    for (int b = 0; b < o->nbatches; b++)
+        if (o->batches[b] > maxbatch)
+            maxbatch = o->batches[b];
+    const int64_t dst_rows = maxbatch * o->threads;
+    char *shard = malloc((size_t)(per_rank * rb));
+    char *dst = malloc((size_t)(dst_rows * rb));
+    int64_t *idx = malloc((size_t)(o->nget + maxbatch * o->threads) * sizeof *idx);
+    const int ncfg = (o->nmethods + 1) * o->nbatches;
+    config *cfg = calloc((size_t)ncfg, sizeof *cfg);
+    store *stores[2] = {NULL, NULL};
+    int rc = (shard && dst && idx && cfg)
+                 ? 0
+                 : err_set(ERR_NOMEM, "store-bench: out of memory for %lld rows of %lld bytes",
+                           (long long)per_rank, (long long)rb);
+    if (!rc) {
+        for (int64_t i = 0; i < per_rank; i++)
+            fill_row(shard + i * rb, rb, per_rank * w->rank + i);
+        memset(dst, 0, (size_t)(dst_rows * rb));
+    }
+    rc = dist_agree(w, rc);
+    int nc = 0;
+    for (int mi = -1; mi < o->nmethods && !rc; mi++) {
+        store *s = NULL;
+        int var = -1;
+        if (mi >= 0) {
+            store_opts so;
+            store_opts_default(&so);
+            so.method = o->methods[mi];
+            if (o->coll_max_bytes)
+                so.coll_max_bytes = o->coll_max_bytes;
+            rc = store_create(&stores[mi], w->comm, &so);
+            if (!rc)
+                rc = store_add(stores[mi], "bench", STORE_BYTE, rb, per_rank, shard, &var);
+            s = stores[mi];
+        }
+        for (int b = 0; b < o->nbatches && !rc; b++) {
+            config *c = &cfg[nc++];
+            c->s = s;
+            c->var = var;
+            c->m = mi >= 0 ? o->methods[mi] : STORE_RMA;
+            c->batch = o->batches[b];
+            /* Threads only for rma (coll is collective: one thread per rank). */
+            c->threads = (s && c->m == STORE_RMA) ? o->threads : 1;
+            int64_t nget = o->nget;
+            if (nget > o->get_bytes / rb)
+                nget = o->get_bytes / rb;
+            nget = (nget / (c->batch * c->threads)) * c->batch * c->threads;
+            if (nget < c->batch * c->threads)
+                nget = c->batch * c->threads;
+            c->nget = nget;
+        }
+    }
+    const int reps = o->repeats;
+    for (int rep = 0; rep < reps && !rc; rep++)
+        for (int k = 0; k < nc && !rc; k++)
+            rc = timed_run(o, w, &cfg[k], rb, per_rank, shard, idx, dst, rep,
+                           (uint64_t)(ri * 64 + k));
+    for (int k = 0; k < nc && !rc; k++) {
+        config *c = &cfg[k];
+        res[(*nres)++] = (result){.what = c->s ? store_method_name(c->m) : "memcpy",
+                                  .row_bytes = rb, .batch = c->batch, .nget = c->nget,
+                                  .threads = c->threads, .us_row = median(c->us, reps),
+                                  .mbs = median(c->mbs, reps)};
+    }
+    for (int mi = 0; mi < 2; mi++) {
+        int frc = store_free(&stores[mi]);
+        if (!rc)
+            rc = frc;
+    }
+    free(cfg);
+    free(shard);
+    free(dst);
+    free(idx);
+    return rc;
 }
 
 static const result *find(const result *r, int n, const char *what, int64_t rb, int64_t batch) {
@@ -203,7 +294,7 @@ static void print_table(FILE *out, const result *r, int n) {
             "thr", "rows", "us/row", "MB/s/rank", "vs_get", "vs_memcpy");
     for (int i = 0; i < n; i++) {
         const result *g = find(r, n, r[i].what, r[i].row_bytes, 1);
-        const result *mc = find(r, n, "memcpy", r[i].row_bytes, -1);
+        const result *mc = find(r, n, "memcpy", r[i].row_bytes, r[i].batch);
         char vg[32] = "-", vm[32] = "-";
         if (g && strcmp(r[i].what, "memcpy"))
             snprintf(vg, sizeof vg, "%.2fx", g->us_row / r[i].us_row);
@@ -220,7 +311,7 @@ static void write_csv(FILE *f, const result *r, int n, int ranks) {
                "speedup_vs_get,fraction_of_memcpy\n");
     for (int i = 0; i < n; i++) {
         const result *g = find(r, n, r[i].what, r[i].row_bytes, 1);
-        const result *mc = find(r, n, "memcpy", r[i].row_bytes, -1);
+        const result *mc = find(r, n, "memcpy", r[i].row_bytes, r[i].batch);
         int base = !strcmp(r[i].what, "memcpy");
         fprintf(f, "%s,%d,%lld,%lld,%d,%lld,%.4f,%.2f,", r[i].what, ranks,
                 (long long)r[i].row_bytes, (long long)r[i].batch, r[i].threads,
@@ -271,7 +362,7 @@ int store_bench_run(const store_bench_opts *o, MPI_Comm comm, FILE *out) {
     if ((rc = dist_agree(&w, rc)))
         return rc;
 
-    const int maxres = 2 * STORE_BENCH_MAX_LIST * (STORE_BENCH_MAX_LIST + 1);
+    const int maxres = STORE_BENCH_MAX_LIST * 3 * STORE_BENCH_MAX_LIST;
     result *res = calloc((size_t)maxres, sizeof *res);
     int nres = 0;
     if (w.rank == 0)
@@ -280,75 +371,8 @@ int store_bench_run(const store_bench_opts *o, MPI_Comm comm, FILE *out) {
                 "mean rank wall / rows per rank (DDStore bench_get definition)\n",
                 w.size, w.thread_level, o->remote_only ? "remote-only" : "uniform", o->repeats);
 
-    for (int ri = 0; ri < o->nrow_bytes && !rc; ri++) {
-        const int64_t rb = o->row_bytes[ri];
-        int64_t per_rank = o->shard_bytes / rb;
-        if (per_rank > o->rows_per_rank)
-            per_rank = o->rows_per_rank;
-        if (per_rank < 1)
-            per_rank = 1;
-        int64_t maxbatch = 1;
-        for (int b = 0; b < o->nbatches; b++)
-            if (o->batches[b] > maxbatch)
-                maxbatch = o->batches[b];
-        const int64_t dst_rows = maxbatch * (o->threads > 1 ? o->threads : 1);
-        char *shard = malloc((size_t)(per_rank * rb));
-        char *dst = malloc((size_t)(dst_rows * rb));
-        int64_t *idx = malloc((size_t)(o->nget + maxbatch * o->threads) * sizeof *idx);
-        rc = (shard && dst && idx) ? 0
-                                   : err_set(ERR_NOMEM, "store-bench: out of memory for %lld "
-                                                        "rows of %lld bytes",
-                                             (long long)per_rank, (long long)rb);
-        if (!rc) {
-            for (int64_t i = 0; i < per_rank; i++)
-                fill_row(shard + i * rb, rb, per_rank * w.rank + i);
-            memset(dst, 0, (size_t)(dst_rows * rb));
-        }
-        rc = dist_agree(&w, rc);
-        for (int mi = -1; mi < o->nmethods && !rc; mi++) {
-            store *s = NULL;
-            int var = -1;
-            if (mi >= 0) {
-                store_opts so;
-                store_opts_default(&so);
-                so.method = o->methods[mi];
-                if (o->coll_max_bytes)
-                    so.coll_max_bytes = o->coll_max_bytes;
-                rc = store_create(&s, comm, &so);
-                if (!rc)
-                    rc = store_add(s, "bench", STORE_BYTE, rb, per_rank, shard, &var);
-                if (rc) {
-                    store_free(&s);
-                    break;
-                }
-            }
-            for (int b = 0; b < o->nbatches && !rc; b++) {
-                const int64_t batch = o->batches[b];
-                /* Threads only for rma (coll is collective: one thread per rank). */
-                const int threads = (s && o->methods[mi] == STORE_RMA) ? o->threads : 1;
-                if (!s && b > 0)
-                    break; /* one baseline per row size, at the largest batch buffer */
-                const int64_t bb = s ? batch : maxbatch;
-                int64_t nget = o->nget;
-                if (nget > o->get_bytes / rb)
-                    nget = o->get_bytes / rb;
-                nget = (nget / (bb * threads)) * bb * threads;
-                if (nget < bb * threads)
-                    nget = bb * threads;
-                rc = run_config(o, &w, s, var, s ? o->methods[mi] : STORE_RMA, rb, per_rank, bb,
-                                nget, threads, shard, idx, dst, &res[nres],
-                                (uint64_t)(ri * 64 + (mi + 1) * 16 + b));
-                if (!rc)
-                    nres++;
-            }
-            int frc = store_free(&s);
-            if (!rc)
-                rc = frc;
-        }
-        free(shard);
-        free(dst);
-        free(idx);
-    }
+    for (int ri = 0; ri < o->nrow_bytes && !rc; ri++)
+        rc = bench_row_size(o, &w, ri, res, &nres);
     if (!rc && w.rank == 0) {
         print_table(out, res, nres);
         /* The acceptance figures: batch-128 vs get at the smallest row, largest row vs memcpy. */
@@ -361,19 +385,21 @@ int store_bench_run(const store_bench_opts *o, MPI_Comm comm, FILE *out) {
                     res[i].batch > 1 && (!bt || res[i].batch > bt->batch))
                     bt = &res[i];
             int64_t big = o->row_bytes[o->nrow_bytes - 1];
-            const result *mc = find(res, nres, "memcpy", big, -1);
-            double best = 0;
-            for (int i = 0; i < nres; i++)
-                if (!strcmp(res[i].what, mn) && res[i].row_bytes == big && res[i].mbs > best)
-                    best = res[i].mbs;
             fprintf(out, "summary %s:", mn);
             if (g && bt)
                 fprintf(out, " get_batch(%lld) %.1fx cheaper per row than get at %lld B;",
                         (long long)bt->batch, g->us_row / bt->us_row,
                         (long long)o->row_bytes[0]);
-            if (mc && best > 0)
-                fprintf(out, " %lld B rows at %.0f%% of local memcpy (%.0f vs %.0f MB/s/rank)",
-                        (long long)big, 100.0 * best / mc->mbs, best, mc->mbs);
+            /* Bandwidth against memcpy into the same destination buffer (batch rows): a 1-row
+             * buffer stays in cache, a 128-row one does not, for both. */
+            fprintf(out, " %lld B rows at", (long long)big);
+            for (int i = 0; i < nres; i++) {
+                const result *mc = find(res, nres, "memcpy", big, res[i].batch);
+                if (!strcmp(res[i].what, mn) && res[i].row_bytes == big && mc)
+                    fprintf(out, " %.0f%% (batch %lld)", 100.0 * res[i].mbs / mc->mbs,
+                            (long long)res[i].batch);
+            }
+            fprintf(out, " of local memcpy");
             fprintf(out, "\n");
         }
         fflush(out);

@@ -42,7 +42,7 @@ t_expect_fail "CSV in a missing directory" 1 "cannot write $d/no/r.csv" \
     "$SCAFFOLD" store-bench "${tiny[@]}" --csv "$d/no/r.csv"
 
 # A small real run: both methods, 2 reader threads, a 4096-byte read limit (split Gets), rows
-# checked inside; then the CSV: one memcpy line per row size plus methods x batches.
+# checked inside; then the CSV: (memcpy baseline + 2 methods) x 2 batches per row size.
 out=$(DDSTORE_MAX_READ_BYTES=4096 timeout 120 $MPIRUN -n 2 "$SCAFFOLD" store-bench --row-bytes 3136,100000 \
     --batch 1,32 --nget 256 --repeats 2 --threads 2 --csv "$d/r.csv" 2>&1)
 rc=$?
@@ -54,7 +54,7 @@ fi
 t_check "store-bench CSV has every configuration" "$PYTHON" - "$d/r.csv" <<'PY'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
-assert len(rows) == 10, len(rows)
+assert len(rows) == 12, len(rows)  # 2 row sizes x (memcpy, rma, coll) x 2 batches
 for r in rows:
     assert r["ranks"] == "2" and float(r["us_per_row"]) > 0 and float(r["mb_per_s_rank"]) > 0, r
     if r["method"] != "memcpy":
