@@ -19,7 +19,7 @@ WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvl
             -Wno-format-truncation
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=c11 -D_GNU_SOURCE $(WARN) -Isrc -Iinclude -MMD -MP
-LDLIBS   += -lyaml -lz -lpng -lm -lpthread
+LDLIBS   += -lyaml -lz -lpng -lcairo -lm -lpthread
 
 comma := ,
 

@@ -6,7 +6,7 @@ set -eu
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
 PKGS="build-essential make openmpi-bin libopenmpi-dev libyaml-dev zlib1g-dev libpng-dev
-      python3 python3-numpy python3-yaml python3-torch"
+      libcairo2-dev fonts-dejavu-core python3 python3-numpy python3-yaml python3-torch"
 # Extra packages a module's tests need are listed, one per line, in tools/packages.d/*.txt.
 if ls tools/packages.d/*.txt >/dev/null 2>&1; then
     PKGS="$PKGS $(cat tools/packages.d/*.txt | sed 's/#.*//' | tr '\n' ' ')"

@@ -1,0 +1,58 @@
+/* `scaffold benchmark`: the main job (see src/train/bench.h). */
+#include "cli/cli.h"
+#include "core/config.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "dist/dist.h"
+#include "train/bench.h"
+
+#include <stdio.h>
+
+int cli_load_config(scaffold_config *c, int argc, char **argv, const dist_world *w,
+                    const char *summary);
+
+int cmd_benchmark(int argc, char **argv) {
+    dist_world w;
+    if (dist_init(&w, &argc, &argv) != 0) {
+        fprintf(stderr, "scaffold: %s\n", err_msg());
+        return 1;
+    }
+    log_set_rank(w.rank);
+    scaffold_config c;
+    int st = cli_load_config(
+        &c, argc, argv, &w,
+        "Trains the 3D U-Net with data parallelism over MPI until the validation hard Dice\n"
+        "reaches target_dice (or the epoch cap). Generates the fractal library and the dataset\n"
+        "first if they are missing. Writes a run folder under base_run_dir (config.yaml,\n"
+        "restart.sh, train_stats.csv, checkpoints/, figures/). Resume with --restart --run-dir DIR.");
+    if (st) {
+        dist_finalize(&w);
+        return st < 0 ? 0 : st;
+    }
+    bench_result r;
+    int rc = bench_run(&c, &w, argc, argv, &r);
+    if (rc) {
+        if (w.rank == 0)
+            fprintf(stderr, "scaffold benchmark: %s\n", err_msg());
+        dist_finalize(&w);
+        return err_exit_status(rc);
+    }
+    if (w.rank == 0) {
+        if (r.converged)
+            printf("benchmark: reached val dice %.4f >= %.3f at epoch %d on %d rank(s); "
+                   "time to target %.2f s (training wall time, I/O included); "
+                   "sum of epoch durations %.2f s; FOM (upstream, 1/sum) %.5g 1/s; "
+                   "checkpoints %.1f MB in %.2f s; run folder %s\n",
+                   r.val_dice, c.target_dice, r.last_epoch, w.size, r.wall_s, r.sum_epoch_s,
+                   r.fom_upstream, r.ckpt_bytes / 1e6, r.ckpt_s, c.run_dir);
+        else
+            printf("benchmark: stopped at epoch %d (cap %d) with val dice %.4f < %.3f on %d "
+                   "rank(s); no FOM (not converged); training wall time %.2f s; sum of epoch "
+                   "durations %.2f s; run folder %s\n",
+                   r.last_epoch, c.epochs, r.val_dice, c.target_dice, w.size, r.wall_s,
+                   r.sum_epoch_s, c.run_dir);
+        fflush(stdout);
+    }
+    dist_finalize(&w);
+    return 0;
+}

@@ -1,0 +1,28 @@
+/* bench: `scaffold benchmark`, the main job: fractals and dataset if missing, then data-parallel
+ * training of the 3D U-Net over MPI until the validation hard Dice reaches target_dice
+ * (reference §11), with warmup, checkpoints, resume, train_stats.csv, figures and the figure of
+ * merit. Every rank calls bench_run; errors are agreed on all ranks. */
+#ifndef SCAFFOLD_TRAIN_BENCH_H
+#define SCAFFOLD_TRAIN_BENCH_H
+
+#include "core/config.h"
+#include "dist/dist.h"
+
+/* Results of a run (rank 0's view; the same on every rank for the scalars). */
+typedef struct bench_result {
+    int epochs_run;       /* epochs trained by this invocation */
+    int last_epoch;       /* the last epoch number */
+    int converged;        /* val_dice >= target_dice */
+    double val_dice;
+    double sum_epoch_s;   /* sum of epoch_duration over the whole run (all invocations) */
+    double wall_s;        /* training wall time of this invocation (after warmup) */
+    double fom_upstream;  /* 1 / sum_epoch_s */
+    long long ckpt_bytes; /* bytes written in checkpoints */
+    double ckpt_s;        /* seconds spent writing checkpoints (blocking or background) */
+    double loader_wait_s; /* seconds the training loop waited for batches */
+} bench_result;
+
+/* Runs the benchmark. `c` is finalised with absolute directories (cli_load_config). */
+int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv, bench_result *out);
+
+#endif

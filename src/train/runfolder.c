@@ -1,0 +1,265 @@
+/* runfolder: run folder creation/resume, restart.sh, train_stats.csv (see runfolder.h). */
+#include "train/runfolder.h"
+
+#include "core/err.h"
+#include "core/log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Single-quotes a word for sh. */
+static void sh_quote(FILE *f, const char *s) {
+    fputc('\'', f);
+    for (; *s; s++) {
+        if (*s == '\'')
+            fputs("'\\''", f);
+        else
+            fputc(*s, f);
+    }
+    fputc('\'', f);
+}
+
+static int write_restart_script(const scaffold_config *c, const dist_world *w, int argc,
+                                char **argv) {
+    char path[FS_PATH_MAX], exe[FS_PATH_MAX], cwd[FS_PATH_MAX];
+    snprintf(path, sizeof path, "%s/restart.sh", c->run_dir);
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        snprintf(exe, sizeof exe, "scaffold");
+    else
+        exe[n] = '\0';
+    if (!getcwd(cwd, sizeof cwd))
+        snprintf(cwd, sizeof cwd, ".");
+    fs_atomic a;
+    int rc = fs_atomic_open(&a, path);
+    if (rc)
+        return rc;
+    FILE *f = a.fp;
+    fprintf(f, "#!/usr/bin/env bash\n"
+               "# Resumes this run from its checkpoints (written by scaffold benchmark).\n"
+               "# The merged configuration is config.yaml beside this script.\n"
+               "set -e\nRUN_DIR=\"$(cd \"$(dirname \"$0\")\" && pwd)\"\ncd ");
+    sh_quote(f, cwd);
+    fputc('\n', f);
+    if (w->size > 1)
+        fprintf(f, "exec mpirun -n %d ", w->size);
+    else
+        fprintf(f, "exec ");
+    sh_quote(f, exe);
+    fprintf(f, " benchmark -c \"$RUN_DIR/config.yaml\"");
+    /* Keep only the options that are not configuration (the config.yaml has those). */
+    for (int i = 1; i < argc; i++)
+        if (argv[i][0] == '-' && argv[i][1] == 'v' && strspn(argv[i] + 1, "v") == strlen(argv[i] + 1))
+            fprintf(f, " %s", argv[i]);
+    fprintf(f, " --restart --run-dir \"$RUN_DIR\" \"$@\"\n");
+    rc = fs_atomic_commit(&a, 1);
+    if (rc == 0 && chmod(path, 0755) != 0)
+        rc = err_set(ERR_IO, "cannot chmod %s: %s", path, strerror(errno));
+    return rc;
+}
+
+static int copy_file(const char *src, const char *dst) {
+    char *data = NULL;
+    size_t n = 0;
+    int rc = fs_read_file(src, &data, &n);
+    if (rc == 0)
+        rc = fs_write_file(dst, data, n, 1);
+    free(data);
+    return rc;
+}
+
+static int create_fresh(scaffold_config *c) {
+    int rc = fs_mkdir_p(c->base_run_dir);
+    if (rc)
+        return err_prefix("base_run_dir");
+    time_t t = time(NULL);
+    struct tm tm;
+    localtime_r(&t, &tm);
+    char stamp[32];
+    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+    char dir[FS_PATH_MAX];
+    for (int k = 0; k < 1000; k++) {
+        if (k == 0)
+            snprintf(dir, sizeof dir, "%s/%s_%s", c->base_run_dir, c->job_name, stamp);
+        else
+            snprintf(dir, sizeof dir, "%s/%s_%s-%d", c->base_run_dir, c->job_name, stamp, k);
+        if (mkdir(dir, 0777) == 0) {
+            snprintf(c->run_dir, sizeof c->run_dir, "%s", dir);
+            return 0;
+        }
+        if (errno != EEXIST)
+            return err_set(ERR_IO, "cannot create run folder %s: %s (check base_run_dir)", dir,
+                           strerror(errno));
+    }
+    return err_set(ERR_IO, "cannot create a run folder under %s", c->base_run_dir);
+}
+
+int run_folder_setup(scaffold_config *c, const dist_world *w, int argc, char **argv) {
+    int rc = 0;
+    int fresh = c->run_dir[0] == '\0';
+    if (!fresh) {
+        c->restart = 1;
+        c->train_from_scratch = 0;
+    }
+    if (w->rank == 0) {
+        if (fresh) {
+            rc = create_fresh(c);
+        } else {
+            char abs[FS_PATH_MAX];
+            rc = fs_abspath(c->run_dir, abs, sizeof abs);
+            if (rc == 0 && !fs_is_dir(abs))
+                rc = err_set(ERR_USAGE, "--run-dir %s: no such run folder", abs);
+            if (rc == 0)
+                snprintf(c->run_dir, sizeof c->run_dir, "%s", abs);
+        }
+        char p[FS_PATH_MAX + 32];
+        if (rc == 0) {
+            snprintf(p, sizeof p, "%s/%s", c->run_dir, c->checkpoint_dir);
+            rc = fs_mkdir_p(p);
+        }
+        if (rc == 0) {
+            snprintf(p, sizeof p, "%s/figures", c->run_dir);
+            rc = fs_mkdir_p(p);
+        }
+        if (rc == 0 && fresh) {
+            snprintf(p, sizeof p, "%s/config.yaml", c->run_dir);
+            rc = config_write_yaml(c, p, 0);
+            if (rc == 0) {
+                snprintf(p, sizeof p, "%s/overrides.yaml", c->run_dir);
+                rc = config_write_yaml(c, p, 1);
+            }
+            if (rc == 0 && c->n_files > 0) {
+                snprintf(p, sizeof p, "%s/base_config.yaml", c->run_dir);
+                rc = copy_file(c->files[0], p);
+            }
+            if (rc == 0)
+                rc = write_restart_script(c, w, argc, argv);
+        }
+    }
+    rc = dist_agree(w, rc);
+    if (rc)
+        return rc;
+    dist_bcast(w, c->run_dir, sizeof c->run_dir, 0);
+    return 0;
+}
+
+int run_stats_append(const char *run_dir, const run_stats_row *r) {
+    char path[FS_PATH_MAX];
+    snprintf(path, sizeof path, "%s/train_stats.csv", run_dir);
+    int fresh = !fs_exists(path);
+    FILE *f = fopen(path, "a");
+    if (!f)
+        return err_set(ERR_IO, "cannot append to %s: %s", path, strerror(errno));
+    if (fresh)
+        fprintf(f, "%s\n", RUN_STATS_HEADER);
+    char v[7][64];
+    config_pyfloat(r->epoch_loss, v[0], sizeof v[0]);
+    config_pyfloat(r->overall_loss, v[1], sizeof v[1]);
+    config_pyfloat(r->val_loss_epoch, v[2], sizeof v[2]);
+    config_pyfloat(r->val_loss_avg, v[3], sizeof v[3]);
+    config_pyfloat(r->train_dice, v[4], sizeof v[4]);
+    config_pyfloat(r->val_dice, v[5], sizeof v[5]);
+    config_pyfloat(r->epoch_duration, v[6], sizeof v[6]);
+    fprintf(f, "%d,%s,%s,%s,%s,%s,%s,%s,%ld,%ld\n", r->epoch, v[0], v[1], v[2], v[3], v[4], v[5],
+            v[6], r->optimizer_steps, r->total_optimizer_steps);
+    int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
+    bad |= fclose(f) != 0;
+    return bad ? err_set(ERR_IO, "cannot write %s", path) : 0;
+}
+
+int run_stats_read(const char *run_dir, run_stats_row **rows, int *n) {
+    char path[FS_PATH_MAX];
+    snprintf(path, sizeof path, "%s/train_stats.csv", run_dir);
+    *rows = NULL;
+    *n = 0;
+    if (!fs_exists(path))
+        return 0;
+    char *txt = NULL;
+    int rc = fs_read_file(path, &txt, NULL);
+    if (rc)
+        return rc;
+    int cap = 16, cnt = 0;
+    run_stats_row *out = malloc((size_t)cap * sizeof *out);
+    char *save = NULL;
+    int line = 0;
+    for (char *l = strtok_r(txt, "\n", &save); l && out; l = strtok_r(NULL, "\n", &save)) {
+        if (line++ == 0)
+            continue; /* header */
+        run_stats_row r;
+        if (sscanf(l, "%d,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%ld,%ld", &r.epoch, &r.epoch_loss,
+                   &r.overall_loss, &r.val_loss_epoch, &r.val_loss_avg, &r.train_dice, &r.val_dice,
+                   &r.epoch_duration, &r.optimizer_steps, &r.total_optimizer_steps) != 10)
+            continue; /* a torn last line after a crash */
+        if (cnt == cap) {
+            cap *= 2;
+            run_stats_row *nr = realloc(out, (size_t)cap * sizeof *out);
+            if (!nr) {
+                free(out);
+                out = NULL;
+                break;
+            }
+            out = nr;
+        }
+        out[cnt++] = r;
+    }
+    free(txt);
+    if (!out)
+        return err_set(ERR_NOMEM, "out of memory reading %s", path);
+    *rows = out;
+    *n = cnt;
+    return 0;
+}
+
+int run_stats_truncate(const char *run_dir, int start_epoch) {
+    char path[FS_PATH_MAX];
+    snprintf(path, sizeof path, "%s/train_stats.csv", run_dir);
+    if (!fs_exists(path))
+        return 0;
+    char *txt = NULL;
+    int rc = fs_read_file(path, &txt, NULL);
+    if (rc)
+        return rc;
+    fs_atomic a;
+    if ((rc = fs_atomic_open(&a, path)) != 0) {
+        free(txt);
+        return rc;
+    }
+    int line = 0;
+    char *save = NULL;
+    for (char *l = strtok_r(txt, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+        int ep;
+        if (line++ == 0 || (sscanf(l, "%d,", &ep) == 1 && ep < start_epoch && strchr(l, ',') &&
+                            strlen(l) > 10))
+            fprintf(a.fp, "%s\n", l);
+    }
+    free(txt);
+    return fs_atomic_commit(&a, 1);
+}
+
+int run_folder_clean(const scaffold_config *c) {
+    char p[FS_PATH_MAX + 64];
+    snprintf(p, sizeof p, "%s/train_stats.csv", c->run_dir);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/predictions", c->run_dir);
+    int rc = fs_rm_rf(p);
+    snprintf(p, sizeof p, "%s/%s", c->run_dir, c->checkpoint_dir);
+    DIR *d = opendir(p);
+    if (d) {
+        struct dirent *e;
+        char f[FS_PATH_MAX + 300];
+        while ((e = readdir(d)) != NULL) {
+            if (e->d_name[0] == '.' && (e->d_name[1] == '\0' || !strcmp(e->d_name, "..")))
+                continue;
+            snprintf(f, sizeof f, "%s/%s", p, e->d_name);
+            unlink(f);
+        }
+        closedir(d);
+    }
+    return rc;
+}
