@@ -681,7 +681,7 @@ static void jnum(FILE *out, double v) {
     else if (v == floor(v) && fabs(v) < 1e15)
         fprintf(out, "%.0f", v);
     else
-        fprintf(out, "%.6g", v);
+        fprintf(out, "%.10g", v);
 }
 
 #define JK(k) (fputs(",\"" k "\":", out))

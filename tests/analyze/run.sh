@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# Trace analyzer tests: C unit tests (+ ASan/UBSan build when present), fixtures with known
+# answers from tools/gen_traces.py, the real dftracer samples, compare verdicts, bad inputs,
+# rule overrides, and the HTML report rendered in headless Chromium.
+cd "$(dirname "$0")/../.." && source tests/lib.sh
+d=$(t_tmpdir)
+trap 'rm -rf "$d"' EXIT
+mkdir -p "$d/unit"
+t_cbin "$BUILD/tests/analyze/test_analyze" "$d/unit"
+if [ -x build-address-undefined/tests/analyze/test_analyze ]; then
+    mkdir -p "$d/unit-asan"
+    t_cbin build-address-undefined/tests/analyze/test_analyze "$d/unit-asan"
+else
+    echo "note: no ASan/UBSan build of test_analyze (make SAN=address,undefined tests-bin)"
+fi
+
+# json_check FILE PYTHON-EXPR: evaluates EXPR with r = the parsed JSON; passes when true.
+json_check() {
+    "$PYTHON" - "$1" "$2" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+ok = eval(sys.argv[2])
+if not ok:
+    f = [(x["id"], x["severity"]) for x in r.get("findings", [])]
+    sys.stderr.write("check failed: %s\nfindings: %s\n" % (sys.argv[2], f))
+sys.exit(0 if ok else 1)
+EOF
+}
+
+# --- fixtures with known answers
+"$PYTHON" tools/gen_traces.py "$d/fx" >/dev/null || t_fail "gen_traces.py"
+fires() { # SCENARIO RULE...: every RULE must be a (non-info) finding
+    local s=$1; shift
+    "$SCAFFOLD" analyze --json "$d/fx/$s" >"$d/$s.json" 2>"$d/$s.err" || { t_fail "analyze $s" "$(cat "$d/$s.err")"; return; }
+    local expr="all(any(f['id']==i and f['severity']!='info' for f in r['findings']) for i in $(printf "'%s'," "$@" | sed 's/,$//;s/^/[/;s/$/]/'))"
+    t_check "fixture $s -> $*" json_check "$d/$s.json" "$expr"
+}
+fires small_io wisio.small_reads drishti.small_requests
+fires metadata wisio.excessive_metadata
+fires random wisio.random_operations drishti.random_operations
+fires straggler drishti.stragglers
+fires unoverlapped dfanalyzer.unoverlapped_io dl.data_loader_stall
+fires checkpoint dl.checkpoint_burst
+"$SCAFFOLD" analyze --json "$d/fx/clean" >"$d/clean.json" 2>/dev/null
+t_check "fixture clean -> no finding" json_check "$d/clean.json" \
+    "not [f for f in r['findings'] if f['severity']!='info'] and not r['proposals']"
+t_check "clean: 12 checklist verdicts with reasons" json_check "$d/clean.json" \
+    "len(r['checklist'])==12 and all(c['reason'] for c in r['checklist'])"
+t_check "straggler names rank 2" json_check "$d/straggler.json" \
+    "any('rank 2' in e for f in r['findings'] if f['id']=='drishti.stragglers' for e in f['entities'])"
+t_check "random: access pattern computed from offsets" json_check "$d/random.json" \
+    "r['io']['access_pattern']['read']['random'] > 1000"
+t_check "checkpoint: bandwidth and events" json_check "$d/checkpoint.json" \
+    "r['checkpoint']['events']==3 and r['checkpoint']['bytes']==3*2**31 and r['checkpoint']['bandwidth_Bps']>0"
+t_check "proposals sorted by score, 50/50 weights" json_check "$d/unoverlapped.json" \
+    "r['proposals'] and all(abs(p['weighted_score']-0.5*(p['app_impact_pct']+p['system_impact_pct']))<1e-4 for p in r['proposals']) and [p['weighted_score'] for p in r['proposals']]==sorted([p['weighted_score'] for p in r['proposals']],reverse=True)"
+t_check "proposals cite sources and never do less" json_check "$d/checkpoint.json" \
+    "all(p['citation'].count('http') for p in r['proposals']) and not any(w in (p['strategy']+p['description']).lower() for p in r['proposals'] for w in ('fewer checkpoint','reduce checkpoint','less often','write less','fewer epochs'))"
+out=$("$SCAFFOLD" analyze "$d/fx/small_io" 2>&1)
+t_check "text report has the sections" grep -q "12-dimension checklist" <<<"$out"
+
+# --- real dftracer traces (v1 strings, v1.0.5 numeric hashes, v2 multi-member)
+S=../shared/data/dftracer-samples
+if [ -d "$S" ]; then
+    "$SCAFFOLD" analyze --json "$S/dlio-v2-threaded.pfw.gz" >"$d/dlio.json" 2>"$d/dlio.err"
+    t_check "dlio v2: 70016 preads of 256 KiB, 2 members, compute overlap" json_check "$d/dlio.json" \
+        "r['io']['ops']['read']==70016 and r['inputs'][0]['gzip_members']==2 and r['overlap']['has_compute'] and r['io']['histogram']['read'][4]==69888 and r['run']['threads']>20"
+    "$SCAFFOLD" analyze --json "$S/v1-small.pfw.gz" >"$d/v1.json" 2>"$d/v1.err"
+    t_check "v1 (string values, inline fname): bytes and files" json_check "$d/v1.json" \
+        "r['io']['bytes_written']>0 and r['run']['files']>=1 and r['inputs'][0]['malformed']==0 and any('dlio_profiler_data' in f['path'] for f in r['files'])"
+    "$SCAFFOLD" analyze --json "$S/cm1-48ranks" >"$d/cm1.json" 2>"$d/cm1.err"
+    t_check "cm1 (48 files, v1.0.5 numeric hashes): 48 processes, STDIO counted" json_check "$d/cm1.json" \
+        "r['run']['processes']==48 and len(r['inputs'])==48 and r['io']['stdio']['ops']>0 and r['run']['ignored_system_events']>0"
+    "$SCAFFOLD" analyze "$S" --html "$d/all.html" >"$d/all.txt" 2>&1
+    t_check "all samples at once (glob of dirs)" grep -q "^summary: " "$d/all.txt"
+    "$SCAFFOLD" analyze "$S/cm1-48ranks/*.pfw.gz" >/dev/null 2>&1
+    t_check "glob input" test $? -eq 0
+else
+    t_fail "dftracer samples" "missing $S (the shared/ folder beside the repository)"
+fi
+
+# --- compare
+C=$d/fx/compare
+cmpv() { # NAME CAND-PREFIX REGEX
+    local out
+    out=$("$SCAFFOLD" compare "$C"/base_r* -- "$C"/"$2"_r* 2>&1)
+    if grep -qE "$3" <<<"$out"; then t_ok "$1"; else t_fail "$1" "$(tail -3 <<<"$out")"; fi
+}
+cmpv "compare: real speedup -> keep" speedup "^verdict: keep"
+cmpv "compare: fewer checkpoints -> does less" fewer_ckpt "^verdict: reject \(does less, not faster\)"
+cmpv "compare: same config -> inconclusive" noise "^verdict: inconclusive"
+cmpv "compare: I/O gain, app slower -> guard" guard "^verdict: reject \(guard\)"
+"$SCAFFOLD" compare --json "$C"/base_r* -- "$C"/speedup_r* >"$d/cmp.json" 2>/dev/null
+t_check "compare --json: range and counts" json_check "$d/cmp.json" \
+    "r['verdict']=='keep' and r['wall_delta']['low']<=r['wall_delta']['median']<=r['wall_delta']['high']<0 and r['baseline'][0]['checkpoint_events']==r['candidate'][0]['checkpoint_events']"
+t_expect_fail "compare without --" 2 "separated by '--'" "$SCAFFOLD" compare "$C/base_r0"
+
+# --- bad inputs: clear messages, partial results
+mkdir -p "$d/empty"
+t_expect_fail "empty directory" 2 "holds no trace files" "$SCAFFOLD" analyze "$d/empty"
+t_expect_fail "missing path" 2 "nope.pfw" "$SCAFFOLD" analyze "$d/nope.pfw"
+t_expect_fail "pattern matching nothing" 2 "matches no" "$SCAFFOLD" analyze "$d/none-*.pfw.gz"
+f=$(ls "$d/fx/small_io"/*.pfw.gz | head -1)
+sz=$(stat -c %s "$f")
+head -c $((sz * 2 / 3)) "$f" >"$d/cut.pfw.gz"
+out=$("$SCAFFOLD" analyze "$d/cut.pfw.gz" 2>&1); rc=$?
+if [ $rc -eq 0 ] && grep -q "truncated" <<<"$out" && grep -q "^summary: " <<<"$out"; then
+    t_ok "truncated gzip: warning and partial report"
+else
+    t_fail "truncated gzip" "rc=$rc $(head -3 <<<"$out")"
+fi
+{ zcat "$f" | head -50; echo 'this is not json'; zcat "$f" | sed -n '51,80p'; } >"$d/bad.pfw"
+out=$("$SCAFFOLD" analyze --json "$d/bad.pfw" 2>"$d/bad.err"); rc=$?
+if [ $rc -eq 0 ] && grep -q "malformed line" "$d/bad.err" && grep -q '"malformed":1' <<<"$out"; then
+    t_ok "non-JSON line: counted, named, rest kept"
+else
+    t_fail "non-JSON line" "rc=$rc $(cat "$d/bad.err")"
+fi
+printf 'hello\n' >"$d/junk.pfw"
+t_expect_fail "file without events" 2 "no trace event could be read" "$SCAFFOLD" analyze "$d/junk.pfw"
+t_expect_fail "bad option value" 2 "--window" "$SCAFFOLD" analyze --window -1 "$d/fx/clean"
+
+# --- rules as data: dump, override, bad override
+"$SCAFFOLD" analyze --dump-rules >"$d/rules.yaml"
+t_check "dump-rules lists sources" grep -q "citation: \"Bez" "$d/rules.yaml"
+printf 'rules:\n  - id: wisio.small_reads\n    threshold: 0.999\n  - id: drishti.small_requests\n    enabled: false\n' >"$d/ovr.yaml"
+"$SCAFFOLD" analyze --json --rules "$d/ovr.yaml" "$d/fx/small_io" >"$d/ovr.json" 2>/dev/null
+t_check "override silences small-I/O rules" json_check "$d/ovr.json" \
+    "not any(f['id'] in ('wisio.small_reads','drishti.small_requests') for f in r['findings'])"
+printf 'rules:\n  - id: wisio.small_reads\n    threshold: lots\n' >"$d/bad.yaml"
+t_expect_fail "bad override value" 2 "bad.yaml:3: threshold must be a number" \
+    "$SCAFFOLD" analyze --rules "$d/bad.yaml" "$d/fx/clean"
+
+# --- HTML in headless Chromium: renders without errors, screenshot, text present
+"$SCAFFOLD" analyze --html "$d/report.html" "$d/fx/unoverlapped" >/dev/null 2>&1
+CHROME=$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)
+if [ -z "$CHROME" ]; then
+    echo "SKIP html-in-chromium: chromium is not installed (apt-get install chromium)"
+else
+    copts="--headless --no-sandbox --disable-gpu --hide-scrollbars --enable-logging=stderr --v=0"
+    timeout 90 "$CHROME" $copts --window-size=1200,2400 --screenshot="$d/shot.png" \
+        "file://$d/report.html" >"$d/chrome.out" 2>&1
+    t_check "chromium screenshot written" test -s "$d/shot.png"
+    t_check "screenshot is a real page (PNG, > 20 KB)" \
+        "$PYTHON" -c "import sys;b=open(sys.argv[1],'rb').read();sys.exit(0 if b[:8]==b'\x89PNG\r\n\x1a\n' and len(b)>20000 else 1)" "$d/shot.png"
+    if grep -qiE "Uncaught|ERROR:CONSOLE|Failed to load resource" "$d/chrome.out"; then
+        t_fail "page loads without console errors" "$(grep -iE 'Uncaught|CONSOLE|Failed to load' "$d/chrome.out" | head -3)"
+    else
+        t_ok "page loads without console errors"
+    fi
+    timeout 90 "$CHROME" --headless --no-sandbox --disable-gpu --dump-dom "file://$d/report.html" >"$d/dom.html" 2>/dev/null
+    t_check "rendered page text: sections and finding" "$PYTHON" -c "
+import sys,re
+t=re.sub(r'<[^>]+>',' ',open(sys.argv[1]).read())
+need=['Timeline by category','Access sizes','I/O time per process','12-dimension checklist','Proposals','dfanalyzer.unoverlapped_io','weighted score']
+miss=[n for n in need if n not in t]
+print('missing:',miss) if miss else None
+sys.exit(1 if miss else 0)" "$d/dom.html"
+    t_check "three SVG charts" test "$(grep -o '<svg' "$d/dom.html" | wc -l)" -eq 3
+fi
+t_report

@@ -1,0 +1,349 @@
+/* test_analyze: unit tests of the trace analyzer: JSON line scanning (v1 strings, v2 hashes,
+ * escapes, malformed input), classification, Darshan bucket edges, multi-member and truncated
+ * gzip, access-pattern classification, overlap, rule overrides, the do-less guard on the
+ * strategy catalogue and the compare verdicts. Usage: test_analyze TMPDIR */
+#include "analyze/compare.h"
+#include "analyze/metrics.h"
+#include "analyze/report.h"
+#include "analyze/rules.h"
+#include "analyze/trace.h"
+#include "core/err.h"
+#include "test.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+static const char *tmpdir;
+
+static int parse(const char *s, an_rawev *ev) {
+    return an_parse_line(s, s + strlen(s), ev);
+}
+
+static void test_parse(void) {
+    an_rawev ev;
+    CHECK(parse("[", &ev) == 0, "bracket line skipped");
+    CHECK(parse("]", &ev) == 0, "closing bracket skipped");
+    CHECK(parse("   ", &ev) == 0, "blank skipped");
+    CHECK(parse("not json", &ev) == -1, "garbage is malformed");
+    CHECK(parse("{\"name\":\"read\",\"ts\":12", &ev) == -1, "cut line is malformed");
+    int r = parse("{\"id\":236,\"name\":\"pread\",\"cat\":\"POSIX\",\"pid\":1028567,\"tid\":1028567,"
+                  "\"ts\":1744611915154466,\"dur\":3,\"ph\":\"X\",\"args\":{\"hhash\":"
+                  "9509357668201227806,\"p_idx\":231,\"fd\":16,\"fhash\":16070890475139568535,"
+                  "\"ret\":16,\"count\":16,\"offset\":0,\"level\":11}}",
+                  &ev);
+    CHECK(r == 1, "v1.0.8 line parses");
+    CHECK(ev.ts == 1744611915154466LL && ev.dur == 3 && ev.pid == 1028567, "numbers");
+    CHECK(ev.fhash_n == 20 && !memcmp(ev.fhash, "16070890475139568535", 20), "numeric hash kept raw");
+    CHECK((ev.has & AN_RAW_RET) && ev.ret == 16 && (ev.has & AN_RAW_OFFSET) && ev.offset == 0,
+          "ret/offset");
+    r = parse(" {\"id\":\"5\",\"name\":\"write\",\"cat\":\"POSIX\",\"pid\":\"13\",\"tid\":\"2\",\"ts\":"
+              "\"1698080323825066\",\"dur\":\"106189\",\"ph\":\"X\",\"args\":{\"hostname\":\"c237\","
+              "\"ret\":\"3276800\",\"fname\":\"/p/a b\\\"q\\\\.bat\",\"fd\":18}}",
+              &ev);
+    CHECK(r == 1, "v1 all-strings line parses");
+    CHECK(ev.ts == 1698080323825066LL && ev.dur == 106189 && ev.ret == 3276800, "quoted numbers");
+    char buf[64];
+    size_t n = an_json_unescape(ev.fname, ev.fname_n, buf, sizeof buf);
+    buf[n] = 0;
+    CHECK(!strcmp(buf, "/p/a b\"q\\.bat"), "escapes decoded: %s", buf);
+    r = parse("{\"name\":\"PR\",\"cat\":\"dftracer\",\"pid\":7,\"ph\":\"M\",\"args\":{\"name\":"
+              "\"core_affinity\",\"value\":[1,2,[3]]}},",
+              &ev);
+    CHECK(r == 1 && ev.m_value_n == 9, "array value kept raw, trailing comma ok (%d)", r);
+    r = parse("{\"name\":\"x\",\"ts\":1.5e3,\"dur\":2,\"ph\":\"X\"} junk", &ev);
+    CHECK(r == -1, "trailing junk is malformed");
+    r = parse("{\"name\":\"x\",\"ts\":1.5e3,\"dur\":2,\"ph\":\"X\"}", &ev);
+    CHECK(r == 1 && ev.ts == 1500, "float timestamp");
+}
+
+static void test_classify(void) {
+    unsigned fl;
+#define CL(n, c) an_classify(n, strlen(n), c, strlen(c), &fl)
+    CHECK(CL("pread64", "POSIX") == AN_OP_READ && fl == AN_F_POSIX, "pread64 is a read");
+    CHECK(CL("pwritev2", "posix") == AN_OP_WRITE, "pwritev2 is a write");
+    CHECK(CL("openat", "POSIX") == AN_OP_META, "openat is metadata");
+    CHECK(CL("newfstatat", "POSIX") == AN_OP_META, "newfstatat is metadata");
+    CHECK(CL("fdatasync", "POSIX") == AN_OP_SYNC, "fdatasync is sync");
+    CHECK(CL("fread", "STDIO") == AN_OP_READ && fl == AN_F_STDIO, "fread is a STDIO read");
+    CHECK(CL("mmap", "POSIX") == AN_OP_IO_OTHER, "mmap is other");
+    CHECK(CL("fetch.iter", "dataloader") == AN_OP_FETCH, "fetch.iter is the wait");
+    CHECK(CL("fetch.block", "dataloader") == AN_OP_NONE, "fetch.block is the body");
+    CHECK(CL("fetch", "dataloader") == AN_OP_FETCH, "our fetch");
+    CHECK(CL("TFFramework.compute", "ai_framework") == AN_OP_COMPUTE, "DLIO compute");
+    CHECK(CL("forward", "compute") == AN_OP_COMPUTE, "forward");
+    CHECK(CL("capture", "checkpoint") == AN_OP_CKPT, "checkpoint");
+    CHECK(CL("epoch.block", "pipeline") == AN_OP_EPOCH, "epoch.block");
+    CHECK(CL("epoch", "pipeline") == AN_OP_EPOCH, "epoch");
+    CHECK(CL("all_reduce", "comm") == AN_OP_COMM, "comm");
+#undef CL
+}
+
+static void test_buckets(void) {
+    CHECK(an_bucket_of(0) == 0 && an_bucket_of(100) == 0 && an_bucket_of(101) == 1, "0-100 edge");
+    CHECK(an_bucket_of(1024) == 1 && an_bucket_of(1025) == 2, "1K edge");
+    CHECK(an_bucket_of(1048576) == 4 && an_bucket_of(1048577) == 5, "1M edge");
+    CHECK(an_bucket_of(4194304) == 5 && an_bucket_of(4194305) == 6, "4M edge");
+    CHECK(an_bucket_of(1073741824) == 8 && an_bucket_of(1073741825) == 9, "1G edge");
+}
+
+/* Writes `text` as a gzip file of `members` independent members (split at line boundaries). */
+static void write_gz(const char *path, const char *text, int members) {
+    FILE *f = fopen(path, "wb");
+    size_t len = strlen(text), per = len / (size_t)members + 1, off = 0;
+    while (off < len) {
+        size_t end = off + per < len ? off + per : len;
+        while (end < len && text[end - 1] != '\n')
+            end++;
+        z_stream zs;
+        memset(&zs, 0, sizeof zs);
+        deflateInit2(&zs, 6, Z_DEFLATED, 31, 8, Z_DEFAULT_STRATEGY);
+        unsigned char out[1 << 16];
+        zs.next_in = (unsigned char *)text + off;
+        zs.avail_in = (uInt)(end - off);
+        do {
+            zs.next_out = out;
+            zs.avail_out = sizeof out;
+            deflate(&zs, Z_FINISH);
+            fwrite(out, 1, sizeof out - zs.avail_out, f);
+        } while (zs.avail_out == 0);
+        deflateEnd(&zs);
+        off = end;
+    }
+    fclose(f);
+}
+
+static char *make_trace(int nreads) {
+    size_t cap = 1 << 20, len = 0;
+    char *s = malloc(cap);
+    len += (size_t)snprintf(s + len, cap - len,
+                            "[\n{\"name\":\"HH\",\"cat\":\"dftracer\",\"pid\":9,\"tid\":9,\"ph\":\"M\","
+                            "\"args\":{\"name\":\"hostA\",\"value\":\"aa\"}}\n"
+                            "{\"name\":\"FH\",\"cat\":\"dftracer\",\"pid\":9,\"tid\":9,\"ph\":\"M\","
+                            "\"args\":{\"name\":\"/data/f.bin\",\"value\":\"ff\"}}\n");
+    /* Offsets: 0, 4096 (consecutive), 16384 (sequential gap), 0 (random), then consecutive. */
+    long long off[] = {0, 4096, 16384, 0, 4096};
+    for (int i = 0; i < nreads; i++) {
+        long long o = i < 5 ? off[i] : 4096LL * (i - 3);
+        /* Written in reverse time order to exercise the sort. */
+        len += (size_t)snprintf(s + len, cap - len,
+                                "{\"name\":\"pread64\",\"cat\":\"POSIX\",\"pid\":9,\"tid\":9,\"ts\":%d,"
+                                "\"dur\":10,\"ph\":\"X\",\"args\":{\"hhash\":\"aa\",\"fhash\":\"ff\","
+                                "\"ret\":4096,\"offset\":%lld}}\n",
+                                1000000 - i * 100, o);
+    }
+    len += (size_t)snprintf(s + len, cap - len, "]");
+    return s;
+}
+
+static void test_gzip_and_patterns(void) {
+    char p1[512], p2[512];
+    snprintf(p1, sizeof p1, "%s/multi.pfw.gz", tmpdir);
+    char *text = make_trace(400);
+    write_gz(p1, text, 5);
+    char *files[1] = {p1};
+    an_trace t;
+    an_read_opts o = {.threads = 2};
+    int rc = an_trace_read(&t, files, 1, &o);
+    CHECK(rc == 0, "multi-member read: %s", err_msg());
+    CHECK(t.n == 400, "all 400 events read across members, got %zu", t.n);
+    CHECK(t.inputs[0].members == 5, "5 members, got %llu", (unsigned long long)t.inputs[0].members);
+    CHECK(!t.inputs[0].truncated && !t.inputs[0].malformed, "clean file");
+    int sorted = 1;
+    for (size_t i = 1; i < t.n; i++)
+        sorted &= t.ts[i] >= t.ts[i - 1];
+    CHECK(sorted, "events sorted by time");
+    CHECK(t.n && !strcmp(an_strtab_get(&t.files, t.file[0]), "/data/f.bin"), "FH resolved");
+    CHECK(t.nprocs == 1 && !strcmp(an_strtab_get(&t.hosts, t.procs[0].host), "hostA"),
+          "HH resolved");
+    an_trace_free(&t);
+    /* Access patterns on 5 reads with known classes (time order = reversed file order). */
+    snprintf(p2, sizeof p2, "%s/pattern.pfw", tmpdir);
+    free(text);
+    text = make_trace(5);
+    /* make_trace writes times descending; the reader sorts ascending, so the first in time is
+     * the last written: re-create with ascending offsets in time order by reversing. */
+    FILE *f = fopen(p2, "w");
+    fputs(text, f);
+    fclose(f);
+    files[0] = p2;
+    rc = an_trace_read(&t, files, 1, &o);
+    CHECK(rc == 0 && t.n == 5, "pattern file read");
+    an_metrics m;
+    rc = an_metrics_compute(&t, 0, &m);
+    CHECK(rc == 0, "metrics");
+    /* In time order the offsets are 4096, 0, 16384, 4096, 0 (the list reversed):
+     * 4096 first-not-at-0 -> random; 0 < 8192 -> random; 16384 > 4096 -> sequential;
+     * 4096 < 20480 -> random; 0 -> random. */
+    CHECK(m.read_classified == 5, "5 classified, got %llu", (unsigned long long)m.read_classified);
+    CHECK(m.read_random == 4 && m.read_seq == 1 && m.read_consec == 0,
+          "random 4 / seq 1 / consec 0, got %llu/%llu/%llu", (unsigned long long)m.read_random,
+          (unsigned long long)m.read_seq, (unsigned long long)m.read_consec);
+    CHECK(m.hist_read[an_bucket_of(4096)] == 5, "histogram");
+    CHECK(m.bytes_read == 5 * 4096, "bytes");
+    an_metrics_free(&m);
+    an_trace_free(&t);
+    free(text);
+    /* Truncation: cut the multi-member file in the middle of its third member. */
+    char p3[512];
+    snprintf(p3, sizeof p3, "%s/cut.pfw.gz", tmpdir);
+    f = fopen(p1, "rb");
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *all = malloc((size_t)sz);
+    size_t got = fread(all, 1, (size_t)sz, f);
+    fclose(f);
+    f = fopen(p3, "wb");
+    fwrite(all, 1, got / 2, f);
+    fclose(f);
+    free(all);
+    files[0] = p3;
+    rc = an_trace_read(&t, files, 1, &o);
+    CHECK(rc == 0, "truncated file still yields a trace: %s", err_msg());
+    CHECK(t.inputs[0].truncated, "truncation detected");
+    CHECK(t.n > 100 && t.n < 400, "partial events kept: %zu", t.n);
+    CHECK(strstr(t.inputs[0].note, "truncated") != NULL, "note names the truncation: %s",
+          t.inputs[0].note);
+    an_trace_free(&t);
+    /* A file with nothing readable is an error naming the file. */
+    char p4[512];
+    snprintf(p4, sizeof p4, "%s/garbage.pfw", tmpdir);
+    f = fopen(p4, "w");
+    fputs("hello\nworld\n", f);
+    fclose(f);
+    files[0] = p4;
+    rc = an_trace_read(&t, files, 1, &o);
+    CHECK(rc == ERR_FORMAT && strstr(err_msg(), "garbage.pfw"), "garbage rejected: %s", err_msg());
+    an_trace_free(&t);
+}
+
+static void test_overlap(void) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/overlap.pfw", tmpdir);
+    FILE *f = fopen(p, "w");
+    /* compute [0,100 ms], read [50,150 ms] on another thread, fetch [150,170 ms]. */
+    fputs("[\n"
+          "{\"name\":\"forward\",\"cat\":\"compute\",\"pid\":1,\"tid\":1,\"ts\":0,\"dur\":100000,\"ph\":\"X\"}\n"
+          "{\"name\":\"read\",\"cat\":\"POSIX\",\"pid\":1,\"tid\":2,\"ts\":50000,\"dur\":100000,\"ph\":\"X\",\"args\":{\"ret\":1048576,\"fname\":\"/d/x\"}}\n"
+          "{\"name\":\"fetch\",\"cat\":\"dataloader\",\"pid\":1,\"tid\":1,\"ts\":150000,\"dur\":20000,\"ph\":\"X\"}\n"
+          "]",
+          f);
+    fclose(f);
+    char *files[1] = {p};
+    an_trace t;
+    an_read_opts o = {0};
+    CHECK(an_trace_read(&t, files, 1, &o) == 0, "overlap trace");
+    an_metrics m;
+    CHECK(an_metrics_compute(&t, 0, &m) == 0, "metrics");
+    CHECK(fabs(m.io_compute_overlap_s - 0.05) < 1e-9, "overlap 50 ms, got %g", m.io_compute_overlap_s);
+    CHECK(fabs(m.unoverlapped_io_s - 0.05) < 1e-9, "unoverlapped 50 ms");
+    CHECK(fabs(m.stall_s - 0.02) < 1e-9, "stall 20 ms");
+    CHECK(fabs(m.wall_s - 0.17) < 1e-9, "wall 170 ms");
+    CHECK(fabs(m.compute_util - 100.0 / 170.0) < 1e-9, "compute util");
+    an_metrics_free(&m);
+    an_trace_free(&t);
+}
+
+static void test_rules_and_catalogue(void) {
+    an_ruleset rs;
+    CHECK(an_rules_default(&rs) == 0, "default rules");
+    int has_small = 0, has_drishti_meta = 0;
+    for (size_t i = 0; i < rs.n; i++) {
+        CHECK(rs.rules[i].citation && strstr(rs.rules[i].citation, "http"),
+              "rule %s cites a URL", rs.rules[i].id);
+        has_small |= !strcmp(rs.rules[i].id, "wisio.small_reads") && rs.rules[i].threshold == 0.5 &&
+                     rs.rules[i].threshold2 == 1048576;
+        has_drishti_meta |= !strcmp(rs.rules[i].id, "drishti.metadata_time") &&
+                            rs.rules[i].threshold == 30;
+    }
+    CHECK(has_small && has_drishti_meta, "WisIO and Drishti thresholds");
+    char p[512];
+    snprintf(p, sizeof p, "%s/rules.yaml", tmpdir);
+    FILE *f = fopen(p, "w");
+    fputs("rules:\n  - id: wisio.small_reads\n    threshold: 0.9\n  - enabled: false\n    id: "
+          "drishti.stdio\n",
+          f);
+    fclose(f);
+    CHECK(an_rules_load_overrides(&rs, p) == 0, "override loads: %s", err_msg());
+    for (size_t i = 0; i < rs.n; i++) {
+        if (!strcmp(rs.rules[i].id, "wisio.small_reads"))
+            CHECK(rs.rules[i].threshold == 0.9, "threshold overridden");
+        if (!strcmp(rs.rules[i].id, "drishti.stdio"))
+            CHECK(!rs.rules[i].enabled, "rule disabled");
+    }
+    f = fopen(p, "w");
+    fputs("rules:\n  - id: no.such.rule\n    threshold: 1\n", f);
+    fclose(f);
+    int rc = an_rules_load_overrides(&rs, p);
+    CHECK(rc == ERR_CONFIG && strstr(err_msg(), "no.such.rule") && strstr(err_msg(), "rules.yaml"),
+          "unknown id rejected: %s", err_msg());
+    an_rules_free(&rs);
+    CHECK(!strcmp(an_severity(0.6), "critical") && !strcmp(an_severity(0.3), "high") &&
+              !strcmp(an_severity(0.15), "medium") && !strcmp(an_severity(0.05), "low") &&
+              !strcmp(an_severity(0.001), "trivial"),
+          "severity bins");
+    size_t ns;
+    const an_strategy *s = an_strategies(&ns);
+    for (size_t i = 0; i < ns; i++) {
+        CHECK(!s[i].does_less && !an_text_does_less(s[i].desc) && !an_text_does_less(s[i].name),
+              "strategy %s does not do less", s[i].key);
+        CHECK(strstr(s[i].citation, "http") != NULL, "strategy %s cites a URL", s[i].key);
+        CHECK(s[i].dim >= 1 && s[i].dim <= 12, "strategy %s has a checklist dimension", s[i].key);
+    }
+    CHECK(an_text_does_less("Reduce checkpoint frequency to every 4 epochs"), "do-less detector");
+    CHECK(an_text_does_less("write fewer checkpoints"), "do-less detector 2");
+    CHECK(!an_text_does_less("Asynchronous checkpointing"), "not do-less");
+}
+
+static an_run mkrun(double wall, uint64_t ckpt, double io) {
+    an_run r;
+    memset(&r, 0, sizeof r);
+    r.wall_s = wall;
+    r.epoch_mean_s = wall / 4;
+    r.epochs = 4;
+    r.ckpt_events = ckpt;
+    r.ckpt_bytes = ckpt * 100;
+    r.bytes_read = 1000;
+    r.bytes_written = ckpt * 100;
+    r.compute_events = 300;
+    r.io_time_s = io;
+    return r;
+}
+
+static void test_compare(void) {
+    an_run b[3] = {mkrun(100, 4, 30), mkrun(101, 4, 30), mkrun(99.5, 4, 30)};
+    an_run fast[2] = {mkrun(70, 4, 30), mkrun(71, 4, 30)};
+    an_run less[2] = {mkrun(90, 2, 20), mkrun(90.5, 2, 20)};
+    an_run same[2] = {mkrun(100.2, 4, 30), mkrun(100.6, 4, 30)};
+    an_run guard[2] = {mkrun(106, 4, 10), mkrun(106.5, 4, 10)};
+    an_run slow[2] = {mkrun(120, 4, 30), mkrun(121, 4, 30)};
+    an_compare_result r;
+    an_compare(b, 3, fast, 2, 0.01, &r);
+    CHECK(!strcmp(r.verdict, "keep"), "speedup kept: %s", r.reason);
+    CHECK(r.wall_hi < 0 && r.wall_lo <= r.wall_med && r.wall_med <= r.wall_hi, "range ordered");
+    an_compare(b, 3, less, 2, 0.01, &r);
+    CHECK(!strcmp(r.verdict, "reject") && r.does_less && strstr(r.reason, "does less, not faster"),
+          "fewer checkpoints rejected: %s", r.reason);
+    an_compare(b, 3, same, 2, 0.01, &r);
+    CHECK(!strcmp(r.verdict, "inconclusive"), "noise inconclusive: %s", r.reason);
+    an_compare(b, 3, guard, 2, 0.01, &r);
+    CHECK(!strcmp(r.verdict, "reject") && r.guard_triggered, "guard: %s", r.reason);
+    an_compare(b, 3, slow, 2, 0.01, &r);
+    CHECK(!strcmp(r.verdict, "reject") && !r.guard_triggered && !r.does_less, "regression: %s",
+          r.reason);
+}
+
+int main(int argc, char **argv) {
+    tmpdir = argc > 1 ? argv[1] : "/tmp";
+    test_parse();
+    test_classify();
+    test_buckets();
+    test_gzip_and_patterns();
+    test_overlap();
+    test_rules_and_catalogue();
+    test_compare();
+    return test_report();
+}
