@@ -1,9 +1,49 @@
 #!/usr/bin/env bash
 # Training-engine tests: layers and the whole U-Net against PyTorch fixtures, finite
-# differences, optimized-vs-naive kernels, checkpoints, predict; ASan/UBSan on the layer tests.
+# differences, optimized-vs-naive kernels, checkpoints, `scaffold predict` (errors, and interop
+# with PyTorch when torch is installed), and the layer tests under ASan/UBSan.
 cd "$(dirname "$0")/../.." && source tests/lib.sh
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 FIX=tests/nn/fixtures
 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
-[ -x "$BUILD/tests/nn/test_unet" ] && t_cbin "$BUILD/tests/nn/test_unet" "$FIX"
+t_cbin "$BUILD/tests/nn/test_unet" "$FIX"
+
+d=$(t_tmpdir)
+"$BUILD/tests/nn/test_unet" --write-ckpt "$d/c.safetensors" || t_fail "write checkpoint"
+"$PYTHON" -c "
+import numpy as np
+r = np.random.default_rng(1)
+np.save('$d/v.npy', r.standard_normal((3,8,8,8)).astype(np.float32))
+np.save('$d/odd.npy', r.standard_normal((3,8,6,8)).astype(np.float32))
+np.save('$d/v64.npy', r.standard_normal((3,8,8,8)))
+np.save('$d/v2d.npy', r.standard_normal((8,8)).astype(np.float32))
+"
+t_expect_fail "predict: missing --input" 2 "required" "$SCAFFOLD" predict --checkpoint "$d/c.safetensors"
+t_expect_fail "predict: unknown option" 2 "unknown" "$SCAFFOLD" predict --frobnicate
+t_expect_fail "predict: bad --threads" 2 "positive integer" "$SCAFFOLD" predict --checkpoint x --input y --threads 0
+t_expect_fail "predict: extent not a multiple of 2^layers" 2 "odd.npy.*multiple of 2\^layers" "$SCAFFOLD" predict --checkpoint "$d/c.safetensors" --input "$d/odd.npy" --mask "$d/o.npy"
+t_expect_fail "predict: float64 volume" 2 "v64.npy: expected a float32 volume" "$SCAFFOLD" predict --checkpoint "$d/c.safetensors" --input "$d/v64.npy"
+t_expect_fail "predict: 2-D volume" 2 "expected a float32 volume of shape \(3, D, H, W\)" "$SCAFFOLD" predict --checkpoint "$d/c.safetensors" --input "$d/v2d.npy"
+t_expect_fail "predict: missing checkpoint" 2 "cannot open checkpoint" "$SCAFFOLD" predict --checkpoint "$d/none.safetensors" --input "$d/v.npy"
+head -c 3000 "$d/c.safetensors" > "$d/trunc.safetensors"
+t_expect_fail "predict: truncated checkpoint" 2 "trunc.safetensors.*(truncated|past the end)" "$SCAFFOLD" predict --checkpoint "$d/trunc.safetensors" --input "$d/v.npy"
+printf 'not a checkpoint at all' > "$d/junk.safetensors"
+t_expect_fail "predict: not a safetensors file" 2 "junk.safetensors" "$SCAFFOLD" predict --checkpoint "$d/junk.safetensors" --input "$d/v.npy"
+t_check "predict: no half-written output after errors" test ! -e "$d/o.npy"
+t_check "predict: --mask only" "$SCAFFOLD" predict --checkpoint "$d/c.safetensors" --input "$d/v.npy" --mask "$d/m.npy"
+if "$PYTHON" -c "import torch" 2>/dev/null; then
+    source tests/nn/interop.sh
+else
+    echo "skip PyTorch interop tests (torch not installed)"
+fi
+rm -rf "$d"
+
+# Sanitizers on the layer tests (ASan + UBSan), built here when missing.
+if [ "${SCAFFOLD_TEST_SAN:-0}" != 1 ]; then
+    SAN_BIN=build-address-undefined/tests/nn/test_layers
+    if [ ! -x "$SAN_BIN" ] || [ "$SAN_BIN" -ot src/nn/conv.c ] || [ "$SAN_BIN" -ot tests/nn/test_layers.c ]; then
+        make -s SAN=address,undefined "$SAN_BIN" >/dev/null 2>&1 || t_fail "build ASan/UBSan layer tests"
+    fi
+    [ -x "$SAN_BIN" ] && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 OMP_NUM_THREADS=2 t_cbin "$SAN_BIN" "$FIX"
+fi
 t_report

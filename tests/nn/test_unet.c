@@ -11,6 +11,7 @@
 #include "test.h"
 
 #include "core/fsutil.h"
+#include "core/rng.h"
 
 #include <math.h>
 #include <string.h>
@@ -353,7 +354,31 @@ static void test_checkpoint(ufix *f, nn_optim *o) {
     fs_rm_rf(dir);
 }
 
+/* `test_unet --write-ckpt PATH`: writes the checkpoint of an initialised 2-level, base-8,
+ * 4-class model with perturbed GroupNorm parameters (for the PyTorch interop test). */
+static int write_ckpt(const char *path) {
+    nn_unet_spec s = {3, 4, 2, 8, 4};
+    nn_unet m;
+    if (nn_unet_create(&m, &s, 1, 8, 8, 8))
+        return 1;
+    nn_unet_init_params(&m, 2024);
+    rng r = rng_make(5, RNG_TEST, 0, 0);
+    for (int i = 0; i < m.ntensors; i++)
+        if (strstr(m.tensors[i].name, ".double_conv.1.") ||
+            strstr(m.tensors[i].name, ".double_conv.4."))
+            for (size_t k = 0; k < m.tensors[i].numel; k++)
+                m.params[m.tensors[i].offset + k] += 0.3f * (float)rng_normal(&r);
+    const char *meta[] = {"note", "interop test"};
+    int rc = nn_checkpoint_save(path, &m, NULL, meta, 1);
+    if (rc)
+        fprintf(stderr, "%s\n", err_msg());
+    nn_unet_free(&m);
+    return rc ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 2 && !strcmp(argv[1], "--write-ckpt"))
+        return write_ckpt(argv[2]);
     const char *dir = argc > 1 ? argv[1] : "tests/nn/fixtures";
     test_param_counts();
     test_init();

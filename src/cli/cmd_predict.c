@@ -1,0 +1,168 @@
+/* cmd_predict: `scaffold predict`, the forward pass of a U-Net checkpoint on one volume.
+ * Reads scaffold checkpoints and PyTorch state_dicts of upstream's UNet saved as safetensors
+ * (architecture inferred from tensor names and shapes); writes logits and/or the argmax mask as
+ * .npy (atomically). Bad arguments, a bad checkpoint or a volume of the wrong shape exit 2 with
+ * one message naming the file and the fix. */
+#include "cli/cli.h"
+#include "core/err.h"
+#include "core/log.h"
+#include "core/npy.h"
+#include "nn/checkpoint.h"
+#include "nn/unet.h"
+
+#include <getopt.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: scaffold predict --checkpoint FILE --input VOLUME.npy [--logits OUT.npy]\n"
+            "                        [--mask OUT.npy] [--group-norm-groups G] [--threads N]\n\n"
+            "Runs the U-Net of a checkpoint on one volume.\n\n"
+            "  --checkpoint FILE       scaffold checkpoint, or upstream's PyTorch UNet state_dict\n"
+            "                          saved with safetensors.torch.save_file\n"
+            "  --input VOLUME.npy      float32 array (C, D, H, W), C = the model's input channels\n"
+            "                          (3), D, H, W multiples of 2^layers\n"
+            "  --logits OUT.npy        write float32 logits (n_classes, D, H, W)\n"
+            "  --mask OUT.npy          write uint16 argmax labels (D, H, W)\n"
+            "  --group-norm-groups G   GroupNorm groups of a checkpoint without scaffold metadata\n"
+            "                          (PyTorch files; default 8, upstream's default)\n"
+            "  --threads N             OpenMP threads (default: OMP_NUM_THREADS or all cores)\n");
+}
+
+static int fail(int rc) {
+    fprintf(stderr, "scaffold predict: %s\n", err_msg());
+    return rc;
+}
+
+int cmd_predict(int argc, char **argv) {
+    const char *ckpt = NULL, *input = NULL, *logits_out = NULL, *mask_out = NULL;
+    int groups = 0, threads = 0;
+    static const struct option opts[] = {{"checkpoint", required_argument, 0, 'c'},
+                                         {"input", required_argument, 0, 'i'},
+                                         {"logits", required_argument, 0, 'l'},
+                                         {"mask", required_argument, 0, 'm'},
+                                         {"group-norm-groups", required_argument, 0, 'g'},
+                                         {"threads", required_argument, 0, 't'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "c:i:l:m:g:t:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c':
+            ckpt = optarg;
+            break;
+        case 'i':
+            input = optarg;
+            break;
+        case 'l':
+            logits_out = optarg;
+            break;
+        case 'm':
+            mask_out = optarg;
+            break;
+        case 'g':
+        case 't': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (*end || v < 1 || v > 65536) {
+                fprintf(stderr, "scaffold predict: --%s needs a positive integer, got '%s'\n",
+                        c == 'g' ? "group-norm-groups" : "threads", optarg);
+                return 2;
+            }
+            if (c == 'g')
+                groups = (int)v;
+            else
+                threads = (int)v;
+            break;
+        }
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            fprintf(stderr, "scaffold predict: unknown or incomplete option '%s'\n",
+                    argv[optind - 1]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "scaffold predict: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (!ckpt || !input) {
+        fprintf(stderr, "scaffold predict: --checkpoint and --input are required\n");
+        usage(stderr);
+        return 2;
+    }
+    if (threads)
+        omp_set_num_threads(threads);
+
+    nn_unet_spec spec;
+    if (nn_checkpoint_spec(ckpt, groups, &spec))
+        return fail(2);
+    npy_header h;
+    float *vol = NULL;
+    if (npy_load(input, &h, (void **)&vol))
+        return fail(2);
+    char shp[128];
+    npy_shape_str(h.ndim, h.shape, shp, sizeof shp);
+    if (h.dtype != NPY_F32 || h.ndim != 4 || h.shape[0] != spec.in_channels) {
+        free(vol);
+        fprintf(stderr,
+                "scaffold predict: %s: expected a float32 volume of shape (%d, D, H, W), found "
+                "%s %s; volumes are written by generate_dataset as (3, D, H, W) float32\n",
+                input, spec.in_channels, npy_descr(h.dtype), shp);
+        return 2;
+    }
+    const int D = (int)h.shape[1], H = (int)h.shape[2], W = (int)h.shape[3];
+    nn_unet m;
+    int rc = nn_unet_create(&m, &spec, 1, D, H, W);
+    if (rc) {
+        free(vol);
+        err_prefix("%s (volume %s)", input, shp);
+        return fail(rc == ERR_NOMEM ? 1 : 2);
+    }
+    if ((rc = nn_checkpoint_load(ckpt, &m, NULL, NULL))) {
+        free(vol);
+        nn_unet_free(&m);
+        return fail(2);
+    }
+    const size_t S = (size_t)D * H * W, K = (size_t)spec.n_classes;
+    float *logits = logits_out ? malloc(S * K * sizeof(float)) : NULL;
+    uint16_t *mask = malloc(S * sizeof(uint16_t));
+    if ((logits_out && !logits) || !mask) {
+        free(vol), free(logits), free(mask);
+        nn_unet_free(&m);
+        err_set(ERR_NOMEM, "cannot allocate the outputs");
+        return fail(1);
+    }
+    const double t0 = time_now();
+    rc = nn_unet_predict(&m, vol, 1, logits, mask);
+    const double dt = time_now() - t0;
+    if (!rc && logits_out) {
+        const int64_t sh[4] = {(int64_t)K, D, H, W};
+        rc = npy_save(logits_out, NPY_F32, 4, sh, logits);
+    }
+    if (!rc && mask_out) {
+        const int64_t sh[3] = {D, H, W};
+        rc = npy_save(mask_out, NPY_U16, 3, sh, mask);
+    }
+    if (!rc) {
+        size_t fg = 0;
+        for (size_t i = 0; i < S; i++)
+            fg += mask[i] != 0;
+        printf("predict: %dx%dx%d volume, U-Net layers %d base %d, %zu classes, %.3f s, "
+               "foreground %.2f%%%s%s%s%s\n",
+               D, H, W, spec.layers, spec.base_channels, K, dt, 100.0 * fg / S,
+               logits_out ? ", logits " : "", logits_out ? logits_out : "",
+               mask_out ? ", mask " : "", mask_out ? mask_out : "");
+    }
+    free(vol), free(logits), free(mask);
+    nn_unet_free(&m);
+    return rc ? fail(err_exit_status(rc)) : 0;
+}
