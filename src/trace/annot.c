@@ -196,7 +196,7 @@ static void api_metadata(const char *key, const char *value) {
     errno = saved;
 }
 
-static int api_active(void) { return __atomic_load_n(&trc_g.active, __ATOMIC_RELAXED); }
+static int api_active(void) { return __atomic_load_n(&trc_g.active, __ATOMIC_RELAXED) != 0; }
 
 void trc_annot_fork_child(trc_thread *t) {
     /* Regions opened by the parent belong to the parent's file. */

@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# Tracer tests: runs small C programs (prog_io.c), Python/numpy, `true` and `ls` under
+# libscaffold_trace.so and checks the traces with check.py (events, args, FH mapping, byte counts,
+# summaries, threads, fork, exec, SIGTERM, SIGKILL, escaping), errno preservation, the disable
+# switches, the `scaffold trace` command, a dftracer reader when one is installed, and an
+# ASan/UBSan build of the library on the core scenarios.
+cd "$(dirname "$0")/../.." && source tests/lib.sh
+LIB=$PWD/$BUILD/libscaffold_trace.so
+PROG=$PWD/$BUILD/tests/trace/prog_io
+CHECK="$PYTHON tests/trace/check.py"
+T=$(t_tmpdir)
+trap 'rm -rf "$T"' EXIT
+
+if [ ! -f "$LIB" ] || [ ! -x "$PROG" ]; then
+    t_fail "tracer build" "missing $LIB or $PROG (run make)"
+    t_report
+    exit 1
+fi
+
+# traced NAME MODE [ARGS...]: runs prog_io MODE in $T/NAME/d with traces in $T/NAME/out.
+# Extra environment comes from $TENV. Sets RC and OUT (stdout).
+traced() {
+    local name=$1 mode=$2
+    shift 2
+    mkdir -p "$T/$name/d" "$T/$name/out"
+    OUT=$(env $TENV SCAFFOLD_TRACE_PREFIX="$T/$name/out/trace" LD_PRELOAD="${PRELOAD:-$LIB}" \
+        "$PROG" "$mode" "$T/$name/d" "$@" 2>"$T/$name/stderr")
+    RC=$?
+}
+
+# check_sc TEST SCENARIO NAME [ARGS...]
+check_sc() {
+    local test=$1 sc=$2 name=$3
+    shift 3
+    if [ "$RC" -ne 0 ]; then
+        t_fail "$test" "exit $RC: $(head -c 400 "$T/$name/stderr")"
+        return
+    fi
+    local out
+    if out=$($CHECK "$sc" "$T/$name/out" "$T/$name/d" "$@" 2>&1); then
+        t_ok "$test"
+    else
+        echo "$out" | head -20
+        t_fail "$test"
+    fi
+}
+
+TENV=""
+traced basic basic
+check_sc "basic POSIX/STDIO events, args, FH, summary, errno" basic basic
+
+traced threads threads 4 200
+check_sc "4 threads: per-thread tids, offsets and region nesting" threads threads 4 200
+
+traced fork fork
+child=$(echo "$OUT" | sed -n 's/^child //p')
+check_sc "fork + _exit: child writes its own file, no repeats" fork fork "${child:-0}"
+traced forkexit fork-exit
+child=$(echo "$OUT" | sed -n 's/^child //p')
+check_sc "fork + exit: child writes its own file" fork forkexit "${child:-0}"
+
+traced exec exec
+check_sc "exec: flushed before exec, resumed after a failed exec" exec exec
+
+traced annot annot
+check_sc "annotations: regions, nesting, int/str args, metadata" annot annot
+
+traced escape escape
+check_sc "JSON escaping of odd file names" escape escape
+
+TENV="SCAFFOLD_TRACE_BUFFER_MIB=1 SCAFFOLD_TRACE_FLUSH_MIB=1"
+traced loop loop 200000
+check_sc "200k events through a 1 MiB ring (wrap, back-pressure, several members)" loop loop 200000
+TENV=""
+
+# Signals: the process sleeps after its writes; flush every 200 ms.
+signal_run() { # NAME SIG
+    local name=$1 sig=$2
+    mkdir -p "$T/$name/d" "$T/$name/out"
+    SCAFFOLD_TRACE_FLUSH_MS=200 SCAFFOLD_TRACE_PREFIX="$T/$name/out/trace" LD_PRELOAD="$LIB" \
+        "$PROG" sleep "$T/$name/d" 50 2>"$T/$name/stderr" &
+    local pid=$!
+    for _ in $(seq 100); do
+        [ -e "$T/$name/d/ready" ] && break
+        sleep 0.05
+    done
+    sleep 0.6 # three flush intervals: the writes must be on disk by now
+    kill "-$sig" "$pid"
+    { wait "$pid"; } 2>/dev/null # (no "Killed" job message)
+    RC=$?
+}
+signal_run sigterm TERM
+if [ "$RC" -eq 143 ]; then RC=0; else echo "sigterm exit $RC"; fi
+check_sc "SIGTERM: final flush, then dies of the signal (status 143)" sigterm sigterm 50
+signal_run sigkill KILL
+if [ "$RC" -eq 137 ]; then RC=0; else echo "sigkill exit $RC"; fi
+check_sc "SIGKILL: events older than the flush interval survive" sigkill sigkill 50
+
+# Python + numpy: only the data file is traced, never Python's own library.
+mkdir -p "$T/numpy/d" "$T/numpy/out"
+"$PYTHON" -c "import numpy as np; np.save('$T/numpy/d/x.npy', np.arange(1000, dtype=np.float32))"
+size=$(stat -c %s "$T/numpy/d/x.npy")
+SCAFFOLD_TRACE_PREFIX="$T/numpy/out/trace" LD_PRELOAD="$LIB" "$PYTHON" -c \
+    "import numpy; a = numpy.load('$T/numpy/d/x.npy'); assert a.sum() == 499500" 2>"$T/numpy/stderr"
+RC=$?
+check_sc "python3 numpy.load: bytes read match the file, stdlib excluded" numpy numpy "$size"
+
+# true and ls: same output, nothing on stderr.
+clean() { # NAME CMD...
+    local name=$1
+    shift
+    local want got err
+    want=$("$@" 2>&1)
+    got=$(SCAFFOLD_TRACE_PREFIX="$T/clean/trace" LD_PRELOAD="$LIB" "$@" 2>"$T/clean.err")
+    err=$(cat "$T/clean.err")
+    if [ "$got" == "$want" ] && [ -z "$err" ]; then t_ok "$name"; else
+        t_fail "$name" "output differs or stderr: $err"; fi
+}
+mkdir -p "$T/clean"
+TRUE=$(type -P true) # the program, not the shell builtin
+clean "true runs clean" "$TRUE"
+clean "ls runs clean" ls -a "$T/basic/d"
+clean "ls -R / of a small tree runs clean" ls -R "$T/basic"
+
+# Switches: disabled means no file at all.
+mkdir -p "$T/off/d"
+SCAFFOLD_TRACE_DISABLE=1 SCAFFOLD_TRACE_PREFIX="$T/off/trace" LD_PRELOAD="$LIB" "$PROG" basic "$T/off/d" >/dev/null
+t_check "SCAFFOLD_TRACE_DISABLE=1 writes nothing" test -z "$(ls "$T/off" | grep pfw)"
+DFTRACER_ENABLE=0 SCAFFOLD_TRACE_PREFIX="$T/off/trace" LD_PRELOAD="$LIB" "$PROG" basic "$T/off/d" >/dev/null
+t_check "DFTRACER_ENABLE=0 writes nothing" test -z "$(ls "$T/off" | grep pfw)"
+out=$("$PROG" annot "$T/off/d" 2>&1)
+t_check "annotations without the library: no-op" test "$out" == "active 0"
+out=$(SCAFFOLD_TRACE_FLUSH_MS=abc SCAFFOLD_TRACE_PREFIX="$T/off/bad" LD_PRELOAD="$LIB" "$TRUE" 2>&1)
+t_check "bad SCAFFOLD_TRACE_FLUSH_MS: one warning naming it" grep -q "SCAFFOLD_TRACE_FLUSH_MS='abc'" <<<"$out"
+out=$(SCAFFOLD_TRACE_PREFIX="/proc/nonexistent/x" LD_PRELOAD="$LIB" "$PROG" basic "$T/off/d" 2>&1)
+rc=$?
+if [ $rc -eq 0 ] && grep -q "cannot create trace file" <<<"$out"; then t_ok "unwritable prefix: warning, program unaffected"; else
+    t_fail "unwritable prefix" "rc $rc: $out"; fi
+
+# Filtering through `scaffold trace`: include a directory, exclude one file in it.
+mkdir -p "$T/cli/d"
+"$SCAFFOLD" trace --out "$T/cli/out" --data-dirs "$T/cli/d" --exclude "$T/cli/d/text.txt" \
+    -- "$PROG" basic "$T/cli/d" >/dev/null 2>"$T/cli/stderr"
+RC=$?
+if [ $RC -eq 0 ] && grep -q "scaffold trace: 1 trace file" "$T/cli/stderr" &&
+    "$PYTHON" - "$T/cli/out" "$T/cli/d" <<'EOF'; then t_ok "scaffold trace --data-dirs/--exclude"; else t_fail "scaffold trace --data-dirs/--exclude" "$(cat "$T/cli/stderr")"; fi
+import sys, os
+sys.path.insert(0, "tests/trace")
+import check
+files = check.load_dir(sys.argv[1])
+f = files[0]
+used = {e["args"]["fhash"] for e in f["events"] if "fhash" in e["args"] and e["cat"] in ("POSIX", "STDIO")}
+paths = [f["fh"][h] for h in used]
+assert paths and all(p.startswith(sys.argv[2]) for p in paths), paths
+assert not any(p.endswith("/text.txt") for p in paths), paths
+assert any(p.endswith("/data.bin") for p in paths), paths
+assert not check.FAILS
+EOF
+t_expect_fail "scaffold trace without a command" 2 "no command" "$SCAFFOLD" trace --out "$T/cli/o2"
+t_expect_fail "scaffold trace --flush-ms bad" 2 "flush-ms" "$SCAFFOLD" trace --flush-ms 0 -- true
+t_expect_fail "scaffold trace --lib missing" 2 "not readable" "$SCAFFOLD" trace --lib /nonexistent.so -- true
+t_expect_fail "scaffold trace of a missing program" 127 "cannot run" "$SCAFFOLD" trace --out "$T/cli/o3" -- /nonexistent-prog
+out=$(SCAFFOLD_TRACE_PREFIX="$T/cli/o4/trace" "$SCAFFOLD" trace --out "$T/cli/o4" -- sh -c 'exit 7' 2>&1)
+t_check "scaffold trace passes the exit status through" test $? -eq 7
+
+# An existing dftracer reader (pip dftracer-utils), when installed.
+if command -v dftracer_validate >/dev/null 2>&1 && command -v dftracer_event_count >/dev/null 2>&1; then
+    v=$(dftracer_validate -d "$T/basic/out" 2>&1)
+    n=$(dftracer_event_count -d "$T/basic/out" --index-dir "$T/idx" 2>/dev/null | tail -n 1)
+    want=$("$PYTHON" -c "
+import sys; sys.path.insert(0, 'tests/trace'); import check
+print(sum(len(f['events']) for f in check.load_dir('$T/basic/out')))")
+    if grep -q "0 failed" <<<"$v" && [ "$n" == "$want" ]; then t_ok "dftracer-utils validates and counts $n events"; else
+        t_fail "dftracer-utils" "validate: $v; count $n want $want"; fi
+else
+    echo "skip dftracer-utils reader (pip install dftracer-utils to enable)"
+fi
+
+# ASan/UBSan build of the library on the core scenarios (built here: one gcc call).
+ASAN_RT=$(gcc -print-file-name=libasan.so)
+if [ -f "$ASAN_RT" ] && gcc -std=c11 -D_GNU_SOURCE -O1 -g -fPIC -fvisibility=hidden -shared \
+    -fsanitize=address,undefined -fno-omit-frame-pointer -Isrc -Iinclude src/trace/*.c \
+    -o "$T/libtrace_asan.so" -ldl -lpthread -lz 2>"$T/asan_build.err"; then
+    export ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+    PRELOAD="$ASAN_RT:$T/libtrace_asan.so"
+    traced abasic basic
+    check_sc "ASan/UBSan: basic" basic abasic
+    traced athreads threads 4 200
+    check_sc "ASan/UBSan: threads" threads athreads 4 200
+    traced afork fork
+    child=$(echo "$OUT" | sed -n 's/^child //p')
+    check_sc "ASan/UBSan: fork" fork afork "${child:-0}"
+    traced aannot annot
+    check_sc "ASan/UBSan: annotations" annot aannot
+    unset PRELOAD ASAN_OPTIONS UBSAN_OPTIONS
+else
+    echo "skip ASan build of the tracer: $(head -c 300 "$T/asan_build.err" 2>/dev/null)"
+fi
+
+t_report
