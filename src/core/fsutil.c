@@ -57,15 +57,22 @@ int fs_atomic_open(fs_atomic *a, const char *path) {
 /* Fault injection for tests: SCAFFOLD_FAULT_KILL_AT_COMMIT=N kills the process with SIGKILL
  * inside the N-th commit, after the data is written to the temporary file and before the
  * rename, exactly as a `kill -9` at the worst moment would. */
+static atomic_long fault_commits;
+static atomic_long fault_kill_at = -1;
+
 static void fault_point(void) {
-    static atomic_long commits;
-    static long kill_at = -1;
-    if (kill_at < 0) {
+    long want = atomic_load(&fault_kill_at);
+    if (want < 0) {
         const char *e = getenv("SCAFFOLD_FAULT_KILL_AT_COMMIT");
-        kill_at = e ? atol(e) : 0;
+        want = e ? atol(e) : 0;
+        atomic_store(&fault_kill_at, want);
     }
-    if (kill_at > 0 && atomic_fetch_add(&commits, 1) + 1 == kill_at)
+    if (want > 0 && atomic_fetch_add(&fault_commits, 1) + 1 == want)
         raise(SIGKILL);
+}
+
+void fs_fault_arm(long n) {
+    atomic_store(&fault_kill_at, atomic_load(&fault_commits) + n);
 }
 
 int fs_atomic_commit(fs_atomic *a, int do_fsync) {

@@ -14,6 +14,7 @@
 #include "train/runfolder.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -379,7 +380,13 @@ int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv, be
         double acc[3] = {0, 0, 0}, vacc[3] = {0, 0, 0};
         long steps = 0;
         rc = ds_loader_start_epoch(s.train, epoch);
+        /* Test hook: SCAFFOLD_FAULT_KILL_AT_EPOCH=E kills rank 0 after the first step of epoch E
+         * (a node failure in the middle of an epoch). */
+        const char *fk = getenv("SCAFFOLD_FAULT_KILL_AT_EPOCH");
+        int kill_here = fk && atoi(fk) == epoch && w->rank == 0;
         for (;;) {
+            if (kill_here && steps == 1)
+                raise(SIGKILL);
             int r = rc ? rc : train_step(&s, lr, acc);
             if (r <= 0) {
                 rc = r;

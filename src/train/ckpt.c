@@ -4,6 +4,7 @@
 #include "core/err.h"
 #include "core/fsutil.h"
 #include "core/log.h"
+#include "nn/checkpoint.h"
 #include "nn/safetensors.h"
 
 #include <errno.h>
@@ -19,16 +20,6 @@ void ckpt_writer_init(ckpt_writer *w, const char *dir, int async) {
     w->async = async;
 }
 
-static const char *state_prefix(nn_optim_kind k, int which) {
-    if (k == NN_OPT_ADAM)
-        return which == 0 ? "exp_avg." : "exp_avg_sq.";
-    return "square_avg.";
-}
-
-static int state_tensors(nn_optim_kind k) {
-    return k == NN_OPT_ADAM ? 2 : k == NN_OPT_RMSPROP ? 1 : 0;
-}
-
 static void path_of(const char *dir, const char *tag, int optim, char *buf, size_t n) {
     snprintf(buf, n, "%s/checkpoint_%s%s.safetensors", dir, tag, optim ? ".optim" : "");
 }
@@ -38,64 +29,38 @@ static long long file_size(const char *p) {
     return stat(p, &st) == 0 ? (long long)st.st_size : 0;
 }
 
-/* Writes the pair from the given buffers. */
+/* Writes the pair (model + optimizer sidecar, nn/checkpoint.h) from the given buffers. */
 static int write_pair(ckpt_writer *w, const float *params, const float *state) {
-    const nn_unet *m = w->model;
-    int nt = m->ntensors, ns = state_tensors(w->kind);
-    char id[64], meta_v[10][64];
-    snprintf(id, sizeof id, "%d-%ld-%lx", w->st.epoch, w->st.total_optimizer_steps,
-             (unsigned long)random());
-    snprintf(meta_v[0], 64, "%d", w->st.epoch);
-    snprintf(meta_v[1], 64, "%.17g", w->st.val_loss_avg);
-    snprintf(meta_v[2], 64, "%.17g", w->st.val_dice);
-    snprintf(meta_v[3], 64, "%.17g", w->st.best_val_loss);
-    snprintf(meta_v[4], 64, "%ld", w->st.total_optimizer_steps);
-    snprintf(meta_v[5], 64, "%ld", w->st.global_step);
-    snprintf(meta_v[6], 64, "%.17g", w->st.lr);
-    snprintf(meta_v[7], 64, "%lld", (long long)w->opt_step);
-    snprintf(meta_v[8], 64, "%s", nn_optim_name(w->kind));
-    snprintf(meta_v[9], 64, "%d,%d,%d,%d,%d", m->spec.in_channels, m->spec.n_classes,
-             m->spec.layers, m->spec.base_channels, m->spec.groups);
-    const char *meta[] = {"format", "scaffold-checkpoint-1", "save_id", id,
-                          "epoch", meta_v[0], "val_loss_avg", meta_v[1], "val_dice", meta_v[2],
-                          "best_val_loss", meta_v[3], "total_optimizer_steps", meta_v[4],
-                          "global_step", meta_v[5], "lr", meta_v[6], "optimizer_step", meta_v[7],
-                          "optimizer", meta_v[8], "unet_spec", meta_v[9],
+    /* Shallow views whose slabs are the buffers to save (the live ones or a snapshot). */
+    nn_unet view = *w->model;
+    view.params = (float *)params;
+    nn_optim ov = {0};
+    ov.kind = w->kind;
+    ov.step = w->opt_step;
+    ov.n = view.nparams;
+    ov.state = (float *)state;
+    char v[7][64];
+    snprintf(v[0], 64, "%d", w->st.epoch);
+    snprintf(v[1], 64, "%.17g", w->st.val_loss_avg);
+    snprintf(v[2], 64, "%.17g", w->st.val_dice);
+    snprintf(v[3], 64, "%.17g", w->st.best_val_loss);
+    snprintf(v[4], 64, "%ld", w->st.total_optimizer_steps);
+    snprintf(v[5], 64, "%ld", w->st.global_step);
+    snprintf(v[6], 64, "%.17g", w->st.lr);
+    const char *meta[] = {"epoch", v[0], "val_loss_avg", v[1], "val_dice", v[2],
+                          "best_val_loss", v[3], "total_optimizer_steps", v[4],
+                          "global_step", v[5], "lr", v[6],
                           "rng", "counter-based streams keyed by (seed, purpose, epoch): no state"};
-    const int nmeta = (int)(sizeof meta / sizeof meta[0]) / 2;
-    char po[4200], pm[4200];
-    path_of(w->dir, "last", 1, po, sizeof po);
+    char pm[4200], po[4200];
     path_of(w->dir, "last", 0, pm, sizeof pm);
-    int rc = 0;
-    /* Optimizer file first, model second: the model file's rename completes the save. */
-    nn_st_out *t = calloc((size_t)(nt * (ns ? ns : 1)), sizeof *t);
-    char (*names)[128] = calloc((size_t)(nt * (ns ? ns : 1)), sizeof *names);
-    if (!t || !names) {
-        free(t);
-        free(names);
-        return err_set(ERR_NOMEM, "out of memory saving a checkpoint");
-    }
-    for (int s = 0; s < ns; s++)
-        for (int i = 0; i < nt; i++) {
-            nn_st_out *o = &t[s * nt + i];
-            snprintf(names[s * nt + i], 128, "%s%s", state_prefix(w->kind, s), m->tensors[i].name);
-            o->name = names[s * nt + i];
-            o->data = state + (size_t)s * m->nparams + m->tensors[i].offset;
-            o->ndim = m->tensors[i].ndim;
-            memcpy(o->shape, m->tensors[i].shape, sizeof m->tensors[i].shape);
-        }
-    rc = nn_st_write(po, t, nt * ns, meta, nmeta);
-    if (rc == 0) {
-        for (int i = 0; i < nt; i++) {
-            t[i].name = m->tensors[i].name;
-            t[i].data = params + m->tensors[i].offset;
-            t[i].ndim = m->tensors[i].ndim;
-            memcpy(t[i].shape, m->tensors[i].shape, sizeof m->tensors[i].shape);
-        }
-        rc = nn_st_write(pm, t, nt, meta, nmeta);
-    }
-    free(t);
-    free(names);
+    path_of(w->dir, "last", 1, po, sizeof po);
+    /* Test hook: SCAFFOLD_FAULT_KILL_IN_SAVE=E:K kills the process inside the K-th file commit
+     * (1 = optimizer sidecar, 2 = model file) of the save of epoch E. */
+    const char *fk = getenv("SCAFFOLD_FAULT_KILL_IN_SAVE");
+    int fe = 0, fn = 0;
+    if (fk && sscanf(fk, "%d:%d", &fe, &fn) == 2 && fe == w->st.epoch)
+        fs_fault_arm(fn);
+    int rc = nn_checkpoint_save(pm, &view, &ov, meta, (int)(sizeof meta / sizeof meta[0]) / 2);
     if (rc)
         return rc;
     w->bytes_written += file_size(po) + file_size(pm);
@@ -179,83 +144,29 @@ void ckpt_writer_free(ckpt_writer *w) {
     w->snap_params = w->snap_state = NULL;
 }
 
-static int load_tensors(const nn_st_file *st, const char *prefix, nn_unet *m, float *dst,
-                        const char *path) {
-    for (int i = 0; i < m->ntensors; i++) {
-        char name[160];
-        snprintf(name, sizeof name, "%s%s", prefix, m->tensors[i].name);
-        const nn_st_entry *e = nn_st_find(st, name);
-        if (!e)
-            return err_set(ERR_FORMAT, "%s: tensor '%s' is missing", path, name);
-        int same = e->ndim == m->tensors[i].ndim;
-        for (int d = 0; same && d < e->ndim; d++)
-            same = e->shape[d] == m->tensors[i].shape[d];
-        if (!same)
-            return err_set(ERR_FORMAT, "%s: tensor '%s' has a different shape than this model "
-                                       "(check unet_base_channels, problem_scale, "
-                                       "unet_bottleneck_dim, n_categories)", path, name);
-        int rc = nn_st_read_f32(st, e, dst + m->tensors[i].offset);
-        if (rc)
-            return rc;
-    }
-    return 0;
-}
-
-int ckpt_load_model(const char *path, nn_unet *m) {
-    nn_st_file st;
-    int rc = nn_st_open(&st, path);
-    if (rc)
-        return rc;
-    rc = load_tensors(&st, "", m, m->params, path);
-    nn_st_close(&st);
-    return rc;
-}
-
 static double meta_num(const nn_st_file *st, const char *key) {
     const char *v = nn_st_meta(st, key);
     return v ? atof(v) : 0;
 }
 
 static int load_pair(const char *dir, const char *tag, nn_unet *m, nn_optim *o, ckpt_state *s) {
-    char pm[4200], po[4200];
+    char pm[4200];
     path_of(dir, tag, 0, pm, sizeof pm);
-    path_of(dir, tag, 1, po, sizeof po);
     if (!fs_exists(pm))
         return err_set(ERR_NOTFOUND, "%s does not exist", pm);
-    nn_st_file fm, fo;
-    int rc = nn_st_open(&fm, pm);
+    nn_st_file fm;
+    int rc = nn_checkpoint_load(pm, m, o, &fm);
     if (rc)
         return rc;
-    rc = nn_st_open(&fo, po);
-    if (rc) {
-        nn_st_close(&fm);
-        return rc;
-    }
-    const char *idm = nn_st_meta(&fm, "save_id"), *ido = nn_st_meta(&fo, "save_id");
-    const char *kind = nn_st_meta(&fm, "optimizer");
-    if (!idm || !ido || strcmp(idm, ido) != 0)
-        rc = err_set(ERR_FORMAT, "%s and %s come from different saves (interrupted save)", pm, po);
-    else if (!kind || strcmp(kind, nn_optim_name(o->kind)) != 0)
-        rc = err_set(ERR_FORMAT, "%s was saved with optimizer %s, this run uses %s", pm,
-                     kind ? kind : "?", nn_optim_name(o->kind));
-    if (rc == 0)
-        rc = load_tensors(&fm, "", m, m->params, pm);
-    for (int sidx = 0; rc == 0 && sidx < state_tensors(o->kind); sidx++)
-        rc = load_tensors(&fo, state_prefix(o->kind, sidx), m, o->state + (size_t)sidx * m->nparams,
-                          po);
-    if (rc == 0) {
-        s->epoch = (int)meta_num(&fm, "epoch");
-        s->val_loss_avg = meta_num(&fm, "val_loss_avg");
-        s->val_dice = meta_num(&fm, "val_dice");
-        s->best_val_loss = meta_num(&fm, "best_val_loss");
-        s->total_optimizer_steps = (long)meta_num(&fm, "total_optimizer_steps");
-        s->global_step = (long)meta_num(&fm, "global_step");
-        s->lr = meta_num(&fm, "lr");
-        o->step = (int64_t)meta_num(&fm, "optimizer_step");
-    }
+    s->epoch = (int)meta_num(&fm, "epoch");
+    s->val_loss_avg = meta_num(&fm, "val_loss_avg");
+    s->val_dice = meta_num(&fm, "val_dice");
+    s->best_val_loss = meta_num(&fm, "best_val_loss");
+    s->total_optimizer_steps = (long)meta_num(&fm, "total_optimizer_steps");
+    s->global_step = (long)meta_num(&fm, "global_step");
+    s->lr = meta_num(&fm, "lr");
     nn_st_close(&fm);
-    nn_st_close(&fo);
-    return rc;
+    return 0;
 }
 
 int ckpt_load(const char *dir, nn_unet *m, nn_optim *o, ckpt_state *st, const char **which) {

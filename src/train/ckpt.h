@@ -1,6 +1,6 @@
 /* ckpt: the benchmark's checkpoints (reference §12, ARCHITECTURE decision 3).
  *
- * A checkpoint is two safetensors files written by rank 0:
+ * A checkpoint is the engine's checkpoint pair (nn/checkpoint.h), written by rank 0:
  *   checkpoint_<tag>.safetensors        the model: upstream state_dict names and shapes, so
  *                                       UNet.load_state_dict(safetensors.torch.load_file(p))
  *                                       works; scalars (epoch, val loss/Dice, step counters,
@@ -68,8 +68,5 @@ void ckpt_writer_free(ckpt_writer *w);
  * Restores params, optimizer state and scalars. Returns 0, ERR_NOTFOUND when neither exists, or
  * ERR_FORMAT when both are unusable. *which = "last" or "best". */
 int ckpt_load(const char *dir, nn_unet *m, nn_optim *o, ckpt_state *st, const char **which);
-
-/* Loads model tensors by state_dict name from a safetensors file (shapes must match). */
-int ckpt_load_model(const char *path, nn_unet *m);
 
 #endif
