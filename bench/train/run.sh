@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Benchmark benchmarks (scaffold benchmark end to end), each against a named baseline in the
+# same run:
+#  1. epoch time with dataloader_num_workers 2 vs 0 (baseline: 0, reading on the training thread)
+#  2. async_save 1 vs 0 with a checkpoint every epoch (baseline: 0); bytes written by both
+#  3. training throughput on 2 ranks vs 1 rank (same local batch; baseline: 1 rank)
+#  4. time to the target Dice on configs/quickstart.yml vs tools/torch_train.py (PyTorch, same
+#     model, loss, optimizer, schedule, reading scaffold's dataset files), same thread count.
+# Quick mode (default) caps 1-3 at 3 epochs; TTT=0 skips 4.
+set -u
+cd "$(dirname "$0")/../.."
+root=$PWD
+BUILD=${BUILD:-build}
+S="$root/$BUILD/scaffold"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+MPIRUN="mpirun --oversubscribe"
+d=$(mktemp -d)
+cd "$d"
+cfg="-c $root/configs/benchmark_default.yml -c $root/configs/quickstart.yml"
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+# mean epoch_duration of the last run folder under $1 (skipping epoch 1: first-touch effects)
+epoch_mean() { tail -n +3 "$(ls -d "$1"/*/ | tail -n 1)/train_stats.csv" | cut -d, -f8 | awk '{s+=$1; n++} END {print s/n}'; }
+sumcol() { tail -n +2 "$(ls -d "$1"/*/ | tail -n 1)/train_stats.csv" | cut -d, -f"$2" | awk '{s+=$1} END {print s}'; }
+EP=${EPOCHS:-3}
+# Fractals and dataset once (not timed).
+OMP_NUM_THREADS=2 "$S" benchmark $cfg --epochs 1 --base-run-dir prep >/dev/null 2>&1
+
+# 1. loader workers
+for w in 0 2; do
+    OMP_NUM_THREADS=2 "$S" benchmark $cfg --epochs "$EP" --dataloader-num-workers $w --base-run-dir "w$w" >/dev/null 2>&1
+done
+e0=$(epoch_mean w0); e2=$(epoch_mean w2)
+echo "epoch time, quickstart, 1 rank: workers=2 $(printf %.2f "$e2") s vs workers=0 $(printf %.2f "$e0") s: ratio $(awk -v a="$e0" -v b="$e2" 'BEGIN{printf "%.2f", a/b}')x"
+
+# 2. async checkpoints
+for a in 0 1; do
+    out=$(OMP_NUM_THREADS=2 "$S" benchmark $cfg --epochs "$EP" --checkpoint-interval 1 --async-save $a --base-run-dir "a$a" 2>&1 | grep '^benchmark:')
+    eval "wall$a=$(sed -nE 's/.*training wall time ([0-9.]+) s.*/\1/p; s/.*time to target ([0-9.]+) s.*/\1/p' <<<"$out" | head -1)"
+    eval "mb$a=$(sed -nE 's/.*checkpoints ([0-9.]+) MB.*/\1/p' <<<"$out")"
+    bytes=$(find "$(ls -d a$a/*/ | tail -n 1)/checkpoints" -name 'checkpoint_last*' -printf '%s\n' | awk '{s+=$1} END {print s}')
+    eval "last$a=$bytes"
+done
+echo "checkpoint every epoch, $EP epochs: async_save=1 wall $(printf %.2f "$wall1") s vs async_save=0 $(printf %.2f "$wall0") s: ratio $(awk -v a="$wall0" -v b="$wall1" 'BEGIN{printf "%.3f", a/b}')x; checkpoint bytes written ${mb1:-?} MB vs ${mb0:-?} MB (last pair ${last1} vs ${last0} bytes)"
+
+# 3. 1 vs 2 ranks (1 OpenMP thread per rank so both use the 2 cores)
+OMP_NUM_THREADS=2 "$S" benchmark $cfg --epochs "$EP" --base-run-dir r1 >/dev/null 2>&1
+OMP_NUM_THREADS=1 $MPIRUN -n 2 "$S" benchmark $cfg --epochs "$EP" --base-run-dir r2 >/dev/null 2>&1
+t1=$(epoch_mean r1); t2=$(epoch_mean r2)
+n=$(ls "$(ls -d prep/*/ | tail -1)/../../datasets" 2>/dev/null | head -1)
+echo "epoch time, quickstart: 2 ranks x 1 thread $(printf %.2f "$t2") s vs 1 rank x 2 threads $(printf %.2f "$t1") s: throughput ratio $(awk -v a="$t1" -v b="$t2" 'BEGIN{printf "%.2f", a/b}')x"
+
+# 4. time to target vs PyTorch
+if [ "${TTT:-1}" = 1 ] && /usr/bin/python3 -c "import torch" 2>/dev/null; then
+    out=$(OMP_NUM_THREADS=2 "$S" benchmark $cfg --base-run-dir ttt 2>&1 | grep '^benchmark:')
+    ts=$(sed -nE 's/.*time to target ([0-9.]+) s.*/\1/p' <<<"$out")
+    es=$(tail -n +2 "$(ls -d ttt/*/ | tail -n 1)/train_stats.csv" | wc -l)
+    ds=$(ls -d datasets/*/*/ | head -n 1)
+    tout=$(/usr/bin/python3 "$root/tools/torch_train.py" "$ds" --classes 3 --layers 2 --base 16 --groups 8 --threads 2 | tail -n 1)
+    tt=$(awk '{print $2}' <<<"$tout"); et=$(awk '{print $4}' <<<"$tout")
+    echo "time to val dice 0.95, quickstart, 2 threads: scaffold ${ts:-not reached} s ($es epochs) vs PyTorch ${tt} s ($et epochs): ratio $(awk -v a="$tt" -v b="${ts:-0}" 'BEGIN{if(b>0) printf "%.2f", a/b; else print "n/a"}')x"
+fi
+cd "$root"
+rm -rf "$d"
