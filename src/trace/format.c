@@ -17,22 +17,17 @@ const trc_opinfo trc_ops[TRC_OP_COUNT] = {
 };
 
 /* ---------------------------------------------------------------- buffer */
-void trc_buf_put(trc_buf *b, const char *s, size_t n) {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 1 << 16;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p)
-            return; /* out of memory: the line is lost, the process is not */
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
+int trc_buf_grow(trc_buf *b, size_t n) {
+    size_t cap = b->cap ? b->cap : 1 << 16;
+    while (cap < b->len + n + 1)
+        cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p)
+        return -1;
+    b->p = p;
+    b->cap = cap;
+    return 0;
 }
-
-void trc_buf_str(trc_buf *b, const char *s) { trc_buf_put(b, s, strlen(s)); }
 
 void trc_buf_u64(trc_buf *b, uint64_t v) {
     char tmp[24];

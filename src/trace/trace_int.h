@@ -353,8 +353,16 @@ typedef struct trc_buf {
     char *p;
     size_t len, cap;
 } trc_buf;
-void trc_buf_put(trc_buf *b, const char *s, size_t n);
-void trc_buf_str(trc_buf *b, const char *s);
+/* Grows b to hold n more bytes; 0 on success. */
+int trc_buf_grow(trc_buf *b, size_t n);
+/* Inline so constant strings become a few moves; only growth is a call. */
+static inline void trc_buf_put(trc_buf *b, const char *s, size_t n) {
+    if (TRC_UNLIKELY(b->len + n + 1 > b->cap) && trc_buf_grow(b, n) != 0)
+        return; /* out of memory: the line is lost, the process is not */
+    __builtin_memcpy(b->p + b->len, s, n);
+    b->len += n;
+}
+static inline void trc_buf_str(trc_buf *b, const char *s) { trc_buf_put(b, s, __builtin_strlen(s)); }
 void trc_buf_u64(trc_buf *b, uint64_t v);
 void trc_buf_i64(trc_buf *b, int64_t v);
 /* JSON string with quotes and escapes (invalid UTF-8 bytes become \u00XX). */

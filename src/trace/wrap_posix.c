@@ -384,33 +384,52 @@ REAL(ssize_t, pwritev64v2, (int, const struct iovec *, int, off64_t, int));
 REAL(off_t, lseek, (int, off_t, int));
 REAL(off64_t, lseek64, (int, off64_t, int));
 
+/* The data-path wrappers are split in two: the exported wrapper only checks whether the
+ * descriptor is traced and tail-calls the real function (no frame, no saved registers), and a
+ * separate non-inlined function does the timing and the record. */
+#define STRIP(...) __VA_ARGS__
+
 /* Sequential read/write: the offset is the tracked position, which then advances. */
-#define SEQ_IO(op, realcall, count_expr, a1v)                                                      \
-    trc_fd *s = trc_fd_traced(fd, TRC_FAM_POSIX);                                                  \
-    if (TRC_LIKELY(!s))                                                                            \
-        return realcall;                                                                           \
-    T0();                                                                                          \
-    ssize_t ret = realcall;                                                                        \
-    T1();                                                                                          \
-    int64_t off = s->pos;                                                                          \
-    if (ret > 0 && off >= 0)                                                                       \
-        s->pos = off + ret;                                                                        \
-    trc_emit_io(op, fd, fdhash(s), t0_, t1_, off, (int64_t)(count_expr), ret, a1v, 0, 0);         \
-    TDONE();                                                                                       \
-    return ret
+#define SEQ_WRAP(fn, op, P, A, count_expr, a1v)                                                    \
+    static __attribute__((noinline)) ssize_t fn##_slow(trc_fd *s, STRIP P) {                      \
+        T0();                                                                                      \
+        ssize_t ret = real_##fn A;                                                                 \
+        T1();                                                                                      \
+        int64_t off = s->pos;                                                                      \
+        if (ret > 0 && off >= 0)                                                                   \
+            s->pos = off + ret;                                                                    \
+        trc_emit_io(op, fd, fdhash(s), t0_, t1_, off, (int64_t)(count_expr), ret, a1v, 0, 0);     \
+        TDONE();                                                                                   \
+        return ret;                                                                                \
+    }                                                                                              \
+    TRC_API ssize_t fn P {                                                                         \
+        if (!MAP(fn))                                                                              \
+            NOSYS(-1);                                                                             \
+        trc_fd *s = trc_fd_traced(fd, TRC_FAM_POSIX);                                              \
+        if (TRC_LIKELY(!s))                                                                        \
+            return real_##fn A;                                                                    \
+        return fn##_slow(s, STRIP A);                                                              \
+    }
 
 /* Positioned read/write: the offset is the argument; the position does not move. */
-#define POS_IO(op, realcall, count_expr, offset, a1v, a2v)                                         \
-    trc_fd *s = trc_fd_traced(fd, TRC_FAM_POSIX);                                                  \
-    if (TRC_LIKELY(!s))                                                                            \
-        return realcall;                                                                           \
-    T0();                                                                                          \
-    ssize_t ret = realcall;                                                                        \
-    T1();                                                                                          \
-    trc_emit_io(op, fd, fdhash(s), t0_, t1_, (int64_t)(offset), (int64_t)(count_expr), ret, a1v,  \
-                a2v, 0);                                                                           \
-    TDONE();                                                                                       \
-    return ret
+#define POS_WRAP(fn, op, P, A, count_expr, offset, a1v, a2v)                                       \
+    static __attribute__((noinline)) ssize_t fn##_slow(trc_fd *s, STRIP P) {                      \
+        T0();                                                                                      \
+        ssize_t ret = real_##fn A;                                                                 \
+        T1();                                                                                      \
+        trc_emit_io(op, fd, fdhash(s), t0_, t1_, (int64_t)(offset), (int64_t)(count_expr), ret,  \
+                    a1v, a2v, 0);                                                                  \
+        TDONE();                                                                                   \
+        return ret;                                                                                \
+    }                                                                                              \
+    TRC_API ssize_t fn P {                                                                         \
+        if (!MAP(fn))                                                                              \
+            NOSYS(-1);                                                                             \
+        trc_fd *s = trc_fd_traced(fd, TRC_FAM_POSIX);                                              \
+        if (TRC_LIKELY(!s))                                                                        \
+            return real_##fn A;                                                                    \
+        return fn##_slow(s, STRIP A);                                                              \
+    }
 
 static size_t iov_total(const struct iovec *iov, int n) {
     size_t t = 0;
@@ -419,89 +438,38 @@ static size_t iov_total(const struct iovec *iov, int n) {
     return t;
 }
 
-TRC_API ssize_t read(int fd, void *buf, size_t n) {
-    if (!MAP(read))
-        NOSYS(-1);
-    SEQ_IO(TRC_OP_read, real_read(fd, buf, n), n, 0);
-}
-TRC_API ssize_t write(int fd, const void *buf, size_t n) {
-    if (!MAP(write))
-        NOSYS(-1);
-    SEQ_IO(TRC_OP_write, real_write(fd, buf, n), n, 0);
-}
-TRC_API ssize_t readv(int fd, const struct iovec *iov, int cnt) {
-    if (!MAP(readv))
-        NOSYS(-1);
-    SEQ_IO(TRC_OP_readv, real_readv(fd, iov, cnt), iov_total(iov, cnt), cnt);
-}
-TRC_API ssize_t writev(int fd, const struct iovec *iov, int cnt) {
-    if (!MAP(writev))
-        NOSYS(-1);
-    SEQ_IO(TRC_OP_writev, real_writev(fd, iov, cnt), iov_total(iov, cnt), cnt);
-}
-TRC_API ssize_t pread(int fd, void *buf, size_t n, off_t off) {
-    if (!MAP(pread))
-        NOSYS(-1);
-    POS_IO(TRC_OP_pread, real_pread(fd, buf, n, off), n, off, 0, 0);
-}
-TRC_API ssize_t pread64(int fd, void *buf, size_t n, off64_t off) {
-    if (!MAP(pread64))
-        NOSYS(-1);
-    POS_IO(TRC_OP_pread, real_pread64(fd, buf, n, off), n, off, 0, 0);
-}
-TRC_API ssize_t pwrite(int fd, const void *buf, size_t n, off_t off) {
-    if (!MAP(pwrite))
-        NOSYS(-1);
-    POS_IO(TRC_OP_pwrite, real_pwrite(fd, buf, n, off), n, off, 0, 0);
-}
-TRC_API ssize_t pwrite64(int fd, const void *buf, size_t n, off64_t off) {
-    if (!MAP(pwrite64))
-        NOSYS(-1);
-    POS_IO(TRC_OP_pwrite, real_pwrite64(fd, buf, n, off), n, off, 0, 0);
-}
-TRC_API ssize_t preadv(int fd, const struct iovec *iov, int cnt, off_t off) {
-    if (!MAP(preadv))
-        NOSYS(-1);
-    POS_IO(TRC_OP_preadv, real_preadv(fd, iov, cnt, off), iov_total(iov, cnt), off, cnt, 0);
-}
-TRC_API ssize_t preadv64(int fd, const struct iovec *iov, int cnt, off64_t off) {
-    if (!MAP(preadv64))
-        NOSYS(-1);
-    POS_IO(TRC_OP_preadv, real_preadv64(fd, iov, cnt, off), iov_total(iov, cnt), off, cnt, 0);
-}
-TRC_API ssize_t pwritev(int fd, const struct iovec *iov, int cnt, off_t off) {
-    if (!MAP(pwritev))
-        NOSYS(-1);
-    POS_IO(TRC_OP_pwritev, real_pwritev(fd, iov, cnt, off), iov_total(iov, cnt), off, cnt, 0);
-}
-TRC_API ssize_t pwritev64(int fd, const struct iovec *iov, int cnt, off64_t off) {
-    if (!MAP(pwritev64))
-        NOSYS(-1);
-    POS_IO(TRC_OP_pwritev, real_pwritev64(fd, iov, cnt, off), iov_total(iov, cnt), off, cnt, 0);
-}
-TRC_API ssize_t preadv2(int fd, const struct iovec *iov, int cnt, off_t off, int fl) {
-    if (!MAP(preadv2))
-        NOSYS(-1);
-    POS_IO(TRC_OP_preadv2, real_preadv2(fd, iov, cnt, off, fl), iov_total(iov, cnt), off, cnt, fl);
-}
-TRC_API ssize_t preadv64v2(int fd, const struct iovec *iov, int cnt, off64_t off, int fl) {
-    if (!MAP(preadv64v2))
-        NOSYS(-1);
-    POS_IO(TRC_OP_preadv2, real_preadv64v2(fd, iov, cnt, off, fl), iov_total(iov, cnt), off, cnt,
-           fl);
-}
-TRC_API ssize_t pwritev2(int fd, const struct iovec *iov, int cnt, off_t off, int fl) {
-    if (!MAP(pwritev2))
-        NOSYS(-1);
-    POS_IO(TRC_OP_pwritev2, real_pwritev2(fd, iov, cnt, off, fl), iov_total(iov, cnt), off, cnt,
-           fl);
-}
-TRC_API ssize_t pwritev64v2(int fd, const struct iovec *iov, int cnt, off64_t off, int fl) {
-    if (!MAP(pwritev64v2))
-        NOSYS(-1);
-    POS_IO(TRC_OP_pwritev2, real_pwritev64v2(fd, iov, cnt, off, fl), iov_total(iov, cnt), off, cnt,
-           fl);
-}
+SEQ_WRAP(read, TRC_OP_read, (int fd, void *buf, size_t n), (fd, buf, n), n, 0)
+SEQ_WRAP(write, TRC_OP_write, (int fd, const void *buf, size_t n), (fd, buf, n), n, 0)
+SEQ_WRAP(readv, TRC_OP_readv, (int fd, const struct iovec *iov, int cnt), (fd, iov, cnt),
+         iov_total(iov, cnt), cnt)
+SEQ_WRAP(writev, TRC_OP_writev, (int fd, const struct iovec *iov, int cnt), (fd, iov, cnt),
+         iov_total(iov, cnt), cnt)
+POS_WRAP(pread, TRC_OP_pread, (int fd, void *buf, size_t n, off_t off), (fd, buf, n, off), n, off,
+         0, 0)
+POS_WRAP(pread64, TRC_OP_pread, (int fd, void *buf, size_t n, off64_t off), (fd, buf, n, off), n,
+         off, 0, 0)
+POS_WRAP(pwrite, TRC_OP_pwrite, (int fd, const void *buf, size_t n, off_t off), (fd, buf, n, off),
+         n, off, 0, 0)
+POS_WRAP(pwrite64, TRC_OP_pwrite, (int fd, const void *buf, size_t n, off64_t off),
+         (fd, buf, n, off), n, off, 0, 0)
+POS_WRAP(preadv, TRC_OP_preadv, (int fd, const struct iovec *iov, int cnt, off_t off),
+         (fd, iov, cnt, off), iov_total(iov, cnt), off, cnt, 0)
+POS_WRAP(preadv64, TRC_OP_preadv, (int fd, const struct iovec *iov, int cnt, off64_t off),
+         (fd, iov, cnt, off), iov_total(iov, cnt), off, cnt, 0)
+POS_WRAP(pwritev, TRC_OP_pwritev, (int fd, const struct iovec *iov, int cnt, off_t off),
+         (fd, iov, cnt, off), iov_total(iov, cnt), off, cnt, 0)
+POS_WRAP(pwritev64, TRC_OP_pwritev, (int fd, const struct iovec *iov, int cnt, off64_t off),
+         (fd, iov, cnt, off), iov_total(iov, cnt), off, cnt, 0)
+POS_WRAP(preadv2, TRC_OP_preadv2, (int fd, const struct iovec *iov, int cnt, off_t off, int fl),
+         (fd, iov, cnt, off, fl), iov_total(iov, cnt), off, cnt, fl)
+POS_WRAP(preadv64v2, TRC_OP_preadv2,
+         (int fd, const struct iovec *iov, int cnt, off64_t off, int fl), (fd, iov, cnt, off, fl),
+         iov_total(iov, cnt), off, cnt, fl)
+POS_WRAP(pwritev2, TRC_OP_pwritev2, (int fd, const struct iovec *iov, int cnt, off_t off, int fl),
+         (fd, iov, cnt, off, fl), iov_total(iov, cnt), off, cnt, fl)
+POS_WRAP(pwritev64v2, TRC_OP_pwritev2,
+         (int fd, const struct iovec *iov, int cnt, off64_t off, int fl), (fd, iov, cnt, off, fl),
+         iov_total(iov, cnt), off, cnt, fl)
 
 #define SEEK_BODY(realcall)                                                                        \
     trc_fd *s = trc_fd_traced(fd, TRC_FAM_POSIX);                                                  \
