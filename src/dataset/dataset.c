@@ -273,13 +273,30 @@ int64_t dataset_ce_indices(int64_t n_train, double fraction, int64_t *out) {
         out[0] = 0;
         return 1;
     }
-    /* torch.linspace(0, n_train - 1, k) in float32: step = (end - start) / (k - 1); the first
-     * half counts up from start, the second half down from end; .long() truncates. */
+    /* torch.linspace(0, n_train - 1, k).long() as torch's CPU kernel computes it in float32:
+     * step = (end - start) / (k - 1); an element before k/2 is start + step*i, one after is
+     * end - step*(k-1-i). The kernel runs vectorised (8 float lanes with AVX2 or without SIMD):
+     * while at least 16 elements remain it fills two 8-lane vectors whose lanes are
+     * base + j*step, base chosen by the vector's first index; the rest uses the scalar formula.
+     * The rounding differs between the forms and .long() truncates, so all are mirrored: the
+     * scalar expressions (and the vector bases) are fused multiply-adds in torch's AVX2 build,
+     * the lanes are not (fmaf exactly where torch fuses; this file is compiled without
+     * contraction). Checked against torch 1.13 for thousands of (n_train, fraction) pairs.
+     * (An AVX-512 torch build uses 16 lanes and may differ at rare indices.) */
+    const int64_t V = 8;
     const float start = 0.0f, end = (float)(n_train - 1);
     const float step = (end - start) / (float)(k - 1);
-    int64_t halfway = k / 2;
-    for (int64_t i = 0; i < k; i++) {
-        float v = i < halfway ? start + step * (float)i : end - step * (float)(k - i - 1);
+    const int64_t halfway = k / 2;
+    int64_t i = 0;
+    for (; i <= k - 2 * V; i += 2 * V)
+        for (int64_t b = i; b < i + 2 * V; b += V) {
+            float base = b < halfway ? fmaf(step, (float)b, start)
+                                     : fmaf(-step, (float)(k - b - 1), end);
+            for (int64_t j = 0; j < V; j++)
+                out[b + j] = (int64_t)(j == 0 ? base : base + (float)j * step);
+        }
+    for (; i < k; i++) {
+        float v = i < halfway ? fmaf(step, (float)i, start) : fmaf(-step, (float)(k - i - 1), end);
         out[i] = (int64_t)v;
     }
     return k;

@@ -6,6 +6,7 @@
 #include "core/rng.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
