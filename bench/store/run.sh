@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../.." && source tests/lib.sh
 reps=${STORE_BENCH_REPEATS:-7}
 out=${STORE_BENCH_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/store-bench.XXXXXX")}
 mkdir -p "$out"
-make -s "$BUILD/scaffold" >/dev/null || exit 1
+make -s "$BUILD/scaffold" >/dev/null 2>&1 || { echo "build failed: make $BUILD/scaffold"; exit 1; }
 
 for n in ${STORE_BENCH_RANKS:-2 4}; do
     echo "--- $n ranks, uniform indices over all rows (DDStore's bench_get)"

@@ -472,6 +472,12 @@ int store_owner(const store *s, int var, int64_t row, int *rank, int64_t *local_
     return 0;
 }
 
+void store_nsplit(int64_t n, int size, int rank, int64_t *lo, int64_t *hi) {
+    int64_t k = n / size, m = n % size;
+    *lo = rank * k + (rank < m ? rank : m);
+    *hi = (rank + 1) * k + (rank + 1 < m ? rank + 1 : m);
+}
+
 int store_thread_safe(const store *s) {
     return s && s->method == STORE_RMA && s->thread_level >= MPI_THREAD_MULTIPLE;
 }

@@ -134,6 +134,11 @@ int store_get(store *s, int var, int64_t start, int64_t count, void *dst, size_t
 int store_get_batch(store *s, int var, const int64_t *idx, int64_t n, void *dst,
                     size_t dst_bytes);
 
+/* DDStore's (and DistDataset's) split of n samples over `size` ranks: rank r loads the
+ * contiguous slice [*lo, *hi) with k, m = n / size, n % size, lo = r*k + min(r, m). Loading that
+ * slice on each rank and calling store_add makes global row i = sample i. */
+void store_nsplit(int64_t n, int size, int rank, int64_t *lo, int64_t *hi);
+
 /* 1 when get/get_batch may be called concurrently from several threads of one rank without any
  * other thread's MPI calls being a problem (RMA method and MPI_THREAD_MULTIPLE), else 0. */
 int store_thread_safe(const store *s);

@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static dist_world W;
 static store_method METHOD;
@@ -478,6 +479,87 @@ static void test_threads(void) {
     store_free(&s);
 }
 
+/* The integration pattern: one loader thread per rank calls get_batch (both methods: coll is
+ * fine from a single thread per rank) while the main thread runs the training collectives. */
+typedef struct {
+    store *s;
+    int var, ok;
+    int64_t total;
+} loader_arg;
+
+static void *loader(void *p) {
+    loader_arg *a = p;
+    int64_t idx[16];
+    char *buf = malloc(16 * 24);
+    a->ok = 1;
+    for (int b = 0; b < 40 && a->ok; b++) {
+        rng r = rng_make(11, RNG_TEST, (uint64_t)W.rank, (uint64_t)b);
+        /* Different sizes per rank and batch; 0 sometimes (coll must allow it). */
+        int64_t n = (int64_t)rng_below(&r, 17);
+        for (int64_t i = 0; i < n; i++)
+            idx[i] = (int64_t)rng_below(&r, (uint64_t)a->total);
+        int rc = store_get_batch(a->s, a->var, idx, n, buf, 16 * 24);
+        a->ok &= rc == 0 && rows_ok(STORE_INT64, 3, idx, n, buf);
+    }
+    free(buf);
+    return NULL;
+}
+
+static void test_loader_thread(void) {
+    if (W.thread_level < MPI_THREAD_MULTIPLE) {
+        if (W.rank == 0)
+            printf("skip loader thread: MPI thread level %d\n", W.thread_level);
+        return;
+    }
+    store *s = open_store();
+    int var = -1;
+    CHECK(add_var(s, "loader", STORE_INT64, 3, rows_uneven, &var) == 0, "add: %s", err_msg());
+    loader_arg a = {.s = s, .var = var, .total = total_rows(rows_uneven)};
+    pthread_t th;
+    pthread_create(&th, NULL, loader, &a);
+    double x = 2.0, sum = 0;
+    int ok = 1;
+    for (int i = 0; i < 100; i++) {
+        MPI_Allreduce(&x, &sum, 1, MPI_DOUBLE, MPI_SUM, W.comm);
+        ok &= sum == 2.0 * W.size;
+    }
+    pthread_join(th, NULL);
+    CHECK(a.ok && ok, "a loader thread's batches next to main-thread all-reduces");
+    store_free(&s);
+}
+
+/* Passive target progress (rma): rank 0 makes no MPI call for 1 s while every other rank
+ * reads its rows. The reads must not wait for rank 0 to call MPI again (a training step that
+ * computes would otherwise stall every reader). */
+static void test_passive_progress(void) {
+    if (METHOD != STORE_RMA || W.size < 2)
+        return;
+    store *s = open_store();
+    int var = -1;
+    CHECK(add_var(s, "progress", STORE_INT32, 16, rows_even, &var) == 0, "add: %s", err_msg());
+    MPI_Barrier(W.comm);
+    double worst = 0;
+    if (W.rank == 0) {
+        struct timespec ts = {1, 0};
+        nanosleep(&ts, NULL);
+    } else {
+        char buf[64];
+        int ok = 1;
+        double t0 = MPI_Wtime();
+        for (int64_t g = 0; g < 100; g++) {
+            int64_t row = g % rows_even(0); /* rank 0's rows */
+            ok &= store_get(s, var, row, 1, buf, sizeof buf) == 0 &&
+                  rows_ok(STORE_INT32, 16, &row, 1, buf);
+        }
+        worst = MPI_Wtime() - t0;
+        CHECK(ok, "reads from a rank that makes no MPI calls");
+        /* A read that needs the target's progress waits for the whole second. */
+        CHECK(worst < 0.5, "100 reads from a busy target took %.3f s (target idle 1 s)", worst);
+    }
+    MPI_Barrier(W.comm);
+    store_free(&s);
+}
+
 int main(int argc, char **argv) {
     if (dist_init(&W, &argc, &argv)) {
         fprintf(stderr, "%s\n", err_msg());
@@ -495,6 +577,20 @@ int main(int argc, char **argv) {
     CHECK(store_method_parse("coll", &mm) == 0 && mm == STORE_COLL, "parse coll");
     CHECK(store_method_parse("RMA", &mm) == ERR_USAGE, "parse is strict");
     CHECK(store_free(NULL) == 0, "store_free(NULL)");
+    /* nsplit: contiguous, covering, sizes differ by at most one (DDStore's _nsplit). */
+    int split_ok = 1;
+    for (int64_t n = 0; n < 40; n++)
+        for (int P = 1; P <= 7; P++) {
+            int64_t prev = 0;
+            for (int r = 0; r < P; r++) {
+                int64_t lo, hi;
+                store_nsplit(n, P, r, &lo, &hi);
+                split_ok &= lo == prev && hi >= lo && hi - lo >= n / P && hi - lo <= n / P + 1;
+                prev = hi;
+            }
+            split_ok &= prev == n;
+        }
+    CHECK(split_ok, "store_nsplit partitions 0..n-1 in rank order");
 
     test_roundtrip_types();
     test_init_update();
@@ -503,6 +599,8 @@ int main(int argc, char **argv) {
     test_errors();
     test_caps();
     test_threads();
+    test_loader_thread();
+    test_passive_progress();
 
     int counts[2] = {test_passed, test_failed}, sums[2];
     MPI_Allreduce(counts, sums, 2, MPI_INT, MPI_SUM, W.comm);
