@@ -10,6 +10,7 @@
 #include "nn/optim.h"
 #include "nn/unet.h"
 #include "train/ckpt.h"
+#include "train/memsource.h"
 #include "train/plot.h"
 #include "train/runfolder.h"
 
@@ -28,6 +29,7 @@ typedef struct bench_state {
     uint16_t *mask;   /* local_batch_size masks */
     float *ce_w;      /* n_classes */
     float *dice_buf;  /* local_batch_size */
+    memsource mem;     /* data_store: memory */
     int replicas, replica;
     MPI_Comm comm;     /* the data-parallel group */
     double grad_scale; /* 1 / replicas */
@@ -36,6 +38,7 @@ typedef struct bench_state {
 static void bench_state_free(bench_state *s) {
     ds_loader_destroy(s->train);
     ds_loader_destroy(s->val);
+    memsource_free(&s->mem);
     dataset_close(s->ds);
     nn_unet_free(&s->model);
     nn_optim_free(&s->opt);
@@ -298,8 +301,13 @@ int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv, be
     s.dice_buf = malloc((size_t)B * sizeof *s.dice_buf);
     if (rc == 0 && (!s.vol || !s.mask || !s.ce_w || !s.dice_buf))
         rc = err_set(ERR_NOMEM, "out of memory for batch buffers");
+    int use_mem = !strcmp(c->data_store, "memory");
+    rc = dist_agree(w, rc);
+    if (rc == 0 && use_mem)
+        rc = memsource_load(&s.mem, s.ds, w);
     if (rc == 0) {
-        ds_loader_opts lo = {dataset_file_source(s.ds), DS_TRAIN, n_train, B, s.replicas,
+        ds_source src = use_mem ? memsource_source(&s.mem) : dataset_file_source(s.ds);
+        ds_loader_opts lo = {src, DS_TRAIN, n_train, B, s.replicas,
                              s.replica, (uint64_t)c->seed, c->dataloader_num_workers, 0};
         rc = ds_loader_create(&s.train, &lo);
         lo.split = DS_VAL;

@@ -79,7 +79,17 @@ out=$(bash "$rc_/restart.sh" 2>&1)
 echo "$out" | grep -q "resumed from checkpoint_best" && t_ok "torn last pair detected, best used" || t_fail "torn last pair detected" "$out"
 ls "$rc_/checkpoints" | grep -q 'corrupt' && t_ok "torn pair renamed *.corrupt" || t_fail "torn pair renamed *.corrupt"
 
-# 5. Bad inputs at -n 2: one clear message, same exit status on all ranks, no hang.
+# 5. data_store: memory (the in-memory store as the data path) gives the same losses as files.
+$MPIRUN -n 2 "$SCAFFOLD" benchmark $cfg --base-run-dir runsm --data-store memory > "$d/mem.log" 2>&1
+$MPIRUN -n 2 "$SCAFFOLD" benchmark $cfg --base-run-dir runsf > /dev/null 2>&1
+grep -q "data_store memory" "$d/mem.log" && t_ok "memory store loaded" || t_fail "memory store loaded" "$(cat "$d/mem.log")"
+if [ "$(cut -d, -f1-7 "$(lastrun runsm)/train_stats.csv")" = "$(cut -d, -f1-7 "$(lastrun runsf)/train_stats.csv")" ]; then
+    t_ok "data_store memory: same train_stats.csv losses as file loading"
+else
+    t_fail "data_store memory losses" "$(diff <(cut -d, -f1-7 "$(lastrun runsm)/train_stats.csv") <(cut -d, -f1-7 "$(lastrun runsf)/train_stats.csv"))"
+fi
+
+# 6. Bad inputs at -n 2: one clear message, same exit status on all ranks, no hang.
 t_expect_fail "global batch larger than the validation set" 2 "global batch size 4 .* exceeds the validation set" \
     timeout 120 $MPIRUN -n 2 "$SCAFFOLD" benchmark $cfg --base-run-dir runsbad --local-batch-size 2
 t_expect_fail "world size not divisible by the shard count" 2 "world size 2 is not divisible by the number of spatial shards 4" \
