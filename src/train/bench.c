@@ -14,6 +14,8 @@
 #include "train/plot.h"
 #include "train/runfolder.h"
 
+#include <scaffold/trace.h>
+
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -84,14 +86,23 @@ static int compute_ce_weights(const scaffold_config *c, const dist_world *w, ben
  * step, 0 at the end of the epoch, or an error. */
 static int train_step(bench_state *s, double lr, double acc[3]) {
     int n = 0;
+    scaffold_trace_region tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_FETCH,
+                                                           SCAFFOLD_TRACE_CAT_DATALOADER);
     int got = ds_loader_next(s->train, s->vol, s->mask, &n);
+    SCAFFOLD_TRACE_REGION_INT(tr, "batch_size", n);
+    SCAFFOLD_TRACE_REGION_END(tr);
     if (got <= 0)
         return got;
     double loss = 0, dice = 0;
     nn_unet_zero_grad(&s->model);
+    /* One region for the fused forward + loss + backward pass of the engine. */
+    tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_FORWARD, SCAFFOLD_TRACE_CAT_COMPUTE);
+    SCAFFOLD_TRACE_REGION_STR(tr, "pass", "forward+loss+backward");
     int rc = nn_unet_forward_backward(&s->model, s->vol, s->mask, n, s->ce_w, &loss, &dice);
+    SCAFFOLD_TRACE_REGION_END(tr);
     if (rc)
         return rc;
+    tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_ALL_REDUCE, SCAFFOLD_TRACE_CAT_COMM);
     if (s->replicas > 1) {
         /* DDP: gradients averaged over replicas. */
         MPI_Allreduce(MPI_IN_PLACE, s->model.grads, (int)s->model.nparams, MPI_FLOAT, MPI_SUM,
@@ -100,8 +111,12 @@ static int train_step(bench_state *s, double lr, double acc[3]) {
         for (size_t i = 0; i < s->model.nparams; i++)
             s->model.grads[i] *= sc;
     }
+    SCAFFOLD_TRACE_REGION_INT(tr, "bytes", (int64_t)(s->model.nparams * sizeof(float)));
+    SCAFFOLD_TRACE_REGION_END(tr);
+    tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_STEP, SCAFFOLD_TRACE_CAT_COMPUTE);
     nn_clip_grad_norm(s->model.grads, s->model.nparams, 1.0);
     nn_optim_step(&s->opt, s->model.params, s->model.grads, lr);
+    SCAFFOLD_TRACE_REGION_END(tr);
     acc[0] += loss * n;
     acc[1] += dice * n;
     acc[2] += n;
@@ -113,13 +128,18 @@ static int validate(bench_state *s, int64_t epoch, int max_batches, double acc[3
     int rc = ds_loader_start_epoch(s->val, epoch);
     for (int b = 0; rc == 0 && (max_batches < 0 || b < max_batches); b++) {
         int n = 0;
+        scaffold_trace_region tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_FETCH,
+                                                               SCAFFOLD_TRACE_CAT_DATALOADER);
         int got = ds_loader_next(s->val, s->vol, s->mask, &n);
+        SCAFFOLD_TRACE_REGION_END(tr);
         if (got < 0)
             rc = got;
         if (got <= 0)
             break;
         double loss = 0;
+        tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_FORWARD, SCAFFOLD_TRACE_CAT_COMPUTE);
         rc = nn_unet_evaluate(&s->model, s->vol, s->mask, n, s->ce_w, &loss, s->dice_buf);
+        SCAFFOLD_TRACE_REGION_END(tr);
         for (int i = 0; i < n && rc == 0; i++)
             acc[0] += s->dice_buf[i];
         acc[1] += loss * n;
@@ -387,6 +407,11 @@ int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv, be
         double t0 = time_now(), lr = lr_for_epoch(c, epoch);
         double acc[3] = {0, 0, 0}, vacc[3] = {0, 0, 0};
         long steps = 0;
+        scaffold_trace_region tr_epoch =
+            SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_EPOCH, SCAFFOLD_TRACE_CAT_PIPELINE);
+        SCAFFOLD_TRACE_REGION_INT(tr_epoch, "epoch", epoch);
+        scaffold_trace_region tr_phase =
+            SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_TRAIN, SCAFFOLD_TRACE_CAT_PIPELINE);
         rc = ds_loader_start_epoch(s.train, epoch);
         /* Test hook: SCAFFOLD_FAULT_KILL_AT_EPOCH=E kills rank 0 after the first step of epoch E
          * (a node failure in the middle of an epoch). */
@@ -402,11 +427,17 @@ int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv, be
             }
             steps++;
         }
+        SCAFFOLD_TRACE_REGION_INT(tr_phase, "steps", steps);
+        SCAFFOLD_TRACE_REGION_END(tr_phase);
+        tr_phase = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_EVALUATE, SCAFFOLD_TRACE_CAT_PIPELINE);
         if (rc == 0)
             rc = validate(&s, epoch, -1, vacc);
+        SCAFFOLD_TRACE_REGION_END(tr_phase);
         rc = dist_agree(w, rc);
-        if (rc)
+        if (rc) {
+            SCAFFOLD_TRACE_REGION_END(tr_epoch);
             break;
+        }
         double sums[6] = {acc[0], acc[1], acc[2], vacc[0], vacc[1], vacc[2]};
         MPI_Allreduce(MPI_IN_PLACE, sums, 6, MPI_DOUBLE, MPI_SUM, w->comm);
         run_stats_row row;
@@ -449,10 +480,15 @@ int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv, be
             cs.total_optimizer_steps = total_steps;
             cs.global_step = total_steps;
             cs.lr = lr;
+            scaffold_trace_region tr_ck =
+                SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_CAPTURE, SCAFFOLD_TRACE_CAT_CHECKPOINT);
+            SCAFFOLD_TRACE_REGION_INT(tr_ck, "async", c->async_save);
             if (w->rank == 0)
                 rc = ckpt_save(&ck, &s.model, &s.opt, &cs, best);
+            SCAFFOLD_TRACE_REGION_END(tr_ck);
             last_saved = epoch;
         }
+        SCAFFOLD_TRACE_REGION_END(tr_epoch);
         rc = dist_agree(w, rc);
         epoch++;
     }
