@@ -179,7 +179,7 @@ void nn_conv3d_forward(float *out, const float *inA, int ca, const float *inB, i
         aoff[t] = (((long)(t / 9) * Hp + (t / 3) % 3) * Wp + t % 3) * cin;
     const nn_tg g = {.T = 27, .K = cin, .aoff = aoff, .lda = cin, .ldc = cout, .nr = nr};
     const long rows = (long)N * D * H;
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(dynamic, 2)
     for (int ob = 0; ob < nb; ob++)
         for (long row = 0; row < rows; row++) {
             const long n = row / ((long)D * H), z = (row / H) % D, y = row % H;
@@ -221,7 +221,7 @@ void nn_conv3d_backward(float *din, float *dw, const float *dout, const float *i
     for (int t = 0; t < 27; t++)
         aoff[t] = (((long)(2 - t / 9) * Hp + (2 - (t / 3) % 3)) * Wp + (2 - t % 3)) * cout;
     const nn_tg g = {.T = 27, .K = cout, .aoff = aoff, .lda = cout, .ldc = cin, .nr = nr};
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(dynamic, 2)
     for (int ob = 0; ob < nb; ob++)
         for (long row = 0; row < rows; row++) {
             const long n = row / ((long)D * H), z = (row / H) % D, y = row % H;
@@ -275,7 +275,7 @@ void nn_convt3d_forward(float *out, const float *in, const float *w, const float
     const long aoff[1] = {0};
     const nn_tg g = {.T = 1, .K = cin, .aoff = aoff, .lda = cin, .ldc = 2L * cout, .nr = nr};
     const long rows = (long)N * D * H;
-#pragma omp parallel for collapse(3) schedule(static)
+#pragma omp parallel for collapse(3) schedule(dynamic, 2)
     for (int ob = 0; ob < nb; ob++)
         for (long row = 0; row < rows; row++)
             for (int t = 0; t < 8; t++) {
@@ -317,7 +317,7 @@ void nn_convt3d_backward(float *din, float *dw, float *db, const float *dout, lo
     for (int t = 0; t < 8; t++)
         aoff[t] = (((long)(t / 4) * 2 * H + (t / 2) % 2) * 2 * W + t % 2) * ldo;
     const nn_tg g = {.T = 8, .K = cout, .aoff = aoff, .lda = 2 * ldo, .ldc = cin, .nr = nr};
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(dynamic, 2)
     for (int ob = 0; ob < nb; ob++)
         for (long row = 0; row < rows; row++) {
             const long n = row / ((long)D * H), z = (row / H) % D, y = row % H;
@@ -402,7 +402,7 @@ void nn_conv1_backward(float *din, float *dw, float *db, const float *dout, cons
     const long aoff[1] = {0};
     const nn_tg g = {.T = 1, .K = cout, .aoff = aoff, .lda = cout, .ldc = cin, .nr = nr};
     const long nrow = (P + C1_ROW - 1) / C1_ROW;
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(dynamic, 2)
     for (int ob = 0; ob < nb; ob++)
         for (long r = 0; r < nrow; r++) {
             const long p0 = r * C1_ROW;
@@ -417,7 +417,7 @@ void nn_conv1_backward(float *din, float *dw, float *db, const float *dout, cons
 
 void nn_conv3d_forward_ref(float *out, const float *in, const float *w, int cin, int cout, int N,
                            int D, int H, int W) {
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(dynamic, 2)
     for (int n = 0; n < N; n++)
         for (int z = 0; z < D; z++)
             for (int y = 0; y < H; y++)
