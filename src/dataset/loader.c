@@ -79,8 +79,23 @@ struct ds_loader {
     int nworkers, nslots;
     pthread_t *th;
     ds_slot *slots;
+    int held; /* slot lent to the caller by next_ref (-1: none); released by the next call */
+    float *own_vol;      /* W = 0 buffer for next_ref, allocated on first use */
+    uint16_t *own_mask;
     double wait_s;
 };
+
+/* Returns the slot lent by next_ref: only now may a worker refill it. */
+static void release_held(ds_loader *l) {
+    if (l->held < 0)
+        return;
+    pthread_mutex_lock(&l->mu);
+    l->slots[l->held].state = SLOT_FREE;
+    l->next_batch++;
+    pthread_cond_broadcast(&l->cv_work);
+    pthread_mutex_unlock(&l->mu);
+    l->held = -1;
+}
 
 static void batch_span(const ds_loader *l, int64_t b, const int64_t **idx, int *n) {
     int64_t lo = b * l->o.batch;
@@ -139,6 +154,7 @@ int ds_loader_create(ds_loader **out, const ds_loader_opts *o) {
     l->nsamp = cnt;
     l->nbatches = (cnt + o->batch - 1) / o->batch;
     l->last_batch = -1;
+    l->held = -1;
     l->order = malloc((size_t)(cnt ? cnt : 1) * sizeof *l->order);
     l->order_next = malloc((size_t)(cnt ? cnt : 1) * sizeof *l->order_next);
     pthread_mutex_init(&l->mu, NULL);
@@ -190,6 +206,7 @@ int64_t ds_loader_num_samples(const ds_loader *l) {
 }
 
 int ds_loader_start_epoch(ds_loader *l, int64_t epoch) {
+    release_held(l);
     int64_t cnt = ds_sampler_indices(l->o.split, l->o.n, l->o.replicas, l->o.replica, l->o.seed,
                                      epoch, l->order_next);
     if (cnt < 0)
@@ -213,8 +230,21 @@ int ds_loader_start_epoch(ds_loader *l, int64_t epoch) {
     return 0;
 }
 
+/* Waits for batch b in its slot (W > 0). Returns the slot. */
+static ds_slot *wait_slot(ds_loader *l, int64_t b) {
+    ds_slot *s = &l->slots[b % l->nslots];
+    double t0 = time_now();
+    pthread_mutex_lock(&l->mu);
+    while (!(s->state == SLOT_READY && s->batch == b))
+        pthread_cond_wait(&l->cv_ready, &l->mu);
+    pthread_mutex_unlock(&l->mu);
+    l->wait_s += time_now() - t0;
+    return s;
+}
+
 int ds_loader_next(ds_loader *l, float *vol, uint16_t *mask, int *count) {
     *count = 0;
+    release_held(l);
     if (!l->started || l->next_batch >= l->nbatches)
         return 0;
     int64_t b = l->next_batch;
@@ -232,13 +262,7 @@ int ds_loader_next(ds_loader *l, float *vol, uint16_t *mask, int *count) {
         *count = n;
         return 1;
     }
-    ds_slot *s = &l->slots[b % l->nslots];
-    double t0 = time_now();
-    pthread_mutex_lock(&l->mu);
-    while (!(s->state == SLOT_READY && s->batch == b))
-        pthread_cond_wait(&l->cv_ready, &l->mu);
-    pthread_mutex_unlock(&l->mu);
-    l->wait_s += time_now() - t0;
+    ds_slot *s = wait_slot(l, b);
     int rc = s->rc;
     if (rc == 0) {
         memcpy(vol, s->vol, (size_t)n * l->o.src.vol_elems * sizeof(float));
@@ -258,6 +282,51 @@ int ds_loader_next(ds_loader *l, float *vol, uint16_t *mask, int *count) {
     return 1;
 }
 
+int ds_loader_next_ref(ds_loader *l, const float **vol, const uint16_t **mask, int *count) {
+    *count = 0;
+    *vol = NULL;
+    *mask = NULL;
+    release_held(l);
+    if (!l->started || l->next_batch >= l->nbatches)
+        return 0;
+    int64_t b = l->next_batch;
+    const int64_t *idx;
+    int n;
+    batch_span(l, b, &idx, &n);
+    l->last_batch = b;
+    if (l->nworkers == 0) {
+        if (!l->own_vol) {
+            l->own_vol = malloc((size_t)l->o.batch * l->o.src.vol_elems * sizeof(float));
+            l->own_mask = malloc((size_t)l->o.batch * l->o.src.mask_elems * sizeof(uint16_t));
+            if (!l->own_vol || !l->own_mask) {
+                free(l->own_vol);
+                free(l->own_mask);
+                l->own_vol = NULL;
+                l->own_mask = NULL;
+                return err_set(ERR_NOMEM, "loader: out of memory");
+            }
+        }
+        double t0 = time_now();
+        int rc = l->o.src.read(l->o.src.ctx, l->o.split, idx, n, l->own_vol, l->own_mask);
+        l->wait_s += time_now() - t0;
+        l->next_batch++;
+        if (rc)
+            return rc;
+        *vol = l->own_vol;
+        *mask = l->own_mask;
+        *count = n;
+        return 1;
+    }
+    ds_slot *s = wait_slot(l, b);
+    l->held = (int)(b % l->nslots); /* next_batch advances when the slot is released */
+    if (s->rc)
+        return err_set(s->rc, "%s", s->msg);
+    *vol = s->vol;
+    *mask = s->mask;
+    *count = n;
+    return 1;
+}
+
 const int64_t *ds_loader_last_indices(const ds_loader *l) {
     if (l->last_batch < 0)
         return NULL;
@@ -265,7 +334,10 @@ const int64_t *ds_loader_last_indices(const ds_loader *l) {
 }
 
 void ds_loader_stop(ds_loader *l) {
-    if (!l || l->nworkers == 0)
+    if (!l)
+        return;
+    release_held(l);
+    if (l->nworkers == 0)
         return;
     pthread_mutex_lock(&l->mu);
     l->stop = 1;
@@ -288,6 +360,8 @@ void ds_loader_destroy(ds_loader *l) {
     free(l->th);
     free(l->order);
     free(l->order_next);
+    free(l->own_vol);
+    free(l->own_mask);
     pthread_cond_destroy(&l->cv_work);
     pthread_cond_destroy(&l->cv_ready);
     pthread_mutex_destroy(&l->mu);

@@ -92,6 +92,13 @@ int ds_loader_start_epoch(ds_loader *l, int64_t epoch);
  * usable: the next start_epoch starts afresh). */
 int ds_loader_next(ds_loader *l, float *vol, uint16_t *mask, int *count);
 
+/* Zero-copy variant of next(): *vol and *mask point at the batch inside the loader (a prefetch
+ * slot, or with W = 0 one loader-owned buffer), valid until the next call of next, next_ref,
+ * start_epoch, stop or destroy; the slot is only refilled after that. Same return values.
+ * RATIONALE: at scale 7 a sample is 28 MiB and copying it costs about as much as reading it
+ * from the page cache, on the training thread; the benchmark reads batches in place. */
+int ds_loader_next_ref(ds_loader *l, const float **vol, const uint16_t **mask, int *count);
+
 /* The dataset indices of the batch last delivered by next() (valid until the next call). */
 const int64_t *ds_loader_last_indices(const ds_loader *l);
 

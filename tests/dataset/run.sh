@@ -117,7 +117,9 @@ t_expect_fail "corrupt meta.yaml named" 1 "bad/meta.yaml" $MPIRUN -n 2 "$T/test_
 printf 'problem_scale: 5\nn_categories: 3\nn_instances_used_per_fractal: 12\nfract_base_dir: %s/f\ndataset_dir: %s/dk\n' "$d" "$d" > "$d/k.yml"
 for at in 7 26; do   # 7: among the shard files; 26: the meta.yaml commit, just before publishing
     rm -rf "$d/dk"
-    (SCAFFOLD_FAULT_KILL_AT_COMMIT=$at "$SCAFFOLD" generate_dataset -c "$d/k.yml" >/dev/null 2>&1) 2>/dev/null
+    # (an inner shell, so that the "Killed" job notice goes to /dev/null)
+    bash -c 'SCAFFOLD_FAULT_KILL_AT_COMMIT=$0 "$1" generate_dataset -c "$2" >/dev/null 2>&1; exit $?' \
+        "$at" "$SCAFFOLD" "$d/k.yml" 2>/dev/null
     rc=$?
     n=$(visible "$d/dk"); stg=$(find "$d/dk" -mindepth 2 -maxdepth 2 -name '.tmp_*' | wc -l)
     [ "$rc" -ne 0 ] && [ "$n" -eq 0 ] && [ "$stg" -eq 1 ] && t_ok "killed at commit $at: no visible dataset, one hidden staging dir" || t_fail "kill at $at" "rc=$rc visible=$n staging=$stg"

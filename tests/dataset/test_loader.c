@@ -60,15 +60,30 @@ static ds_source synth_source(synth *s) {
 }
 
 /* Runs one epoch, returns a digest of (order, contents) and checks contents against indices. */
+/* use_ref: 0 = next() only, 1 = next_ref() only, 2 = alternate. */
+static int use_ref;
+
 static uint64_t run_epoch(ds_loader *l, int split, int64_t epoch, int batch, int64_t *nb_out,
                           int *content_ok) {
-    float vol[16 * VE];
-    uint16_t mask[16 * ME];
+    float vbuf[16 * VE];
+    uint16_t mbuf[16 * ME];
+    const float *vol = vbuf;
+    const uint16_t *mask = mbuf;
     uint64_t h = 1469598103934665603ULL;
     int64_t nb = 0;
     int cnt, rc;
     ds_loader_start_epoch(l, epoch);
-    while ((rc = ds_loader_next(l, vol, mask, &cnt)) == 1) {
+    for (;;) {
+        int ref = use_ref == 1 || (use_ref == 2 && nb % 2);
+        if (ref) {
+            rc = ds_loader_next_ref(l, &vol, &mask, &cnt);
+        } else {
+            rc = ds_loader_next(l, vbuf, mbuf, &cnt);
+            vol = vbuf;
+            mask = mbuf;
+        }
+        if (rc != 1)
+            break;
         const int64_t *idx = ds_loader_last_indices(l);
         for (int j = 0; j < cnt; j++) {
             if (vol[j * VE + 3] != (float)(idx[j] * 1000 + 3 + split * 100000) ||
@@ -92,6 +107,7 @@ static uint64_t run_epoch(ds_loader *l, int split, int64_t epoch, int batch, int
 static void test_workers_equivalent(void) {
     synth s = {30, -1, pthread_self(), 0};
     const int workers[] = {0, 1, 2, 4};
+    for (use_ref = 0; use_ref < 3; use_ref++)
     for (int split = 0; split < 2; split++)
         for (int batch = 1; batch <= 3; batch += 2) {
             uint64_t ref = 0;
@@ -113,8 +129,8 @@ static void test_workers_equivalent(void) {
                     refnb = nb;
                 } else {
                     CHECK(ref == (h1 ^ (h2 * 31)) && refnb == nb,
-                          "split %d batch %d: W=%d delivers the same batches as W=0", split,
-                          batch, workers[w]);
+                          "split %d batch %d: W=%d delivers the same batches as W=0 (ref %d)",
+                          split, batch, workers[w], use_ref);
                 }
                 if (split == DS_TRAIN)
                     CHECK(h1 != h2, "epochs 1 and 2 differ");
@@ -369,6 +385,7 @@ int main(int argc, char **argv) {
     if (argc >= 3 && !strcmp(argv[1], "files"))
         return mode_files(argc, argv);
     test_workers_equivalent();
+    use_ref = 2;
     test_stop_mid_epoch();
     test_epoch_switch();
     test_errors();
