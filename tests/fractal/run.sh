@@ -26,9 +26,14 @@ partial=$(find "$d/fk" -name '*.npy' | wc -l)
 debris=$(find "$d/fk" -name '.*.tmp.*' | wc -l)
 [ "$partial" -gt 0 ] && [ "$partial" -lt 435 ] && t_ok "killed run left $partial finished instances" || t_fail "killed run state" "$partial"
 [ "$debris" -ge 1 ] && t_ok "kill left a temporary file, never a partial final file" || t_fail "kill debris" "$debris"
-ok=1
-for f in $(find "$d/fk" -name '*.npy'); do "$PYTHON" -c "import numpy,sys; numpy.load(sys.argv[1])" "$f" 2>/dev/null || ok=0; done
-[ $ok -eq 1 ] && t_ok "every file under a final name is complete" || t_fail "every file under a final name is complete"
+find "$d/fk" -name '*.npy' > "$d/list"
+"$PYTHON" -c "
+import numpy, sys
+for f in open(sys.argv[1]).read().split():
+    a = numpy.load(f)
+    assert a.shape == (128, 3) and a.dtype == numpy.float32, f
+" "$d/list"
+[ $? -eq 0 ] && t_ok "every file under a final name is complete" || t_fail "every file under a final name is complete"
 find "$d/fk" -name '*.npy' -exec stat -c '%i %Y %n' {} + | sort > "$d/before"
 out=$($MPIRUN -n 2 "$SCAFFOLD" generate_fractals -c "$cfg" --fract-base-dir "$d/fk" 2>&1)
 echo "$out" | grep -q "reused" && t_ok "rerun completes" || t_fail "rerun completes" "$out"
