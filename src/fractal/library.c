@@ -8,6 +8,8 @@
 #include "core/npy.h"
 #include "core/rng.h"
 
+#include <scaffold/trace.h>
+
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
@@ -404,9 +406,16 @@ int fractal_generate(const scaffold_config *c, const dist_world *w, fractal_summ
     rc = dist_agree(w, rc);
     if (rc)
         return rc;
+    scaffold_trace_region tr = SCAFFOLD_TRACE_REGION_BEGIN("generate_classes",
+                                                           SCAFFOLD_TRACE_CAT_DATA);
     rc = generate_classes(c, w, s);
+    SCAFFOLD_TRACE_REGION_INT(tr, "attempts", s->attempts);
+    SCAFFOLD_TRACE_REGION_END(tr);
     dist_barrier(w);
+    tr = SCAFFOLD_TRACE_REGION_BEGIN("generate_instances", SCAFFOLD_TRACE_CAT_DATA);
     if (rc == 0)
         rc = generate_instances(c, w, s);
+    SCAFFOLD_TRACE_REGION_INT(tr, "instances_new", s->instances_new);
+    SCAFFOLD_TRACE_REGION_END(tr);
     return rc;
 }
