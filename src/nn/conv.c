@@ -12,6 +12,7 @@
 #include "nn/layers.h"
 
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 int nn_threads(void) {
@@ -53,7 +54,7 @@ static void pad_copy(float *P, const float *a, long lda_, int ca, const float *b
                      int D, int H, int W) {
     const int C = ca + cb;
     const long Hp = H + 2, Wp = W + 2, Dp = D + 2;
-#pragma omp parallel for collapse(3) schedule(static)
+#pragma omp parallel for collapse(3) schedule(dynamic, 8)
     for (int n = 0; n < N; n++)
         for (int zp = 0; zp < Dp; zp++)
             for (int yp = 0; yp < Hp; yp++) {
@@ -112,46 +113,115 @@ static void tw_rowptr(const tw_rows *r, long row, int t, const float **a, const 
 }
 
 #define TW_CHUNK_MAX 64
+#define DW_REPLICAS_MAX 8
+#define DW_REPLICA_BUDGET (64u << 20) /* bytes of per-thread weight-gradient copies */
 
-static void weight_grad(float *dWp, const tw_rows *r, long nrows, int T, long lda, long ldg) {
+/* Per-thread weight-gradient copies used for a (T, K, ncol) gradient: as many as fit the budget
+ * (at most DW_REPLICAS_MAX); 0 or 1 means "partition tiles instead". Depends only on the shape,
+ * so workspace sizing and the call agree whatever the thread count. */
+static int dw_replicas(int T, int K, int ncol) {
+    const int nr = nn_gemm_nr(ncol);
+    const size_t bytes = (size_t)T * K * nblocks(ncol, nr) * nr * sizeof(float);
+    size_t r = DW_REPLICA_BUDGET / (bytes ? bytes : 1);
+    /* SCAFFOLD_NN_DW_REPLICAS lowers the cap (tests use 0 to exercise the tile partition). */
+    const char *env = getenv("SCAFFOLD_NN_DW_REPLICAS");
+    size_t cap = env ? (size_t)strtoul(env, NULL, 10) : DW_REPLICAS_MAX;
+    if (cap > DW_REPLICAS_MAX)
+        cap = DW_REPLICAS_MAX;
+    return (int)(r > cap ? cap : r);
+}
+
+static size_t dw_floats(int T, int K, int ncol) {
+    const int nr = nn_gemm_nr(ncol);
+    return (size_t)T * K * nblocks(ncol, nr) * nr;
+}
+
+/* Workspace of weight_grad: the gradient in packed layout plus its replicas. */
+static size_t weight_grad_ws(int T, int K, int ncol) {
+    const int r = dw_replicas(T, K, ncol);
+    return dw_floats(T, K, ncol) * (size_t)(r > 1 ? r + 1 : 1);
+}
+
+/* All tiles of one chunk of rows into Wp. */
+static void tw_chunk(float *Wp, const tw_rows *r, long r0, int nrr, int T, long lda, long ldg,
+                     long t_lo, long t_hi) {
     const int K = r->cin, ncol = r->cout;
     const int nr = nn_gemm_nr(ncol), nb = nblocks(ncol, nr);
     const long ldw = (long)nb * nr;
     const int mkmax = nn_tw_mr(nr), nkb = (K + mkmax - 1) / mkmax;
+    const float *arows[TW_CHUNK_MAX], *grows[TW_CHUNK_MAX];
+    const float *ar[TW_CHUNK_MAX], *gr[TW_CHUNK_MAX];
+    int last_t = -1;
+    (void)T;
+    for (long tile = t_lo; tile < t_hi; tile++) {
+        const int t = (int)(tile / ((long)nkb * nb));
+        const int kb = (int)((tile / nb) % nkb), ob = (int)(tile % nb);
+        if (t != last_t) {
+            for (int i = 0; i < nrr; i++)
+                tw_rowptr(r, r0 + i, t, &arows[i], &grows[i]);
+            last_t = t;
+        }
+        const int k0 = split_at(K, nkb, kb), k1 = split_at(K, nkb, kb + 1);
+        const int n0 = ob * nr, nvalid = ncol - n0 < nr ? ncol - n0 : nr;
+        for (int i = 0; i < nrr; i++) {
+            ar[i] = arows[i] + k0;
+            gr[i] = grows[i] + n0;
+        }
+        nn_tw_tile(nrr, ar, gr, r->W, lda, ldg, k1 - k0, nr, nvalid,
+                   Wp + ((size_t)t * K + k0) * ldw + n0, ldw);
+    }
+}
+
+/* dWp[t][k][ncolpad] = sum over rows and x of A(row, t)[x*lda + k] * G(row, t)[x*ldg + j].
+ * With replicas: threads take chunks of rows dynamically, each accumulating every tile into its
+ * own copy (no barrier per chunk, balanced under load), and the copies are summed at the end.
+ * Without (huge layers): each thread owns a fixed share of the tiles and walks all chunks. */
+static void weight_grad(float *dWp, const tw_rows *r, long nrows, int T, long lda, long ldg) {
+    const int K = r->cin, ncol = r->cout;
+    const int nr = nn_gemm_nr(ncol), nb = nblocks(ncol, nr);
+    const int mkmax = nn_tw_mr(nr), nkb = (K + mkmax - 1) / mkmax;
     const long ntiles = (long)T * nkb * nb;
+    const size_t nw = dw_floats(T, K, ncol);
     /* Rows per chunk: about 256 voxels, so a chunk's A and G rows stay in L2. */
     int R = 256 / r->W;
-    if (R < 1)
-        R = 1;
-    if (R > TW_CHUNK_MAX)
-        R = TW_CHUNK_MAX;
-    memset(dWp, 0, sizeof(float) * (size_t)T * K * ldw);
+    R = R < 1 ? 1 : R > TW_CHUNK_MAX ? TW_CHUNK_MAX : R;
+    const long nchunks = (nrows + R - 1) / R;
+    int reps = dw_replicas(T, K, ncol);
+    const int nth = nn_threads();
+    if (reps > nth)
+        reps = nth;
+    if (reps > 1) {
+        float *rep = dWp + nw;
+#pragma omp parallel num_threads(reps)
+        {
+            float *mine = rep + (size_t)omp_get_thread_num() * nw;
+            memset(mine, 0, sizeof(float) * nw);
+#pragma omp for schedule(dynamic, 1)
+            for (long c = 0; c < nchunks; c++) {
+                const long r0 = c * R;
+                const int nrr = (int)((nrows - r0) < R ? (nrows - r0) : R);
+                tw_chunk(mine, r, r0, nrr, T, lda, ldg, 0, ntiles);
+            }
+            const int nt = omp_get_num_threads();
+#pragma omp for schedule(static)
+            for (size_t i = 0; i < nw; i++) {
+                float s = 0;
+                for (int k = 0; k < nt; k++)
+                    s += rep[(size_t)k * nw + i];
+                dWp[i] = s;
+            }
+        }
+        return;
+    }
+    memset(dWp, 0, sizeof(float) * nw);
 #pragma omp parallel
     {
-        const int nth = omp_get_num_threads(), tid = omp_get_thread_num();
-        const long lo = ntiles * tid / nth, hi = ntiles * (tid + 1) / nth;
-        const float *arows[TW_CHUNK_MAX], *grows[TW_CHUNK_MAX];
-        for (long r0 = 0; r0 < nrows; r0 += R) {
+        const int nt = omp_get_num_threads(), tid = omp_get_thread_num();
+        const long lo = ntiles * tid / nt, hi = ntiles * (tid + 1) / nt;
+        for (long c = 0; c < nchunks; c++) {
+            const long r0 = c * R;
             const int nrr = (int)((nrows - r0) < R ? (nrows - r0) : R);
-            int last_t = -1;
-            for (long tile = lo; tile < hi; tile++) {
-                const int t = (int)(tile / ((long)nkb * nb));
-                const int kb = (int)((tile / nb) % nkb), ob = (int)(tile % nb);
-                if (t != last_t) {
-                    for (int i = 0; i < nrr; i++)
-                        tw_rowptr(r, r0 + i, t, &arows[i], &grows[i]);
-                    last_t = t;
-                }
-                const int k0 = split_at(K, nkb, kb), k1 = split_at(K, nkb, kb + 1);
-                const int n0 = ob * nr, nvalid = ncol - n0 < nr ? ncol - n0 : nr;
-                const float *ar[TW_CHUNK_MAX], *gr[TW_CHUNK_MAX];
-                for (int i = 0; i < nrr; i++) {
-                    ar[i] = arows[i] + k0;
-                    gr[i] = grows[i] + n0;
-                }
-                nn_tw_tile(nrr, ar, gr, r->W, lda, ldg, k1 - k0, nr, nvalid,
-                           dWp + ((size_t)t * K + k0) * ldw + n0, ldw);
-            }
+            tw_chunk(dWp, r, r0, nrr, T, lda, ldg, lo, hi);
         }
     }
 }
@@ -161,7 +231,7 @@ static void weight_grad(float *dWp, const tw_rows *r, long nrows, int T, long ld
 size_t nn_conv3d_ws_floats(int N, int D, int H, int W, int cin, int cout) {
     int cmax = cin > cout ? cin : cout;
     size_t pf = packed_floats(cout, cin, 27), pb = packed_floats(cin, cout, 27);
-    size_t pw = 27 * (size_t)cin * nblocks(cout, nn_gemm_nr(cout)) * nn_gemm_nr(cout);
+    size_t pw = weight_grad_ws(27, cin, cout);
     size_t p = pf > pb ? pf : pb;
     return padded_floats(N, D, H, W, cmax) + (p > pw ? p : pw) + 64;
 }
@@ -256,7 +326,7 @@ static void bias_grad(float *db, const float *dout, long ldo, long P, int C, flo
 size_t nn_convt3d_ws_floats(int N, int D, int H, int W, int cin, int cout) {
     (void)N, (void)D, (void)H, (void)W;
     size_t pf = packed_floats(cout, cin, 8), pb = packed_floats(cin, cout, 8);
-    size_t pw = 8 * (size_t)cin * nblocks(cout, nn_gemm_nr(cout)) * nn_gemm_nr(cout);
+    size_t pw = weight_grad_ws(8, cin, cout);
     size_t p = pf > pb ? pf : pb;
     if (pw > p)
         p = pw;

@@ -35,15 +35,17 @@ static void gn_channel_sums(double *out1, double *out2, const float *x1, const f
     const int nth = nn_threads();
     double *dacc = (double *)ws; /* nth * 2C doubles */
     float *facc = ws + (size_t)nth * C * 4;
+    const long nblk = (S + GN_BLOCK - 1) / GN_BLOCK;
 #pragma omp parallel num_threads(nth)
     {
-        const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
+        const int tid = omp_get_thread_num();
         double *d1 = dacc + (size_t)tid * 2 * C, *d2 = d1 + C;
         float *f1 = facc + (size_t)tid * 2 * C, *f2 = f1 + C;
         memset(d1, 0, sizeof(double) * 2 * C);
-        const long lo = S * tid / nt, hi = S * (tid + 1) / nt;
-        for (long b0 = lo; b0 < hi; b0 += GN_BLOCK) {
-            const long b1 = b0 + GN_BLOCK < hi ? b0 + GN_BLOCK : hi;
+        /* Dynamic blocks: balanced when cores are shared; each thread sums into its own slot. */
+#pragma omp for schedule(dynamic, 16)
+        for (long blk = 0; blk < nblk; blk++) {
+            const long b0 = blk * GN_BLOCK, b1 = b0 + GN_BLOCK < S ? b0 + GN_BLOCK : S;
             memset(f1, 0, sizeof(float) * 2 * C);
             for (long p = b0; p < b1; p++) {
                 const float *a = x1 + p * C;
@@ -116,7 +118,7 @@ void nn_groupnorm_forward(float *y, float *mean, float *rstd, const float *x, co
             bias[c] = beta[c] - mean[n * G + g] * scale[c];
         }
         float *yn = y + (size_t)n * S * C;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1024)
         for (long p = 0; p < S; p++) {
             const float *a = xn + p * C;
             float *o = yn + p * C;
@@ -172,7 +174,7 @@ void nn_groupnorm_backward(float *dx, float *dgamma, float *dbeta, const float *
             mc[c] = (float)shift[c];
             rc[c] = (float)shift[C + c];
         }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1024)
         for (long p = 0; p < S; p++) {
             const float *a = xn + p * C, *g = dyn + p * C;
             const float *yv = yn ? yn + p * C : NULL;

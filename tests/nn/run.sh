@@ -6,6 +6,9 @@ cd "$(dirname "$0")/../.." && source tests/lib.sh
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 FIX=tests/nn/fixtures
 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
+# the weight gradient's second path (tile partition, used for layers too big for replicas)
+SCAFFOLD_NN_DW_REPLICAS=0 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
+OMP_NUM_THREADS=3 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
 t_cbin "$BUILD/tests/nn/test_unet" "$FIX"
 
 d=$(t_tmpdir)
