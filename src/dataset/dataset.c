@@ -7,6 +7,8 @@
 #include "core/npy.h"
 #include "core/sha256.h"
 
+#include <scaffold/trace.h>
+
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
@@ -189,8 +191,14 @@ static int file_source_read(void *ctx, int split, const int64_t *idx, int n, flo
                             uint16_t *mask) {
     const dataset *ds = ctx;
     for (int j = 0; j < n; j++) {
+        /* dftracer's per-sample "item" event (on the worker thread that reads it), so traces
+         * show read time per sample next to the training thread's "fetch" waits. */
+        scaffold_trace_region tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_ITEM,
+                                                               SCAFFOLD_TRACE_CAT_DATA);
+        SCAFFOLD_TRACE_REGION_INT(tr, "index", idx[j]);
         int rc = dataset_read_sample(ds, split, idx[j], vol + (size_t)j * ds->vol_elems,
                                      mask + (size_t)j * ds->mask_elems);
+        SCAFFOLD_TRACE_REGION_END(tr);
         if (rc)
             return rc;
     }
@@ -205,6 +213,15 @@ ds_source dataset_file_source(const dataset *ds) {
     s.mask_elems = ds->mask_elems;
     s.concurrent = 1;
     return s;
+}
+
+int dataset_loader_create(ds_loader **out, const dataset *ds, int split, int batch,
+                          int replicas, int replica, uint64_t seed, int workers) {
+    if (split != DS_TRAIN && split != DS_VAL)
+        return err_set(ERR_USAGE, "loader: split must be DS_TRAIN or DS_VAL");
+    ds_loader_opts o = {dataset_file_source(ds), split, ds->n[split], batch, replicas, replica,
+                        seed, workers, 0};
+    return ds_loader_create(out, &o);
 }
 
 void dataset_rank_shard(const ds_layout *l, int rank, int idx[3]) {

@@ -19,10 +19,13 @@
  *     or corrupt file is named in the message. dataset_open() is the local, non-collective part
  *     for one explicit shard.
  *
- *  3. A loader per split (loader.h): ds_loader_create with the source from dataset_file_source()
- *     (or any other ds_source, e.g. the in-memory store), then start_epoch / next / stop.
- *     Sample i of a split is ds->ids[split][i]; its volume is (3, d, h, w) float32 and its mask
- *     (d, h, w) uint16 with (d, h, w) = ds->ext, the shard's extent.
+ *  3. A loader per split (loader.h): dataset_loader_create(), or ds_loader_create with the
+ *     source from dataset_file_source() (or any other ds_source, e.g. the in-memory store), then
+ *     start_epoch / next (or next_ref, zero-copy) / stop. Sample i of a split is
+ *     ds->ids[split][i]; its volume is (3, d, h, w) float32 and its mask (d, h, w) uint16 with
+ *     (d, h, w) = ds->ext, the shard's extent. Every file was checked at open; a read error
+ *     during an epoch (file changed since) is returned by next() on that rank only: agree on it
+ *     (dist_agree) at the next collective step, e.g. with the gradient all-reduce's status.
  *
  *  4. dataset_ce_indices(): the training masks sampled for the CE class weights.
  *
@@ -108,6 +111,13 @@ int dataset_read_sample(const dataset *ds, int split, int64_t i, float *vol, uin
 
 /* A ds_source reading this dataset's files (concurrent = 1). The dataset must outlive it. */
 ds_source dataset_file_source(const dataset *ds);
+
+/* Shorthand: a loader over this dataset's files for one split (DS_TRAIN: shuffled and padded
+ * per epoch; DS_VAL: contiguous, unpadded), local batch `batch`, data-parallel replica `replica`
+ * of `replicas` (ddp_ind / ddp_ranks: rank / T and size / T with T spatial shards), sampler
+ * `seed` (upstream: 0), `workers` threads (dataloader_num_workers). See loader.h. */
+int dataset_loader_create(ds_loader **out, const dataset *ds, int split, int batch,
+                          int replicas, int replica, uint64_t seed, int workers);
 
 /* The CE class-weight sample (upstream §11.4 step 1): k = min(max(ceil(n_train * fraction), 1),
  * n_train) training indices at torch.linspace(0, n_train - 1, k) (float32, torch's symmetric

@@ -334,7 +334,12 @@ static int mode_files(int argc, char **argv) {
         ds_loader_opts o = {dataset_file_source(ds), split, ds->n[split], B, replicas, replica, 0,
                             c.dataloader_num_workers, 0};
         ds_loader *l;
-        CHECK(ds_loader_create(&l, &o) == 0, "create: %s", err_msg());
+        if (split == DS_TRAIN)
+            CHECK(ds_loader_create(&l, &o) == 0, "create: %s", err_msg());
+        else
+            CHECK(dataset_loader_create(&l, ds, split, B, replicas, replica, 0,
+                                        c.dataloader_num_workers) == 0,
+                  "dataset_loader_create: %s", err_msg());
         ds_loader_start_epoch(l, 1);
         int cnt, same = 1;
         long long nb = 0, ns = 0;
