@@ -59,7 +59,7 @@ fi
 
 # 4. kill -9 inside a checkpoint write (model file, after the sidecar): no corrupt file under
 # the final name; the next start detects the torn pair, renames it *.corrupt and uses best.
-SCAFFOLD_FAULT_KILL_IN_SAVE=2:2 "$SCAFFOLD" benchmark $cfg --base-run-dir runsc --checkpoint-interval 1 --epochs 3 >/dev/null 2>&1
+( SCAFFOLD_FAULT_KILL_IN_SAVE=2:2 "$SCAFFOLD" benchmark $cfg --base-run-dir runsc --checkpoint-interval 1 --epochs 3 >/dev/null 2>&1 ) 2>/dev/null
 rc_=$(lastrun runsc)
 ok=1
 for f in "$rc_"/checkpoints/*.safetensors; do
