@@ -190,9 +190,9 @@ int dataset_prepare(const scaffold_config *c, const dist_world *w, char *dir, si
     char path[FS_PATH_MAX] = "";
     int found = 0;
     if (w->rank == 0) {
-        rc = fs_check_writable_dir(cfgdir);
-        if (rc == 0)
-            rc = ds_cache_prune(cfgdir, ds_cache_stale_seconds(), &info->stale_removed);
+        /* Nothing is written before we know we must generate: a cached dataset on a read-only
+         * file system is still usable. */
+        rc = ds_cache_prune(cfgdir, ds_cache_stale_seconds(), &info->stale_removed);
         if (rc == 0 && !c->datagen_from_scratch) {
             rc = ds_cache_find(cfgdir, info->config_id,
                                c->dataset_reuse_enforce_commit_id ? DS_CODE_VERSION : NULL, path,
@@ -201,6 +201,8 @@ int dataset_prepare(const scaffold_config *c, const dist_world *w, char *dir, si
             if (rc == 1)
                 rc = 0;
         }
+        if (rc == 0 && !found)
+            rc = fs_check_writable_dir(cfgdir);
     }
     rc = dist_agree(w, rc);
     if (rc) {
