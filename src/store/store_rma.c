@@ -32,6 +32,9 @@ int store_rma_window(store *s, store_var *v) {
     /* We never use accumulates: let the implementation skip their ordering guarantees. */
     MPI_Info_set(info, "accumulate_ordering", "none");
     MPI_Info_set(info, "same_disp_unit", "true");
+    /* Open MPI's osc sm otherwise packs all shards back to back in one segment; page-aligned
+     * per-rank segments keep each shard on its owner's NUMA node. */
+    MPI_Info_set(info, "alloc_shared_noncontig", "true");
     int mrc = MPI_Win_allocate(bytes, 1, info, s->w.comm, &base, &v->win);
     MPI_Info_free(&info);
     int rc = 0;

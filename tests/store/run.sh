@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Store tests: the C suite (tests/store/test_store.c, mirroring DDStore's test_single,
-# test_multirank and test_get_batch) at 1, 2, 3 and 4 ranks for both methods; a window that
+# test_multirank and test_get_batch) at 1, 2, 3 and 4 ranks for both methods; indices and
+# offsets past 2^31 (when 6 GiB are free); a window that
 # cannot be created fails cleanly; `scaffold store-bench` arguments, CSV output and data checks;
 # ASan/UBSan and TSan builds of the suite when they exist (make test-asan / test-tsan build them).
 cd "$(dirname "$0")/../.." && source tests/lib.sh
@@ -17,6 +18,14 @@ for m in rma coll; do
         t_cbin timeout 120 $MPIRUN -n $n "$T" "$m"
     done
 done
+
+# 64-bit sizes: 2^31 + 64 one-byte rows on rank 0 (~2.2 GiB); skipped when memory is short.
+avail_kb=$(awk '/^MemAvailable:/{print $2}' /proc/meminfo)
+if [ "${avail_kb:-0}" -ge $((6 * 1024 * 1024)) ]; then
+    for m in rma coll; do t_cbin timeout 120 $MPIRUN -n 2 "$T" "$m" big; done
+else
+    echo "skip 64-bit size test: MemAvailable ${avail_kb:-?} kB < 6 GiB"
+fi
 
 # Open MPI's pt2pt one-sided component refuses MPI_THREAD_MULTIPLE: store_add must say so on
 # every rank and exit, not hang; the coll method needs no window and still works there.

@@ -1,6 +1,8 @@
 /* Tests for src/store, mirroring DDStore's suites (test_single.py, test_multirank.py,
  * test_get_batch.py) at any rank count: run as `mpirun -n K test_store [rma|coll]`.
  *
+ * `test_store METHOD big` runs only the 64-bit size test (about 2.2 GiB on rank 0).
+ *
  * Rows are self-describing: element c of global row g holds a value derived from (g, c), so any
  * misplaced, stale or torn row is detected, whoever reads it. Every rank counts its own checks;
  * rank 0 prints the sums over ranks, and every rank exits 1 if any rank failed. Every sequence
@@ -560,6 +562,58 @@ static void test_passive_progress(void) {
     store_free(&s);
 }
 
+/* 64-bit sizes (run with the extra argument "big"; needs ~2.2 GiB): rank 0 holds 2^31 + 64
+ * one-byte rows, so global indices, local offsets and window displacements pass 2^31, and a
+ * range read crosses that boundary. Rows near 2^31 carry markers written with store_update. */
+static uint8_t big_marker(int64_t g) { return (uint8_t)(g * 31 + 7) | 1; }
+
+static void test_big(void) {
+    const int64_t big = ((int64_t)1 << 31) + 64;
+    const int64_t nrows = W.rank == 0 ? big : 64;
+    store *s = open_store();
+    int var = -1;
+    int rc = store_add(s, "big", STORE_BYTE, 1, nrows, NULL, &var);
+    CHECK(rc == 0, "add %lld one-byte rows on rank 0: %s", (long long)big, err_msg());
+    if (rc) {
+        store_free(&s);
+        return;
+    }
+    /* Markers on local rows [2^31 - 64, 2^31 + 64) of rank 0, and on every row elsewhere. */
+    const int64_t lo = W.rank == 0 ? ((int64_t)1 << 31) - 64 : 0, n = W.rank == 0 ? 128 : 64;
+    store_var_info info;
+    store_info(s, var, &info);
+    uint8_t mk[128];
+    for (int64_t i = 0; i < n; i++)
+        mk[i] = big_marker(info.first_row + lo + i);
+    CHECK(store_update(s, var, lo, n, mk) == 0, "update near 2^31");
+    CHECK(store_sync(s) == 0, "sync");
+    const int64_t two31 = (int64_t)1 << 31;
+    int64_t idx[8] = {two31 + 3, two31 - 1, two31, info.total_rows - 1, two31 + 63, 5, two31 - 64,
+                      two31 + 3};
+    uint8_t got[256];
+    rc = store_get_batch(s, var, idx, 8, got, sizeof got);
+    int ok = rc == 0;
+    for (int i = 0; i < 8; i++) {
+        int64_t g = idx[i];
+        uint8_t want = (g >= two31 - 64 && g < big) || g >= big ? big_marker(g) : 0;
+        ok &= got[i] == want;
+    }
+    CHECK(ok, "batch of indices around 2^31: %s", err_msg());
+    /* A range across the 2^31 boundary (and, with 2+ ranks, across rank 0's end). */
+    const int64_t start = two31 - 40, cnt = W.size > 1 ? 64 + 40 + 20 : 80;
+    rc = store_get(s, var, start, cnt, got, sizeof got);
+    ok = rc == 0;
+    for (int64_t i = 0; i < cnt; i++)
+        ok &= got[i] == big_marker(start + i);
+    CHECK(ok, "range [2^31 - 40, +%lld): %s", (long long)cnt, err_msg());
+    int64_t owner_local = -1;
+    int owner = -1;
+    CHECK(store_owner(s, var, two31 + 1, &owner, &owner_local) == 0 && owner == 0 &&
+              owner_local == two31 + 1,
+          "owner of row 2^31 + 1");
+    store_free(&s);
+}
+
 int main(int argc, char **argv) {
     if (dist_init(&W, &argc, &argv)) {
         fprintf(stderr, "%s\n", err_msg());
@@ -572,6 +626,15 @@ int main(int argc, char **argv) {
         return 2;
     }
     OPTS.method = METHOD;
+    if (argc > 2 && !strcmp(argv[2], "big")) {
+        test_big();
+        int c[2] = {test_passed, test_failed}, sum[2];
+        MPI_Allreduce(c, sum, 2, MPI_INT, MPI_SUM, W.comm);
+        if (W.rank == 0)
+            printf("%d passed, %d failed\n", sum[0], sum[1]);
+        dist_finalize(&W);
+        return sum[1] ? 1 : 0;
+    }
     /* Parsing and the opaque handle's NULL behaviour. */
     store_method mm;
     CHECK(store_method_parse("coll", &mm) == 0 && mm == STORE_COLL, "parse coll");
