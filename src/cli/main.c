@@ -14,7 +14,7 @@
 #pragma weak cmd_compare
 #pragma weak cmd_store_bench
 
-#define SCAFFOLD_VERSION "0.1.0"
+#include "core/version.h"
 
 typedef struct {
     const char *name;

@@ -20,13 +20,14 @@
 #ifndef SCAFFOLD_DATASET_CACHE_H
 #define SCAFFOLD_DATASET_CACHE_H
 
+#include "core/version.h"
 #include "core/config.h"
 #include "dataset/layout.h"
 
 #include <stddef.h>
 
 #define DS_FORMAT_VERSION 5
-#define DS_CODE_VERSION "scaffold-0.1.0"
+#define DS_CODE_VERSION "scaffold-" SCAFFOLD_VERSION
 #define DS_CONFIG_ID_LEN 12
 #define DS_STALE_SECONDS (24.0 * 3600.0)
 #define DS_HEARTBEAT_SECONDS 300.0

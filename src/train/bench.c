@@ -27,8 +27,6 @@ typedef struct bench_state {
     ds_loader *train, *val;
     nn_unet model;
     nn_optim opt;
-    float *vol;       /* local_batch_size volumes */
-    uint16_t *mask;   /* local_batch_size masks */
     float *ce_w;      /* n_classes */
     float *dice_buf;  /* local_batch_size */
     memsource mem;     /* data_store: memory */
@@ -44,8 +42,6 @@ static void bench_state_free(bench_state *s) {
     dataset_close(s->ds);
     nn_unet_free(&s->model);
     nn_optim_free(&s->opt);
-    free(s->vol);
-    free(s->mask);
     free(s->ce_w);
     free(s->dice_buf);
 }
@@ -84,22 +80,33 @@ static int compute_ce_weights(const scaffold_config *c, const dist_world *w, ben
 
 /* One optimizer step on the next batch; accumulates loss*bs, dice*bs, bs. Returns 1 with a
  * step, 0 at the end of the epoch, or an error. */
-static int train_step(bench_state *s, double lr, double acc[3]) {
+static int train_step(bench_state *s, const dist_world *w, double lr, double acc[3]) {
     int n = 0;
+    const float *vol = NULL;
+    const uint16_t *mask = NULL;
     scaffold_trace_region tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_FETCH,
                                                            SCAFFOLD_TRACE_CAT_DATALOADER);
-    int got = ds_loader_next(s->train, s->vol, s->mask, &n);
+    /* In place: copying a batch out of the prefetch slot costs as much as reading it. */
+    int got = ds_loader_next_ref(s->train, &vol, &mask, &n);
     SCAFFOLD_TRACE_REGION_INT(tr, "batch_size", n);
     SCAFFOLD_TRACE_REGION_END(tr);
-    if (got <= 0)
-        return got;
+    /* Every replica has the same number of batches (padded sampler), so 0 is seen everywhere
+     * at once; an error on one rank must be agreed before the gradient all-reduce, or the
+     * others would wait in it forever. */
+    if (got == 0)
+        return 0;
     double loss = 0, dice = 0;
-    nn_unet_zero_grad(&s->model);
-    /* One region for the fused forward + loss + backward pass of the engine. */
-    tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_FORWARD, SCAFFOLD_TRACE_CAT_COMPUTE);
-    SCAFFOLD_TRACE_REGION_STR(tr, "pass", "forward+loss+backward");
-    int rc = nn_unet_forward_backward(&s->model, s->vol, s->mask, n, s->ce_w, &loss, &dice);
-    SCAFFOLD_TRACE_REGION_END(tr);
+    int rc = got < 0 ? got : 0;
+    if (rc == 0) {
+        nn_unet_zero_grad(&s->model);
+        /* One region for the fused forward + loss + backward pass of the engine. */
+        tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_FORWARD, SCAFFOLD_TRACE_CAT_COMPUTE);
+        SCAFFOLD_TRACE_REGION_STR(tr, "pass", "forward+loss+backward");
+        rc = nn_unet_forward_backward(&s->model, vol, mask, n, s->ce_w, &loss, &dice);
+        SCAFFOLD_TRACE_REGION_END(tr);
+    }
+    if (s->replicas > 1)
+        rc = dist_agree(w, rc);
     if (rc)
         return rc;
     tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_ALL_REDUCE, SCAFFOLD_TRACE_CAT_COMM);
@@ -128,9 +135,11 @@ static int validate(bench_state *s, int64_t epoch, int max_batches, double acc[3
     int rc = ds_loader_start_epoch(s->val, epoch);
     for (int b = 0; rc == 0 && (max_batches < 0 || b < max_batches); b++) {
         int n = 0;
+        const float *vol = NULL;
+        const uint16_t *mask = NULL;
         scaffold_trace_region tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_FETCH,
                                                                SCAFFOLD_TRACE_CAT_DATALOADER);
-        int got = ds_loader_next(s->val, s->vol, s->mask, &n);
+        int got = ds_loader_next_ref(s->val, &vol, &mask, &n);
         SCAFFOLD_TRACE_REGION_END(tr);
         if (got < 0)
             rc = got;
@@ -138,7 +147,7 @@ static int validate(bench_state *s, int64_t epoch, int max_batches, double acc[3
             break;
         double loss = 0;
         tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_FORWARD, SCAFFOLD_TRACE_CAT_COMPUTE);
-        rc = nn_unet_evaluate(&s->model, s->vol, s->mask, n, s->ce_w, &loss, s->dice_buf);
+        rc = nn_unet_evaluate(&s->model, vol, mask, n, s->ce_w, &loss, s->dice_buf);
         SCAFFOLD_TRACE_REGION_END(tr);
         for (int i = 0; i < n && rc == 0; i++)
             acc[0] += s->dice_buf[i];
@@ -178,7 +187,7 @@ static int warmup(const scaffold_config *c, const dist_world *w, bench_state *s)
     int steps = c->warmup_batches < nb ? c->warmup_batches : (int)nb;
     rc = ds_loader_start_epoch(s->train, 0);
     for (int i = 0; i < steps && rc == 0; i++) {
-        int r = train_step(s, c->starting_learning_rate, acc);
+        int r = train_step(s, w, c->starting_learning_rate, acc);
         if (r < 0)
             rc = r;
         if (r == 0)
@@ -315,11 +324,9 @@ int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv, be
                                                                   : NN_OPT_ADAM;
     if (rc == 0)
         rc = nn_optim_init(&s.opt, kind, s.model.nparams);
-    s.vol = malloc((size_t)B * s.ds->vol_elems * sizeof *s.vol);
-    s.mask = malloc((size_t)B * s.ds->mask_elems * sizeof *s.mask);
     s.ce_w = malloc((size_t)spec.n_classes * sizeof *s.ce_w);
     s.dice_buf = malloc((size_t)B * sizeof *s.dice_buf);
-    if (rc == 0 && (!s.vol || !s.mask || !s.ce_w || !s.dice_buf))
+    if (rc == 0 && (!s.ce_w || !s.dice_buf))
         rc = err_set(ERR_NOMEM, "out of memory for batch buffers");
     int use_mem = !strcmp(c->data_store, "memory");
     rc = dist_agree(w, rc);
@@ -420,7 +427,7 @@ int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv, be
         for (;;) {
             if (kill_here && steps == 1)
                 raise(SIGKILL);
-            int r = rc ? rc : train_step(&s, lr, acc);
+            int r = rc ? rc : train_step(&s, w, lr, acc);
             if (r <= 0) {
                 rc = r;
                 break;
