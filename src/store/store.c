@@ -446,7 +446,7 @@ int store_info(const store *s, int var, store_var_info *info) {
     int rc = lookup(s, var, &v);
     if (rc)
         return rc;
-    snprintf(info->name, sizeof info->name, "%s", v->name);
+    memcpy(info->name, v->name, sizeof info->name); /* same-size, NUL-terminated arrays */
     info->type = v->type;
     info->row_elems = v->row_elems;
     info->row_bytes = v->row_bytes;

@@ -272,7 +272,7 @@ static void test_batches(void) {
     int64_t *rev = malloc((size_t)total * sizeof *rev);
     for (int64_t i = 0; i < total; i++)
         rev[i] = total - 1 - i;
-    char *rb1 = malloc((size_t)(total * rb)), *rb2 = malloc((size_t)(total * rb));
+    char *rb1 = malloc((size_t)total * (size_t)rb), *rb2 = malloc((size_t)total * (size_t)rb);
     int rc = store_get_batch(s, var, rev, total, rb1, (size_t)(total * rb));
     ok = rc == 0;
     for (int64_t i = 0; i < total; i++)
