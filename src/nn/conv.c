@@ -136,15 +136,27 @@ static size_t dw_floats(int T, int K, int ncol) {
     return (size_t)T * K * nblocks(ncol, nr) * nr;
 }
 
-/* Workspace of weight_grad: the gradient in packed layout plus its replicas. */
-static size_t weight_grad_ws(int T, int K, int ncol) {
+/* Voxels per weight-gradient chunk: about 256, at least one row. */
+static int chunk_rows(int W) {
+    int R = 256 / W;
+    return R < 1 ? 1 : R > TW_CHUNK_MAX ? TW_CHUNK_MAX : R;
+}
+
+/* Per-thread floats to stage a partial column block of G (zero-padded to nr columns). */
+static size_t gpad_floats(int W, int ncol) {
+    return ncol % nn_gemm_nr(ncol) ? (size_t)chunk_rows(W) * W * nn_gemm_nr(ncol) : 0;
+}
+
+/* Workspace of weight_grad: the gradient in packed layout, its replicas, G staging. */
+static size_t weight_grad_ws(int T, int K, int ncol, int W) {
     const int r = dw_replicas(T, K, ncol);
-    return dw_floats(T, K, ncol) * (size_t)(r > 1 ? r + 1 : 1);
+    return dw_floats(T, K, ncol) * (size_t)(r > 1 ? r + 1 : 1) +
+           (size_t)NN_MAX_THREADS * gpad_floats(W, ncol);
 }
 
 /* All tiles of one chunk of rows into Wp. */
 static void tw_chunk(float *Wp, const tw_rows *r, long r0, int nrr, int T, long lda, long ldg,
-                     long t_lo, long t_hi) {
+                     long t_lo, long t_hi, float *gpad) {
     const int K = r->cin, ncol = r->cout;
     const int nr = nn_gemm_nr(ncol), nb = nblocks(ncol, nr);
     const long ldw = (long)nb * nr;
@@ -163,11 +175,25 @@ static void tw_chunk(float *Wp, const tw_rows *r, long r0, int nrr, int T, long 
         }
         const int k0 = split_at(K, nkb, kb), k1 = split_at(K, nkb, kb + 1);
         const int n0 = ob * nr, nvalid = ncol - n0 < nr ? ncol - n0 : nr;
+        long ldg_ = ldg;
         for (int i = 0; i < nrr; i++) {
             ar[i] = arows[i] + k0;
             gr[i] = grows[i] + n0;
         }
-        nn_tw_tile(nrr, ar, gr, r->W, lda, ldg, k1 - k0, nr, nvalid,
+        if (nvalid < nr) {
+            /* Partial block: stage G zero-padded to nr columns so the vector kernel runs; the
+             * extra columns land in the padding of the packed gradient (ldw = nb * nr). */
+            for (int i = 0; i < nrr; i++) {
+                float *dst = gpad + (size_t)i * r->W * nr;
+                for (int x = 0; x < r->W; x++) {
+                    memcpy(dst + (size_t)x * nr, gr[i] + x * ldg, sizeof(float) * nvalid);
+                    memset(dst + (size_t)x * nr + nvalid, 0, sizeof(float) * (nr - nvalid));
+                }
+                gr[i] = dst;
+            }
+            ldg_ = nr;
+        }
+        nn_tw_tile(nrr, ar, gr, r->W, lda, ldg_, k1 - k0, nr, nr,
                    Wp + ((size_t)t * K + k0) * ldw + n0, ldw);
     }
 }
@@ -183,24 +209,25 @@ static void weight_grad(float *dWp, const tw_rows *r, long nrows, int T, long ld
     const long ntiles = (long)T * nkb * nb;
     const size_t nw = dw_floats(T, K, ncol);
     /* Rows per chunk: about 256 voxels, so a chunk's A and G rows stay in L2. */
-    int R = 256 / r->W;
-    R = R < 1 ? 1 : R > TW_CHUNK_MAX ? TW_CHUNK_MAX : R;
+    const int R = chunk_rows(r->W);
+    const size_t gp = gpad_floats(r->W, ncol);
     const long nchunks = (nrows + R - 1) / R;
     int reps = dw_replicas(T, K, ncol);
     const int nth = nn_threads();
     if (reps > nth)
         reps = nth;
     if (reps > 1) {
-        float *rep = dWp + nw;
+        float *rep = dWp + nw, *gpad = rep + (size_t)reps * nw;
 #pragma omp parallel num_threads(reps)
         {
             float *mine = rep + (size_t)omp_get_thread_num() * nw;
+            float *gp_t = gpad + (size_t)omp_get_thread_num() * gp;
             memset(mine, 0, sizeof(float) * nw);
 #pragma omp for schedule(dynamic, 1)
             for (long c = 0; c < nchunks; c++) {
                 const long r0 = c * R;
                 const int nrr = (int)((nrows - r0) < R ? (nrows - r0) : R);
-                tw_chunk(mine, r, r0, nrr, T, lda, ldg, 0, ntiles);
+                tw_chunk(mine, r, r0, nrr, T, lda, ldg, 0, ntiles, gp_t);
             }
             const int nt = omp_get_num_threads();
 #pragma omp for schedule(static)
@@ -214,14 +241,16 @@ static void weight_grad(float *dWp, const tw_rows *r, long nrows, int T, long ld
         return;
     }
     memset(dWp, 0, sizeof(float) * nw);
-#pragma omp parallel
+    float *gpad = dWp + nw;
+#pragma omp parallel num_threads(nth)
     {
         const int nt = omp_get_num_threads(), tid = omp_get_thread_num();
+        float *gp_t = gpad + (size_t)tid * gp;
         const long lo = ntiles * tid / nt, hi = ntiles * (tid + 1) / nt;
         for (long c = 0; c < nchunks; c++) {
             const long r0 = c * R;
             const int nrr = (int)((nrows - r0) < R ? (nrows - r0) : R);
-            tw_chunk(dWp, r, r0, nrr, T, lda, ldg, lo, hi);
+            tw_chunk(dWp, r, r0, nrr, T, lda, ldg, lo, hi, gp_t);
         }
     }
 }
@@ -231,7 +260,7 @@ static void weight_grad(float *dWp, const tw_rows *r, long nrows, int T, long ld
 size_t nn_conv3d_ws_floats(int N, int D, int H, int W, int cin, int cout) {
     int cmax = cin > cout ? cin : cout;
     size_t pf = packed_floats(cout, cin, 27), pb = packed_floats(cin, cout, 27);
-    size_t pw = weight_grad_ws(27, cin, cout);
+    size_t pw = weight_grad_ws(27, cin, cout, W);
     size_t p = pf > pb ? pf : pb;
     return padded_floats(N, D, H, W, cmax) + (p > pw ? p : pw) + 64;
 }
@@ -324,9 +353,9 @@ static void bias_grad(float *db, const float *dout, long ldo, long P, int C, flo
 }
 
 size_t nn_convt3d_ws_floats(int N, int D, int H, int W, int cin, int cout) {
-    (void)N, (void)D, (void)H, (void)W;
+    (void)N, (void)D, (void)H;
     size_t pf = packed_floats(cout, cin, 8), pb = packed_floats(cin, cout, 8);
-    size_t pw = weight_grad_ws(8, cin, cout);
+    size_t pw = weight_grad_ws(8, cin, cout, W);
     size_t p = pf > pb ? pf : pb;
     if (pw > p)
         p = pw;
