@@ -41,12 +41,14 @@ else
 fi
 rm -rf "$d"
 
-# Sanitizers on the layer tests (ASan + UBSan), built here when missing.
+# Sanitizers (ASan + UBSan) on the layer and U-Net tests, built here when missing or stale.
 if [ "${SCAFFOLD_TEST_SAN:-0}" != 1 ]; then
-    SAN_BIN=build-address-undefined/tests/nn/test_layers
-    if [ ! -x "$SAN_BIN" ] || [ "$SAN_BIN" -ot src/nn/conv.c ] || [ "$SAN_BIN" -ot tests/nn/test_layers.c ]; then
-        make -s SAN=address,undefined "$SAN_BIN" >/dev/null 2>&1 || t_fail "build ASan/UBSan layer tests"
+    SB=build-address-undefined/tests/nn
+    if [ ! -x "$SB/test_layers" ] || [ ! -x "$SB/test_unet" ] || [ -n "$(find src/nn tests/nn -newer "$SB/test_unet" -name '*.[ch]' 2>/dev/null | head -1)" ]; then
+        make -s SAN=address,undefined "$SB/test_layers" "$SB/test_unet" >/dev/null 2>&1 || t_fail "build ASan/UBSan nn tests"
     fi
-    [ -x "$SAN_BIN" ] && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1 OMP_NUM_THREADS=2 t_cbin "$SAN_BIN" "$FIX"
+    export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+    [ -x "$SB/test_layers" ] && t_cbin "$SB/test_layers" "$FIX"
+    [ -x "$SB/test_unet" ] && t_cbin "$SB/test_unet" "$FIX"
 fi
 t_report
