@@ -29,6 +29,8 @@ static void usage(FILE *f) {
             "(default 5)\n"
             "  --threads N            rma reader threads per rank (default 1)\n"
             "  --remote-only          read only rows of other ranks (default: uniform over all)\n"
+            "  --profile              add post/wait/copy us per row (store_profile; also\n"
+            "                         DDSTORE_PROFILE=1)\n"
             "  --coll-max-bytes N     coll round cap (default DDSTORE_ALLTOALL_MAX_BYTES or 2m)\n"
             "  --seed N               index stream seed (default 1)\n"
             "  --csv FILE             also write the results as CSV (rank 0)\n"
@@ -83,6 +85,10 @@ static int parse_args(int argc, char **argv, store_bench_opts *o, int *help) {
         }
         if (!strcmp(a, "--remote-only")) {
             o->remote_only = 1;
+            continue;
+        }
+        if (!strcmp(a, "--profile")) {
+            o->profile = 1;
             continue;
         }
         if (i + 1 >= argc)
@@ -141,6 +147,8 @@ int cmd_store_bench(int argc, char **argv) {
     store_bench_opts o;
     store_bench_opts_default(&o);
     int help = 0;
+    const char *pe = getenv("DDSTORE_PROFILE");
+    o.profile = pe && *pe && strcmp(pe, "0") != 0;
     /* Arguments are checked before MPI starts, so `--help` and typos need no mpirun. Every rank
      * parses the same argv, so every rank reaches the same verdict. */
     int rc = parse_args(argc, argv, &o, &help);

@@ -51,6 +51,8 @@ void store_opts_default(store_opts *o) {
      * rank with a message naming the variable. */
     o->coll_max_bytes = cap == 0 ? STORE_DEFAULT_COLL_MAX_BYTES : cap;
     o->max_read_bytes = mr == 0 ? STORE_DEFAULT_MAX_READ_BYTES : mr;
+    const char *pr = getenv("DDSTORE_PROFILE");
+    o->profile = pr && *pr && strcmp(pr, "0") != 0;
 }
 
 int store_method_parse(const char *s, store_method *m) {
@@ -157,6 +159,7 @@ int store_create(store **out, MPI_Comm comm, const store_opts *opts) {
     s->coll_max_bytes = o.coll_max_bytes;
     s->max_read_bytes = o.max_read_bytes;
     s->thread_level = uw.thread_level;
+    s->profile = o.profile != 0;
     /* A private duplicate: our collectives and window traffic can never match the user's. */
     int mrc = MPI_Comm_dup(comm, &s->w.comm);
     if (mrc != MPI_SUCCESS) {
@@ -476,6 +479,21 @@ void store_nsplit(int64_t n, int size, int rank, int64_t *lo, int64_t *hi) {
     int64_t k = n / size, m = n % size;
     *lo = rank * k + (rank < m ? rank : m);
     *hi = (rank + 1) * k + (rank + 1 < m ? rank + 1 : m);
+}
+
+int store_get_profile(store *s, int var, store_profile *out, int reset) {
+    store_var *v = NULL;
+    int rc = lookup(s, var, &v);
+    if (rc)
+        return rc;
+    uint64_t x[7];
+    for (int i = 0; i < 7; i++)
+        x[i] = reset ? atomic_exchange(&v->prof[i], 0) : atomic_load(&v->prof[i]);
+    *out = (store_profile){.calls = x[STORE_P_CALLS], .rows = x[STORE_P_ROWS],
+                           .remote_rows = x[STORE_P_REMOTE], .bytes = x[STORE_P_BYTES],
+                           .post_ns = x[STORE_P_POST], .wait_ns = x[STORE_P_WAIT],
+                           .copy_ns = x[STORE_P_COPY]};
+    return 0;
 }
 
 int store_thread_safe(const store *s) {

@@ -33,6 +33,7 @@
  *   DDSTORE_ALLTOALL_MAX_BYTES  COLL round cap in bytes (default 2097152; must be equal on all
  *                               ranks; store_create checks)
  *   DDSTORE_MAX_READ_BYTES      largest single MPI_Get in bytes (default 1 GiB, at most 2^31-1)
+ *   DDSTORE_PROFILE             1 = keep the counters of store_profile() (default off)
  */
 #ifndef SCAFFOLD_STORE_STORE_H
 #define SCAFFOLD_STORE_STORE_H
@@ -64,7 +65,20 @@ typedef struct store_opts {
     store_method method;
     int64_t coll_max_bytes; /* COLL: received bytes per rank per round (>= 1) */
     int64_t max_read_bytes; /* RMA: largest single MPI_Get (1 .. INT_MAX) */
+    int profile;            /* 1 = keep the per-variable counters of store_profile() */
 } store_opts;
+
+/* Per-variable counters (this rank's reads), kept when profiling is on (DDStore's
+ * DDSTORE_PROFILE; all zero otherwise). Times are nanoseconds of wall time inside the calls:
+ *   post: RMA issuing MPI_Gets (and copying own rows, which is interleaved with it);
+ *         COLL the header and index exchanges, packing, and copying own rows
+ *   wait: RMA the MPI_Win_flush calls; COLL MPI_Alltoallv
+ *   copy: COLL unpacking the received rows (0 for RMA)
+ * Several threads may update them at once (relaxed atomics). */
+typedef struct store_profile {
+    uint64_t calls, rows, remote_rows, bytes;
+    uint64_t post_ns, wait_ns, copy_ns;
+} store_profile;
 
 /* What store_info reports about one variable. */
 typedef struct store_var_info {
@@ -138,6 +152,10 @@ int store_get_batch(store *s, int var, const int64_t *idx, int64_t n, void *dst,
  * contiguous slice [*lo, *hi) with k, m = n / size, n % size, lo = r*k + min(r, m). Loading that
  * slice on each rank and calling store_add makes global row i = sample i. */
 void store_nsplit(int64_t n, int size, int rank, int64_t *lo, int64_t *hi);
+
+/* Copies variable var's counters (zeros when profiling is off). reset != 0 zeroes them after
+ * the copy. 0 or ERR_NOTFOUND. */
+int store_get_profile(store *s, int var, store_profile *out, int reset);
 
 /* 1 when get/get_batch may be called concurrently from several threads of one rank without any
  * other thread's MPI calls being a problem (RMA method and MPI_THREAD_MULTIPLE), else 0. */

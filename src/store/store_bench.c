@@ -67,6 +67,8 @@ typedef struct result {
     int64_t row_bytes, batch, nget;
     int threads;
     double us_row, mbs; /* medians over repeats */
+    int prof;           /* the next three are set */
+    double post_us, wait_us, copy_us; /* per row, mean over repeats and ranks */
 } result;
 
 static int cmp_double(const void *a, const void *b) {
@@ -134,6 +136,8 @@ typedef struct config {
     int64_t batch, nget;
     int threads;
     double us[64], mbs[64];
+    double prof_ns[3]; /* post, wait, copy: sums over timed runs (this rank) */
+    double prof_rows;
 } config;
 
 /* One timed run of configuration c (collective). */
@@ -150,6 +154,9 @@ static int timed_run(const store_bench_opts *o, const dist_world *w, config *c, 
         rc = read_all(c->s, c->var, idx, batch, batch, dst, rb);
     if ((rc = dist_agree(w, rc)))
         return rc;
+    store_profile pr;
+    if (c->s && o->profile)
+        store_get_profile(c->s, c->var, &pr, 1); /* drop the warm-up */
     MPI_Barrier(w->comm);
     double t0 = MPI_Wtime();
     if (!c->s) {
@@ -174,6 +181,12 @@ static int timed_run(const store_bench_opts *o, const dist_world *w, config *c, 
         }
     }
     double dt = MPI_Wtime() - t0;
+    if (c->s && o->profile && store_get_profile(c->s, c->var, &pr, 1) == 0) {
+        c->prof_ns[0] += (double)pr.post_ns;
+        c->prof_ns[1] += (double)pr.wait_ns;
+        c->prof_ns[2] += (double)pr.copy_ns;
+        c->prof_rows += (double)pr.rows;
+    }
     /* Check the rows of the last call of (each thread's share of) the run. */
     if (!rc && c->s)
         for (int t = 0; t < threads && !rc; t++) {
@@ -236,6 +249,7 @@ static int bench_row_size(const store_bench_opts *o, const dist_world *w, int ri
             so.method = o->methods[mi];
             if (o->coll_max_bytes)
                 so.coll_max_bytes = o->coll_max_bytes;
+            so.profile = o->profile;
             rc = store_create(&stores[mi], w->comm, &so);
             if (!rc)
                 rc = store_add(stores[mi], "bench", STORE_BYTE, rb, per_rank, shard, &var);
@@ -265,10 +279,21 @@ static int bench_row_size(const store_bench_opts *o, const dist_world *w, int ri
                            (uint64_t)(ri * 64 + k));
     for (int k = 0; k < nc && !rc; k++) {
         config *c = &cfg[k];
-        res[(*nres)++] = (result){.what = c->s ? store_method_name(c->m) : "memcpy",
-                                  .row_bytes = rb, .batch = c->batch, .nget = c->nget,
-                                  .threads = c->threads, .us_row = median(c->us, reps),
-                                  .mbs = median(c->mbs, reps)};
+        result *r = &res[(*nres)++];
+        *r = (result){.what = c->s ? store_method_name(c->m) : "memcpy", .row_bytes = rb,
+                      .batch = c->batch, .nget = c->nget, .threads = c->threads,
+                      .us_row = median(c->us, reps), .mbs = median(c->mbs, reps)};
+        /* Profile: mean over ranks of each rank's ns per row read (collective on every k). */
+        double per[3];
+        for (int i = 0; i < 3; i++)
+            per[i] = dist_sum_double(w, c->prof_rows > 0 ? c->prof_ns[i] / c->prof_rows : 0) /
+                     w->size / 1e3;
+        if (c->s && o->profile) {
+            r->prof = 1;
+            r->post_us = per[0];
+            r->wait_us = per[1];
+            r->copy_us = per[2];
+        }
     }
     for (int mi = 0; mi < 2; mi++) {
         int frc = store_free(&stores[mi]);
@@ -290,8 +315,12 @@ static const result *find(const result *r, int n, const char *what, int64_t rb, 
 }
 
 static void print_table(FILE *out, const result *r, int n) {
-    fprintf(out, "%-7s %10s %6s %4s %6s %10s %11s %9s %9s\n", "method", "row_bytes", "batch",
-            "thr", "rows", "us/row", "MB/s/rank", "vs_get", "vs_memcpy");
+    int prof = 0;
+    for (int i = 0; i < n; i++)
+        prof |= r[i].prof;
+    fprintf(out, "%-7s %10s %6s %4s %6s %10s %11s %9s %9s", "method", "row_bytes", "batch", "thr",
+            "rows", "us/row", "MB/s/rank", "vs_get", "vs_memcpy");
+    fprintf(out, prof ? " %8s %8s %8s\n" : "\n", "post", "wait", "copy");
     for (int i = 0; i < n; i++) {
         const result *g = find(r, n, r[i].what, r[i].row_bytes, 1);
         const result *mc = find(r, n, "memcpy", r[i].row_bytes, r[i].batch);
@@ -300,15 +329,19 @@ static void print_table(FILE *out, const result *r, int n) {
             snprintf(vg, sizeof vg, "%.2fx", g->us_row / r[i].us_row);
         if (mc && strcmp(r[i].what, "memcpy"))
             snprintf(vm, sizeof vm, "%.0f%%", 100.0 * r[i].mbs / mc->mbs);
-        fprintf(out, "%-7s %10lld %6lld %4d %6lld %10.3f %11.1f %9s %9s\n", r[i].what,
+        fprintf(out, "%-7s %10lld %6lld %4d %6lld %10.3f %11.1f %9s %9s", r[i].what,
                 (long long)r[i].row_bytes, (long long)r[i].batch, r[i].threads,
                 (long long)r[i].nget, r[i].us_row, r[i].mbs, vg, vm);
+        if (r[i].prof)
+            fprintf(out, " %8.3f %8.3f %8.3f", r[i].post_us, r[i].wait_us, r[i].copy_us);
+        fprintf(out, "\n");
     }
 }
 
 static void write_csv(FILE *f, const result *r, int n, int ranks) {
     fprintf(f, "method,ranks,row_bytes,batch,threads,rows_per_run,us_per_row,mb_per_s_rank,"
-               "speedup_vs_get,fraction_of_memcpy\n");
+               "speedup_vs_get,fraction_of_memcpy,post_us_per_row,wait_us_per_row,"
+               "copy_us_per_row\n");
     for (int i = 0; i < n; i++) {
         const result *g = find(r, n, r[i].what, r[i].row_bytes, 1);
         const result *mc = find(r, n, "memcpy", r[i].row_bytes, r[i].batch);
@@ -321,9 +354,13 @@ static void write_csv(FILE *f, const result *r, int n, int ranks) {
         else
             fprintf(f, ",");
         if (mc && !base)
-            fprintf(f, "%.4f\n", r[i].mbs / mc->mbs);
+            fprintf(f, "%.4f,", r[i].mbs / mc->mbs);
         else
-            fprintf(f, "\n");
+            fprintf(f, ",");
+        if (r[i].prof)
+            fprintf(f, "%.4f,%.4f,%.4f\n", r[i].post_us, r[i].wait_us, r[i].copy_us);
+        else
+            fprintf(f, ",,\n");
     }
 }
 

@@ -30,6 +30,7 @@ typedef struct store_bench_opts {
     int repeats;
     int threads;       /* rma: reader threads per rank, each reading nget/threads rows */
     int remote_only;   /* draw indices only from other ranks' shards (P > 1) */
+    int profile;       /* report store_profile's post/wait/copy per row (DDSTORE_PROFILE) */
     uint64_t seed;
     int64_t coll_max_bytes; /* 0 = store default / environment */
     const char *csv;        /* write the results here too (rank 0, atomic); NULL = no */

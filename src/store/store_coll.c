@@ -71,7 +71,9 @@ static int reserve(void **p, size_t *cap, size_t need) {
     return 0;
 }
 
-static int exchange(store *s, store_var *v, const store_idx *x, char *dst) {
+/* wait/copy/remote accumulate profile figures (see store_profile). */
+static int exchange(store *s, store_var *v, const store_idx *x, char *dst, uint64_t *wait,
+                    uint64_t *copy, uint64_t *remote) {
     const int P = s->w.size, me = s->w.rank;
     const int64_t rb = v->row_bytes;
     const int64_t mylo = v->prefix[me], myhi = v->prefix[me + 1];
@@ -157,8 +159,12 @@ static int exchange(store *s, store_var *v, const store_idx *x, char *dst) {
                     }
                 }
         /* 3. The exchange. */
+        *remote += (uint64_t)totr;
+        uint64_t ta = s->profile ? store_ns() : 0;
         mrc = MPI_Alltoallv(s->sendbuf, scount, sdispl, v->rowtype, s->recvbuf, rcount, rdispl,
                             v->rowtype, s->w.comm);
+        uint64_t tb = s->profile ? store_ns() : 0;
+        *wait += tb - ta;
         if (mrc != MPI_SUCCESS)
             return store_mpi_err(mrc, "store('%s'): MPI_Alltoallv failed", v->name);
         /* 4. Unpack in request order. */
@@ -168,6 +174,8 @@ static int exchange(store *s, store_var *v, const store_idx *x, char *dst) {
             if (o != me)
                 memcpy(dst + (lo + i) * rb, s->recvbuf + (int64_t)cursor[o]++ * rb, (size_t)rb);
         }
+        if (s->profile)
+            *copy += store_ns() - tb;
     }
     return 0;
 }
@@ -175,18 +183,19 @@ static int exchange(store *s, store_var *v, const store_idx *x, char *dst) {
 int store_coll_get(store *s, int var, const store_idx *x, int64_t n, char *dst, int local_rc) {
     pthread_mutex_lock(&s->coll_lock);
     const int P = s->w.size;
+    const uint64_t t0 = s->profile ? store_ns() : 0;
+    uint64_t wait = 0, copy = 0, remote = 0;
     int rc;
     if (P == 1) {
         /* No peers: nothing to agree on or exchange. */
-        rc = local_rc ? local_rc : 0;
+        rc = local_rc;
         if (!rc) {
             store_var *v = s->vars[var];
             for (int64_t i = 0; i < n; i++)
                 memcpy(dst + i * v->row_bytes, v->base + store_idx_at(x, i) * v->row_bytes,
                        (size_t)v->row_bytes);
         }
-        pthread_mutex_unlock(&s->coll_lock);
-        return rc;
+        goto done;
     }
     int64_t mine[3] = {n, local_rc ? 1 : 0, var};
     int mrc = MPI_Allgather(mine, 3, MPI_INT64_T, s->hdr, 3, MPI_INT64_T, s->w.comm);
@@ -207,7 +216,19 @@ int store_coll_get(store *s, int var, const store_idx *x, int64_t n, char *dst, 
                      "store: ranks read different variables in one collective get (coll reads "
                      "must be made in the same order on every rank)");
     } else {
-        rc = exchange(s, s->vars[var], x, dst); /* n is in s->hdr */
+        rc = exchange(s, s->vars[var], x, dst, &wait, &copy, &remote); /* n is in s->hdr */
+    }
+done:
+    if (!rc && s->profile) {
+        store_var *v = s->vars[var];
+        uint64_t total = store_ns() - t0;
+        store_prof_add(v, STORE_P_CALLS, 1);
+        store_prof_add(v, STORE_P_ROWS, (uint64_t)n);
+        store_prof_add(v, STORE_P_REMOTE, remote);
+        store_prof_add(v, STORE_P_BYTES, (uint64_t)n * (uint64_t)v->row_bytes);
+        store_prof_add(v, STORE_P_POST, total - wait - copy);
+        store_prof_add(v, STORE_P_WAIT, wait);
+        store_prof_add(v, STORE_P_COPY, copy);
     }
     pthread_mutex_unlock(&s->coll_lock);
     return rc;

@@ -8,7 +8,9 @@
 #include "store/store.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
+#include <time.h>
 
 typedef struct store_var {
     char name[STORE_NAME_MAX];
@@ -21,14 +23,19 @@ typedef struct store_var {
     int has_win, locked;
     MPI_Datatype rowtype; /* COLL only: one row as an MPI datatype */
     int has_rowtype;
+    /* store_profile counters, in store_profile's field order. */
+    _Atomic uint64_t prof[7];
 } store_var;
+
+enum { STORE_P_CALLS, STORE_P_ROWS, STORE_P_REMOTE, STORE_P_BYTES, STORE_P_POST, STORE_P_WAIT,
+       STORE_P_COPY };
 
 struct store {
     dist_world w; /* rank, size and the private communicator (for dist_agree) */
     store_method method;
     int64_t coll_max_bytes, max_read_bytes;
     int thread_level;
-    int env_problem; /* a bad environment value seen by store_opts_default, reported at create */
+    int profile;     /* keep the store_profile counters */
     pthread_mutex_t mpi_lock;  /* RMA below MPI_THREAD_MULTIPLE: serialises our MPI calls */
     pthread_mutex_t coll_lock; /* COLL: scratch buffers below are per store */
     int nvars;
@@ -65,6 +72,16 @@ static inline int store_owner_of(const store_var *v, int size, int64_t g) {
             hi = mid - 1;
     }
     return lo;
+}
+
+static inline uint64_t store_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static inline void store_prof_add(store_var *v, int what, uint64_t x) {
+    atomic_fetch_add_explicit(&v->prof[what], x, memory_order_relaxed);
 }
 
 /* MPI error code -> ERR_MPI with the MPI error string. */

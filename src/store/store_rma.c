@@ -114,6 +114,8 @@ int store_rma_get(store *s, store_var *v, const store_idx *x, int64_t n, char *d
     if (serial)
         pthread_mutex_lock(&s->mpi_lock);
     int rc = 0, any = 0;
+    int64_t remote = 0;
+    const uint64_t t0 = s->profile ? store_ns() : 0;
     for (int64_t i = 0; i < n && !rc;) {
         const int64_t g = store_idx_at(x, i);
         const int t = store_owner_of(v, size, g);
@@ -127,9 +129,11 @@ int store_rma_get(store *s, store_var *v, const store_idx *x, int64_t n, char *d
             rc = get_bytes(s, v, t, (g - v->prefix[t]) * rb, dst + i * rb, run * rb);
             bits[t >> 6] |= (uint64_t)1 << (t & 63);
             any = 1;
+            remote += run;
         }
         i += run;
     }
+    const uint64_t t1 = s->profile ? store_ns() : 0;
     /* Flush every target we posted to, even after an error: no Get may still be writing into
      * dst when we return. */
     for (size_t wd = 0; any && wd < nwords; wd++)
@@ -142,6 +146,15 @@ int store_rma_get(store *s, store_var *v, const store_idx *x, int64_t n, char *d
         }
     if (serial)
         pthread_mutex_unlock(&s->mpi_lock);
+    if (s->profile) {
+        const uint64_t t2 = store_ns();
+        store_prof_add(v, STORE_P_CALLS, 1);
+        store_prof_add(v, STORE_P_ROWS, (uint64_t)n);
+        store_prof_add(v, STORE_P_REMOTE, (uint64_t)remote);
+        store_prof_add(v, STORE_P_BYTES, (uint64_t)(n * rb));
+        store_prof_add(v, STORE_P_POST, t1 - t0);
+        store_prof_add(v, STORE_P_WAIT, t2 - t1);
+    }
     if (bits != stackbits)
         free(bits);
     return rc;

@@ -50,10 +50,10 @@ d=$(t_tmpdir)
 t_expect_fail "CSV in a missing directory" 1 "cannot write $d/no/r.csv" \
     "$SCAFFOLD" store-bench "${tiny[@]}" --csv "$d/no/r.csv"
 
-# A small real run: both methods, 2 reader threads, a 4096-byte read limit (split Gets), rows
-# checked inside; then the CSV: (memcpy baseline + 2 methods) x 2 batches per row size.
+# A small real run: both methods, 2 reader threads, a 4096-byte read limit (split Gets),
+# profiling on, rows checked inside; then the CSV: (memcpy baseline + 2 methods) x 2 batches per row size.
 out=$(DDSTORE_MAX_READ_BYTES=4096 timeout 120 $MPIRUN -n 2 "$SCAFFOLD" store-bench --row-bytes 3136,100000 \
-    --batch 1,32 --nget 256 --repeats 2 --threads 2 --csv "$d/r.csv" 2>&1)
+    --batch 1,32 --nget 256 --repeats 2 --threads 2 --profile --csv "$d/r.csv" 2>&1)
 rc=$?
 if [ $rc -eq 0 ] && grep -q '^summary rma: get_batch(32)' <<<"$out" && grep -q '^summary coll:' <<<"$out"; then
     t_ok "store-bench at 2 ranks (both methods, threads, split reads)"
@@ -68,6 +68,11 @@ for r in rows:
     assert r["ranks"] == "2" and float(r["us_per_row"]) > 0 and float(r["mb_per_s_rank"]) > 0, r
     if r["method"] != "memcpy":
         assert float(r["fraction_of_memcpy"]) > 0 and float(r["speedup_vs_get"]) > 0, r
+        # --profile: the store's own time split per row; together about the measured time.
+        parts = sum(float(r[k]) for k in ("post_us_per_row", "wait_us_per_row", "copy_us_per_row"))
+        assert 0 < parts, r
+    else:
+        assert r["post_us_per_row"] == "", r
 assert {(r["method"], r["batch"]) for r in rows} >= {("rma", "1"), ("rma", "32"), ("coll", "1"), ("coll", "32")}
 assert all(r["threads"] == "2" for r in rows if r["method"] == "rma")
 PY

@@ -481,6 +481,44 @@ static void test_threads(void) {
     store_free(&s);
 }
 
+/* store_get_profile: exact call/row/remote/byte counts when on, zeros when off, reset. */
+static void test_profile(void) {
+    for (int on = 0; on <= 1; on++) {
+        store_opts o = OPTS;
+        o.profile = on;
+        store *s = NULL;
+        CHECK(store_create(&s, W.comm, &o) == 0, "create: %s", err_msg());
+        int var = -1;
+        CHECK(add_var(s, "prof", STORE_INT32, 4, rows_even, &var) == 0, "add: %s", err_msg());
+        const int64_t total = total_rows(rows_even), per = rows_even(0);
+        int64_t idx[20];
+        uint64_t remote = 0;
+        for (int i = 0; i < 20; i++) {
+            idx[i] = (i * 7 + W.rank * 3) % total;
+            remote += idx[i] / per != W.rank;
+        }
+        char buf[20 * 16];
+        int ok = store_get_batch(s, var, idx, 20, buf, sizeof buf) == 0;
+        ok &= store_get(s, var, 0, 1, buf, sizeof buf) == 0;
+        remote += W.rank != 0;
+        store_profile pr;
+        CHECK(ok && store_get_profile(s, var, &pr, 1) == 0, "reads and profile");
+        if (on)
+            CHECK(pr.calls == 2 && pr.rows == 21 && pr.remote_rows == remote &&
+                      pr.bytes == 21 * 16 && pr.post_ns + pr.wait_ns + pr.copy_ns > 0,
+                  "profile counts: calls %llu rows %llu remote %llu (want %llu) bytes %llu",
+                  (unsigned long long)pr.calls, (unsigned long long)pr.rows,
+                  (unsigned long long)pr.remote_rows, (unsigned long long)remote,
+                  (unsigned long long)pr.bytes);
+        else
+            CHECK(pr.calls == 0 && pr.rows == 0 && pr.post_ns == 0, "profile off: zeros");
+        CHECK(store_get_profile(s, var, &pr, 0) == 0 && pr.calls == 0 && pr.rows == 0,
+              "reset zeroes the counters");
+        CHECK(store_get_profile(s, 42, &pr, 0) == ERR_NOTFOUND, "profile of an unknown var");
+        store_free(&s);
+    }
+}
+
 /* The integration pattern: one loader thread per rank calls get_batch (both methods: coll is
  * fine from a single thread per rank) while the main thread runs the training collectives. */
 typedef struct {
@@ -662,6 +700,7 @@ int main(int argc, char **argv) {
     test_errors();
     test_caps();
     test_threads();
+    test_profile();
     test_loader_thread();
     test_passive_progress();
 
