@@ -199,9 +199,10 @@ static void tw_chunk(float *Wp, const tw_rows *r, long r0, int nrr, int T, long 
 }
 
 /* dWp[t][k][ncolpad] = sum over rows and x of A(row, t)[x*lda + k] * G(row, t)[x*ldg + j].
- * With replicas: threads take chunks of rows dynamically, each accumulating every tile into its
- * own copy (no barrier per chunk, balanced under load), and the copies are summed at the end.
- * Without (huge layers): each thread owns a fixed share of the tiles and walks all chunks. */
+ * With R replicas: chunk c of rows accumulates into copy c % R, in chunk order, and the copies
+ * are summed in order at the end, so the result does not depend on the threads. Work items are
+ * (copy, share of the tiles) pairs taken dynamically: balanced when cores are shared, and no
+ * barrier per chunk. Without copies (huge layers) each tile is one work item over all chunks. */
 static void weight_grad(float *dWp, const tw_rows *r, long nrows, int T, long lda, long ldg) {
     const int K = r->cin, ncol = r->cout;
     const int nr = nn_gemm_nr(ncol), nb = nblocks(ncol, nr);
@@ -212,45 +213,38 @@ static void weight_grad(float *dWp, const tw_rows *r, long nrows, int T, long ld
     const int R = chunk_rows(r->W);
     const size_t gp = gpad_floats(r->W, ncol);
     const long nchunks = (nrows + R - 1) / R;
-    int reps = dw_replicas(T, K, ncol);
     const int nth = nn_threads();
-    if (reps > nth)
-        reps = nth;
-    if (reps > 1) {
-        float *rep = dWp + nw, *gpad = rep + (size_t)reps * nw;
-#pragma omp parallel num_threads(reps)
-        {
-            float *mine = rep + (size_t)omp_get_thread_num() * nw;
-            float *gp_t = gpad + (size_t)omp_get_thread_num() * gp;
-            memset(mine, 0, sizeof(float) * nw);
-#pragma omp for schedule(dynamic, 1)
-            for (long c = 0; c < nchunks; c++) {
-                const long r0 = c * R;
-                const int nrr = (int)((nrows - r0) < R ? (nrows - r0) : R);
-                tw_chunk(mine, r, r0, nrr, T, lda, ldg, 0, ntiles, gp_t);
-            }
-            const int nt = omp_get_num_threads();
-#pragma omp for schedule(static)
-            for (size_t i = 0; i < nw; i++) {
-                float s = 0;
-                for (int k = 0; k < nt; k++)
-                    s += rep[(size_t)k * nw + i];
-                dWp[i] = s;
-            }
-        }
-        return;
-    }
-    memset(dWp, 0, sizeof(float) * nw);
-    float *gpad = dWp + nw;
-#pragma omp parallel num_threads(nth)
-    {
-        const int nt = omp_get_num_threads(), tid = omp_get_thread_num();
-        float *gp_t = gpad + (size_t)tid * gp;
-        const long lo = ntiles * tid / nt, hi = ntiles * (tid + 1) / nt;
-        for (long c = 0; c < nchunks; c++) {
+    int reps = dw_replicas(T, K, ncol);
+    if (reps < 1)
+        reps = 1;
+    float *rep = reps > 1 ? dWp + nw : dWp, *gpad = dWp + nw * (reps > 1 ? reps + 1 : 1);
+    /* Tile shares per copy: enough work items for every thread. */
+    long parts = (nth + reps - 1) / reps;
+    if (parts > ntiles)
+        parts = ntiles;
+    const long items = (long)reps * parts;
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < (long)reps * (long)nw; i++)
+        rep[i] = 0.0f;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nth)
+    for (long it = 0; it < items; it++) {
+        const int cp = (int)(it / parts);
+        const long part = it % parts;
+        const long lo = ntiles * part / parts, hi = ntiles * (part + 1) / parts;
+        float *gp_t = gpad + (size_t)omp_get_thread_num() * gp;
+        for (long c = cp; c < nchunks; c += reps) {
             const long r0 = c * R;
             const int nrr = (int)((nrows - r0) < R ? (nrows - r0) : R);
-            tw_chunk(dWp, r, r0, nrr, T, lda, ldg, lo, hi, gp_t);
+            tw_chunk(rep + (size_t)cp * nw, r, r0, nrr, T, lda, ldg, lo, hi, gp_t);
+        }
+    }
+    if (reps > 1) {
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < nw; i++) {
+            float s = 0;
+            for (int k = 0; k < reps; k++)
+                s += rep[(size_t)k * nw + i];
+            dWp[i] = s;
         }
     }
 }
@@ -333,23 +327,22 @@ void nn_conv3d_backward(float *din, float *dw, const float *dout, const float *i
 
 /* ---- ConvTranspose3d k2 s2 -------------------------------------------------------------- */
 
+/* db[c] += sum over P voxels of dout[p*ldo + c], in NN_SLICES fixed slices summed in order. */
 static void bias_grad(float *db, const float *dout, long ldo, long P, int C, float *ws) {
-    const int nth = nn_threads();
-#pragma omp parallel num_threads(nth)
-    {
-        const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
-        float *acc = ws + (size_t)tid * C;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nn_threads())
+    for (int sl = 0; sl < NN_SLICES; sl++) {
+        float *acc = ws + (size_t)sl * C;
         memset(acc, 0, sizeof(float) * C);
-        const long lo = P * tid / nt, hi = P * (tid + 1) / nt;
+        const long lo = P * sl / NN_SLICES, hi = P * (sl + 1) / NN_SLICES;
         for (long p = lo; p < hi; p++) {
             const float *d = dout + p * ldo;
             for (int c = 0; c < C; c++)
                 acc[c] += d[c];
         }
     }
-    for (int t = 0; t < nth; t++)
+    for (int sl = 0; sl < NN_SLICES; sl++)
         for (int c = 0; c < C; c++)
-            db[c] += ws[(size_t)t * C + c];
+            db[c] += ws[(size_t)sl * C + c];
 }
 
 size_t nn_convt3d_ws_floats(int N, int D, int H, int W, int cin, int cout) {
@@ -359,7 +352,7 @@ size_t nn_convt3d_ws_floats(int N, int D, int H, int W, int cin, int cout) {
     size_t p = pf > pb ? pf : pb;
     if (pw > p)
         p = pw;
-    size_t bias = (size_t)NN_MAX_THREADS * cout;
+    size_t bias = (size_t)NN_SLICES * cout;
     return (p > bias ? p : bias) + 4 * (size_t)cout + 64;
 }
 
@@ -434,7 +427,7 @@ void nn_convt3d_backward(float *din, float *dw, float *db, const float *dout, lo
 size_t nn_conv1_ws_floats(long P, int cin, int cout) {
     (void)P;
     size_t pf = packed_floats(cout, cin, 1), pb = packed_floats(cin, cout, 1);
-    size_t pw = (size_t)NN_MAX_THREADS * cin * cout, bias = (size_t)NN_MAX_THREADS * cout;
+    size_t pw = (size_t)NN_SLICES * cin * cout, bias = (size_t)NN_SLICES * cout;
     size_t m = pf > pb ? pf : pb;
     if (pw > m)
         m = pw;
@@ -469,15 +462,13 @@ void nn_conv1_backward(float *din, float *dw, float *db, const float *dout, cons
     if (db)
         bias_grad(db, dout, cout, P, cout, ws);
     if (dw) {
-        /* Few output channels: each thread reduces its voxel range into a private (cin, cout)
-         * tile, then the tiles are summed (cin*cout floats per thread). */
-        const int nth = nn_threads();
-#pragma omp parallel num_threads(nth)
-        {
-            const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
-            float *acc = ws + (size_t)tid * cin * cout;
+        /* Few output channels: each of NN_SLICES fixed voxel slices reduces into its own
+         * (cin, cout) tile, then the tiles are summed in order (cin*cout floats per slice). */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nn_threads())
+        for (int sl = 0; sl < NN_SLICES; sl++) {
+            float *acc = ws + (size_t)sl * cin * cout;
             memset(acc, 0, sizeof(float) * cin * cout);
-            const long lo = P * tid / nt, hi = P * (tid + 1) / nt;
+            const long lo = P * sl / NN_SLICES, hi = P * (sl + 1) / NN_SLICES;
             for (long p = lo; p < hi; p++) {
                 const float *a = in + p * cin, *g = dout + p * cout;
                 for (int ic = 0; ic < cin; ic++) {
@@ -488,10 +479,10 @@ void nn_conv1_backward(float *din, float *dw, float *db, const float *dout, cons
                 }
             }
         }
-        for (int t = 0; t < nth; t++)
+        for (int sl = 0; sl < NN_SLICES; sl++)
             for (int ic = 0; ic < cin; ic++)
                 for (int oc = 0; oc < cout; oc++)
-                    dw[(size_t)oc * cin + ic] += ws[((size_t)t * cin + ic) * cout + oc];
+                    dw[(size_t)oc * cin + ic] += ws[((size_t)sl * cin + ic) * cout + oc];
     }
     if (!din)
         return;

@@ -14,14 +14,18 @@
 
 #define GN_BLOCK 64
 
-/* Workspace: per thread 2C doubles + 2C floats (6C floats), then per channel 4C doubles
+/* Workspace: per slice 2C doubles, per thread 2C floats, then per channel 4C doubles
  * (sums, sums2, shift[2C]) and 7C floats. */
+static size_t gn_scratch_floats(int C) {
+    return ((size_t)NN_SLICES * 4 + (size_t)NN_MAX_THREADS * 2) * (size_t)C;
+}
+
 size_t nn_groupnorm_ws_floats(int C) {
-    return (size_t)NN_MAX_THREADS * (size_t)C * 6 + 15 * (size_t)C + 64;
+    return gn_scratch_floats(C) + 15 * (size_t)C + 64;
 }
 
 static double *gn_channel_area(float *ws, int C) {
-    return (double *)(ws + (size_t)NN_MAX_THREADS * C * 6);
+    return (double *)(ws + gn_scratch_floats(C));
 }
 
 /* Per-channel sums over voxels [0,S) of f(x) for sample n, into dsum[c] (double) per thread. */
@@ -33,19 +37,18 @@ static void gn_channel_sums(double *out1, double *out2, const float *x1, const f
      * mode 2 (GN backward): dy = x2 * (x3 > 0 or x3 NULL); xhat = (x1 - shift[c]) * shift[C+c];
      *         out1 = sum dy, out2 = sum dy * xhat. */
     const int nth = nn_threads();
-    double *dacc = (double *)ws; /* nth * 2C doubles */
-    float *facc = ws + (size_t)nth * C * 4;
-    const long nblk = (S + GN_BLOCK - 1) / GN_BLOCK;
-#pragma omp parallel num_threads(nth)
-    {
-        const int tid = omp_get_thread_num();
-        double *d1 = dacc + (size_t)tid * 2 * C, *d2 = d1 + C;
-        float *f1 = facc + (size_t)tid * 2 * C, *f2 = f1 + C;
+    double *dacc = (double *)ws; /* NN_SLICES * 2C doubles */
+    float *facc = ws + (size_t)NN_SLICES * C * 4;
+    /* NN_SLICES fixed slices of voxels, taken dynamically (balanced when cores are shared); each
+     * sums its blocks in order into its own slot, so the result is independent of the threads. */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nth)
+    for (int sl = 0; sl < NN_SLICES; sl++) {
+        double *d1 = dacc + (size_t)sl * 2 * C, *d2 = d1 + C;
+        float *f1 = facc + (size_t)omp_get_thread_num() * 2 * C, *f2 = f1 + C;
         memset(d1, 0, sizeof(double) * 2 * C);
-        /* Dynamic blocks: balanced when cores are shared; each thread sums into its own slot. */
-#pragma omp for schedule(dynamic, 16)
-        for (long blk = 0; blk < nblk; blk++) {
-            const long b0 = blk * GN_BLOCK, b1 = b0 + GN_BLOCK < S ? b0 + GN_BLOCK : S;
+        const long lo = S * sl / NN_SLICES, hi = S * (sl + 1) / NN_SLICES;
+        for (long b0 = lo; b0 < hi; b0 += GN_BLOCK) {
+            const long b1 = b0 + GN_BLOCK < hi ? b0 + GN_BLOCK : hi;
             memset(f1, 0, sizeof(float) * 2 * C);
             for (long p = b0; p < b1; p++) {
                 const float *a = x1 + p * C;
@@ -75,7 +78,7 @@ static void gn_channel_sums(double *out1, double *out2, const float *x1, const f
     }
     for (int c = 0; c < C; c++) {
         double s1 = 0, s2 = 0;
-        for (int t = 0; t < nth; t++) {
+        for (int t = 0; t < NN_SLICES; t++) {
             s1 += dacc[(size_t)t * 2 * C + c];
             s2 += dacc[(size_t)t * 2 * C + C + c];
         }

@@ -14,8 +14,9 @@
  *    size in floats is given by the matching *_ws_floats() function.
  *  - Weight and bias gradients ACCUMULATE (+=) into dw/db (zero them first, as llm.c does);
  *    input gradients are OVERWRITTEN unless the function says "accumulates".
- *  - All loops are OpenMP-parallel; results do not depend on the thread count except for the
- *    rounding of reductions.
+ *  - All loops are OpenMP-parallel and results are bitwise identical whatever the number of
+ *    threads and however they are scheduled: every reduction is split into NN_SLICES fixed
+ *    slices (or fixed chunk-to-copy assignments) whose partial sums are combined in a fixed order.
  *  - NN_MAX_THREADS bounds the per-thread scratch; more OpenMP threads than that are not used. */
 #ifndef SCAFFOLD_NN_LAYERS_H
 #define SCAFFOLD_NN_LAYERS_H
@@ -24,6 +25,7 @@
 #include <stdint.h>
 
 #define NN_MAX_THREADS 64
+#define NN_SLICES 64 /* fixed partition of every reduction over voxels */
 
 /* Threads the layers use: min(omp_get_max_threads(), NN_MAX_THREADS). */
 int nn_threads(void);

@@ -20,7 +20,7 @@ static size_t loss_thread_doubles(int N, int K) {
 }
 
 size_t nn_loss_ws_floats(int N, int K) {
-    return 2 * (loss_thread_doubles(N, K) * NN_MAX_THREADS + 2 * (size_t)N * K) + 64;
+    return 2 * (loss_thread_doubles(N, K) * NN_SLICES + 2 * (size_t)N * K) + 64;
 }
 
 static int bad_label(long v, int K) {
@@ -35,15 +35,16 @@ int nn_loss(float *dlogits, const float *logits, const uint16_t *labels, const f
     const int nth = nn_threads();
     const size_t per = loss_thread_doubles(N, K);
     double *acc = (double *)ws;
-    double *coef = acc + per * nth; /* alpha, beta per (n, c) */
-#pragma omp parallel num_threads(nth)
-    {
-        const int tid = omp_get_thread_num(), nt = omp_get_num_threads();
-        double *a = acc + per * tid;
+    double *coef = acc + per * NN_SLICES; /* alpha, beta per (n, c) */
+    /* NN_SLICES fixed voxel slices with their own sums, combined in order: the loss does not
+     * depend on the number of threads. */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nth)
+    for (int sl = 0; sl < NN_SLICES; sl++) {
+        double *a = acc + per * sl;
         memset(a, 0, sizeof(double) * per);
         double *sp = a + 4, *spt = sp + (size_t)N * K, *st = spt + (size_t)N * K;
         const long P = (long)N * S;
-        const long lo = P * tid / nt, hi = P * (tid + 1) / nt;
+        const long lo = P * sl / NN_SLICES, hi = P * (sl + 1) / NN_SLICES;
         float pbuf[256];
         for (long v = lo; v < hi; v++) {
             const int n = (int)(v / S);
@@ -74,7 +75,7 @@ int nn_loss(float *dlogits, const float *logits, const uint16_t *labels, const f
         }
     }
     double num = 0, den = 0;
-    for (int t = 0; t < nth; t++) {
+    for (int t = 0; t < NN_SLICES; t++) {
         const double *a = acc + per * t;
         if (a[2] != 0)
             return bad_label((long)a[3], K);
@@ -83,7 +84,7 @@ int nn_loss(float *dlogits, const float *logits, const uint16_t *labels, const f
     }
     /* Reduce per-thread sums into thread 0's area. */
     double *sp = acc + 4, *spt = sp + (size_t)N * K, *st = spt + (size_t)N * K;
-    for (int t = 1; t < nth; t++) {
+    for (int t = 1; t < NN_SLICES; t++) {
         const double *a = acc + per * t + 4;
         for (size_t i = 0; i < 3 * (size_t)N * K; i++)
             sp[i] += a[i];

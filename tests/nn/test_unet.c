@@ -14,6 +14,7 @@
 #include "core/rng.h"
 
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -114,6 +115,46 @@ static void test_unet_fixture(ufix *f) {
     CHECK(bad == 0, "%d parameter gradients differ from PyTorch", bad);
     free(lref);
     free(lv);
+}
+
+/* Gradients, loss and Dice are bitwise identical with 1, 2 and 3 threads (fixed reduction
+ * slices and chunk-to-copy assignment), on a model wide enough for the vector paths. */
+static void test_thread_determinism(void) {
+    nn_unet_spec s = {3, 4, 2, 16, 4};
+    nn_unet m;
+    if (nn_unet_create(&m, &s, 2, 16, 16, 8)) {
+        CHECK(0, "create: %s", err_msg());
+        return;
+    }
+    nn_unet_init_params(&m, 11);
+    const size_t S = 16 * 16 * 8;
+    float *x = malloc(2 * 3 * S * sizeof(float)), w[4] = {0.5f, 2, 2, 2};
+    uint16_t *y = malloc(2 * S * sizeof(uint16_t));
+    rng r = rng_make(12, RNG_TEST, 0, 0);
+    for (size_t i = 0; i < 2 * 3 * S; i++)
+        x[i] = (float)rng_normal(&r);
+    for (size_t i = 0; i < 2 * S; i++)
+        y[i] = (uint16_t)(x[i] > 0.5f ? 1 + rng_below(&r, 3) : 0);
+    float *g1 = malloc(m.nparams * sizeof(float));
+    double l1 = 0, d1 = 0;
+    const int saved = omp_get_max_threads();
+    const int threads[3] = {1, 3, 2};
+    for (int k = 0; k < 3; k++) {
+        omp_set_num_threads(threads[k]);
+        double l, d;
+        nn_unet_zero_grad(&m);
+        nn_unet_forward_backward(&m, x, y, 2, w, &l, &d);
+        if (k == 0) {
+            memcpy(g1, m.grads, m.nparams * sizeof(float));
+            l1 = l, d1 = d;
+        } else {
+            CHECK(!memcmp(g1, m.grads, m.nparams * sizeof(float)) && l == l1 && d == d1,
+                  "gradients with %d threads differ from 1 thread", threads[k]);
+        }
+    }
+    omp_set_num_threads(saved);
+    free(x), free(y), free(g1);
+    nn_unet_free(&m);
 }
 
 static void test_unet_adam(ufix *f, nn_optim *o) {
@@ -381,6 +422,7 @@ int main(int argc, char **argv) {
         return write_ckpt(argv[2]);
     const char *dir = argc > 1 ? argv[1] : "tests/nn/fixtures";
     test_param_counts();
+    test_thread_determinism();
     test_init();
     test_optim_formulas();
     ufix f;
