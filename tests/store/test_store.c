@@ -446,7 +446,10 @@ static void *reader(void *p) {
 }
 
 static void test_threads(void) {
-    store *s = open_store();
+    store_opts o = OPTS;
+    o.profile = 1; /* the counters are updated by all threads at once */
+    store *s = NULL;
+    CHECK(store_create(&s, W.comm, &o) == 0, "create: %s", err_msg());
     int var = -1;
     CHECK(add_var(s, "threads", STORE_FLOAT64, 5, rows_even, &var) == 0, "add: %s", err_msg());
     if (!store_thread_safe(s)) {
@@ -477,6 +480,10 @@ static void test_threads(void) {
         ok &= args[t].ok;
     }
     CHECK(ok, "4 threads x 50 batches of 32 rows, all verified");
+    store_profile pr;
+    CHECK(store_get_profile(s, var, &pr, 0) == 0 && pr.calls == 4 * 50 && pr.rows == 4 * 50 * 32,
+          "profile counted every thread's calls: %llu calls, %llu rows",
+          (unsigned long long)pr.calls, (unsigned long long)pr.rows);
     CHECK(allred_ok, "concurrent all-reduces on the main thread");
     store_free(&s);
 }
