@@ -4,6 +4,9 @@
 #ifndef SCAFFOLD_CLI_CLI_H
 #define SCAFFOLD_CLI_CLI_H
 
+#include "core/config.h"
+#include "dist/dist.h"
+
 int cmd_generate_fractals(int argc, char **argv);
 int cmd_generate_dataset(int argc, char **argv);
 int cmd_benchmark(int argc, char **argv);
@@ -12,5 +15,15 @@ int cmd_trace(int argc, char **argv);
 int cmd_analyze(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
 int cmd_store_bench(int argc, char **argv);
+
+/* Starts a configuration-driven command: MPI (dist_init), logging, the configuration parsed
+ * from argv and validated on every rank, directories made absolute, the outcome agreed.
+ * Returns -1 when the command should go on; otherwise the exit status to return (0 after
+ * --help, 2 for bad input), with MPI already finalised. */
+int cli_config_start(int *argc, char ***argv, dist_world *w, scaffold_config *c,
+                     const char *summary);
+
+/* Prints "scaffold CMD: <err_msg()>" on rank 0, finalises MPI, returns the exit status of rc. */
+int cli_fail(dist_world *w, const char *cmd, int rc);
 
 #endif

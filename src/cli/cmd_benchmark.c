@@ -8,35 +8,21 @@
 
 #include <stdio.h>
 
-int cli_load_config(scaffold_config *c, int argc, char **argv, const dist_world *w,
-                    const char *summary);
-
 int cmd_benchmark(int argc, char **argv) {
     dist_world w;
-    if (dist_init(&w, &argc, &argv) != 0) {
-        fprintf(stderr, "scaffold: %s\n", err_msg());
-        return 1;
-    }
-    log_set_rank(w.rank);
     scaffold_config c;
-    int st = cli_load_config(
-        &c, argc, argv, &w,
+    int st = cli_config_start(
+        &argc, &argv, &w, &c,
         "Trains the 3D U-Net with data parallelism over MPI until the validation hard Dice\n"
         "reaches target_dice (or the epoch cap). Generates the fractal library and the dataset\n"
         "first if they are missing. Writes a run folder under base_run_dir (config.yaml,\n"
         "restart.sh, train_stats.csv, checkpoints/, figures/). Resume with --restart --run-dir DIR.");
-    if (st) {
-        dist_finalize(&w);
-        return st < 0 ? 0 : st;
-    }
+    if (st >= 0)
+        return st;
     bench_result r;
     int rc = bench_run(&c, &w, argc, argv, &r);
-    if (rc) {
-        if (w.rank == 0)
-            fprintf(stderr, "scaffold benchmark: %s\n", err_msg());
-        dist_finalize(&w);
-        return err_exit_status(rc);
-    }
+    if (rc)
+        return cli_fail(&w, "benchmark", rc);
     if (w.rank == 0) {
         if (r.converged)
             printf("benchmark: reached val dice %.4f >= %.3f at epoch %d on %d rank(s); "

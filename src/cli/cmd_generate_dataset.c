@@ -10,41 +10,26 @@
 
 #include <stdio.h>
 
-/* Defined in cmd_generate_fractals.c. */
-int cli_load_config(scaffold_config *c, int argc, char **argv, const dist_world *w,
-                    const char *summary);
-
 int cmd_generate_dataset(int argc, char **argv) {
     dist_world w;
-    if (dist_init(&w, &argc, &argv) != 0) {
-        fprintf(stderr, "scaffold: %s\n", err_msg());
-        return 1;
-    }
-    log_set_rank(w.rank);
     scaffold_config c;
-    int st = cli_load_config(
-        &c, argc, argv, &w,
+    int st = cli_config_start(
+        &argc, &argv, &w, &c,
         "Generates (or reuses) the volume dataset of a config under "
         "<dataset_dir>/<config_id>/<timestamp>__<version>/: volumes (3, D, H, W) float32 and "
         "masks (D, H, W) uint16 as .npy shard files, volumes_contents.csv and meta.yaml. The "
         "fractal library is generated first if incomplete. Reuses the newest cached dataset "
         "with the same config_id unless --datagen-from-scratch 1.");
-    if (st) {
-        dist_finalize(&w);
-        return st < 0 ? 0 : st;
-    }
+    if (st >= 0)
+        return st;
     fractal_summary fs;
     int rc = fractal_generate(&c, &w, &fs);
     char dir[FS_PATH_MAX];
     dataset_prep_info info;
     if (rc == 0)
         rc = dataset_prepare(&c, &w, dir, sizeof dir, &info);
-    if (rc) {
-        if (w.rank == 0)
-            fprintf(stderr, "scaffold generate_dataset: %s\n", err_msg());
-        dist_finalize(&w);
-        return err_exit_status(rc);
-    }
+    if (rc)
+        return cli_fail(&w, "generate_dataset", rc);
     if (w.rank == 0) {
         if (info.reused)
             printf("generate_dataset: %d volumes reused (config_id %s) in %s\n", info.num_volumes,

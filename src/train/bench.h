@@ -22,7 +22,7 @@ typedef struct bench_result {
     double loader_wait_s; /* seconds the training loop waited for batches */
 } bench_result;
 
-/* Runs the benchmark. `c` is finalised with absolute directories (cli_load_config). */
+/* Runs the benchmark. `c` is finalised with absolute directories (cli_config_start). */
 int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv, bench_result *out);
 
 #endif
