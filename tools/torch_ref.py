@@ -17,7 +17,9 @@ ScaFFold/unet/unet_model.py and unet_parts.py), with the extension `base_channel
                            load_state_dict) and write its logits for a (3,D,H,W) volume
   export OUT --layers L --base B --classes K --groups G [--seed S]
                            write a PyTorch-initialised U-Net as safetensors (for predict)
-  loss                     (used by fixtures) the ScaFFold loss, reference section 11.4
+  sgemm THREADS            the machine's SGEMM rate: oneDNN's dnnl_sgemm (libdnnl, installed
+                           with Debian's torch) on 2048^2 matrices, best of 5; prints
+                           "sgemm_gflops RATE source"
 
 safetensors is read and written with a few lines of Python (8-byte header length, JSON header,
 raw little-endian data), so the `safetensors` package is not needed. Use /usr/bin/python3
@@ -312,6 +314,33 @@ def bench(scale, base, threads, reps=5, classes=6, bottleneck=3):
     print(f"torch_step_s {sorted(times)[len(times) // 2]:.6f} reps {reps} threads {threads}")
 
 
+def sgemm(threads, n=2048):
+    import ctypes
+    import os
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    a = np.random.rand(n, n).astype(np.float32)
+    b = np.random.rand(n, n).astype(np.float32)
+    c = np.zeros((n, n), np.float32)
+    try:
+        f = ctypes.CDLL("libdnnl.so.2").dnnl_sgemm
+        i64, fl, vp = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
+        f.argtypes = [ctypes.c_char, ctypes.c_char, i64, i64, i64, fl, vp, i64, vp, i64, fl, vp, i64]
+        run = lambda: f(b"N", b"N", n, n, n, 1.0, a.ctypes.data, n, b.ctypes.data, n, 0.0,
+                        c.ctypes.data, n)
+        src = "oneDNN dnnl_sgemm"
+    except (OSError, AttributeError):
+        torch.set_num_threads(threads)
+        ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+        run = lambda: torch.mm(ta, tb)
+        src = "torch.mm"
+    best = 1e30
+    for _ in range(5):
+        t0 = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - t0)
+    print(f"sgemm_gflops {2 * n ** 3 / best / 1e9:.1f} {src}")
+
+
 def _model_from_state(sd, groups):
     n_down = 1 + max(int(k.split(".")[1]) for k in sd if k.startswith("down_list."))
     layers = n_down - 1
@@ -347,6 +376,8 @@ def main(argv):
         fixtures(argv[2])
     elif cmd == "bench":
         bench(int(argv[2]), int(argv[3]), int(argv[4]), int(argv[5]) if len(argv) > 5 else 5)
+    elif cmd == "sgemm":
+        sgemm(int(argv[2]))
     elif cmd == "run":
         groups = int(argv[argv.index("--groups") + 1]) if "--groups" in argv else None
         run(argv[2], argv[3], argv[4], groups)

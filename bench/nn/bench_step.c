@@ -4,6 +4,8 @@
  * loop and the rate of the convolution microkernel as a plain SGEMM (cache-resident), the two
  * ceilings the step's GFLOP/s is reported against.
  *
+ * The machine's SGEMM rate (oneDNN) is measured by tools/torch_ref.py sgemm in bench/nn/run.sh.
+ *
  * usage: bench_step [--scale S] [--base B] [--classes K] [--reps R] [--peak]
  *        bench_step --conv D CIN COUT REPS   (one conv layer: implicit GEMM vs naive loops) */
 #include "core/log.h"
@@ -48,9 +50,10 @@ static double unet_fwd_flops(const nn_unet_spec *s, int size) {
     return f;
 }
 
-/* FP32 FMA peak: independent FMA chains in registers on every thread. */
+/* FP32 FMA peak: independent FMA chains in registers on every thread. The attribute turns on
+ * FMA contraction, which ISO C mode leaves off (without it this measures mul + add). */
 typedef float vpk __attribute__((vector_size(64)));
-static double fma_peak(void) {
+__attribute__((optimize("fp-contract=fast"))) static double fma_peak(void) {
     const long iters = 20000000;
     double t0 = time_now();
     int nth = 1;
