@@ -41,11 +41,20 @@ else
 fi
 rm -rf "$d"
 
-# Sanitizers (ASan + UBSan) on the layer and U-Net tests, built here when missing or stale.
+# Sanitizers (ASan + UBSan) on the layer and U-Net tests. Built here from src/nn and src/core
+# only (the engine's whole dependency set), into $BUILD/nn-asan, when missing or stale.
 if [ "${SCAFFOLD_TEST_SAN:-0}" != 1 ]; then
-    SB=build-address-undefined/tests/nn
-    if [ ! -x "$SB/test_layers" ] || [ ! -x "$SB/test_unet" ] || [ -n "$(find src/nn tests/nn -newer "$SB/test_unet" -name '*.[ch]' 2>/dev/null | head -1)" ]; then
-        make -s SAN=address,undefined "$SB/test_layers" "$SB/test_unet" >/dev/null 2>&1 || t_fail "build ASan/UBSan nn tests"
+    SB=$BUILD/nn-asan
+    if [ ! -x "$SB/test_unet" ] || [ -n "$(find src/nn src/core tests/nn tests/test.h -newer "$SB/test_unet" -name '*.[ch]' 2>/dev/null | head -1)" ]; then
+        mkdir -p "$SB"
+        SANF="-std=c11 -D_GNU_SOURCE -O1 -g -fopenmp -march=native -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -Isrc -Iinclude -Itests"
+        ok=1
+        for f in src/nn/*.c src/core/*.c; do echo "$f"; done |
+            xargs -P 2 -I{} sh -c 'mpicc '"$SANF"' -c {} -o '"$SB"'/$(echo {} | tr / _).o' || ok=0
+        for t in test_layers test_unet; do
+            mpicc $SANF tests/nn/$t.c "$SB"/src_*.o -lyaml -lz -lm -o "$SB/$t" || ok=0
+        done
+        [ $ok = 1 ] || t_fail "build ASan/UBSan nn tests"
     fi
     export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
     [ -x "$SB/test_layers" ] && t_cbin "$SB/test_layers" "$FIX"
