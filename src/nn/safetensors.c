@@ -505,7 +505,16 @@ int nn_st_open(nn_st_file *st, const char *path) {
                          e->dtype);
             goto out;
         }
-        if (e->end < e->begin || e->end > buf || e->end - e->begin != nn_st_numel(e) * is) {
+        /* numel * itemsize without overflow: it must not exceed the data buffer anyway */
+        uint64_t bytes = is;
+        int too_big = 0;
+        for (int d = 0; d < e->ndim; d++) {
+            const uint64_t dim = (uint64_t)e->shape[d];
+            if (dim && bytes > buf / dim)
+                too_big = 1;
+            bytes = too_big ? 0 : bytes * dim;
+        }
+        if (too_big || e->end < e->begin || e->end > buf || e->end - e->begin != bytes) {
             rc = err_set(ERR_FORMAT,
                          "%s: tensor '%s' byte range [%" PRIu64 ", %" PRIu64
                          ") does not match its shape and dtype or lies past the end of the file "
