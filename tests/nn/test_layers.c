@@ -359,6 +359,10 @@ static void fwd_lsm(fd_ctx *c) {
     conv_u *u = c->u;
     nn_log_softmax_forward(c->y, u->x, (long)u->N * u->D * u->H * u->W, u->cin);
 }
+static void fwd_concat(fd_ctx *c) {
+    conv_u *u = c->u;
+    nn_concat_forward(c->y, u->x, u->cin, u->w, u->cout, (long)u->N * u->D * u->H * u->W);
+}
 static void fwd_relu(fd_ctx *c) {
     conv_u *u = c->u;
     nn_relu_forward(c->y, u->x, (size_t)u->N * u->D * u->H * u->W * u->cin);
@@ -468,6 +472,20 @@ static void test_finite_differences(void) {
         nn_relu_backward(dx, c3.r, c3.y, n);
         fd_check("relu dx", &c3, u.x, dx, n, 1e-2f);
         free(c3.y), free(c3.r), free(dx), free(u.x);
+    }
+    /* concatenation (skip first): both inputs */
+    {
+        conv_u u = {.N = 1, .D = 2, .H = 2, .W = 2, .cin = 3, .cout = 2};
+        u.x = randv(8 * 3, 22, 1);
+        u.w = randv(8 * 2, 23, 1);
+        fd_ctx c = {.fwd = fwd_concat, .y = zeros(8 * 5), .r = randv(8 * 5, 24, 1), .ny = 40,
+                    .u = &u};
+        float *da = zeros(24), *db = zeros(16);
+        c.fwd(&c);
+        nn_concat_backward(da, db, c.r, 3, 2, 8);
+        fd_check("concat da", &c, u.x, da, 24, 1e-2f);
+        fd_check("concat db", &c, u.w, db, 16, 1e-2f);
+        free(u.x), free(u.w), free(c.y), free(c.r), free(da), free(db);
     }
     /* the loss: L itself, dL/dlogits */
     {
