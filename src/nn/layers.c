@@ -88,6 +88,34 @@ static void gn_channel_sums(double *out1, double *out2, const float *x1, const f
     }
 }
 
+/* y = x * scale[c] + bias[c] (then ReLU) for one sample, with scale = gamma*rstd and
+ * bias = beta - mean*scale per channel (sb: 2C floats of scratch). */
+static void gn_apply(float *yn, const float *xn, const float *mean, const float *rstd,
+                     const float *gamma, const float *beta, long S, int C, int G, int relu,
+                     float *sb) {
+    const int cg = C / G;
+    float *scale = sb, *bias = sb + C;
+    for (int c = 0; c < C; c++) {
+        const int g = c / cg;
+        scale[c] = gamma[c] * rstd[g];
+        bias[c] = beta[c] - mean[g] * scale[c];
+    }
+#pragma omp parallel for schedule(dynamic, 1024)
+    for (long p = 0; p < S; p++) {
+        const float *a = xn + p * C;
+        float *o = yn + p * C;
+        if (relu) {
+            for (int c = 0; c < C; c++) {
+                float v = a[c] * scale[c] + bias[c];
+                o[c] = v > 0.0f ? v : 0.0f;
+            }
+        } else {
+            for (int c = 0; c < C; c++)
+                o[c] = a[c] * scale[c] + bias[c];
+        }
+    }
+}
+
 void nn_groupnorm_forward(float *y, float *mean, float *rstd, const float *x, const float *gamma,
                           const float *beta, int N, long S, int C, int G, int relu, float *ws) {
     const int cg = C / G;
@@ -113,29 +141,17 @@ void nn_groupnorm_forward(float *y, float *mean, float *rstd, const float *x, co
             mean[n * G + g] = (float)chm[g * cg];
             rstd[n * G + g] = (float)(1.0 / sqrt(var + NN_GN_EPS));
         }
-        /* y = x * scale[c] + bias[c] with scale = gamma*rstd, bias = beta - mean*scale. */
-        float *scale = (float *)(sums + 4 * C), *bias = scale + C;
-        for (int c = 0; c < C; c++) {
-            const int g = c / cg;
-            scale[c] = gamma[c] * rstd[n * G + g];
-            bias[c] = beta[c] - mean[n * G + g] * scale[c];
-        }
-        float *yn = y + (size_t)n * S * C;
-#pragma omp parallel for schedule(dynamic, 1024)
-        for (long p = 0; p < S; p++) {
-            const float *a = xn + p * C;
-            float *o = yn + p * C;
-            if (relu) {
-                for (int c = 0; c < C; c++) {
-                    float v = a[c] * scale[c] + bias[c];
-                    o[c] = v > 0.0f ? v : 0.0f;
-                }
-            } else {
-                for (int c = 0; c < C; c++)
-                    o[c] = a[c] * scale[c] + bias[c];
-            }
-        }
+        gn_apply(y + (size_t)n * S * C, xn, mean + n * G, rstd + n * G, gamma, beta, S, C, G,
+                 relu, (float *)(sums + 4 * C));
     }
+}
+
+void nn_groupnorm_apply(float *y, const float *x, const float *mean, const float *rstd,
+                        const float *gamma, const float *beta, int N, long S, int C, int G,
+                        int relu, float *ws) {
+    for (int n = 0; n < N; n++)
+        gn_apply(y + (size_t)n * S * C, x + (size_t)n * S * C, mean + n * G, rstd + n * G, gamma,
+                 beta, S, C, G, relu, (float *)(gn_channel_area(ws, C) + 4 * C));
 }
 
 void nn_groupnorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,

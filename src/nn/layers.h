@@ -68,6 +68,10 @@ void nn_conv1_backward(float *din, float *dw, float *db, const float *dout, cons
 size_t nn_groupnorm_ws_floats(int C);
 void nn_groupnorm_forward(float *y, float *mean, float *rstd, const float *x, const float *gamma,
                           const float *beta, int N, long S, int C, int G, int relu, float *ws);
+/* Recomputes y = relu?(gn(x)) from saved mean and rstd (no statistics pass). */
+void nn_groupnorm_apply(float *y, const float *x, const float *mean, const float *rstd,
+                        const float *gamma, const float *beta, int N, long S, int C, int G,
+                        int relu, float *ws);
 /* dy: gradient w.r.t. y; y is the forward output (used for the ReLU mask when relu != 0).
  * dx may equal dy (in place). dgamma, dbeta (C) accumulate. */
 void nn_groupnorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,

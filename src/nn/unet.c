@@ -24,7 +24,7 @@
 typedef struct dc_block {
     int cin, cout, level;
     int w1, g1w, g1b, w2, g2w, g2b; /* tensor indices */
-    float *c1, *a1, *c2, *a2;       /* (N, S, cout) */
+    float *c1, *c2, *a2; /* (N, S, cout): conv outputs, block output (GN+ReLU of c2) */
     float *m1, *r1, *m2, *r2;       /* (N, G) */
 } dc_block;
 
@@ -272,7 +272,6 @@ int nn_unet_create(nn_unet *m, const nn_unet_spec *s, int max_batch, int d, int 
             dc_block *blk = b <= L ? &p->down[b] : &p->up[b - L - 1];
             const size_t n = (size_t)N * p->S[blk->level] * blk->cout;
             TAKE(blk->c1, n);
-            TAKE(blk->a1, n);
             TAKE(blk->c2, n);
             TAKE(blk->a2, n);
             TAKE(blk->m1, (size_t)N * G);
@@ -382,31 +381,39 @@ void nn_unet_last_times(const nn_unet *m, double *fwd, double *loss, double *bwd
 #define P_(m, idx) ((m)->params + (m)->tensors[idx].offset)
 #define G_(m, idx) ((m)->grads + (m)->tensors[idx].offset)
 
+/* The first GN+ReLU output (a1) is not kept: forward writes it to the scratch gT (free until
+ * the backward pass), and backward recomputes it from c1 and the saved statistics into gH
+ * (free until the block's input gradient is written there). One extra elementwise pass per
+ * block saves one activation tensor per DoubleConv. */
 static void dc_forward(nn_unet *m, dc_block *b, const float *inA, int ca, const float *inB, int cb,
                        int N) {
     struct nn_unet_plan *p = m->plan;
     const int l = b->level;
     const int D = p->dd[l], H = p->hh[l], W = p->ww[l];
+    float *a1 = p->gT;
     nn_conv3d_forward(b->c1, inA, ca, inB, cb, P_(m, b->w1), b->cout, N, D, H, W, p->ws);
-    nn_groupnorm_forward(b->a1, b->m1, b->r1, b->c1, P_(m, b->g1w), P_(m, b->g1b), N, p->S[l],
+    nn_groupnorm_forward(a1, b->m1, b->r1, b->c1, P_(m, b->g1w), P_(m, b->g1b), N, p->S[l],
                          b->cout, p->G, 1, p->ws);
-    nn_conv3d_forward(b->c2, b->a1, b->cout, NULL, 0, P_(m, b->w2), b->cout, N, D, H, W, p->ws);
+    nn_conv3d_forward(b->c2, a1, b->cout, NULL, 0, P_(m, b->w2), b->cout, N, D, H, W, p->ws);
     nn_groupnorm_forward(b->a2, b->m2, b->r2, b->c2, P_(m, b->g2w), P_(m, b->g2b), N, p->S[l],
                          b->cout, p->G, 1, p->ws);
 }
 
 /* dY (gradient of b->a2) is destroyed; din (N,S,ca+cb) receives the input gradient (if not
- * NULL); tmp is scratch of (N,S,cout). */
+ * NULL; din may be gH, which is also where a1 is recomputed); tmp is scratch of (N,S,cout). */
 static void dc_backward(nn_unet *m, dc_block *b, float *dY, const float *inA, int ca,
                         const float *inB, int cb, float *din, float *tmp, int N) {
     struct nn_unet_plan *p = m->plan;
     const int l = b->level;
     const int D = p->dd[l], H = p->hh[l], W = p->ww[l];
+    float *a1 = p->gH;
+    nn_groupnorm_apply(a1, b->c1, b->m1, b->r1, P_(m, b->g1w), P_(m, b->g1b), N, p->S[l],
+                       b->cout, p->G, 1, p->ws);
     nn_groupnorm_backward(dY, G_(m, b->g2w), G_(m, b->g2b), dY, b->c2, b->a2, b->m2, b->r2,
                           P_(m, b->g2w), N, p->S[l], b->cout, p->G, 1, p->ws);
-    nn_conv3d_backward(tmp, G_(m, b->w2), dY, b->a1, b->cout, NULL, 0, P_(m, b->w2), b->cout, N,
-                       D, H, W, p->ws);
-    nn_groupnorm_backward(tmp, G_(m, b->g1w), G_(m, b->g1b), tmp, b->c1, b->a1, b->m1, b->r1,
+    nn_conv3d_backward(tmp, G_(m, b->w2), dY, a1, b->cout, NULL, 0, P_(m, b->w2), b->cout, N, D,
+                       H, W, p->ws);
+    nn_groupnorm_backward(tmp, G_(m, b->g1w), G_(m, b->g1b), tmp, b->c1, a1, b->m1, b->r1,
                           P_(m, b->g1w), N, p->S[l], b->cout, p->G, 1, p->ws);
     nn_conv3d_backward(din, G_(m, b->w1), tmp, inA, ca, inB, cb, P_(m, b->w1), b->cout, N, D, H,
                        W, p->ws);
