@@ -186,8 +186,9 @@ typedef void (*tw_fn)(int, const float *const *, const float *const *, int, long
     }
 
 #define INST(MR, NV) TG_INST(MR, NV) TW_INST(MR, NV)
-#define ROW4(NV) INST(1, NV) INST(2, NV) INST(3, NV)
-#define ROW6(NV) ROW4(NV) INST(4, NV) INST(5, NV) INST(6, NV)
+#define ROW3(NV) INST(1, NV) INST(2, NV) INST(3, NV)
+#define ROW4(NV) ROW3(NV) INST(4, NV)
+#define ROW6(NV) ROW4(NV) INST(5, NV) INST(6, NV)
 #define ROW8(NV) ROW6(NV) INST(7, NV) INST(8, NV)
 #define ROW12(NV) ROW8(NV) INST(9, NV) INST(10, NV) INST(11, NV) INST(12, NV)
 #define ROW16(NV) ROW12(NV) INST(13, NV) INST(14, NV) INST(15, NV) INST(16, NV)
@@ -213,7 +214,7 @@ static const tw_fn tw_tab1[] = {T16(tw_, 1)}, tw_tab2[] = {T12(tw_, 2)}, tw_tab3
 ROW8(1)
 ROW6(2)
 ROW4(3)
-INST(1, 4) INST(2, 4) INST(3, 4)
+ROW3(4)
 static const tg_fn tg_tab1[] = {T8(tg_, 1)}, tg_tab2[] = {T6(tg_, 2)}, tg_tab3[] = {T4(tg_, 3)},
                    tg_tab4[] = {T3(tg_, 4)};
 static const tw_fn tw_tab1[] = {T8(tw_, 1)}, tw_tab2[] = {T6(tw_, 2)}, tw_tab3[] = {T4(tw_, 3)},
