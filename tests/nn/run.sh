@@ -60,4 +60,24 @@ if [ "${SCAFFOLD_TEST_SAN:-0}" != 1 ]; then
     [ -x "$SB/test_layers" ] && t_cbin "$SB/test_layers" "$FIX"
     [ -x "$SB/test_unet" ] && t_cbin "$SB/test_unet" "$FIX"
 fi
+# The AVX2 (8-wide) and portable SSE2 (4-wide) microkernel paths, on x86-64 hosts: the engine
+# rebuilt for those targets into $BUILD/nn-<arch> (when stale) runs the same tests.
+if [ "$(uname -m)" = x86_64 ] && [ "${SCAFFOLD_TEST_SAN:-0}" != 1 ]; then
+    for arch in x86-64-v3 x86-64; do
+        PB=$BUILD/nn-$arch
+        if [ ! -x "$PB/test_unet" ] || [ -n "$(find src/nn src/core tests/nn tests/test.h -newer "$PB/test_unet" -name '*.[ch]' 2>/dev/null | head -1)" ]; then
+            mkdir -p "$PB"
+            PF="-std=c11 -D_GNU_SOURCE -O3 -ffp-contract=fast -fopenmp -march=$arch -Isrc -Iinclude -Itests"
+            ok=1
+            for f in src/nn/*.c src/core/*.c; do echo "$f"; done |
+                xargs -P 2 -I{} sh -c 'mpicc '"$PF"' -c {} -o '"$PB"'/$(echo {} | tr / _).o' || ok=0
+            for t in test_layers test_unet; do
+                mpicc $PF tests/nn/$t.c "$PB"/src_*.o -lyaml -lz -lm -o "$PB/$t" || ok=0
+            done
+            [ $ok = 1 ] || t_fail "build nn tests for -march=$arch"
+        fi
+        [ -x "$PB/test_layers" ] && t_cbin "$PB/test_layers" "$FIX"
+        [ -x "$PB/test_unet" ] && t_cbin "$PB/test_unet" "$FIX"
+    done
+fi
 t_report
