@@ -34,9 +34,9 @@ int cmd_benchmark(int argc, char **argv) {
         else
             printf("benchmark: stopped at epoch %d (cap %d) with val dice %.4f < %.3f on %d "
                    "rank(s); no FOM (not converged); training wall time %.2f s; sum of epoch "
-                   "durations %.2f s; run folder %s\n",
+                   "durations %.2f s; checkpoints %.1f MB in %.2f s; run folder %s\n",
                    r.last_epoch, c.epochs, r.val_dice, c.target_dice, w.size, r.wall_s,
-                   r.sum_epoch_s, c.run_dir);
+                   r.sum_epoch_s, r.ckpt_bytes / 1e6, r.ckpt_s, c.run_dir);
         fflush(stdout);
     }
     dist_finalize(&w);
