@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 void ckpt_writer_init(ckpt_writer *w, const char *dir, int async) {
@@ -82,6 +84,11 @@ static int write_pair(ckpt_writer *w, const float *params, const float *state) {
 
 static void *writer_main(void *arg) {
     ckpt_writer *w = arg;
+    /* The writer must not take cores from the training threads: OpenMP teams stall at every
+     * barrier when one member is descheduled, which cost more than the save itself (measured:
+     * 0.88x with a normal-priority writer on 2 cores). At the lowest priority the writer runs in
+     * the gaps (loader waits, all-reduce, logging) and on spare cores. */
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
     double t0 = time_now();
     w->result = write_pair(w, w->snap_params, w->snap_state);
     if (w->result)
