@@ -31,7 +31,7 @@ for i in 1 2 3; do
     for n in 1 2; do
         rm -rf "$d/f"
         mpirun --oversubscribe -n $n "$BUILD/scaffold" generate_fractals -c "$d/cfg.yml" --fract-base-dir "$d/f" 2>/dev/null |
-            sed -nE 's/.* ([0-9.]+) s, .*/\1/p' >> "$d/t$n"
+            sed -nE 's/.*\), ([0-9.]+) s, .* points\/s/\1/p' >> "$d/t$n"
     done
 done
 t1=$(median < "$d/t1"); t2=$(median < "$d/t2")

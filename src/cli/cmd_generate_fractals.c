@@ -36,10 +36,11 @@ int cmd_generate_fractals(int argc, char **argv) {
         if (s.instances_fallback)
             log_warn("%ld instance(s) diverged with every attenuation and use the base class",
                      s.instances_fallback);
-        printf("generate_fractals: %d classes (%d new, %ld attempts), %ld instances (%ld new, "
-               "%ld reused), %.2f s, %.3g points/s\n",
-               c.n_categories, s.classes_new, s.attempts, s.instances_total, s.instances_new,
-               s.instances_reused, secs, secs > 0 ? s.points / secs : 0.0);
+        printf("generate_fractals: %d classes (%d new, %ld attempts, %.2f s), %ld instances "
+               "(%ld new, %ld reused, %.2f s), %.2f s, %.3g points/s\n",
+               c.n_categories, s.classes_new, s.attempts, s.class_seconds, s.instances_total,
+               s.instances_new, s.instances_reused, s.instance_seconds, secs,
+               secs > 0 ? s.points / secs : 0.0);
         fflush(stdout);
     }
     dist_finalize(&w);

@@ -18,6 +18,13 @@ h4=$(tree_hash "$d/f4")
 "$SCAFFOLD" generate_fractals -c "$cfg" --fract-base-dir "$d/fs" >/dev/null 2>&1
 [ "$(tree_hash "$d/fs")" = "$h1" ] && t_ok "singleton run gives the same tree" || t_fail "singleton run gives the same tree"
 
+# A threshold that needs several class-search rounds: the rounds' sizes are rank 0's choice,
+# so 3 ranks must still find exactly the first accepted proposals (checked independently).
+printf 'problem_scale: 5\nn_categories: 3\nvariance_threshold: 0.25\nfract_base_dir: %s/fr\n' "$d" > "$d/rounds.yml"
+out=$($MPIRUN -n 3 "$SCAFFOLD" generate_fractals -c "$d/rounds.yml" -v 2>&1)
+[ "$(grep -c 'class round' <<<"$out")" -ge 6 ] && t_ok "several class-search rounds at -n 3" || t_fail "several class-search rounds" "$out"
+t_check "numpy: multi-round search at -n 3 finds the first accepted proposals" "$PYTHON" tests/fractal/check_library.py "$d/fr" 42 0.25 5 3
+
 # Killed midway (SIGKILL inside the 200th atomic write, after the data, before the rename).
 out=$(SCAFFOLD_FAULT_KILL_AT_COMMIT=200 "$SCAFFOLD" generate_fractals -c "$cfg" --fract-base-dir "$d/fk" 2>&1)
 rc=$?
