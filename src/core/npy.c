@@ -325,21 +325,23 @@ int npy_read_into(const char *path, npy_dtype dtype, int ndim, const int64_t *sh
 }
 
 int npy_write_header(FILE *f, npy_dtype dtype, int ndim, const int64_t *shape) {
-    char dict[512], sh[256];
-    int n = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
-                     npy_descr(dtype), npy_shape_str(ndim, shape, sh, sizeof sh));
+    /* Built in memory and written with one call, so an unbuffered stream makes one write(2). */
+    char buf[640], sh[256];
+    int n = snprintf(buf + 10, sizeof buf - 10,
+                     "{'descr': '%s', 'fortran_order': False, 'shape': %s, }", npy_descr(dtype),
+                     npy_shape_str(ndim, shape, sh, sizeof sh));
     /* Pad with spaces so that magic(6)+version(2)+len(2)+dict+'\n' is a multiple of 64. */
     size_t total = 10 + (size_t)n + 1;
     size_t pad = (64 - total % 64) % 64;
     size_t hlen = (size_t)n + pad + 1;
-    unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xff),
-                             (unsigned char)(hlen >> 8)};
-    if (fwrite(pre, 1, 10, f) != 10 || fwrite(dict, 1, (size_t)n, f) != (size_t)n)
+    const unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0,
+                                   (unsigned char)(hlen & 0xff), (unsigned char)(hlen >> 8)};
+    memcpy(buf, pre, sizeof pre);
+    memset(buf + 10 + n, ' ', pad);
+    buf[10 + hlen - 1] = '\n';
+    if (fwrite(buf, 1, 10 + hlen, f) != 10 + hlen)
         return err_set(ERR_IO, "write failed");
-    for (size_t i = 0; i < pad; i++)
-        fputc(' ', f);
-    fputc('\n', f);
-    return ferror(f) ? err_set(ERR_IO, "write failed") : 0;
+    return 0;
 }
 
 int npy_save(const char *path, npy_dtype dtype, int ndim, const int64_t *shape, const void *data) {
@@ -353,6 +355,8 @@ int npy_save(const char *path, npy_dtype dtype, int ndim, const int64_t *shape, 
     int rc = fs_atomic_open(&a, path);
     if (rc)
         return rc;
+    /* Two large writes: no stdio buffer, so the array is not copied through one. */
+    setvbuf(a.fp, NULL, _IONBF, 0);
     if (npy_write_header(a.fp, dtype, ndim, shape) != 0 ||
         (nbytes && fwrite(data, 1, nbytes, a.fp) != nbytes)) {
         int e = errno;
