@@ -149,15 +149,8 @@ int run_folder_setup(scaffold_config *c, const dist_world *w, int argc, char **a
     return 0;
 }
 
-int run_stats_append(const char *run_dir, const run_stats_row *r) {
-    char path[FS_PATH_MAX];
-    snprintf(path, sizeof path, "%s/train_stats.csv", run_dir);
-    int fresh = !fs_exists(path);
-    FILE *f = fopen(path, "a");
-    if (!f)
-        return err_set(ERR_IO, "cannot append to %s: %s", path, strerror(errno));
-    if (fresh)
-        fprintf(f, "%s\n", RUN_STATS_HEADER);
+/* One CSV row, floats formatted as Python's str() (upstream writes the CSV from Python). */
+static void stats_row_print(FILE *f, const run_stats_row *r) {
     char v[7][64];
     config_pyfloat(r->epoch_loss, v[0], sizeof v[0]);
     config_pyfloat(r->overall_loss, v[1], sizeof v[1]);
@@ -168,6 +161,18 @@ int run_stats_append(const char *run_dir, const run_stats_row *r) {
     config_pyfloat(r->epoch_duration, v[6], sizeof v[6]);
     fprintf(f, "%d,%s,%s,%s,%s,%s,%s,%s,%ld,%ld\n", r->epoch, v[0], v[1], v[2], v[3], v[4], v[5],
             v[6], r->optimizer_steps, r->total_optimizer_steps);
+}
+
+int run_stats_append(const char *run_dir, const run_stats_row *r) {
+    char path[FS_PATH_MAX];
+    snprintf(path, sizeof path, "%s/train_stats.csv", run_dir);
+    int fresh = !fs_exists(path);
+    FILE *f = fopen(path, "a");
+    if (!f)
+        return err_set(ERR_IO, "cannot append to %s: %s", path, strerror(errno));
+    if (fresh)
+        fprintf(f, "%s\n", RUN_STATS_HEADER);
+    stats_row_print(f, r);
     int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
     bad |= fclose(f) != 0;
     return bad ? err_set(ERR_IO, "cannot write %s", path) : 0;
@@ -221,25 +226,22 @@ int run_stats_truncate(const char *run_dir, int start_epoch) {
     snprintf(path, sizeof path, "%s/train_stats.csv", run_dir);
     if (!fs_exists(path))
         return 0;
-    char *txt = NULL;
-    int rc = fs_read_file(path, &txt, NULL);
-    if (rc)
-        return rc;
+    run_stats_row *rows = NULL;
+    int n = 0;
+    int rc = run_stats_read(run_dir, &rows, &n);
     fs_atomic a;
-    if ((rc = fs_atomic_open(&a, path)) != 0) {
-        free(txt);
-        return rc;
+    if (rc == 0)
+        rc = fs_atomic_open(&a, path);
+    if (rc == 0) {
+        /* Reprinting is exact: the shortest round-trip format reads back to the same text. */
+        fprintf(a.fp, "%s\n", RUN_STATS_HEADER);
+        for (int i = 0; i < n; i++)
+            if (rows[i].epoch < start_epoch)
+                stats_row_print(a.fp, &rows[i]);
+        rc = fs_atomic_commit(&a, 1);
     }
-    int line = 0;
-    char *save = NULL;
-    for (char *l = strtok_r(txt, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
-        int ep;
-        if (line++ == 0 || (sscanf(l, "%d,", &ep) == 1 && ep < start_epoch && strchr(l, ',') &&
-                            strlen(l) > 10))
-            fprintf(a.fp, "%s\n", l);
-    }
-    free(txt);
-    return fs_atomic_commit(&a, 1);
+    free(rows);
+    return rc;
 }
 
 int run_folder_clean(const scaffold_config *c) {
