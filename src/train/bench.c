@@ -97,6 +97,14 @@ static int train_step(bench_state *s, const dist_world *w, double lr, double acc
         return 0;
     double loss = 0, dice = 0;
     int rc = got < 0 ? got : 0;
+    /* Test hook: SCAFFOLD_FAULT_FAIL_STEP=R:K makes rank R fail its K-th training step as a
+     * read error would, to check that the other ranks do not hang in the all-reduce. */
+    static long steps_seen;
+    const char *ff = getenv("SCAFFOLD_FAULT_FAIL_STEP");
+    int fr = -1;
+    long fk = -1;
+    if (ff && sscanf(ff, "%d:%ld", &fr, &fk) == 2 && fr == w->rank && ++steps_seen == fk)
+        rc = err_set(ERR_IO, "injected read failure at training step %ld on rank %d", fk, fr);
     if (rc == 0) {
         nn_unet_zero_grad(&s->model);
         /* One region for the fused forward + loss + backward pass of the engine. */
