@@ -105,7 +105,7 @@ out=$(timeout 120 $MPIRUN -n 2 "$SCAFFOLD" benchmark $cfg --base-run-dir runsbad
 [ "$(grep -c 'scaffold benchmark:' <<<"$out")" -eq 1 ] && t_ok "error printed once (rank 0)" || t_fail "error printed once" "$out"
 t_expect_fail "read failure on rank 1 mid-epoch: agreed, no hang" 1 "rank 1.*injected read failure|injected read failure at training step 3 on rank 1" \
     env SCAFFOLD_FAULT_FAIL_STEP=1:3 timeout 120 $MPIRUN -n 2 "$SCAFFOLD" benchmark $cfg \
-    --base-run-dir runsbad --warmup-batches 0
+    --base-run-dir runsbad --warmup-batches 0 --dataset-dir ds_fault
 t_expect_fail "--restart without --run-dir" 2 "needs --run-dir" "$SCAFFOLD" benchmark $cfg --restart
 cd "$root"
 rm -rf "$d"
