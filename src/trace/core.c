@@ -325,8 +325,11 @@ static int open_file(void) {
         return -1;
     char h[17];
     char ident[600];
-    snprintf(ident, sizeof ident, "%s-%s-%d-%llu-%u", trc_g.exe, trc_g.host, (int)trc_g.pid,
-             (unsigned long long)trc_g.anchor_ns, trc_g.file_seq);
+    /* anchor_ns (realtime - monotonic) is the same for an exec'd image of the same pid, so the
+     * image's own monotonic start time keeps the name unique (it collided: a new image truncated
+     * the file of the image before the exec). */
+    snprintf(ident, sizeof ident, "%s-%s-%d-%llu-%llu-%u", trc_g.exe, trc_g.host, (int)trc_g.pid,
+             (unsigned long long)trc_g.anchor_ns, (unsigned long long)trc_now(), trc_g.file_seq);
     trc_hex16(trc_hash(ident, strlen(ident)), h);
     snprintf(out_path, sizeof out_path, "%s-%s-preload.pfw%s", trc_g.cfg.prefix, h,
              trc_g.cfg.compress ? ".gz" : "");

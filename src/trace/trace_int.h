@@ -300,6 +300,17 @@ static inline uint64_t trc_now(void) {
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
+/* The fixed wrapper body shared by the POSIX and STDIO wrappers: mark the thread busy (no
+ * re-entrant recording), time the real call, keep its errno, restore it before returning. */
+#define T0()                                                                                       \
+    trc_busy = 1;                                                                                  \
+    uint64_t t0_ = trc_now()
+#define T1()                                                                                       \
+    uint64_t t1_ = trc_now();                                                                      \
+    int e_ = errno
+#define TDONE()                                                                                    \
+    trc_busy = 0;                                                                                  \
+    errno = e_
 trc_thread *trc_thread_get(void);
 /* Reserves `size` bytes (multiple of 8) in the calling thread's ring; NULL = dropped. */
 void *trc_reserve(trc_thread *t, uint32_t size);

@@ -66,15 +66,6 @@ static void *map_sym(const char *name) {
 }
 
 #define POSIX_ON() trc_on(TRC_FAM_POSIX)
-#define T0()                                                                                       \
-    trc_busy = 1;                                                                                  \
-    uint64_t t0_ = trc_now()
-#define T1()                                                                                       \
-    uint64_t t1_ = trc_now();                                                                      \
-    int e_ = errno
-#define TDONE()                                                                                    \
-    trc_busy = 0;                                                                                  \
-    errno = e_
 
 /* NULL tests through a helper: glibc marks these parameters nonnull, but callers do pass NULL
  * and the real function decides what happens. */

@@ -32,15 +32,6 @@ int trc_plain_vfscanf(FILE *fp, const char *fmt, va_list ap) __asm__("vfscanf");
 static inline int sfd(FILE *fp) { return fp ? fileno_unlocked(fp) : -1; }
 static inline uint64_t fdhash(trc_fd *s) { return __atomic_load_n(&s->phash, __ATOMIC_RELAXED); }
 
-#define T0()                                                                                       \
-    trc_busy = 1;                                                                                  \
-    uint64_t t0_ = trc_now()
-#define T1()                                                                                       \
-    uint64_t t1_ = trc_now();                                                                      \
-    int e_ = errno
-#define TDONE()                                                                                    \
-    trc_busy = 0;                                                                                  \
-    errno = e_
 
 /* The stream's traced slot, or NULL (fast exit). */
 #define STREAM(fp) trc_fd *s = trc_fd_traced(sfd(fp), TRC_FAM_STDIO)
