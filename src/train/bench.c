@@ -413,6 +413,9 @@ int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv, be
     double dice = start_dice, t_train0 = time_now();
     int epoch = start_epoch, last_saved = cs.epoch;
     long total_steps = cs.total_optimizer_steps;
+    run_stats_row last_row;
+    memset(&last_row, 0, sizeof last_row);
+    double last_lr = c->starting_learning_rate;
     int64_t nb = ds_loader_num_batches(s.train);
     log_info("training: %lld batches per epoch per replica, target val dice %.3f%s",
              (long long)nb, c->target_dice, c->epochs > 0 ? "" : " (no epoch cap)");
@@ -483,6 +486,8 @@ int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv, be
         }
         out->epochs_run++;
         out->last_epoch = epoch;
+        last_row = row;
+        last_lr = lr;
         dice = row.val_dice;
         /* Checkpoints: rank 0 writes; the outcome is agreed. */
         if (rc == 0 && c->checkpoint_interval > 0 && epoch % c->checkpoint_interval == 0) {
@@ -510,10 +515,18 @@ int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv, be
     /* A final checkpoint if the last epoch was not saved. */
     if (rc == 0 && c->checkpoint_interval > 0 && out->epochs_run > 0 &&
         last_saved != out->last_epoch) {
+        /* The scalars of the epoch actually saved, so a resume sees its Dice (and does not
+         * train past convergence); `best` follows the same rule as the periodic saves. */
+        int best = last_row.val_loss_avg < cs.best_val_loss;
+        if (best)
+            cs.best_val_loss = last_row.val_loss_avg;
         cs.epoch = out->last_epoch;
+        cs.val_loss_avg = last_row.val_loss_avg;
+        cs.val_dice = last_row.val_dice;
+        cs.lr = last_lr;
         cs.total_optimizer_steps = cs.global_step = total_steps;
         if (w->rank == 0)
-            rc = ckpt_save(&ck, &s.model, &s.opt, &cs, 0);
+            rc = ckpt_save(&ck, &s.model, &s.opt, &cs, best);
     }
     int frc = w->rank == 0 ? ckpt_finish(&ck) : 0;
     rc = dist_agree(w, rc ? rc : frc);
