@@ -38,6 +38,8 @@ if ck:
         hdr = json.loads(f.read(n))
     meta = hdr.pop("__metadata__")
     assert int(meta["epoch"]) == epochs, meta
+    # The saved scalars are those of the saved epoch (the CSV's last row).
+    assert abs(float(meta["val_dice"]) - float(rows[-1]["val_dice"])) < 1e-12, (meta, rows[-1])
     assert "down_list.0.double_conv.0.weight" in hdr and "up_list.0.up.weight" in hdr, list(hdr)[:5]
     assert all(v["dtype"] == "F32" for v in hdr.values())
     b = os.path.join(run, "checkpoints", "checkpoint_best.safetensors")

@@ -25,6 +25,10 @@ grep -q "val_loss" "$run2/train_stats.csv" && true
 links=$(stat -c %h "$run2/checkpoints/checkpoint_best.safetensors")
 [ "$links" -ge 1 ] && t_ok "best checkpoint present (inode $ino_best, last $ino_last, links $links)" || t_fail "best checkpoint"
 
+# A final checkpoint after an epoch the interval skipped carries that epoch's scalars.
+"$SCAFFOLD" benchmark $cfg --base-run-dir runsfin --checkpoint-interval 2 --epochs 3 >/dev/null 2>&1
+t_check "final checkpoint (interval 2, 3 epochs) saves epoch 3's scalars" "$PYTHON" "$root/tests/train/check_run.py" "$(lastrun runsfin)" 3 1
+
 # 2. Same global batch on 1 rank (batch 2) and 2 ranks (batch 1): same first-epoch loss.
 out1=$("$SCAFFOLD" benchmark $cfg --base-run-dir runs1 --local-batch-size 2 --epochs 1 2>&1) || t_fail "1-rank run" "$out1"
 out2=$($MPIRUN -n 2 "$SCAFFOLD" benchmark $cfg --base-run-dir runs2b --local-batch-size 1 --epochs 1 2>&1) || t_fail "2-rank run" "$out2"
