@@ -23,7 +23,7 @@ fi
 # Test-only PyPI package: dftracer's own trace reader, used by tests/trace to validate our
 # traces (the test says so and skips when it is absent). Best effort: never fails the setup.
 if ! command -v dftracer_validate >/dev/null 2>&1; then
-    python3 -m pip install --quiet dftracer-utils >/dev/null 2>&1 || echo "setup: pip install dftracer-utils failed (tests/trace will skip that check)"
+    python3 -m pip install --quiet dftracer-utils==0.0.14 >/dev/null 2>&1 || echo "setup: pip install dftracer-utils failed (tests/trace will skip that check)"
     command -v pyenv >/dev/null 2>&1 && pyenv rehash 2>/dev/null || true
 fi
 echo "setup: dependencies present"
