@@ -946,42 +946,28 @@ TRC_API int mkfifo(const char *p, mode_t m) {
         NOSYS(-1);
     PATH_BODY(TRC_OP_mkfifo, AT_FDCWD, p, real_mkfifo(p, m), -1, 0, (int64_t)m);
 }
-TRC_API int truncate(const char *p, off_t len) {
-    if (!MAP(truncate))
-        NOSYS(-1);
-    if (!POSIX_ON())
-        return real_truncate(p, len);
-    int traced = 0;
-    trc_busy = 1;
-    uint64_t h = trc_path_classify(AT_FDCWD, p, &traced, 0);
-    trc_busy = 0;
-    if (!traced)
-        return real_truncate(p, len);
-    T0();
-    int ret = real_truncate(p, len);
-    T1();
-    trc_emit_io(TRC_OP_truncate, -1, h, t0_, t1_, len, 0, ret, 0, 0, 0);
-    TDONE();
-    return ret;
-}
-TRC_API int truncate64(const char *p, off64_t len) {
-    if (!MAP(truncate64))
-        NOSYS(-1);
-    if (!POSIX_ON())
-        return real_truncate64(p, len);
-    int traced = 0;
-    trc_busy = 1;
-    uint64_t h = trc_path_classify(AT_FDCWD, p, &traced, 0);
-    trc_busy = 0;
-    if (!traced)
-        return real_truncate64(p, len);
-    T0();
-    int ret = real_truncate64(p, len);
-    T1();
-    trc_emit_io(TRC_OP_truncate, -1, h, t0_, t1_, len, 0, ret, 0, 0, 0);
-    TDONE();
-    return ret;
-}
+/* truncate and its 64-bit alias: a path call whose offset argument is the new length. */
+#define TRUNC_WRAP(fn, off_type)                                                                   \
+    TRC_API int fn(const char *p, off_type len) {                                                  \
+        if (!MAP(fn))                                                                              \
+            NOSYS(-1);                                                                             \
+        if (!POSIX_ON())                                                                           \
+            return real_##fn(p, len);                                                              \
+        int traced = 0;                                                                            \
+        trc_busy = 1;                                                                              \
+        uint64_t h = trc_path_classify(AT_FDCWD, p, &traced, 0);                                   \
+        trc_busy = 0;                                                                              \
+        if (!traced)                                                                               \
+            return real_##fn(p, len);                                                              \
+        T0();                                                                                      \
+        int ret = real_##fn(p, len);                                                               \
+        T1();                                                                                      \
+        trc_emit_io(TRC_OP_truncate, -1, h, t0_, t1_, len, 0, ret, 0, 0, 0);                       \
+        TDONE();                                                                                   \
+        return ret;                                                                                \
+    }
+TRUNC_WRAP(truncate, off_t)
+TRUNC_WRAP(truncate64, off64_t)
 
 /* Two-path calls (rename, link): traced when either path is. */
 REAL(int, rename, (const char *, const char *));
