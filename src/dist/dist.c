@@ -56,12 +56,33 @@ void dist_barrier(const dist_world *w) {
     MPI_Barrier(w->comm);
 }
 
+/* MPI counts are int: every buffer collective goes through chunks of at most 2^30 elements. */
+#define DIST_CHUNK ((size_t)1 << 30)
+
 void dist_bcast(const dist_world *w, void *buf, size_t n, int root) {
-    const size_t chunk = (size_t)1 << 30;
-    for (size_t off = 0; off < n; off += chunk) {
-        size_t len = n - off < chunk ? n - off : chunk;
+    for (size_t off = 0; off < n; off += DIST_CHUNK) {
+        size_t len = n - off < DIST_CHUNK ? n - off : DIST_CHUNK;
         MPI_Bcast((char *)buf + off, (int)len, MPI_BYTE, root, w->comm);
     }
+}
+
+static void sum_chunked(const dist_world *w, void *buf, size_t n, size_t elem, MPI_Datatype t) {
+    for (size_t off = 0; off < n; off += DIST_CHUNK) {
+        size_t len = n - off < DIST_CHUNK ? n - off : DIST_CHUNK;
+        MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * elem, (int)len, t, MPI_SUM, w->comm);
+    }
+}
+
+void dist_sum_doubles(const dist_world *w, double *buf, size_t n) {
+    sum_chunked(w, buf, n, sizeof *buf, MPI_DOUBLE);
+}
+
+void dist_sum_floats(const dist_world *w, float *buf, size_t n) {
+    sum_chunked(w, buf, n, sizeof *buf, MPI_FLOAT);
+}
+
+void dist_sum_u64(const dist_world *w, uint64_t *buf, size_t n) {
+    sum_chunked(w, buf, n, sizeof *buf, MPI_UINT64_T);
 }
 
 double dist_max_double(const dist_world *w, double v) {

@@ -7,6 +7,7 @@
 
 #include <mpi.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct dist_world {
     MPI_Comm comm;
@@ -33,6 +34,12 @@ void dist_bcast(const dist_world *w, void *buf, size_t n, int root);
 double dist_max_double(const dist_world *w, double v);
 double dist_sum_double(const dist_world *w, double v);
 long long dist_sum_ll(const dist_world *w, long long v);
+
+/* In-place element-wise sums over every rank of `w`. Counts above 2^31 - 1 are split into
+ * several collectives (MPI counts are int). */
+void dist_sum_doubles(const dist_world *w, double *buf, size_t n);
+void dist_sum_floats(const dist_world *w, float *buf, size_t n);
+void dist_sum_u64(const dist_world *w, uint64_t *buf, size_t n);
 
 /* Block partition of n items: this rank's [*lo, *hi). per = ceil(n/size). */
 void dist_block(const dist_world *w, size_t n, size_t *lo, size_t *hi);

@@ -202,3 +202,32 @@ int ckpt_load(const char *dir, nn_unet *m, nn_optim *o, ckpt_state *st, const ch
                                      "checkpoint_best)", dir);
     return rb;
 }
+
+int ckpt_resume(const char *dir, const dist_world *w, int required, nn_unet *m, nn_optim *o,
+                ckpt_state *st, int *resumed) {
+    const char *which = "";
+    int rc = 0, fresh = 0;
+    if (w->rank == 0) {
+        rc = ckpt_load(dir, m, o, st, &which);
+        if (rc == ERR_NOTFOUND && !required) {
+            log_info("train_from_scratch is 0 but there is no checkpoint: starting fresh");
+            rc = 0;
+            fresh = 1;
+            err_clear();
+        }
+    }
+    rc = dist_agree(w, rc);
+    dist_bcast(w, &fresh, sizeof fresh, 0);
+    *resumed = rc == 0 && !fresh;
+    if (!*resumed)
+        return rc;
+    dist_bcast(w, m->params, m->nparams * sizeof(float), 0);
+    size_t ns = nn_optim_state_floats(o->kind, m->nparams);
+    if (ns)
+        dist_bcast(w, o->state, ns * sizeof(float), 0);
+    dist_bcast(w, &o->step, sizeof o->step, 0);
+    dist_bcast(w, st, sizeof *st, 0);
+    log_info("resumed from checkpoint_%s: epoch %d done (val dice %.4f)", which, st->epoch,
+             st->val_dice);
+    return 0;
+}

@@ -17,6 +17,7 @@
 #ifndef SCAFFOLD_TRAIN_CKPT_H
 #define SCAFFOLD_TRAIN_CKPT_H
 
+#include "dist/dist.h"
 #include "nn/optim.h"
 #include "nn/unet.h"
 
@@ -68,5 +69,12 @@ void ckpt_writer_free(ckpt_writer *w);
  * Restores params, optimizer state and scalars. Returns 0, ERR_NOTFOUND when neither exists, or
  * ERR_FORMAT when both are unusable. *which = "last" or "best". */
 int ckpt_load(const char *dir, nn_unet *m, nn_optim *o, ckpt_state *st, const char **which);
+
+/* Collective resume: rank 0 loads (ckpt_load), the outcome is agreed, then parameters,
+ * optimizer state and scalars are broadcast. Without a checkpoint, `required` (--restart)
+ * makes it an error; otherwise the run starts fresh (*resumed = 0, state untouched). 0 or an
+ * agreed error. */
+int ckpt_resume(const char *dir, const dist_world *w, int required, nn_unet *m, nn_optim *o,
+                ckpt_state *st, int *resumed);
 
 #endif

@@ -1,0 +1,151 @@
+/* step: one training step, one validation pass, the untimed warmup and the learning-rate
+ * schedule (see train.h). */
+#include "train/train.h"
+
+#include "core/err.h"
+#include "core/log.h"
+#include "nn/loss.h"
+
+#include <scaffold/trace.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Test hook: SCAFFOLD_FAULT_FAIL_STEP=R:K makes rank R fail its K-th training step as a read
+ * error would, to check that the other ranks do not hang in the all-reduce. */
+static int fault_fail_step(int rank) {
+    static long steps_seen;
+    const char *ff = getenv("SCAFFOLD_FAULT_FAIL_STEP");
+    int fr = -1;
+    long fk = -1;
+    if (ff && sscanf(ff, "%d:%ld", &fr, &fk) == 2 && fr == rank && ++steps_seen == fk)
+        return err_set(ERR_IO, "injected read failure at training step %ld on rank %d", fk, fr);
+    return 0;
+}
+
+int train_step(train_state *s, double lr, double acc[3]) {
+    int n = 0;
+    const float *vol = NULL;
+    const uint16_t *mask = NULL;
+    scaffold_trace_region tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_FETCH,
+                                                           SCAFFOLD_TRACE_CAT_DATALOADER);
+    /* In place: copying a batch out of the prefetch slot costs as much as reading it. */
+    int got = ds_loader_next_ref(s->train, &vol, &mask, &n);
+    SCAFFOLD_TRACE_REGION_INT(tr, "batch_size", n);
+    SCAFFOLD_TRACE_REGION_END(tr);
+    /* Every replica has the same number of batches (padded sampler), so 0 is seen everywhere
+     * at once; an error on one rank must be agreed before the gradient all-reduce, or the
+     * others would wait in it forever. */
+    if (got == 0)
+        return 0;
+    double loss = 0, dice = 0;
+    int rc = got < 0 ? got : fault_fail_step(s->w->rank);
+    if (rc == 0) {
+        nn_unet_zero_grad(&s->model);
+        /* One region for the fused forward + loss + backward pass of the engine. */
+        tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_FORWARD, SCAFFOLD_TRACE_CAT_COMPUTE);
+        SCAFFOLD_TRACE_REGION_STR(tr, "pass", "forward+loss+backward");
+        rc = nn_unet_forward_backward(&s->model, vol, mask, n, s->ce_w, &loss, &dice);
+        SCAFFOLD_TRACE_REGION_END(tr);
+    }
+    if (s->replicas > 1)
+        rc = dist_agree(s->w, rc);
+    if (rc)
+        return rc;
+    tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_ALL_REDUCE, SCAFFOLD_TRACE_CAT_COMM);
+    if (s->replicas > 1) {
+        /* DDP: gradients averaged over replicas. */
+        dist_sum_floats(&s->dp, s->model.grads, s->model.nparams);
+        float sc = (float)s->grad_scale;
+        for (size_t i = 0; i < s->model.nparams; i++)
+            s->model.grads[i] *= sc;
+    }
+    SCAFFOLD_TRACE_REGION_INT(tr, "bytes", (int64_t)(s->model.nparams * sizeof(float)));
+    SCAFFOLD_TRACE_REGION_END(tr);
+    tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_STEP, SCAFFOLD_TRACE_CAT_COMPUTE);
+    nn_clip_grad_norm(s->model.grads, s->model.nparams, 1.0);
+    nn_optim_step(&s->opt, s->model.params, s->model.grads, lr);
+    SCAFFOLD_TRACE_REGION_END(tr);
+    acc[0] += loss * n;
+    acc[1] += dice * n;
+    acc[2] += n;
+    return 1;
+}
+
+int train_validate(train_state *s, int64_t epoch, int max_batches, double acc[3]) {
+    int rc = ds_loader_start_epoch(s->val, epoch);
+    for (int b = 0; rc == 0 && (max_batches < 0 || b < max_batches); b++) {
+        int n = 0;
+        const float *vol = NULL;
+        const uint16_t *mask = NULL;
+        scaffold_trace_region tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_FETCH,
+                                                               SCAFFOLD_TRACE_CAT_DATALOADER);
+        int got = ds_loader_next_ref(s->val, &vol, &mask, &n);
+        SCAFFOLD_TRACE_REGION_END(tr);
+        if (got < 0)
+            rc = got;
+        if (got <= 0)
+            break;
+        double loss = 0;
+        tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_FORWARD, SCAFFOLD_TRACE_CAT_COMPUTE);
+        rc = nn_unet_evaluate(&s->model, vol, mask, n, s->ce_w, &loss, s->dice_buf);
+        SCAFFOLD_TRACE_REGION_END(tr);
+        for (int i = 0; i < n && rc == 0; i++)
+            acc[0] += s->dice_buf[i];
+        acc[1] += loss * n;
+        acc[2] += n;
+    }
+    return rc;
+}
+
+double train_lr(const scaffold_config *c, int epoch) {
+    if (c->disable_scheduler)
+        return c->starting_learning_rate;
+    return nn_lr_cosine_warm(c->starting_learning_rate, c->T_0, c->T_mult, c->min_learning_rate,
+                             epoch - 1);
+}
+
+int train_warmup(train_state *s) {
+    const scaffold_config *c = s->cfg;
+    if (c->warmup_batches <= 0)
+        return 0;
+    size_t np = s->model.nparams, ns = nn_optim_state_floats(s->opt.kind, np);
+    float *p = malloc(np * sizeof *p), *st = malloc((ns ? ns : 1) * sizeof *st);
+    int rc = p && st ? 0 : err_set(ERR_NOMEM, "out of memory for the warmup snapshot");
+    rc = dist_agree(s->w, rc);
+    if (rc) {
+        free(p);
+        free(st);
+        return rc;
+    }
+    memcpy(p, s->model.params, np * sizeof *p);
+    if (ns)
+        memcpy(st, s->opt.state, ns * sizeof *st);
+    int64_t step0 = s->opt.step;
+    double t0 = time_now(), acc[3] = {0, 0, 0}, vacc[3] = {0, 0, 0};
+    int64_t nb = ds_loader_num_batches(s->train);
+    int steps = c->warmup_batches < nb ? c->warmup_batches : (int)nb;
+    rc = ds_loader_start_epoch(s->train, 0);
+    for (int i = 0; i < steps && rc == 0; i++) {
+        int r = train_step(s, c->starting_learning_rate, acc);
+        if (r < 0)
+            rc = r;
+        if (r == 0)
+            break;
+    }
+    if (rc == 0)
+        rc = train_validate(s, 0, c->warmup_batches, vacc);
+    rc = dist_agree(s->w, rc);
+    memcpy(s->model.params, p, np * sizeof *p);
+    if (ns)
+        memcpy(s->opt.state, st, ns * sizeof *st);
+    s->opt.step = step0;
+    free(p);
+    free(st);
+    dist_barrier(s->w);
+    if (rc == 0)
+        log_info("warmup: %d training and up to %d validation batches per rank in %.2f s "
+                 "(untimed; state restored)", steps, c->warmup_batches, time_now() - t0);
+    return rc;
+}
