@@ -2,7 +2,7 @@
 #include "analyze/compare.h"
 
 #include "analyze/metrics.h"
-#include "analyze/report.h"
+#include "analyze/out.h"
 #include "core/err.h"
 
 #include <math.h>
@@ -237,71 +237,55 @@ void an_compare_text(const an_run *base, size_t nb, const an_run *cand, size_t n
             r->reason);
 }
 
-static void cjnum(FILE *out, double v) {
-    if (isfinite(v))
-        fprintf(out, "%.6g", v);
-    else
-        fputs("null", out);
+static void side_json(an_jw *w, const char *key, const an_run *r, size_t n) {
+    an_jw_arr(w, key);
+    for (size_t i = 0; i < n; i++) {
+        an_jw_obj(w, NULL);
+        an_jw_str(w, "run", r[i].label);
+        an_jw_num(w, "wall_s", r[i].wall_s);
+        an_jw_num(w, "epoch_mean_s", r[i].epoch_mean_s);
+        an_jw_num(w, "io_time_s", r[i].io_time_s);
+        an_jw_u64(w, "epochs", r[i].epochs);
+        an_jw_u64(w, "checkpoint_events", r[i].ckpt_events);
+        an_jw_u64(w, "checkpoint_bytes", r[i].ckpt_bytes);
+        an_jw_u64(w, "bytes_read", r[i].bytes_read);
+        an_jw_u64(w, "bytes_written", r[i].bytes_written);
+        an_jw_u64(w, "compute_steps", r[i].compute_events);
+        an_jw_obj(w, "events");
+        for (int k = 0; k < r[i].ncats; k++)
+            an_jw_u64(w, r[i].cat_name[k], r[i].cat_events[k]);
+        an_jw_end(w, '}');
+        an_jw_str(w, "warning", r[i].warning);
+        an_jw_end(w, '}');
+    }
+    an_jw_end(w, ']');
 }
 
-static void side_json(const an_run *r, size_t n, FILE *out) {
-    fputc('[', out);
-    for (size_t i = 0; i < n; i++) {
-        fputs(i ? ",{\"run\":" : "{\"run\":", out);
-        an_json_str(out, r[i].label);
-        fputs(",\"wall_s\":", out);
-        cjnum(out, r[i].wall_s);
-        fputs(",\"epoch_mean_s\":", out);
-        cjnum(out, r[i].epoch_mean_s);
-        fputs(",\"io_time_s\":", out);
-        cjnum(out, r[i].io_time_s);
-        fprintf(out, ",\"epochs\":%llu,\"checkpoint_events\":%llu,\"checkpoint_bytes\":%llu,"
-                     "\"bytes_read\":%llu,\"bytes_written\":%llu,\"compute_steps\":%llu,"
-                     "\"events\":{",
-                (unsigned long long)r[i].epochs, (unsigned long long)r[i].ckpt_events,
-                (unsigned long long)r[i].ckpt_bytes, (unsigned long long)r[i].bytes_read,
-                (unsigned long long)r[i].bytes_written, (unsigned long long)r[i].compute_events);
-        for (int k = 0; k < r[i].ncats; k++) {
-            if (k)
-                fputc(',', out);
-            an_json_str(out, r[i].cat_name[k]);
-            fprintf(out, ":%llu", (unsigned long long)r[i].cat_events[k]);
-        }
-        fputs("},\"warning\":", out);
-        an_json_str(out, r[i].warning);
-        fputc('}', out);
-    }
-    fputc(']', out);
+static void delta_json(an_jw *w, const char *key, double med, double lo, double hi) {
+    an_jw_obj(w, key);
+    an_jw_num(w, "median", med);
+    an_jw_num(w, "low", lo);
+    an_jw_num(w, "high", hi);
+    an_jw_end(w, '}');
 }
 
 void an_compare_json(const an_run *base, size_t nb, const an_run *cand, size_t nc,
                      const an_compare_result *r, FILE *out) {
-    fputs("{\"tool\":\"scaffold compare\",\"baseline\":", out);
-    side_json(base, nb, out);
-    fputs(",\"candidate\":", out);
-    side_json(cand, nc, out);
-    fputs(",\"verdict\":", out);
-    an_json_str(out, r->verdict);
-    fprintf(out, ",\"does_less\":%s,\"guard_triggered\":%s,\"noise_band\":",
-            r->does_less ? "true" : "false", r->guard_triggered ? "true" : "false");
-    cjnum(out, r->noise);
-    fputs(",\"wall_delta\":{\"median\":", out);
-    cjnum(out, r->wall_med);
-    fputs(",\"low\":", out);
-    cjnum(out, r->wall_lo);
-    fputs(",\"high\":", out);
-    cjnum(out, r->wall_hi);
-    fputs("},\"epoch_delta\":{\"median\":", out);
-    cjnum(out, r->epoch_med);
-    fputs(",\"low\":", out);
-    cjnum(out, r->epoch_lo);
-    fputs(",\"high\":", out);
-    cjnum(out, r->epoch_hi);
-    fputs("},\"io_delta\":", out);
-    cjnum(out, r->io_med);
-    fputs(",\"less\":", out);
-    an_json_str(out, r->less);
-    fputs(",\"reason\":", out);
-    an_json_str(out, r->reason);
-    fputs("}\n", out);
+    an_jw w;
+    an_jw_init(&w, out);
+    an_jw_obj(&w, NULL);
+    an_jw_str(&w, "tool", "scaffold compare");
+    side_json(&w, "baseline", base, nb);
+    side_json(&w, "candidate", cand, nc);
+    an_jw_str(&w, "verdict", r->verdict);
+    an_jw_bool(&w, "does_less", r->does_less);
+    an_jw_bool(&w, "guard_triggered", r->guard_triggered);
+    an_jw_num(&w, "noise_band", r->noise);
+    delta_json(&w, "wall_delta", r->wall_med, r->wall_lo, r->wall_hi);
+    delta_json(&w, "epoch_delta", r->epoch_med, r->epoch_lo, r->epoch_hi);
+    an_jw_num(&w, "io_delta", r->io_med);
+    an_jw_str(&w, "less", r->less);
+    an_jw_str(&w, "reason", r->reason);
+    an_jw_end(&w, '}');
+    fputc('\n', out);
 }

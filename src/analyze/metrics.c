@@ -150,87 +150,241 @@ void an_metrics_free(an_metrics *m) {
     memset(m, 0, sizeof *m);
 }
 
-int an_metrics_compute(const an_trace *t, double window_s, an_metrics *m) {
-    memset(m, 0, sizeof *m);
-    int rc = ERR_NOMEM;
-    size_t np = t->nprocs;
-    seglist *segs = calloc(np * U_COUNT + 1, sizeof *segs);
-    m->procs = calloc(np + 1, sizeof *m->procs);
-    int64_t *pfirst = malloc((np + 1) * sizeof *pfirst), *plast = malloc((np + 1) * sizeof *plast);
-    uint32_t *fidx = malloc((t->files.n + 1) * sizeof *fidx);
-    pfstate *pf = NULL;
-    size_t npf = 0, cappf = 0;
-    an_imap pfmap = {0};
-    uint64_t *epochs_per_proc = calloc(np + 1, sizeof *epochs_per_proc);
-    if (!segs || !m->procs || !pfirst || !plast || !fidx || !epochs_per_proc ||
-        an_imap_init(&pfmap, 1024))
-        goto out;
-    m->nprocs = np;
-    for (size_t p = 0; p < np; p++) {
-        pfirst[p] = INT64_MAX;
-        plast[p] = INT64_MIN;
+/* State shared by the passes of an_metrics_compute. */
+typedef struct mctx {
+    const an_trace *t;
+    an_metrics *m;
+    size_t np;
+    seglist *segs;      /* [np * U_COUNT] per-process unions */
+    seglist io_all;     /* wall-clock union of every process's I/O */
+    int64_t *pfirst, *plast;
+    uint32_t *fidx;     /* per file id: index in m->files, UINT32_MAX = none yet */
+    pfstate *pf;        /* per (file, process) */
+    size_t npf, cappf;
+    an_imap pfmap;
+    uint64_t *epochs_per_proc;
+} mctx;
+
+static int count_hosts_threads(mctx *c) {
+    const an_trace *t = c->t;
+    uint8_t *seen = calloc(t->hosts.n + 1, 1);
+    if (!seen)
+        return ERR_NOMEM;
+    for (size_t p = 0; p < c->np; p++) {
+        c->m->nhosts += !seen[t->procs[p].host];
+        seen[t->procs[p].host] = 1;
+        c->m->nthreads += t->procs[p].nthreads;
     }
-    for (uint32_t f = 0; f <= t->files.n; f++)
-        fidx[f] = UINT32_MAX;
-    m->nevents = t->n;
-    m->t0_us = t->n ? t->ts[0] : 0;
-    m->t1_us = m->t0_us;
-    /* Hosts actually used by processes. */
-    {
-        uint8_t *seen = calloc(t->hosts.n + 1, 1);
-        if (!seen)
-            goto out;
-        for (size_t p = 0; p < np; p++)
-            if (!seen[t->procs[p].host]) {
-                seen[t->procs[p].host] = 1;
-                m->nhosts++;
-            }
-        free(seen);
-        for (size_t p = 0; p < np; p++)
-            m->nthreads += t->procs[p].nthreads;
+    free(seen);
+    return 0;
+}
+
+/* The per-file record of file id f (created on first use). */
+static an_file_stat *file_stat(mctx *c, uint32_t f, uint32_t p) {
+    an_metrics *m = c->m;
+    if (c->fidx[f] == UINT32_MAX) {
+        if (m->nfiles % 256 == 0) {
+            an_file_stat *nf = realloc(m->files, (m->nfiles + 256) * sizeof *nf);
+            if (!nf)
+                return NULL;
+            m->files = nf;
+        }
+        an_file_stat *fs = &m->files[m->nfiles];
+        memset(fs, 0, sizeof *fs);
+        fs->file = f;
+        fs->first_proc = p;
+        fs->nprocs = 1;
+        fs->read_extent = -1;
+        fs->is_ckpt = is_ckpt_path(an_strtab_get(&c->t->files, f));
+        c->fidx[f] = (uint32_t)m->nfiles++;
     }
-    /* Pass 1: spans, unions, per-class totals, files, access patterns. */
+    return &m->files[c->fidx[f]];
+}
+
+/* The (file, process) state, created on first use. */
+static pfstate *pf_state(mctx *c, uint32_t f, uint32_t p, an_file_stat *fs) {
+    int ins = 0;
+    uint32_t *slot = an_imap_get(&c->pfmap, ((uint64_t)p << 32) | f, (uint32_t)c->npf, &ins);
+    if (!slot)
+        return NULL;
+    if (ins) {
+        if (c->npf == c->cappf) {
+            size_t nc = c->cappf ? c->cappf * 2 : 1024;
+            pfstate *n2 = realloc(c->pf, nc * sizeof *n2);
+            if (!n2)
+                return NULL;
+            c->pf = n2;
+            c->cappf = nc;
+        }
+        c->pf[c->npf] = (pfstate){.pos = 0, .last_end = -1, .fstat = c->fidx[f]};
+        c->npf++;
+        if (fs->first_proc != p)
+            fs->nprocs++; /* approximate beyond 2: counts new (file, process) records */
+        return &c->pf[c->npf - 1];
+    }
+    return &c->pf[*slot];
+}
+
+/* Metadata event on a (file, process): stat counts and the position a seek/open/close sets. */
+static void meta_event(mctx *c, size_t i, an_file_stat *fs, pfstate *ps, double d) {
+    const an_trace *t = c->t;
+    unsigned fl = t->flags[i];
+    fs->metas++;
+    ps->meta_s += d;
+    ps->metas++;
+    const char *nm = an_strtab_get(&t->names, t->name[i]);
+    if (strstr(nm, "stat") || !strcmp(nm, "access") || !strcmp(nm, "faccessat")) {
+        fs->stats++;
+        if (ps->metas > 1)
+            c->m->repeated_stats++;
+    }
+    if (fl & AN_F_SEEKPOS) {
+        ps->pos = t->offset[i];
+    } else if (t->offset[i] == 0 && strstr(nm, "open")) {
+        fs->opens++;
+        ps->pos = (fl & AN_F_APPEND) ? -1 : 0;
+        ps->last_end = -1;
+    } else if (strstr(nm, "close")) {
+        ps->pos = 0;
+        ps->last_end = -1;
+    }
+}
+
+/* Read/write on a (file, process): bytes, and the access-pattern class of its offset
+ * (Darshan: consecutive = where the previous access ended, sequential = at or after it, random =
+ * before it; the first access of a stream is consecutive at offset 0, random elsewhere). */
+static void data_event(mctx *c, size_t i, an_file_stat *fs, pfstate *ps) {
+    const an_trace *t = c->t;
+    an_metrics *m = c->m;
+    int op = t->op[i];
+    int64_t b = t->bytes[i];
+    if (op == AN_OP_READ) {
+        fs->reads++;
+        if (b > 0)
+            fs->bytes_read += (uint64_t)b;
+    } else {
+        fs->writes++;
+        if (b > 0)
+            fs->bytes_written += (uint64_t)b;
+    }
+    int64_t off = t->offset[i] >= 0 ? t->offset[i] : ps->pos;
+    if (off < 0 || b < 0) {
+        if (t->offset[i] < 0)
+            ps->pos = -1;
+        return;
+    }
+    int kind; /* 0 consecutive, 1 sequential (gap), 2 random */
+    if (ps->last_end < 0)
+        kind = off == 0 ? 0 : 2;
+    else if (off == ps->last_end)
+        kind = 0;
+    else if (off > ps->last_end)
+        kind = 1;
+    else
+        kind = 2;
+    fs->classified++;
+    if (kind == 2)
+        fs->random++;
+    else {
+        fs->seq++;
+        if (kind == 0)
+            fs->consec++;
+    }
+    uint64_t *cls = op == AN_OP_READ ? &m->read_classified : &m->write_classified;
+    uint64_t *rnd = op == AN_OP_READ ? &m->read_random : &m->write_random;
+    uint64_t *seq = op == AN_OP_READ ? &m->read_seq : &m->write_seq;
+    uint64_t *con = op == AN_OP_READ ? &m->read_consec : &m->write_consec;
+    (*cls)++;
+    if (kind == 2) {
+        (*rnd)++;
+    } else {
+        (*seq)++;
+        *con += kind == 0;
+    }
+    if (op == AN_OP_READ) {
+        if (off + b > fs->read_extent)
+            fs->read_extent = off + b;
+        fs->bytes_read_known += (uint64_t)b;
+    }
+    ps->last_end = off + b;
+    if (t->offset[i] < 0)
+        ps->pos = off + b; /* read/write without an explicit offset move the position */
+}
+
+/* Totals of one I/O event: class times and counts, interfaces, sizes and histograms. */
+static void io_totals(mctx *c, size_t i, double d) {
+    const an_trace *t = c->t;
+    an_metrics *m = c->m;
+    int op = t->op[i], tc = tclass(op);
+    an_proc_stat *st = &m->procs[t->proc[i]];
+    int64_t b = t->bytes[i];
+    unsigned fl = t->flags[i];
+    m->nio_events++;
+    m->t_s[tc] += d;
+    m->ops[tc]++;
+    st->t_s[tc] += d;
+    st->ops++;
+    if (fl & AN_F_STDIO) {
+        m->stdio_ops++;
+        m->stdio_time_s += d;
+    } else if (fl & AN_F_POSIX) {
+        m->posix_ops++;
+        m->posix_time_s += d;
+    }
+    if ((op != AN_OP_READ && op != AN_OP_WRITE) || b < 0)
+        return;
+    if (op == AN_OP_READ) {
+        m->bytes_read += (uint64_t)b;
+        st->read_bytes += (uint64_t)b;
+        m->hist_read[an_bucket_of(b)]++;
+    } else {
+        m->bytes_written += (uint64_t)b;
+        st->write_bytes += (uint64_t)b;
+        m->hist_write[an_bucket_of(b)]++;
+    }
+    m->data_ops_known_size++;
+    if (b <= 1048576)
+        m->small_ops++;
+    if (b < 65536)
+        m->small_time_s += d;
+    if (fl & AN_F_STDIO)
+        m->stdio_bytes += (uint64_t)b;
+    else if (fl & AN_F_MPIIO)
+        m->mpiio_bytes += (uint64_t)b;
+    else
+        m->posix_bytes += (uint64_t)b;
+}
+
+/* Pass 1 over the events: spans, unions, per-class totals, files, access patterns. */
+static int pass_events(mctx *c) {
+    const an_trace *t = c->t;
+    an_metrics *m = c->m;
     for (size_t i = 0; i < t->n; i++) {
         int op = t->op[i];
         uint32_t p = t->proc[i];
         int64_t s = t->ts[i], e = s + t->dur[i];
         if (op == AN_OP_TRACER)
             continue;
-        if (s < pfirst[p])
-            pfirst[p] = s;
-        if (e > plast[p])
-            plast[p] = e;
+        if (s < c->pfirst[p])
+            c->pfirst[p] = s;
+        if (e > c->plast[p])
+            c->plast[p] = e;
         if (e > m->t1_us)
             m->t1_us = e;
-        seglist *ps = &segs[(size_t)p * U_COUNT];
-        an_proc_stat *st = &m->procs[p];
+        seglist *ps = &c->segs[(size_t)p * U_COUNT];
+        int u = -1;
         switch (op) {
-        case AN_OP_COMPUTE:
-            m->has_compute = 1;
-            if (seg_add(&ps[U_COMPUTE], s, e))
-                goto out;
+        case AN_OP_COMPUTE: m->has_compute = 1; u = U_COMPUTE; break;
+        case AN_OP_FETCH: m->has_fetch = 1; u = U_FETCH; break;
+        case AN_OP_CKPT: m->has_ckpt_annot = 1; m->ckpt_events++; u = U_CKPT; break;
+        case AN_OP_COMM: u = U_COMM; break;
+        case AN_OP_EPOCH: m->has_epochs = 1; c->epochs_per_proc[p]++; continue;
+        default: break;
+        }
+        if (u >= 0) {
+            if (seg_add(&ps[u], s, e))
+                return ERR_NOMEM;
             continue;
-        case AN_OP_FETCH:
-            m->has_fetch = 1;
-            if (seg_add(&ps[U_FETCH], s, e))
-                goto out;
-            continue;
-        case AN_OP_CKPT:
-            m->has_ckpt_annot = 1;
-            m->ckpt_events++;
-            if (seg_add(&ps[U_CKPT], s, e))
-                goto out;
-            continue;
-        case AN_OP_COMM:
-            if (seg_add(&ps[U_COMM], s, e))
-                goto out;
-            continue;
-        case AN_OP_EPOCH:
-            m->has_epochs = 1;
-            epochs_per_proc[p]++;
-            continue;
-        default:
-            break;
         }
         if (!AN_IS_IO(op))
             continue;
@@ -240,180 +394,42 @@ int an_metrics_compute(const an_trace *t, double window_s, an_metrics *m) {
         }
         if (op == AN_OP_PCTL)
             continue; /* fork/exec durations are process management, not I/O */
-        m->nio_events++;
-        int tc = tclass(op);
         double d = (double)(e - s) / 1e6;
-        m->t_s[tc] += d;
-        m->ops[tc]++;
-        st->t_s[tc] += d;
-        st->ops++;
-        if (seg_add(&ps[U_IO], s, e))
-            goto out;
-        int64_t b = t->bytes[i];
-        unsigned fl = t->flags[i];
-        if (fl & AN_F_STDIO) {
-            m->stdio_ops++;
-            m->stdio_time_s += d;
-        } else if (fl & AN_F_POSIX) {
-            m->posix_ops++;
-            m->posix_time_s += d;
-        }
-        if ((op == AN_OP_READ || op == AN_OP_WRITE) && b >= 0) {
-            if (op == AN_OP_READ) {
-                m->bytes_read += (uint64_t)b;
-                st->read_bytes += (uint64_t)b;
-                m->hist_read[an_bucket_of(b)]++;
-            } else {
-                m->bytes_written += (uint64_t)b;
-                st->write_bytes += (uint64_t)b;
-                m->hist_write[an_bucket_of(b)]++;
-            }
-            m->data_ops_known_size++;
-            if (b <= 1048576)
-                m->small_ops++;
-            if (b < 65536)
-                m->small_time_s += d;
-            if (fl & AN_F_STDIO)
-                m->stdio_bytes += (uint64_t)b;
-            else if (fl & AN_F_MPIIO)
-                m->mpiio_bytes += (uint64_t)b;
-            else
-                m->posix_bytes += (uint64_t)b;
-        }
+        io_totals(c, i, d);
+        if (seg_add(&ps[U_IO], s, e) || seg_add(&c->io_all, s, e))
+            return ERR_NOMEM;
         uint32_t f = t->file[i];
         if (!f)
             continue;
-        /* Per-file record. */
-        if (fidx[f] == UINT32_MAX) {
-            if (m->nfiles % 256 == 0) {
-                an_file_stat *nf = realloc(m->files, (m->nfiles + 256) * sizeof *nf);
-                if (!nf)
-                    goto out;
-                m->files = nf;
-            }
-            an_file_stat *fs = &m->files[m->nfiles];
-            memset(fs, 0, sizeof *fs);
-            fs->file = f;
-            fs->first_proc = p;
-            fs->nprocs = 1;
-            fs->read_extent = -1;
-            fs->is_ckpt = is_ckpt_path(an_strtab_get(&t->files, f));
-            fidx[f] = (uint32_t)m->nfiles++;
-        }
-        an_file_stat *fs = &m->files[fidx[f]];
+        an_file_stat *fs = file_stat(c, f, p);
+        if (!fs)
+            return ERR_NOMEM;
         fs->ops++;
-        fs->t_s[tc] += d;
+        fs->t_s[tclass(op)] += d;
         fs->time_s += d;
-        /* Per (file, process) state: position tracking and metadata time. */
-        int ins = 0;
-        uint32_t *slot = an_imap_get(&pfmap, ((uint64_t)p << 32) | f, (uint32_t)npf, &ins);
-        if (!slot)
-            goto out;
-        if (ins) {
-            if (npf == cappf) {
-                size_t nc = cappf ? cappf * 2 : 1024;
-                pfstate *n2 = realloc(pf, nc * sizeof *n2);
-                if (!n2)
-                    goto out;
-                pf = n2;
-                cappf = nc;
-            }
-            pf[npf] = (pfstate){.pos = 0, .last_end = -1, .fstat = fidx[f]};
-            npf++;
-            if (fs->first_proc != p)
-                fs->nprocs++; /* approximate beyond 2: counts new (file, process) records */
-        }
-        pfstate *ps2 = &pf[*slot];
-        if (op == AN_OP_META) {
-            fs->metas++;
-            ps2->meta_s += d;
-            ps2->metas++;
-            const char *nm = an_strtab_get(&t->names, t->name[i]);
-            if (strstr(nm, "stat") || !strcmp(nm, "access") || !strcmp(nm, "faccessat")) {
-                fs->stats++;
-                if (ps2->metas > 1)
-                    m->repeated_stats++;
-            }
-            if (fl & AN_F_SEEKPOS) {
-                ps2->pos = t->offset[i];
-            } else if (t->offset[i] == 0 && !(fl & AN_F_SEEKPOS) && strstr(nm, "open")) {
-                fs->opens++;
-                ps2->pos = (fl & AN_F_APPEND) ? -1 : 0;
-                ps2->last_end = -1;
-            } else if (strstr(nm, "close")) {
-                ps2->pos = 0;
-                ps2->last_end = -1;
-            }
-            continue;
-        }
-        if (op != AN_OP_READ && op != AN_OP_WRITE)
-            continue;
-        if (op == AN_OP_READ) {
-            fs->reads++;
-            if (b > 0)
-                fs->bytes_read += (uint64_t)b;
-        } else {
-            fs->writes++;
-            if (b > 0)
-                fs->bytes_written += (uint64_t)b;
-        }
-        int64_t off = t->offset[i] >= 0 ? t->offset[i] : ps2->pos;
-        if (off < 0 || b < 0) {
-            if (t->offset[i] < 0)
-                ps2->pos = -1;
-            continue;
-        }
-        int kind; /* 0 consecutive, 1 sequential (gap), 2 random */
-        if (ps2->last_end < 0)
-            kind = off == 0 ? 0 : 2;
-        else if (off == ps2->last_end)
-            kind = 0;
-        else if (off > ps2->last_end)
-            kind = 1;
-        else
-            kind = 2;
-        fs->classified++;
-        if (kind == 2)
-            fs->random++;
-        else {
-            fs->seq++;
-            if (kind == 0)
-                fs->consec++;
-        }
-        if (op == AN_OP_READ) {
-            m->read_classified++;
-            if (kind == 2)
-                m->read_random++;
-            else {
-                m->read_seq++;
-                m->read_consec += kind == 0;
-            }
-            if (off + b > fs->read_extent)
-                fs->read_extent = off + b;
-            fs->bytes_read_known += (uint64_t)b;
-        } else {
-            m->write_classified++;
-            if (kind == 2)
-                m->write_random++;
-            else {
-                m->write_seq++;
-                m->write_consec += kind == 0;
-            }
-        }
-        ps2->last_end = off + b;
-        if (t->offset[i] < 0)
-            ps2->pos = off + b; /* read/write without an explicit offset move the position */
+        pfstate *pst = pf_state(c, f, p, fs);
+        if (!pst)
+            return ERR_NOMEM;
+        if (op == AN_OP_META)
+            meta_event(c, i, fs, pst, d);
+        else if (op == AN_OP_READ || op == AN_OP_WRITE)
+            data_event(c, i, fs, pst);
     }
-    m->io_time_s = 0;
     for (int k = 0; k < AN_T_COUNT; k++)
         m->io_time_s += m->t_s[k];
     m->wall_s = (double)(m->t1_us - m->t0_us) / 1e6;
-    /* Per-process unions and overlaps. */
+    m->io_wall_union_s = seg_total(&c->io_all);
+    return 0;
+}
+
+/* Per-process unions and overlaps, and the run-level shares built from them. */
+static void pass_unions(mctx *c) {
+    an_metrics *m = c->m;
     double util_num = 0, util_den = 0;
-    for (size_t p = 0; p < np; p++) {
+    for (size_t p = 0; p < c->np; p++) {
         an_proc_stat *st = &m->procs[p];
-        seglist *ps = &segs[p * U_COUNT];
-        st->span_s = pfirst[p] <= plast[p] ? (double)(plast[p] - pfirst[p]) / 1e6 : 0;
+        seglist *ps = &c->segs[p * U_COUNT];
+        st->span_s = c->pfirst[p] <= c->plast[p] ? (double)(c->plast[p] - c->pfirst[p]) / 1e6 : 0;
         st->io_s = seg_total(&ps[U_IO]);
         st->compute_s = seg_total(&ps[U_COMPUTE]);
         st->fetch_s = seg_total(&ps[U_FETCH]);
@@ -425,7 +441,7 @@ int an_metrics_compute(const an_trace *t, double window_s, an_metrics *m) {
         st->unoverlapped_io_s = st->io_s - st->io_compute_overlap_s;
         st->stall_s = st->fetch_s - st->fetch_compute_overlap_s;
         st->io_nockpt_s = st->io_s - st->io_ckpt_overlap_s;
-        st->epochs = epochs_per_proc[p];
+        st->epochs = c->epochs_per_proc[p];
         m->proc_time_s += st->span_s;
         m->io_union_s += st->io_s;
         m->compute_s += st->compute_s;
@@ -444,8 +460,38 @@ int an_metrics_compute(const an_trace *t, double window_s, an_metrics *m) {
     m->exposed_io_s = m->has_compute ? m->unoverlapped_io_s : m->io_union_s;
     m->io_share = m->proc_time_s > 0 ? m->io_union_s / m->proc_time_s : 0;
     m->io_meaningful = m->io_share >= 0.05;
-    /* Pass 2: checkpoint writes (inside checkpoint annotations, or to checkpoint-like files
-     * when the application has no checkpoint annotation), and the time windows. */
+}
+
+/* Spreads an event's duration over the windows it covers. */
+static void window_add(an_metrics *m, int64_t a, int64_t z, int64_t wus, int kind) {
+    size_t w0 = (size_t)(a / wus), w1 = (size_t)(z / wus);
+    if (w0 >= m->nwindows)
+        w0 = m->nwindows - 1;
+    if (w1 >= m->nwindows)
+        w1 = m->nwindows - 1;
+    for (size_t w = w0; w <= w1; w++) {
+        int64_t ws = (int64_t)w * wus, we = ws + wus;
+        int64_t cs = a > ws ? a : ws, ce = z < we ? z : we;
+        if (w == m->nwindows - 1 && z > ce)
+            ce = z;
+        double d = ce > cs ? (double)(ce - cs) / 1e6 : 0;
+        an_window *win = &m->windows[w];
+        if (kind < AN_T_COUNT)
+            win->t_s[kind] += d;
+        else if (kind == 10)
+            win->compute_s += d;
+        else if (kind == 11)
+            win->fetch_s += d;
+        else
+            win->ckpt_s += d;
+    }
+}
+
+/* Pass 2: checkpoint writes (inside checkpoint annotations, or to checkpoint-like files when the
+ * application has no checkpoint annotation) and the time windows. */
+static int pass_ckpt_windows(mctx *c, double window_s) {
+    const an_trace *t = c->t;
+    an_metrics *m = c->m;
     m->window_s = window_s > 0 ? window_s : nice_window(m->wall_s);
     m->nwindows = (size_t)ceil(m->wall_s / m->window_s);
     if (m->nwindows < 1)
@@ -453,11 +499,11 @@ int an_metrics_compute(const an_trace *t, double window_s, an_metrics *m) {
     if (m->nwindows > 100000)
         m->nwindows = 100000;
     m->windows = calloc(m->nwindows, sizeof *m->windows);
-    if (!m->windows)
-        goto out;
-    double *ckpt_file_time = calloc(np + 1, sizeof *ckpt_file_time);
-    if (!ckpt_file_time)
-        goto out;
+    double *ckpt_file_time = calloc(c->np + 1, sizeof *ckpt_file_time);
+    if (!m->windows || !ckpt_file_time) {
+        free(ckpt_file_time);
+        return ERR_NOMEM;
+    }
     int64_t wus = (int64_t)llround(m->window_s * 1e6);
     if (wus < 1)
         wus = 1;
@@ -468,8 +514,9 @@ int an_metrics_compute(const an_trace *t, double window_s, an_metrics *m) {
         int io = AN_IS_IO(op) && op != AN_OP_PCTL && !(t->flags[i] & AN_F_IGNORED);
         if (op == AN_OP_WRITE && io && t->bytes[i] > 0) {
             uint32_t f = t->file[i];
-            int in_ckpt = m->has_ckpt_annot ? seg_contains(&segs[(size_t)p * U_COUNT + U_CKPT], s)
-                                            : (f && m->files[fidx[f]].is_ckpt);
+            int in_ckpt = m->has_ckpt_annot
+                              ? seg_contains(&c->segs[(size_t)p * U_COUNT + U_CKPT], s)
+                              : (f && m->files[c->fidx[f]].is_ckpt);
             if (in_ckpt) {
                 m->ckpt_bytes += (uint64_t)t->bytes[i];
                 m->procs[p].ckpt_write_bytes += (uint64_t)t->bytes[i];
@@ -477,26 +524,16 @@ int an_metrics_compute(const an_trace *t, double window_s, an_metrics *m) {
                 ckpt_file_time[p] += (double)(e - s) / 1e6;
             }
         }
-        /* Windows: spread the duration over the windows it covers. */
-        int kind = -1;
-        if (io)
-            kind = tclass(op);
-        else if (op == AN_OP_COMPUTE)
-            kind = 10;
-        else if (op == AN_OP_FETCH)
-            kind = 11;
-        else if (op == AN_OP_CKPT)
-            kind = 12;
+        int kind = io                     ? tclass(op)
+                   : op == AN_OP_COMPUTE ? 10
+                   : op == AN_OP_FETCH   ? 11
+                   : op == AN_OP_CKPT    ? 12
+                                         : -1;
         if (kind < 0)
             continue;
-        int64_t a = s - m->t0_us, z = e - m->t0_us;
-        size_t w0 = (size_t)(a / wus), w1 = (size_t)(z / wus);
-        if (w0 >= m->nwindows)
-            w0 = m->nwindows - 1;
-        if (w1 >= m->nwindows)
-            w1 = m->nwindows - 1;
         if (io) {
-            an_window *w = &m->windows[w0];
+            int64_t w0 = (s - m->t0_us) / wus;
+            an_window *w = &m->windows[w0 < (int64_t)m->nwindows ? w0 : (int64_t)m->nwindows - 1];
             w->ops++;
             if (t->bytes[i] > 0) {
                 if (op == AN_OP_READ)
@@ -505,114 +542,113 @@ int an_metrics_compute(const an_trace *t, double window_s, an_metrics *m) {
                     w->bytes_written += (uint64_t)t->bytes[i];
             }
         }
-        for (size_t w = w0; w <= w1; w++) {
-            int64_t ws = (int64_t)w * wus, we = ws + wus;
-            int64_t cs = a > ws ? a : ws, ce = z < we ? z : we;
-            if (w == m->nwindows - 1 && z > ce)
-                ce = z;
-            double d = ce > cs ? (double)(ce - cs) / 1e6 : 0;
-            an_window *win = &m->windows[w];
-            if (kind < AN_T_COUNT)
-                win->t_s[kind] += d;
-            else if (kind == 10)
-                win->compute_s += d;
-            else if (kind == 11)
-                win->fetch_s += d;
-            else
-                win->ckpt_s += d;
-        }
+        window_add(m, s - m->t0_us, e - m->t0_us, wus, kind);
     }
     if (!m->has_ckpt_annot) {
         /* No checkpoint annotation: the job-level checkpoint time is the slowest process's
          * time writing checkpoint-like files. */
-        for (size_t p = 0; p < np; p++)
+        for (size_t p = 0; p < c->np; p++)
             if (ckpt_file_time[p] > m->ckpt_time_s)
                 m->ckpt_time_s = ckpt_file_time[p];
     }
     free(ckpt_file_time);
     m->ckpt_bw = m->ckpt_time_s > 0 && m->ckpt_bytes ? (double)m->ckpt_bytes / m->ckpt_time_s : 0;
-    /* Epochs: from the process with the most epoch events; durations from its events. */
-    {
-        uint32_t best = 0;
-        for (size_t p = 0; p < np; p++)
-            if (epochs_per_proc[p] > epochs_per_proc[best])
-                best = (uint32_t)p;
-        if (np && epochs_per_proc[best]) {
-            m->epochs = epochs_per_proc[best];
-            double sum = 0;
-            m->epoch_min_s = INFINITY;
-            uint64_t k = 0;
-            for (size_t i = 0; i < t->n; i++) {
-                if (t->op[i] != AN_OP_EPOCH || t->proc[i] != best)
-                    continue;
-                double d = (double)t->dur[i] / 1e6;
-                sum += d;
-                if (d < m->epoch_min_s)
-                    m->epoch_min_s = d;
-                if (d > m->epoch_max_s)
-                    m->epoch_max_s = d;
-                if (k == 0)
-                    m->epoch_first_s = d;
-                m->epoch_last_s = d;
-                k++;
-            }
-            m->epoch_mean_s = k ? sum / (double)k : 0;
+    return 0;
+}
+
+/* Epochs: from the process with the most epoch events; durations from its events. */
+static void pass_epochs(mctx *c) {
+    const an_trace *t = c->t;
+    an_metrics *m = c->m;
+    uint32_t best = 0;
+    for (size_t p = 0; p < c->np; p++)
+        if (c->epochs_per_proc[p] > c->epochs_per_proc[best])
+            best = (uint32_t)p;
+    if (!c->np || !c->epochs_per_proc[best])
+        return;
+    m->epochs = c->epochs_per_proc[best];
+    double sum = 0;
+    m->epoch_min_s = INFINITY;
+    uint64_t k = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        if (t->op[i] != AN_OP_EPOCH || t->proc[i] != best)
+            continue;
+        double d = (double)t->dur[i] / 1e6;
+        sum += d;
+        if (d < m->epoch_min_s)
+            m->epoch_min_s = d;
+        if (d > m->epoch_max_s)
+            m->epoch_max_s = d;
+        if (k == 0)
+            m->epoch_first_s = d;
+        m->epoch_last_s = d;
+        k++;
+    }
+    m->epoch_mean_s = k ? sum / (double)k : 0;
+}
+
+/* Stragglers: processes doing I/O, their I/O time outside checkpoints; byte imbalance. */
+static int pass_stragglers(mctx *c) {
+    an_metrics *m = c->m;
+    double *v = malloc((c->np + 1) * sizeof *v);
+    if (!v)
+        return ERR_NOMEM;
+    size_t k = 0;
+    double bmax = -1, bmin = INFINITY;
+    for (size_t p = 0; p < c->np; p++) {
+        an_proc_stat *st = &m->procs[p];
+        if (st->ops == 0)
+            continue;
+        v[k++] = st->io_nockpt_s;
+        if (st->io_nockpt_s > m->io_max_s) {
+            m->io_max_s = st->io_nockpt_s;
+            m->straggler_proc = (uint32_t)p;
+        }
+        double bytes = (double)(st->read_bytes + st->write_bytes - st->ckpt_write_bytes);
+        if (bytes > bmax) {
+            bmax = bytes;
+            m->bytes_max_proc = (uint32_t)p;
+        }
+        if (bytes < bmin) {
+            bmin = bytes;
+            m->bytes_min_proc = (uint32_t)p;
         }
     }
-    /* Stragglers: processes doing I/O, their I/O time outside checkpoints. */
-    {
-        double *v = malloc((np + 1) * sizeof *v);
-        if (!v)
-            goto out;
-        size_t k = 0;
-        double bmax = -1, bmin = INFINITY;
-        for (size_t p = 0; p < np; p++) {
-            an_proc_stat *st = &m->procs[p];
-            if (st->ops == 0)
-                continue;
-            v[k++] = st->io_nockpt_s;
-            if (st->io_nockpt_s > m->io_max_s) {
-                m->io_max_s = st->io_nockpt_s;
-                m->straggler_proc = (uint32_t)p;
-            }
-            double bytes = (double)(st->read_bytes + st->write_bytes - st->ckpt_write_bytes);
-            if (bytes > bmax) {
-                bmax = bytes;
-                m->bytes_max_proc = (uint32_t)p;
-            }
-            if (bytes < bmin) {
-                bmin = bytes;
-                m->bytes_min_proc = (uint32_t)p;
-            }
-        }
-        if (k >= 2) {
-            qsort(v, k, sizeof *v, cmp_double);
-            m->io_min_s = v[0];
-            m->io_median_s = k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
-            m->straggler_ratio = m->io_max_s > 0 ? (m->io_max_s - m->io_median_s) / m->io_max_s : 0;
-            m->bytes_imbalance = bmax > 0 ? (bmax - bmin) / bmax : 0;
-        }
-        free(v);
+    if (k >= 2) {
+        qsort(v, k, sizeof *v, cmp_double);
+        m->io_min_s = v[0];
+        m->io_median_s = k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
+        m->straggler_ratio = m->io_max_s > 0 ? (m->io_max_s - m->io_median_s) / m->io_max_s : 0;
+        m->bytes_imbalance = bmax > 0 ? (bmax - bmin) / bmax : 0;
     }
-    /* Metadata records, redundant reads, shared files, file kinds, FS hint. */
-    for (size_t i = 0; i < npf; i++) {
-        if (pf[i].meta_s > 30.0)
+    free(v);
+    return 0;
+}
+
+/* Metadata per (file, process) record: Drishti's > 30 s count and the worst record. */
+static void pass_meta_records(mctx *c) {
+    an_metrics *m = c->m;
+    for (size_t i = 0; i < c->npf; i++) {
+        if (c->pf[i].meta_s > 30.0)
             m->meta_records_over_30s++;
-        if (pf[i].meta_s > m->meta_max_record_s) {
-            m->meta_max_record_s = pf[i].meta_s;
-            m->meta_max_file = m->files[pf[i].fstat].file;
+        if (c->pf[i].meta_s > m->meta_max_record_s) {
+            m->meta_max_record_s = c->pf[i].meta_s;
+            m->meta_max_file = m->files[c->pf[i].fstat].file;
         }
     }
-    {
-        /* The process of the worst (file, process) metadata record. */
-        for (size_t slot = 0; slot < pfmap.nslots; slot++) {
-            if (pfmap.keys[slot] == UINT64_MAX)
-                continue;
-            const pfstate *s2 = &pf[pfmap.vals[slot]];
-            if (s2->meta_s == m->meta_max_record_s && m->files[s2->fstat].file == m->meta_max_file)
-                m->meta_max_proc = (uint32_t)(pfmap.keys[slot] >> 32);
-        }
+    for (size_t slot = 0; slot < c->pfmap.nslots; slot++) {
+        if (c->pfmap.keys[slot] == UINT64_MAX)
+            continue;
+        const pfstate *s2 = &c->pf[c->pfmap.vals[slot]];
+        if (s2->meta_s == m->meta_max_record_s && m->files[s2->fstat].file == m->meta_max_file)
+            m->meta_max_proc = (uint32_t)(c->pfmap.keys[slot] >> 32);
     }
+}
+
+/* File kinds: redundant reads, shared files, HDF5/NetCDF, checkpoint files, FS hint. */
+static void pass_files(mctx *c) {
+    const an_trace *t = c->t;
+    an_metrics *m = c->m;
     uint64_t bytes_by_fs[6] = {0};
     static const char *const fsn[6] = {"lustre", "gpfs", "nfs", "tmpfs", "local", "unknown"};
     for (size_t k = 0; k < m->nfiles; k++) {
@@ -644,39 +680,83 @@ int an_metrics_compute(const an_trace *t, double window_s, an_metrics *m) {
         if (fs->reads || fs->writes || fs->metas)
             m->nfiles_io++;
     }
-    {
-        int best = 5;
-        uint64_t bb = 0;
-        for (int k = 0; k < 5; k++)
-            if (bytes_by_fs[k] > bb) {
-                bb = bytes_by_fs[k];
-                best = k;
-            }
-        m->fs_hint = fsn[best];
+    int best = 5;
+    uint64_t bb = 0;
+    for (int k = 0; k < 5; k++)
+        if (bytes_by_fs[k] > bb) {
+            bb = bytes_by_fs[k];
+            best = k;
+        }
+    m->fs_hint = fsn[best];
+}
+
+/* Op-count-bound versus bandwidth-bound: where does the I/O time go? Metadata and sub-64 KiB
+ * transfers are latency/op-rate limited; large transfers are bandwidth limited. */
+static void pass_shape(mctx *c) {
+    an_metrics *m = c->m;
+    uint64_t data_ops = m->ops[AN_T_READ] + m->ops[AN_T_WRITE];
+    m->mean_xfer = data_ops ? (double)(m->bytes_read + m->bytes_written) / (double)data_ops : 0;
+    double opbound = m->t_s[AN_T_META] + m->small_time_s;
+    m->op_count_bound = m->io_time_s > 0 && opbound > 0.5 * m->io_time_s;
+}
+
+static void mctx_free(mctx *c) {
+    if (c->segs)
+        for (size_t k = 0; k < c->np * U_COUNT; k++) {
+            free(c->segs[k].s);
+            free(c->segs[k].e);
+        }
+    free(c->segs);
+    free(c->io_all.s);
+    free(c->io_all.e);
+    free(c->pfirst);
+    free(c->plast);
+    free(c->fidx);
+    free(c->pf);
+    free(c->epochs_per_proc);
+    an_imap_free(&c->pfmap);
+}
+
+int an_metrics_compute(const an_trace *t, double window_s, an_metrics *m) {
+    memset(m, 0, sizeof *m);
+    mctx c = {.t = t, .m = m, .np = t->nprocs};
+    size_t np = t->nprocs;
+    c.segs = calloc(np * U_COUNT + 1, sizeof *c.segs);
+    m->procs = calloc(np + 1, sizeof *m->procs);
+    c.pfirst = malloc((np + 1) * sizeof *c.pfirst);
+    c.plast = malloc((np + 1) * sizeof *c.plast);
+    c.fidx = malloc((t->files.n + 1) * sizeof *c.fidx);
+    c.epochs_per_proc = calloc(np + 1, sizeof *c.epochs_per_proc);
+    int rc = ERR_NOMEM;
+    if (!c.segs || !m->procs || !c.pfirst || !c.plast || !c.fidx || !c.epochs_per_proc ||
+        an_imap_init(&c.pfmap, 1024))
+        goto out;
+    m->nprocs = np;
+    for (size_t p = 0; p < np; p++) {
+        c.pfirst[p] = INT64_MAX;
+        c.plast[p] = INT64_MIN;
     }
-    /* Op-count-bound versus bandwidth-bound: where does the I/O time go? Metadata and
-     * sub-64 KiB transfers are latency/op-rate limited; large transfers are bandwidth limited. */
-    {
-        uint64_t data_ops = m->ops[AN_T_READ] + m->ops[AN_T_WRITE];
-        m->mean_xfer = data_ops ? (double)(m->bytes_read + m->bytes_written) / (double)data_ops : 0;
-        double opbound = m->t_s[AN_T_META] + m->small_time_s;
-        m->op_count_bound = m->io_time_s > 0 && opbound > 0.5 * m->io_time_s;
-    }
-    qsort(m->files, m->nfiles, sizeof *m->files, cmp_file_time);
+    for (uint32_t f = 0; f <= t->files.n; f++)
+        c.fidx[f] = UINT32_MAX;
+    m->nevents = t->n;
+    m->t0_us = t->n ? t->ts[0] : 0;
+    m->t1_us = m->t0_us;
+    if (count_hosts_threads(&c) || pass_events(&c))
+        goto out;
+    pass_unions(&c);
+    if (pass_ckpt_windows(&c, window_s))
+        goto out;
+    pass_epochs(&c);
+    if (pass_stragglers(&c))
+        goto out;
+    pass_meta_records(&c);
+    pass_files(&c);
+    pass_shape(&c);
+    if (m->nfiles)
+        qsort(m->files, m->nfiles, sizeof *m->files, cmp_file_time);
     rc = 0;
 out:
-    if (segs)
-        for (size_t k = 0; k < np * U_COUNT; k++) {
-            free(segs[k].s);
-            free(segs[k].e);
-        }
-    free(segs);
-    free(pfirst);
-    free(plast);
-    free(fidx);
-    free(pf);
-    free(epochs_per_proc);
-    an_imap_free(&pfmap);
+    mctx_free(&c);
     if (rc) {
         an_metrics_free(m);
         err_set(ERR_NOMEM, "analyze: out of memory computing metrics");

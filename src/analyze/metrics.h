@@ -56,8 +56,13 @@ typedef struct an_metrics {
     int64_t t0_us, t1_us;
     double wall_s, proc_time_s; /* proc_time_s = sum of process spans */
     size_t nprocs, nhosts, nthreads, nfiles_io, nevents, nio_events, nignored_events;
-    /* I/O totals (summed durations) */
-    double t_s[AN_T_COUNT], io_time_s, io_union_s;
+    /* I/O time, three ways (the report labels each):
+     *   io_time_s       sum of the durations of every I/O call over all threads and processes
+     *                   (t_s[] splits it by class): 30 threads reading for 1 s count 30 s;
+     *   io_union_s      sum over processes of each process's union of I/O intervals (threads
+     *                   of a process count once), compared with proc_time_s;
+     *   io_wall_union_s wall-clock union of every I/O interval of the job, compared with wall_s. */
+    double t_s[AN_T_COUNT], io_time_s, io_union_s, io_wall_union_s;
     uint64_t ops[AN_T_COUNT], bytes_read, bytes_written;
     uint64_t hist_read[AN_NBUCKETS], hist_write[AN_NBUCKETS];
     uint64_t data_ops_known_size, small_ops;  /* <= 1 MiB, Drishti's "small" */

@@ -114,16 +114,6 @@ int an_text_does_less(const char *s) {
     return 0;
 }
 
-void an_fmt_bytes(double b, char *buf, size_t cap) {
-    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int i = 0;
-    while (b >= 1024 && i < 4) {
-        b /= 1024;
-        i++;
-    }
-    snprintf(buf, cap, i ? "%.1f %s" : "%.0f %s", b, u[i]);
-}
-
 static int has_cat(const char *list, const char *cat) {
     size_t n = strlen(cat);
     for (const char *p = list; (p = strstr(p, cat)); p += n)
@@ -656,233 +646,264 @@ void an_report_text(const an_report *r, FILE *out, int top) {
 
 /* ------------------------------------------------------------------ JSON */
 
-void an_json_str(FILE *out, const char *s) {
-    fputc('"', out);
-    for (const unsigned char *p = (const unsigned char *)s; p && *p; p++) {
-        switch (*p) {
-        case '"': fputs("\\\"", out); break;
-        case '\\': fputs("\\\\", out); break;
-        case '\n': fputs("\\n", out); break;
-        case '\r': fputs("\\r", out); break;
-        case '\t': fputs("\\t", out); break;
-        default:
-            if (*p < 0x20)
-                fprintf(out, "\\u%04x", *p);
-            else
-                fputc(*p, out);
-        }
-    }
-    fputc('"', out);
-}
-
-static void jnum(FILE *out, double v) {
-    if (!isfinite(v))
-        fputs("null", out);
-    else if (v == floor(v) && fabs(v) < 1e15)
-        fprintf(out, "%.0f", v);
-    else
-        fprintf(out, "%.10g", v);
-}
-
-#define JK(k) (fputs(",\"" k "\":", out))
-
-void an_report_json(const an_report *r, FILE *out, int top) {
-    const an_trace *t = r->t;
-    const an_metrics *m = r->m;
-    fprintf(out, "{\"tool\":\"scaffold analyze\",\"format\":1");
-    fputs(",\"inputs\":[", out);
+static void json_inputs(an_jw *w, const an_trace *t) {
+    an_jw_arr(w, "inputs");
     for (size_t i = 0; i < t->ninputs; i++) {
         const an_input *in = &t->inputs[i];
-        fputs(i ? ",{\"path\":" : "{\"path\":", out);
-        an_json_str(out, in->path);
-        fprintf(out, ",\"events\":%llu,\"lines\":%llu,\"malformed\":%llu,\"gzip_members\":%llu,"
-                     "\"truncated\":%s,\"failed\":%s,\"unknown_metadata\":%llu,\"note\":",
-                (unsigned long long)in->events, (unsigned long long)in->lines,
-                (unsigned long long)in->malformed, (unsigned long long)in->members,
-                in->truncated ? "true" : "false", in->failed ? "true" : "false",
-                (unsigned long long)in->unknown_meta);
-        an_json_str(out, in->note);
-        fputc('}', out);
+        an_jw_obj(w, NULL);
+        an_jw_str(w, "path", in->path);
+        an_jw_u64(w, "events", in->events);
+        an_jw_u64(w, "lines", in->lines);
+        an_jw_u64(w, "malformed", in->malformed);
+        an_jw_u64(w, "gzip_members", in->members);
+        an_jw_bool(w, "truncated", in->truncated);
+        an_jw_bool(w, "failed", in->failed);
+        an_jw_u64(w, "unknown_metadata", in->unknown_meta);
+        an_jw_str(w, "note", in->note);
+        an_jw_end(w, '}');
     }
-    fputc(']', out);
-    fprintf(out, ",\"run\":{\"events\":%zu,\"processes\":%zu,\"hosts\":%zu,\"threads\":%zu,"
-                 "\"files\":%zu,\"wall_s\":",
-            t->n, m->nprocs, m->nhosts, m->nthreads, m->nfiles_io);
-    jnum(out, m->wall_s);
-    JK("process_time_s"), jnum(out, m->proc_time_s);
-    JK("clock_skew"), fputs(t->clock_skew ? "true" : "false", out);
-    JK("host_start_stddev_s"), jnum(out, t->host_start_stddev_s);
-    JK("ignored_system_events"), jnum(out, (double)m->nignored_events);
-    JK("load_seconds"), jnum(out, t->load_seconds);
-    fputc('}', out);
-    fputs(",\"io\":{\"share\":", out);
-    jnum(out, m->io_share);
-    JK("meaningful"), fputs(m->io_meaningful ? "true" : "false", out);
-    JK("union_s"), jnum(out, m->io_union_s);
+    an_jw_end(w, ']');
+}
+
+static void json_u64s(an_jw *w, const char *key, const uint64_t *v, int n) {
+    an_jw_arr(w, key);
+    for (int k = 0; k < n; k++)
+        an_jw_u64(w, NULL, v[k]);
+    an_jw_end(w, ']');
+}
+
+static void json_pattern(an_jw *w, const char *key, uint64_t cls, uint64_t con, uint64_t seq,
+                         uint64_t rnd) {
+    an_jw_obj(w, key);
+    an_jw_u64(w, "classified", cls);
+    an_jw_u64(w, "consecutive", con);
+    an_jw_u64(w, "sequential", seq);
+    an_jw_u64(w, "random", rnd);
+    an_jw_end(w, '}');
+}
+
+static void json_io(an_jw *w, const an_metrics *m) {
     static const char *const tn[AN_T_COUNT] = {"read", "write", "metadata", "sync", "other"};
-    fputs(",\"time_s\":{", out);
-    for (int k = 0; k < AN_T_COUNT; k++) {
-        fprintf(out, "%s\"%s\":", k ? "," : "", tn[k]);
-        jnum(out, m->t_s[k]);
-    }
-    fputs("},\"ops\":{", out);
+    an_jw_obj(w, "io");
+    an_jw_num(w, "share", m->io_share);
+    an_jw_bool(w, "meaningful", m->io_meaningful);
+    an_jw_num(w, "union_s", m->io_union_s);
+    an_jw_num(w, "wall_union_s", m->io_wall_union_s);
+    an_jw_num(w, "summed_s", m->io_time_s);
+    an_jw_obj(w, "time_s");
     for (int k = 0; k < AN_T_COUNT; k++)
-        fprintf(out, "%s\"%s\":%llu", k ? "," : "", tn[k], (unsigned long long)m->ops[k]);
-    fprintf(out, "},\"bytes_read\":%llu,\"bytes_written\":%llu,\"mean_transfer\":",
-            (unsigned long long)m->bytes_read, (unsigned long long)m->bytes_written);
-    jnum(out, m->mean_xfer);
-    fprintf(out, ",\"shape\":\"%s\"", m->op_count_bound ? "op-count-bound" : "bandwidth-bound");
-    fprintf(out, ",\"stdio\":{\"ops\":%llu,\"bytes\":%llu,\"time_s\":", (unsigned long long)m->stdio_ops,
-            (unsigned long long)m->stdio_bytes);
-    jnum(out, m->stdio_time_s);
-    fprintf(out, "},\"posix\":{\"ops\":%llu,\"bytes\":%llu}", (unsigned long long)m->posix_ops,
-            (unsigned long long)m->posix_bytes);
-    fputs(",\"histogram\":{\"buckets\":[", out);
+        an_jw_num(w, tn[k], m->t_s[k]);
+    an_jw_end(w, '}');
+    an_jw_obj(w, "ops");
+    for (int k = 0; k < AN_T_COUNT; k++)
+        an_jw_u64(w, tn[k], m->ops[k]);
+    an_jw_end(w, '}');
+    an_jw_u64(w, "bytes_read", m->bytes_read);
+    an_jw_u64(w, "bytes_written", m->bytes_written);
+    an_jw_num(w, "mean_transfer", m->mean_xfer);
+    an_jw_str(w, "shape", m->op_count_bound ? "op-count-bound" : "bandwidth-bound");
+    an_jw_obj(w, "stdio");
+    an_jw_u64(w, "ops", m->stdio_ops);
+    an_jw_u64(w, "bytes", m->stdio_bytes);
+    an_jw_num(w, "time_s", m->stdio_time_s);
+    an_jw_end(w, '}');
+    an_jw_obj(w, "posix");
+    an_jw_u64(w, "ops", m->posix_ops);
+    an_jw_u64(w, "bytes", m->posix_bytes);
+    an_jw_end(w, '}');
+    an_jw_obj(w, "histogram");
+    an_jw_arr(w, "buckets");
     for (int k = 0; k < AN_NBUCKETS; k++)
-        fprintf(out, "%s\"%s\"", k ? "," : "", an_bucket_names[k]);
-    fputs("],\"read\":[", out);
-    for (int k = 0; k < AN_NBUCKETS; k++)
-        fprintf(out, "%s%llu", k ? "," : "", (unsigned long long)m->hist_read[k]);
-    fputs("],\"write\":[", out);
-    for (int k = 0; k < AN_NBUCKETS; k++)
-        fprintf(out, "%s%llu", k ? "," : "", (unsigned long long)m->hist_write[k]);
-    fputs("]}", out);
-    fprintf(out, ",\"access_pattern\":{\"read\":{\"classified\":%llu,\"consecutive\":%llu,"
-                 "\"sequential\":%llu,\"random\":%llu},\"write\":{\"classified\":%llu,"
-                 "\"consecutive\":%llu,\"sequential\":%llu,\"random\":%llu}}",
-            (unsigned long long)m->read_classified, (unsigned long long)m->read_consec,
-            (unsigned long long)m->read_seq, (unsigned long long)m->read_random,
-            (unsigned long long)m->write_classified, (unsigned long long)m->write_consec,
-            (unsigned long long)m->write_seq, (unsigned long long)m->write_random);
-    fputc('}', out);
-    fprintf(out, ",\"overlap\":{\"has_compute\":%s,\"has_fetch\":%s,\"compute_util\":",
-            m->has_compute ? "true" : "false", m->has_fetch ? "true" : "false");
-    jnum(out, m->compute_util);
-    JK("unoverlapped_io_s"), jnum(out, m->unoverlapped_io_s);
-    JK("loader_stall_s"), jnum(out, m->stall_s);
-    fputc('}', out);
-    fprintf(out, ",\"checkpoint\":{\"events\":%llu,\"bytes\":%llu,\"time_s\":",
-            (unsigned long long)m->ckpt_events, (unsigned long long)m->ckpt_bytes);
-    jnum(out, m->ckpt_time_s);
-    JK("bandwidth_Bps"), jnum(out, m->ckpt_bw);
-    JK("share_of_wall"), jnum(out, m->wall_s > 0 ? m->ckpt_time_s / m->wall_s : 0);
-    fputc('}', out);
-    fprintf(out, ",\"epochs\":{\"count\":%llu,\"mean_s\":", (unsigned long long)m->epochs);
-    jnum(out, m->epoch_mean_s);
-    JK("min_s"), jnum(out, m->epochs ? m->epoch_min_s : 0);
-    JK("max_s"), jnum(out, m->epoch_max_s);
-    fputc('}', out);
-    fputs(",\"stragglers\":{\"ratio\":", out);
-    jnum(out, m->straggler_ratio);
-    JK("io_max_s"), jnum(out, m->io_max_s);
-    JK("io_median_s"), jnum(out, m->io_median_s);
-    JK("bytes_imbalance"), jnum(out, m->bytes_imbalance);
-    fputc('}', out);
-    fputs(",\"findings\":[", out);
+        an_jw_str(w, NULL, an_bucket_names[k]);
+    an_jw_end(w, ']');
+    json_u64s(w, "read", m->hist_read, AN_NBUCKETS);
+    json_u64s(w, "write", m->hist_write, AN_NBUCKETS);
+    an_jw_end(w, '}');
+    an_jw_obj(w, "access_pattern");
+    json_pattern(w, "read", m->read_classified, m->read_consec, m->read_seq, m->read_random);
+    json_pattern(w, "write", m->write_classified, m->write_consec, m->write_seq, m->write_random);
+    an_jw_end(w, '}');
+    an_jw_end(w, '}');
+}
+
+static void json_findings(an_jw *w, const an_report *r) {
+    an_jw_arr(w, "findings");
     for (size_t i = 0; i < r->nfindings; i++) {
         const an_finding *f = &r->findings[i];
-        fputs(i ? ",{\"id\":" : "{\"id\":", out);
-        an_json_str(out, f->rule->id);
-        fputs(",\"source\":", out), an_json_str(out, f->rule->source);
-        fputs(",\"citation\":", out), an_json_str(out, f->rule->citation);
-        fputs(",\"severity\":", out), an_json_str(out, f->severity);
-        fputs(",\"category\":", out), an_json_str(out, f->rule->category);
-        JK("value"), jnum(out, f->value);
-        JK("threshold"), jnum(out, f->rule->threshold);
-        JK("stake_pct"), jnum(out, f->stake_pct);
-        fputs(",\"message\":", out), an_json_str(out, f->message);
-        fputs(",\"entities\":[", out);
-        for (int e = 0; e < f->nentities; e++) {
-            if (e)
-                fputc(',', out);
-            an_json_str(out, f->entities[e]);
-        }
-        fputs("]}", out);
+        an_jw_obj(w, NULL);
+        an_jw_str(w, "id", f->rule->id);
+        an_jw_str(w, "source", f->rule->source);
+        an_jw_str(w, "citation", f->rule->citation);
+        an_jw_str(w, "severity", f->severity);
+        an_jw_str(w, "category", f->rule->category);
+        an_jw_num(w, "value", f->value);
+        an_jw_num(w, "threshold", f->rule->threshold);
+        an_jw_num(w, "stake_pct", f->stake_pct);
+        an_jw_str(w, "message", f->message);
+        an_jw_arr(w, "entities");
+        for (int e = 0; e < f->nentities; e++)
+            an_jw_str(w, NULL, f->entities[e]);
+        an_jw_end(w, ']');
+        an_jw_end(w, '}');
     }
-    fputs("],\"not_evaluated\":", out);
-    an_json_str(out, r->skipped ? r->skipped : "");
-    fputs(",\"checklist\":[", out);
+    an_jw_end(w, ']');
+    an_jw_str(w, "not_evaluated", r->skipped ? r->skipped : "");
+}
+
+static void json_checklist_proposals(an_jw *w, const an_report *r) {
+    an_jw_arr(w, "checklist");
     for (int d = 0; d < AN_NDIMS; d++) {
         const an_check *c = &r->checklist[d];
-        fprintf(out, "%s{\"dim\":%d,\"name\":", d ? "," : "", c->dim);
-        an_json_str(out, c->name);
-        fprintf(out, ",\"verdict\":\"%s\",\"impact_pct\":", c->applicable ? "applicable" : "not applicable");
-        jnum(out, c->applicable ? c->impact_pct : 0);
-        fputs(",\"reason\":", out);
-        an_json_str(out, c->reason);
-        fputc('}', out);
+        an_jw_obj(w, NULL);
+        an_jw_i64(w, "dim", c->dim);
+        an_jw_str(w, "name", c->name);
+        an_jw_str(w, "verdict", c->applicable ? "applicable" : "not applicable");
+        an_jw_num(w, "impact_pct", c->applicable ? c->impact_pct : 0);
+        an_jw_str(w, "reason", c->reason);
+        an_jw_end(w, '}');
     }
-    fputs("],\"proposals\":[", out);
+    an_jw_end(w, ']');
+    an_jw_arr(w, "proposals");
     for (size_t i = 0; i < r->nprops; i++) {
         const an_proposal *p = &r->props[i];
-        fprintf(out, "%s{\"rank\":%zu,\"strategy\":", i ? "," : "", i + 1);
-        an_json_str(out, p->s->name);
-        fputs(",\"key\":", out), an_json_str(out, p->s->key);
-        fputs(",\"description\":", out), an_json_str(out, p->s->desc);
-        fprintf(out, ",\"dimension\":%d", p->s->dim);
-        JK("app_impact_pct"), jnum(out, p->app_pct);
-        JK("system_impact_pct"), jnum(out, p->sys_pct);
-        JK("weighted_score"), jnum(out, p->score);
-        fputs(",\"source\":", out), an_json_str(out, p->s->source);
-        fputs(",\"citation\":", out), an_json_str(out, p->s->citation);
-        fputs(",\"for\":", out), an_json_str(out, p->findings);
-        fputs(",\"system_basis\":", out), an_json_str(out, p->sys_basis);
-        fputc('}', out);
+        an_jw_obj(w, NULL);
+        an_jw_u64(w, "rank", i + 1);
+        an_jw_str(w, "strategy", p->s->name);
+        an_jw_str(w, "key", p->s->key);
+        an_jw_str(w, "description", p->s->desc);
+        an_jw_i64(w, "dimension", p->s->dim);
+        an_jw_num(w, "app_impact_pct", p->app_pct);
+        an_jw_num(w, "system_impact_pct", p->sys_pct);
+        an_jw_num(w, "weighted_score", p->score);
+        an_jw_str(w, "source", p->s->source);
+        an_jw_str(w, "citation", p->s->citation);
+        an_jw_str(w, "for", p->findings);
+        an_jw_str(w, "system_basis", p->sys_basis);
+        an_jw_end(w, '}');
     }
-    fputs("],\"processes\":[", out);
+    an_jw_end(w, ']');
+}
+
+static void json_tables(an_jw *w, const an_report *r, int top) {
+    const an_trace *t = r->t;
+    const an_metrics *m = r->m;
+    an_jw_arr(w, "processes");
     for (size_t p = 0; p < m->nprocs && p < (size_t)(top * 20); p++) {
         const an_proc_stat *st = &m->procs[p];
         char lab[64];
         an_proc_label(t, (uint32_t)p, lab, sizeof lab);
-        fputs(p ? ",{\"label\":" : "{\"label\":", out);
-        an_json_str(out, lab);
-        fprintf(out, ",\"pid\":%lld,\"rank\":%d,\"io_s\":", (long long)t->procs[p].pid,
-                t->procs[p].rank);
-        jnum(out, st->io_s);
-        JK("io_outside_checkpoint_s"), jnum(out, st->io_nockpt_s);
-        JK("read_s"), jnum(out, st->t_s[AN_T_READ]);
-        JK("write_s"), jnum(out, st->t_s[AN_T_WRITE]);
-        JK("metadata_s"), jnum(out, st->t_s[AN_T_META]);
-        JK("span_s"), jnum(out, st->span_s);
-        JK("compute_s"), jnum(out, st->compute_s);
-        JK("stall_s"), jnum(out, st->stall_s);
-        fprintf(out, ",\"bytes_read\":%llu,\"bytes_written\":%llu,\"ops\":%llu}",
-                (unsigned long long)st->read_bytes, (unsigned long long)st->write_bytes,
-                (unsigned long long)st->ops);
+        an_jw_obj(w, NULL);
+        an_jw_str(w, "label", lab);
+        an_jw_i64(w, "pid", t->procs[p].pid);
+        an_jw_i64(w, "rank", t->procs[p].rank);
+        an_jw_num(w, "io_s", st->io_s);
+        an_jw_num(w, "io_outside_checkpoint_s", st->io_nockpt_s);
+        an_jw_num(w, "read_s", st->t_s[AN_T_READ]);
+        an_jw_num(w, "write_s", st->t_s[AN_T_WRITE]);
+        an_jw_num(w, "metadata_s", st->t_s[AN_T_META]);
+        an_jw_num(w, "span_s", st->span_s);
+        an_jw_num(w, "compute_s", st->compute_s);
+        an_jw_num(w, "stall_s", st->stall_s);
+        an_jw_u64(w, "bytes_read", st->read_bytes);
+        an_jw_u64(w, "bytes_written", st->write_bytes);
+        an_jw_u64(w, "ops", st->ops);
+        an_jw_end(w, '}');
     }
-    fputs("],\"files\":[", out);
+    an_jw_end(w, ']');
+    an_jw_arr(w, "files");
     for (size_t k = 0; k < m->nfiles && k < (size_t)top; k++) {
         const an_file_stat *fs = &m->files[k];
-        fputs(k ? ",{\"path\":" : "{\"path\":", out);
-        an_json_str(out, an_strtab_get(&t->files, fs->file));
-        JK("time_s"), jnum(out, fs->time_s);
-        JK("metadata_s"), jnum(out, fs->t_s[AN_T_META]);
-        fprintf(out, ",\"ops\":%llu,\"bytes_read\":%llu,\"bytes_written\":%llu,\"random\":%llu,"
-                     "\"classified\":%llu,\"processes\":%u}",
-                (unsigned long long)fs->ops, (unsigned long long)fs->bytes_read,
-                (unsigned long long)fs->bytes_written, (unsigned long long)fs->random,
-                (unsigned long long)fs->classified, fs->nprocs);
+        an_jw_obj(w, NULL);
+        an_jw_str(w, "path", an_strtab_get(&t->files, fs->file));
+        an_jw_num(w, "time_s", fs->time_s);
+        an_jw_num(w, "metadata_s", fs->t_s[AN_T_META]);
+        an_jw_u64(w, "ops", fs->ops);
+        an_jw_u64(w, "bytes_read", fs->bytes_read);
+        an_jw_u64(w, "bytes_written", fs->bytes_written);
+        an_jw_u64(w, "random", fs->random);
+        an_jw_u64(w, "classified", fs->classified);
+        an_jw_u64(w, "processes", fs->nprocs);
+        an_jw_end(w, '}');
     }
-    fputs("],\"windows\":{\"width_s\":", out);
-    jnum(out, m->window_s);
-    fputs(",\"rows\":[", out);
-    for (size_t w = 0; w < m->nwindows; w++) {
-        const an_window *win = &m->windows[w];
-        fputs(w ? ",[" : "[", out);
-        for (int k = 0; k < AN_T_COUNT; k++) {
-            jnum(out, win->t_s[k]);
-            fputc(',', out);
-        }
-        jnum(out, win->compute_s);
-        fputc(',', out);
-        jnum(out, win->fetch_s);
-        fputc(',', out);
-        jnum(out, win->ckpt_s);
-        fprintf(out, ",%llu,%llu]", (unsigned long long)win->bytes_read,
-                (unsigned long long)win->bytes_written);
+    an_jw_end(w, ']');
+    an_jw_obj(w, "windows");
+    an_jw_num(w, "width_s", m->window_s);
+    an_jw_arr(w, "rows");
+    for (size_t k = 0; k < m->nwindows; k++) {
+        const an_window *win = &m->windows[k];
+        an_jw_arr(w, NULL);
+        for (int c = 0; c < AN_T_COUNT; c++)
+            an_jw_num(w, NULL, win->t_s[c]);
+        an_jw_num(w, NULL, win->compute_s);
+        an_jw_num(w, NULL, win->fetch_s);
+        an_jw_num(w, NULL, win->ckpt_s);
+        an_jw_u64(w, NULL, win->bytes_read);
+        an_jw_u64(w, NULL, win->bytes_written);
+        an_jw_end(w, ']');
     }
-    fputs("],\"columns\":[\"read_s\",\"write_s\",\"metadata_s\",\"sync_s\",\"other_s\","
-          "\"compute_s\",\"fetch_s\",\"checkpoint_s\",\"bytes_read\",\"bytes_written\"]}",
-          out);
-    fputs("}\n", out);
+    an_jw_end(w, ']');
+    static const char *const cols[] = {"read_s",    "write_s", "metadata_s",   "sync_s",
+                                       "other_s",   "compute_s", "fetch_s",    "checkpoint_s",
+                                       "bytes_read", "bytes_written"};
+    an_jw_arr(w, "columns");
+    for (size_t k = 0; k < sizeof cols / sizeof cols[0]; k++)
+        an_jw_str(w, NULL, cols[k]);
+    an_jw_end(w, ']');
+    an_jw_end(w, '}');
+}
+
+void an_report_json(const an_report *r, FILE *out, int top) {
+    const an_trace *t = r->t;
+    const an_metrics *m = r->m;
+    an_jw w;
+    an_jw_init(&w, out);
+    an_jw_obj(&w, NULL);
+    an_jw_str(&w, "tool", "scaffold analyze");
+    an_jw_i64(&w, "format", 1);
+    json_inputs(&w, t);
+    an_jw_obj(&w, "run");
+    an_jw_u64(&w, "events", t->n);
+    an_jw_u64(&w, "processes", m->nprocs);
+    an_jw_u64(&w, "hosts", m->nhosts);
+    an_jw_u64(&w, "threads", m->nthreads);
+    an_jw_u64(&w, "files", m->nfiles_io);
+    an_jw_num(&w, "wall_s", m->wall_s);
+    an_jw_num(&w, "process_time_s", m->proc_time_s);
+    an_jw_bool(&w, "clock_skew", t->clock_skew);
+    an_jw_num(&w, "host_start_stddev_s", t->host_start_stddev_s);
+    an_jw_u64(&w, "ignored_system_events", m->nignored_events);
+    an_jw_num(&w, "load_seconds", t->load_seconds);
+    an_jw_end(&w, '}');
+    json_io(&w, m);
+    an_jw_obj(&w, "overlap");
+    an_jw_bool(&w, "has_compute", m->has_compute);
+    an_jw_bool(&w, "has_fetch", m->has_fetch);
+    an_jw_num(&w, "compute_util", m->compute_util);
+    an_jw_num(&w, "unoverlapped_io_s", m->unoverlapped_io_s);
+    an_jw_num(&w, "loader_stall_s", m->stall_s);
+    an_jw_end(&w, '}');
+    an_jw_obj(&w, "checkpoint");
+    an_jw_u64(&w, "events", m->ckpt_events);
+    an_jw_u64(&w, "bytes", m->ckpt_bytes);
+    an_jw_num(&w, "time_s", m->ckpt_time_s);
+    an_jw_num(&w, "bandwidth_Bps", m->ckpt_bw);
+    an_jw_num(&w, "share_of_wall", m->wall_s > 0 ? m->ckpt_time_s / m->wall_s : 0);
+    an_jw_end(&w, '}');
+    an_jw_obj(&w, "epochs");
+    an_jw_u64(&w, "count", m->epochs);
+    an_jw_num(&w, "mean_s", m->epoch_mean_s);
+    an_jw_num(&w, "min_s", m->epochs ? m->epoch_min_s : 0);
+    an_jw_num(&w, "max_s", m->epoch_max_s);
+    an_jw_end(&w, '}');
+    an_jw_obj(&w, "stragglers");
+    an_jw_num(&w, "ratio", m->straggler_ratio);
+    an_jw_num(&w, "io_max_s", m->io_max_s);
+    an_jw_num(&w, "io_median_s", m->io_median_s);
+    an_jw_num(&w, "bytes_imbalance", m->bytes_imbalance);
+    an_jw_end(&w, '}');
+    json_findings(&w, r);
+    json_checklist_proposals(&w, r);
+    json_tables(&w, r, top);
+    an_jw_end(&w, '}');
+    fputc('\n', out);
 }

@@ -7,6 +7,7 @@
 #define SCAFFOLD_ANALYZE_REPORT_H
 
 #include "analyze/metrics.h"
+#include "analyze/out.h"
 #include "analyze/rules.h"
 #include "analyze/trace.h"
 
@@ -63,10 +64,5 @@ void an_report_json(const an_report *r, FILE *out, int top);
 /* Writes the self-contained HTML page atomically. 0 or ERR_IO. (html.c) */
 int an_report_html(const an_report *r, const char *path, int top);
 
-/* Bytes as "12.3 MiB". */
-void an_fmt_bytes(double b, char *buf, size_t cap);
-
-/* JSON string output with escaping. */
-void an_json_str(FILE *out, const char *s);
 
 #endif

@@ -2,6 +2,7 @@
  * findings with severities and named entities (see rules.h). */
 #include "analyze/rules.h"
 
+#include "analyze/out.h"
 #include "core/err.h"
 
 #include <math.h>
@@ -391,16 +392,6 @@ static double stake_of(const an_rule *r, const an_metrics *m) {
     return 0;
 }
 
-static void human_bytes(double b, char *buf, size_t cap) {
-    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int i = 0;
-    while (b >= 1024 && i < 4) {
-        b /= 1024;
-        i++;
-    }
-    snprintf(buf, cap, i ? "%.1f %s" : "%.0f %s", b, u[i]);
-}
-
 /* Names the entities behind a finding: files, processes or windows. */
 static void add_entities(an_finding *f, const an_trace *t, const an_metrics *m) {
     const char *cat = f->rule->category;
@@ -413,7 +404,7 @@ static void add_entities(an_finding *f, const an_trace *t, const an_metrics *m) 
             an_proc_label(t, ps[k], lab, sizeof lab);
             const an_proc_stat *st = &m->procs[ps[k]];
             char b[32];
-            human_bytes((double)(st->read_bytes + st->write_bytes), b, sizeof b);
+            an_fmt_bytes((double)(st->read_bytes + st->write_bytes), b, sizeof b);
             snprintf(f->entities[f->nentities++], sizeof f->entities[0],
                      "process %s: %.3f s I/O outside checkpoints (median %.3f s), %s", lab,
                      st->io_nockpt_s, m->io_median_s, b);
@@ -422,7 +413,7 @@ static void add_entities(an_finding *f, const an_trace *t, const an_metrics *m) 
             an_proc_label(t, m->bytes_min_proc, lab, sizeof lab);
             const an_proc_stat *st = &m->procs[m->bytes_min_proc];
             char b[32];
-            human_bytes((double)(st->read_bytes + st->write_bytes - st->ckpt_write_bytes), b,
+            an_fmt_bytes((double)(st->read_bytes + st->write_bytes - st->ckpt_write_bytes), b,
                         sizeof b);
             snprintf(f->entities[f->nentities++], sizeof f->entities[0],
                      "process %s: fewest bytes (%s)", lab, b);
@@ -469,8 +460,8 @@ static void add_entities(an_finding *f, const an_trace *t, const an_metrics *m) 
                      (wb + 1) * m->window_s, wv);
         if (!strcmp(cat, "checkpoint") && m->ckpt_bytes) {
             char b[32], bw[32];
-            human_bytes((double)m->ckpt_bytes, b, sizeof b);
-            human_bytes(m->ckpt_bw, bw, sizeof bw);
+            an_fmt_bytes((double)m->ckpt_bytes, b, sizeof b);
+            an_fmt_bytes(m->ckpt_bw, bw, sizeof bw);
             snprintf(f->entities[f->nentities++], sizeof f->entities[0],
                      "%llu checkpoint events, %s written at %s/s", (unsigned long long)m->ckpt_events,
                      b, bw);
@@ -509,7 +500,7 @@ static void add_entities(an_finding *f, const an_trace *t, const an_metrics *m) 
         const char *shown = pl > 110 ? path + pl - 110 : path;
         uint64_t data_ops = fs->reads + fs->writes;
         char b[32];
-        human_bytes(data_ops ? (double)(fs->bytes_read + fs->bytes_written) / (double)data_ops : 0, b,
+        an_fmt_bytes(data_ops ? (double)(fs->bytes_read + fs->bytes_written) / (double)data_ops : 0, b,
                     sizeof b);
         snprintf(f->entities[f->nentities++], sizeof f->entities[0],
                  "file %s%s: %.3f s meta, %.3f s data, %llu ops, %llu random, mean %s", pl > 110 ? "..." : "",
@@ -531,7 +522,7 @@ static int cmp_finding(const void *a, const void *b) {
 static const char *fmt_val(const char *metric, double v, char *buf, size_t cap) {
     size_t ml = strlen(metric);
     if (ml > 5 && !strcmp(metric + ml - 5, "_size"))
-        human_bytes(v, buf, cap);
+        an_fmt_bytes(v, buf, cap);
     else if (strstr(metric, "_s") == metric + strlen(metric) - 2)
         snprintf(buf, cap, "%.2f s", v);
     else if (!strcmp(metric, "small_requests") || !strcmp(metric, "random_ops"))

@@ -72,6 +72,9 @@ typedef struct an_input {
     char note[256];        /* the problem, for the report ("" if none) */
 } an_input;
 
+/* Largest |ts| and dur kept (µs); events beyond are malformed, so sums of two stay in int64. */
+#define AN_TS_MAX (INT64_C(1) << 61)
+
 typedef struct an_trace {
     size_t n;
     int64_t *ts;      /* µs since the Unix epoch, sorted ascending */

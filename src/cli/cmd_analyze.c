@@ -1,9 +1,6 @@
 /* cmd_analyze: `scaffold analyze TRACES...`: read dftracer traces, compute metrics, evaluate
  * the rules, print the report (text, --json) and optionally write the HTML page. */
-#include "analyze/metrics.h"
-#include "analyze/report.h"
-#include "analyze/rules.h"
-#include "analyze/trace.h"
+#include "analyze/analyze.h"
 #include "cli/cli.h"
 #include "core/err.h"
 
@@ -43,114 +40,67 @@ int cmd_analyze(int argc, char **argv) {
                                          {"include-system", no_argument, 0, 'S'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    int json = 0, dump = 0, top = 10;
-    const char *html = NULL, *rules = NULL;
-    double window = 0;
-    an_read_opts ro = {0};
+    an_opts o = {.top = 10};
+    int dump = 0;
     optind = 1;
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         char *end;
         switch (c) {
-        case 'j': json = 1; break;
-        case 'H': html = optarg; break;
+        case 'j': o.json = 1; break;
+        case 'H': o.html = optarg; break;
         case 'w':
-            window = strtod(optarg, &end);
-            if (*end || window <= 0) {
+            o.window_s = strtod(optarg, &end);
+            if (*end || o.window_s <= 0) {
                 fprintf(stderr, "scaffold analyze: --window needs a positive number of seconds, "
                                 "got '%s'\n", optarg);
                 return 2;
             }
             break;
         case 't':
-            ro.threads = (int)strtol(optarg, &end, 10);
-            if (*end || ro.threads < 1) {
+            o.read.threads = (int)strtol(optarg, &end, 10);
+            if (*end || o.read.threads < 1) {
                 fprintf(stderr, "scaffold analyze: --threads needs a positive integer, got '%s'\n",
                         optarg);
                 return 2;
             }
             break;
         case 'n':
-            top = (int)strtol(optarg, &end, 10);
-            if (*end || top < 1) {
+            o.top = (int)strtol(optarg, &end, 10);
+            if (*end || o.top < 1) {
                 fprintf(stderr, "scaffold analyze: --top needs a positive integer, got '%s'\n",
                         optarg);
                 return 2;
             }
             break;
-        case 'r': rules = optarg; break;
+        case 'r': o.rules = optarg; break;
         case 'D': dump = 1; break;
-        case 'S': ro.include_system = 1; break;
+        case 'S': o.read.include_system = 1; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
     }
-    an_ruleset rs;
-    if (an_rules_default(&rs)) {
-        fprintf(stderr, "scaffold analyze: %s\n", err_msg());
-        return 1;
-    }
-    int rc = 0;
-    if (rules && (rc = an_rules_load_overrides(&rs, rules))) {
-        fprintf(stderr, "scaffold analyze: %s\n", err_msg());
-        an_rules_free(&rs);
-        return err_exit_status(rc);
-    }
     if (dump) {
-        an_rules_dump(&rs, stdout);
+        an_ruleset rs;
+        int rc = an_rules_default(&rs);
+        if (!rc && o.rules)
+            rc = an_rules_load_overrides(&rs, o.rules);
+        if (!rc)
+            an_rules_dump(&rs, stdout);
         an_rules_free(&rs);
-        return 0;
+        if (rc)
+            fprintf(stderr, "scaffold analyze: %s\n", err_msg());
+        return rc ? err_exit_status(rc) : 0;
     }
     if (optind >= argc) {
         fprintf(stderr, "scaffold analyze: no trace given (try 'scaffold analyze --help')\n");
-        an_rules_free(&rs);
         return 2;
     }
-    char **files = NULL;
-    size_t nf = 0;
-    rc = an_expand_inputs((const char *const *)argv + optind, argc - optind, &files, &nf);
+    int rc = an_analyze((const char *const *)argv + optind, argc - optind, &o, stdout, stderr);
     if (rc) {
         fprintf(stderr, "scaffold analyze: %s\n", err_msg());
-        an_rules_free(&rs);
-        return 2;
-    }
-    an_trace t;
-    an_metrics m;
-    an_report rep;
-    memset(&m, 0, sizeof m);
-    memset(&rep, 0, sizeof rep);
-    rc = an_trace_read(&t, files, nf, &ro);
-    for (size_t i = 0; i < nf; i++)
-        free(files[i]);
-    free(files);
-    if (rc) {
-        fprintf(stderr, "scaffold analyze: %s\n", err_msg());
-        an_trace_free(&t);
-        an_rules_free(&rs);
+        /* Unreadable or eventless traces are bad input (2), like a bad path. */
         return rc == ERR_FORMAT ? 2 : err_exit_status(rc);
     }
-    for (size_t i = 0; i < t.ninputs; i++)
-        if (t.inputs[i].note[0])
-            fprintf(stderr, "scaffold analyze: warning: %s: %s\n", t.inputs[i].path,
-                    t.inputs[i].note);
-    if ((rc = an_metrics_compute(&t, window, &m)) || (rc = an_report_build(&rep, &t, &m, &rs))) {
-        fprintf(stderr, "scaffold analyze: %s\n", err_msg());
-        goto out;
-    }
-    if (json)
-        an_report_json(&rep, stdout, top);
-    else
-        an_report_text(&rep, stdout, top);
-    if (html && (rc = an_report_html(&rep, html, top))) {
-        fprintf(stderr, "scaffold analyze: %s\n", err_msg());
-        goto out;
-    }
-    if (html && !json)
-        printf("html report: %s\n", html);
-out:
-    an_report_free(&rep);
-    an_metrics_free(&m);
-    an_trace_free(&t);
-    an_rules_free(&rs);
-    return rc ? err_exit_status(rc) : 0;
+    return 0;
 }

@@ -1,0 +1,462 @@
+/* chunk: the column load of one input part. Each reader thread owns its chunk: private string
+ * tables (names, categories, hash keys), (name, category) pairs classified once, processes keyed
+ * by pid, the FH/HH resolution of hash keys, and the event columns; a chunk is sorted by time
+ * (LSD radix sort) before the merge. */
+#include "analyze/reader_int.h"
+
+#include "core/err.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+int an_chunk_init(chunk *c, an_input *in) {
+    memset(c, 0, sizeof *c);
+    c->in = in;
+    c->file_rank = -1;
+    c->last_name_id = AN_STR_NONE;
+    c->last_cat_id = AN_STR_NONE;
+    c->last_host_key = AN_STR_NONE;
+    c->last_file_key = AN_STR_NONE;
+    if (an_strtab_init(&c->names) || an_strtab_init(&c->cats) || an_strtab_init(&c->keys) ||
+        an_imap_init(&c->pairmap, 64) || an_imap_init(&c->procmap, 8))
+        return ERR_NOMEM;
+    return 0;
+}
+
+void an_chunk_free_columns(chunk *c) {
+    free(c->ts);
+    free(c->dur);
+    free(c->offset);
+    free(c->bytes);
+    free(c->pair);
+    free(c->filekey);
+    free(c->proc);
+    free(c->tid);
+    free(c->flags);
+    c->ts = c->dur = c->offset = c->bytes = NULL;
+    c->pair = c->filekey = c->proc = c->tid = NULL;
+    c->flags = NULL;
+}
+
+void an_chunk_free(chunk *c) {
+    an_chunk_free_columns(c);
+    an_strtab_free(&c->names);
+    an_strtab_free(&c->cats);
+    an_strtab_free(&c->keys);
+    an_imap_free(&c->pairmap);
+    an_imap_free(&c->procmap);
+    free(c->resolved);
+    free(c->pairs);
+    free(c->procs);
+}
+
+#define GROW(ptr, cap)                                                                             \
+    do {                                                                                           \
+        void *np_ = realloc((ptr), (cap) * sizeof *(ptr));                                         \
+        if (!np_)                                                                                  \
+            return ERR_NOMEM;                                                                      \
+        (ptr) = np_;                                                                               \
+    } while (0)
+
+static int chunk_reserve(chunk *c) {
+    if (c->n < c->cap)
+        return 0;
+    size_t nc = c->cap ? c->cap * 2 : 65536;
+    GROW(c->ts, nc);
+    GROW(c->dur, nc);
+    GROW(c->offset, nc);
+    GROW(c->bytes, nc);
+    GROW(c->pair, nc);
+    GROW(c->filekey, nc);
+    GROW(c->proc, nc);
+    GROW(c->tid, nc);
+    GROW(c->flags, nc);
+    c->cap = nc;
+    return 0;
+}
+
+/* Interns a key (hash token or inline string) and makes sure `resolved` covers it. */
+static uint32_t chunk_key(chunk *c, const char *s, size_t n) {
+    uint32_t id = an_strtab_intern(&c->keys, s, n);
+    if (id == AN_STR_NONE)
+        return id;
+    if (id >= c->nresolved) {
+        uint32_t nc = c->nresolved ? c->nresolved : 64;
+        while (nc <= id)
+            nc *= 2;
+        uint32_t *r = realloc(c->resolved, nc * sizeof *r);
+        if (!r)
+            return AN_STR_NONE;
+        for (uint32_t i = c->nresolved; i < nc; i++)
+            r[i] = i;
+        c->resolved = r;
+        c->nresolved = nc;
+    }
+    return id;
+}
+
+/* Interns a string that may carry JSON escapes. */
+static uint32_t chunk_key_esc(chunk *c, const char *s, size_t n, int esc) {
+    if (!esc)
+        return chunk_key(c, s, n);
+    char buf[8192];
+    size_t m = an_json_unescape(s, n, buf, sizeof buf);
+    return chunk_key(c, buf, m);
+}
+
+static uint32_t chunk_proc(chunk *c, int64_t pid, uint32_t hostkey) {
+    /* Keyed by pid alone: a trace file belongs to one host, and some events (v1.0.5 metadata,
+     * DLIO's) carry no host hash, which must not split the process in two. */
+    uint64_t key = (uint64_t)pid;
+    int ins = 0;
+    uint32_t *v = an_imap_get(&c->procmap, key, c->nprocs, &ins);
+    if (!v)
+        return AN_STR_NONE;
+    if (ins) {
+        if (c->nprocs == c->capprocs) {
+            uint32_t nc = c->capprocs ? c->capprocs * 2 : 8;
+            lproc *p = realloc(c->procs, nc * sizeof *p);
+            if (!p)
+                return AN_STR_NONE;
+            c->procs = p;
+            c->capprocs = nc;
+        }
+        c->procs[c->nprocs] = (lproc){.pid = pid, .hostkey = hostkey, .rank = -1};
+        return c->nprocs++;
+    }
+    if (hostkey && !c->procs[*v].hostkey)
+        c->procs[*v].hostkey = hostkey;
+    return *v;
+}
+
+static uint32_t chunk_pair(chunk *c, const an_rawev *ev) {
+    uint32_t nid;
+    if (c->last_name_id != AN_STR_NONE && ev->name_n == c->last_name_n &&
+        !memcmp(ev->name, c->last_name, ev->name_n)) {
+        nid = c->last_name_id;
+    } else {
+        if (ev->name_esc) {
+            char buf[1024];
+            size_t m = an_json_unescape(ev->name, ev->name_n, buf, sizeof buf);
+            nid = an_strtab_intern(&c->names, buf, m);
+        } else {
+            nid = an_strtab_intern(&c->names, ev->name, ev->name_n);
+        }
+        if (nid == AN_STR_NONE)
+            return nid;
+        /* The cached name points into the names arena, which may move; keep the arena copy. */
+        c->last_name_id = nid;
+        c->last_name = an_strtab_get(&c->names, nid);
+        c->last_name_n = an_strtab_len(&c->names, nid);
+        if (ev->name_esc)
+            c->last_name_id = AN_STR_NONE; /* escaped forms do not compare equal to raw text */
+    }
+    uint32_t cid;
+    if (c->last_cat_id != AN_STR_NONE && ev->cat_n == c->last_cat_n &&
+        !memcmp(ev->cat, c->last_cat, ev->cat_n)) {
+        cid = c->last_cat_id;
+    } else {
+        cid = an_strtab_intern(&c->cats, ev->cat, ev->cat_n);
+        if (cid == AN_STR_NONE)
+            return cid;
+        if (ev->cat_n < sizeof c->last_cat) {
+            memcpy(c->last_cat, ev->cat, ev->cat_n);
+            c->last_cat_n = ev->cat_n;
+            c->last_cat_id = cid;
+        }
+    }
+    int ins = 0;
+    uint32_t *v = an_imap_get(&c->pairmap, ((uint64_t)nid << 32) | cid, c->npairs, &ins);
+    if (!v)
+        return AN_STR_NONE;
+    if (!ins)
+        return *v;
+    if (c->npairs == c->cappairs) {
+        uint32_t nc = c->cappairs ? c->cappairs * 2 : 64;
+        pairinfo *p = realloc(c->pairs, nc * sizeof *p);
+        if (!p)
+            return AN_STR_NONE;
+        c->pairs = p;
+        c->cappairs = nc;
+    }
+    const char *nm = an_strtab_get(&c->names, nid);
+    size_t nl = an_strtab_len(&c->names, nid);
+    const char *ct = an_strtab_get(&c->cats, cid);
+    size_t cl = an_strtab_len(&c->cats, cid);
+    unsigned fl = 0;
+    int op = an_classify(nm, nl, ct, cl, &fl);
+    c->pairs[c->npairs] = (pairinfo){.name = nid, .cat = cid, .op = (uint8_t)op,
+                                     .flags = (uint8_t)fl,
+                                     .sub = (uint8_t)(AN_IS_IO(op) ? an_subkind(nm, nl) : SK_NONE)};
+    return c->npairs++;
+}
+
+static uint32_t chunk_host(chunk *c, const an_rawev *ev) {
+    const char *h = ev->hhash ? ev->hhash : ev->hostname;
+    size_t hn = ev->hhash ? ev->hhash_n : ev->hostname_n;
+    if (!h)
+        return 0;
+    if (c->last_host_key != AN_STR_NONE && hn == c->last_host_n && !memcmp(h, c->last_host, hn))
+        return c->last_host_key;
+    uint32_t k = chunk_key(c, h, hn);
+    if (k != AN_STR_NONE && hn < sizeof c->last_host) {
+        memcpy(c->last_host, h, hn);
+        c->last_host_n = hn;
+        c->last_host_key = k;
+    }
+    return k;
+}
+
+static void chunk_metadata(chunk *c, const an_rawev *ev) {
+    c->metadata++;
+    const char *nm = ev->name;
+    size_t nn = ev->name_n;
+    if ((KEYIS(nm, nn, "FH") || KEYIS(nm, nn, "HH")) && ev->m_value && ev->m_name) {
+        uint32_t hk = chunk_key(c, ev->m_value, ev->m_value_n);
+        uint32_t sk = chunk_key_esc(c, ev->m_name, ev->m_name_n, ev->m_name_esc);
+        if (hk != AN_STR_NONE && sk != AN_STR_NONE)
+            c->resolved[hk] = sk;
+        else
+            c->oom = 1;
+        return;
+    }
+    if (KEYIS(nm, nn, "SH") || KEYIS(nm, nn, "CM") || KEYIS(nm, nn, "thread_name"))
+        return;
+    if (KEYIS(nm, nn, "PR") || KEYIS(nm, nn, "process_name")) {
+        int64_t rank = -1;
+        if (KEYIS(nm, nn, "PR") && ev->m_name && KEYIS(ev->m_name, ev->m_name_n, "rank") &&
+            ev->m_value) {
+            if (!an_parse_num(ev->m_value, ev->m_value_n, &rank))
+                rank = -1;
+        } else {
+            /* process_name "Rank N" (dftracer under MPI), in name or value. */
+            const char *s[2] = {ev->m_name, ev->m_value};
+            size_t sn[2] = {ev->m_name_n, ev->m_value_n};
+            for (int i = 0; i < 2 && rank < 0; i++)
+                if (s[i] && sn[i] > 5 && !strncasecmp(s[i], "rank ", 5) &&
+                    !an_parse_num(s[i] + 5, sn[i] - 5, &rank))
+                    rank = -1;
+        }
+        if (rank >= 0 && ev->has_pid) {
+            uint32_t pr = chunk_proc(c, ev->pid, chunk_host(c, ev));
+            if (pr != AN_STR_NONE)
+                c->procs[pr].rank = (int)rank;
+        }
+        return;
+    }
+    c->in->unknown_meta++;
+}
+
+static int chunk_add(chunk *c, const an_rawev *ev) {
+    char ph = ev->ph_n ? ev->ph[0] : 'X';
+    if (ph == 'M') {
+        chunk_metadata(c, ev);
+        return 0;
+    }
+    if (ph != 'X' && ph != 'C')
+        return 0; /* B/E/i/... events are not produced by dftracer; ignore them */
+    if (!ev->has_ts || !ev->name)
+        return -1;
+    /* Timestamps and durations beyond 2^61 us (73,000 years) are not times: rejecting them
+     * keeps every later sum and difference of two times inside int64. */
+    if (ev->ts > AN_TS_MAX || ev->ts < -AN_TS_MAX || (ev->has_dur && ev->dur > AN_TS_MAX))
+        return -1;
+    if (chunk_reserve(c))
+        return ERR_NOMEM;
+    uint32_t pr = chunk_pair(c, ev);
+    if (pr == AN_STR_NONE)
+        return ERR_NOMEM;
+    const pairinfo *pi = &c->pairs[pr];
+    uint32_t hk = chunk_host(c, ev);
+    uint32_t proc = chunk_proc(c, ev->has_pid ? ev->pid : 0, hk == AN_STR_NONE ? 0 : hk);
+    if (proc == AN_STR_NONE)
+        return ERR_NOMEM;
+    uint32_t fk = 0;
+    if (ev->fhash) {
+        /* Consecutive events mostly touch the same file: skip the hash lookup then. */
+        if (c->last_file_key != AN_STR_NONE && ev->fhash_n == c->last_file_n &&
+            !memcmp(ev->fhash, c->last_file, ev->fhash_n)) {
+            fk = c->last_file_key;
+        } else {
+            fk = chunk_key(c, ev->fhash, ev->fhash_n);
+            if (fk != AN_STR_NONE && ev->fhash_n < sizeof c->last_file) {
+                memcpy(c->last_file, ev->fhash, ev->fhash_n);
+                c->last_file_n = ev->fhash_n;
+                c->last_file_key = fk;
+            }
+        }
+    } else if (ev->fname)
+        fk = chunk_key_esc(c, ev->fname, ev->fname_n, ev->fname_esc);
+    if (fk == AN_STR_NONE)
+        return ERR_NOMEM;
+    size_t i = c->n++;
+    int64_t dur = ev->has_dur ? ev->dur : 0;
+    int64_t bytes = -1, off = -1;
+    uint8_t fl = pi->flags;
+    if (ph == 'C') {
+        fl |= AN_F_COUNTER;
+        if (ev->has & AN_RAW_DURSUM)
+            dur = ev->dur_sum;
+        if (ev->has & AN_RAW_SIZESUM)
+            bytes = ev->size_sum;
+        else if (ev->has & AN_RAW_RETSUM)
+            bytes = ev->ret_sum;
+    } else if (pi->op == AN_OP_READ || pi->op == AN_OP_WRITE) {
+        if (ev->has & AN_RAW_BYTES)
+            bytes = ev->bytes;
+        else if (pi->sub == SK_FRW && (ev->has & AN_RAW_SIZE) && (ev->has & AN_RAW_RET))
+            bytes = ev->ret * ev->size; /* fread/fwrite return items, not bytes */
+        else if (ev->has & AN_RAW_RET)
+            bytes = ev->ret;
+        if (bytes < 0)
+            bytes = -1;
+        if (ev->has & AN_RAW_OFFSET)
+            off = ev->offset;
+    } else if (pi->sub == SK_LSEEK && (ev->has & AN_RAW_RET) && ev->ret >= 0) {
+        off = ev->ret;
+        fl |= AN_F_SEEKPOS;
+    } else if (pi->sub == SK_FSEEK && (ev->has & AN_RAW_OFFSET) && (ev->has & AN_RAW_WHENCE) &&
+               ev->whence == 0) {
+        off = ev->offset;
+        fl |= AN_F_SEEKPOS;
+    } else if (pi->sub == SK_FTELL && (ev->has & AN_RAW_RET) && ev->ret >= 0) {
+        off = ev->ret;
+        fl |= AN_F_SEEKPOS;
+    } else if (pi->sub == SK_OPEN) {
+        off = 0;
+        if ((ev->has & AN_RAW_FLAGS) && (ev->flags & 02000))
+            fl |= AN_F_APPEND;
+    }
+    c->ts[i] = ev->ts;
+    c->dur[i] = dur < 0 ? 0 : dur;
+    c->offset[i] = off;
+    c->bytes[i] = bytes;
+    c->pair[i] = pr;
+    c->filekey[i] = fk;
+    c->proc[i] = proc;
+    c->tid[i] = (uint32_t)ev->tid;
+    c->flags[i] = fl;
+    return 0;
+}
+
+void an_chunk_line(chunk *c, const char *p, const char *e) {
+    c->in->lines++;
+    an_rawev ev;
+    int r = an_parse_line(p, e, &ev);
+    if (r == 0)
+        return;
+    if (r > 0) {
+        int rc = chunk_add(c, &ev);
+        if (rc == 0)
+            return;
+        if (rc == ERR_NOMEM) {
+            c->oom = 1;
+            return;
+        }
+    }
+    if (!c->in->malformed)
+        c->in->first_bad_line = c->in->lines;
+    c->in->malformed++;
+}
+
+/* ------------------------------------------------------------------ sorting */
+
+/* Stable ordering of ts[0..n) into perm (LSD radix sort, 16-bit digits, on ts - min). */
+static int sort_perm(const int64_t *ts, size_t n, uint32_t *perm) {
+    int sorted = 1;
+    int64_t mn = n ? ts[0] : 0, mx = mn;
+    for (size_t i = 0; i < n; i++) {
+        perm[i] = (uint32_t)i;
+        if (ts[i] < mn)
+            mn = ts[i];
+        if (ts[i] > mx)
+            mx = ts[i];
+        if (i && ts[i] < ts[i - 1])
+            sorted = 0;
+    }
+    if (sorted || n < 2)
+        return 0;
+    uint64_t range = (uint64_t)mx - (uint64_t)mn; /* wraps, never overflows */
+    int passes = 0;
+    while (passes < 4 && (range >> (16 * passes)))
+        passes++;
+    uint64_t *key = malloc(n * sizeof *key), *key2 = malloc(n * sizeof *key2);
+    uint32_t *perm2 = malloc(n * sizeof *perm2);
+    size_t *cnt = malloc(65536 * sizeof *cnt);
+    if (!key || !key2 || !perm2 || !cnt) {
+        free(key);
+        free(key2);
+        free(perm2);
+        free(cnt);
+        return ERR_NOMEM;
+    }
+    for (size_t i = 0; i < n; i++)
+        key[i] = (uint64_t)ts[i] - (uint64_t)mn;
+    for (int p = 0; p < passes; p++) {
+        int sh = 16 * p;
+        memset(cnt, 0, 65536 * sizeof *cnt);
+        for (size_t i = 0; i < n; i++)
+            cnt[(key[i] >> sh) & 0xFFFF]++;
+        size_t sum = 0;
+        for (size_t d = 0; d < 65536; d++) {
+            size_t t = cnt[d];
+            cnt[d] = sum;
+            sum += t;
+        }
+        for (size_t i = 0; i < n; i++) {
+            size_t dst = cnt[(key[i] >> sh) & 0xFFFF]++;
+            key2[dst] = key[i];
+            perm2[dst] = perm[i];
+        }
+        uint64_t *tk = key;
+        key = key2;
+        key2 = tk;
+        uint32_t *tp = perm;
+        memcpy(tp, perm2, n * sizeof *perm2);
+    }
+    free(key);
+    free(key2);
+    free(perm2);
+    free(cnt);
+    return 0;
+}
+
+#define PERMUTE(col, T)                                                                            \
+    do {                                                                                           \
+        T *nc_ = malloc(c->n * sizeof(T));                                                         \
+        if (!nc_)                                                                                  \
+            goto oom;                                                                              \
+        for (size_t i_ = 0; i_ < c->n; i_++)                                                       \
+            nc_[i_] = c->col[perm[i_]];                                                            \
+        free(c->col);                                                                              \
+        c->col = nc_;                                                                              \
+    } while (0)
+
+int an_chunk_sort(chunk *c) {
+    if (c->n < 2)
+        return 0;
+    uint32_t *perm = malloc(c->n * sizeof *perm);
+    if (!perm || sort_perm(c->ts, c->n, perm))
+        goto oom;
+    int identity = 1;
+    for (size_t i = 0; i < c->n && identity; i++)
+        identity = perm[i] == i;
+    if (!identity) {
+        PERMUTE(ts, int64_t);
+        PERMUTE(dur, int64_t);
+        PERMUTE(offset, int64_t);
+        PERMUTE(bytes, int64_t);
+        PERMUTE(pair, uint32_t);
+        PERMUTE(filekey, uint32_t);
+        PERMUTE(proc, uint32_t);
+        PERMUTE(tid, uint32_t);
+        PERMUTE(flags, uint8_t);
+    }
+    free(perm);
+    return 0;
+oom:
+    free(perm);
+    return ERR_NOMEM;
+}

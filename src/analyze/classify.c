@@ -1,0 +1,135 @@
+/* classify: operation classes of trace events by name and category (DFAnalyzer's POSIX_IO_CAT
+ * lists extended with the 64-bit and vector variants, dftracer's AI categories, DLIO's names),
+ * and the sub-kinds that need per-name handling when deriving bytes and offsets. */
+#include "analyze/reader_int.h"
+
+#include <ctype.h>
+#include <string.h>
+#include <strings.h>
+
+static int name_in(const char *name, size_t n, const char *const *list) {
+    for (; *list; list++)
+        if (strlen(*list) == n && !memcmp(*list, name, n))
+            return 1;
+    return 0;
+}
+
+static int ieq(const char *s, size_t n, const char *lit) {
+    size_t m = strlen(lit);
+    if (m != n)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (tolower((unsigned char)s[i]) != lit[i])
+            return 0;
+    return 1;
+}
+
+static int starts(const char *s, size_t n, const char *lit) {
+    size_t m = strlen(lit);
+    return n >= m && !memcmp(s, lit, m);
+}
+
+static int ends(const char *s, size_t n, const char *lit) {
+    size_t m = strlen(lit);
+    return n >= m && !memcmp(s + n - m, lit, m);
+}
+
+static const char *const IO_READ[] = {"read", "pread", "pread64", "readv", "preadv", "preadv64",
+                                      "preadv2", "fread", "fread_unlocked", NULL};
+static const char *const IO_WRITE[] = {"write", "pwrite", "pwrite64", "writev", "pwritev",
+                                       "pwritev64", "pwritev2", "fwrite", "fwrite_unlocked", NULL};
+static const char *const IO_SYNC[] = {"fsync", "fdatasync", "msync", "sync", "syncfs",
+                                      "sync_file_range", "fflush", NULL};
+static const char *const IO_META[] = {
+    "open", "open64", "openat", "openat64", "__open_2", "__open64_2", "creat", "creat64", "close",
+    "close_range", "fopen", "fopen64", "fdopen", "freopen", "freopen64", "fclose", "__xstat",
+    "__xstat64", "__lxstat", "__lxstat64", "__fxstat", "__fxstat64", "__fxstatat", "__fxstatat64",
+    "stat", "stat64", "lstat", "lstat64", "fstat", "fstat64", "fstatat", "fstatat64", "newfstatat",
+    "statx", "access", "faccessat", "lseek", "lseek64", "fseek", "fseeko", "fseeko64", "ftell",
+    "ftello", "rewind", "mkdir", "mkdirat", "rmdir", "unlink", "unlinkat", "remove", "rename",
+    "renameat", "renameat2", "link", "linkat", "symlink", "symlinkat", "readlink", "readlinkat",
+    "opendir", "fdopendir", "closedir", "readdir", "readdir64", "getdents", "getdents64", "chdir",
+    "fchdir", "chmod", "fchmod", "fchmodat", "chown", "fchown", "lchown", "fcntl", "fcntl64",
+    "ftruncate", "ftruncate64", "truncate", "truncate64", "utime", "utimes", "utimensat",
+    "mkfifo", "mknod", "fallocate", "posix_fallocate", "seek", NULL};
+static const char *const IO_PCTL[] = {"fork", "vfork", "execl", "execlp", "execle", "execv",
+                                      "execvp", "execvpe", "execve", "exit", "_exit", "wait",
+                                      "waitpid", "kill", "pipe", "posix_spawn", "posix_spawnp",
+                                      NULL};
+
+int an_classify(const char *name, size_t nn, const char *cat, size_t cn, unsigned *flags) {
+    *flags = 0;
+    int posix = ieq(cat, cn, "posix"), stdio = ieq(cat, cn, "stdio");
+    int mpiio = (cn >= 3 && !strncasecmp(cat, "mpi", 3)) && starts(name, nn, "MPI_File_");
+    if (posix || stdio || mpiio) {
+        *flags = posix ? AN_F_POSIX : stdio ? AN_F_STDIO : AN_F_MPIIO;
+        if (mpiio) {
+            if (starts(name, nn, "MPI_File_read") || starts(name, nn, "MPI_File_iread"))
+                return AN_OP_READ;
+            if (starts(name, nn, "MPI_File_write") || starts(name, nn, "MPI_File_iwrite"))
+                return AN_OP_WRITE;
+            if (starts(name, nn, "MPI_File_sync"))
+                return AN_OP_SYNC;
+            return AN_OP_META;
+        }
+        if (name_in(name, nn, IO_READ))
+            return AN_OP_READ;
+        if (name_in(name, nn, IO_WRITE))
+            return AN_OP_WRITE;
+        if (name_in(name, nn, IO_META))
+            return AN_OP_META;
+        if (name_in(name, nn, IO_SYNC))
+            return AN_OP_SYNC;
+        if (name_in(name, nn, IO_PCTL))
+            return AN_OP_PCTL;
+        return AN_OP_IO_OTHER;
+    }
+    if (ieq(cat, cn, "dftracer"))
+        return (ieq(name, nn, "start") || ieq(name, nn, "end")) ? AN_OP_TRACER : AN_OP_NONE;
+    if (ieq(cat, cn, "compute"))
+        return AN_OP_COMPUTE;
+    if (ieq(cat, cn, "ai_framework"))
+        return strstr(name, "compute") ? AN_OP_COMPUTE : AN_OP_NONE; /* name is NUL-terminated */
+    if (ieq(cat, cn, "dataloader") || ieq(cat, cn, "data_loader")) {
+        /* dftracer's iteration helpers: "<x>.iter" is the wait for the next item, "<x>.block"
+         * is the consumer's loop body (it contains compute), so only the former is a fetch. */
+        if (ends(name, nn, ".block"))
+            return AN_OP_NONE;
+        if (ieq(cat, cn, "data_loader") && !ends(name, nn, ".iter"))
+            return AN_OP_NONE;
+        return AN_OP_FETCH;
+    }
+    if (ieq(cat, cn, "checkpoint"))
+        return AN_OP_CKPT;
+    if (ieq(cat, cn, "comm"))
+        return AN_OP_COMM;
+    if (ieq(cat, cn, "pipeline")) {
+        if (starts(name, nn, "epoch") && !ends(name, nn, ".iter"))
+            return AN_OP_EPOCH;
+        if (starts(name, nn, "train") && !ends(name, nn, ".iter"))
+            return AN_OP_TRAIN;
+        if (starts(name, nn, "evaluate") || starts(name, nn, "test"))
+            return AN_OP_EVAL;
+    }
+    return AN_OP_NONE;
+}
+
+int an_subkind(const char *name, size_t nn) {
+    static const char *const frw[] = {"fread", "fwrite", "fread_unlocked", "fwrite_unlocked", NULL};
+    static const char *const lseek[] = {"lseek", "lseek64", NULL};
+    static const char *const fseek[] = {"fseek", "fseeko", "fseeko64", NULL};
+    static const char *const ftell[] = {"ftell", "ftello", NULL};
+    static const char *const open[] = {"open", "open64", "openat", "openat64", "__open_2",
+                                       "creat", "creat64", "fopen", "fopen64", NULL};
+    if (name_in(name, nn, frw))
+        return SK_FRW;
+    if (name_in(name, nn, lseek))
+        return SK_LSEEK;
+    if (name_in(name, nn, fseek))
+        return SK_FSEEK;
+    if (name_in(name, nn, ftell))
+        return SK_FTELL;
+    if (name_in(name, nn, open))
+        return SK_OPEN;
+    return SK_NONE;
+}

@@ -1,0 +1,432 @@
+/* merge: the reader's driver. Files are loaded in parallel (one worker per file, up to the
+ * thread count), each into its own sorted chunk; the chunks are then merged into one time-sorted
+ * set of global columns with global string tables (k-way merge, ids remapped per chunk), and
+ * the per-trace facts are derived: system-path flags, threads per process, clock skew. */
+#include "analyze/reader_int.h"
+
+#include "core/err.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct {
+    chunk *chunks;
+    size_t nfiles;
+    size_t next;
+    pthread_mutex_t mu;
+} pool;
+
+static int rank_from_filename(const char *path) {
+    const char *b = strrchr(path, '/');
+    b = b ? b + 1 : path;
+    const char *t = strstr(b, "trace-");
+    if (!t)
+        return -1;
+    t += 6;
+    char *end;
+    long r = strtol(t, &end, 10);
+    if (end == t || strncmp(end, "-of-", 4))
+        return -1;
+    return (int)r;
+}
+
+static void *worker(void *arg) {
+    pool *p = arg;
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        size_t i = p->next++;
+        pthread_mutex_unlock(&p->mu);
+        if (i >= p->nfiles)
+            break;
+        chunk *c = &p->chunks[i];
+        an_load_file(c);
+        c->file_rank = rank_from_filename(c->in->path);
+        c->in->events = c->n;
+        if (!c->oom && an_chunk_sort(c))
+            c->oom = 1;
+    }
+    return NULL;
+}
+
+static const char *const IGNORED_PATTERNS[] = {
+    /* DFAnalyzer's IGNORED_FILE_PATTERNS: system and interpreter files, not the workload's. */
+    "/dev/", "/etc/", "/gapps/python", "/lib/python", "/proc/", "/software/", "/sys/", "/usr/lib",
+    "/usr/tce/backend", "/usr/tce/packages", "/venv", "__pycache__", "/usr/share/", "/usr/local/lib",
+    "/site-packages/", "/dist-packages/", NULL};
+
+static int is_system_path(const char *p) {
+    for (const char *const *q = IGNORED_PATTERNS; *q; q++)
+        if (strstr(p, *q))
+            return 1;
+    return 0;
+}
+
+typedef struct {
+    uint32_t *name, *cat, *proc; /* per pair / per local proc */
+    uint8_t *op, *flags;
+    uint32_t *file;              /* per key: global file id, or AN_STR_NONE = unresolved yet */
+} remap;
+
+/* Min-heap over chunk heads for the k-way merge. */
+typedef struct {
+    int64_t ts;
+    uint32_t c;
+} head;
+
+static void heap_down(head *h, size_t n, size_t i) {
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && (h[l].ts < h[m].ts || (h[l].ts == h[m].ts && h[l].c < h[m].c)))
+            m = l;
+        if (r < n && (h[r].ts < h[m].ts || (h[r].ts == h[m].ts && h[r].c < h[m].c)))
+            m = r;
+        if (m == i)
+            return;
+        head t = h[i];
+        h[i] = h[m];
+        h[m] = t;
+        i = m;
+    }
+}
+
+void an_trace_free(an_trace *t) {
+    if (!t)
+        return;
+    free(t->ts);
+    free(t->dur);
+    free(t->offset);
+    free(t->bytes);
+    free(t->name);
+    free(t->cat);
+    free(t->file);
+    free(t->proc);
+    free(t->tid);
+    free(t->op);
+    free(t->flags);
+    free(t->file_ignored);
+    an_strtab_free(&t->names);
+    an_strtab_free(&t->cats);
+    an_strtab_free(&t->files);
+    an_strtab_free(&t->hosts);
+    free(t->procs);
+    for (size_t i = 0; i < t->ninputs; i++)
+        free(t->inputs[i].path);
+    free(t->inputs);
+    memset(t, 0, sizeof *t);
+}
+
+static int merge_chunks(an_trace *t, chunk *ch, size_t nc, const an_read_opts *opts) {
+    size_t total = 0;
+    for (size_t i = 0; i < nc; i++)
+        total += ch[i].n;
+    if (an_strtab_init(&t->names) || an_strtab_init(&t->cats) || an_strtab_init(&t->files) ||
+        an_strtab_init(&t->hosts))
+        return ERR_NOMEM;
+    size_t m = total ? total : 1;
+    t->ts = malloc(m * sizeof *t->ts);
+    t->dur = malloc(m * sizeof *t->dur);
+    t->offset = malloc(m * sizeof *t->offset);
+    t->bytes = malloc(m * sizeof *t->bytes);
+    t->name = malloc(m * sizeof *t->name);
+    t->cat = malloc(m * sizeof *t->cat);
+    t->file = malloc(m * sizeof *t->file);
+    t->proc = malloc(m * sizeof *t->proc);
+    t->tid = malloc(m * sizeof *t->tid);
+    t->op = malloc(m);
+    t->flags = malloc(m);
+    remap *rm = calloc(nc ? nc : 1, sizeof *rm);
+    head *heap = malloc((nc ? nc : 1) * sizeof *heap);
+    size_t *pos = calloc(nc ? nc : 1, sizeof *pos);
+    an_strtab prockeys;
+    int rc = ERR_NOMEM;
+    if (an_strtab_init(&prockeys))
+        goto out;
+    if (!t->ts || !t->dur || !t->offset || !t->bytes || !t->name || !t->cat || !t->file ||
+        !t->proc || !t->tid || !t->op || !t->flags || !rm || !heap || !pos)
+        goto out;
+    size_t proccap = 16;
+    t->procs = malloc(proccap * sizeof *t->procs);
+    if (!t->procs)
+        goto out;
+    /* Per-chunk remap tables: pairs -> global name/cat/op, local procs -> global procs. */
+    for (size_t k = 0; k < nc; k++) {
+        chunk *c = &ch[k];
+        remap *r = &rm[k];
+        r->name = malloc((c->npairs + 1) * sizeof *r->name);
+        r->cat = malloc((c->npairs + 1) * sizeof *r->cat);
+        r->op = malloc(c->npairs + 1);
+        r->flags = malloc(c->npairs + 1);
+        r->proc = malloc((c->nprocs + 1) * sizeof *r->proc);
+        r->file = malloc((c->keys.n + 1) * sizeof *r->file);
+        if (!r->name || !r->cat || !r->op || !r->flags || !r->proc || !r->file)
+            goto out;
+        for (uint32_t i = 0; i < c->npairs; i++) {
+            const pairinfo *pi = &c->pairs[i];
+            r->name[i] = an_strtab_intern(&t->names, an_strtab_get(&c->names, pi->name),
+                                          an_strtab_len(&c->names, pi->name));
+            r->cat[i] = an_strtab_intern(&t->cats, an_strtab_get(&c->cats, pi->cat),
+                                         an_strtab_len(&c->cats, pi->cat));
+            if (r->name[i] == AN_STR_NONE || r->cat[i] == AN_STR_NONE)
+                goto out;
+            r->op[i] = pi->op;
+            r->flags[i] = pi->flags;
+        }
+        for (uint32_t i = 0; i < c->keys.n; i++)
+            r->file[i] = AN_STR_NONE;
+        for (uint32_t i = 0; i < c->nprocs; i++) {
+            lproc *lp = &c->procs[i];
+            uint32_t hk = lp->hostkey < c->nresolved ? c->resolved[lp->hostkey] : lp->hostkey;
+            const char *host = an_strtab_get(&c->keys, hk);
+            size_t hl = an_strtab_len(&c->keys, hk);
+            uint32_t hid = an_strtab_intern(&t->hosts, host, hl);
+            char key[600];
+            int kl = snprintf(key, sizeof key, "%.*s\x1f%lld", (int)(hl > 500 ? 500 : hl), host,
+                              (long long)lp->pid);
+            uint32_t before = prockeys.n;
+            uint32_t gid = an_strtab_intern(&prockeys, key, (size_t)kl);
+            if (hid == AN_STR_NONE || gid == AN_STR_NONE)
+                goto out;
+            gid -= 1; /* prockeys id 0 is "" */
+            if (prockeys.n != before) {
+                if (t->nprocs == proccap) {
+                    proccap *= 2;
+                    an_proc *np = realloc(t->procs, proccap * sizeof *np);
+                    if (!np)
+                        goto out;
+                    t->procs = np;
+                }
+                t->procs[t->nprocs++] = (an_proc){.host = hid, .pid = lp->pid, .rank = -1};
+            }
+            int rank = lp->rank >= 0 ? lp->rank : (c->nprocs == 1 ? c->file_rank : -1);
+            if (rank >= 0)
+                t->procs[gid].rank = rank;
+            r->proc[i] = gid;
+        }
+    }
+    /* k-way merge by timestamp; ties keep file order, so the result is deterministic. */
+    size_t hn = 0;
+    for (size_t k = 0; k < nc; k++)
+        if (ch[k].n)
+            heap[hn++] = (head){.ts = ch[k].ts[0], .c = (uint32_t)k};
+    for (size_t i = hn; i-- > 0;)
+        heap_down(heap, hn, i);
+    size_t o = 0;
+    while (hn) {
+        uint32_t k = heap[0].c;
+        chunk *c = &ch[k];
+        remap *r = &rm[k];
+        size_t i = pos[k];
+        /* Copy the run of this chunk that stays ahead of the next chunk's head. */
+        int64_t limit = INT64_MAX;
+        if (hn > 1) {
+            limit = heap[1].ts;
+            if (hn > 2 && heap[2].ts < limit)
+                limit = heap[2].ts;
+        }
+        do {
+            uint32_t pr = c->pair[i];
+            uint32_t fk = c->filekey[i];
+            uint32_t gf = 0;
+            if (fk) {
+                gf = r->file[fk];
+                if (gf == AN_STR_NONE) {
+                    uint32_t rk = fk < c->nresolved ? c->resolved[fk] : fk;
+                    gf = an_strtab_intern(&t->files, an_strtab_get(&c->keys, rk),
+                                          an_strtab_len(&c->keys, rk));
+                    if (gf == AN_STR_NONE)
+                        goto out;
+                    r->file[fk] = gf;
+                }
+            }
+            t->ts[o] = c->ts[i];
+            t->dur[o] = c->dur[i];
+            t->offset[o] = c->offset[i];
+            t->bytes[o] = c->bytes[i];
+            t->name[o] = r->name[pr];
+            t->cat[o] = r->cat[pr];
+            t->op[o] = r->op[pr];
+            t->flags[o] = (uint8_t)(c->flags[i] | r->flags[pr]);
+            t->file[o] = gf;
+            t->proc[o] = r->proc[c->proc[i]];
+            t->tid[o] = c->tid[i];
+            o++;
+            i++;
+        } while (i < c->n && c->ts[i] < limit);
+        pos[k] = i;
+        if (i < c->n) {
+            heap[0].ts = c->ts[i];
+        } else {
+            heap[0] = heap[--hn];
+            an_chunk_free_columns(c);
+        }
+        heap_down(heap, hn, 0);
+    }
+    t->n = o;
+    /* System-path flags per file, applied to the events unless asked to keep them. */
+    t->file_ignored = calloc(t->files.n + 1, 1);
+    if (!t->file_ignored)
+        goto out;
+    for (uint32_t f = 1; f < t->files.n; f++)
+        t->file_ignored[f] = (uint8_t)is_system_path(an_strtab_get(&t->files, f));
+    if (!opts->include_system)
+        for (size_t i = 0; i < t->n; i++)
+            if (t->file[i] && t->file_ignored[t->file[i]])
+                t->flags[i] |= AN_F_IGNORED;
+    /* Threads per process. */
+    an_imap tids;
+    if (an_imap_init(&tids, 1024))
+        goto out;
+    for (size_t i = 0; i < t->n; i++) {
+        int ins = 0;
+        if (!an_imap_get(&tids, ((uint64_t)t->proc[i] << 32) | t->tid[i], 0, &ins)) {
+            an_imap_free(&tids);
+            goto out;
+        }
+        if (ins)
+            t->procs[t->proc[i]].nthreads++;
+    }
+    an_imap_free(&tids);
+    /* Clock skew: the spread of each host's first timestamp (DFAnalyzer warns above 30 s). */
+    if (t->hosts.n > 2) {
+        size_t nh = t->hosts.n;
+        int64_t *first = malloc(nh * sizeof *first);
+        if (!first)
+            goto out;
+        for (size_t h = 0; h < nh; h++)
+            first[h] = INT64_MAX;
+        for (size_t i = 0; i < t->n; i++) {
+            uint32_t h = t->procs[t->proc[i]].host;
+            if (t->ts[i] < first[h])
+                first[h] = t->ts[i];
+        }
+        double s = 0, s2 = 0;
+        int k = 0;
+        for (size_t h = 0; h < nh; h++)
+            if (first[h] != INT64_MAX) {
+                double v = (double)(first[h] - t->ts[0]) / 1e6;
+                s += v;
+                s2 += v * v;
+                k++;
+            }
+        free(first);
+        if (k >= 2) {
+            double mean = s / k, var = s2 / k - mean * mean;
+            t->host_start_stddev_s = var > 0 ? sqrt(var) : 0;
+            t->clock_skew = t->host_start_stddev_s > 30.0;
+        }
+    }
+    rc = 0;
+out:
+    for (size_t k = 0; k < nc; k++) {
+        free(rm ? rm[k].name : NULL);
+        free(rm ? rm[k].cat : NULL);
+        free(rm ? rm[k].op : NULL);
+        free(rm ? rm[k].flags : NULL);
+        free(rm ? rm[k].proc : NULL);
+        free(rm ? rm[k].file : NULL);
+    }
+    free(rm);
+    free(heap);
+    free(pos);
+    an_strtab_free(&prockeys);
+    if (rc)
+        err_set(ERR_NOMEM, "analyze: out of memory merging %zu events", total);
+    return rc;
+}
+
+int an_trace_read(an_trace *t, char *const *files, size_t nfiles, const an_read_opts *opts) {
+    memset(t, 0, sizeof *t);
+    double t0 = 0;
+    {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        t0 = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+    }
+    t->inputs = calloc(nfiles ? nfiles : 1, sizeof *t->inputs);
+    chunk *ch = calloc(nfiles ? nfiles : 1, sizeof *ch);
+    if (!t->inputs || !ch) {
+        free(ch);
+        return err_set(ERR_NOMEM, "analyze: out of memory");
+    }
+    t->ninputs = nfiles;
+    int rc = 0;
+    for (size_t i = 0; i < nfiles; i++) {
+        t->inputs[i].path = strdup(files[i]);
+        if (!t->inputs[i].path || an_chunk_init(&ch[i], &t->inputs[i])) {
+            rc = err_set(ERR_NOMEM, "analyze: out of memory");
+            for (size_t k = 0; k <= i; k++)
+                an_chunk_free(&ch[k]);
+            free(ch);
+            return rc;
+        }
+    }
+    int nth = opts && opts->threads > 0 ? opts->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (nth < 1)
+        nth = 1;
+    if ((size_t)nth > nfiles)
+        nth = (int)nfiles;
+    pool p = {.chunks = ch, .nfiles = nfiles, .next = 0};
+    pthread_mutex_init(&p.mu, NULL);
+    pthread_t *th = calloc((size_t)(nth > 0 ? nth : 1), sizeof *th);
+    int started = 0;
+    for (int i = 0; th && i < nth - 1; i++)
+        if (pthread_create(&th[i], NULL, worker, &p) == 0)
+            started++;
+    worker(&p); /* the calling thread works too */
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    free(th);
+    pthread_mutex_destroy(&p.mu);
+    int oom = 0;
+    for (size_t i = 0; i < nfiles; i++) {
+        oom |= ch[i].oom;
+        t->total_lines += t->inputs[i].lines;
+        t->total_malformed += t->inputs[i].malformed;
+        t->metadata_events += ch[i].metadata;
+        if (t->inputs[i].malformed && !t->inputs[i].note[0])
+            snprintf(t->inputs[i].note, sizeof t->inputs[i].note,
+                     "%llu malformed line(s) skipped, first at line %llu",
+                     (unsigned long long)t->inputs[i].malformed,
+                     (unsigned long long)t->inputs[i].first_bad_line);
+    }
+    static const an_read_opts dflt = {0};
+    if (oom)
+        rc = err_set(ERR_NOMEM, "analyze: out of memory reading the traces");
+    else
+        rc = merge_chunks(t, ch, nfiles, opts ? opts : &dflt);
+    for (size_t i = 0; i < nfiles; i++)
+        an_chunk_free(&ch[i]);
+    free(ch);
+    if (!rc && t->n == 0) {
+        char names[512] = "";
+        size_t off = 0;
+        for (size_t i = 0; i < nfiles && off < sizeof names - 80; i++)
+            off += (size_t)snprintf(names + off, sizeof names - off, "%s%s (%s)", i ? "; " : "",
+                                    t->inputs[i].path,
+                                    t->inputs[i].note[0] ? t->inputs[i].note : "no events");
+        rc = err_set(ERR_FORMAT,
+                     "analyze: no trace event could be read from %zu file(s): %s; expected "
+                     "dftracer JSON lines ({\"name\":..,\"ts\":..,\"ph\":\"X\"})",
+                     nfiles, names);
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    t->load_seconds = (double)ts.tv_sec + ts.tv_nsec * 1e-9 - t0;
+    return rc;
+}
+
+void an_proc_label(const an_trace *t, uint32_t proc, char *buf, size_t cap) {
+    const an_proc *p = &t->procs[proc];
+    if (p->rank >= 0)
+        snprintf(buf, cap, "rank %d", p->rank);
+    else {
+        const char *h = an_strtab_get(&t->hosts, p->host);
+        snprintf(buf, cap, "%s%s%lld", h, h[0] ? ":" : "pid ", (long long)p->pid);
+    }
+}
+

@@ -1,0 +1,76 @@
+/* reader_int: internals shared by the files of the trace reader (see trace.h for the pipeline):
+ * input.c (paths, globs) -> gunzip.c (plain/gzip line streaming) -> jsonl.c (field scanner)
+ * -> classify.c (op classes) -> chunk.c (per-part columns, string tables, sort) -> merge.c
+ * (parallel driver, k-way merge into global columns). Not part of the module's interface. */
+#ifndef SCAFFOLD_ANALYZE_READER_INT_H
+#define SCAFFOLD_ANALYZE_READER_INT_H
+
+#include "analyze/trace.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KEYIS(k, kn, lit) ((kn) == sizeof(lit) - 1 && !memcmp((k), (lit), sizeof(lit) - 1))
+
+/* jsonl.c: a number token s[0..n) (sign, digits, optional fraction/exponent); 1 if parsed. */
+int an_parse_num(const char *s, size_t n, int64_t *v);
+
+/* classify.c: sub-kinds needing per-name handling when deriving bytes/offsets. */
+enum { SK_NONE, SK_FRW, SK_LSEEK, SK_FSEEK, SK_FTELL, SK_OPEN };
+int an_subkind(const char *name, size_t nn);
+
+typedef struct {
+    uint32_t name, cat; /* local ids in c->names / c->cats */
+    uint8_t op, flags, sub;
+} pairinfo;
+
+typedef struct {
+    int64_t pid;
+    uint32_t hostkey; /* local id in keys */
+    int rank;
+} lproc;
+
+typedef struct chunk {
+    size_t n, cap;
+    int64_t *ts, *dur, *offset, *bytes;
+    uint32_t *pair, *filekey, *proc, *tid;
+    uint8_t *flags;
+    an_strtab names, cats, keys;
+    uint32_t *resolved; /* per key: the key holding the resolved string (FH/HH), or itself */
+    uint32_t nresolved;
+    pairinfo *pairs;
+    uint32_t npairs, cappairs;
+    an_imap pairmap, procmap;
+    lproc *procs;
+    uint32_t nprocs, capprocs;
+    /* caches of the previous event's strings */
+    const char *last_name;
+    size_t last_name_n;
+    uint32_t last_name_id;
+    char last_cat[64];
+    size_t last_cat_n;
+    uint32_t last_cat_id;
+    char last_host[64];
+    size_t last_host_n;
+    uint32_t last_host_key;
+    char last_file[64];
+    size_t last_file_n;
+    uint32_t last_file_key;
+    int file_rank;      /* rank from a DLIO-style file name, -1 */
+    an_input *in;
+    uint64_t metadata;
+    int oom;
+} chunk;
+
+int an_chunk_init(chunk *c, an_input *in);
+void an_chunk_free_columns(chunk *c);
+void an_chunk_free(chunk *c);
+/* Parses one line [p, e) into the chunk (counts it, malformed lines included). */
+void an_chunk_line(chunk *c, const char *p, const char *e);
+/* Sorts the chunk's columns by timestamp. 0 or ERR_NOMEM. */
+int an_chunk_sort(chunk *c);
+
+/* gunzip.c: streams every line of c->in->path into c (plain or gzip). */
+void an_load_file(chunk *c);
+
+#endif
