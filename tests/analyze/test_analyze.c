@@ -336,12 +336,51 @@ static void test_compare(void) {
           r.reason);
 }
 
+/* Inputs that were undefined behaviour (found by UBSan; the sanitizer build of this test in
+ * tests/analyze/run.sh aborts on them before the fix): an X event without "cat" (a NULL string
+ * reached memcmp/memcpy) and timestamps of +-9e18 (signed overflow of max - min in the sort). */
+static void test_ub_inputs(void) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/ub.pfw", tmpdir);
+    FILE *f = fopen(p, "w");
+    fputs("[\n"
+          "{\"name\":\"read\",\"pid\":1,\"tid\":1,\"ts\":1,\"dur\":1,\"ph\":\"X\"}\n"
+          "{\"name\":\"read\",\"pid\":1,\"tid\":1,\"ts\":9000000000000000000,\"dur\":1,\"ph\":\"X\"}\n"
+          "{\"name\":\"read\",\"pid\":1,\"tid\":1,\"ts\":-9000000000000000000,\"dur\":1,\"ph\":\"X\"}\n"
+          "{\"name\":\"read\",\"pid\":1,\"tid\":1,\"ts\":5,\"dur\":9000000000000000000,\"ph\":\"X\"}\n"
+          "{\"name\":\"write\",\"cat\":\"POSIX\",\"pid\":1,\"tid\":1,\"ts\":3,\"dur\":1,\"ph\":\"X\"}\n"
+          "]\n",
+          f);
+    fclose(f);
+    char *files[1] = {p};
+    an_trace t;
+    an_read_opts o = {.threads = 1};
+    int rc = an_trace_read(&t, files, 1, &o);
+    CHECK(rc == 0 && t.n == 2, "no-cat event kept, out-of-range times rejected: rc %d n %zu", rc,
+          t.n);
+    CHECK(t.inputs[0].malformed == 3, "3 out-of-range lines counted as malformed, got %llu",
+          (unsigned long long)t.inputs[0].malformed);
+    CHECK(t.n == 2 && t.ts[0] == 1 && !strcmp(an_strtab_get(&t.cats, t.cat[0]), ""),
+          "the event without cat has the empty category");
+    an_metrics m;
+    an_ruleset rs;
+    an_report r;
+    CHECK(an_metrics_compute(&t, 0, &m) == 0 && an_rules_default(&rs) == 0 &&
+              an_report_build(&r, &t, &m, &rs) == 0,
+          "metrics and report on the odd trace");
+    an_report_free(&r);
+    an_rules_free(&rs);
+    an_metrics_free(&m);
+    an_trace_free(&t);
+}
+
 int main(int argc, char **argv) {
     tmpdir = argc > 1 ? argv[1] : "/tmp";
     test_parse();
     test_classify();
     test_buckets();
     test_gzip_and_patterns();
+    test_ub_inputs();
     test_overlap();
     test_rules_and_catalogue();
     test_compare();
