@@ -303,6 +303,13 @@ static int chunk_add(chunk *c, const an_rawev *ev) {
             bytes = ev->size_sum;
         else if (ev->has & AN_RAW_RETSUM)
             bytes = ev->ret_sum;
+    } else if (pi->op >= AN_OP_COMPUTE && pi->op < AN_OP_TRACER) {
+        /* Application work the annotation states: samples (batch_size) and bytes handed over,
+         * whatever tier served them (compare's notion of work). */
+        if (ev->has & AN_RAW_ITEMS)
+            off = ev->items;
+        if (ev->has & AN_RAW_BYTES)
+            bytes = ev->bytes;
     } else if (pi->op == AN_OP_READ || pi->op == AN_OP_WRITE) {
         if (ev->has & AN_RAW_BYTES)
             bytes = ev->bytes;

@@ -249,6 +249,10 @@ static const char *parse_args(const char *p, const char *e, an_rawev *ev) {
             if (KEYIS(k, kn, "bytes_sum"))
                 bit = AN_RAW_SIZESUM;
             break;
+        case 10:
+            if (KEYIS(k, kn, "batch_size"))
+                bit = AN_RAW_ITEMS;
+            break;
         default:
             break;
         }
@@ -267,6 +271,7 @@ static const char *parse_args(const char *p, const char *e, an_rawev *ev) {
                 case AN_RAW_DURSUM: ev->dur_sum = v; break;
                 case AN_RAW_SIZESUM: ev->size_sum = v; break;
                 case AN_RAW_RETSUM: ev->ret_sum = v; break;
+                case AN_RAW_ITEMS: ev->items = v; break;
                 default: break;
                 }
             }

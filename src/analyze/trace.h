@@ -79,8 +79,10 @@ typedef struct an_trace {
     size_t n;
     int64_t *ts;      /* µs since the Unix epoch, sorted ascending */
     int64_t *dur;     /* µs */
-    int64_t *offset;  /* file offset of a read/write, position after a seek; -1 unknown */
-    int64_t *bytes;   /* bytes moved by a read/write; -1 unknown */
+    int64_t *offset;  /* file offset of a read/write, position after a seek; -1 unknown.
+                       * Annotations: the items (samples) the region handled, its
+                       * `batch_size` arg; -1 unknown */
+    int64_t *bytes;   /* bytes moved by a read/write; annotations: their `bytes` arg; -1 unknown */
     uint32_t *name;   /* id in names */
     uint32_t *cat;    /* id in cats */
     uint32_t *file;   /* id in files (0 = no file) */
@@ -130,6 +132,7 @@ typedef struct an_rawev {
     const char *hhash, *fhash, *fname, *hostname, *m_name, *m_value;
     size_t hhash_n, fhash_n, fname_n, hostname_n, m_name_n, m_value_n;
     int64_t ret, offset, count, size, bytes, flags, whence, dur_sum, size_sum, ret_sum, ccount;
+    int64_t items; /* an annotation's batch_size: samples the region handled */
     unsigned has; /* AN_RAW_HAS_* bits for the numeric args */
     int name_esc, fname_esc, m_name_esc;
 } an_rawev;
@@ -145,6 +148,7 @@ typedef struct an_rawev {
 #define AN_RAW_SIZESUM 0x100u
 #define AN_RAW_RETSUM 0x200u
 #define AN_RAW_CCOUNT 0x400u
+#define AN_RAW_ITEMS 0x800u
 
 int an_parse_line(const char *p, const char *end, an_rawev *ev);
 

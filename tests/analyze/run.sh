@@ -100,6 +100,7 @@ cmpv "compare: I/O gain, app slower -> guard" guard "^verdict: reject \(guard\)"
 t_check "compare --json: range and counts" json_check "$d/cmp.json" \
     "r['verdict']=='keep' and r['wall_delta']['low']<=r['wall_delta']['median']<=r['wall_delta']['high']<0 and r['baseline'][0]['checkpoint_events']==r['candidate'][0]['checkpoint_events']"
 t_expect_fail "compare without --" 2 "separated by '--'" "$SCAFFOLD" compare "$C/base_r0"
+source tests/analyze/compare_work.sh
 
 # --- bad inputs: clear messages, partial results
 mkdir -p "$d/empty"

@@ -1,0 +1,38 @@
+# compare's notion of work on real traced benchmark runs (sourced by tests/analyze/run.sh, which
+# provides tests/lib.sh, $d and $SCAFFOLD). The issue's pair: data_store files (first run, which
+# also generates the dataset) then memory must not be "does less"; fewer epochs or fewer samples
+# must still be.
+t_cbin "$BUILD/tests/analyze/test_compare_work" "$d/unit"
+cw=$d/cw
+mkdir -p "$cw"
+cwcfg="-c $PWD/configs/benchmark_default.yml -c $PWD/tests/train/tiny.yml --base-run-dir $cw/runs --dataset-dir $cw/ds --fract-base-dir $cw/fr"
+cwrun() { # NAME ARGS...: one traced 1-rank run into $cw/NAME
+    local n=$1; shift
+    OMP_NUM_THREADS=1 "$SCAFFOLD" trace --out "$cw/$n" -- "$SCAFFOLD" benchmark $cwcfg "$@" >"$cw/$n.log" 2>&1 ||
+        t_fail "traced run $n" "$(tail -3 "$cw/$n.log")"
+}
+cwrun files --data-store files
+cwrun memory --data-store memory
+cwrun short --data-store files --epochs 1
+cwrun fewer --data-store files --n-instances-used-per-fractal 6
+out=$("$SCAFFOLD" compare "$cw/files" -- "$cw/memory" 2>&1)
+if grep -qE "^verdict: (keep|inconclusive) " <<<"$out" && ! grep -q "does less" <<<"$out" &&
+    grep -q "data-path change" <<<"$out"; then
+    t_ok "compare files -> memory store: keep/inconclusive on time, a data-path change"
+else
+    t_fail "compare files -> memory store" "$(tail -4 <<<"$out")"
+fi
+"$SCAFFOLD" compare --json "$cw/files" -- "$cw/memory" >"$cw/fm.json" 2>/dev/null
+t_check "compare --json: same application work, fewer file-system bytes" json_check "$cw/fm.json" \
+    "r['work_units']=='application' and r['time_basis']=='training phase' and not r['does_less'] and r['baseline'][0]['work']['training_samples']==r['candidate'][0]['work']['training_samples']>0 and r['candidate'][0]['work']['phases']['training']['fs_bytes_read'] < r['baseline'][0]['work']['phases']['training']['fs_bytes_read']"
+cmpless() { # NAME CAND WHAT
+    local o
+    o=$("$SCAFFOLD" compare "$cw/files" -- "$cw/$2" 2>&1)
+    if grep -q "^verdict: reject (does less, not faster)" <<<"$o" && grep -q "$3" <<<"$o"; then
+        t_ok "$1"
+    else
+        t_fail "$1" "$(tail -2 <<<"$o")"
+    fi
+}
+cmpless "compare: fewer epochs -> does less" short "epochs 2 -> 1"
+cmpless "compare: fewer samples per epoch -> does less" fewer "training samples"
