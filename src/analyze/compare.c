@@ -278,13 +278,14 @@ void an_compare(const an_run *base, size_t nb, const an_run *cand, size_t nc, do
                  "does less, not faster: the candidate does less work (%s); its %+.1f%% %s time "
                  "is not a speedup of the same work",
                  r->less, 100 * r->wall_med, t);
-    } else if (sys_gain && r->wall_med > 0.02) {
+    } else if (sys_gain && r->wall_med > fmax(0.02, r->noise)) {
+        /* A slowdown inside the noise band is not evidence of a cost to the application. */
         r->guard_triggered = 1;
         r->verdict = "reject";
         snprintf(r->reason, sizeof r->reason,
                  "non-degradation guard: the system side improved (I/O time %+.1f%%) but the "
-                 "application is %.1f%% slower (> 2%%)",
-                 100 * r->io_med, 100 * r->wall_med);
+                 "application is %.1f%% slower (> 2%% and beyond the noise band of +-%.1f%%)",
+                 100 * r->io_med, 100 * r->wall_med, 100 * r->noise);
     } else {
         r->verdict = sign < 0 ? "keep" : sign > 0 ? "reject" : "inconclusive";
         int n = snprintf(r->reason, sizeof r->reason,

@@ -12,10 +12,10 @@
  *
  * The verdict follows three guards: (1) a candidate that does less work is rejected as "does
  * less, not faster"; (2) a system-side gain (less I/O time, more I/O bandwidth) that costs the
- * application more than 2% time is rejected (non-degradation guard); (3) a time change is only
- * credited when the whole candidate range lies outside the noise band, otherwise the verdict is
- * inconclusive. Time is the training phase when annotated (dataset generation and warmup
- * excluded, as the benchmark's figure of merit), else the whole run. */
+ * application more than 2% time, beyond the noise band, is rejected (non-degradation guard);
+ * (3) a time change is only credited when the whole candidate range lies outside the noise band,
+ * otherwise the verdict is inconclusive. Time is the training phase when annotated (dataset
+ * generation and warmup excluded, as the benchmark's figure of merit), else the whole run. */
 #ifndef SCAFFOLD_ANALYZE_COMPARE_H
 #define SCAFFOLD_ANALYZE_COMPARE_H
 
