@@ -2,6 +2,7 @@
 #include "core/fsutil.h"
 
 #include "core/err.h"
+#include "core/fault.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -57,31 +58,12 @@ int fs_atomic_open(fs_atomic *a, const char *path) {
     return 0;
 }
 
-/* Fault injection for tests: SCAFFOLD_FAULT_KILL_AT_COMMIT=N kills the process with SIGKILL
- * inside the N-th commit, after the data is written to the temporary file and before the
- * rename, exactly as a `kill -9` at the worst moment would. */
-static atomic_long fault_commits;
-static atomic_long fault_kill_at = -1;
-
-static void fault_point(void) {
-    long want = atomic_load(&fault_kill_at);
-    if (want < 0) {
-        const char *e = getenv("SCAFFOLD_FAULT_KILL_AT_COMMIT");
-        want = e ? atol(e) : 0;
-        atomic_store(&fault_kill_at, want);
-    }
-    if (want > 0 && atomic_fetch_add(&fault_commits, 1) + 1 == want)
-        raise(SIGKILL);
-}
-
-void fs_fault_arm(long n) {
-    atomic_store(&fault_kill_at, atomic_load(&fault_commits) + n);
-}
-
 int fs_atomic_commit(fs_atomic *a, int do_fsync) {
     if (a->fp)
         fflush(a->fp);
-    fault_point();
+    /* A kill -9 at the worst moment: the data is in the temporary file, the rename not done. */
+    if (fault_hit(FAULT_KILL_AT_COMMIT, 0))
+        raise(SIGKILL);
     if (!a->fp)
         return err_set(ERR_IO, "%s: file was not open", a->path);
     int bad = ferror(a->fp) || fflush(a->fp) != 0;

@@ -23,13 +23,9 @@ int fs_mkdir_p(const char *path);
 int fs_atomic_open(fs_atomic *a, const char *path);
 
 /* Flushes, optionally fsyncs, closes and renames onto the final path. On failure the temporary
- * file is removed. 0 or ERR_IO. */
+ * file is removed. 0 or ERR_IO. Fault point FAULT_KILL_AT_COMMIT (core/fault.h) sits between the
+ * data and the rename. */
 int fs_atomic_commit(fs_atomic *a, int do_fsync);
-
-/* Test hook: kill the process (SIGKILL) inside the n-th atomic commit from now, after the data
- * reached the temporary file and before the rename. The environment variable
- * SCAFFOLD_FAULT_KILL_AT_COMMIT=N arms it for the N-th commit of the process. */
-void fs_fault_arm(long n);
 
 /* Closes and removes the temporary file (safe to call twice). */
 void fs_atomic_abort(fs_atomic *a);

@@ -4,6 +4,7 @@
 #include "train/bench.h"
 
 #include "core/err.h"
+#include "core/fault.h"
 #include "core/fsutil.h"
 #include "core/log.h"
 #include "train/ckpt.h"
@@ -79,12 +80,9 @@ static int train_epoch(train_state *s, int epoch, double lr, double acc[3], long
     scaffold_trace_region tr =
         SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_TRAIN, SCAFFOLD_TRACE_CAT_PIPELINE);
     int rc = ds_loader_start_epoch(s->train, epoch);
-    /* Test hook: SCAFFOLD_FAULT_KILL_AT_EPOCH=E kills rank 0 after the first step of epoch E
-     * (a node failure in the middle of an epoch). */
-    const char *fk = getenv("SCAFFOLD_FAULT_KILL_AT_EPOCH");
-    int kill_here = fk && atoi(fk) == epoch && w->rank == 0;
     for (;;) {
-        if (kill_here && *steps == 1)
+        /* A node failure in the middle of an epoch. */
+        if (*steps == 1 && w->rank == 0 && fault_hit(FAULT_KILL_AT_EPOCH, epoch))
             raise(SIGKILL);
         int r = rc ? rc : train_step(s, lr, acc);
         if (r <= 0) {

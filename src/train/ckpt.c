@@ -2,6 +2,7 @@
 #include "train/ckpt.h"
 
 #include "core/err.h"
+#include "core/fault.h"
 #include "core/fsutil.h"
 #include "core/log.h"
 #include "nn/checkpoint.h"
@@ -56,12 +57,8 @@ static int write_pair(ckpt_writer *w, const float *params, const float *state) {
     char pm[4200], po[4200];
     path_of(w->dir, "last", 0, pm, sizeof pm);
     path_of(w->dir, "last", 1, po, sizeof po);
-    /* Test hook: SCAFFOLD_FAULT_KILL_IN_SAVE=E:K kills the process inside the K-th file commit
-     * (1 = optimizer sidecar, 2 = model file) of the save of epoch E. */
-    const char *fk = getenv("SCAFFOLD_FAULT_KILL_IN_SAVE");
-    int fe = 0, fn = 0;
-    if (fk && sscanf(fk, "%d:%d", &fe, &fn) == 2 && fe == w->st.epoch)
-        fs_fault_arm(fn);
+    if (fault_hit(FAULT_KILL_IN_SAVE, w->st.epoch))
+        fault_arm(FAULT_KILL_AT_COMMIT, fault_arg(FAULT_KILL_IN_SAVE, 1));
     int rc = nn_checkpoint_save(pm, &view, &ov, meta, (int)(sizeof meta / sizeof meta[0]) / 2);
     if (rc)
         return rc;

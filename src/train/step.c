@@ -3,6 +3,7 @@
 #include "train/train.h"
 
 #include "core/err.h"
+#include "core/fault.h"
 #include "core/log.h"
 #include "nn/loss.h"
 
@@ -12,15 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Test hook: SCAFFOLD_FAULT_FAIL_STEP=R:K makes rank R fail its K-th training step as a read
- * error would, to check that the other ranks do not hang in the all-reduce. */
+/* A read error on one rank (fault point FAIL_STEP): the others must not hang in the
+ * all-reduce. */
 static int fault_fail_step(int rank) {
-    static long steps_seen;
-    const char *ff = getenv("SCAFFOLD_FAULT_FAIL_STEP");
-    int fr = -1;
-    long fk = -1;
-    if (ff && sscanf(ff, "%d:%ld", &fr, &fk) == 2 && fr == rank && ++steps_seen == fk)
-        return err_set(ERR_IO, "injected read failure at training step %ld on rank %d", fk, fr);
+    if (fault_hit(FAULT_FAIL_STEP, rank))
+        return err_set(ERR_IO, "injected read failure at training step %ld on rank %d",
+                       fault_arg(FAULT_FAIL_STEP, 1), rank);
     return 0;
 }
 
