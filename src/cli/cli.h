@@ -5,6 +5,7 @@
 #define SCAFFOLD_CLI_CLI_H
 
 #include "core/config.h"
+#include "core/opt.h"
 #include "dist/dist.h"
 
 int cmd_generate_fractals(int argc, char **argv);
@@ -22,6 +23,17 @@ int cmd_store_bench(int argc, char **argv);
  * --help, 2 for bad input), with MPI already finalised. */
 int cli_config_start(int *argc, char ***argv, dist_world *w, scaffold_config *c,
                      const char *summary);
+
+/* The same for a command with options of its own beside the configuration flags (`extra`, an
+ * OPT_END-terminated table of core/opt.h; they are filled before anything else happens). */
+int cli_config_start_opts(int *argc, char ***argv, dist_world *w, scaffold_config *c,
+                          const char *summary, const opt_spec *extra);
+
+/* Parses the command line of a command that does not read the configuration, with its option
+ * table (core/opt.h). Returns -1 when the command should go on (*first = index of the first
+ * positional argument), otherwise the exit status: 0 after printing the help, 2 after printing
+ * one "scaffold NAME: message" line. Touches no MPI, so every rank reaches the same verdict. */
+int cli_parse(const opt_cmd *cmd, int argc, char **argv, int *first);
 
 /* Prints "scaffold CMD: <err_msg()>" on rank 0, finalises MPI, returns the exit status of rc. */
 int cli_fail(dist_world *w, const char *cmd, int rc);

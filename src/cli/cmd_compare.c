@@ -8,44 +8,28 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void usage(FILE *out) {
-    fprintf(out,
-            "usage: scaffold compare [--json] [--noise PCT] BASE... -- CAND...\n\n"
-            "Each BASE/CAND is one run: a trace file, a directory of per-process traces or a\n"
-            "glob. Give several runs per side as replicates. Reports the training-phase\n"
-            "and epoch time deltas as a range against the noise band, the work done on each\n"
-            "side in application units when the benchmark's annotations are present (epochs,\n"
-            "optimizer steps, samples, bytes delivered, checkpoints; file-system bytes per\n"
-            "phase are shown but are not work) and a verdict: keep, reject (slower, 'does\n"
-            "less, not faster', or the >2%% app regression guard) or inconclusive.\n\n"
-            "options:\n"
-            "  --json        print the comparison as JSON\n"
-            "  --noise PCT   smallest noise band to assume (default 1)\n"
-            "  -h, --help    this help\n"
-            "Exit status: 0 (whatever the verdict), 2 bad arguments or input, 1 failure.\n");
-}
-
 int cmd_compare(int argc, char **argv) {
     int json = 0;
-    double noise = 0.01;
-    int i = 1;
-    for (; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--json")) {
-            json = 1;
-        } else if (!strcmp(argv[i], "--noise")) {
-            char *end;
-            if (i + 1 >= argc || (noise = strtod(argv[i + 1], &end) / 100.0, *end) || noise < 0) {
-                fprintf(stderr, "scaffold compare: --noise needs a percentage, e.g. --noise 2\n");
-                return 2;
-            }
-            i++;
-        } else {
-            break;
-        }
-    }
+    double noise_pct = 1;
+    const opt_spec opts[] = {
+        OPT_FLAG_(0, "json", &json, "print the comparison as JSON"),
+        OPT_DOUBLE_(0, "noise", &noise_pct, 0, OPT_NO_MAX, "PCT",
+                    "smallest noise band to assume, in percent (default 1)"),
+        OPT_END_};
+    const opt_cmd cmd = {
+        "compare", "[--json] [--noise PCT] BASE... -- CAND...",
+        "Each BASE/CAND is one run: a trace file, a directory of per-process traces or a\n"
+        "glob. Give several runs per side as replicates. Reports the training-phase\n"
+        "and epoch time deltas as a range against the noise band, the work done on each\n"
+        "side in application units when the benchmark's annotations are present (epochs,\n"
+        "optimizer steps, samples, bytes delivered, checkpoints; file-system bytes per\n"
+        "phase are shown but are not work) and a verdict: keep, reject (slower, 'does\n"
+        "less, not faster', or the >2% app regression guard) or inconclusive.",
+        opts, OPT_POS_REST, "Exit status: 0 (whatever the verdict), 2 bad arguments or input, 1 failure."};
+    int i, st = cli_parse(&cmd, argc, argv, &i);
+    if (st >= 0)
+        return st;
+    const double noise = noise_pct / 100.0;
     int sep = -1;
     for (int k = i; k < argc; k++)
         if (!strcmp(argv[k], "--")) {

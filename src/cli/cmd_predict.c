@@ -10,27 +10,10 @@
 #include "nn/checkpoint.h"
 #include "nn/unet.h"
 
-#include <getopt.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void usage(FILE *out) {
-    fprintf(out,
-            "usage: scaffold predict --checkpoint FILE --input VOLUME.npy [--logits OUT.npy]\n"
-            "                        [--mask OUT.npy] [--group-norm-groups G] [--threads N]\n\n"
-            "Runs the U-Net of a checkpoint on one volume.\n\n"
-            "  --checkpoint FILE       scaffold checkpoint, or upstream's PyTorch UNet state_dict\n"
-            "                          saved with safetensors.torch.save_file\n"
-            "  --input VOLUME.npy      float32 array (C, D, H, W), C = the model's input channels\n"
-            "                          (3), D, H, W multiples of 2^layers\n"
-            "  --logits OUT.npy        write float32 logits (n_classes, D, H, W)\n"
-            "  --mask OUT.npy          write uint16 argmax labels (D, H, W)\n"
-            "  --group-norm-groups G   GroupNorm groups of a checkpoint without scaffold metadata\n"
-            "                          (PyTorch files; default 8, upstream's default)\n"
-            "  --threads N             OpenMP threads (default: OMP_NUM_THREADS or all cores)\n");
-}
 
 static int fail(int rc) {
     fprintf(stderr, "scaffold predict: %s\n", err_msg());
@@ -40,63 +23,31 @@ static int fail(int rc) {
 int cmd_predict(int argc, char **argv) {
     const char *ckpt = NULL, *input = NULL, *logits_out = NULL, *mask_out = NULL;
     int groups = 0, threads = 0;
-    static const struct option opts[] = {{"checkpoint", required_argument, 0, 'c'},
-                                         {"input", required_argument, 0, 'i'},
-                                         {"logits", required_argument, 0, 'l'},
-                                         {"mask", required_argument, 0, 'm'},
-                                         {"group-norm-groups", required_argument, 0, 'g'},
-                                         {"threads", required_argument, 0, 't'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    optind = 1;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, "c:i:l:m:g:t:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'c':
-            ckpt = optarg;
-            break;
-        case 'i':
-            input = optarg;
-            break;
-        case 'l':
-            logits_out = optarg;
-            break;
-        case 'm':
-            mask_out = optarg;
-            break;
-        case 'g':
-        case 't': {
-            char *end;
-            long v = strtol(optarg, &end, 10);
-            if (*end || v < 1 || v > 65536) {
-                fprintf(stderr, "scaffold predict: --%s needs a positive integer, got '%s'\n",
-                        c == 'g' ? "group-norm-groups" : "threads", optarg);
-                return 2;
-            }
-            if (c == 'g')
-                groups = (int)v;
-            else
-                threads = (int)v;
-            break;
-        }
-        case 'h':
-            usage(stdout);
-            return 0;
-        default:
-            fprintf(stderr, "scaffold predict: unknown or incomplete option '%s'\n",
-                    argv[optind - 1]);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "scaffold predict: unexpected argument '%s'\n", argv[optind]);
-        return 2;
-    }
+    const opt_spec opts[] = {
+        OPT_STR_(0, "checkpoint", &ckpt, "FILE",
+                 "scaffold checkpoint, or upstream's PyTorch UNet state_dict saved with "
+                 "safetensors.torch.save_file"),
+        OPT_STR_(0, "input", &input, "VOLUME.npy",
+                 "float32 array (C, D, H, W), C = the model's input channels (3), D, H, W "
+                 "multiples of 2^layers"),
+        OPT_STR_(0, "logits", &logits_out, "OUT.npy", "write float32 logits (n_classes, D, H, W)"),
+        OPT_STR_(0, "mask", &mask_out, "OUT.npy", "write uint16 argmax labels (D, H, W)"),
+        OPT_INT_(0, "group-norm-groups", &groups, 1, OPT_NO_MAX, "G",
+                 "GroupNorm groups of a checkpoint without scaffold metadata (PyTorch files; "
+                 "default 8, upstream's default)"),
+        OPT_INT_(0, "threads", &threads, 1, OPT_NO_MAX, "N",
+                 "OpenMP threads (default: OMP_NUM_THREADS or all cores)"),
+        OPT_END_};
+    const opt_cmd cmd = {"predict", "--checkpoint FILE --input VOLUME.npy [--logits OUT.npy] "
+                                    "[--mask OUT.npy] [options]",
+                         "Runs the U-Net of a checkpoint on one volume.", opts, OPT_POS_NONE,
+                         NULL};
+    int first, st = cli_parse(&cmd, argc, argv, &first);
+    if (st >= 0)
+        return st;
     if (!ckpt || !input) {
-        fprintf(stderr, "scaffold predict: --checkpoint and --input are required\n");
-        usage(stderr);
+        fprintf(stderr, "scaffold predict: --checkpoint and --input are required (see 'scaffold "
+                        "predict --help')\n");
         return 2;
     }
     if (threads)

@@ -57,24 +57,6 @@ static int trace_is_known(char **names, size_t n, const char *name) {
     return 0;
 }
 
-static void trace_usage(FILE *out) {
-    fprintf(out,
-            "usage: scaffold trace [--out DIR] [--data-dirs A:B] [--exclude A:B] [--flush-ms N]\n"
-            "                      [--lib PATH] -- CMD [ARGS...]\n\n"
-            "Runs CMD with the I/O tracer preloaded. Every process (forks and execs included)\n"
-            "writes DIR/trace-<hash>-preload.pfw.gz in dftracer's format.\n\n"
-            "options:\n"
-            "  --out DIR          directory for the traces (default: ./traces; created)\n"
-            "  --data-dirs A:B    trace only paths under these directories (default: all)\n"
-            "  --exclude A:B      never trace paths under these directories\n"
-            "  --flush-ms N       flush interval in milliseconds (default 1000): the most a\n"
-            "                     killed process can lose\n"
-            "  --lib PATH         the tracer library (default: libscaffold_trace.so next to\n"
-            "                     this executable, or $SCAFFOLD_TRACE_LIB)\n\n"
-            "The exit status is CMD's (128+N if it died of signal N). Other settings are the\n"
-            "SCAFFOLD_TRACE_* environment variables described in docs/trace.md.\n");
-}
-
 /* The tracer library: --lib, $SCAFFOLD_TRACE_LIB, or next to /proc/self/exe (or ../lib). */
 static int trace_find_lib(const char *opt, char *out, size_t cap) {
     const char *cand[3] = {opt, getenv("SCAFFOLD_TRACE_LIB"), NULL};
@@ -140,42 +122,31 @@ static int trace_abs_list(const char *in, char *out, size_t cap) {
 
 int cmd_trace(int argc, char **argv) {
     const char *out = "traces", *data_dirs = NULL, *exclude = NULL, *lib = NULL;
-    long flush_ms = -1;
-    int i = 1;
-    for (; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--")) {
-            i++;
-            break;
-        }
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            trace_usage(stdout);
-            return 0;
-        }
-        int has_val = i + 1 < argc;
-        if (!strcmp(a, "--out") && has_val) {
-            out = argv[++i];
-        } else if (!strcmp(a, "--data-dirs") && has_val) {
-            data_dirs = argv[++i];
-        } else if (!strcmp(a, "--exclude") && has_val) {
-            exclude = argv[++i];
-        } else if (!strcmp(a, "--lib") && has_val) {
-            lib = argv[++i];
-        } else if (!strcmp(a, "--flush-ms") && has_val) {
-            char *end;
-            flush_ms = strtol(argv[++i], &end, 10);
-            if (*end || flush_ms < 1 || flush_ms > 3600000) {
-                fprintf(stderr, "scaffold trace: --flush-ms '%s' must be an integer in "
-                                "1..3600000\n", argv[i]);
-                return 2;
-            }
-        } else if (a[0] == '-') {
-            fprintf(stderr, "scaffold trace: unknown or incomplete option '%s' (see --help)\n", a);
-            return 2;
-        } else {
-            break; /* the command, without a "--" */
-        }
-    }
+    int flush_ms = 0;
+    const opt_spec opts[] = {
+        OPT_STR_(0, "out", &out, "DIR", "directory for the traces (default: ./traces; created)"),
+        OPT_STR_(0, "data-dirs", &data_dirs, "A:B",
+                 "trace only paths under these directories (default: all)"),
+        OPT_STR_(0, "exclude", &exclude, "A:B", "never trace paths under these directories"),
+        OPT_INT_(0, "flush-ms", &flush_ms, 1, 3600000, "N",
+                 "flush interval in milliseconds (default 1000): the most a killed process can "
+                 "lose"),
+        OPT_STR_(0, "lib", &lib, "PATH",
+                 "the tracer library (default: libscaffold_trace.so next to this executable, or "
+                 "$SCAFFOLD_TRACE_LIB)"),
+        OPT_END_};
+    const opt_cmd cmd = {
+        "trace", "[options] -- CMD [ARGS...]",
+        "Runs CMD with the I/O tracer preloaded. Every process (forks and execs included)\n"
+        "writes DIR/trace-<hash>-preload.pfw.gz in dftracer's format.",
+        opts, OPT_POS_REST,
+        "The exit status is CMD's (128+N if it died of signal N). Other settings are the\n"
+        "SCAFFOLD_TRACE_* environment variables described in docs/trace.md."};
+    int i, pst = cli_parse(&cmd, argc, argv, &i);
+    if (pst >= 0)
+        return pst;
+    if (i < argc && !strcmp(argv[i], "--"))
+        i++;
     if (i >= argc) {
         fprintf(stderr, "scaffold trace: no command given; usage: scaffold trace [options] -- "
                         "CMD [ARGS...]\n");
@@ -222,7 +193,7 @@ int cmd_trace(int argc, char **argv) {
     }
     if (flush_ms > 0) {
         char v[32];
-        snprintf(v, sizeof v, "%ld", flush_ms);
+        snprintf(v, sizeof v, "%d", flush_ms);
         setenv("SCAFFOLD_TRACE_FLUSH_MS", v, 1);
     }
     unsetenv("SCAFFOLD_TRACE_DISABLE");

@@ -8,8 +8,26 @@
 
 #include <stdio.h>
 
+int cli_parse(const opt_cmd *cmd, int argc, char **argv, int *first) {
+    int rc = opt_parse(cmd, argc, argv, first);
+    if (rc == OPT_HELP) {
+        opt_usage(cmd, stdout);
+        return 0;
+    }
+    if (rc) {
+        fprintf(stderr, "scaffold %s: %s\n", cmd->name, err_msg());
+        return err_exit_status(rc);
+    }
+    return -1;
+}
+
 int cli_config_start(int *argc, char ***argv, dist_world *w, scaffold_config *c,
                      const char *summary) {
+    return cli_config_start_opts(argc, argv, w, c, summary, NULL);
+}
+
+int cli_config_start_opts(int *argc, char ***argv, dist_world *w, scaffold_config *c,
+                          const char *summary, const opt_spec *extra) {
     if (dist_init(w, argc, argv) != 0) {
         fprintf(stderr, "scaffold: %s\n", err_msg());
         return 1;
@@ -17,10 +35,10 @@ int cli_config_start(int *argc, char ***argv, dist_world *w, scaffold_config *c,
     log_set_rank(w->rank);
     char **av = *argv;
     config_defaults(c);
-    int rc = config_parse_args(c, *argc, av, 1);
-    if (rc == 1) {
+    int rc = config_parse_args_opts(c, *argc, av, 1, extra);
+    if (rc == OPT_HELP) {
         if (w->rank == 0)
-            config_usage(stdout, av[0], summary);
+            config_usage_opts(stdout, av[0], summary, extra);
         dist_finalize(w);
         return 0;
     }

@@ -340,112 +340,112 @@ done:
     return rc;
 }
 
-/* "--problem-scale" / "--problem_scale" / "--T-0" -> key index. */
-static int cfg_flag_key(const char *flag) {
-    char name[128];
-    snprintf(name, sizeof name, "%s", flag);
-    for (char *p = name; *p; p++)
-        if (*p == '-')
-            *p = '_';
-    return cfg_find(name);
+/* The command line of a configuration-driven command is one option table (core/opt.h): the
+ * command's own options, -c/--config, -v/--verbose, --restart, then a flag for every key. Key
+ * flags are recorded while parsing and applied after every file is loaded, so an explicit flag
+ * wins whatever its position. */
+typedef struct cfg_cli {
+    scaffold_config *c;
+    int nflags;
+    struct cfg_flag_rec {
+        int k;
+        int n;
+        char *vals[CFG_LIST_MAX]; /* point into argv */
+    } *flags;
+    char names[CFG_NKEYS][64]; /* "--problem-scale" without the dashes */
+    opt_spec tab[CFG_NKEYS + CFG_MAX_EXTRA_OPTS + 8];
+} cfg_cli;
+
+static int cfg_opt_file(const opt_spec *o, char **vals, int n, void *ctx) {
+    (void)o, (void)n;
+    scaffold_config *c = ((cfg_cli *)ctx)->c;
+    if (c->n_files >= CFG_MAX_FILES)
+        return err_set(ERR_USAGE, "at most %d config files", CFG_MAX_FILES);
+    snprintf(c->files[c->n_files++], CFG_STR_MAX, "%s", vals[0]);
+    return 0;
+}
+
+static int cfg_opt_key(const opt_spec *o, char **vals, int n, void *ctx) {
+    cfg_cli *cl = ctx;
+    struct cfg_flag_rec *r = &cl->flags[cl->nflags++];
+    r->k = (int)((o->name - cl->names[0]) / (ptrdiff_t)sizeof cl->names[0]);
+    r->n = n < CFG_LIST_MAX ? n : CFG_LIST_MAX;
+    for (int i = 0; i < r->n; i++)
+        r->vals[i] = vals[i];
+    return 0;
+}
+
+static int cfg_cli_build(cfg_cli *cl, scaffold_config *c, const opt_spec *extra) {
+    memset(cl, 0, sizeof *cl);
+    cl->c = c;
+    int n = 0;
+    for (const opt_spec *e = extra; e && e->type != OPT_END; e++) {
+        if (n >= CFG_MAX_EXTRA_OPTS)
+            return err_set(ERR_INTERNAL, "more than %d command options", CFG_MAX_EXTRA_OPTS);
+        cl->tab[n++] = *e;
+    }
+    cl->tab[n++] = (opt_spec)OPT_FN_('c', "config", cfg_opt_file, cl, 1, "FILE",
+                                     "configuration file (repeatable: the first is the base, "
+                                     "later files override it in order)");
+    cl->tab[n++] = (opt_spec)OPT_COUNT_('v', "verbose", &c->verbose, "more output (repeatable)");
+    cl->tab[n++] = (opt_spec)OPT_FLAG_(0, "restart", &c->restart,
+                                       "resume the run in --run-dir from its checkpoints");
+    cl->tab[n++] = (opt_spec)OPT_SECTION_("configuration keys (precedence: default < file < flag):");
+    for (int k = 0; k < CFG_NKEYS; k++) {
+        snprintf(cl->names[k], sizeof cl->names[k], "%s", cfg_table[k].name);
+        for (char *p = cl->names[k]; *p; p++)
+            if (*p == '_')
+                *p = '-';
+        const char *arg = cfg_table[k].type == T_LIST  ? "I I I"
+                          : cfg_table[k].type == T_STR ? "STR"
+                          : cfg_table[k].type == T_INT ? "INT"
+                                                       : "NUM";
+        cl->tab[n++] = (opt_spec){.name = cl->names[k], .type = OPT_FN, .fn = cfg_opt_key,
+                                  .ctx = cl, .nargs = cfg_is_list(k) ? CFG_LIST_MAX : 1,
+                                  .arg = arg, .help = cfg_table[k].help, .def = cfg_table[k].def};
+    }
+    cl->tab[n] = (opt_spec)OPT_END_;
+    return 0;
+}
+
+int config_parse_args_opts(scaffold_config *c, int argc, char **argv, int require_config,
+                           const opt_spec *extra) {
+    cfg_cli *cl = malloc(sizeof *cl);
+    if (!cl)
+        return err_set(ERR_NOMEM, "out of memory parsing the command line");
+    int rc = cfg_cli_build(cl, c, extra);
+    cl->flags = rc ? NULL : malloc(sizeof *cl->flags * (size_t)(argc > 0 ? argc : 1));
+    if (!rc && !cl->flags)
+        rc = err_set(ERR_NOMEM, "out of memory parsing the command line");
+    const opt_cmd cmd = {argv[0], NULL, NULL, cl->tab, OPT_POS_NONE, NULL};
+    int first;
+    if (!rc)
+        rc = opt_parse(&cmd, argc, argv, &first);
+    if (!rc && require_config && c->n_files == 0)
+        rc = err_set(ERR_USAGE, "a configuration file is required: scaffold %s -c FILE.yml",
+                     argv[0]);
+    for (int f = 0; f < c->n_files && !rc; f++)
+        rc = config_load_file(c, c->files[f]);
+    /* Key flags, applied after every file, in command-line order. */
+    for (int i = 0; i < cl->nflags && !rc; i++) {
+        const struct cfg_flag_rec *r = &cl->flags[i];
+        char joined[256] = "", flag[80];
+        for (int j = 0; j < r->n; j++) {
+            size_t u = strlen(joined);
+            snprintf(joined + u, sizeof joined - u, "%s%s", j ? "," : "", r->vals[j]);
+        }
+        snprintf(flag, sizeof flag, "--%s", cl->names[r->k]);
+        rc = cfg_set_scalar(c, r->k, joined, 0, flag);
+        if (!rc)
+            c->from_flag[r->k] = 1;
+    }
+    free(cl->flags);
+    free(cl);
+    return rc;
 }
 
 int config_parse_args(scaffold_config *c, int argc, char **argv, int require_config) {
-    /* Pass 1: options that are not keys, and the config files (loaded before any flag). */
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help"))
-            return 1;
-        if (!strcmp(a, "-c") || !strcmp(a, "--config")) {
-            if (i + 1 >= argc)
-                return err_set(ERR_USAGE, "%s needs a file name", a);
-            if (c->n_files >= CFG_MAX_FILES)
-                return err_set(ERR_USAGE, "at most %d config files", CFG_MAX_FILES);
-            snprintf(c->files[c->n_files++], CFG_STR_MAX, "%s", argv[++i]);
-            continue;
-        }
-        if (!strncmp(a, "--config=", 9)) {
-            if (c->n_files >= CFG_MAX_FILES)
-                return err_set(ERR_USAGE, "at most %d config files", CFG_MAX_FILES);
-            snprintf(c->files[c->n_files++], CFG_STR_MAX, "%s", a + 9);
-            continue;
-        }
-        if (!strcmp(a, "--restart")) {
-            c->restart = 1;
-            continue;
-        }
-        if (!strcmp(a, "--verbose")) {
-            c->verbose++;
-            continue;
-        }
-        if (a[0] == '-' && a[1] == 'v' && strspn(a + 1, "v") == strlen(a + 1)) {
-            c->verbose += (int)strlen(a + 1);
-            continue;
-        }
-        if (!strncmp(a, "--", 2)) {
-            char name[128];
-            const char *eq = strchr(a, '=');
-            size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
-            if (len >= sizeof name)
-                return err_set(ERR_USAGE, "unknown option %s", a);
-            memcpy(name, a + 2, len);
-            name[len] = '\0';
-            int k = cfg_flag_key(name);
-            if (k < 0)
-                return err_set(ERR_USAGE, "unknown option --%s (see 'scaffold %s --help')", name,
-                               argv[0]);
-            if (!eq)
-                i += cfg_is_list(k) ? CFG_LIST_MAX : 1;
-            if (i >= argc)
-                return err_set(ERR_USAGE, "option --%s needs %s", name,
-                               cfg_is_list(k) ? "3 integers" : "a value");
-            continue;
-        }
-        return err_set(ERR_USAGE, "unexpected argument '%s' (see 'scaffold %s --help')", a,
-                       argv[0]);
-    }
-    if (require_config && c->n_files == 0)
-        return err_set(ERR_USAGE, "a configuration file is required: scaffold %s -c FILE.yml",
-                       argv[0]);
-    for (int f = 0; f < c->n_files; f++) {
-        int rc = config_load_file(c, c->files[f]);
-        if (rc)
-            return rc;
-    }
-    /* Pass 2: key flags, applied after every file. */
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-c") || !strcmp(a, "--config")) {
-            i++;
-            continue;
-        }
-        if (strncmp(a, "--", 2) || !strncmp(a, "--config=", 9) || !strcmp(a, "--restart") ||
-            !strcmp(a, "--verbose"))
-            continue;
-        char name[128], flag[160];
-        const char *eq = strchr(a, '=');
-        size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
-        memcpy(name, a + 2, len);
-        name[len] = '\0';
-        snprintf(flag, sizeof flag, "--%s", name);
-        int k = cfg_flag_key(name);
-        int rc;
-        if (cfg_is_list(k) && !eq) {
-            char joined[256] = "";
-            for (int j = 1; j <= CFG_LIST_MAX; j++) {
-                size_t u = strlen(joined);
-                snprintf(joined + u, sizeof joined - u, "%s%s", j > 1 ? "," : "", argv[i + j]);
-            }
-            rc = cfg_set_scalar(c, k, joined, 0, flag);
-            i += CFG_LIST_MAX;
-        } else {
-            rc = cfg_set_scalar(c, k, eq ? eq + 1 : argv[++i], 0, flag);
-        }
-        if (rc)
-            return rc;
-        c->from_flag[k] = 1;
-    }
-    return 0;
+    return config_parse_args_opts(c, argc, argv, require_config, NULL);
 }
 
 /* Source of a key's current value, for messages: the last file that set it, or the flag. */
@@ -598,30 +598,21 @@ int config_optimizer(const scaffold_config *c) {
     return -1;
 }
 
-void config_usage(FILE *out, const char *cmd, const char *summary) {
-    fprintf(out,
-            "usage: scaffold %s -c FILE.yml [-c OVERRIDE.yml ...] [--KEY VALUE ...]\n\n%s\n\n"
-            "options:\n"
-            "  -c, --config FILE          configuration file (repeatable: the first is the base,\n"
-            "                             later files override it in order)\n"
-            "  -v, --verbose              more output (repeatable)\n"
-            "  --restart                  resume the run in --run-dir from its checkpoints\n"
-            "  -h, --help                 this help\n\n"
-            "configuration keys (precedence: default < file < flag):\n",
-            cmd, summary);
-    for (int k = 0; k < CFG_NKEYS; k++) {
-        char flag[96];
-        snprintf(flag, sizeof flag, "--%s", cfg_table[k].name);
-        for (char *p = flag + 2; *p; p++)
-            if (*p == '_')
-                *p = '-';
-        const char *arg = cfg_table[k].type == T_LIST  ? " I I I"
-                          : cfg_table[k].type == T_STR ? " STR"
-                          : cfg_table[k].type == T_INT ? " INT"
-                                                       : " NUM";
-        strcat(flag, arg);
-        fprintf(out, "  %-36s %s [%s]\n", flag, cfg_table[k].help, cfg_table[k].def);
+void config_usage_opts(FILE *out, const char *cmd, const char *summary,
+                       const opt_spec *extra) {
+    scaffold_config *c = malloc(sizeof *c);
+    cfg_cli *cl = malloc(sizeof *cl);
+    if (c && cl && cfg_cli_build(cl, c, extra) == 0) {
+        const opt_cmd oc = {cmd, "-c FILE.yml [-c OVERRIDE.yml ...] [--KEY VALUE ...]", summary,
+                             cl->tab, OPT_POS_NONE, NULL};
+        opt_usage(&oc, out);
     }
+    free(cl);
+    free(c);
+}
+
+void config_usage(FILE *out, const char *cmd, const char *summary) {
+    config_usage_opts(out, cmd, summary, NULL);
 }
 
 static void yaml_str(FILE *f, const char *s) {

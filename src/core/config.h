@@ -9,9 +9,12 @@
 #ifndef SCAFFOLD_CORE_CONFIG_H
 #define SCAFFOLD_CORE_CONFIG_H
 
+#include "core/opt.h"
+
 #include <stdio.h>
 
 #define CFG_STR_MAX 1024
+#define CFG_MAX_EXTRA_OPTS 32 /* options of the command itself beside the keys */
 #define CFG_MAX_FILES 16
 #define CFG_LIST_MAX 3
 
@@ -112,11 +115,18 @@ int config_load_file(scaffold_config *c, const char *path);
  * ERR_USAGE. */
 int config_parse_args(scaffold_config *c, int argc, char **argv, int require_config);
 
+/* The same, with the command's own options (`extra`, OPT_END-terminated, at most
+ * CFG_MAX_EXTRA_OPTS; NULL for none) in the one option table (core/opt.h) beside -c, -v,
+ * --restart and the key flags. */
+int config_parse_args_opts(scaffold_config *c, int argc, char **argv, int require_config,
+                           const opt_spec *extra);
+
 /* Range checks across keys and the derived values. ERR_CONFIG naming the key. */
 int config_finalize(scaffold_config *c);
 
 /* Prints the usage of a command that takes the configuration flags. */
 void config_usage(FILE *out, const char *cmd, const char *summary);
+void config_usage_opts(FILE *out, const char *cmd, const char *summary, const opt_spec *extra);
 
 /* Writes the merged configuration (all keys, derived ones too) as YAML. `only_flags` writes
  * only the keys set by explicit flags (overrides.yaml). Atomic. 0 or ERR_IO. */

@@ -194,7 +194,7 @@ static int timed_run(const store_bench_opts *o, const dist_world *w, config *c, 
             for (int64_t j = 0; j < batch && !rc; j++)
                 if (!row_ok(dst + (t * batch + j) * rb, rb, idx[last + j]))
                     rc = err_set(ERR_INTERNAL,
-                                 "store-bench: %s read wrong data for global row %lld (%lld-byte "
+                                 "%s read wrong data for global row %lld (%lld-byte "
                                  "rows, batch %lld)",
                                  store_method_name(c->m), (long long)idx[last + j], (long long)rb,
                                  (long long)batch);
@@ -231,7 +231,7 @@ static int bench_row_size(const store_bench_opts *o, const dist_world *w, int ri
     store *stores[2] = {NULL, NULL};
     int rc = (shard && dst && idx && cfg)
                  ? 0
-                 : err_set(ERR_NOMEM, "store-bench: out of memory for %lld rows of %lld bytes",
+                 : err_set(ERR_NOMEM, "out of memory for %lld rows of %lld bytes",
                            (long long)per_rank, (long long)rb);
     if (!rc) {
         for (int64_t i = 0; i < per_rank; i++)
@@ -366,22 +366,22 @@ static void write_csv(FILE *f, const result *r, int n, int ranks) {
 
 static int check_opts(const store_bench_opts *o) {
     if (o->nmethods < 1 || o->nrow_bytes < 1 || o->nbatches < 1)
-        return err_set(ERR_USAGE, "store-bench: empty --method, --row-bytes or --batch list");
+        return err_set(ERR_USAGE, "empty --method, --row-bytes or --batch list");
     for (int i = 0; i < o->nrow_bytes; i++)
         if (o->row_bytes[i] < 1)
-            return err_set(ERR_USAGE, "store-bench: --row-bytes values must be >= 1");
+            return err_set(ERR_USAGE, "--row-bytes values must be >= 1");
     for (int i = 0; i < o->nbatches; i++)
         if (o->batches[i] < 1 || o->batches[i] > (1 << 20))
-            return err_set(ERR_USAGE, "store-bench: --batch values must be 1..1048576");
+            return err_set(ERR_USAGE, "--batch values must be 1..1048576");
     if (o->rows_per_rank < 1 || o->shard_bytes < 1 || o->nget < 1 || o->get_bytes < 1)
-        return err_set(ERR_USAGE, "store-bench: --rows-per-rank, --shard-mb, --nget and "
+        return err_set(ERR_USAGE, "--rows-per-rank, --shard-mb, --nget and "
                                   "--get-mb must be >= 1");
     if (o->repeats < 1 || o->repeats > 63)
-        return err_set(ERR_USAGE, "store-bench: --repeats must be 1..63");
+        return err_set(ERR_USAGE, "--repeats must be 1..63");
     if (o->threads < 1 || o->threads > 64)
-        return err_set(ERR_USAGE, "store-bench: --threads must be 1..64");
+        return err_set(ERR_USAGE, "--threads must be 1..64");
     if (o->coll_max_bytes < 0)
-        return err_set(ERR_USAGE, "store-bench: --coll-max-bytes must be >= 1");
+        return err_set(ERR_USAGE, "--coll-max-bytes must be >= 1");
     return 0;
 }
 

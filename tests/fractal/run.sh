@@ -71,7 +71,7 @@ t_expect_fail "n_categories: -1" 2 "bad4.yml: key 'n_categories': must be a posi
 t_expect_fail "missing config file" 2 "cannot open config file nonexistent.yml" "$SCAFFOLD" generate_fractals -c nonexistent.yml
 t_expect_fail "no config given" 2 "configuration file is required" "$SCAFFOLD" generate_fractals
 t_expect_fail "bad flag value" 2 "--n-categories: expected an integer" "$SCAFFOLD" generate_fractals -c "$cfg" --n-categories x
-t_expect_fail "unknown flag" 2 "unknown option --frobnicate" "$SCAFFOLD" generate_fractals -c "$cfg" --frobnicate 1
+t_expect_fail "unknown flag" 2 "unknown option '--frobnicate'" "$SCAFFOLD" generate_fractals -c "$cfg" --frobnicate 1
 t_expect_fail "bad input agreed at -n 2" 2 "unknown config key" $MPIRUN -n 2 "$SCAFFOLD" generate_fractals -c bad1.yml
 [ ! -e fractals ] && t_ok "nothing written on bad input" || t_fail "nothing written on bad input"
 touch afile

@@ -39,9 +39,14 @@ t_check "coll runs where no window can be created" \
 t_check "store-bench --help" quiet "$SCAFFOLD" store-bench --help
 t_expect_fail "unknown option" 2 "unknown option '--bogus'" "$SCAFFOLD" store-bench --bogus 1
 t_expect_fail "unknown method" 2 "unknown store method 'foo'" "$SCAFFOLD" store-bench --method foo
-t_expect_fail "malformed size" 2 "--row-bytes '12x' is not a size" "$SCAFFOLD" store-bench --row-bytes 12x
-t_expect_fail "batch 0" 2 "--batch values must be" "$SCAFFOLD" store-bench --batch 0
-t_expect_fail "missing value" 2 "--nget needs a value" "$SCAFFOLD" store-bench --nget
+t_expect_fail "malformed size" 2 "^scaffold store-bench: --row-bytes: expected .*got '12x'" "$SCAFFOLD" store-bench --row-bytes 12x
+t_expect_fail "batch 0" 2 "^scaffold store-bench: --batch: expected .*\\[1, 1048576\\].*got '0'" "$SCAFFOLD" store-bench --batch 0
+t_expect_fail "missing value" 2 "^scaffold store-bench: --nget needs a value" "$SCAFFOLD" store-bench --nget
+# A negative count is a range error, not "not a number"; the prefix is every command's.
+t_expect_fail "negative count" 2 "^scaffold store-bench: --rows-per-rank: expected a positive whole number.*, got '-5'$" \
+    "$SCAFFOLD" store-bench --rows-per-rank -5
+t_expect_fail "repeats out of range" 2 "^scaffold store-bench: --repeats: expected an integer in \\[1, 63\\], got '64'" \
+    "$SCAFFOLD" store-bench --repeats 64
 t_expect_fail "malformed DDSTORE_ALLTOALL_MAX_BYTES" 2 "DDSTORE_ALLTOALL_MAX_BYTES" \
     env DDSTORE_ALLTOALL_MAX_BYTES=lots "$SCAFFOLD" store-bench --method coll "${tiny[@]}"
 t_expect_fail "DDSTORE_MAX_READ_BYTES above 2^31-1" 2 "DDSTORE_MAX_READ_BYTES" \
