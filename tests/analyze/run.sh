@@ -12,7 +12,7 @@ t_cbin "$BUILD/tests/analyze/test_analyze" "$d/unit"
 deflate=$(grep -q AN_HAVE_LIBDEFLATE src/analyze/module.mk && [ -f /usr/include/libdeflate.h ] && echo "-DAN_HAVE_LIBDEFLATE -ldeflate")
 if gcc -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined \
     -fno-omit-frame-pointer -Isrc -Iinclude -Itests tests/analyze/test_analyze.c src/analyze/*.c \
-    src/core/err.c src/core/fsutil.c -o "$d/test_analyze_san" $deflate -lyaml -lz -lm -lpthread \
+    src/core/err.c src/core/fault.c src/core/fsutil.c -o "$d/test_analyze_san" $deflate -lyaml -lz -lm -lpthread \
     2>"$d/san_build.err"; then
     mkdir -p "$d/unit-san"
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 t_cbin "$d/test_analyze_san" "$d/unit-san"
