@@ -5,8 +5,11 @@
 #include "core/err.h"
 #include "core/fsutil.h"
 #include "core/log.h"
+#include "core/sha256.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 int cli_parse(const opt_cmd *cmd, int argc, char **argv, int *first) {
     int rc = opt_parse(cmd, argc, argv, first);
@@ -19,6 +22,61 @@ int cli_parse(const opt_cmd *cmd, int argc, char **argv, int *first) {
         return err_exit_status(rc);
     }
     return -1;
+}
+
+/* Collective: every rank's merged configuration must be rank 0's. Ranks started with other
+ * files or flags (an MPMD launch, a different working directory for relative paths, an edited
+ * file on one node) would otherwise train silently on different settings or hang in a
+ * collective whose sizes differ. A hash first (32 bytes); only when one differs does rank 0's
+ * text travel, so each differing rank can name its keys. */
+static int cli_config_agree(const dist_world *w, const scaffold_config *c) {
+    if (w->size == 1)
+        return 0;
+    size_t len = 0;
+    char *mine = config_canonical(c, &len);
+    unsigned char h[SHA256_DIGEST_LEN], h0[SHA256_DIGEST_LEN];
+    if (mine)
+        sha256(mine, len, h);
+    else
+        memset(h, 0, sizeof h); /* out of memory: differs from any real hash */
+    memcpy(h0, h, sizeof h);
+    dist_bcast(w, h0, sizeof h0, 0);
+    int differ = memcmp(h, h0, sizeof h) != 0;
+    if (dist_max_double(w, differ) == 0) {
+        free(mine);
+        return 0;
+    }
+    long long n0 = (long long)len;
+    dist_bcast(w, &n0, sizeof n0, 0);
+    char *theirs = w->rank == 0 ? mine : malloc((size_t)n0 + 1);
+    char *tmp = theirs ? theirs : malloc(1 << 16);
+    /* Every rank takes part in the broadcast, whatever its allocation did. */
+    for (long long off = 0; off < n0; off += 1 << 16) {
+        long long k = n0 - off < (1 << 16) ? n0 - off : (1 << 16);
+        dist_bcast(w, theirs ? theirs + off : tmp, (size_t)k, 0);
+    }
+    int rc = 0;
+    if (differ) {
+        char keys[ERR_MSG_MAX - 200];
+        if (!mine || !theirs) {
+            rc = err_set(ERR_NOMEM, "out of memory comparing the configuration with rank 0's");
+        } else {
+            theirs[n0] = '\0';
+            mine[len] = '\0';
+            int nd = config_diff_canonical(mine, theirs, keys, sizeof keys);
+            rc = err_set(ERR_CONFIG,
+                         "rank %d's configuration differs from rank 0's in %d key%s: %s; start "
+                         "every rank with the same -c files and flags (and absolute paths if the "
+                         "working directories differ)",
+                         w->rank, nd, nd == 1 ? "" : "s", keys);
+        }
+    }
+    if (!theirs)
+        free(tmp);
+    if (theirs != mine)
+        free(theirs);
+    free(mine);
+    return dist_agree(w, rc);
 }
 
 int cli_config_start(int *argc, char ***argv, dist_world *w, scaffold_config *c,
@@ -36,7 +94,8 @@ int cli_config_start_opts(int *argc, char ***argv, dist_world *w, scaffold_confi
     char **av = *argv;
     config_defaults(c);
     int rc = config_parse_args_opts(c, *argc, av, 1, extra);
-    if (rc == OPT_HELP) {
+    /* --help on any rank is help on all (one rank leaving alone would hang the others). */
+    if ((w->size > 1 ? dist_max_double(w, rc == OPT_HELP) : rc == OPT_HELP) > 0) {
         if (w->rank == 0)
             config_usage_opts(stdout, av[0], summary, extra);
         dist_finalize(w);
@@ -51,6 +110,8 @@ int cli_config_start_opts(int *argc, char ***argv, dist_world *w, scaffold_confi
         if ((rc = fs_abspath(dirs[i], abs, sizeof abs)) == 0)
             snprintf(dirs[i], CFG_STR_MAX, "%s", abs);
     rc = dist_agree(w, rc);
+    if (rc == 0)
+        rc = cli_config_agree(w, c);
     if (rc)
         return cli_fail(w, av[0], rc);
     log_set_verbosity(c->verbose);

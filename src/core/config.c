@@ -615,17 +615,53 @@ void config_usage(FILE *out, const char *cmd, const char *summary) {
     config_usage_opts(out, cmd, summary, NULL);
 }
 
-static void yaml_str(FILE *f, const char *s) {
-    fputc('"', f);
+/* A string as a double-quoted YAML scalar (escapes ", \\ and control characters). */
+static size_t yaml_str(char *buf, size_t n, const char *s) {
+    size_t o = 0;
+#define PUT(...) o += (size_t)snprintf(buf + (o < n ? o : n), o < n ? n - o : 0, __VA_ARGS__)
+    PUT("\"");
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
+            PUT("\\%c", *p);
         else if (*p < 0x20)
-            fprintf(f, "\\x%02x", *p);
+            PUT("\\x%02x", *p);
         else
-            fputc(*p, f);
+            PUT("%c", *p);
     }
-    fputc('"', f);
+    PUT("\"");
+#undef PUT
+    return o;
+}
+
+size_t config_value_text(const scaffold_config *c, int k, char *buf, size_t n) {
+    if (n)
+        buf[0] = '\0';
+    if (k < 0 || k >= CFG_NKEYS)
+        return 0;
+    const char *field = (const char *)c + cfg_table[k].off;
+    char num[64];
+    switch (cfg_table[k].type) {
+    case T_INT:
+        return (size_t)snprintf(buf, n, "%d", *(const int *)field);
+    case T_FLOAT:
+        return (size_t)snprintf(buf, n, "%s", config_pyfloat(*(const double *)field, num, sizeof num));
+    case T_STR:
+        return yaml_str(buf, n, field);
+    case T_LIST: {
+        const cfg_list *l = (const cfg_list *)field;
+        size_t o = (size_t)snprintf(buf, n, "[");
+        for (int i = 0; i < l->n; i++)
+            o += (size_t)snprintf(buf + (o < n ? o : n), o < n ? n - o : 0, "%s%d", i ? ", " : "",
+                                  l->v[i]);
+        o += (size_t)snprintf(buf + (o < n ? o : n), o < n ? n - o : 0, "]");
+        return o;
+    }
+    }
+    return 0;
+}
+
+const char *config_key_name(int k) {
+    return k >= 0 && k < CFG_NKEYS ? cfg_table[k].name : "";
 }
 
 int config_write_yaml(const scaffold_config *c, const char *path, int only_flags) {
@@ -633,38 +669,61 @@ int config_write_yaml(const scaffold_config *c, const char *path, int only_flags
     int rc = fs_atomic_open(&a, path);
     if (rc)
         return rc;
-    FILE *f = a.fp;
+    char val[CFG_VALUE_TEXT_MAX];
     for (int k = 0; k < CFG_NKEYS; k++) {
         if (only_flags && !c->from_flag[k])
             continue;
         if (k == CFG_K_run_dir && !c->from_flag[k])
             continue; /* a saved config must not turn a new run into a resume */
-        const char *field = (const char *)c + cfg_table[k].off;
-        fprintf(f, "%s: ", cfg_table[k].name);
-        char num[64];
-        switch (cfg_table[k].type) {
-        case T_INT:
-            fprintf(f, "%d", *(const int *)field);
-            break;
-        case T_FLOAT:
-            fputs(config_pyfloat(*(const double *)field, num, sizeof num), f);
-            break;
-        case T_STR:
-            yaml_str(f, field);
-            break;
-        case T_LIST: {
-            const cfg_list *l = (const cfg_list *)field;
-            fputc('[', f);
-            for (int i = 0; i < l->n; i++)
-                fprintf(f, "%s%d", i ? ", " : "", l->v[i]);
-            fputc(']', f);
-            break;
-        }
-        }
-        fputc('\n', f);
+        config_value_text(c, k, val, sizeof val);
+        fprintf(a.fp, "%s: %s\n", cfg_table[k].name, val);
     }
     if (!only_flags)
-        fprintf(f, "unet_layers: %d\nvol_size: %d\npoint_num: %ld\n", c->unet_layers, c->vol_size,
-                c->point_num);
+        fprintf(a.fp, "unet_layers: %d\nvol_size: %d\npoint_num: %ld\n", c->unet_layers,
+                c->vol_size, c->point_num);
     return fs_atomic_commit(&a, 1);
+}
+
+/* The canonical text: one "key: value" line per key, then the options that change what a run
+ * does (--restart). */
+char *config_canonical(const scaffold_config *c, size_t *len) {
+    size_t cap = (size_t)CFG_NKEYS * (CFG_VALUE_TEXT_MAX + 64) + 64, o = 0;
+    char *buf = malloc(cap);
+    if (!buf)
+        return NULL;
+    for (int k = 0; k < CFG_NKEYS; k++) {
+        o += (size_t)snprintf(buf + o, cap - o, "%s: ", cfg_table[k].name);
+        size_t v = config_value_text(c, k, buf + o, cap - o);
+        o += v < cap - o ? v : cap - o - 1;
+        o += (size_t)snprintf(buf + o, cap - o, "\n");
+    }
+    o += (size_t)snprintf(buf + o, cap - o, "restart: %d\n", c->restart);
+    *len = o;
+    return buf;
+}
+
+int config_diff_canonical(const char *mine, const char *theirs, char *msg, size_t n) {
+    size_t o = 0;
+    int ndiff = 0;
+    msg[0] = '\0';
+    const char *a = mine, *b = theirs;
+    while (*a || *b) {
+        const char *ea = strchr(a, '\n'), *eb = strchr(b, '\n');
+        size_t la = ea ? (size_t)(ea - a) : strlen(a), lb = eb ? (size_t)(eb - b) : strlen(b);
+        if (la != lb || memcmp(a, b, la) != 0) {
+            /* "key: value" -> "key (value here, value there)" */
+            const char *ca = memchr(a, ':', la), *cb = memchr(b, ':', lb);
+            int kl = ca ? (int)(ca - a) : (int)la;
+            const char *va = ca ? ca + 2 : "", *vb = cb ? cb + 2 : "";
+            int lva = ca ? (int)(la - (size_t)(va - a)) : 0, lvb = cb ? (int)(lb - (size_t)(vb - b)) : 0;
+            if (o < n)
+                o += (size_t)snprintf(msg + o, n - o, "%s%.*s (%.*s here, %.*s on rank 0)",
+                                      ndiff ? ", " : "", kl, a, lva > 80 ? 80 : lva, va,
+                                      lvb > 80 ? 80 : lvb, vb);
+            ndiff++;
+        }
+        a = ea ? ea + 1 : a + la;
+        b = eb ? eb + 1 : b + lb;
+    }
+    return ndiff;
 }

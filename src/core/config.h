@@ -132,6 +132,21 @@ void config_usage_opts(FILE *out, const char *cmd, const char *summary, const op
  * only the keys set by explicit flags (overrides.yaml). Atomic. 0 or ERR_IO. */
 int config_write_yaml(const scaffold_config *c, const char *path, int only_flags);
 
+/* The text of key k's value as config.yaml holds it ("42", "0.15", "\"ADAM\"", "[1, 1, 1]") into
+ * buf (at most CFG_VALUE_TEXT_MAX bytes are ever needed); returns its length. */
+#define CFG_VALUE_TEXT_MAX (4 * CFG_STR_MAX + 8)
+size_t config_value_text(const scaffold_config *c, int k, char *buf, size_t n);
+const char *config_key_name(int k);
+
+/* The merged configuration as one canonical text ("key: value" lines, every key, then the
+ * --restart option), malloc'ed, for comparing ranks: equal texts = equal runs. NULL when out of
+ * memory. */
+char *config_canonical(const scaffold_config *c, size_t *len);
+
+/* Compares two canonical texts line by line. Writes "key (value here, value on rank 0), ..." for
+ * every differing key into msg and returns the number of differing keys (0 = same). */
+int config_diff_canonical(const char *mine, const char *theirs, char *msg, size_t n);
+
 /* Formats a double the way Python's str(float) does (0.15 -> "0.15", 1.0 -> "1.0",
  * 1e-05 -> "1e-05"): upstream uses it in paths such as var0.15 and in CSV files. */
 const char *config_pyfloat(double v, char *buf, size_t n);

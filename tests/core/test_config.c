@@ -89,6 +89,36 @@ int main(void) {
     write(bad, "");
     CHECK(config_load_file(&c, bad) == 0, "empty override file");
 
+    /* Canonical text and its diff (the rank agreement of the merged configuration). */
+    scaffold_config e;
+    config_defaults(&c);
+    config_defaults(&e);
+    e.seed = 7;
+    e.local_batch_size = 2;
+    snprintf(e.dataset_dir, sizeof e.dataset_dir, "/other/datasets");
+    size_t la, lb;
+    char *ta = config_canonical(&c, &la), *tb = config_canonical(&e, &lb);
+    char msg[1024];
+    CHECK(ta && tb && config_diff_canonical(ta, ta, msg, sizeof msg) == 0 && !msg[0],
+          "same text: no difference");
+    int nd = config_diff_canonical(tb, ta, msg, sizeof msg);
+    CHECK(nd == 3 && strstr(msg, "seed (7 here, 42 on rank 0)") &&
+              strstr(msg, "local_batch_size (2 here, 1 on rank 0)") &&
+              strstr(msg, "dataset_dir (\"/other/datasets\" here, \"datasets\" on rank 0)"),
+          "differing keys named (%d): %s", nd, msg);
+    free(tb);
+    e = c;
+    e.restart = 1;
+    tb = config_canonical(&e, &lb);
+    CHECK(config_diff_canonical(tb, ta, msg, sizeof msg) == 1 && strstr(msg, "restart (1 here"),
+          "--restart is part of the text: %s", msg);
+    free(ta);
+    free(tb);
+    char val[CFG_VALUE_TEXT_MAX];
+    config_value_text(&c, CFG_K_dc_num_shards, val, sizeof val);
+    CHECK(!strcmp(val, "[1, 1, 1]") && !strcmp(config_key_name(CFG_K_seed), "seed"),
+          "value text %s", val);
+
     /* Python float formatting. */
     char b[64];
     CHECK(!strcmp(config_pyfloat(0.15, b, sizeof b), "0.15"), "0.15 -> %s", b);
