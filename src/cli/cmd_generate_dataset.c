@@ -23,7 +23,8 @@ int cmd_generate_dataset(int argc, char **argv) {
     if (st >= 0)
         return st;
     fractal_summary fs;
-    int rc = fractal_generate(&c, &w, &fs);
+    fractal_spec fsp = fractal_spec_of(&c);
+    int rc = fractal_generate(&fsp, &w, &fs);
     char dir[FS_PATH_MAX];
     dataset_prep_info info;
     if (rc == 0)

@@ -56,7 +56,8 @@ static int load_volume_fractals(gen_state *g, int v) {
         const int *row = g->plan->contents + (size_t)v * 2 * (size_t)g->plan->n_fracts_per_vol;
         int cat = row[2 * k], inst = row[2 * k + 1];
         char path[FS_PATH_MAX];
-        fractal_instance_path(c, cat, inst, path, sizeof path);
+        fractal_spec fs = fractal_spec_of(c);
+        fractal_instance_path(&fs, cat, inst, path, sizeof path);
         int rc = npy_read_into(path, NPY_F32, 2, shape, g->pts);
         if (rc) {
             g->cur_vol = -1;

@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "core/npy.h"
 #include "core/rng.h"
+#include "core/sha256.h"
 
 #include <scaffold/trace.h>
 
@@ -17,56 +18,75 @@
 #include <string.h>
 #include <unistd.h>
 
-void fractal_class_dir(const scaffold_config *c, char *buf, size_t n) {
-    char vt[64];
-    snprintf(buf, n, "%s/var%s/seed%d/3DIFS_param", c->fract_base_dir,
-             config_pyfloat(c->variance_threshold, vt, sizeof vt), c->seed);
+fractal_spec fractal_spec_of(const scaffold_config *c) {
+    fractal_spec s = {c->fract_base_dir, (uint64_t)c->seed, c->variance_threshold, c->normalize,
+                      c->point_num, c->n_categories, c->datagen_batch_size,
+                      c->datagen_from_scratch};
+    return s;
 }
 
-void fractal_instance_dir(const scaffold_config *c, char *buf, size_t n) {
+void fractal_class_dir(const fractal_spec *s, char *buf, size_t n) {
     char vt[64];
-    snprintf(buf, n, "%s/var%s/seed%d/instances/np%ld", c->fract_base_dir,
-             config_pyfloat(c->variance_threshold, vt, sizeof vt), c->seed, c->point_num);
+    snprintf(buf, n, "%s/var%s/seed%llu/3DIFS_param", s->base_dir,
+             config_pyfloat(s->variance_threshold, vt, sizeof vt), (unsigned long long)s->seed);
 }
 
-void fractal_instance_path(const scaffold_config *c, int cat, int inst, char *buf, size_t n) {
+void fractal_instance_dir(const fractal_spec *s, char *buf, size_t n) {
+    char vt[64];
+    snprintf(buf, n, "%s/var%s/seed%llu/instances/np%ld", s->base_dir,
+             config_pyfloat(s->variance_threshold, vt, sizeof vt), (unsigned long long)s->seed,
+             s->point_num);
+}
+
+void fractal_instance_path(const fractal_spec *s, int cat, int inst, char *buf, size_t n) {
     char dir[FS_PATH_MAX];
-    fractal_instance_dir(c, dir, sizeof dir);
+    fractal_instance_dir(s, dir, sizeof dir);
     snprintf(buf, n, "%s/%06d/%06d_%04d.npy", dir, cat, cat, inst);
 }
 
-int fractal_read_class(const char *path, ifs_params *out) {
-    char *txt = NULL;
-    int rc = fs_read_file(path, &txt, NULL);
-    if (rc)
-        return rc;
+/* Parses the text of a class file (2 rows x 13 finite numbers). */
+static int parse_class(const char *txt, const char *path, ifs_params *out) {
     const char *p = txt;
     for (int t = 0; t < IFS_MAPS; t++) {
         for (int j = 0; j < IFS_COLS; j++) {
             char *end;
             errno = 0;
             double v = strtod(p, &end);
-            if (end == p || errno || !isfinite(v)) {
-                free(txt);
+            if (end == p || errno || !isfinite(v))
                 return err_set(ERR_FORMAT, "%s: corrupt class file (row %d, column %d)", path,
                                t + 1, j + 1);
-            }
             out->p[t][j] = v;
             p = end;
             char want = j < IFS_COLS - 1 ? ',' : '\n';
-            if (*p != want) {
-                free(txt);
+            if (*p != want)
                 return err_set(ERR_FORMAT, "%s: corrupt class file (expected 2 rows x 13 values)",
                                path);
-            }
             p++;
         }
     }
-    int extra = *p != '\0';
-    free(txt);
-    if (extra)
+    if (*p != '\0')
         return err_set(ERR_FORMAT, "%s: corrupt class file (trailing data)", path);
     return 0;
+}
+
+/* Reads a class file: its parameters and the SHA-256 of its bytes (hex, 65 bytes). */
+static int read_class(const char *path, ifs_params *out, char *sha_hex) {
+    char *txt = NULL;
+    size_t n = 0;
+    int rc = fs_read_file(path, &txt, &n);
+    if (rc == 0)
+        rc = parse_class(txt, path, out);
+    if (rc == 0 && sha_hex) {
+        unsigned char d[SHA256_DIGEST_LEN];
+        sha256(txt, n, d);
+        sha256_hex(d, sha_hex);
+    }
+    free(txt);
+    return rc;
+}
+
+int fractal_read_class(const char *path, ifs_params *out) {
+    return read_class(path, out, NULL);
 }
 
 static int write_class(const char *path, const ifs_params *ip) {
@@ -134,12 +154,13 @@ static int same_params(const ifs_params *a, const ifs_params *b) {
     return memcmp(a, b, sizeof *a) == 0;
 }
 
-/* Class search (collective). */
-static int generate_classes(const scaffold_config *c, const dist_world *w, fractal_summary *s) {
+/* Class search (collective): makes sure at least `need` valid class files exist. */
+static int generate_classes(const fractal_spec *c, const dist_world *w, int need,
+                            fractal_summary *s) {
     char dir[FS_PATH_MAX];
     fractal_class_dir(c, dir, sizeof dir);
     /* Index space: existing files may use indices up to this cap. */
-    const int cap = c->n_categories + 4096;
+    const int cap = need + 4096;
     unsigned char *valid = calloc((size_t)cap, 1);
     ifs_params *params = calloc((size_t)cap, sizeof *params);
     int rc = valid && params ? 0 : err_set(ERR_NOMEM, "out of memory");
@@ -156,8 +177,7 @@ static int generate_classes(const scaffold_config *c, const dist_world *w, fract
         return rc;
     }
     dist_bcast(w, &have, sizeof have, 0);
-    int remaining = c->n_categories - have;
-    s->classes_reused = have < c->n_categories ? have : c->n_categories;
+    int remaining = need - have;
     double t0 = time_now();
     size_t n = (size_t)c->point_num;
     double *pts = malloc(n * 3 * sizeof *pts);
@@ -171,8 +191,8 @@ static int generate_classes(const scaffold_config *c, const dist_world *w, fract
     }
     long base = 0, accepted_total = 0, prev_per = 0;
     double last_report = t0;
-    ifs_params *mine = malloc((size_t)c->datagen_batch_size * sizeof *mine);
-    long long *mine_at = malloc((size_t)c->datagen_batch_size * sizeof *mine_at);
+    ifs_params *mine = malloc((size_t)c->batch_size * sizeof *mine);
+    long long *mine_at = malloc((size_t)c->batch_size * sizeof *mine_at);
     int *counts = calloc((size_t)w->size, sizeof *counts);
     int *displs = calloc((size_t)w->size, sizeof *displs);
     const long attempt_cap = 100000000L;
@@ -187,8 +207,8 @@ static int generate_classes(const scaffold_config *c, const dist_world *w, fract
             double rate = (double)accepted_total / (double)base;
             per = (long)ceil(ceil(1.1 * remaining / rate) / w->size);
         }
-        if (per > c->datagen_batch_size)
-            per = c->datagen_batch_size;
+        if (per > c->batch_size)
+            per = c->batch_size;
         if (per < 1)
             per = 1;
         /* Only rank 0 knows the acceptance count: its choice is the one every rank uses, or the
@@ -201,8 +221,8 @@ static int generate_classes(const scaffold_config *c, const dist_world *w, fract
         double tr0 = time_now();
         for (long a = first; a < first + per; a++) {
             ifs_params ip;
-            ifs_propose((uint64_t)c->seed, (uint64_t)a, &ip);
-            int ok = ifs_chaos(&ip, (uint64_t)c->seed, RNG_CLASS_CHAOS, (uint64_t)a, 0, pts, n);
+            ifs_propose(c->seed, (uint64_t)a, &ip);
+            int ok = ifs_chaos(&ip, c->seed, RNG_CLASS_CHAOS, (uint64_t)a, 0, pts, n);
             if (ifs_accept(pts, n, ok, c->normalize, c->variance_threshold, NULL)) {
                 mine[nmine] = ip;
                 mine_at[nmine++] = a;
@@ -250,22 +270,23 @@ static int generate_classes(const scaffold_config *c, const dist_world *w, fract
             double now = time_now();
             if (now - last_report > 1.0 || remaining == 0) {
                 log_info("classes: %d/%d accepted, %ld attempts (%.0f%% acceptance)",
-                         c->n_categories - remaining, c->n_categories, base,
+                         need - remaining, need, base,
                          100.0 * (double)accepted_total / (double)base);
                 last_report = now;
             }
             if (remaining > 0 && base >= attempt_cap)
                 rc = err_set(ERR_CONFIG,
                              "no fractal class found after %ld attempts: variance_threshold %g "
-                             "is too high for problem_scale %d (lower it)",
-                             base, c->variance_threshold, c->problem_scale);
+                             "is too high for %ld points per fractal (lower it or "
+                             "problem_scale)",
+                             base, c->variance_threshold, c->point_num);
         }
         rc = dist_agree(w, rc);
         dist_bcast(w, &remaining, sizeof remaining, 0);
     }
-    s->attempts = base;
-    s->points = (double)base * (double)n;
-    s->class_seconds = time_now() - t0;
+    s->attempts += base;
+    s->points += (double)base * (double)n;
+    s->class_seconds += time_now() - t0;
     free(mine);
     free(mine_at);
     free(counts);
@@ -276,29 +297,120 @@ static int generate_classes(const scaffold_config *c, const dist_world *w, fract
     return rc;
 }
 
-/* Class params of categories 0..n-1 = the first n class files in name order. */
-static int load_first_classes(const char *dir, int n, ifs_params *out) {
+/* A class file of the library, as rank 0 lists them (valid files only, in name order). */
+typedef struct lib_class {
+    char name[16]; /* "NNNNNN.csv" */
+    char sha[SHA256_DIGEST_LEN * 2 + 1];
+    ifs_params p;
+} lib_class;
+
+static int is_class_name(const char *nm) {
+    return strlen(nm) == 10 && !strcmp(nm + 6, ".csv") && strspn(nm, "0123456789") == 6;
+}
+
+static int list_classes(const char *dir, lib_class **out, int *n) {
     struct dirent **list = NULL;
+    *out = NULL;
+    *n = 0;
     int m = scandir(dir, &list, NULL, alphasort);
     if (m < 0)
         return err_set(ERR_IO, "cannot list %s: %s", dir, strerror(errno));
-    int got = 0, rc = 0;
+    lib_class *cl = calloc((size_t)(m ? m : 1), sizeof *cl);
+    int got = 0;
     char p[FS_PATH_MAX];
     for (int i = 0; i < m; i++) {
         const char *nm = list[i]->d_name;
-        if (rc == 0 && got < n && strlen(nm) == 10 && !strcmp(nm + 6, ".csv") &&
-            strspn(nm, "0123456789") == 6) {
+        if (cl && is_class_name(nm)) {
             snprintf(p, sizeof p, "%s/%s", dir, nm);
-            rc = fractal_read_class(p, &out[got]);
-            got++;
+            /* scan_classes removed corrupt files before; one that turned corrupt since is
+             * skipped here and regenerated by the next run. */
+            if (read_class(p, &cl[got].p, cl[got].sha) == 0) {
+                snprintf(cl[got].name, sizeof cl[got].name, "%s", nm);
+                got++;
+            }
         }
         free(list[i]);
     }
     free(list);
-    if (rc == 0 && got < n)
-        rc = err_set(ERR_NOTFOUND, "%s holds %d fractal classes, %d needed; run scaffold "
-                                   "generate_fractals", dir, got, n);
-    return rc;
+    err_clear();
+    if (!cl)
+        return err_set(ERR_NOMEM, "out of memory listing %s", dir);
+    *out = cl;
+    *n = got;
+    return 0;
+}
+
+/* rejected.csv of a point count: (class file, sha, category) pairs whose instances diverge. */
+typedef struct lib_reject {
+    char name[16];
+    char sha[SHA256_DIGEST_LEN * 2 + 1];
+    int cat;
+} lib_reject;
+
+static int read_rejected(const char *path, lib_reject **out, int *n) {
+    *out = NULL;
+    *n = 0;
+    if (!fs_exists(path))
+        return 0;
+    char *txt = NULL;
+    int rc = fs_read_file(path, &txt, NULL);
+    if (rc)
+        return rc;
+    int cap = 16;
+    lib_reject *r = malloc((size_t)cap * sizeof *r);
+    char *save = NULL;
+    for (char *l = strtok_r(txt, "\n", &save); l && r; l = strtok_r(NULL, "\n", &save)) {
+        lib_reject x;
+        if (sscanf(l, "%15[0-9.csv],%64[0-9a-f],%d", x.name, x.sha, &x.cat) != 3)
+            continue; /* a line written by someone else: ignore it */
+        if (*n == cap) {
+            cap *= 2;
+            lib_reject *nr = realloc(r, (size_t)cap * sizeof *r);
+            if (!nr) {
+                free(r);
+                r = NULL;
+                break;
+            }
+            r = nr;
+        }
+        r[(*n)++] = x;
+    }
+    free(txt);
+    if (!r)
+        return err_set(ERR_NOMEM, "out of memory reading %s", path);
+    *out = r;
+    return 0;
+}
+
+static int is_rejected(const lib_reject *r, int nr, const lib_class *c, int cat) {
+    for (int i = 0; i < nr; i++)
+        if (r[i].cat == cat && !strcmp(r[i].sha, c->sha) && !strcmp(r[i].name, c->name))
+            return 1;
+    return 0;
+}
+
+/* The class of each category (see library.h): category i takes class i unless rejected for it,
+ * else the first class beyond the categories that no category uses and that is not rejected for
+ * it. as[i] = index into cl, or -1 when no class is left. Returns the number of categories
+ * without a class. */
+static int assign_classes(const lib_class *cl, int ncl, const lib_reject *rj, int nrj, int ncat,
+                          int *as) {
+    unsigned char *used = calloc((size_t)(ncl ? ncl : 1), 1);
+    int missing = 0;
+    for (int i = 0; i < ncat; i++) {
+        as[i] = -1;
+        if (i < ncl && !is_rejected(rj, nrj, &cl[i], i))
+            as[i] = i;
+        for (int k = ncat; k < ncl && as[i] < 0 && used; k++)
+            if (!used[k] && !is_rejected(rj, nrj, &cl[k], i))
+                as[i] = k;
+        if (as[i] >= 0 && used)
+            used[as[i]] = 1;
+        else
+            missing++;
+    }
+    free(used);
+    return missing;
 }
 
 static int instance_valid(const char *path, long point_num) {
@@ -313,22 +425,94 @@ static int instance_valid(const char *path, long point_num) {
     return ok;
 }
 
-static int generate_instances(const scaffold_config *c, const dist_world *w, fractal_summary *s) {
-    char cdir[FS_PATH_MAX], idir[FS_PATH_MAX];
+/* Makes the category folder `dir` belong to class `c`: when its .source names another class (or
+ * is missing), the instances are stale and removed, then .source is rewritten. Returns the
+ * number of stale instances removed, or a negative error. Removal comes before the new record,
+ * so a kill in between leaves a folder that the next run cleans again. */
+static long claim_category(const char *dir, int cat, const lib_class *c) {
+    char src[FS_PATH_MAX + 16], want[128];
+    snprintf(src, sizeof src, "%s/.source", dir);
+    snprintf(want, sizeof want, "%s %s\n", c->name, c->sha);
+    char *have = NULL;
+    if (fs_exists(src) && fs_read_file(src, &have, NULL) == 0 && !strcmp(have, want)) {
+        free(have);
+        return 0;
+    }
+    free(have);
+    err_clear();
+    long removed = 0;
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        char prefix[16], p[FS_PATH_MAX + 300];
+        snprintf(prefix, sizeof prefix, "%06d_", cat);
+        while ((e = readdir(d)) != NULL) {
+            size_t l = strlen(e->d_name);
+            if (strncmp(e->d_name, prefix, 7) || l < 4 || strcmp(e->d_name + l - 4, ".npy"))
+                continue;
+            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            removed += unlink(p) == 0;
+        }
+        closedir(d);
+    }
+    int rc = fs_write_file(src, want, strlen(want), 0);
+    return rc ? rc : removed;
+}
+
+/* Appends (class, category) pairs to rejected.csv, atomically. */
+static int add_rejected(const char *path, const lib_reject *old, int nold, const lib_class *cl,
+                        const int *as, const int *failed, int ncat) {
+    fs_atomic a;
+    int rc = fs_atomic_open(&a, path);
+    if (rc)
+        return rc;
+    for (int i = 0; i < nold; i++)
+        fprintf(a.fp, "%s,%s,%d\n", old[i].name, old[i].sha, old[i].cat);
+    for (int i = 0; i < ncat; i++)
+        if (failed[i])
+            fprintf(a.fp, "%s,%s,%d\n", cl[as[i]].name, cl[as[i]].sha, i);
+    return fs_atomic_commit(&a, 0);
+}
+
+/* Collective. One pass of instance generation for the current class assignment. Sets *nclasses
+ * to the number of class files, *missing to the number of categories without a class (more
+ * classes are needed) and *rejected to the number of categories whose class was found to diverge
+ * here (recorded; assign again). */
+static int generate_instances(const fractal_spec *c, const dist_world *w, fractal_summary *s,
+                              int *nclasses, int *missing, int *rejected) {
+    char cdir[FS_PATH_MAX], idir[FS_PATH_MAX], rjpath[FS_PATH_MAX + 16];
     fractal_class_dir(c, cdir, sizeof cdir);
     fractal_instance_dir(c, idir, sizeof idir);
+    snprintf(rjpath, sizeof rjpath, "%s/rejected.csv", idir);
     const int ncat = c->n_categories;
     const long total = (long)ncat * IFS_INSTANCES;
     ifs_params *cls = calloc((size_t)ncat, sizeof *cls);
     int *work = malloc((size_t)total * sizeof *work); /* cat * 145 + inst */
-    int nwork = 0, rc = cls && work ? 0 : err_set(ERR_NOMEM, "out of memory");
+    int *as = malloc((size_t)ncat * sizeof *as), *failed = calloc((size_t)ncat, sizeof *failed);
+    lib_class *cl = NULL;
+    lib_reject *rj = NULL;
+    int ncl = 0, nrj = 0, nwork = 0;
+    long stale = 0;
+    int rc = cls && work && as && failed ? 0 : err_set(ERR_NOMEM, "out of memory");
+    *missing = *rejected = 0;
     if (w->rank == 0 && rc == 0) {
-        rc = load_first_classes(cdir, ncat, cls);
-        for (int cat = 0; cat < ncat && rc == 0; cat++) {
+        rc = list_classes(cdir, &cl, &ncl);
+        if (rc == 0)
+            rc = fs_mkdir_p(idir);
+        if (rc == 0)
+            rc = read_rejected(rjpath, &rj, &nrj);
+        if (rc == 0)
+            *missing = assign_classes(cl, ncl, rj, nrj, ncat, as);
+        for (int cat = 0; cat < ncat && rc == 0 && *missing == 0; cat++) {
             char d[FS_PATH_MAX + 16], p[FS_PATH_MAX];
             snprintf(d, sizeof d, "%s/%06d", idir, cat);
             rc = fs_mkdir_p(d);
             remove_debris(d);
+            cls[cat] = cl[as[cat]].p;
+            long st = rc ? 0 : claim_category(d, cat, &cl[as[cat]]);
+            if (st < 0)
+                rc = (int)st;
+            stale += st > 0 ? st : 0;
             for (int i = 0; i < IFS_INSTANCES && rc == 0; i++) {
                 fractal_instance_path(c, cat, i, p, sizeof p);
                 if (instance_valid(p, c->point_num))
@@ -342,16 +526,20 @@ static int generate_instances(const scaffold_config *c, const dist_world *w, fra
         }
     }
     rc = dist_agree(w, rc);
-    if (rc) {
-        free(cls);
-        free(work);
+    *nclasses = ncl;
+    dist_bcast(w, nclasses, sizeof *nclasses, 0);
+    dist_bcast(w, missing, sizeof *missing, 0);
+    if (rc || *missing) {
+        free(cls), free(work), free(as), free(failed), free(cl), free(rj);
         return rc;
     }
     dist_bcast(w, &nwork, sizeof nwork, 0);
     dist_bcast(w, cls, (size_t)ncat * sizeof *cls, 0);
     dist_bcast(w, work, (size_t)nwork * sizeof *work, 0);
+    if (s->instances_total == 0) /* the first pass: what this run found in place */
+        s->instances_reused = total - nwork;
     s->instances_total = total;
-    s->instances_reused = total - nwork;
+    s->instances_stale += stale;
     size_t lo, hi;
     dist_block(w, (size_t)nwork, &lo, &hi);
     size_t n = (size_t)c->point_num;
@@ -360,22 +548,24 @@ static int generate_instances(const scaffold_config *c, const dist_world *w, fra
     if (!pts || !scratch)
         rc = err_set(ERR_NOMEM, "out of memory for %zu points", n);
     double t0 = time_now(), last = t0;
-    long fallback = 0, attempts = 0;
+    long fallback = 0, attempts = 0, written = 0;
     for (size_t k = lo; k < hi && rc == 0; k++) {
         int cat = work[k] / IFS_INSTANCES, inst = work[k] % IFS_INSTANCES;
-        int a = ifs_instance(&cls[cat], (uint64_t)c->seed, cat, inst, pts, scratch, n);
+        if (failed[cat])
+            continue; /* this class is being replaced: its other instances are moot */
+        int a = ifs_instance(&cls[cat], c->seed, cat, inst, pts, scratch, n);
         attempts += a < 0 ? 5 : a + 1;
         if (a < 0) {
-            rc = err_set(ERR_NUMERIC, "instance %d of class %d diverges even with the base "
-                                      "class parameters; delete %s/%06d.csv and rerun",
-                         inst, cat, cdir, cat);
-            break;
+            /* Diverges even with the class's own parameters at this point count. */
+            failed[cat] = 1;
+            continue;
         }
         fallback += a == 4;
         char p[FS_PATH_MAX];
         fractal_instance_path(c, cat, inst, p, sizeof p);
         int64_t shape[2] = {(int64_t)n, 3};
         rc = npy_save(p, NPY_F32, 2, shape, pts);
+        written += rc == 0;
         double now = time_now();
         if (w->rank == 0 && (now - last > 2.0)) {
             double done = (double)(k - lo + 1);
@@ -386,24 +576,34 @@ static int generate_instances(const scaffold_config *c, const dist_world *w, fra
         }
     }
     rc = dist_agree(w, rc);
-    s->instances_new = dist_sum_ll(w, rc ? 0 : (long long)(hi - lo));
-    s->instances_fallback = dist_sum_ll(w, fallback);
+    if (rc == 0 && w->size > 1)
+        MPI_Allreduce(MPI_IN_PLACE, failed, ncat, MPI_INT, MPI_MAX, w->comm);
+    for (int i = 0; i < ncat; i++)
+        *rejected += failed[i] != 0;
+    if (rc == 0 && *rejected && w->rank == 0) {
+        for (int i = 0; i < ncat; i++)
+            if (failed[i])
+                log_warn("class %s diverges at %ld points as category %d; category %d takes "
+                         "another class (recorded in %s)",
+                         cl[as[i]].name, c->point_num, i, i, rjpath);
+        rc = add_rejected(rjpath, rj, nrj, cl, as, failed, ncat);
+    }
+    rc = dist_agree(w, rc);
+    s->instances_new += dist_sum_ll(w, written);
+    s->instances_fallback += dist_sum_ll(w, fallback);
     s->points += (double)dist_sum_ll(w, attempts) * (double)n;
-    s->instance_seconds = dist_max_double(w, time_now() - t0);
-    free(pts);
-    free(scratch);
-    free(cls);
-    free(work);
+    s->instance_seconds += dist_max_double(w, time_now() - t0);
+    free(pts), free(scratch), free(cls), free(work), free(as), free(failed), free(cl), free(rj);
     return rc;
 }
 
-int fractal_generate(const scaffold_config *c, const dist_world *w, fractal_summary *s) {
+int fractal_generate(const fractal_spec *c, const dist_world *w, fractal_summary *s) {
     memset(s, 0, sizeof *s);
     int rc = 0;
     if (w->rank == 0) {
         /* Fail early, before any file is written, if the library root cannot be created. */
-        rc = fs_check_writable_dir(c->fract_base_dir);
-        if (rc == 0 && c->datagen_from_scratch) {
+        rc = fs_check_writable_dir(c->base_dir);
+        if (rc == 0 && c->from_scratch) {
             char d[FS_PATH_MAX];
             fractal_class_dir(c, d, sizeof d);
             rc = fs_rm_rf(d);
@@ -415,16 +615,38 @@ int fractal_generate(const scaffold_config *c, const dist_world *w, fractal_summ
     rc = dist_agree(w, rc);
     if (rc)
         return rc;
-    scaffold_trace_region tr = SCAFFOLD_TRACE_REGION_BEGIN("generate_classes",
-                                                           SCAFFOLD_TRACE_CAT_DATA);
-    rc = generate_classes(c, w, s);
-    SCAFFOLD_TRACE_REGION_INT(tr, "attempts", s->attempts);
-    SCAFFOLD_TRACE_REGION_END(tr);
-    dist_barrier(w);
-    tr = SCAFFOLD_TRACE_REGION_BEGIN("generate_instances", SCAFFOLD_TRACE_CAT_DATA);
-    if (rc == 0)
-        rc = generate_instances(c, w, s);
-    SCAFFOLD_TRACE_REGION_INT(tr, "instances_new", s->instances_new);
-    SCAFFOLD_TRACE_REGION_END(tr);
+    /* Classes, then instances; a category whose class diverges here takes another class (a
+     * new one is searched for when none is left) until every category has its 145 instances.
+     * Each round rejects at least one (class, category) pair of a finite library or adds a
+     * class, so the bound only guards against a bug. */
+    int need = c->n_categories, nclasses = 0, missing = 0, rejected = 0;
+    for (int round = 0; rc == 0; round++) {
+        if (round == 1000) {
+            rc = err_set(ERR_INTERNAL, "fractal library: no stable class assignment after %d "
+                                       "rounds", round);
+            break;
+        }
+        scaffold_trace_region tr = SCAFFOLD_TRACE_REGION_BEGIN("generate_classes",
+                                                               SCAFFOLD_TRACE_CAT_DATA);
+        int before = s->classes_new;
+        rc = generate_classes(c, w, need, s);
+        if (round == 0)
+            s->classes_reused = need - (s->classes_new - before);
+        SCAFFOLD_TRACE_REGION_INT(tr, "attempts", s->attempts);
+        SCAFFOLD_TRACE_REGION_END(tr);
+        dist_barrier(w);
+        if (rc)
+            break;
+        tr = SCAFFOLD_TRACE_REGION_BEGIN("generate_instances", SCAFFOLD_TRACE_CAT_DATA);
+        rc = generate_instances(c, w, s, &nclasses, &missing, &rejected);
+        SCAFFOLD_TRACE_REGION_INT(tr, "instances_new", s->instances_new);
+        SCAFFOLD_TRACE_REGION_END(tr);
+        s->classes_rejected += rejected;
+        if (rc || (!missing && !rejected))
+            break;
+        /* More classes: the listed ones plus one per category without a class. */
+        if (missing)
+            need = nclasses + missing;
+    }
     return rc;
 }

@@ -77,7 +77,8 @@ static int compute_ce_weights(train_state *s) {
  * this rank's shard. */
 static int open_data(scaffold_config *c, train_state *s) {
     fractal_summary fs;
-    int rc = fractal_generate(c, s->w, &fs);
+    fractal_spec fsp = fractal_spec_of(c);
+    int rc = fractal_generate(&fsp, s->w, &fs);
     if (rc)
         return rc;
     if (fs.instances_new || fs.classes_new)

@@ -58,6 +58,48 @@ echo "garbage" > "$d/fc/var0.15/seed42/3DIFS_param/000002.csv"
 "$SCAFFOLD" generate_fractals -c "$cfg" --fract-base-dir "$d/fc" > "$d/log" 2>&1
 [ "$(tree_hash "$d/fc")" = "$h1" ] && t_ok "corrupt class and instance regenerated" || t_fail "corrupt files regenerated" "$(cat "$d/log")"
 
+# One library shared between scales (tests/train/tiny.yml, then problem_scale 5): a class
+# accepted at 16 points diverges at 128 points as category 0; it must be replaced there (and
+# recorded), never reported as an error, and the scale-4 instances stay untouched.
+printf 'problem_scale: 4\nn_categories: 2\nfract_base_dir: %s/fs2\n' "$d" > "$d/s4.yml"
+"$SCAFFOLD" generate_fractals -c "$d/s4.yml" >/dev/null 2>&1
+h4=$(tree_hash "$d/fs2/var0.15/seed42/instances/np16")
+out=$("$SCAFFOLD" generate_fractals -c "$d/s4.yml" --problem-scale 5 2>&1)
+[ $? -eq 0 ] && t_ok "library shared by scales 4 and 5: scale 5 completes" || t_fail "library shared by scales" "$out"
+grep -q "1 replaced at this scale" <<<"$out" && [ "$(wc -l < "$d/fs2/var0.15/seed42/instances/np128/rejected.csv")" -eq 1 ] \
+    && t_ok "diverging class replaced at scale 5 and recorded" || t_fail "class replaced and recorded" "$out"
+out=$("$SCAFFOLD" generate_fractals -c "$d/s4.yml" --problem-scale 5 2>&1)
+grep -q "0 new, 290 reused, 0 stale" <<<"$out" && t_ok "scale 5 rerun reuses everything (the choice is recorded)" || t_fail "scale 5 rerun" "$out"
+out=$("$SCAFFOLD" generate_fractals -c "$d/s4.yml" 2>&1)
+grep -q "0 new, 290 reused" <<<"$out" && [ "$(tree_hash "$d/fs2/var0.15/seed42/instances/np16")" = "$h4" ] \
+    && t_ok "scale 4 still complete and unchanged" || t_fail "scale 4 after scale 5" "$out"
+# Every category folder names the class file it came from, with that file's current SHA-256.
+sources_ok() {
+    local base=$1/var0.15/seed42 f name sha
+    for f in "$base"/instances/${2:-np*}/*/.source; do
+        read -r name sha < "$f"
+        [ "$(sha256sum < "$base/3DIFS_param/$name" | cut -c1-64)" = "$sha" ] || return 1
+    done
+}
+t_check "every category's .source matches its class file" sources_ok "$d/fs2"
+
+# Instances are tied to the class file they came from: after a class file changes (edited,
+# or deleted and regenerated differently), its category's instances are stale and redone.
+cls=$d/fs2/var0.15/seed42/3DIFS_param/000001.csv
+python3 - "$cls" <<'PY'
+import sys
+p = sys.argv[1]
+rows = [l.split(",") for l in open(p).read().split("\n") if l]
+rows[0][0] = "%.18e" % (float(rows[0][0]) * 0.97)
+open(p, "w").write("\n".join(",".join(r) for r in rows) + "\n")
+PY
+old=$(sha256sum < "$d/fs2/var0.15/seed42/instances/np16/000001/000001_0003.npy")
+out=$("$SCAFFOLD" generate_fractals -c "$d/s4.yml" 2>&1)
+grep -q "145 new, 145 reused, 145 stale" <<<"$out" && t_ok "edited class: its 145 instances regenerated, the others reused" || t_fail "edited class" "$out"
+[ "$(sha256sum < "$d/fs2/var0.15/seed42/instances/np16/000001/000001_0003.npy")" != "$old" ] \
+    && t_ok "regenerated instance differs from the stale one" || t_fail "regenerated instance differs"
+t_check "sources match after the edit" sources_ok "$d/fs2" np16
+
 # Bad inputs: exit status 2 (config) with one clear message, nothing written.
 cd "$d"
 printf 'problem_scale: 5\nbogus_key: 1\n' > bad1.yml
