@@ -5,11 +5,13 @@
  * one message naming the file and the fix. */
 #include "cli/cli.h"
 #include "core/err.h"
+#include "core/fsutil.h"
 #include "core/log.h"
 #include "core/npy.h"
 #include "nn/checkpoint.h"
 #include "nn/unet.h"
 
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +55,11 @@ int cmd_predict(int argc, char **argv) {
     if (threads)
         omp_set_num_threads(threads);
 
+    if (fs_is_dir(ckpt)) {
+        fprintf(stderr, "scaffold predict: --checkpoint %s is a directory; give a checkpoint "
+                        "file such as RUN/checkpoints/checkpoint_best.safetensors\n", ckpt);
+        return 2;
+    }
     nn_unet_spec spec;
     if (nn_checkpoint_spec(ckpt, groups, &spec))
         return fail(2);
@@ -68,6 +75,16 @@ int cmd_predict(int argc, char **argv) {
                 "scaffold predict: %s: expected a float32 volume of shape (%d, D, H, W), found "
                 "%s %s; volumes are written by generate_dataset as (3, D, H, W) float32\n",
                 input, spec.in_channels, npy_descr(h.dtype), shp);
+        return 2;
+    }
+    /* A NaN or Inf voxel would give a mask that looks like a result. */
+    size_t bad = 0, nvals = h.nbytes / sizeof(float);
+    for (size_t i = 0; i < nvals; i++)
+        bad += !isfinite(vol[i]);
+    if (bad) {
+        free(vol);
+        fprintf(stderr, "scaffold predict: %s: %zu of %zu values are not finite (NaN or Inf); "
+                        "predict needs a finite volume\n", input, bad, nvals);
         return 2;
     }
     const int D = (int)h.shape[1], H = (int)h.shape[2], W = (int)h.shape[3];

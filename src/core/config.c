@@ -222,7 +222,7 @@ static const char *node_kind(yaml_node_t *n) {
 }
 
 int config_load_file(scaffold_config *c, const char *path) {
-    FILE *f = fopen(path, "rb");
+    FILE *f = fs_open_read(path);
     if (!f)
         return err_set(ERR_CONFIG, "cannot open config file %s: %s", path, strerror(errno));
     yaml_parser_t parser;

@@ -111,8 +111,19 @@ int fs_write_file(const char *path, const void *data, size_t n, int do_fsync) {
     return fs_atomic_commit(&a, do_fsync);
 }
 
-int fs_read_file(const char *path, char **data, size_t *n) {
+FILE *fs_open_read(const char *path) {
     FILE *f = fopen(path, "rb");
+    struct stat st;
+    if (f && fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        fclose(f);
+        errno = EISDIR;
+        return NULL;
+    }
+    return f;
+}
+
+int fs_read_file(const char *path, char **data, size_t *n) {
+    FILE *f = fs_open_read(path);
     if (!f)
         return err_set(ERR_IO, "cannot read %s: %s", path, strerror(errno));
     size_t cap = 4096, len = 0;

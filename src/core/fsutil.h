@@ -33,6 +33,10 @@ void fs_atomic_abort(fs_atomic *a);
 /* Writes `n` bytes atomically to `path`. 0 or ERR_IO. */
 int fs_write_file(const char *path, const void *data, size_t n, int do_fsync);
 
+/* fopen(path, "rb") for a file that must not be a directory (fopen succeeds on one and the
+ * reads then fail with odd sizes): NULL with errno = EISDIR for a directory. */
+FILE *fs_open_read(const char *path);
+
 /* Reads a whole file into a NUL-terminated malloc'ed buffer. 0 or ERR_IO/ERR_NOMEM. */
 int fs_read_file(const char *path, char **data, size_t *n);
 

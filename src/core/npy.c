@@ -273,7 +273,7 @@ int npy_read_header(FILE *f, const char *path, npy_header *h) {
 }
 
 int npy_load(const char *path, npy_header *h, void **data) {
-    FILE *f = fopen(path, "rb");
+    FILE *f = fs_open_read(path);
     if (!f)
         return err_set(ERR_IO, "cannot open %s: %s", path, strerror(errno));
     int rc = npy_read_header(f, path, h);
@@ -297,7 +297,7 @@ int npy_load(const char *path, npy_header *h, void **data) {
 }
 
 int npy_read_into(const char *path, npy_dtype dtype, int ndim, const int64_t *shape, void *buf) {
-    FILE *f = fopen(path, "rb");
+    FILE *f = fs_open_read(path);
     if (!f)
         return err_set(ERR_IO, "cannot open %s: %s", path, strerror(errno));
     npy_header h;

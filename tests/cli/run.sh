@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Command-line behaviour across subcommands: the sweep of malformed invocations
+# (tests/cli/bad_inputs.sh: exit 2, one line, nothing written) and the messages of predict on
+# non-finite input and on a directory given as a file.
+cd "$(dirname "$0")/../.." && source tests/lib.sh
+d=$(t_tmpdir)
+trap 'rm -rf "$d"' EXIT
+"$BUILD/tests/nn/test_unet" --write-ckpt "$d/c.safetensors" >/dev/null 2>&1 || t_fail "write a checkpoint"
+t_cbin bash tests/cli/bad_inputs.sh "$d/c.safetensors"
+
+"$PYTHON" - "$d" <<'PY'
+import sys, numpy as np
+d = sys.argv[1]
+np.save(d + "/nan.npy", np.full((3, 8, 8, 8), np.nan, np.float32))
+v = np.ones((3, 8, 8, 8), np.float32); v[1, 2, 3, 4] = -np.inf; v[2, 0, 0, 0] = np.nan
+np.save(d + "/two.npy", v)
+np.save(d + "/ok.npy", np.ones((3, 8, 8, 8), np.float32))
+PY
+# predict on non-finite input: rejected with the count, no mask written (it used to report
+# "foreground 19.53%" and write one).
+t_expect_fail "predict: all-NaN volume rejected with the count" 2 "nan.npy: 1536 of 1536 values are not finite" \
+    "$SCAFFOLD" predict --checkpoint "$d/c.safetensors" --input "$d/nan.npy" --mask "$d/m.npy"
+t_expect_fail "predict: two non-finite voxels counted" 2 "two.npy: 2 of 1536 values are not finite" \
+    "$SCAFFOLD" predict --checkpoint "$d/c.safetensors" --input "$d/two.npy" --mask "$d/m.npy"
+[ ! -e "$d/m.npy" ] && t_ok "predict: no mask for a non-finite volume" || t_fail "predict: no mask for a non-finite volume"
+t_check "predict: a finite volume still works" "$SCAFFOLD" predict --checkpoint "$d/c.safetensors" --input "$d/ok.npy" --mask "$d/m.npy"
+# A directory where a file is expected is named as such (it was "too short ... (9223372036854775807 bytes)").
+mkdir -p "$d/adir"
+t_expect_fail "predict: directory as --checkpoint" 2 "--checkpoint .*adir is a directory" \
+    "$SCAFFOLD" predict --checkpoint "$d/adir" --input "$d/ok.npy"
+t_expect_fail "predict: directory as --input" 2 "adir: Is a directory" \
+    "$SCAFFOLD" predict --checkpoint "$d/c.safetensors" --input "$d/adir"
+t_expect_fail "config: directory as -c" 2 "adir: Is a directory" "$SCAFFOLD" generate_fractals -c "$d/adir"
+t_report
