@@ -74,9 +74,37 @@ static int resume_or_clean(const scaffold_config *c, train_state *s, const char 
     return dist_agree(w, rc);
 }
 
+/* Progress inside an epoch (at scale 7 a CPU step takes many seconds and an epoch hours): one
+ * line on rank 0 at most every SCAFFOLD_PROGRESS_SECONDS (default 10) seconds, so small
+ * configurations, whose epochs are shorter than that, print none. */
+typedef struct progress {
+    double t0, last, every;
+    int64_t total;     /* steps in the epoch */
+    double per_step;   /* samples per step over all replicas */
+} progress;
+
+static progress progress_start(const train_state *s) {
+    const char *e = getenv("SCAFFOLD_PROGRESS_SECONDS");
+    double now = time_now();
+    progress p = {now, now, e && *e ? atof(e) : 10.0, ds_loader_num_batches(s->train),
+                  (double)s->cfg->local_batch_size * s->replicas};
+    return p;
+}
+
+static void progress_step(progress *p, int epoch, long done) {
+    double now = time_now();
+    if (now - p->last < p->every || done >= p->total)
+        return;
+    p->last = now;
+    double el = now - p->t0, eta = el / done * (double)(p->total - done);
+    log_info("epoch %d: step %ld/%lld, %.2f samples/s, %.1f s elapsed, training ETA %.0f s",
+             epoch, done, (long long)p->total, done * p->per_step / el, el, eta);
+}
+
 /* The training phase of one epoch: every batch of this replica's share. Agreed result. */
 static int train_epoch(train_state *s, int epoch, double lr, double acc[3], long *steps) {
     const dist_world *w = s->w;
+    progress pr = progress_start(s);
     scaffold_trace_region tr =
         SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_TRAIN, SCAFFOLD_TRACE_CAT_PIPELINE);
     int rc = ds_loader_start_epoch(s->train, epoch);
@@ -90,6 +118,7 @@ static int train_epoch(train_state *s, int epoch, double lr, double acc[3], long
             break;
         }
         (*steps)++;
+        progress_step(&pr, epoch, *steps);
     }
     SCAFFOLD_TRACE_REGION_INT(tr, "steps", *steps);
     SCAFFOLD_TRACE_REGION_END(tr);

@@ -25,6 +25,15 @@ grep -q "val_loss" "$run2/train_stats.csv" && true
 links=$(stat -c %h "$run2/checkpoints/checkpoint_best.safetensors")
 [ "$links" -ge 1 ] && t_ok "best checkpoint present (inode $ino_best, last $ino_last, links $links)" || t_fail "best checkpoint"
 
+# Progress inside epochs: none on a small run at the default interval (10 s), one line per step
+# (but the last) when the interval is 0, rank 0 only.
+[ "$(grep -c ': step [0-9]*/' <<<"$out")" -eq 0 ] && t_ok "no progress lines on a small run" || t_fail "no progress lines on a small run" "$out"
+outp=$(SCAFFOLD_PROGRESS_SECONDS=0 $MPIRUN -n 2 "$SCAFFOLD" benchmark $cfg --base-run-dir runsp --epochs 1 2>&1)
+steps=$(tail -n 1 "$(lastrun runsp)/train_stats.csv" | cut -d, -f9)
+np=$(grep -cE 'epoch 1: step [0-9]+/'"$steps"', [0-9.]+ samples/s, [0-9.]+ s elapsed, training ETA [0-9]+ s' <<<"$outp")
+[ "$np" -eq $((steps - 1)) ] && t_ok "progress: one line per step at interval 0 ($np for $steps steps)" || t_fail "progress lines at interval 0" "$np lines for $steps steps: $outp"
+grep -q 'rank=1.*step' <<<"$outp" && t_fail "progress on rank 0 only" "$outp" || t_ok "progress on rank 0 only"
+
 # A final checkpoint after an epoch the interval skipped carries that epoch's scalars.
 "$SCAFFOLD" benchmark $cfg --base-run-dir runsfin --checkpoint-interval 2 --epochs 3 >/dev/null 2>&1
 t_check "final checkpoint (interval 2, 3 epochs) saves epoch 3's scalars" "$PYTHON" "$root/tests/train/check_run.py" "$(lastrun runsfin)" 3 1
