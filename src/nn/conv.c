@@ -259,40 +259,81 @@ size_t nn_conv3d_ws_floats(int N, int D, int H, int W, int cin, int cout) {
     return padded_floats(N, D, H, W, cmax) + (p > pw ? p : pw) + 64;
 }
 
+/* 1 when output row (z, y) reads a border that the halo exchange fills (a row spans all of W,
+ * so a sharded W makes every row a boundary row). */
+static int halo_row(const nn_shard *sh, long z, long y, int D, int H) {
+    return (sh->recv[0][0] && z == 0) || (sh->recv[0][1] && z == D - 1) ||
+           (sh->recv[1][0] && y == 0) || (sh->recv[1][1] && y == H - 1) || sh->recv[2][0] ||
+           sh->recv[2][1];
+}
+
+/* out rows (n, z, y, 0..W) = the 27-tap GEMM over the padded buffer P (C floats per voxel,
+ * taps at aoff) with the packed kernel Bp of ncol columns. With a shard, P's border is being
+ * filled by the halo exchange: rows that do not read it run first, overlapping the exchange,
+ * then the exchange is completed and the boundary rows run. */
+static void conv_rows(float *out, float *P, int C, const long *aoff, const float *Bp, int ncol,
+                      int N, int D, int H, int W, const nn_shard *sh) {
+    const int nr = nn_gemm_nr(ncol), nb = nblocks(ncol, nr);
+    const nn_tg g = {.T = 27, .K = C, .aoff = aoff, .lda = C, .ldc = ncol, .nr = nr};
+    const long Hp = H + 2, Wp = W + 2, rows = (long)N * D * H;
+    if (sh)
+        sh->halo_start(sh->ctx, P, N, D, H, W, C);
+    for (int phase = 0; phase < (sh ? 2 : 1); phase++) {
+        if (phase == 1)
+            sh->halo_finish(sh->ctx, P, N, D, H, W, C);
+#pragma omp parallel for collapse(2) schedule(dynamic, 2)
+        for (int ob = 0; ob < nb; ob++)
+            for (long row = 0; row < rows; row++) {
+                const long n = row / ((long)D * H), z = (row / H) % D, y = row % H;
+                if (sh && halo_row(sh, z, y, D, H) != phase)
+                    continue;
+                const float *A = P + ((n * (D + 2) + z) * Hp + y) * Wp * C;
+                const int n0 = ob * nr, nvalid = ncol - n0 < nr ? ncol - n0 : nr;
+                nn_tg_row(&g, W, A, Bp + (size_t)ob * 27 * C * nr, out + row * W * ncol + n0,
+                          NULL, nvalid, NN_TG_ZERO);
+            }
+    }
+}
+
 void nn_conv3d_forward(float *out, const float *inA, int ca, const float *inB, int cb,
                        const float *w, int cout, int N, int D, int H, int W, float *ws) {
+    nn_conv3d_forward_sh(out, inA, ca, inB, cb, w, cout, N, D, H, W, ws, NULL);
+}
+
+void nn_conv3d_forward_sh(float *out, const float *inA, int ca, const float *inB, int cb,
+                          const float *w, int cout, int N, int D, int H, int W, float *ws,
+                          const nn_shard *sh) {
     const int cin = ca + cb;
     float *P = ws, *Bp = ws + padded_floats(N, D, H, W, cin > cout ? cin : cout);
     pad_copy(P, inA, ca, ca, inB, cb, N, D, H, W);
-    const int nr = nn_gemm_nr(cout), nb = nblocks(cout, nr);
-    pack_b(Bp, w, cout, cin, 27, (long)cin * 27, 27, 1, nr);
+    pack_b(Bp, w, cout, cin, 27, (long)cin * 27, 27, 1, nn_gemm_nr(cout));
     long aoff[27];
     const long Hp = H + 2, Wp = W + 2;
     for (int t = 0; t < 27; t++)
         aoff[t] = (((long)(t / 9) * Hp + (t / 3) % 3) * Wp + t % 3) * cin;
-    const nn_tg g = {.T = 27, .K = cin, .aoff = aoff, .lda = cin, .ldc = cout, .nr = nr};
-    const long rows = (long)N * D * H;
-#pragma omp parallel for collapse(2) schedule(dynamic, 2)
-    for (int ob = 0; ob < nb; ob++)
-        for (long row = 0; row < rows; row++) {
-            const long n = row / ((long)D * H), z = (row / H) % D, y = row % H;
-            const float *A = P + ((n * (D + 2) + z) * Hp + y) * Wp * cin;
-            const int n0 = ob * nr, nvalid = cout - n0 < nr ? cout - n0 : nr;
-            nn_tg_row(&g, W, A, Bp + (size_t)ob * 27 * cin * nr, out + row * W * cout + n0, NULL,
-                      nvalid, NN_TG_ZERO);
-        }
+    conv_rows(out, P, cin, aoff, Bp, cout, N, D, H, W, sh);
 }
 
 void nn_conv3d_backward(float *din, float *dw, const float *dout, const float *inA, int ca,
                         const float *inB, int cb, const float *w, int cout, int N, int D, int H,
                         int W, float *ws) {
+    nn_conv3d_backward_sh(din, dw, dout, inA, ca, inB, cb, w, cout, N, D, H, W, ws, NULL);
+}
+
+void nn_conv3d_backward_sh(float *din, float *dw, const float *dout, const float *inA, int ca,
+                           const float *inB, int cb, const float *w, int cout, int N, int D,
+                           int H, int W, float *ws, const nn_shard *sh) {
     const int cin = ca + cb;
     float *P = ws, *Bp = ws + padded_floats(N, D, H, W, cin > cout ? cin : cout);
     const long Hp = H + 2, Wp = W + 2;
     const long rows = (long)N * D * H;
-    /* Weight gradient: padded input x output gradient, reduced over voxels. */
+    /* Weight gradient: padded (halo'd) input x output gradient, reduced over voxels. */
     if (dw) {
         pad_copy(P, inA, ca, ca, inB, cb, N, D, H, W);
+        if (sh) {
+            sh->halo_start(sh->ctx, P, N, D, H, W, cin);
+            sh->halo_finish(sh->ctx, P, N, D, H, W, cin);
+        }
         const tw_rows r = {.A = P, .G = dout, .kind = 0, .D = D, .H = H, .W = W, .cin = cin,
                            .cout = cout, .ldg_vox = cout};
         weight_grad(Bp, &r, rows, 27, cin, cout);
@@ -306,23 +347,14 @@ void nn_conv3d_backward(float *din, float *dw, const float *dout, const float *i
     }
     if (!din)
         return;
-    /* Input gradient: the padded output gradient convolved with the flipped, transposed kernel. */
+    /* Input gradient: the padded (halo'd) output gradient convolved with the flipped,
+     * transposed kernel. */
     pad_copy(P, dout, cout, cout, NULL, 0, N, D, H, W);
-    const int nr = nn_gemm_nr(cin), nb = nblocks(cin, nr);
-    pack_b(Bp, w, cin, cout, 27, 27, (long)cin * 27, 1, nr);
+    pack_b(Bp, w, cin, cout, 27, 27, (long)cin * 27, 1, nn_gemm_nr(cin));
     long aoff[27];
     for (int t = 0; t < 27; t++)
         aoff[t] = (((long)(2 - t / 9) * Hp + (2 - (t / 3) % 3)) * Wp + (2 - t % 3)) * cout;
-    const nn_tg g = {.T = 27, .K = cout, .aoff = aoff, .lda = cout, .ldc = cin, .nr = nr};
-#pragma omp parallel for collapse(2) schedule(dynamic, 2)
-    for (int ob = 0; ob < nb; ob++)
-        for (long row = 0; row < rows; row++) {
-            const long n = row / ((long)D * H), z = (row / H) % D, y = row % H;
-            const float *A = P + ((n * (D + 2) + z) * Hp + y) * Wp * cout;
-            const int n0 = ob * nr, nvalid = cin - n0 < nr ? cin - n0 : nr;
-            nn_tg_row(&g, W, A, Bp + (size_t)ob * 27 * cout * nr, din + row * W * cin + n0, NULL,
-                      nvalid, NN_TG_ZERO);
-        }
+    conv_rows(din, P, cout, aoff, Bp, cin, N, D, H, W, sh);
 }
 
 /* ---- ConvTranspose3d k2 s2 -------------------------------------------------------------- */

@@ -15,13 +15,14 @@
 #define GN_BLOCK 64
 
 /* Workspace: per slice 2C doubles, per thread 2C floats, then per channel 4C doubles
- * (sums, sums2, shift[2C]) and 7C floats. */
+ * (sums, sums2, shift[2C]), 5C floats (backward coefficients) and 2C + 1 doubles (per-group
+ * sums of the backward pass). */
 static size_t gn_scratch_floats(int C) {
     return ((size_t)NN_SLICES * 4 + (size_t)NN_MAX_THREADS * 2) * (size_t)C;
 }
 
 size_t nn_groupnorm_ws_floats(int C) {
-    return gn_scratch_floats(C) + 15 * (size_t)C + 64;
+    return gn_scratch_floats(C) + 19 * (size_t)C + 64;
 }
 
 static double *gn_channel_area(float *ws, int C) {
@@ -118,26 +119,43 @@ static void gn_apply(float *yn, const float *xn, const float *mean, const float 
 
 void nn_groupnorm_forward(float *y, float *mean, float *rstd, const float *x, const float *gamma,
                           const float *beta, int N, long S, int C, int G, int relu, float *ws) {
+    nn_groupnorm_forward_sh(y, mean, rstd, x, gamma, beta, N, S, C, G, relu, ws, NULL);
+}
+
+/* Per-group sums of per-channel values into grp[0..G), grp[G] = voxels counted; summed over the
+ * shards when the statistics are global. */
+static void gn_group_sums(double *grp, const double *ch, long S, int C, int G,
+                          const nn_shard *sh) {
+    const int cg = C / G;
+    for (int g = 0; g < G; g++) {
+        double s = 0;
+        for (int c = g * cg; c < (g + 1) * cg; c++)
+            s += ch[c];
+        grp[g] = s;
+    }
+    grp[G] = (double)S;
+    if (sh && sh->gn_global)
+        sh->sum(sh->ctx, grp, G + 1);
+}
+
+void nn_groupnorm_forward_sh(float *y, float *mean, float *rstd, const float *x,
+                             const float *gamma, const float *beta, int N, long S, int C, int G,
+                             int relu, float *ws, const nn_shard *sh) {
     const int cg = C / G;
     double *sums = gn_channel_area(ws, C);
-    double *chm = sums + C; /* per channel: its group's mean */
+    double *chm = sums + C;     /* per channel: its group's mean */
+    double *grp = sums + 2 * C; /* G + 1 <= 2C doubles, free in the forward pass */
     for (int n = 0; n < N; n++) {
         const float *xn = x + (size_t)n * S * C;
         gn_channel_sums(sums, NULL, xn, NULL, NULL, S, C, NULL, ws, 0);
-        const double cnt = (double)S * cg;
-        for (int g = 0; g < G; g++) {
-            double s = 0;
-            for (int c = g * cg; c < (g + 1) * cg; c++)
-                s += sums[c];
-            for (int c = g * cg; c < (g + 1) * cg; c++)
-                chm[c] = s / cnt;
-        }
+        gn_group_sums(grp, sums, S, C, G, sh);
+        const double cnt = grp[G] * cg;
+        for (int c = 0; c < C; c++)
+            chm[c] = grp[c / cg] / cnt;
         gn_channel_sums(sums, NULL, xn, NULL, NULL, S, C, chm, ws, 1);
+        gn_group_sums(grp, sums, S, C, G, sh);
         for (int g = 0; g < G; g++) {
-            double s = 0;
-            for (int c = g * cg; c < (g + 1) * cg; c++)
-                s += sums[c];
-            const double var = s / cnt;
+            const double var = grp[g] / cnt;
             mean[n * G + g] = (float)chm[g * cg];
             rstd[n * G + g] = (float)(1.0 / sqrt(var + NN_GN_EPS));
         }
@@ -157,6 +175,14 @@ void nn_groupnorm_apply(float *y, const float *x, const float *mean, const float
 void nn_groupnorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
                            const float *x, const float *y, const float *mean, const float *rstd,
                            const float *gamma, int N, long S, int C, int G, int relu, float *ws) {
+    nn_groupnorm_backward_sh(dx, dgamma, dbeta, dy, x, y, mean, rstd, gamma, N, S, C, G, relu, ws,
+                             NULL);
+}
+
+void nn_groupnorm_backward_sh(float *dx, float *dgamma, float *dbeta, const float *dy,
+                              const float *x, const float *y, const float *mean,
+                              const float *rstd, const float *gamma, int N, long S, int C, int G,
+                              int relu, float *ws, const nn_shard *sh) {
     const int cg = C / G;
     double *sums = gn_channel_area(ws, C);
     double *sums2 = sums + C, *shift = sums2 + C; /* shift: 2C (mean, rstd per channel) */
@@ -168,31 +194,40 @@ void nn_groupnorm_backward(float *dx, float *dgamma, float *dbeta, const float *
             shift[C + c] = rstd[n * G + c / cg];
         }
         gn_channel_sums(sums, sums2, xn, dyn, yn, S, C, shift, ws, 2);
-        const double cnt = (double)S * cg;
-        /* Per group: a = mean(gamma*dy), b = mean(gamma*dy*xhat). */
+        /* The parameter gradients are this shard's share (the gradient all-reduce sums them). */
+        for (int c = 0; c < C; c++) {
+            dgamma[c] += (float)sums2[c];
+            dbeta[c] += (float)sums[c];
+        }
+        /* Per group: a = mean(gamma*dy), b = mean(gamma*dy*xhat), over the whole volume when
+         * the statistics are global. */
         float *ca = (float *)(sums + 4 * C), *cb = ca + C, *gr = cb + C;
+        double *abp = sums + 4 * C + (5 * C + 1) / 2 + 1; /* after ca..rc: 2G + 1 doubles */
+        for (int c = 0; c < C; c++)
+            gr[c] = gamma[c];
         for (int g = 0; g < G; g++) {
             double a = 0, b = 0;
             for (int c = g * cg; c < (g + 1) * cg; c++) {
                 a += gamma[c] * sums[c];
                 b += gamma[c] * sums2[c];
             }
-            for (int c = g * cg; c < (g + 1) * cg; c++) {
-                ca[c] = (float)(a / cnt);
-                cb[c] = (float)(b / cnt);
-                gr[c] = gamma[c];
-            }
+            abp[g] = a;
+            abp[G + g] = b;
         }
-        for (int c = 0; c < C; c++) {
-            dgamma[c] += (float)sums2[c];
-            dbeta[c] += (float)sums[c];
-        }
-        float *dxn = dx + (size_t)n * S * C;
+        abp[2 * G] = (double)S;
         float *mc = gr + C, *rc = mc + C;
         for (int c = 0; c < C; c++) {
             mc[c] = (float)shift[c];
             rc[c] = (float)shift[C + c];
         }
+        if (sh && sh->gn_global)
+            sh->sum(sh->ctx, abp, 2 * G + 1);
+        const double cnt = abp[2 * G] * cg;
+        for (int c = 0; c < C; c++) {
+            ca[c] = (float)(abp[c / cg] / cnt);
+            cb[c] = (float)(abp[G + c / cg] / cnt);
+        }
+        float *dxn = dx + (size_t)n * S * C;
 #pragma omp parallel for schedule(dynamic, 1024)
         for (long p = 0; p < S; p++) {
             const float *a = xn + p * C, *g = dyn + p * C;

@@ -30,6 +30,34 @@
 /* Threads the layers use: min(omp_get_max_threads(), NN_MAX_THREADS). */
 int nn_threads(void);
 
+/* ---- Spatial sharding hooks --------------------------------------------------------------
+ * When the volume is split into blocks over several ranks (DistConv, src/dist), each rank runs
+ * the layers on its block and three things need other ranks; the model reaches them through
+ * these callbacks, so this module stays free of MPI. NULL everywhere means one shard.
+ *  - Conv3d k3 p1 reads one voxel beyond its block: after the zero-padded copy of its input,
+ *    halo_start() begins filling the border of the padded buffer P (N, D+2, H+2, W+2, C) from
+ *    the neighbours (per sharded dim, in order, so later dims carry the earlier halos) and
+ *    halo_finish() completes it; rows that do not read a received border are computed in
+ *    between. The input gradient needs the output gradient of the neighbours' edge voxels:
+ *    the same exchange on the padded output gradient, so every boundary voxel sums exactly the
+ *    terms of the unsharded kernel (the sum that upstream forms by sending the grad-input
+ *    halo back and adding it).
+ *  - GroupNorm with gn_global: per-group sums (and voxel counts) summed over the group of
+ *    shards, so statistics are those of the whole volume; otherwise per shard (upstream).
+ *  - Loss and Dice sums (CE numerator/denominator, soft and hard Dice terms) summed over the
+ *    group of shards (upstream's SpatialAllReduce).
+ * Callbacks must be called by every rank of the group in the same order (they are collective).
+ * recv[a][s] is 1 when side s (0 low, 1 high) of spatial axis a (0 D, 1 H, 2 W) has a neighbour,
+ * i.e. when the border there comes from the halo instead of the zero padding. */
+typedef struct nn_shard {
+    void *ctx;
+    int recv[3][2];
+    int gn_global;
+    void (*halo_start)(void *ctx, float *P, int N, int D, int H, int W, int C);
+    void (*halo_finish)(void *ctx, float *P, int N, int D, int H, int W, int C);
+    void (*sum)(void *ctx, double *buf, int n);
+} nn_shard;
+
 /* ---- Conv3d, kernel 3, stride 1, padding 1, no bias ----------------------------------------
  * out (N,D,H,W,cout) = conv(cat(inA (N,D,H,W,ca), inB (N,D,H,W,cb))) with w (cout, ca+cb, 3,3,3)
  * in PyTorch layout. inB may be NULL (cb = 0): the concatenation (skip first) is fused with the
@@ -41,6 +69,13 @@ void nn_conv3d_forward(float *out, const float *inA, int ca, const float *inB, i
 void nn_conv3d_backward(float *din, float *dw, const float *dout, const float *inA, int ca,
                         const float *inB, int cb, const float *w, int cout, int N, int D, int H,
                         int W, float *ws);
+/* The same on one block of a sharded volume (sh may be NULL). */
+void nn_conv3d_forward_sh(float *out, const float *inA, int ca, const float *inB, int cb,
+                          const float *w, int cout, int N, int D, int H, int W, float *ws,
+                          const nn_shard *sh);
+void nn_conv3d_backward_sh(float *din, float *dw, const float *dout, const float *inA, int ca,
+                           const float *inB, int cb, const float *w, int cout, int N, int D,
+                           int H, int W, float *ws, const nn_shard *sh);
 
 /* ---- ConvTranspose3d, kernel 2, stride 2, bias -----------------------------------------------
  * in (N,D,H,W,cin) -> out (N,2D,2H,2W,cout); w (cin, cout, 2,2,2), b (cout). */
@@ -77,6 +112,15 @@ void nn_groupnorm_apply(float *y, const float *x, const float *mean, const float
 void nn_groupnorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
                            const float *x, const float *y, const float *mean, const float *rstd,
                            const float *gamma, int N, long S, int C, int G, int relu, float *ws);
+/* The same on one block of a sharded volume: statistics of the whole volume when sh->gn_global
+ * (sh may be NULL). */
+void nn_groupnorm_forward_sh(float *y, float *mean, float *rstd, const float *x,
+                             const float *gamma, const float *beta, int N, long S, int C, int G,
+                             int relu, float *ws, const nn_shard *sh);
+void nn_groupnorm_backward_sh(float *dx, float *dgamma, float *dbeta, const float *dy,
+                              const float *x, const float *y, const float *mean,
+                              const float *rstd, const float *gamma, int N, long S, int C, int G,
+                              int relu, float *ws, const nn_shard *sh);
 
 /* ---- ReLU ------------------------------------------------------------------------------------
  * y = max(x, 0); dx = dy * (y > 0) (y is the forward output; dx may equal dy). */

@@ -32,6 +32,21 @@ static int bad_label(long v, int K) {
 
 int nn_loss(float *dlogits, const float *logits, const uint16_t *labels, const float *ce_weight,
             int N, long S, int K, double *loss_out, double *ce_out, double *dice_out, float *ws) {
+    return nn_loss_sh(dlogits, logits, labels, ce_weight, N, S, K, loss_out, ce_out, dice_out, ws,
+                      NULL);
+}
+
+/* A bad label seen on another shard only (the sums said so; this shard's labels are fine). */
+static int bad_label_elsewhere(int K) {
+    return err_set(ERR_RANGE,
+                   "a mask label on another spatial shard is not a class index: the model has %d "
+                   "classes (0..%d); check n_categories against the dataset",
+                   K, K - 1);
+}
+
+int nn_loss_sh(float *dlogits, const float *logits, const uint16_t *labels,
+               const float *ce_weight, int N, long S, int K, double *loss_out, double *ce_out,
+               double *dice_out, float *ws, const nn_shard *sh) {
     const int nth = nn_threads();
     const size_t per = loss_thread_doubles(N, K);
     double *acc = (double *)ws;
@@ -74,21 +89,28 @@ int nn_loss(float *dlogits, const float *logits, const uint16_t *labels, const f
             st[n * K + y] += 1;
         }
     }
-    double num = 0, den = 0;
-    for (int t = 0; t < NN_SLICES; t++) {
-        const double *a = acc + per * t;
-        if (a[2] != 0)
-            return bad_label((long)a[3], K);
-        num += a[0];
-        den += a[1];
-    }
-    /* Reduce per-thread sums into thread 0's area. */
-    double *sp = acc + 4, *spt = sp + (size_t)N * K, *st = spt + (size_t)N * K;
+    /* Reduce the slices into slice 0's area, in order: [num, den, bad, label, sums...]. */
+    long bad = acc[2] != 0 ? (long)acc[3] : -1;
     for (int t = 1; t < NN_SLICES; t++) {
-        const double *a = acc + per * t + 4;
-        for (size_t i = 0; i < 3 * (size_t)N * K; i++)
-            sp[i] += a[i];
+        const double *a = acc + per * t;
+        if (a[2] != 0 && bad < 0)
+            bad = (long)a[3];
+        acc[0] += a[0];
+        acc[1] += a[1];
+        for (size_t i = 4; i < per; i++)
+            acc[i] += a[i];
     }
+    acc[2] = bad >= 0;
+    /* Over the whole volume: every shard gets the same sums, so the same loss, the same decision
+     * on bad labels, and the gradient of the global loss. */
+    if (sh)
+        sh->sum(sh->ctx, acc, (int)per);
+    if (bad >= 0)
+        return bad_label(bad, K);
+    if (acc[2] != 0)
+        return bad_label_elsewhere(K);
+    const double num = acc[0], den = acc[1];
+    double *sp = acc + 4, *spt = sp + (size_t)N * K, *st = spt + (size_t)N * K;
     const double ce = num / (den > 1e-12 ? den : 1e-12);
     double dsum = 0;
     const double scale = K > 1 ? 1.0 / ((double)N * (K - 1)) : 0.0;
@@ -156,9 +178,15 @@ void nn_argmax(uint16_t *out, const float *logits, long P, int K) {
 }
 
 int nn_hard_dice(float *dice, const float *logits, const uint16_t *labels, int N, long S, int K) {
+    return nn_hard_dice_sh(dice, logits, labels, N, S, K, NULL);
+}
+
+int nn_hard_dice_sh(float *dice, const float *logits, const uint16_t *labels, int N, long S,
+                    int K, const nn_shard *sh) {
     for (int n = 0; n < N; n++) {
-        /* counts: predicted, label, both, per class (K <= 256 by nn_loss's contract too) */
-        long cp[256] = {0}, cl[256] = {0}, cb[256] = {0};
+        /* counts: predicted, label, both, per class (K <= 256 by nn_loss's contract too), then
+         * a bad-label flag; doubles so that the shards can sum them (exact below 2^53). */
+        double cnt[3 * 256 + 1] = {0}, *cp = cnt, *cl = cnt + K, *cb = cnt + 2 * K;
         long bad = -1;
         for (long v = 0; v < S; v++) {
             const float *z = logits + ((size_t)n * S + v) * K;
@@ -175,12 +203,17 @@ int nn_hard_dice(float *dice, const float *logits, const uint16_t *labels, int N
             cl[y]++;
             cb[best] += best == y;
         }
+        cnt[3 * K] = bad >= 0;
+        if (sh)
+            sh->sum(sh->ctx, cnt, 3 * K + 1);
         if (bad >= 0)
             return bad_label(bad, K);
+        if (cnt[3 * K] != 0)
+            return bad_label_elsewhere(K);
         double s = 0;
         for (int c = 1; c < K; c++) {
             const double I = 2.0 * cb[c];
-            double Ss = (double)cp[c] + cl[c];
+            double Ss = cp[c] + cl[c];
             if (Ss == 0)
                 Ss = I;
             s += (I + NN_DICE_EPS) / (Ss + NN_DICE_EPS);

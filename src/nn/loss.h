@@ -12,6 +12,8 @@
 #ifndef SCAFFOLD_NN_LOSS_H
 #define SCAFFOLD_NN_LOSS_H
 
+#include "nn/layers.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,6 +30,15 @@ int nn_loss(float *dlogits, const float *logits, const uint16_t *labels, const f
 
 /* Hard (argmax) foreground Dice per sample into dice[N]. Labels >= K are ERR_RANGE. */
 int nn_hard_dice(float *dice, const float *logits, const uint16_t *labels, int N, long S, int K);
+
+/* The same on one block of a sharded volume: every sum is over the whole volume (sh->sum), so
+ * the loss, the Dice values and the gradient of the loss are those of the unsharded model; a bad
+ * label on any shard is an error on all of them (sh may be NULL). */
+int nn_loss_sh(float *dlogits, const float *logits, const uint16_t *labels,
+               const float *ce_weight, int N, long S, int K, double *loss, double *ce,
+               double *dice, float *ws, const nn_shard *sh);
+int nn_hard_dice_sh(float *dice, const float *logits, const uint16_t *labels, int N, long S,
+                    int K, const nn_shard *sh);
 
 /* Argmax over the K classes of each voxel (first maximum wins), P voxels. */
 void nn_argmax(uint16_t *out, const float *logits, long P, int K);

@@ -390,13 +390,21 @@ static void dc_forward(nn_unet *m, dc_block *b, const float *inA, int ca, const 
     struct nn_unet_plan *p = m->plan;
     const int l = b->level;
     const int D = p->dd[l], H = p->hh[l], W = p->ww[l];
+    const nn_shard *sh = m->shard;
     float *a1 = p->gT;
-    nn_conv3d_forward(b->c1, inA, ca, inB, cb, P_(m, b->w1), b->cout, N, D, H, W, p->ws);
-    nn_groupnorm_forward(a1, b->m1, b->r1, b->c1, P_(m, b->g1w), P_(m, b->g1b), N, p->S[l],
-                         b->cout, p->G, 1, p->ws);
-    nn_conv3d_forward(b->c2, a1, b->cout, NULL, 0, P_(m, b->w2), b->cout, N, D, H, W, p->ws);
-    nn_groupnorm_forward(b->a2, b->m2, b->r2, b->c2, P_(m, b->g2w), P_(m, b->g2b), N, p->S[l],
-                         b->cout, p->G, 1, p->ws);
+    nn_conv3d_forward_sh(b->c1, inA, ca, inB, cb, P_(m, b->w1), b->cout, N, D, H, W, p->ws, sh);
+    nn_groupnorm_forward_sh(a1, b->m1, b->r1, b->c1, P_(m, b->g1w), P_(m, b->g1b), N, p->S[l],
+                            b->cout, p->G, 1, p->ws, sh);
+    nn_conv3d_forward_sh(b->c2, a1, b->cout, NULL, 0, P_(m, b->w2), b->cout, N, D, H, W, p->ws,
+                         sh);
+    nn_groupnorm_forward_sh(b->a2, b->m2, b->r2, b->c2, P_(m, b->g2w), P_(m, b->g2b), N, p->S[l],
+                            b->cout, p->G, 1, p->ws, sh);
+}
+
+/* Tensors first..ntensors-1 have their final gradient. */
+static void grad_ready(nn_unet *m, int first) {
+    if (m->grad_ready)
+        m->grad_ready(m->grad_ctx, first);
 }
 
 /* dY (gradient of b->a2) is destroyed; din (N,S,ca+cb) receives the input gradient (if not
@@ -406,17 +414,22 @@ static void dc_backward(nn_unet *m, dc_block *b, float *dY, const float *inA, in
     struct nn_unet_plan *p = m->plan;
     const int l = b->level;
     const int D = p->dd[l], H = p->hh[l], W = p->ww[l];
+    const nn_shard *sh = m->shard;
     float *a1 = p->gH;
     nn_groupnorm_apply(a1, b->c1, b->m1, b->r1, P_(m, b->g1w), P_(m, b->g1b), N, p->S[l],
                        b->cout, p->G, 1, p->ws);
-    nn_groupnorm_backward(dY, G_(m, b->g2w), G_(m, b->g2b), dY, b->c2, b->a2, b->m2, b->r2,
-                          P_(m, b->g2w), N, p->S[l], b->cout, p->G, 1, p->ws);
-    nn_conv3d_backward(tmp, G_(m, b->w2), dY, a1, b->cout, NULL, 0, P_(m, b->w2), b->cout, N, D,
-                       H, W, p->ws);
-    nn_groupnorm_backward(tmp, G_(m, b->g1w), G_(m, b->g1b), tmp, b->c1, a1, b->m1, b->r1,
-                          P_(m, b->g1w), N, p->S[l], b->cout, p->G, 1, p->ws);
-    nn_conv3d_backward(din, G_(m, b->w1), tmp, inA, ca, inB, cb, P_(m, b->w1), b->cout, N, D, H,
-                       W, p->ws);
+    nn_groupnorm_backward_sh(dY, G_(m, b->g2w), G_(m, b->g2b), dY, b->c2, b->a2, b->m2, b->r2,
+                             P_(m, b->g2w), N, p->S[l], b->cout, p->G, 1, p->ws, sh);
+    grad_ready(m, b->g2w);
+    nn_conv3d_backward_sh(tmp, G_(m, b->w2), dY, a1, b->cout, NULL, 0, P_(m, b->w2), b->cout, N,
+                          D, H, W, p->ws, sh);
+    grad_ready(m, b->w2);
+    nn_groupnorm_backward_sh(tmp, G_(m, b->g1w), G_(m, b->g1b), tmp, b->c1, a1, b->m1, b->r1,
+                             P_(m, b->g1w), N, p->S[l], b->cout, p->G, 1, p->ws, sh);
+    grad_ready(m, b->g1w);
+    nn_conv3d_backward_sh(din, G_(m, b->w1), tmp, inA, ca, inB, cb, P_(m, b->w1), b->cout, N, D,
+                          H, W, p->ws, sh);
+    grad_ready(m, b->w1);
 }
 
 static void forward(nn_unet *m, const float *x, int N) {
@@ -450,6 +463,7 @@ static void backward(nn_unet *m, int N) {
     const long S0 = p->S[0];
     nn_conv1_backward(p->gG, G_(m, p->outw), G_(m, p->outb), p->dlogits, p->up[L - 1].a2,
                       P_(m, p->outw), p->ch[0], p->K, (long)N * S0, p->ws);
+    grad_ready(m, p->outw);
     for (int j = L - 1; j >= 0; j--) {
         const int l = L - 1 - j;
         const int c = p->ch[l];
@@ -461,6 +475,7 @@ static void backward(nn_unet *m, int N) {
         nn_convt3d_backward(du, G_(m, p->upw[j]), G_(m, p->upb[j]), p->gH + c, 2L * c, u,
                             P_(m, p->upw[j]), p->ch[l + 1], c, N, p->dd[l + 1], p->hh[l + 1],
                             p->ww[l + 1], p->ws);
+        grad_ready(m, p->upw[j]);
     }
     for (int i = L; i >= 0; i--) {
         if (i == 0) {
@@ -491,7 +506,8 @@ int nn_unet_forward_backward(nn_unet *m, const float *x, const uint16_t *y, int 
     double t0 = time_now();
     forward(m, x, n);
     double t1 = time_now();
-    rc = nn_loss(p->dlogits, p->logits, y, ce_weight, n, p->S[0], p->K, loss, NULL, dice, p->ws);
+    rc = nn_loss_sh(p->dlogits, p->logits, y, ce_weight, n, p->S[0], p->K, loss, NULL, dice, p->ws,
+                    m->shard);
     if (rc)
         return rc;
     if (!isfinite(*loss))
@@ -514,10 +530,11 @@ int nn_unet_evaluate(nn_unet *m, const float *x, const uint16_t *y, int n,
         return rc;
     struct nn_unet_plan *p = m->plan;
     forward(m, x, n);
-    rc = nn_loss(NULL, p->logits, y, ce_weight, n, p->S[0], p->K, loss, NULL, NULL, p->ws);
+    rc = nn_loss_sh(NULL, p->logits, y, ce_weight, n, p->S[0], p->K, loss, NULL, NULL, p->ws,
+                    m->shard);
     if (rc)
         return rc;
-    return nn_hard_dice(dice, p->logits, y, n, p->S[0], p->K);
+    return nn_hard_dice_sh(dice, p->logits, y, n, p->S[0], p->K, m->shard);
 }
 
 int nn_unet_predict(nn_unet *m, const float *x, int n, float *logits, uint16_t *mask) {

@@ -57,6 +57,16 @@ typedef struct nn_unet {
     float *grads;  /* one slab, same layout; the benchmark all-reduces it directly */
     size_t activation_floats; /* size of the activation + workspace slabs */
     struct nn_unet_plan *plan; /* internal */
+    /* Optional hooks, NULL by default (set after nn_unet_create):
+     *  - shard: the model holds one block of a volume split over ranks (layers.h, nn_shard);
+     *    d, h, w above are then the block's extent.
+     *  - grad_ready(grad_ctx, first): called during the backward pass each time the gradients
+     *    of tensors first..ntensors-1 are final (they become final in reverse state_dict
+     *    order), so that a data-parallel all-reduce of those slab ranges can start while the
+     *    rest of the backward pass runs (src/dist/grad.h). */
+    const struct nn_shard *shard;
+    void (*grad_ready)(void *grad_ctx, int first);
+    void *grad_ctx;
 } nn_unet;
 
 /* Validates a spec and a volume extent (each divisible by 2^layers). 0 or ERR_CONFIG naming the
