@@ -559,6 +559,9 @@ int config_finalize(scaffold_config *c) {
     if (strcmp(c->framework, "torch") != 0)
         CFG_FAIL(framework, "only 'torch' is accepted (kept for compatibility), got '%s'",
                  c->framework);
+    if (strcmp(c->group_norm_stats, "global") != 0 && strcmp(c->group_norm_stats, "shard") != 0)
+        CFG_FAIL(group_norm_stats, "must be 'global' (statistics of the whole volume) or 'shard' "
+                 "(per spatial shard, as upstream DistConv), got '%s'", c->group_norm_stats);
     if (strcmp(c->data_store, "files") != 0 && strcmp(c->data_store, "memory") != 0)
         CFG_FAIL(data_store, "must be 'files' or 'memory', got '%s'", c->data_store);
     if (!c->base_run_dir[0])

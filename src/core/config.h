@@ -59,6 +59,7 @@ typedef struct cfg_list {
     X(loss_freq, INT, "1", "accepted and stored (unused upstream too)")                            \
     X(normalize, FLOAT, "1", "class search: points span 2*normalize per axis")                     \
     X(group_norm_groups, INT, "8", "GroupNorm groups (must divide every channel count)")          \
+    X(group_norm_stats, STR, "global", "sharded GroupNorm statistics: global or shard (upstream)") \
     X(warmup_batches, INT, "64", "untimed warmup batches per rank")                                \
     X(activation_checkpointing, INT, "0", "0 or 1 (accepted; no effect on CPU)")                   \
     X(ce_weight_sample_fraction, FLOAT, "0.1", "fraction of training masks sampled for CE weights") \

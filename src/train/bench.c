@@ -125,7 +125,7 @@ static int train_epoch(train_state *s, int epoch, double lr, double acc[3], long
     return rc;
 }
 
-/* A train_stats.csv row from the epoch's sums over the world (reference §11.6): training
+/* A train_stats.csv row from the epoch's sums over the replicas (reference §11.6): training
  * [loss*n, dice*n, n] and validation [dice, loss*n, n]. */
 static run_stats_row epoch_row(const dist_world *w, int epoch, const double acc[3],
                                const double vacc[3], double *samples) {
@@ -205,7 +205,8 @@ static int epoch_loop(const scaffold_config *c, train_state *s, ckpt_writer *ck,
             SCAFFOLD_TRACE_REGION_END(tr_epoch);
             break;
         }
-        run_stats_row row = epoch_row(w, epoch, acc, vacc, &samples);
+        /* Every shard of a replica holds the same sums: add the replicas only. */
+        run_stats_row row = epoch_row(&s->grid.replicas, epoch, acc, vacc, &samples);
         if (!isfinite(row.overall_loss) || !isfinite(row.val_loss_avg)) {
             rc = err_set(ERR_NUMERIC,
                          "non-finite loss at epoch %d (training %g, validation %g); lower "

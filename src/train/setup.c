@@ -7,28 +7,85 @@
 #include "fractal/library.h"
 #include "nn/loss.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* Every level of the U-Net halves the block; MaxPool needs it even and the bottleneck at least 2
+ * voxels per sharded axis (reference §10.3). */
+static int check_layout(const scaffold_config *c, const ds_layout *l) {
+    static const char *axis_name[3] = {"D", "H", "W"};
+    const int L = c->unet_layers;
+    for (int a = 0; a < 3; a++) {
+        const int k = ds_layout_count_of(l, a);
+        if (k == 1)
+            continue;
+        if (c->vol_size % k)
+            return err_set(ERR_CONFIG,
+                           "dc_num_shards: %d shards along %s do not divide the %d voxels of the "
+                           "volume; use a power of two",
+                           k, axis_name[a], c->vol_size);
+        const int block = c->vol_size / k;
+        if (block % (1 << L) || block >> L < 2)
+            return err_set(ERR_CONFIG,
+                           "dc_num_shards: %d shards along %s give %d-voxel blocks, which the "
+                           "U-Net's %d levels reduce to %g voxel(s) at the bottleneck; every "
+                           "level's block must be even and the bottleneck's at least 2 voxels: "
+                           "use at most %d shards along %s or raise unet_bottleneck_dim",
+                           k, axis_name[a], block, L, (double)block / (1 << L),
+                           (c->vol_size >> L) / 2 > 0 ? (c->vol_size >> L) / 2 : 1,
+                           axis_name[a]);
+    }
+    return 0;
+}
+
+/* A cached dataset for this config whose meta.yaml records another shard layout (a copied or
+ * edited cache entry) is refused here, before the run folder is written; dataset_open_world
+ * checks it again. Rank 0 reads one meta.yaml. */
+static int check_cached_layout(const scaffold_config *c, const ds_layout *l) {
+    char id[DS_CONFIG_ID_LEN + 1], cfgdir[FS_PATH_MAX], dir[FS_PATH_MAX], meta[FS_PATH_MAX + 16];
+    ds_config_id(c, id);
+    snprintf(cfgdir, sizeof cfgdir, "%s/%s", c->dataset_dir, id);
+    if (c->datagen_from_scratch || !fs_is_dir(cfgdir))
+        return 0;
+    int rc = ds_cache_find(cfgdir, id, NULL, dir, sizeof dir);
+    if (rc <= 0)
+        return rc;
+    ds_meta m;
+    snprintf(meta, sizeof meta, "%s/meta.yaml", dir);
+    rc = ds_meta_read(meta, &m);
+    if (rc == 0 && !ds_layout_equivalent(&m.layout, l)) {
+        char a[64], b[64];
+        rc = err_set(ERR_CONFIG,
+                     "dc_num_shards: the cached dataset %s was built for %s shards, the config "
+                     "asks for %s; delete that dataset directory (or set datagen_from_scratch: 1) "
+                     "to regenerate it for this layout",
+                     dir, ds_layout_counts_str(&m.layout, a, sizeof a),
+                     ds_layout_counts_str(l, b, sizeof b));
+    }
+    return rc;
+}
+
 int train_check(const scaffold_config *c, const dist_world *w) {
-    int T = 1, rc = 0;
-    for (int i = 0; i < c->dc_num_shards.n; i++)
-        T *= c->dc_num_shards.v[i];
-    if (w->size % T != 0)
+    ds_layout l;
+    int rc = ds_layout_from_config(c, &l);
+    if (rc == 0 && w->size % ds_layout_total(&l) != 0)
         rc = err_set(ERR_CONFIG,
                      "world size %d is not divisible by the number of spatial shards %d "
                      "(dc_num_shards); run on a multiple of %d ranks or change dc_num_shards",
-                     w->size, T, T);
-    else if (T > 1)
-        rc = err_set(ERR_CONFIG, "dc_num_shards with more than one shard (spatial "
-                                 "parallelism) is not supported by scaffold benchmark yet; "
-                                 "use [1, 1, 1] (the dataset generator supports shards)");
-    else if (c->restart && !c->run_dir[0])
+                     w->size, ds_layout_total(&l), ds_layout_total(&l));
+    if (rc == 0)
+        rc = check_layout(c, &l);
+    if (rc == 0 && w->rank == 0)
+        rc = check_cached_layout(c, &l);
+    if (rc == 0 && c->restart && !c->run_dir[0])
         rc = err_set(ERR_USAGE, "--restart needs --run-dir DIR (the run folder to resume)");
     return dist_agree(w, rc);
 }
 
 void train_state_free(train_state *s) {
+    dist_grad_free(&s->grad);
+    dist_grid_free(&s->grid);
     ds_loader_destroy(s->train);
     ds_loader_destroy(s->val);
     memsource_free(&s->mem);
@@ -52,8 +109,10 @@ static int compute_ce_weights(train_state *s) {
     float *vol = malloc(s->ds->vol_elems * sizeof *vol);
     int rc = idx && counts && mask && vol ? 0 : err_set(ERR_NOMEM, "out of memory");
     int64_t k = rc ? 0 : dataset_ce_indices(n_train, c->ce_weight_sample_fraction, idx);
+    /* The replicas holding this shard split the sample; the sum over the world adds the
+     * shards. */
     size_t lo, hi;
-    dist_block(s->w, (size_t)k, &lo, &hi);
+    dist_block(&s->grid.replicas, (size_t)k, &lo, &hi);
     for (size_t i = lo; i < hi && rc == 0; i++) {
         rc = dataset_read_sample(s->ds, DS_TRAIN, idx[i], vol, mask);
         if (rc == 0)
@@ -131,8 +190,9 @@ static int build_model(const scaffold_config *c, train_state *s) {
 /* The training and validation loaders over the files or the in-memory store. Collective. */
 static int build_loaders(const scaffold_config *c, train_state *s) {
     int use_mem = !strcmp(c->data_store, "memory"), rc = 0;
+    /* One store per shard, over the replicas that hold it. */
     if (use_mem)
-        rc = memsource_load(&s->mem, s->ds, s->w);
+        rc = memsource_load(&s->mem, s->ds, &s->grid.replicas);
     if (rc == 0) {
         ds_source src = use_mem ? memsource_source(&s->mem) : dataset_file_source(s->ds);
         ds_loader_opts lo = {src,        DS_TRAIN,           s->ds->n[DS_TRAIN],
@@ -147,30 +207,52 @@ static int build_loaders(const scaffold_config *c, train_state *s) {
     return dist_agree(s->w, rc);
 }
 
+/* The process grid of the config's layout (the dataset's shard ids). Collective. */
+static int build_grid(const scaffold_config *c, const dist_world *w, train_state *s) {
+    ds_layout l;
+    int rc = dist_agree(w, ds_layout_from_config(c, &l));
+    if (rc)
+        return rc;
+    int axes[3];
+    for (int i = 0; i < l.n; i++)
+        axes[i] = l.dims[i] - 2;
+    rc = dist_grid_create(&s->grid, w, l.n, axes, l.counts);
+    s->replicas = s->grid.nrep;
+    s->replica = s->grid.replica;
+    return rc;
+}
+
 int train_setup(scaffold_config *c, const dist_world *w, train_state *s) {
     memset(s, 0, sizeof *s);
     s->cfg = c;
     s->w = w;
-    int T = 1;
-    for (int i = 0; i < c->dc_num_shards.n; i++)
-        T *= c->dc_num_shards.v[i];
-    s->replicas = w->size / T;
-    s->replica = w->rank / T;
-    s->grad_scale = 1.0 / s->replicas;
-    s->dp = *w; /* one shard per replica (train_check): the replicas are the world */
-    int rc = open_data(c, s);
+    int rc = build_grid(c, w, s);
+    if (rc == 0)
+        rc = open_data(c, s);
     if (rc == 0)
         rc = dist_agree(w, build_model(c, s));
+    if (rc == 0 && s->grid.T > 1) {
+        dist_spatial_init(&s->sp, &s->grid, !strcmp(c->group_norm_stats, "global"));
+        s->model.shard = &s->sp.ops;
+    }
+    if (rc == 0)
+        rc = dist_grad_init(&s->grad, w, &s->model, 1.0 / s->replicas);
     if (rc == 0)
         rc = build_loaders(c, s);
     if (rc == 0) {
         nn_unet_init_params(&s->model, (uint64_t)c->seed);
+        char shards[64];
+        snprintf(shards, sizeof shards, "%d x %d x %d", s->grid.counts[0], s->grid.counts[1],
+                 s->grid.counts[2]);
         log_info("model: U-Net with %d levels, base %d channels, %zu parameters (%.1f MiB); %s; "
-                 "%d replica(s) x batch %d; %lld training / %lld validation samples",
+                 "%d replica(s) x batch %d; %s spatial shard(s) of %lldx%lldx%lld (%s GroupNorm "
+                 "statistics); %lld training / %lld validation samples",
                  s->model.spec.layers, s->model.spec.base_channels, s->model.nparams,
                  s->model.nparams * 4.0 / 1048576.0, nn_optim_name(s->opt.kind), s->replicas,
-                 c->local_batch_size, (long long)s->ds->n[DS_TRAIN],
-                 (long long)s->ds->n[DS_VAL]);
+                 c->local_batch_size, shards, (long long)s->ds->ext[0],
+                 (long long)s->ds->ext[1], (long long)s->ds->ext[2],
+                 s->grid.T > 1 ? c->group_norm_stats : "whole-volume",
+                 (long long)s->ds->n[DS_TRAIN], (long long)s->ds->n[DS_VAL]);
         rc = compute_ce_weights(s);
     }
     if (rc)

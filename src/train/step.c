@@ -39,28 +39,32 @@ int train_step(train_state *s, double lr, double acc[3]) {
         return 0;
     double loss = 0, dice = 0;
     int rc = got < 0 ? got : fault_fail_step(s->w->rank);
-    if (rc == 0) {
-        nn_unet_zero_grad(&s->model);
-        /* One region for the fused forward + loss + backward pass of the engine. */
-        tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_FORWARD, SCAFFOLD_TRACE_CAT_COMPUTE);
-        SCAFFOLD_TRACE_REGION_STR(tr, "pass", "forward+loss+backward");
-        rc = nn_unet_forward_backward(&s->model, vol, mask, n, s->ce_w, &loss, &dice);
-        SCAFFOLD_TRACE_REGION_END(tr);
-    }
-    if (s->replicas > 1)
+    /* A read error on one rank is agreed before any collective of the step (halo exchanges,
+     * GroupNorm and loss sums, gradient buckets), or the others would wait in it forever. */
+    if (s->w->size > 1)
         rc = dist_agree(s->w, rc);
     if (rc)
         return rc;
+    nn_unet_zero_grad(&s->model);
+    dist_grad_begin(&s->grad);
+    /* One region for the fused forward + loss + backward pass of the engine; the gradient
+     * buckets start inside it as the backward pass finishes them. */
+    tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_FORWARD, SCAFFOLD_TRACE_CAT_COMPUTE);
+    SCAFFOLD_TRACE_REGION_STR(tr, "pass", "forward+loss+backward");
+    rc = nn_unet_forward_backward(&s->model, vol, mask, n, s->ce_w, &loss, &dice);
+    SCAFFOLD_TRACE_REGION_END(tr);
+    if (rc == 0 && s->model.shard)
+        rc = dist_spatial_status(&s->sp);
+    /* Every rank completes the gradient all-reduce (the same buckets, whether its backward pass
+     * ran or not), then the outcome is agreed. */
     tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_ALL_REDUCE, SCAFFOLD_TRACE_CAT_COMM);
-    if (s->replicas > 1) {
-        /* DDP: gradients averaged over replicas. */
-        dist_sum_floats(&s->dp, s->model.grads, s->model.nparams);
-        float sc = (float)s->grad_scale;
-        for (size_t i = 0; i < s->model.nparams; i++)
-            s->model.grads[i] *= sc;
-    }
+    dist_grad_finish(&s->grad);
     SCAFFOLD_TRACE_REGION_INT(tr, "bytes", (int64_t)(s->model.nparams * sizeof(float)));
     SCAFFOLD_TRACE_REGION_END(tr);
+    if (s->w->size > 1)
+        rc = dist_agree(s->w, rc);
+    if (rc)
+        return rc;
     tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_STEP, SCAFFOLD_TRACE_CAT_COMPUTE);
     nn_clip_grad_norm(s->model.grads, s->model.nparams, 1.0);
     nn_optim_step(&s->opt, s->model.params, s->model.grads, lr);
@@ -89,6 +93,8 @@ int train_validate(train_state *s, int64_t epoch, int max_batches, double acc[3]
         tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_FORWARD, SCAFFOLD_TRACE_CAT_COMPUTE);
         rc = nn_unet_evaluate(&s->model, vol, mask, n, s->ce_w, &loss, s->dice_buf);
         SCAFFOLD_TRACE_REGION_END(tr);
+        if (rc == 0 && s->model.shard)
+            rc = dist_spatial_status(&s->sp);
         for (int i = 0; i < n && rc == 0; i++)
             acc[0] += s->dice_buf[i];
         acc[1] += loss * n;

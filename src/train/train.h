@@ -1,9 +1,10 @@
 /* train: the pieces of `scaffold benchmark` below the epoch loop (bench.c), for a reader who
  * starts at bench_run:
  *
- *   setup.c  train_setup: layout check, fractals and dataset (generated or reused), the
- *            dataset opened for this rank's shard, model, optimizer, loaders (files or the
- *            in-memory store), initial weights and CE class weights; train_state_free.
+ *   setup.c  train_setup: layout check, process grid, fractals and dataset (generated or
+ *            reused), the dataset opened for this rank's shard, model (on the shard's block,
+ *            with the sharding hooks and the gradient all-reduce attached), optimizer, loaders
+ *            (files or the in-memory store), initial weights and CE class weights.
  *   step.c   train_step (one optimizer step: fetch, forward+loss+backward, gradient
  *            all-reduce, clip, update), train_validate (one pass over this replica's
  *            validation share), train_warmup (untimed steps, state restored), train_lr.
@@ -17,6 +18,8 @@
 #include "core/config.h"
 #include "dataset/dataset.h"
 #include "dist/dist.h"
+#include "dist/grad.h"
+#include "dist/grid.h"
 #include "nn/optim.h"
 #include "nn/unet.h"
 #include "train/memsource.h"
@@ -27,9 +30,10 @@
 typedef struct train_state {
     const scaffold_config *cfg;
     const dist_world *w; /* the world */
-    dist_world dp;       /* the data-parallel group (the replicas) */
+    dist_grid grid;      /* replicas x spatial shards; grid.replicas sums the epoch statistics */
+    dist_spatial sp;     /* the model's sharding hooks when the volume is split (T > 1) */
+    dist_grad grad;      /* the bucketed, overlapped gradient all-reduce (world size > 1) */
     int replicas, replica;
-    double grad_scale;   /* 1 / replicas */
     dataset *ds;
     ds_loader *train, *val;
     nn_unet model;
@@ -39,8 +43,10 @@ typedef struct train_state {
     memsource mem;       /* data_store: memory */
 } train_state;
 
-/* Collective. Checks the parallel layout (world vs dc_num_shards) and the arguments before
- * anything is written. 0 or an agreed ERR_CONFIG/ERR_USAGE naming the key and the fix. */
+/* Collective. Checks the parallel layout and the arguments before anything is written: the
+ * world a multiple of prod(dc_num_shards), shards dividing every level into even blocks of at
+ * least 2 voxels down to the bottleneck. 0 or an agreed ERR_CONFIG/ERR_USAGE naming the key and
+ * the fix. */
 int train_check(const scaffold_config *c, const dist_world *w);
 
 /* Collective. Builds everything listed above; `c->run_dir` must be set up. On error the state

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Spatial parallelism (src/dist, DistConv semantics): process grid and halo exchange, the
+# sharded U-Net against the unsharded one and against PyTorch's per-shard GroupNorm, then
+# `scaffold benchmark` with dc_num_shards: losses vs unsharded, bad layouts, resume across
+# layouts, the in-memory store, a failure in the middle of an exchange. Oversubscribed (up to 8
+# ranks on the cores there are), so the volumes are tiny.
+cd "$(dirname "$0")/../.." && source tests/lib.sh
+export OMP_NUM_THREADS=1
+T="timeout 300"
+B=$BUILD/tests/dist
+
+# 1. Grid and halos: every layout each world size allows, odd channel counts, corners.
+for n in 1 2 4 8; do t_cbin $T $MPIRUN -n $n $B/test_halo; done
+SCAFFOLD_FAULT_HALO=1:2 t_cbin $T $MPIRUN -n 2 $B/test_halo --fault
+
+# 2. The sharded model equals the unsharded one (global GroupNorm statistics), and reproduces
+# upstream's per-shard GroupNorm (shard statistics) against a PyTorch fixture.
+t_cbin $T $MPIRUN -n 2 $B/test_spatial 2 1 1
+t_cbin $T $MPIRUN -n 2 $B/test_spatial 1 1 2
+t_cbin $T $MPIRUN -n 4 $B/test_spatial 2 2 1
+t_cbin $T $MPIRUN -n 8 $B/test_spatial 2 2 2
+t_cbin $T $MPIRUN -n 4 $B/test_spatial 2 1 1
+t_cbin $T $MPIRUN -n 2 $B/test_spatial 2 1 1 --fixture tests/dist/fixtures/shard_gn.safetensors
+
+# 3. The benchmark, sharded.
+d=$(t_tmpdir)
+root=$PWD
+cfg="-c $root/configs/benchmark_default.yml -c $root/tests/train/tiny.yml"
+cd "$d"
+lastrun() { ls -d "$d"/$1/*/ | tail -n 1; }
+# Losses and soft train Dice (columns 1-6); the hard validation Dice (7) separately: one voxel
+# whose argmax flips between two logits equal to 1e-6 moves it by ~1e-3 on these tiny volumes.
+stats() { tail -n +2 "$(lastrun "$1")/train_stats.csv" | cut -d, -f1-6; }
+vdice() { tail -n +2 "$(lastrun "$1")/train_stats.csv" | cut -d, -f7; }
+# rel_close A B TOL: every number of two train_stats extracts within TOL relative.
+rel_close() {
+    paste -d, <(echo "$1" | tr ',' '\n') <(echo "$2" | tr ',' '\n') |
+        awk -F, -v t="$3" '{d=$1-$2; if(d<0)d=-d; m=$2<0?-$2:$2; if(d>t*(m>1e-12?m:1e-12)) bad=1}
+                           END{exit bad || NR==0}'
+}
+run() { # run NAME RANKS ARGS...: a 2-epoch benchmark
+    local name=$1 n=$2; shift 2
+    $T $MPIRUN -n "$n" "$SCAFFOLD" benchmark $cfg --base-run-dir "$name" --epochs 2 "$@" > "$name.log" 2>&1
+}
+run u1 1 && run u2 2 || t_fail "unsharded runs" "$(cat u1.log u2.log)"
+for spec in "s211 2 2 1 1 u1" "s112 2 1 1 2 u1" "s221 4 2 2 1 u1" "s222 8 2 2 2 u1" "r2s211 4 2 1 1 u2"; do
+    set -- $spec
+    if run "$1" "$2" --dc-num-shards "$3" "$4" "$5"; then
+        if rel_close "$(stats "$1")" "$(stats "$6")" 1e-3 &&
+            paste -d' ' <(vdice "$1") <(vdice "$6") | awk '{d=$1-$2; if(d<0)d=-d; if(d>0.01)e=1} END{exit e}'; then
+            t_ok "benchmark [$3,$4,$5] on $2 ranks: 2 epochs of losses and Dice as unsharded ($6) within 1e-3"
+        else
+            t_fail "benchmark [$3,$4,$5] on $2 ranks vs $6" "$(diff <(stats "$1"; vdice "$1") <(stats "$6"; vdice "$6"))"
+        fi
+    else
+        t_fail "benchmark [$3,$4,$5] on $2 ranks" "$(tail -n 5 "$1.log")"
+    fi
+done
+grep -q "2 x 1 x 1 spatial shard(s) of 8x16x16 (global GroupNorm statistics)" s211.log &&
+    t_ok "the log names the layout, the block and the GroupNorm statistics" || t_fail "layout logged" "$(cat s211.log)"
+run gs 2 --dc-num-shards 2 1 1 --group-norm-stats shard &&
+    grep -q "(shard GroupNorm statistics)" gs.log && ! rel_close "$(stats gs)" "$(stats u1)" 1e-6 &&
+    t_ok "group_norm_stats shard trains, with per-shard statistics (losses differ from global)" ||
+    t_fail "group_norm_stats shard" "$(tail -n 5 gs.log)"
+
+# data_store: memory, sharded: one store per shard over its replicas; same losses as files.
+run m211 4 --dc-num-shards 2 1 1 --data-store memory &&
+    [ "$(stats m211)" = "$(stats r2s211)" ] && t_ok "data_store memory, 2 replicas x [2,1,1]: the same losses as files" ||
+    t_fail "data_store memory sharded" "$(tail -n 5 m211.log; diff <(stats m211) <(stats r2s211))"
+
+# 4. Checkpoints are the same files whatever the layout; resume across layouts.
+run c1 1 --checkpoint-interval 1 --epochs 1 || t_fail "1-epoch run" "$(tail c1.log)"
+run c2 2 --checkpoint-interval 1 --epochs 1 --dc-num-shards 2 1 1 || t_fail "1-epoch sharded run" "$(tail c2.log)"
+"$PYTHON" - "$(lastrun c1)" "$(lastrun c2)" <<'PY' && t_ok "checkpoint of [2,1,1] = checkpoint of [1,1,1]: same tensors, shapes, values within 1e-4" || t_fail "checkpoints across layouts"
+import json, struct, sys
+import numpy as np
+def load(run):
+    b = open(run + "/checkpoints/checkpoint_last.safetensors", "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n]); h.pop("__metadata__")
+    return {k: np.frombuffer(b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]], "<f4").reshape(v["shape"]) for k, v in h.items()}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert list(a) == list(b)
+for k in a:
+    assert a[k].shape == b[k].shape, k
+    assert np.abs(a[k] - b[k]).max() <= 1e-4 * max(np.abs(a[k]).max(), 1e-6), k
+PY
+for spec in "c1 2 2 1 1" "c2 1 1 1 1"; do
+    set -- $spec
+    r=$(lastrun "$1")
+    out=$($T $MPIRUN -n "$2" "$SCAFFOLD" benchmark -c "$r/config.yaml" --run-dir "$r" --epochs 2 --dc-num-shards "$3" "$4" "$5" 2>&1)
+    if echo "$out" | grep -q "resumed from checkpoint_last: epoch 1" && rel_close "$(stats "$1")" "$(stats u1)" 1e-3; then
+        t_ok "resume $1 with dc_num_shards [$3,$4,$5] on $2 rank(s): epoch 2 as uninterrupted"
+    else
+        t_fail "resume $1 with [$3,$4,$5]" "$out $(diff <(stats "$1") <(stats u1))"
+    fi
+done
+
+# 5. Bad layouts: one message naming the key and the fix, exit status 2 on every rank, nothing
+# written (no run folder).
+bad() { # bad NAME RANKS PATTERN ARGS...
+    local name=$1 n=$2 pat=$3; shift 3
+    rm -rf badruns st.*
+    local out
+    out=$($T $MPIRUN -n "$n" sh -c '"$0" "$@"; echo $? > st.$OMPI_COMM_WORLD_RANK' "$SCAFFOLD" benchmark $cfg --base-run-dir badruns "$@" 2>&1)
+    local sts
+    sts=$(cat st.* 2>/dev/null | sort -u | tr '\n' ' ')
+    if [ "$sts" != "2 " ]; then t_fail "$name" "exit statuses '$sts': $out"; return; fi
+    if ! grep -qE -- "$pat" <<<"$out"; then t_fail "$name" "message lacks /$pat/: $out"; return; fi
+    if [ "$(grep -c 'scaffold benchmark:' <<<"$out")" -ne 1 ]; then t_fail "$name" "not printed once: $out"; return; fi
+    if [ -e badruns ]; then t_fail "$name" "wrote $(find badruns | head -n 3)"; return; fi
+    t_ok "$name"
+}
+bad "bad layout: bottleneck block of 1 voxel" 4 "dc_num_shards: 4 shards along D give 4-voxel blocks.*at most 2 shards along D" --dc-num-shards 4 1 1
+bad "bad layout: shards not dividing the volume" 3 "dc_num_shards: 3 shards along H do not divide the 16 voxels" --dc-num-shards 1 3 1
+bad "bad layout: world not a multiple of the shards" 2 "world size 2 is not divisible by the number of spatial shards 4" --dc-num-shards 2 2 1
+bad "bad key: group_norm_stats" 2 "group.norm.stats: must be 'global'.*or 'shard'" --group-norm-stats mean
+# A cached dataset whose meta.yaml records another layout (a copied or edited cache entry).
+m=$(grep -l "dc_num_shards: \[1, 1, 1\]" datasets/*/*/meta.yaml | head -n 1)
+cp "$m" meta.bak
+sed -i 's/^  dc_num_shards: .*/  dc_num_shards: [2, 1, 1]/' "$m"
+bad "bad layout: cached dataset built for another layout" 2 "dc_num_shards: the cached dataset .* was built for \[2, 1, 1\] shards, the config asks for \[1, 1, 1\]; delete"
+cp meta.bak "$m"
+
+# 6. A failure on one rank in the middle of a halo exchange of the benchmark: agreed, no hang.
+t_expect_fail "failure injected in a halo exchange on rank 1: agreed, no hang" 1 \
+    "injected failure in halo exchange 5 on rank 1" \
+    env SCAFFOLD_FAULT_HALO=1:5 $T $MPIRUN -n 2 "$SCAFFOLD" benchmark $cfg --base-run-dir fh --dc-num-shards 2 1 1 --warmup-batches 0
+cd "$root"
+rm -rf "$d"
+t_report
