@@ -20,7 +20,9 @@
       "SIGKILL inside the K-th file write (1 = optimizer sidecar, 2 = model) of the checkpoint "  \
       "save of epoch E")                                                                           \
     X(KILL_AT_EPOCH, 1, 0, 1, "E", "SIGKILL on rank 0 after the first training step of epoch E") \
-    X(FAIL_STEP, 1, 1, 2, "R:K", "rank R fails its K-th training step as a read error would")
+    X(FAIL_STEP, 1, 1, 2, "R:K", "rank R fails its K-th training step as a read error would")   \
+    X(HALO, 1, 1, 2, "R:K",                                                                        \
+      "rank R records a failure in its K-th halo exchange and completes it (spatial shards)")
 
 typedef enum {
 #define FAULT_ENUM(name, keyed, counted, nvals, fmt, what) FAULT_##name,

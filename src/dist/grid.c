@@ -3,6 +3,7 @@
 #include "dist/grid.h"
 
 #include "core/err.h"
+#include "core/fault.h"
 #include "core/log.h"
 
 #include <stdio.h>
@@ -84,18 +85,11 @@ void dist_grid_free(dist_grid *g) {
 
 /* ---- halo exchange -------------------------------------------------------------------------- */
 
-/* Test hook: SCAFFOLD_FAULT_HALO=R:K records a failure on rank R (world) at its K-th exchange. */
+/* Fault point HALO (SCAFFOLD_FAULT_HALO=R:K): rank R records a failure at its K-th exchange. */
 static void fault_halo(dist_spatial *s) {
-    static int parsed, fr = -1;
-    static long fk = -1;
-    if (!parsed) {
-        const char *e = getenv("SCAFFOLD_FAULT_HALO");
-        if (!e || sscanf(e, "%d:%ld", &fr, &fk) != 2)
-            fr = -1;
-        parsed = 1;
-    }
-    if (fr == s->g->world->rank && s->exchanges == fk && s->rc == 0) {
-        s->rc = err_set(ERR_IO, "injected failure in halo exchange %ld on rank %d", fk, fr);
+    if (s->rc == 0 && fault_hit(FAULT_HALO, s->g->world->rank)) {
+        s->rc = err_set(ERR_IO, "injected failure in halo exchange %ld on rank %d",
+                        s->exchanges, s->g->world->rank);
         snprintf(s->msg, sizeof s->msg, "%s", err_msg());
     }
 }

@@ -14,8 +14,8 @@
  * per sharded axis (non-blocking sends and receives of MPI subarray faces straight from and
  * into the padded buffer; the first sharded axis overlaps the interior rows, later axes follow
  * in order so that they carry the earlier halos, corners included), and in-place sums.
- * A failure on one rank inside an exchange (SCAFFOLD_FAULT_HALO=R:K injects one at rank R's
- * K-th exchange) does not stop that rank from completing every exchange and sum of the step,
+ * A failure on one rank inside an exchange (fault point HALO, SCAFFOLD_FAULT_HALO=R:K, injects
+ * one at rank R's K-th exchange) does not stop that rank from completing every exchange and sum of the step,
  * so no neighbour waits forever; the error is kept and returned by dist_spatial_status(), which
  * the training step agrees on over the world. */
 #ifndef SCAFFOLD_DIST_GRID_H
