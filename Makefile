@@ -2,7 +2,8 @@
 # tracer and the CLI, the `scaffold` executable from src/cli/, C tests from tests/<area>/test_*.c.
 # Module-specific rules (the LD_PRELOAD tracer, extra flags) live in src/<module>/module.mk.
 #
-# Knobs: SAN=address,undefined | SAN=thread (separate build dir), DEBUG=1, NATIVE=0, OMP=0.
+# Knobs: SAN=address,undefined | SAN=thread (separate build dir), DEBUG=1, NATIVE=0, OMP=0,
+# CUDA=1 (the CUDA backend, in build-cuda; see src/nn/cuda/module.mk).
 
 CC       ?= mpicc
 MPICC    ?= mpicc
@@ -38,6 +39,8 @@ BUILD    := build-$(subst $(comma),-,$(SAN))
 CFLAGS   += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDFLAGS  += -fsanitize=$(SAN)
 endif
+# The optional CUDA backend (make CUDA=1): before the object lists, as it picks the build folder.
+include src/nn/cuda/module.mk
 LIB_MODULES := $(filter-out src/cli src/trace,$(patsubst %/,%,$(sort $(dir $(wildcard src/*/*.c)))))
 LIB_SRCS    := $(foreach m,$(LIB_MODULES),$(wildcard $(m)/*.c))
 LIB_OBJS    := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRCS))

@@ -5,6 +5,9 @@
 #include "core/log.h"
 #include "dist/dist.h"
 #include "train/bench.h"
+#ifdef SCAFFOLD_CUDA
+#include "nn/cuda/cu.h"
+#endif
 
 #include <stdio.h>
 
@@ -19,6 +22,14 @@ int cmd_benchmark(int argc, char **argv) {
         "restart.sh, train_stats.csv, checkpoints/, figures/). Resume with --restart --run-dir DIR.");
     if (st >= 0)
         return st;
+#ifdef SCAFFOLD_CUDA
+    /* The `device` key (cpu|cuda|auto): one note on rank 0. routed = 0: the U-Net does not run
+     * on the CUDA backend yet, so auto trains on the CPU and an explicit cuda is refused. */
+    int gpu;
+    int drc = dist_agree(&w, cu_device_select(c.device, w.comm, 0, &gpu));
+    if (drc)
+        return cli_fail(&w, "benchmark", drc);
+#endif
     bench_result r;
     int rc = bench_run(&c, &w, argc, argv, &r);
     if (rc)

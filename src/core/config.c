@@ -564,6 +564,14 @@ int config_finalize(scaffold_config *c) {
                  "(per spatial shard, as upstream DistConv), got '%s'", c->group_norm_stats);
     if (strcmp(c->data_store, "files") != 0 && strcmp(c->data_store, "memory") != 0)
         CFG_FAIL(data_store, "must be 'files' or 'memory', got '%s'", c->data_store);
+    if (strcmp(c->device, "cpu") != 0 && strcmp(c->device, "cuda") != 0 &&
+        strcmp(c->device, "auto") != 0)
+        CFG_FAIL(device, "must be 'cpu', 'cuda' or 'auto', got '%s'", c->device);
+#ifndef SCAFFOLD_CUDA
+    if (!strcmp(c->device, "cuda"))
+        CFG_FAIL(device, "'cuda' needs a build with the CUDA backend: rebuild with 'make CUDA=1' "
+                         "(binary in build-cuda/), or use device: auto or cpu");
+#endif
     if (!c->base_run_dir[0])
         CFG_FAIL(base_run_dir, "must not be empty");
     if (!c->dataset_dir[0])

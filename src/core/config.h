@@ -69,6 +69,7 @@ typedef struct cfg_list {
     X(unet_base_channels, INT, "64", "channels of the first U-Net level (extension)")              \
     X(data_store, STR, "files", "files or memory (distributed in-memory store; extension)")        \
     X(datagen_batch_size, INT, "10000", "per-rank class attempts per round")                       \
+    X(device, STR, "auto", "cpu, cuda or auto (cuda when a GPU is visible; needs make CUDA=1)")   \
     X(run_dir, STR, "", "resume in this run folder")
 
 enum cfg_key {

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The CUDA backend's checks that need no GPU, in every build:
+#  - a build without the backend refuses device: cuda (naming the key and make CUDA=1) and any
+#    other bad value, and accepts cpu and auto;
+#  - a CUDA build (make CUDA=1): the host-side unit tests (tests/cuda/cu_host.c: device
+#    selection, local rank variables, algorithm cache, bucket plan, slab, shape limits,
+#    workspace plans) on 1 and 2 ranks, and the benchmark on a machine without a usable GPU says
+#    so once and trains on the CPU, while device: cuda is refused with exit status 2.
+# The op-by-op GPU tests are tests/gpu/run.sh (skipped where no GPU is visible).
+cd "$(dirname "$0")/../.." && source tests/lib.sh
+export OMP_NUM_THREADS=1
+root=$PWD
+cfg="-c $root/configs/benchmark_default.yml -c $root/tests/train/tiny.yml"
+d=$(t_tmpdir)
+cd "$d"
+t_expect_fail "device: bad value refused" 2 "\-\-device: must be 'cpu', 'cuda' or 'auto', got 'gpu'" \
+    "$SCAFFOLD" benchmark $cfg --device gpu
+printf 'device: tpu\n' > bad.yml
+t_expect_fail "device: bad value in a file names the file and key" 2 "bad.yml: key 'device': must be" \
+    "$SCAFFOLD" benchmark $cfg -c bad.yml
+if [ ! -x "$root/$BUILD/tests/cuda/cu_host" ]; then
+    t_expect_fail "device: cuda refused without the CUDA backend" 2 \
+        "--device: 'cuda' needs a build with the CUDA backend: rebuild with 'make CUDA=1'" \
+        "$SCAFFOLD" benchmark $cfg --device cuda
+    out=$("$SCAFFOLD" benchmark $cfg --device auto --epochs 1 --base-run-dir runs 2>&1)
+    if [ $? -eq 0 ] && ! grep -q "device" <<<"$out"; then
+        t_ok "device: auto trains on the CPU, silently, without the backend"
+    else
+        t_fail "device: auto without the backend" "$out"
+    fi
+    echo "note: not a CUDA build ($BUILD): the host-side CUDA unit tests run with make CUDA=1"
+else
+    t_cbin "$root/$BUILD/tests/cuda/cu_host"
+    t_cbin $MPIRUN -n 2 "$root/$BUILD/tests/cuda/cu_host"
+    if "$root/$BUILD/tests/gpu/cu_ops" --probe >/dev/null 2>&1; then
+        echo "note: a GPU is visible: the no-GPU fallback checks below are NOT run here"
+    else
+        out=$($MPIRUN -n 2 "$SCAFFOLD" benchmark $cfg --epochs 1 --base-run-dir runs 2>&1)
+        rc=$?
+        n=$(grep -c "device auto: no GPU visible" <<<"$out")
+        if [ $rc -eq 0 ] && [ "$n" -eq 1 ] && grep -q "^benchmark: " <<<"$out"; then
+            t_ok "no GPU: the benchmark (2 ranks) says so once and trains on the CPU"
+        else
+            t_fail "no-GPU fallback" "exit $rc, $n notes: $out"
+        fi
+        t_expect_fail "no GPU: device: cuda refused" 2 "key 'device': cuda, but no GPU is visible" \
+            "$SCAFFOLD" benchmark $cfg --device cuda
+        out=$("$SCAFFOLD" benchmark $cfg --device cpu --epochs 1 --base-run-dir runsc 2>&1)
+        if [ $? -eq 0 ] && ! grep -q "device" <<<"$out"; then
+            t_ok "device: cpu trains without probing or a note"
+        else
+            t_fail "device: cpu" "$out"
+        fi
+    fi
+fi
+cd "$root" && rm -rf "$d"
+t_report

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# GPU tests of the CUDA backend: every op against the CPU engine (tests/gpu/cu_ops.c: convs,
+# GroupNorm, ReLU, MaxPool, concat, layout, loss, Dice, 10 Adam steps, SGD, RMSprop, clipping,
+# the loader's staging ring, the NCCL all-reduce), in fp32 (TF32 off) and bf16, plus
+# compute-sanitizer when the toolkit has it.
+#
+# It runs only where a GPU is visible. Anywhere else it prints one SKIP line and
+# "0 passed, 0 failed": a skip is never counted as a pass (tests/run.sh adds 0 to the total).
+# On a GPU machine:   make -j CUDA=1 && bash tests/gpu/run.sh
+# (BUILD defaults to build-cuda here; `make CUDA=1 test` runs it with the rest of the suite.)
+cd "$(dirname "$0")/../.." && BUILD=${BUILD:-build-cuda} && source tests/lib.sh
+BIN=$BUILD/tests/gpu/cu_ops
+if [ ! -x "$BIN" ]; then
+    echo "SKIP gpu: $BUILD has no CUDA backend (build it with make CUDA=1); GPU tests NOT run"
+    t_report
+    exit 0
+fi
+probe=$("$BIN" --probe 2>&1)
+if [ $? -ne 0 ]; then
+    echo "SKIP gpu: $(echo "$probe" | grep -E '^no GPU' | head -1 || echo "$probe"); GPU tests NOT run"
+    t_report
+    exit 0
+fi
+echo "$probe"
+ngpu=$(awk '/^gpus/ {print $2}' <<<"$probe")
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -4
+for prec in fp32 bf16; do
+    t_cbin "$BIN" "$prec"
+done
+# NCCL across ranks needs a GPU per rank.
+if [ "${ngpu:-1}" -ge 2 ]; then
+    t_cbin $MPIRUN -n 2 "$BIN" fp32
+else
+    echo "note: one GPU: the NCCL test ran on 1 rank only (2 ranks need 2 GPUs)"
+fi
+CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+if [ -n "$CS" ]; then
+    for tool in memcheck racecheck; do
+        out=$("$CS" --tool $tool --error-exitcode 9 "$BIN" fp32 2>&1); rc=$?
+        if [ $rc -eq 0 ] && grep -qE '^[0-9]+ passed, 0 failed' <<<"$out"; then
+            t_ok "compute-sanitizer $tool: no errors"
+        else
+            echo "$out" | grep -vE '^ok' | tail -n 30
+            t_fail "compute-sanitizer $tool" "exit $rc"
+        fi
+    done
+else
+    echo "note: compute-sanitizer not found: memcheck/racecheck NOT run"
+fi
+t_report
