@@ -116,4 +116,18 @@ cudaError_t cuk_scale(cudaStream_t st, float *x, long long n, float s);
 }
 #endif
 
+#ifdef __CUDACC__
+/* For the kernel files: blocks for n elements with grid-stride loops (capped: the loops cover
+ * the rest), and the loop itself. */
+static inline unsigned cuk_grid(long long n) {
+    long long b = (n + CUK_THREADS - 1) / CUK_THREADS;
+    if (b < 1)
+        b = 1;
+    return (unsigned)(b > (1LL << 20) ? (1LL << 20) : b);
+}
+#define GRID_LOOP(i, n)                                                                            \
+    for (long long i = (long long)blockIdx.x * CUK_THREADS + threadIdx.x; i < (n);                \
+         i += (long long)gridDim.x * CUK_THREADS)
+#endif
+
 #endif

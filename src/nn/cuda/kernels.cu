@@ -12,18 +12,6 @@
 
 #define T CUK_THREADS
 
-/* Blocks for n elements with grid-stride loops (capped: the loops cover the rest). */
-static unsigned grid_for(long long n) {
-    long long b = (n + T - 1) / T;
-    if (b < 1)
-        b = 1;
-    return (unsigned)(b > (1LL << 20) ? (1LL << 20) : b);
-}
-
-#define GRID_LOOP(i, n)                                                                            \
-    for (long long i = (long long)blockIdx.x * T + threadIdx.x; i < (n);                          \
-         i += (long long)gridDim.x * T)
-
 static __device__ float bf16_round(float v) {
     return __bfloat162float(__float2bfloat16_rn(v));
 }
@@ -47,7 +35,7 @@ static __global__ void k_gather(void *dst, int dst_bf16, const float *a, long lo
 extern "C" cudaError_t cuk_gather(cudaStream_t st, void *dst, int dst_bf16, const float *a,
                                   long long lda, int ca, const float *b, long long ldb, int cb,
                                   long long P) {
-    k_gather<<<grid_for(P * (ca + cb)), T, 0, st>>>(dst, dst_bf16, a, lda, ca, b, ldb, cb, P);
+    k_gather<<<cuk_grid(P * (ca + cb)), T, 0, st>>>(dst, dst_bf16, a, lda, ca, b, ldb, cb, P);
     return cudaGetLastError();
 }
 
@@ -67,7 +55,7 @@ static __global__ void k_convert(float *dst, const void *src, int src_bf16, cons
 extern "C" cudaError_t cuk_convert(cudaStream_t st, float *dst, const void *src, int src_bf16,
                                    const float *bias, int C, long long n, int accumulate,
                                    int round_bf16) {
-    k_convert<<<grid_for(n), T, 0, st>>>(dst, src, src_bf16, bias, C, n, accumulate, round_bf16);
+    k_convert<<<cuk_grid(n), T, 0, st>>>(dst, src, src_bf16, bias, C, n, accumulate, round_bf16);
     return cudaGetLastError();
 }
 
@@ -89,7 +77,7 @@ static __global__ void k_pack(void *dst, int bf16, const float *src, int K, int 
 
 extern "C" cudaError_t cuk_pack(cudaStream_t st, void *dst, int bf16, const float *src, int K,
                                 int C, int S) {
-    k_pack<<<grid_for((long long)K * C * S), T, 0, st>>>(dst, bf16, src, K, C, S);
+    k_pack<<<cuk_grid((long long)K * C * S), T, 0, st>>>(dst, bf16, src, K, C, S);
     return cudaGetLastError();
 }
 
@@ -106,7 +94,7 @@ static __global__ void k_unpack_add(float *dst, const void *src, int bf16, int K
 
 extern "C" cudaError_t cuk_unpack_add(cudaStream_t st, float *dst, const void *src, int bf16,
                                       int K, int C, int S) {
-    k_unpack_add<<<grid_for((long long)K * C * S), T, 0, st>>>(dst, src, bf16, K, C, S);
+    k_unpack_add<<<cuk_grid((long long)K * C * S), T, 0, st>>>(dst, src, bf16, K, C, S);
     return cudaGetLastError();
 }
 
@@ -195,7 +183,7 @@ extern "C" cudaError_t cuk_chan_sums(cudaStream_t st, double *sums, double *part
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
         return e;
-    k_chan_reduce<<<grid_for((long long)N * 3 * C), T, 0, st>>>(sums, part, N, slices, C);
+    k_chan_reduce<<<cuk_grid((long long)N * 3 * C), T, 0, st>>>(sums, part, N, slices, C);
     return cudaGetLastError();
 }
 
@@ -204,7 +192,7 @@ static __global__ void k_add_sums(float *dst, const double *sums, int C) {
 }
 
 extern "C" cudaError_t cuk_add_sums(cudaStream_t st, float *dst, const double *sums, int C) {
-    k_add_sums<<<grid_for(C), T, 0, st>>>(dst, sums, C);
+    k_add_sums<<<cuk_grid(C), T, 0, st>>>(dst, sums, C);
     return cudaGetLastError();
 }
 
@@ -229,7 +217,7 @@ static __global__ void k_gn_stats(float *mean, float *rstd, const double *sums, 
 extern "C" cudaError_t cuk_gn_stats(cudaStream_t st, float *mean, float *rstd,
                                     const double *sums, int N, long long S, int C, int G,
                                     int pass) {
-    k_gn_stats<<<grid_for((long long)N * G), T, 0, st>>>(mean, rstd, sums, N, S, C, G, pass);
+    k_gn_stats<<<cuk_grid((long long)N * G), T, 0, st>>>(mean, rstd, sums, N, S, C, G, pass);
     return cudaGetLastError();
 }
 
@@ -250,7 +238,7 @@ static __global__ void k_gn_apply(float *y, const float *x, const float *mean, c
 extern "C" cudaError_t cuk_gn_apply(cudaStream_t st, float *y, const float *x, const float *mean,
                                     const float *rstd, const float *gamma, const float *beta,
                                     int N, long long S, int C, int G, int relu) {
-    k_gn_apply<<<grid_for((long long)N * S * C), T, 0, st>>>(y, x, mean, rstd, gamma, beta, N, S,
+    k_gn_apply<<<cuk_grid((long long)N * S * C), T, 0, st>>>(y, x, mean, rstd, gamma, beta, N, S,
                                                             C, G, relu);
     return cudaGetLastError();
 }
@@ -303,9 +291,9 @@ extern "C" cudaError_t cuk_gn_backward(cudaStream_t st, float *dx, float *dgamma
                                        const float *mean, const float *rstd, const float *gamma,
                                        const double *sums, float *coef, int N, long long S,
                                        int C, int G, int relu) {
-    k_gn_bwd_coef<<<grid_for((long long)N * G), T, 0, st>>>(coef, sums, gamma, N, S, C, G);
-    k_gn_affine_grad<<<grid_for(C), T, 0, st>>>(dgamma, dbeta, sums, N, C);
-    k_gn_dx<<<grid_for((long long)N * S * C), T, 0, st>>>(dx, dy, x, y, mean, rstd, gamma, coef,
+    k_gn_bwd_coef<<<cuk_grid((long long)N * G), T, 0, st>>>(coef, sums, gamma, N, S, C, G);
+    k_gn_affine_grad<<<cuk_grid(C), T, 0, st>>>(dgamma, dbeta, sums, N, C);
+    k_gn_dx<<<cuk_grid((long long)N * S * C), T, 0, st>>>(dx, dy, x, y, mean, rstd, gamma, coef,
                                                          N, S, C, G, relu);
     return cudaGetLastError();
 }
@@ -317,7 +305,7 @@ static __global__ void k_relu(float *y, const float *x, long long n) {
 }
 
 extern "C" cudaError_t cuk_relu(cudaStream_t st, float *y, const float *x, long long n) {
-    k_relu<<<grid_for(n), T, 0, st>>>(y, x, n);
+    k_relu<<<cuk_grid(n), T, 0, st>>>(y, x, n);
     return cudaGetLastError();
 }
 
@@ -327,7 +315,7 @@ static __global__ void k_relu_backward(float *dx, const float *dy, const float *
 
 extern "C" cudaError_t cuk_relu_backward(cudaStream_t st, float *dx, const float *dy,
                                          const float *y, long long n) {
-    k_relu_backward<<<grid_for(n), T, 0, st>>>(dx, dy, y, n);
+    k_relu_backward<<<cuk_grid(n), T, 0, st>>>(dx, dy, y, n);
     return cudaGetLastError();
 }
 
@@ -338,17 +326,28 @@ static __device__ long long pool_src(int n, int z, int y, int x, int t, int D, i
            C;
 }
 
+/* Coordinates of output element i of a (N, D/2, H/2, W/2, C) pooling output. */
+typedef struct pool_at {
+    int n, z, y, x, c;
+} pool_at;
+static __device__ pool_at pool_coords(long long i, int D, int H, int W, int C) {
+    pool_at a;
+    a.c = (int)(i % C);
+    long long r = i / C;
+    a.x = (int)(r % (W / 2));
+    r /= W / 2;
+    a.y = (int)(r % (H / 2));
+    r /= H / 2;
+    a.z = (int)(r % (D / 2));
+    a.n = (int)(r / (D / 2));
+    return a;
+}
+
 static __global__ void k_maxpool(float *out, uint8_t *idx, const float *in, int N, int D, int H,
                                  int W, int C) {
-    const int Do = D / 2, Ho = H / 2, Wo = W / 2;
-    GRID_LOOP(i, (long long)N * Do * Ho * Wo * C) {
-        const int c = (int)(i % C);
-        long long r = i / C;
-        const int x = (int)(r % Wo);
-        r /= Wo;
-        const int y = (int)(r % Ho);
-        r /= Ho;
-        const int z = (int)(r % Do), n = (int)(r / Do);
+    GRID_LOOP(i, (long long)N * (D / 2) * (H / 2) * (W / 2) * C) {
+        const pool_at a = pool_coords(i, D, H, W, C);
+        const int n = a.n, z = a.z, y = a.y, x = a.x, c = a.c;
         float m = in[pool_src(n, z, y, x, 0, D, H, W, C) + c];
         int k = 0;
         for (int t = 1; t < 8; t++) {
@@ -367,7 +366,7 @@ static __global__ void k_maxpool(float *out, uint8_t *idx, const float *in, int 
 extern "C" cudaError_t cuk_maxpool(cudaStream_t st, float *out, uint8_t *idx, const float *in,
                                    int N, int D, int H, int W, int C) {
     const long long n = (long long)N * (D / 2) * (H / 2) * (W / 2) * C;
-    k_maxpool<<<grid_for(n), T, 0, st>>>(out, idx, in, N, D, H, W, C);
+    k_maxpool<<<cuk_grid(n), T, 0, st>>>(out, idx, in, N, D, H, W, C);
     return cudaGetLastError();
 }
 
@@ -375,16 +374,9 @@ extern "C" cudaError_t cuk_maxpool(cudaStream_t st, float *out, uint8_t *idx, co
  * the accumulation has no races. */
 static __global__ void k_maxpool_backward(float *din, const float *dout, const uint8_t *idx,
                                           int N, int D, int H, int W, int C) {
-    const int Do = D / 2, Ho = H / 2, Wo = W / 2;
-    GRID_LOOP(i, (long long)N * Do * Ho * Wo * C) {
-        const int c = (int)(i % C);
-        long long r = i / C;
-        const int x = (int)(r % Wo);
-        r /= Wo;
-        const int y = (int)(r % Ho);
-        r /= Ho;
-        const int z = (int)(r % Do), n = (int)(r / Do);
-        din[pool_src(n, z, y, x, idx[i], D, H, W, C) + c] += dout[i];
+    GRID_LOOP(i, (long long)N * (D / 2) * (H / 2) * (W / 2) * C) {
+        const pool_at a = pool_coords(i, D, H, W, C);
+        din[pool_src(a.n, a.z, a.y, a.x, idx[i], D, H, W, C) + a.c] += dout[i];
     }
 }
 
@@ -392,7 +384,7 @@ extern "C" cudaError_t cuk_maxpool_backward(cudaStream_t st, float *din, const f
                                             const uint8_t *idx, int N, int D, int H, int W,
                                             int C) {
     const long long n = (long long)N * (D / 2) * (H / 2) * (W / 2) * C;
-    k_maxpool_backward<<<grid_for(n), T, 0, st>>>(din, dout, idx, N, D, H, W, C);
+    k_maxpool_backward<<<cuk_grid(n), T, 0, st>>>(din, dout, idx, N, D, H, W, C);
     return cudaGetLastError();
 }
 
@@ -412,6 +404,6 @@ static __global__ void k_layout(float *dst, const float *src, int N, int C, long
 
 extern "C" cudaError_t cuk_layout(cudaStream_t st, float *dst, const float *src, int N, int C,
                                   long long S, int to_last) {
-    k_layout<<<grid_for((long long)N * C * S), T, 0, st>>>(dst, src, N, C, S, to_last);
+    k_layout<<<cuk_grid((long long)N * C * S), T, 0, st>>>(dst, src, N, C, S, to_last);
     return cudaGetLastError();
 }

@@ -8,17 +8,6 @@
 #define T CUK_THREADS
 #define NB CUK_RED_BLOCKS
 
-static unsigned grid_for(long long n) {
-    long long b = (n + T - 1) / T;
-    if (b < 1)
-        b = 1;
-    return (unsigned)(b > (1LL << 20) ? (1LL << 20) : b);
-}
-
-#define GRID_LOOP(i, n)                                                                            \
-    for (long long i = (long long)blockIdx.x * T + threadIdx.x; i < (n);                          \
-         i += (long long)gridDim.x * T)
-
 /* Tree sum of sh[0..T) into sh[0] (fixed pairing: deterministic). All threads must call it. */
 static __device__ void block_sum(double *sh) {
     for (int s = T / 2; s > 0; s /= 2) {
@@ -159,7 +148,7 @@ static __global__ void k_loss_grad(float *dl, const uint16_t *lab, const float *
 extern "C" cudaError_t cuk_loss_grad(cudaStream_t st, float *dl, const uint16_t *lab,
                                      const float *w, const double *coef, const double *res, int N,
                                      long long S, int K) {
-    k_loss_grad<<<grid_for((long long)N * S), T, 0, st>>>(dl, lab, w, coef, res, N, S, K);
+    k_loss_grad<<<cuk_grid((long long)N * S), T, 0, st>>>(dl, lab, w, coef, res, N, S, K);
     return cudaGetLastError();
 }
 
@@ -218,7 +207,7 @@ static __global__ void k_argmax(uint16_t *out, const float *z, long long P, int 
 
 extern "C" cudaError_t cuk_argmax(cudaStream_t st, uint16_t *out, const float *z, long long P,
                                   int K) {
-    k_argmax<<<grid_for(P), T, 0, st>>>(out, z, P, K);
+    k_argmax<<<cuk_grid(P), T, 0, st>>>(out, z, P, K);
     return cudaGetLastError();
 }
 
@@ -229,7 +218,7 @@ static __global__ void k_sgd(float *p, const float *g, long long n, float lr) {
 }
 
 extern "C" cudaError_t cuk_sgd(cudaStream_t st, float *p, const float *g, long long n, float lr) {
-    k_sgd<<<grid_for(n), T, 0, st>>>(p, g, n, lr);
+    k_sgd<<<cuk_grid(n), T, 0, st>>>(p, g, n, lr);
     return cudaGetLastError();
 }
 
@@ -244,7 +233,7 @@ static __global__ void k_rmsprop(float *p, const float *g, float *v, long long n
 
 extern "C" cudaError_t cuk_rmsprop(cudaStream_t st, float *p, const float *g, float *v,
                                    long long n, float alpha, float lr, float eps) {
-    k_rmsprop<<<grid_for(n), T, 0, st>>>(p, g, v, n, alpha, lr, eps);
+    k_rmsprop<<<cuk_grid(n), T, 0, st>>>(p, g, v, n, alpha, lr, eps);
     return cudaGetLastError();
 }
 
@@ -262,7 +251,7 @@ static __global__ void k_adam(float *p, const float *g, float *m, float *v, long
 extern "C" cudaError_t cuk_adam(cudaStream_t st, float *p, const float *g, float *m, float *v,
                                 long long n, float b1, float b2, float step_size, float bc2s,
                                 float eps) {
-    k_adam<<<grid_for(n), T, 0, st>>>(p, g, m, v, n, b1, b2, step_size, bc2s, eps);
+    k_adam<<<cuk_grid(n), T, 0, st>>>(p, g, m, v, n, b1, b2, step_size, bc2s, eps);
     return cudaGetLastError();
 }
 
@@ -302,7 +291,7 @@ static __global__ void k_scale_by(float *x, long long n, const float *coef) {
 }
 
 extern "C" cudaError_t cuk_scale_by(cudaStream_t st, float *x, long long n, const float *coef) {
-    k_scale_by<<<grid_for(n), T, 0, st>>>(x, n, coef);
+    k_scale_by<<<cuk_grid(n), T, 0, st>>>(x, n, coef);
     return cudaGetLastError();
 }
 
@@ -311,6 +300,6 @@ static __global__ void k_scale(float *x, long long n, float s) {
 }
 
 extern "C" cudaError_t cuk_scale(cudaStream_t st, float *x, long long n, float s) {
-    k_scale<<<grid_for(n), T, 0, st>>>(x, n, s);
+    k_scale<<<cuk_grid(n), T, 0, st>>>(x, n, s);
     return cudaGetLastError();
 }
