@@ -1,15 +1,18 @@
 /* cu_host: the CUDA backend's host-side logic, on any machine (no GPU needed): the device key,
  * local rank from the environment in upstream's priority order, the GPU pick and the per-rank
- * device decision, the algorithm cache, the bucketed all-reduce plan (on synthetic tensors and a
- * real U-Net's), the slab layout, cuDNN's 32-bit shape limit, and the workspace plans. Last, the
- * real collective selection (cu_device_select) under MPI with this machine's probe. */
+ * device decision, the algorithm cache, the bucketed all-reduce plan (on synthetic tensors, and
+ * on a real U-Net's against the CPU path's buckets), the slab layout, cuDNN's 32-bit shape
+ * limit, and the workspace plans. Last, the real collective selection (cu_device_select) under
+ * MPI with this machine's probe. */
 #include "core/err.h"
+#include "dist/grad.h"
 #include "nn/cuda/cu.h"
 #include "nn/unet.h"
 #include "test.h"
 
 #include <mpi.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- a fake environment ---------------------------------------------------------------------- */
@@ -157,7 +160,7 @@ static void test_algo_cache(void) {
 }
 
 /* Checks a bucket plan against its tensors: exact cover from the end backwards, tensor-aligned,
- * within the cap unless a single tensor, and maximal (the next tensor would not fit). */
+ * every bucket but the lowest reaches the cap, and each closes at the tensor that reaches it. */
 static int check_plan(const size_t *off, const size_t *num, int nt, size_t cap,
                       const cu_bucket *b, int nb) {
     int bad = 0;
@@ -170,8 +173,8 @@ static int check_plan(const size_t *off, const size_t *num, int nt, size_t cap,
         for (int t = b[i].first; t <= b[i].last; t++)
             sum += num[t];
         bad |= sum != b[i].count;
-        bad |= b[i].count > cap && b[i].first != b[i].last;
-        bad |= b[i].first > 0 && b[i].count + num[b[i].first - 1] <= cap;
+        bad |= b[i].first > 0 && b[i].count < cap;
+        bad |= b[i].count - num[b[i].first] >= cap;
         end = b[i].offset;
         next_last = b[i].first - 1;
     }
@@ -207,6 +210,9 @@ static void test_buckets(void) {
     nb = cu_bucket_plan(o2, n2, 3, 25, b);
     CHECK(nb == 2 && b[0].first == 1 && b[0].count == 25 && b[1].first == 0 && b[1].count == 10,
           "last tensors first: {1,2} then {0}");
+    nb = cu_bucket_plan(o2, n2, 3, 22, b);
+    CHECK(nb == 2 && b[0].first == 1 && b[0].last == 2 && b[0].count == 25 && b[1].last == 0,
+          "a bucket closes at the tensor that reaches the cap");
     size_t gap[3] = {0, 11, 30};
     CHECK(cu_bucket_plan(gap, n2, 3, 25, b) == ERR_RANGE && strstr(err_msg(), "contiguous"),
           "a gap is refused: %s", err_msg());
@@ -225,13 +231,31 @@ static void test_buckets(void) {
         uo[i] = m.tensors[i].offset;
         un[i] = m.tensors[i].numel;
     }
-    const size_t caps[3] = {25u << 20 >> 2, 20000, 3000};
+    /* The same buckets as the CPU path's all-reduce (src/dist/grad.c) for the same size. */
+    dist_world w = {.comm = MPI_COMM_WORLD}; /* no progress thread: thread_level 0 */
+    MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &w.size);
+    const char *mb[3] = {"4", "0.02", "0.004"};
     for (int i = 0; i < 3; i++) {
-        nb = cu_bucket_plan(uo, un, m.ntensors, caps[i], ub);
-        CHECK(nb >= 1 && check_plan(uo, un, m.ntensors, caps[i], ub, nb),
-              "U-Net (%d tensors, %zu params), cap %zu: %d buckets", m.ntensors, m.nparams,
-              caps[i], nb);
+        setenv("SCAFFOLD_GRAD_BUCKET_MB", mb[i], 1);
+        const size_t cap = (size_t)(atof(mb[i]) * 1048576.0 / sizeof(float));
+        nb = cu_bucket_plan(uo, un, m.ntensors, cap, ub);
+        CHECK(nb >= 1 && check_plan(uo, un, m.ntensors, cap, ub, nb),
+              "U-Net (%d tensors, %zu params), cap %zu: %d buckets", m.ntensors, m.nparams, cap,
+              nb);
+        dist_grad g;
+        if (dist_grad_init(&g, &w, &m, 1.0) != 0) {
+            CHECK(0, "dist_grad_init: %s", err_msg());
+            continue;
+        }
+        int same = g.np == nb;
+        for (int k = 0; same && k < nb; k++)
+            same = g.piece[k].first == ub[k].first && g.piece[k].lo == ub[k].offset &&
+                   g.piece[k].hi == ub[k].offset + ub[k].count;
+        CHECK(same, "cap %zu: %d buckets, the CPU path's %d differ", cap, nb, g.np);
+        dist_grad_free(&g);
     }
+    unsetenv("SCAFFOLD_GRAD_BUCKET_MB");
     free(uo);
     free(un);
     free(ub);

@@ -95,11 +95,13 @@ int cu_algo_slot(cu_algo_cache *c, const cu_conv_key *k);
 void cu_conv_key_str(const cu_conv_key *k, char *buf, size_t n);
 
 /* ---- Bucketed all-reduce plan ----------------------------------------------------------------
- * Gradient tensors (state_dict order, contiguous in the slab) grouped into buckets of at most
- * cap floats, built from the LAST tensor backwards (the order in which backward finishes them);
- * a tensor larger than cap is a bucket of its own. Bucket i covers floats [offset, offset+count)
- * and tensors first..last. Returns the number of buckets, or ERR_RANGE when the tensors are not
- * contiguous from offset 0 or cap is 0. `out` has room for ntensors buckets. */
+ * Gradient tensors (state_dict order, contiguous in the slab) grouped into buckets exactly as
+ * the CPU path's all-reduce does (src/dist/grad.c): from the LAST tensor backwards (the order in
+ * which backward finishes them), a bucket closes at the tensor that brings it to cap floats or
+ * more; the lowest bucket may be smaller. Bucket i covers floats [offset, offset+count) and
+ * tensors first..last; it may start once tensors >= first are final. Returns the number of
+ * buckets, or ERR_RANGE when the tensors are not contiguous from offset 0 or cap is 0. `out`
+ * has room for ntensors buckets. */
 typedef struct cu_bucket {
     size_t offset, count;
     int first, last;

@@ -148,21 +148,22 @@ int cu_bucket_plan(const size_t *offset, const size_t *numel, int ntensors, size
                            i, offset[i], expect);
         expect += numel[i];
     }
-    int nb = 0;
-    int last = ntensors - 1;
-    while (last >= 0) {
-        int first = last;
-        size_t count = numel[last];
-        while (first > 0 && count + numel[first - 1] <= cap) {
-            first--;
-            count += numel[first];
-        }
-        out[nb].offset = offset[first];
-        out[nb].count = count;
-        out[nb].first = first;
+    /* src/dist/grad.c's rule: from the last tensor backwards, a bucket closes at the tensor that
+     * brings it to cap floats or more (the lowest bucket may be smaller). */
+    int nb = 0, last = ntensors - 1;
+    size_t hi = expect, acc = 0;
+    for (int t = ntensors - 1; t >= 0; t--) {
+        acc += numel[t];
+        if (acc < cap && t > 0)
+            continue;
+        out[nb].offset = offset[t];
+        out[nb].count = hi - offset[t];
+        out[nb].first = t;
         out[nb].last = last;
         nb++;
-        last = first - 1;
+        hi = offset[t];
+        acc = 0;
+        last = t - 1;
     }
     return nb;
 }
