@@ -1,15 +1,47 @@
 #!/usr/bin/env bash
-# tools/setup.sh: installs everything scaffold needs to build, test and benchmark on Debian 12.
-# Debian packages only (numpy and torch here are Debian's, used by tests and tools/, never at run
-# time). Safe to re-run. Needs root (or sudo).
+# tools/setup.sh [--test]: installs the Debian 12 packages scaffold needs. Safe to re-run. Needs
+# root (or sudo).
+#
+#   bash tools/setup.sh          building and running (`make`, `make run`): the compiler, Open
+#                                MPI, libyaml, zlib, libdeflate, libpng, cairo, a font, and every
+#                                tools/packages.d/*.txt that is not *.test.txt.
+#   bash tools/setup.sh --test   also what the tests and tools/ need (`make test`, `make fuzz`):
+#                                Python with numpy/yaml/torch (Debian's; reference values and .npy
+#                                checks, never at run time), clang (libFuzzer), MPICH beside Open
+#                                MPI (`make MPI=mpich`), the tools/packages.d/*.test.txt lists, and
+#                                dftracer-utils from PyPI (best effort).
+# A module adds packages in tools/packages.d/<module>.txt (build and run) or
+# tools/packages.d/<module>.test.txt (tests only), one per line.
 set -eu
+cd "$(dirname "$0")/.."
+TEST=0
+case "${1:-}" in
+"") ;;
+--test) TEST=1 ;;
+-h | --help)
+    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+    exit 0
+    ;;
+*)
+    echo "setup: unknown option '$1' (use --test for the test tools, or no option)" >&2
+    exit 2
+    ;;
+esac
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
+lists() { # lists SUFFIX_FILTER: the package names of tools/packages.d/*.txt, comments removed
+    local f
+    for f in tools/packages.d/*.txt; do
+        [ -e "$f" ] || continue
+        case "$f" in *.test.txt) [ "$1" = test ] || continue ;; *) [ "$1" = run ] || continue ;; esac
+        sed 's/#.*//' "$f"
+    done | tr '\n' ' '
+}
 PKGS="build-essential make openmpi-bin libopenmpi-dev libyaml-dev zlib1g-dev libpng-dev
-      libcairo2-dev fonts-dejavu-core python3 python3-numpy python3-yaml python3-torch"
-# Extra packages a module's tests need are listed, one per line, in tools/packages.d/*.txt.
-if ls tools/packages.d/*.txt >/dev/null 2>&1; then
-    PKGS="$PKGS $(cat tools/packages.d/*.txt | sed 's/#.*//' | tr '\n' ' ')"
+      libcairo2-dev fonts-dejavu-core $(lists run)"
+if [ "$TEST" -eq 1 ]; then
+    PKGS="$PKGS python3 python3-numpy python3-yaml python3-torch clang mpich libmpich-dev
+          $(lists test)"
 fi
 missing=""
 for p in $PKGS; do
@@ -20,10 +52,19 @@ if [ -n "$missing" ]; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
-# Test-only PyPI package: dftracer's own trace reader, used by tests/trace to validate our
-# traces (the test says so and skips when it is absent). Best effort: never fails the setup.
-if ! command -v dftracer_validate >/dev/null 2>&1; then
+# MPICH installed here beside Open MPI must not take over mpicc/mpirun: the default build is
+# Open MPI (`make MPI=mpich` calls mpicc.mpich explicitly).
+case " $missing " in
+*" mpich "* | *" libmpich-dev "*)
+    for alt in mpi:mpicc mpirun:mpirun; do
+        [ -x "/usr/bin/${alt#*:}.openmpi" ] && $SUDO update-alternatives --set "${alt%%:*}" "/usr/bin/${alt#*:}.openmpi" >/dev/null 2>&1 || true
+    done
+    ;;
+esac
+if [ "$TEST" -eq 1 ] && ! command -v dftracer_validate >/dev/null 2>&1; then
+    # Test-only PyPI package: dftracer's own trace reader, used by tests/trace to validate our
+    # traces (the test says so and skips when it is absent). Best effort: never fails the setup.
     python3 -m pip install --quiet dftracer-utils==0.0.14 >/dev/null 2>&1 || echo "setup: pip install dftracer-utils failed (tests/trace will skip that check)"
     command -v pyenv >/dev/null 2>&1 && pyenv rehash 2>/dev/null || true
 fi
-echo "setup: dependencies present"
+echo "setup: dependencies present$([ "$TEST" -eq 1 ] && echo " (build, run and test)" || echo " (build and run; add --test for the test tools)")"
