@@ -61,6 +61,7 @@ EXTRA_TARGETS :=
 all: $(BIN) $(TEST_BINS) $(BENCH_BINS) extra
 
 -include src/*/module.mk
+-include tests/fuzz/fuzz.mk
 
 extra: $(EXTRA_TARGETS)
 
