@@ -3,7 +3,8 @@
 # Module-specific rules (the LD_PRELOAD tracer, extra flags) live in src/<module>/module.mk.
 #
 # Knobs: SAN=address,undefined | SAN=thread (separate build dir), DEBUG=1, NATIVE=0, OMP=0,
-# CUDA=1 (the CUDA backend, in build-cuda; see src/nn/cuda/module.mk).
+# CUDA=1 (the CUDA backend, in build-cuda; see src/nn/cuda/module.mk),
+# MPI=mpich (Debian's MPICH beside the default Open MPI: mpicc.mpich, mpirun.mpich, build-mpich/).
 
 CC       ?= mpicc
 MPICC    ?= mpicc
@@ -14,6 +15,14 @@ OMP      ?= 1
 
 ifeq ($(origin CC),default)
 CC := mpicc
+endif
+MPI      ?= openmpi
+ifeq ($(MPI),mpich)
+CC       := mpicc.mpich
+MPICC    := mpicc.mpich
+BUILD    := build-mpich
+# The test scripts launch with $$MPIRUN (tests/lib.sh picks mpirun.mpich for SCAFFOLD_MPI=mpich).
+export SCAFFOLD_MPI := mpich
 endif
 
 WARN     := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla -Wformat=2 \
@@ -35,7 +44,7 @@ ifdef DEBUG
 CFLAGS   += -O0 -fno-omit-frame-pointer
 endif
 ifdef SAN
-BUILD    := build-$(subst $(comma),-,$(SAN))
+BUILD    := $(BUILD)-$(subst $(comma),-,$(SAN))
 CFLAGS   += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDFLAGS  += -fsanitize=$(SAN)
 endif

@@ -47,8 +47,18 @@ static int write_restart_script(const scaffold_config *c, const dist_world *w, i
                "set -e\nRUN_DIR=\"$(cd \"$(dirname \"$0\")\" && pwd)\"\ncd ");
     sh_quote(f, cwd);
     fputc('\n', f);
+    /* The launcher of the MPI this binary was built with (an MPICH binary started by Open MPI's
+     * mpirun runs as N independent singletons); $MPIRUN overrides it (srun, flux run...). */
+#if defined(MPICH_VERSION)
+    const char *launcher = "mpirun.mpich";
+#elif defined(OMPI_MAJOR_VERSION)
+    const char *launcher = "mpirun.openmpi";
+#else
+    const char *launcher = "mpirun";
+#endif
     if (w->size > 1)
-        fprintf(f, "exec mpirun -n %d ", w->size);
+        fprintf(f, "MPIRUN=${MPIRUN:-$(command -v %s || echo mpirun)}\nexec $MPIRUN -n %d ",
+                launcher, w->size);
     else
         fprintf(f, "exec ");
     sh_quote(f, exe);

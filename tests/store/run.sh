@@ -11,6 +11,9 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-suppressions=$PWD/tests/store/tsan.supp}
 
 quiet() { "$@" >/dev/null; }
+# MPICH progresses passive-target RMA only inside the target's MPI calls unless its progress
+# thread is on (README, "MPICH"); the rma method's reads from a computing rank need it.
+[ "${SCAFFOLD_MPI:-openmpi}" = mpich ] && export MPIR_CVAR_ASYNC_PROGRESS=${MPIR_CVAR_ASYNC_PROGRESS:-1}
 
 for m in rma coll; do
     t_cbin timeout 120 "$T" "$m"
@@ -30,10 +33,14 @@ fi
 # Open MPI's pt2pt one-sided component refuses MPI_THREAD_MULTIPLE: store_add must say so on
 # every rank and exit, not hang; the coll method needs no window and still works there.
 tiny=(--row-bytes 64 --batch 1,8 --repeats 1 --nget 64)
-t_expect_fail "rma without a usable window: clear error, no hang" 1 "MPI_Win_allocate of [0-9]+ bytes failed.*coll method" \
-    timeout 60 $MPIRUN --mca osc pt2pt -n 2 "$SCAFFOLD" store-bench --method rma "${tiny[@]}"
-t_check "coll runs where no window can be created" \
-    quiet timeout 60 $MPIRUN --mca osc pt2pt -n 2 "$SCAFFOLD" store-bench --method coll "${tiny[@]}"
+if [ "${SCAFFOLD_MPI:-openmpi}" = openmpi ]; then
+    t_expect_fail "rma without a usable window: clear error, no hang" 1 "MPI_Win_allocate of [0-9]+ bytes failed.*coll method" \
+        timeout 60 $MPIRUN --mca osc pt2pt -n 2 "$SCAFFOLD" store-bench --method rma "${tiny[@]}"
+    t_check "coll runs where no window can be created" \
+        quiet timeout 60 $MPIRUN --mca osc pt2pt -n 2 "$SCAFFOLD" store-bench --method coll "${tiny[@]}"
+else
+    echo "skip the Open MPI pt2pt window test (SCAFFOLD_MPI=$SCAFFOLD_MPI)"
+fi
 
 # Command line.
 t_check "store-bench --help" quiet "$SCAFFOLD" store-bench --help

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 static dist_world W;
@@ -600,8 +601,16 @@ static void test_passive_progress(void) {
         }
         worst = MPI_Wtime() - t0;
         CHECK(ok, "reads from a rank that makes no MPI calls");
-        /* A read that needs the target's progress waits for the whole second. */
-        CHECK(worst < 0.5, "100 reads from a busy target took %.3f s (target idle 1 s)", worst);
+        /* A read that needs the target's progress waits for the whole second. Under MPICH the
+         * progress comes from a thread per rank (MPIR_CVAR_ASYNC_PROGRESS=1, set by run.sh):
+         * with more ranks than cores it waits for a core, so the time is not a test there. */
+        int timed = 1;
+#ifdef MPICH_VERSION
+        timed = W.size <= sysconf(_SC_NPROCESSORS_ONLN);
+#endif
+        if (timed)
+            CHECK(worst < 0.5, "100 reads from a busy target took %.3f s (target idle 1 s)",
+                  worst);
     }
     MPI_Barrier(W.comm);
     store_free(&s);
