@@ -1,5 +1,5 @@
-/* store: lifecycle (create, add, update, sync, free), argument validation and dispatch to the two
- * transfer methods (store_rma.c, store_coll.c). See store.h for the contract.
+/* store: lifecycle (create, add, update, sync, free) and argument validation; the transfers go
+ * through the method's store_backend (store_rma.c, store_coll.c). See store.h for the contract.
  *
  * Every collective step here follows the same pattern: check locally, then dist_agree() on the
  * store's private communicator, so a bad argument on one rank becomes the same error on every
@@ -11,24 +11,9 @@
 
 #include <errno.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-int store_mpi_err(int mpirc, const char *fmt, ...) {
-    char what[512], mpimsg[MPI_MAX_ERROR_STRING + 1];
-    int len = 0;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
-    if (MPI_Error_string(mpirc, mpimsg, &len) != MPI_SUCCESS)
-        snprintf(mpimsg, sizeof mpimsg, "MPI error %d", mpirc);
-    else
-        mpimsg[len] = 0;
-    return err_set(ERR_MPI, "%s: %s", what, mpimsg);
-}
 
 /* A positive integer from the environment; 0 if unset, -1 if set but not a positive integer. */
 static int64_t env_positive(const char *name) {
@@ -156,6 +141,7 @@ int store_create(store **out, MPI_Comm comm, const store_opts *opts) {
     }
     s->w = uw;
     s->method = o.method;
+    s->be = o.method == STORE_RMA ? &store_rma_backend : &store_coll_backend;
     s->coll_max_bytes = o.coll_max_bytes;
     s->max_read_bytes = o.max_read_bytes;
     s->thread_level = uw.thread_level;
@@ -204,14 +190,7 @@ int store_create(store **out, MPI_Comm comm, const store_opts *opts) {
 static void var_release(store *s, store_var *v, int mpi_alive) {
     if (!v)
         return;
-    if (s->method == STORE_RMA) {
-        if (mpi_alive)
-            store_rma_release(s, v);
-    } else {
-        if (v->has_rowtype && mpi_alive)
-            MPI_Type_free(&v->rowtype);
-        free(v->base);
-    }
+    s->be->var_release(s, v, mpi_alive);
     free(v->prefix);
     free(v);
 }
@@ -225,7 +204,8 @@ int store_free(store **sp) {
     MPI_Finalized(&fin);
     for (int i = 0; i < s->nvars; i++)
         var_release(s, s->vars[i], !fin);
-    store_coll_release(s);
+    if (s->be->release)
+        s->be->release(s);
     int rc = 0;
     if (!fin) {
         /* Barrier so no rank frees the communicator while another still uses it. */
@@ -349,27 +329,10 @@ int store_add(store *s, const char *name, store_type type, int64_t row_elems, in
     }
 
     size_t bytes = (size_t)nrows * (size_t)row_bytes;
-    if (s->method == STORE_RMA) {
-        rc = store_rma_window(s, v); /* agreed inside */
-        if (rc) {
-            var_release(s, v, 1);
-            return rc;
-        }
-    } else {
-        /* 64-byte alignment keeps row copies on cache-line boundaries; +1 for empty shards. */
-        v->base = aligned_alloc(64, ((bytes + 63) / 64) * 64 + 64);
-        rc = v->base ? 0
-                     : err_set(ERR_NOMEM, "store_add('%s'): out of memory for %zu bytes", name,
-                               bytes);
-        if (!rc) {
-            rc = store_mpi_rowtype(row_bytes, &v->rowtype);
-            v->has_rowtype = rc == 0;
-        }
-        rc = dist_agree(&s->w, rc);
-        if (rc) {
-            var_release(s, v, 1);
-            return rc;
-        }
+    rc = s->be->var_create(s, v); /* agreed inside */
+    if (rc) {
+        var_release(s, v, 1);
+        return rc;
     }
     if (bytes) {
         if (buf)
@@ -377,18 +340,17 @@ int store_add(store *s, const char *name, store_type type, int64_t row_elems, in
         else
             memset(v->base, 0, bytes);
     }
-    if (s->method == STORE_RMA) {
-        /* Nobody may read a shard before its owner has filled it. */
-        rc = store_rma_sync(s, v);
-        mrc = MPI_Barrier(s->w.comm);
-        if (!rc && mrc != MPI_SUCCESS)
-            rc = store_mpi_err(mrc, "store_add('%s'): barrier failed", name);
-        rc = dist_agree(&s->w, rc);
-        if (rc) {
-            var_release(s, v, 1);
-            return rc;
-        }
+    /* Nobody may read a shard before its owner has filled it. */
+    rc = s->be->var_sync ? s->be->var_sync(s, v) : 0;
+    mrc = MPI_Barrier(s->w.comm);
+    if (!rc && mrc != MPI_SUCCESS)
+        rc = store_mpi_err(mrc, "store_add('%s'): barrier failed", name);
+    rc = dist_agree(&s->w, rc);
+    if (rc) {
+        var_release(s, v, 1);
+        return rc;
     }
+    v->id = s->nvars;
     s->vars[s->nvars] = v;
     *var_out = s->nvars++;
     return 0;
@@ -427,9 +389,8 @@ int store_sync(store *s) {
     if (!s)
         return err_set(ERR_USAGE, "store_sync: store is NULL");
     int rc = 0;
-    if (s->method == STORE_RMA)
-        for (int i = 0; i < s->nvars && !rc; i++)
-            rc = store_rma_sync(s, s->vars[i]);
+    for (int i = 0; i < s->nvars && !rc && s->be->var_sync; i++)
+        rc = s->be->var_sync(s, s->vars[i]);
     int mrc = MPI_Barrier(s->w.comm);
     if (!rc && mrc != MPI_SUCCESS)
         rc = store_mpi_err(mrc, "store_sync: barrier failed");
@@ -449,7 +410,7 @@ int store_info(const store *s, int var, store_var_info *info) {
     int rc = lookup(s, var, &v);
     if (rc)
         return rc;
-    memcpy(info->name, v->name, sizeof info->name); /* same-size, NUL-terminated arrays */
+    snprintf(info->name, sizeof info->name, "%s", v->name);
     info->type = v->type;
     info->row_elems = v->row_elems;
     info->row_bytes = v->row_bytes;
@@ -497,7 +458,7 @@ int store_get_profile(store *s, int var, store_profile *out, int reset) {
 }
 
 int store_thread_safe(const store *s) {
-    return s && s->method == STORE_RMA && s->thread_level >= MPI_THREAD_MULTIPLE;
+    return s && s->be->thread_safe(s);
 }
 
 store_method store_get_method(const store *s) {
@@ -556,11 +517,7 @@ static int do_read(store *s, int var, const store_idx *x, int64_t n, void *dst,
         return err_set(ERR_USAGE, "store: the store is NULL");
     store_var *v = NULL;
     int rc = check_read(s, var, x, n, dst, dst_bytes, &v);
-    if (s->method == STORE_COLL)
-        return store_coll_get(s, rc ? -1 : var, x, rc ? 0 : n, dst, rc);
-    if (rc || n == 0)
-        return rc;
-    return store_rma_get(s, v, x, n, dst);
+    return s->be->get(s, rc ? NULL : v, x, rc ? 0 : n, dst, rc);
 }
 
 int store_get(store *s, int var, int64_t start, int64_t count, void *dst, size_t dst_bytes) {

@@ -23,30 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int store_mpi_rowtype(int64_t row_bytes, MPI_Datatype *type) {
-    int mrc;
-    if (row_bytes <= INT_MAX) {
-        mrc = MPI_Type_contiguous((int)row_bytes, MPI_BYTE, type);
-    } else {
-        /* q blocks of 1 GiB plus r bytes, as one struct type of extent row_bytes. */
-        const int64_t gib = (int64_t)1 << 30;
-        MPI_Datatype block;
-        mrc = MPI_Type_contiguous((int)gib, MPI_BYTE, &block);
-        if (mrc == MPI_SUCCESS) {
-            int64_t q = row_bytes / gib, r = row_bytes % gib;
-            int lens[2] = {(int)q, (int)r};
-            MPI_Aint displs[2] = {0, (MPI_Aint)(q * gib)};
-            MPI_Datatype types[2] = {block, MPI_BYTE};
-            mrc = MPI_Type_create_struct(r ? 2 : 1, lens, displs, types, type);
-            MPI_Type_free(&block);
-        }
-    }
-    if (mrc == MPI_SUCCESS)
-        mrc = MPI_Type_commit(type);
-    return mrc == MPI_SUCCESS ? 0 : store_mpi_err(mrc, "store: cannot build a row datatype");
-}
-
-void store_coll_release(store *s) {
+static void coll_release(store *s) {
     free(s->sendbuf);
     free(s->recvbuf);
     free(s->allidx);
@@ -180,7 +157,9 @@ static int exchange(store *s, store_var *v, const store_idx *x, char *dst, uint6
     return 0;
 }
 
-int store_coll_get(store *s, int var, const store_idx *x, int64_t n, char *dst, int local_rc) {
+static int coll_get(store *s, store_var *var_v, const store_idx *x, int64_t n, char *dst,
+                    int local_rc) {
+    const int var = var_v ? var_v->id : -1;
     pthread_mutex_lock(&s->coll_lock);
     const int P = s->w.size;
     const uint64_t t0 = s->profile ? store_ns() : 0;
@@ -233,3 +212,35 @@ done:
     pthread_mutex_unlock(&s->coll_lock);
     return rc;
 }
+
+/* 64-byte alignment keeps row copies on cache-line boundaries; +64 for empty shards. */
+static int coll_var_create(store *s, store_var *v) {
+    size_t bytes = (size_t)v->nrows * (size_t)v->row_bytes;
+    v->base = aligned_alloc(64, ((bytes + 63) / 64) * 64 + 64);
+    int rc = v->base ? 0
+                     : err_set(ERR_NOMEM, "store_add('%s'): out of memory for %zu bytes", v->name,
+                               bytes);
+    if (!rc) {
+        rc = store_mpi_rowtype(v->row_bytes, &v->rowtype);
+        v->has_rowtype = rc == 0;
+    }
+    return dist_agree(&s->w, rc);
+}
+
+static void coll_var_release(store *s, store_var *v, int mpi_alive) {
+    (void)s;
+    if (v->has_rowtype && mpi_alive)
+        MPI_Type_free(&v->rowtype);
+    v->has_rowtype = 0;
+    free(v->base);
+    v->base = NULL;
+}
+
+static int coll_thread_safe(const store *s) {
+    (void)s;
+    return 0;
+}
+
+const store_backend store_coll_backend = {STORE_COLL,       "coll",   coll_var_create,
+                                          NULL,             coll_var_release, coll_get,
+                                          coll_release,     coll_thread_safe};

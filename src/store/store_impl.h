@@ -1,6 +1,7 @@
-/* store_impl: the store's internal state, shared by store.c (lifecycle, validation, dispatch),
- * store_rma.c (one-sided transfers) and store_coll.c (collective transfers). Not a public header:
- * only the files of src/store include it. */
+/* store_impl: the store's internal state and the transfer-method table (IOR's aiori style):
+ * store.c (lifecycle, validation) calls a method only through its store_backend, which
+ * store_rma.c (one-sided) and store_coll.c (collective) fill; store_mpi.c holds the MPI helpers
+ * they share. Not a public header: only the files of src/store include it. */
 #ifndef SCAFFOLD_STORE_STORE_IMPL_H
 #define SCAFFOLD_STORE_STORE_IMPL_H
 
@@ -13,6 +14,7 @@
 #include <time.h>
 
 typedef struct store_var {
+    int id; /* index in store.vars */
     char name[STORE_NAME_MAX];
     store_type type;
     int64_t row_elems, row_bytes;
@@ -30,9 +32,12 @@ typedef struct store_var {
 enum { STORE_P_CALLS, STORE_P_ROWS, STORE_P_REMOTE, STORE_P_BYTES, STORE_P_POST, STORE_P_WAIT,
        STORE_P_COPY };
 
+struct store_backend;
+
 struct store {
     dist_world w; /* rank, size and the private communicator (for dist_agree) */
     store_method method;
+    const struct store_backend *be; /* the method's functions */
     int64_t coll_max_bytes, max_read_bytes;
     int thread_level;
     int profile;     /* keep the store_profile counters */
@@ -84,23 +89,36 @@ static inline void store_prof_add(store_var *v, int what, uint64_t x) {
     atomic_fetch_add_explicit(&v->prof[what], x, memory_order_relaxed);
 }
 
-/* MPI error code -> ERR_MPI with the MPI error string. */
+/* A transfer method. Indices reaching `get` are validated on the calling rank; every function
+ * that says "collective" is called by every rank of the store. */
+typedef struct store_backend {
+    store_method method;
+    const char *name;
+    /* Collective: v->base for v->nrows rows of v->row_bytes (plus whatever the method needs to
+     * serve them). Returns the agreed code. */
+    int (*var_create)(store *s, store_var *v);
+    /* Local: makes this rank's writes to v->base visible to readers (store.c adds the barrier).
+     * NULL when plain memory is enough. */
+    int (*var_sync)(store *s, store_var *v);
+    /* Frees what var_create made; MPI calls only when mpi_alive. */
+    void (*var_release)(store *s, store_var *v, int mpi_alive);
+    /* Reads n rows into dst. local_rc != 0: this rank's arguments were rejected (message set;
+     * v may be NULL). Collective methods still take part so no rank blocks, and return the
+     * agreed code; local ones return local_rc. */
+    int (*get)(store *s, store_var *v, const store_idx *x, int64_t n, char *dst, int local_rc);
+    /* Frees the method's per-store scratch (NULL: none). */
+    void (*release)(store *s);
+    /* 1 when get may be called from several threads at once. */
+    int (*thread_safe)(const store *s);
+} store_backend;
+
+extern const store_backend store_rma_backend, store_coll_backend;
+
+/* store_mpi.c: an MPI error code -> ERR_MPI with the MPI error string. */
 int store_mpi_err(int mpirc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* One row of `row_bytes` bytes as a committed MPI datatype (rows over INT_MAX bytes are built
- * from 1 GiB blocks, since MPI counts are int). 0 or ERR_MPI. */
+/* store_mpi.c: one row of `row_bytes` bytes as a committed MPI datatype (rows over INT_MAX bytes
+ * are built from 1 GiB blocks, since MPI counts are int). 0 or ERR_MPI. */
 int store_mpi_rowtype(int64_t row_bytes, MPI_Datatype *type);
-
-/* Method back ends. Indices are already validated; dst holds n rows. */
-int store_rma_window(store *s, store_var *v);
-void store_rma_release(store *s, store_var *v);
-int store_rma_get(store *s, store_var *v, const store_idx *x, int64_t n, char *dst);
-int store_rma_sync(store *s, store_var *v);
-
-/* COLL: collective. local_rc != 0 means this rank's arguments were rejected (message already
- * set); the call still takes part in the agreement so the other ranks do not block. var may be
- * -1 on such a rank. Returns the agreed code. */
-int store_coll_get(store *s, int var, const store_idx *x, int64_t n, char *dst, int local_rc);
-void store_coll_release(store *s);
 
 #endif

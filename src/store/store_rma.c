@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int store_rma_window(store *s, store_var *v) {
+static int rma_var_create(store *s, store_var *v) {
     MPI_Aint bytes = (MPI_Aint)(v->nrows * v->row_bytes);
     void *base = NULL;
     MPI_Info info;
@@ -64,8 +64,13 @@ int store_rma_window(store *s, store_var *v) {
     return dist_agree(&s->w, rc);
 }
 
-void store_rma_release(store *s, store_var *v) {
+static void rma_var_release(store *s, store_var *v, int mpi_alive) {
     (void)s;
+    if (!mpi_alive) {
+        v->has_win = v->locked = 0;
+        v->base = NULL;
+        return;
+    }
     if (v->locked)
         MPI_Win_unlock_all(v->win);
     v->locked = 0;
@@ -75,7 +80,7 @@ void store_rma_release(store *s, store_var *v) {
     v->base = NULL;
 }
 
-int store_rma_sync(store *s, store_var *v) {
+static int rma_var_sync(store *s, store_var *v) {
     (void)s;
     if (!v->locked)
         return 0;
@@ -96,7 +101,9 @@ static int get_bytes(store *s, store_var *v, int t, int64_t disp, char *dst, int
     return 0;
 }
 
-int store_rma_get(store *s, store_var *v, const store_idx *x, int64_t n, char *dst) {
+static int rma_get(store *s, store_var *v, const store_idx *x, int64_t n, char *dst, int local_rc) {
+    if (local_rc || n == 0)
+        return local_rc;
     const int64_t rb = v->row_bytes;
     const int me = s->w.rank, size = s->w.size;
     /* Targets touched by this call (a bit each): 4096 ranks on the stack, more on the heap. */
@@ -159,3 +166,11 @@ int store_rma_get(store *s, store_var *v, const store_idx *x, int64_t n, char *d
         free(bits);
     return rc;
 }
+
+static int rma_thread_safe(const store *s) {
+    return s->thread_level >= MPI_THREAD_MULTIPLE;
+}
+
+const store_backend store_rma_backend = {STORE_RMA,      "rma",          rma_var_create,
+                                         rma_var_sync,   rma_var_release, rma_get,
+                                         NULL,           rma_thread_safe};
