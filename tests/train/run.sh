@@ -8,6 +8,7 @@ root=$PWD
 cfg="-c $root/configs/benchmark_default.yml -c $root/tests/train/tiny.yml"
 cd "$d"
 lastrun() { ls -d "$d"/$1/*/ | tail -n 1; }
+quiet() { "$@" >/dev/null 2>&1; }
 
 # 1. Two ranks, checkpoints every epoch: every file of the run folder.
 out=$($MPIRUN -n 2 "$SCAFFOLD" benchmark $cfg --base-run-dir runs2 --checkpoint-interval 1 2>&1)
@@ -19,11 +20,16 @@ t_check "run folder complete (files, CSV, figures, checkpoints)" "$PYTHON" "$roo
 [ "$(grep -c 'epoch 1:' <<<"$out")" -eq 1 ] && t_ok "one line per epoch on rank 0 only" || t_fail "one line per epoch on rank 0 only"
 ino_last=$(stat -c %i "$run2/checkpoints/checkpoint_last.safetensors")
 ino_best=$(stat -c %i "$run2/checkpoints/checkpoint_best.safetensors")
-grep -q "val_loss" "$run2/train_stats.csv" && true
-# best is a hard link (same inode) when the last epoch had the lowest validation loss; in any
-# case it is never a separate byte copy of a file that exists as last.
-links=$(stat -c %h "$run2/checkpoints/checkpoint_best.safetensors")
-[ "$links" -ge 1 ] && t_ok "best checkpoint present (inode $ino_best, last $ino_last, links $links)" || t_fail "best checkpoint"
+[ "$(head -n 1 "$run2/train_stats.csv")" = "epoch,epoch_loss,overall_loss,val_loss_epoch,val_loss_avg,train_dice,val_dice,epoch_duration,optimizer_steps,total_optimizer_steps" ] \
+    && t_ok "train_stats.csv has upstream's 10 columns" || t_fail "train_stats.csv header" "$(head -n 1 "$run2/train_stats.csv")"
+# best is a hard link to last (same inode) exactly when the last epoch had the lowest validation
+# loss so far; otherwise it is the file an earlier last was, never a byte copy.
+last_is_best=$(awk -F, 'NR > 1 { last = (NR == 2 || $5 < best); if (last) best = $5 } END { print last }' "$run2/train_stats.csv")
+if [ "$last_is_best" = 1 ]; then
+    [ "$ino_best" = "$ino_last" ] && t_ok "best is a hard link to last (the last epoch was best)" || t_fail "best is a hard link to last" "inodes $ino_best vs $ino_last"
+else
+    [ "$ino_best" != "$ino_last" ] && t_ok "best is an earlier epoch's file (the last epoch was not best)" || t_fail "best is an earlier file" "same inode $ino_best"
+fi
 
 # Progress inside epochs: none on a small run at the default interval (10 s), one line per step
 # (but the last) when the interval is 0, rank 0 only.
@@ -35,7 +41,7 @@ np=$(grep -cE 'epoch 1: step [0-9]+/'"$steps"', [0-9.]+ samples/s, [0-9.]+ s ela
 grep -q 'rank=1.*step' <<<"$outp" && t_fail "progress on rank 0 only" "$outp" || t_ok "progress on rank 0 only"
 
 # A final checkpoint after an epoch the interval skipped carries that epoch's scalars.
-"$SCAFFOLD" benchmark $cfg --base-run-dir runsfin --checkpoint-interval 2 --epochs 3 >/dev/null 2>&1
+t_check "run with checkpoint interval 2, 3 epochs" quiet "$SCAFFOLD" benchmark $cfg --base-run-dir runsfin --checkpoint-interval 2 --epochs 3
 t_check "final checkpoint (interval 2, 3 epochs) saves epoch 3's scalars" "$PYTHON" "$root/tests/train/check_run.py" "$(lastrun runsfin)" 3 1
 
 # 2. Same global batch on 1 rank (batch 2) and 2 ranks (batch 1): same first-epoch loss.
@@ -53,6 +59,8 @@ fi
 
 # 3. Killed during epoch 2, restart.sh finishes; no duplicate epochs in the CSV.
 SCAFFOLD_FAULT_KILL_AT_EPOCH=2 $MPIRUN -n 2 "$SCAFFOLD" benchmark $cfg --base-run-dir runsk --checkpoint-interval 1 --epochs 3 >/dev/null 2>&1
+rc=$?
+[ $rc -ne 0 ] && t_ok "the kill in epoch 2 ends the run with a failure (exit $rc)" || t_fail "the kill in epoch 2 ends the run" "exit 0"
 rk=$(lastrun runsk)
 [ "$(tail -n +2 "$rk/train_stats.csv" | wc -l)" -eq 1 ] && t_ok "run killed in epoch 2 after 1 epoch" || t_fail "killed run state" "$(cat "$rk/train_stats.csv")"
 out=$(bash "$rk/restart.sh" 2>&1)
@@ -62,7 +70,7 @@ eps=$(tail -n +2 "$rk/train_stats.csv" | cut -d, -f1 | tr '\n' ' ')
 [ "$eps" = "1 2 3 " ] && t_ok "CSV epochs 1 2 3, no duplicates" || t_fail "CSV epochs" "$eps"
 t_check "resumed run folder complete" "$PYTHON" "$root/tests/train/check_run.py" "$rk" 3 1
 # The resumed epochs equal an uninterrupted run's (deterministic data order and weights).
-$MPIRUN -n 2 "$SCAFFOLD" benchmark $cfg --base-run-dir runsu --checkpoint-interval 1 --epochs 3 >/dev/null 2>&1
+t_check "uninterrupted reference run" quiet $MPIRUN -n 2 "$SCAFFOLD" benchmark $cfg --base-run-dir runsu --checkpoint-interval 1 --epochs 3
 ru=$(lastrun runsu)
 if [ "$(cut -d, -f1-7 "$rk/train_stats.csv")" = "$(cut -d, -f1-7 "$ru/train_stats.csv")" ]; then
     t_ok "interrupted + resumed run has the same losses as an uninterrupted one"
@@ -73,6 +81,8 @@ fi
 # 4. kill -9 inside a checkpoint write (model file, after the sidecar): no corrupt file under
 # the final name; the next start detects the torn pair, renames it *.corrupt and uses best.
 ( SCAFFOLD_FAULT_KILL_IN_SAVE=2:2 "$SCAFFOLD" benchmark $cfg --base-run-dir runsc --checkpoint-interval 1 --epochs 3 >/dev/null 2>&1 ) 2>/dev/null
+rc=$?
+[ $rc -eq 137 ] && t_ok "killed inside the save (SIGKILL, exit 137)" || t_fail "killed inside the save" "exit $rc"
 rc_=$(lastrun runsc)
 ok=1
 for f in "$rc_"/checkpoints/*.safetensors; do
@@ -89,13 +99,15 @@ done
 [ $ok -eq 1 ] && t_ok "no torn checkpoint under a final name after kill -9 in a save" || t_fail "torn checkpoint under a final name"
 ls -a "$rc_/checkpoints" | grep -q '\.tmp\.' && t_ok "the interrupted write is only a temporary file" || t_fail "temporary file of the interrupted write"
 out=$(bash "$rc_/restart.sh" 2>&1)
-echo "$out" | grep -q "resumed from checkpoint_best" && t_ok "torn last pair detected, best used" || t_fail "torn last pair detected" "$out"
+rc=$?
+[ $rc -eq 0 ] && echo "$out" | grep -q "resumed from checkpoint_best" && t_ok "torn last pair detected, best used, run finished" || t_fail "torn last pair detected" "exit $rc: $out"
 ls "$rc_/checkpoints" | grep -q 'corrupt' && t_ok "torn pair renamed *.corrupt" || t_fail "torn pair renamed *.corrupt"
 
 # 5. data_store: memory (the in-memory store as the data path) gives the same losses as files.
 $MPIRUN -n 2 "$SCAFFOLD" benchmark $cfg --base-run-dir runsm --data-store memory > "$d/mem.log" 2>&1
-$MPIRUN -n 2 "$SCAFFOLD" benchmark $cfg --base-run-dir runsf > /dev/null 2>&1
-grep -q "data_store memory" "$d/mem.log" && t_ok "memory store loaded" || t_fail "memory store loaded" "$(cat "$d/mem.log")"
+rc=$?
+t_check "files reference run for the memory store" quiet $MPIRUN -n 2 "$SCAFFOLD" benchmark $cfg --base-run-dir runsf
+[ $rc -eq 0 ] && grep -q "data_store memory" "$d/mem.log" && t_ok "memory store loaded, run finished" || t_fail "memory store loaded" "exit $rc: $(cat "$d/mem.log")"
 if [ "$(cut -d, -f1-7 "$(lastrun runsm)/train_stats.csv")" = "$(cut -d, -f1-7 "$(lastrun runsf)/train_stats.csv")" ]; then
     t_ok "data_store memory: same train_stats.csv losses as file loading"
 else
