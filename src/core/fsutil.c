@@ -98,6 +98,31 @@ void fs_atomic_abort(fs_atomic *a) {
     a->tmp[0] = '\0';
 }
 
+int fs_check_creatable_dir(const char *dir) {
+    char p[FS_PATH_MAX];
+    int rc = fs_abspath(dir, p, sizeof p);
+    if (rc)
+        return err_set(ERR_IO, "%s: path too long", dir);
+    for (;;) {
+        struct stat st;
+        if (stat(p, &st) == 0) {
+            if (!S_ISDIR(st.st_mode))
+                return err_set(ERR_IO, "cannot create directory %s: %s is not a directory", dir,
+                               p);
+            if (access(p, W_OK | X_OK) != 0)
+                return err_set(ERR_IO, "cannot create or write directory %s: %s is not writable "
+                                       "(%s)", dir, p, strerror(errno));
+            return 0;
+        }
+        if (errno != ENOENT)
+            return err_set(ERR_IO, "cannot create directory %s: %s: %s", dir, p, strerror(errno));
+        char *slash = strrchr(p, '/');
+        if (!slash || slash == p)
+            return 0; /* the root exists */
+        *slash = '\0';
+    }
+}
+
 int fs_write_file(const char *path, const void *data, size_t n, int do_fsync) {
     fs_atomic a;
     int rc = fs_atomic_open(&a, path);

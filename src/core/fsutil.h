@@ -27,6 +27,11 @@ int fs_atomic_open(fs_atomic *a, const char *path);
  * data and the rename. */
 int fs_atomic_commit(fs_atomic *a, int do_fsync);
 
+/* Checks, without writing anything, that directory `dir` exists and is writable or can be
+ * created (its nearest existing ancestor is a writable directory). 0 or ERR_IO naming the
+ * path that blocks it. */
+int fs_check_creatable_dir(const char *dir);
+
 /* Closes and removes the temporary file (safe to call twice). */
 void fs_atomic_abort(fs_atomic *a);
 

@@ -52,6 +52,17 @@ int dist_agree(const dist_world *w, int rc) {
     return code;
 }
 
+int dist_node_size(const dist_world *w) {
+    MPI_Comm node;
+    int n = 1;
+    if (MPI_Comm_split_type(w->comm, MPI_COMM_TYPE_SHARED, w->rank, MPI_INFO_NULL, &node) ==
+        MPI_SUCCESS) {
+        MPI_Comm_size(node, &n);
+        MPI_Comm_free(&node);
+    }
+    return n;
+}
+
 void dist_barrier(const dist_world *w) {
     MPI_Barrier(w->comm);
 }

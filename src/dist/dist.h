@@ -30,6 +30,8 @@ int dist_agree(const dist_world *w, int rc);
 
 /* Collective helpers that cannot fail in practice (MPI errors abort by default). */
 void dist_barrier(const dist_world *w);
+/* The number of ranks of `w` on this rank's node (sharing its memory). */
+int dist_node_size(const dist_world *w);
 void dist_bcast(const dist_world *w, void *buf, size_t n, int root);
 double dist_max_double(const dist_world *w, double v);
 double dist_sum_double(const dist_world *w, double v);

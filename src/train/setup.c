@@ -80,6 +80,9 @@ int train_check(const scaffold_config *c, const dist_world *w) {
         rc = check_cached_layout(c, &l);
     if (rc == 0 && c->restart && !c->run_dir[0])
         rc = err_set(ERR_USAGE, "--restart needs --run-dir DIR (the run folder to resume)");
+    int node_ranks = dist_node_size(w);
+    if (rc == 0)
+        rc = train_preflight(c, &l, w, node_ranks);
     return dist_agree(w, rc);
 }
 

@@ -49,6 +49,27 @@ typedef struct train_state {
  * the fix. */
 int train_check(const scaffold_config *c, const dist_world *w);
 
+/* The memory a run needs per rank (bytes), estimated from the configuration before anything is
+ * generated (memplan.c says how), for the shard extent of layout `l`. */
+typedef struct train_mem_plan {
+    int ext[3]; /* this rank's shard extent (D, H, W) */
+    double params, grads, optim, activations, data, total;
+    double node_memory; /* MemTotal or a smaller cgroup limit; 0 if unknown */
+} train_mem_plan;
+int train_memory_plan(const scaffold_config *c, const ds_layout *l, train_mem_plan *p);
+
+/* Everything checkable before the first byte is written (preflight.c): fract_base_dir,
+ * dataset_dir and base_run_dir creatable (nothing is created), an explicit run_dir that holds a
+ * checkpoint, the global batch within both splits of the dataset the config gives, the model
+ * against the shard extent, and the memory plan. Local; train_check agrees on it. */
+int train_preflight(const scaffold_config *c, const ds_layout *l, const dist_world *w,
+                    int ranks_on_node);
+
+/* Logs the plan (rank 0) and refuses (ERR_CONFIG, one message naming the terms and the fixes) a
+ * run whose ranks on this node need more than the node's memory. Local; the caller agrees. */
+int train_memory_check(const scaffold_config *c, const ds_layout *l, const dist_world *w,
+                       int ranks_on_node);
+
 /* Collective. Builds everything listed above; `c->run_dir` must be set up. On error the state
  * is freed and the agreed error returned. */
 int train_setup(scaffold_config *c, const dist_world *w, train_state *s);

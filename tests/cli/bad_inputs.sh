@@ -45,7 +45,7 @@ case_() {
         t_fail "$name" "stderr is not one 'scaffold CMD:' line: $err"; return
     fi
     if [ -n "$out" ]; then t_fail "$name" "stdout not empty: $out"; return; fi
-    if [ -n "$(ls -A "$W/run")" ]; then t_fail "$name" "wrote $(ls -A "$W/run")"; rm -rf "${W:?}"/run/* "$W"/run/.[!.]*; return; fi
+    if [ -n "$(ls -A "$W/run")" ] || [ -n "$(ls -A "$W/in/empty_run" 2>/dev/null)" ]; then t_fail "$name" "wrote $(ls -A "$W/run")"; rm -rf "${W:?}"/run/* "$W"/run/.[!.]*; return; fi
     t_ok "$name: $err"
 }
 
@@ -82,6 +82,12 @@ case_ "checkpoint_dir with a slash" "$S" benchmark $C --checkpoint-dir a/b
 case_ "boolean key = 2" "$S" benchmark $C --async-save 2
 case_ "--restart without --run-dir" "$S" benchmark $C --restart
 case_ "--run-dir that does not exist" "$S" benchmark $C --run-dir "$W/in/none"
+mkdir -p "$W/in/empty_run"
+case_ "--restart --run-dir on an empty folder" "$S" benchmark $C --restart --run-dir "$W/in/empty_run"
+case_ "--run-dir without a checkpoint" "$S" benchmark $C --run-dir "$W/in/empty_run"
+case_ "model wider than the engine allows" "$S" benchmark $C --unet-base-channels 100000
+case_ "run larger than the node's memory" "$S" benchmark $C --problem-scale 12 --unet-bottleneck-dim 3
+case_ "global batch larger than the validation split" "$S" benchmark $C --local-batch-size 64
 # predict
 case_ "predict: no arguments" "$S" predict
 case_ "predict: unknown option" "$S" predict --frobnicate

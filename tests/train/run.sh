@@ -15,6 +15,8 @@ out=$($MPIRUN -n 2 "$SCAFFOLD" benchmark $cfg --base-run-dir runs2 --checkpoint-
 rc=$?
 [ $rc -eq 0 ] && t_ok "benchmark -n 2 runs" || t_fail "benchmark -n 2 runs" "$out"
 echo "$out" | grep -q "^benchmark: " && t_ok "summary line printed" || t_fail "summary line" "$out"
+[ "$(grep -c 'memory plan per rank: parameters .* activations .* per rank, .* for the 2 rank(s) on this node, of ' <<<"$out")" -eq 1 ] \
+    && t_ok "memory plan printed once, before data generation" || t_fail "memory plan printed" "$out"
 run2=$(lastrun runs2)
 t_check "run folder complete (files, CSV, figures, checkpoints)" "$PYTHON" "$root/tests/train/check_run.py" "$run2" 2 1
 [ "$(grep -c 'epoch 1:' <<<"$out")" -eq 1 ] && t_ok "one line per epoch on rank 0 only" || t_fail "one line per epoch on rank 0 only"

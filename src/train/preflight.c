@@ -1,0 +1,247 @@
+/* preflight: what `scaffold benchmark` checks before it writes its first byte (see train.h):
+ * the directories it will create, the run folder it resumes, the global batch against the
+ * dataset's splits, the model against the shard extent, and the memory plan: the memory a run
+ * needs per rank, estimated from the configuration, and the refusal of a run that cannot fit in
+ * its node's memory.
+ *
+ * Until the engine exposes its own estimate, the activation term mirrors the slab plan of
+ * nn_unet_create (src/nn/unet.c) from nn's public sizes, for N = local_batch_size samples of
+ * this rank's shard extent and L levels with C_l = base << l channels at S_l voxels:
+ *   per DoubleConv block (2L + 1 of them) 3 N*S*C_out floats + 4 N*G statistics;
+ *   per level l >= 1 a pooled tensor N*S_l*C_(l-1) and as many index bytes;
+ *   per decoder level the transposed-convolution output N*S_l*C_l;
+ *   per level a gradient buffer N*S_l*C_l; the input, the logits and their gradient;
+ *   four top-level scratch tensors (4 N*S_0*C_0) and the largest layer workspace.
+ * Parameters and gradients are nn_unet_param_count floats each, the optimizer state
+ * nn_optim_state_floats, and the data buffers the loader's prefetch slots (two batches per
+ * worker, at least two) plus, with data_store: memory, this rank's share of the training and
+ * validation samples. Halo planes of spatial shards are not counted (a few percent). */
+#include "train/train.h"
+
+#include "core/err.h"
+#include "core/fsutil.h"
+#include "core/log.h"
+#include "dataset/compose.h"
+#include "nn/layers.h"
+#include "nn/loss.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static size_t up16(size_t n) {
+    return (n + 15) & ~(size_t)15;
+}
+
+static size_t maxz(size_t a, size_t b) {
+    return a > b ? a : b;
+}
+
+/* Floats and index bytes of the activation slab (see the header comment). */
+static void activation_size(const nn_unet_spec *s, int N, const int ext[3], size_t *floats,
+                            size_t *bytes) {
+    const int L = s->layers, G = s->groups;
+    size_t off = 0, ioff = 0, S[16];
+    int ch[16], dd[16], hh[16], ww[16];
+    for (int i = 0; i <= L; i++) {
+        dd[i] = ext[0] >> i, hh[i] = ext[1] >> i, ww[i] = ext[2] >> i;
+        S[i] = (size_t)dd[i] * hh[i] * ww[i];
+        ch[i] = s->base_channels << i;
+    }
+    for (int b = 0; b < 2 * L + 1; b++) {
+        int level = b <= L ? b : 2 * L - b, cout = ch[level];
+        off += 3 * up16((size_t)N * S[level] * cout) + 4 * up16((size_t)N * G);
+    }
+    for (int i = 1; i <= L; i++) {
+        size_t n = (size_t)N * S[i] * ch[i - 1];
+        off += up16(n);
+        ioff += (n + 63) & ~(size_t)63;
+    }
+    for (int l = 0; l < L; l++)
+        off += up16((size_t)N * S[l] * ch[l]);
+    for (int i = 0; i <= L; i++)
+        off += up16((size_t)N * S[i] * ch[i]);
+    const size_t top = (size_t)N * S[0] * ch[0];
+    off += up16((size_t)N * S[0] * s->in_channels) + 2 * up16((size_t)N * S[0] * s->n_classes);
+    off += 2 * up16(top) + up16(2 * top);
+    size_t ws = nn_loss_ws_floats(N, s->n_classes);
+    for (int b = 0; b < 2 * L + 1; b++) {
+        int l = b <= L ? b : 2 * L - b;
+        int cin = b == 0 ? s->in_channels : b <= L ? ch[l - 1] : 2 * ch[l];
+        ws = maxz(ws, nn_conv3d_ws_floats(N, dd[l], hh[l], ww[l], cin, ch[l]));
+        ws = maxz(ws, nn_conv3d_ws_floats(N, dd[l], hh[l], ww[l], ch[l], ch[l]));
+        ws = maxz(ws, nn_groupnorm_ws_floats(ch[l]));
+    }
+    for (int l = 0; l < L; l++)
+        ws = maxz(ws, nn_convt3d_ws_floats(N, dd[l + 1], hh[l + 1], ww[l + 1], ch[l + 1], ch[l]));
+    ws = maxz(ws, nn_conv1_ws_floats((long)N * (long)S[0], ch[0], s->n_classes));
+    *floats = off + up16(ws);
+    *bytes = ioff;
+}
+
+/* The node's memory: MemTotal, or a smaller cgroup limit (containers, batch jobs). */
+static double node_memory_bytes(void) {
+    double total = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[256];
+        unsigned long long kb;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemTotal: %llu kB", &kb) == 1)
+                total = (double)kb * 1024.0;
+        fclose(f);
+    }
+    const char *limits[2] = {"/sys/fs/cgroup/memory.max",
+                             "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+    for (int i = 0; i < 2; i++) {
+        unsigned long long v;
+        f = fopen(limits[i], "r");
+        if (!f)
+            continue;
+        if (fscanf(f, "%llu", &v) == 1 && v > 0 && (total == 0 || (double)v < total))
+            total = (double)v;
+        fclose(f);
+    }
+    return total;
+}
+
+int train_memory_plan(const scaffold_config *c, const ds_layout *l, train_mem_plan *p) {
+    memset(p, 0, sizeof *p);
+    nn_unet_spec spec = {3, c->n_categories + 1, c->unet_layers, c->unet_base_channels,
+                         c->group_norm_groups};
+    for (int a = 0; a < 3; a++) {
+        int n = ds_layout_count_of(l, a);
+        p->ext[a] = (c->vol_size + n - 1) / n;
+    }
+    const int N = c->local_batch_size;
+    size_t P = nn_unet_param_count(&spec), af = 0, ab = 0;
+    activation_size(&spec, N, p->ext, &af, &ab);
+    nn_optim_kind kind = config_optimizer(c) == CFG_OPT_SGD       ? NN_OPT_SGD
+                         : config_optimizer(c) == CFG_OPT_RMSPROP ? NN_OPT_RMSPROP
+                                                                  : NN_OPT_ADAM;
+    p->params = 4.0 * (double)P;
+    p->grads = 4.0 * (double)P;
+    p->optim = 4.0 * (double)nn_optim_state_floats(kind, P);
+    p->activations = 4.0 * (double)af + (double)ab;
+    const double voxels = (double)p->ext[0] * p->ext[1] * p->ext[2];
+    const double sample = voxels * (3 * 4 + 2); /* float32 volume (3 channels) + uint16 mask */
+    int slots = 2 * (c->dataloader_num_workers > 1 ? c->dataloader_num_workers : 1);
+    p->data = (double)slots * N * sample;
+    if (!strcmp(c->data_store, "memory")) {
+        ds_plan plan;
+        if (ds_plan_make(c, &plan) == 0) {
+            /* Each replica holds its share of the volumes of its shard. */
+            int T = ds_layout_total(l);
+            p->data += sample * (double)plan.num_volumes * T / (double)(T > 0 ? T : 1);
+            ds_plan_free(&plan);
+        }
+        err_clear();
+    }
+    p->total = p->params + p->grads + p->optim + p->activations + p->data;
+    p->node_memory = node_memory_bytes();
+    return 0;
+}
+
+static const char *gib(double b, char *buf, size_t n) {
+    if (b >= 1024.0 * 1024 * 1024 * 1024)
+        snprintf(buf, n, "%.3g TiB", b / (1024.0 * 1024 * 1024 * 1024));
+    else if (b >= 1024.0 * 1024 * 1024)
+        snprintf(buf, n, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+    else
+        snprintf(buf, n, "%.1f MiB", b / (1024.0 * 1024));
+    return buf;
+}
+
+int train_memory_check(const scaffold_config *c, const ds_layout *l, const dist_world *w,
+                       int ranks_on_node) {
+    train_mem_plan p;
+    train_memory_plan(c, l, &p);
+    char a[32], b[32], o[32], d[32], t[32], nt[32], nm[32], mem[32];
+    double node = p.total * (ranks_on_node > 0 ? ranks_on_node : 1);
+    const int fits = p.node_memory <= 0 || node <= p.node_memory;
+    if (fits && w->rank == 0)
+        log_info("memory plan per rank: parameters %s, gradients %s, optimizer %s, activations "
+                 "%s (batch %d of %dx%dx%d), data buffers %s; %s per rank, %s for the %d "
+                 "rank(s) on this node, of %s",
+                 gib(p.params, a, sizeof a), gib(p.grads, b, sizeof b), gib(p.optim, o, sizeof o),
+                 gib(p.activations, d, sizeof d), c->local_batch_size, p.ext[0], p.ext[1],
+                 p.ext[2], gib(p.data, t, sizeof t), gib(p.total, nt, sizeof nt),
+                 gib(node, nm, sizeof nm), ranks_on_node, gib(p.node_memory, mem, sizeof mem));
+    if (fits)
+        return 0;
+    return err_set(ERR_CONFIG,
+                   "this run needs an estimated %s per rank (activations %s for batch %d of "
+                   "%dx%dx%d voxels, parameters, gradients and optimizer %s), %s for the %d "
+                   "rank(s) on this node, more than its %s of memory; lower local_batch_size, "
+                   "unet_base_channels or problem_scale, split each volume over more ranks with "
+                   "spatial shards (dc_num_shards)%s%s",
+                   gib(p.total, nt, sizeof nt), gib(p.activations, d, sizeof d),
+                   c->local_batch_size, p.ext[0], p.ext[1], p.ext[2],
+                   gib(p.params + p.grads + p.optim, o, sizeof o), gib(node, nm, sizeof nm),
+                   ranks_on_node, gib(p.node_memory, mem, sizeof mem),
+                   c->activation_checkpointing ? "" : ", or recompute activations "
+                                                      "(activation_checkpointing: 1)",
+                   c->torch_amp ? "" : " or use bf16 (torch_amp: 1)");
+}
+
+/* The checkpoint pair a resume would read (either tag), for the check before writing. */
+static int has_checkpoint(const scaffold_config *c) {
+    char p[FS_PATH_MAX * 2];
+    const char *tags[2] = {"last", "best"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(p, sizeof p, "%s/%s/checkpoint_%s.safetensors", c->run_dir, c->checkpoint_dir,
+                 tags[i]);
+        if (fs_exists(p))
+            return 1;
+    }
+    return 0;
+}
+
+int train_preflight(const scaffold_config *c, const ds_layout *l, const dist_world *w,
+                    int ranks_on_node) {
+    int rc = 0;
+    /* Directories: creatable, without creating them. */
+    const char *dirs[3][2] = {{c->fract_base_dir, "fract_base_dir"},
+                              {c->dataset_dir, "dataset_dir"},
+                              {c->base_run_dir, "base_run_dir"}};
+    for (int i = 0; i < 3 && rc == 0; i++)
+        if (i < 2 || !c->run_dir[0])
+            if ((rc = fs_check_creatable_dir(dirs[i][0])))
+                err_prefix("%s", dirs[i][1]);
+    /* A resume needs a run folder with a checkpoint (an explicit run_dir is a resume). */
+    if (rc == 0 && c->run_dir[0]) {
+        if (!fs_is_dir(c->run_dir))
+            rc = err_set(ERR_USAGE, "--run-dir %s: no such run folder", c->run_dir);
+        else if (!has_checkpoint(c))
+            rc = err_set(ERR_USAGE,
+                         "--run-dir %s holds no checkpoint to resume from (%s/checkpoint_last or "
+                         "checkpoint_best.safetensors); give the folder of a run that saved one "
+                         "(checkpoint_interval > 0), or start a new run without --run-dir",
+                         c->run_dir, c->checkpoint_dir);
+    }
+    /* The global batch against the splits the dataset will have. */
+    ds_plan plan;
+    if (rc == 0 && (rc = ds_plan_make(c, &plan)) == 0) {
+        long replicas = w->size / (ds_layout_total(l) > 0 ? ds_layout_total(l) : 1);
+        long global_batch = (long)c->local_batch_size * replicas;
+        if (global_batch > plan.n_train || global_batch > plan.n_val)
+            rc = err_set(ERR_CONFIG,
+                         "global batch size %ld (local_batch_size %d x %ld replicas) exceeds the "
+                         "%s set (%d samples); lower local_batch_size or the rank count, or raise "
+                         "n_instances_used_per_fractal",
+                         global_batch, c->local_batch_size, replicas,
+                         global_batch > plan.n_train ? "training" : "validation",
+                         global_batch > plan.n_train ? plan.n_train : plan.n_val);
+        ds_plan_free(&plan);
+    }
+    /* The model against this rank's shard extent, then the memory it all needs. */
+    train_mem_plan mp;
+    if (rc == 0)
+        rc = train_memory_plan(c, l, &mp);
+    nn_unet_spec spec = {3, c->n_categories + 1, c->unet_layers, c->unet_base_channels,
+                         c->group_norm_groups};
+    if (rc == 0)
+        rc = nn_unet_spec_check(&spec, mp.ext[0], mp.ext[1], mp.ext[2]);
+    if (rc == 0)
+        rc = train_memory_check(c, l, w, ranks_on_node);
+    return rc;
+}
