@@ -98,6 +98,40 @@ void fs_atomic_abort(fs_atomic *a) {
     a->tmp[0] = '\0';
 }
 
+/* The writer's PID in a temporary's name, or 0 if the name is not one of ours. */
+static long temp_writer(const char *name) {
+    const char *t = name[0] == '.' ? strstr(name, ".tmp.") : NULL;
+    const char *l = strstr(name, ".link.");
+    const char *p = t ? t + 5 : l ? l + 6 : NULL;
+    if (!p)
+        return 0;
+    char *end;
+    long pid = strtol(p, &end, 10);
+    if (pid <= 0 || end == p || (t ? *end != '.' : *end != '\0'))
+        return 0;
+    return pid;
+}
+
+long fs_remove_stale_temps(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    long removed = 0;
+    struct dirent *e;
+    char p[FS_PATH_MAX + 300];
+    while ((e = readdir(d)) != NULL) {
+        long pid = temp_writer(e->d_name);
+        if (pid <= 0 || pid == (long)getpid())
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue; /* alive (or not ours to judge) */
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        removed += unlink(p) == 0;
+    }
+    closedir(d);
+    return removed;
+}
+
 int fs_check_creatable_dir(const char *dir) {
     char p[FS_PATH_MAX];
     int rc = fs_abspath(dir, p, sizeof p);

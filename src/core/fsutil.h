@@ -27,6 +27,12 @@ int fs_atomic_open(fs_atomic *a, const char *path);
  * data and the rename. */
 int fs_atomic_commit(fs_atomic *a, int do_fsync);
 
+/* Removes the temporaries that writers which no longer run left in `dir` (a kill -9 inside
+ * fs_atomic_commit leaves `.NAME.tmp.PID.N`; a hard-link swap leaves `NAME.link.PID`): those
+ * whose PID is not a live process of this host. Files of live writers are kept. Returns the
+ * number removed (0 when dir does not exist). */
+long fs_remove_stale_temps(const char *dir);
+
 /* Checks, without writing anything, that directory `dir` exists and is writable or can be
  * created (its nearest existing ancestor is a writable directory). 0 or ERR_IO naming the
  * path that blocks it. */

@@ -104,6 +104,10 @@ out=$(bash "$rc_/restart.sh" 2>&1)
 rc=$?
 [ $rc -eq 0 ] && echo "$out" | grep -q "resumed from checkpoint_best" && t_ok "torn last pair detected, best used, run finished" || t_fail "torn last pair detected" "exit $rc: $out"
 ls "$rc_/checkpoints" | grep -q 'corrupt' && t_ok "torn pair renamed *.corrupt" || t_fail "torn pair renamed *.corrupt"
+# The killed writer's temporary is removed by the resume (it used to stay forever).
+ls -a "$rc_/checkpoints" | grep -q '\.tmp\.' && t_fail "resume removed the dead writer's temporary" "$(ls -a "$rc_/checkpoints")" \
+    || t_ok "resume removed the dead writer's temporary"
+echo "$out" | grep -q "removed 1 temporary file(s) of an interrupted save" && t_ok "the removal is reported" || t_fail "the removal is reported" "$out"
 
 # 5. data_store: memory (the in-memory store as the data path) gives the same losses as files.
 $MPIRUN -n 2 "$SCAFFOLD" benchmark $cfg --base-run-dir runsm --data-store memory > "$d/mem.log" 2>&1
