@@ -16,10 +16,11 @@ int cmd_benchmark(int argc, char **argv) {
     scaffold_config c;
     int st = cli_config_start(
         &argc, &argv, &w, &c,
-        "Trains the 3D U-Net with data parallelism over MPI until the validation hard Dice\n"
-        "reaches target_dice (or the epoch cap). Generates the fractal library and the dataset\n"
-        "first if they are missing. Writes a run folder under base_run_dir (config.yaml,\n"
-        "restart.sh, train_stats.csv, checkpoints/, figures/). Resume with --restart --run-dir DIR.");
+        "Trains the 3D U-Net over MPI (data parallelism, and spatial parallelism with\n"
+        "dc_num_shards) until the validation hard Dice reaches target_dice (or the epoch cap).\n"
+        "Generates the fractal library and the dataset first if they are missing. Writes a run\n"
+        "folder under base_run_dir (config.yaml, restart.sh, train_stats.csv, checkpoints/,\n"
+        "figures/). Resume with --restart --run-dir DIR.");
     if (st >= 0)
         return st;
 #ifdef SCAFFOLD_CUDA
@@ -39,15 +40,19 @@ int cmd_benchmark(int argc, char **argv) {
             printf("benchmark: reached val dice %.4f >= %.3f at epoch %d on %d rank(s); "
                    "time to target %.2f s (training wall time, I/O included); "
                    "sum of epoch durations %.2f s; FOM (upstream, 1/sum) %.5g 1/s; "
-                   "checkpoints %.1f MB in %.2f s; run folder %s\n",
+                   "checkpoints %.1f MB in %.2f s; %.3g samples/s; peak memory per rank %.2f "
+                   "GiB (max), %.2f GiB (min); run folder %s\n",
                    r.val_dice, c.target_dice, r.last_epoch, w.size, r.wall_s, r.sum_epoch_s,
-                   r.fom_upstream, r.ckpt_bytes / 1e6, r.ckpt_s, c.run_dir);
+                   r.fom_upstream, r.ckpt_bytes / 1e6, r.ckpt_s, r.samples_per_s, r.rss_max_gib,
+                   r.rss_min_gib, c.run_dir);
         else
             printf("benchmark: stopped at epoch %d (cap %d) with val dice %.4f < %.3f on %d "
                    "rank(s); no FOM (not converged); training wall time %.2f s; sum of epoch "
-                   "durations %.2f s; checkpoints %.1f MB in %.2f s; run folder %s\n",
+                   "durations %.2f s; checkpoints %.1f MB in %.2f s; %.3g samples/s; peak "
+                   "memory per rank %.2f GiB (max), %.2f GiB (min); run folder %s\n",
                    r.last_epoch, c.epochs, r.val_dice, c.target_dice, w.size, r.wall_s,
-                   r.sum_epoch_s, r.ckpt_bytes / 1e6, r.ckpt_s, c.run_dir);
+                   r.sum_epoch_s, r.ckpt_bytes / 1e6, r.ckpt_s, r.samples_per_s, r.rss_max_gib,
+                   r.rss_min_gib, c.run_dir);
         fflush(stdout);
     }
     dist_finalize(&w);

@@ -13,6 +13,7 @@
 #pragma weak cmd_analyze
 #pragma weak cmd_compare
 #pragma weak cmd_store_bench
+#pragma weak cmd_scaling
 
 #include "core/version.h"
 
@@ -37,6 +38,7 @@ int main(int argc, char **argv) {
         {"generate_fractals", cmd_generate_fractals, "generate the IFS fractal classes and instances"},
         {"generate_dataset", cmd_generate_dataset, "generate (or reuse) the volume dataset"},
         {"benchmark", cmd_benchmark, "train the 3D U-Net to the target Dice (the main job)"},
+        {"scaling", cmd_scaling, "scaling study: benchmarks over rank counts and shard layouts"},
         {"predict", cmd_predict, "run a checkpoint on a volume"},
         {"trace", cmd_trace, "run a command under the I/O tracer"},
         {"analyze", cmd_analyze, "analyze traces: bottlenecks, checklist, proposals"},

@@ -18,6 +18,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 static void make_figures(const scaffold_config *c) {
     run_stats_row *rows = NULL;
@@ -179,6 +180,7 @@ static int epoch_loop(const scaffold_config *c, train_state *s, ckpt_writer *ck,
     const dist_world *w = s->w;
     double dice = cs->val_dice, t_train0 = time_now(), last_lr = c->starting_learning_rate;
     int epoch = cs->epoch + 1, last_saved = cs->epoch, rc = 0;
+    double samples_all = 0, seconds_all = 0;
     long total_steps = cs->total_optimizer_steps;
     run_stats_row last_row;
     memset(&last_row, 0, sizeof last_row);
@@ -216,6 +218,8 @@ static int epoch_loop(const scaffold_config *c, train_state *s, ckpt_writer *ck,
         }
         row.epoch_duration = dist_max_double(w, time_now() - t0);
         row.optimizer_steps = steps;
+        samples_all += samples;
+        seconds_all += row.epoch_duration;
         total_steps += steps;
         row.total_optimizer_steps = total_steps;
         if (w->rank == 0) {
@@ -251,6 +255,7 @@ static int epoch_loop(const scaffold_config *c, train_state *s, ckpt_writer *ck,
     int frc = w->rank == 0 ? ckpt_finish(ck) : 0;
     rc = dist_agree(w, rc ? rc : frc);
     out->wall_s = time_now() - t_train0;
+    out->samples_per_s = seconds_all > 0 ? samples_all / seconds_all : 0;
     out->val_dice = dice;
     out->converged = dice >= c->target_dice;
     return rc;
@@ -285,6 +290,11 @@ int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv, be
         out->loader_wait_s = ds_loader_wait_seconds(s.train);
         ckpt_writer_free(&ck);
     }
+    /* Peak resident memory of every rank (ru_maxrss is in KiB on Linux). */
+    struct rusage ru;
+    double gib = getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss / 1048576.0 : 0;
+    out->rss_max_gib = dist_max_double(w, gib);
+    out->rss_min_gib = -dist_max_double(w, -gib);
     if (w->rank == 0 && rc == 0)
         finish_run(c, out);
     train_state_free(&s);

@@ -20,6 +20,8 @@ typedef struct bench_result {
     long long ckpt_bytes; /* bytes written in checkpoints */
     double ckpt_s;        /* seconds spent writing checkpoints (blocking or background) */
     double loader_wait_s; /* seconds the training loop waited for batches */
+    double samples_per_s; /* training samples (all replicas) / epoch durations, this invocation */
+    double rss_max_gib, rss_min_gib; /* peak resident memory per rank, max and min over ranks */
 } bench_result;
 
 /* Runs the benchmark. `c` is finalised with absolute directories (cli_config_start). */

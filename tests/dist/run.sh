@@ -126,6 +126,47 @@ cp meta.bak "$m"
 t_expect_fail "failure injected in a halo exchange on rank 1: agreed, no hang" 1 \
     "injected failure in halo exchange 5 on rank 1" \
     env SCAFFOLD_FAULT_HALO=1:5 $T $MPIRUN -n 2 "$SCAFFOLD" benchmark $cfg --base-run-dir fh --dc-num-shards 2 1 1 --warmup-batches 0
+# 7. scaffold scaling at 1, 2 and 4 ranks: files, plot, a failed point recorded, resume.
+sc=("$SCAFFOLD" scaling $cfg --epochs 1 --threads 1 --ranks 1,2,4 --shards "1 1 1;2 1 1")
+out=$($T "${sc[@]}" --out study 2>&1); rc=$?
+csv=study/scaling.csv
+if [ $rc -eq 0 ] && [ "$(wc -l < $csv)" -eq 7 ] &&
+    head -n 1 $csv | grep -q '^ranks,replicas,shards,local_batch_size,status,samples_per_s,epoch_s,fom_upstream,time_to_target_s,parallel_efficiency,mem_per_rank_gib_max,mem_per_rank_gib_min$'; then
+    t_ok "scaling: 6 points in scaling.csv"
+else
+    t_fail "scaling: scaling.csv" "exit $rc: $out $(cat $csv)"
+fi
+grep -q '^2,1,2x1x1,1,ok,[0-9.e+]*,[0-9.e+-]*,nan,nan,[0-9.e+-]*,[0-9.]*,[0-9.]*$' $csv &&
+    grep -q '^1,1,1x1x1,1,ok,.*,1,' $csv && t_ok "scaling: samples/s, epoch time, efficiency (1 at the base), memory per rank" ||
+    t_fail "scaling: point rows" "$(cat $csv)"
+grep -q '^1,0,2x1x1,1,failed: 1 ranks are not a multiple of the 2 shards' $csv &&
+    grep -q '^4,4,1x1x1,1,failed: exit 2: scaffold benchmark: global batch size 4' $csv &&
+    t_ok "scaling: failed points recorded with their reason, the study goes on" || t_fail "scaling: failed points" "$(cat $csv)"
+"$PYTHON" -c "
+import sys
+b = open('study/scaling.png', 'rb').read()
+assert b[:8] == b'\x89PNG\r\n\x1a\n' and len(b) > 10000, len(b)
+import struct; w, h = struct.unpack('>II', b[16:24]); assert (w, h) == (1200, 1350), (w, h)
+" && t_ok "scaling: scaling.png is a 2-panel PNG" || t_fail "scaling.png"
+grep -qE '^scaling: 6 points \(4 ok, 2 failed\), weak mode; best [0-9.e+]+ samples/s at [0-9] rank' <<<"$out" &&
+    t_ok "scaling: summary line" || t_fail "scaling: summary line" "$out"
+# A study killed (SIGTERM: the running point's process group goes with it) during its second
+# point resumes: the first is kept, the rest run.
+"${sc[@]}" --out study2 >/dev/null 2>&1 &
+scpid=$!
+for i in $(seq 1 600); do [ -f study2/points/n2_s1x1x1/log.txt ] && break; sleep 0.1; done
+kill -TERM $scpid
+wait $scpid
+[ -f study2/points/n1_s1x1x1/result.csv ] && [ ! -f study2/points/n2_s1x1x1/result.csv ] &&
+    t_ok "scaling: killed during point 2 (point 1 done)" || t_fail "scaling: kill" "$(find study2)"
+out=$($T "${sc[@]}" --out study2 2>&1)
+grep -q "point n1_s1x1x1 already done (ok)" <<<"$out" && [ "$(grep -c ',ok,' study2/scaling.csv)" -eq 4 ] &&
+    t_ok "scaling: the rerun resumes (point 1 kept, the others run)" || t_fail "scaling: resume" "$out"
+t_expect_fail "scaling: resume with another configuration is refused" 2 "config.yaml: the study was started with another configuration \(1 key differs: n_categories \(study 2, now 3\)\)" \
+    $SCAFFOLD scaling $cfg --n-categories 3 --epochs 1 --ranks 1 --out study2
+t_expect_fail "scaling: bad --ranks" 2 "--ranks: expected a comma-separated list" $SCAFFOLD scaling $cfg --ranks 1,x --out s3
+t_expect_fail "scaling: bad --shards" 2 "--shards: expected layouts of three positive counts" $SCAFFOLD scaling $cfg --ranks 1 --shards "2 1" --out s3
+t_expect_fail "scaling: --out required" 2 "--ranks LIST and --out DIR are required" $SCAFFOLD scaling $cfg --ranks 1
 cd "$root"
 rm -rf "$d"
 t_report
