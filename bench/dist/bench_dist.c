@@ -11,7 +11,7 @@
  * wait - sums - exposed gradient wait (what the rank spent computing, including the progress
  * thread's share). grad_blocking is a blocking all-reduce of the same gradient after the steps
  * (median of STEPS); hidden = 1 - exposed / blocking. act_mib is the activation + workspace slab
- * of one rank (nn_unet.activation_floats). */
+ * of one rank (nn_unet.activation_floats); halo_mib_per_step what the busiest rank sent per step. */
 #include "core/err.h"
 #include "core/log.h"
 #include "core/opt.h"
@@ -142,6 +142,7 @@ int main(int argc, char **argv) {
             dist_sum_floats(&w, m.grads, m.nparams);
         tb[k] = dist_max_double(&w, time_now() - t0);
     }
+    double halo_mib = dist_max_double(&w, g.T > 1 ? sp.halo_bytes / 1048576.0 / (steps + warm) : 0);
     if (w.rank == 0 && rc == 0) {
         double step = median(ts, steps), ex = median(te, steps), bl = median(tb, steps);
         printf("dist ranks %d replicas %d shards %d,%d,%d volume %dx%dx%d threads %d step_s %.4f "
@@ -151,8 +152,7 @@ int main(int argc, char **argv) {
                w.size, g.nrep, sd, shh, sw, D, H, Wd, omp_get_max_threads(), step,
                median(tc, steps), median(th, steps), median(tg, steps), ex, bl,
                bl > 0 ? 100.0 * (1.0 - ex / bl) : 0.0, m.activation_floats * 4.0 / 1048576.0,
-               m.nparams,
-               g.T > 1 ? sp.halo_bytes / 1048576.0 / (steps + warm) : 0.0);
+               m.nparams, halo_mib);
     }
     if (rc && w.rank == 0)
         fprintf(stderr, "bench_dist: %s\n", err_msg());

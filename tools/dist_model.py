@@ -1,0 +1,219 @@
+#!/usr/bin/env python3
+"""Communication and memory model of scaffold's spatial parallelism (docs/dist.md).
+
+For the ScaFFold U-Net (levels L = problem_scale - unet_bottleneck_dim, base channels C0,
+channels C0 * 2^i at level i, K classes) trained with batch 1 per replica on a volume of side
+V = 2^problem_scale split into kd x kh x kw blocks, this computes per rank and per optimizer
+step exactly what src/dist sends:
+
+  halo    every Conv3d k3 exchanges one voxel plane per side of each sharded axis: the input
+          in the forward pass, the input again and the output gradient in the backward pass
+          (not for the first convolution, whose input gradient is not needed). A face along D
+          spans (H+2)(W+2) voxels of the padded block, along H (D+2)(W+2), along W (D+2)(H+2).
+          An interior block sends two faces per sharded axis, a boundary block one.
+  gn      GroupNorm with global statistics: per GroupNorm and sample two sums of G+1 doubles
+          forward and one of 2G+1 backward, over the T ranks of the spatial group.
+  loss    one sum of 4 + 3K doubles per training step (CE numerator/denominator, Dice terms).
+  grad    the gradient all-reduce over all ranks: a ring all-reduce moves 2 (n-1)/n x 4P bytes
+          per rank (P parameters), whatever the layout.
+
+and the activation memory of one rank (the model's activation slab: the tensors the backward
+pass keeps, the gradient buffers and the zero-padded convolution buffer; without the packed
+weight copies of the workspace).
+
+  python3 tools/dist_model.py table              the docs/dist.md tables (scales 7-11, 8 to 4,096
+                                                 ranks)
+  python3 tools/dist_model.py point D H W C0 L KD KH KW
+                                                 halo MiB per step of the busiest rank, params,
+                                                 activation MiB per rank (checked by
+                                                 bench/dist/run.sh against bench_dist's counters)
+"""
+import math
+import sys
+
+K = 6       # n_categories 5 + background (upstream default)
+G = 8       # group_norm_groups
+C_IN = 3
+
+
+def convs(c0, L):
+    """(level, cin, cout, needs_input_grad) of every Conv3d k3 of the U-Net."""
+    ch = [c0 << i for i in range(L + 1)]
+    out = [(0, C_IN, ch[0], False), (0, ch[0], ch[0], True)]
+    for i in range(1, L + 1):
+        out += [(i, ch[i - 1], ch[i], True), (i, ch[i], ch[i], True)]
+    for lvl in range(L - 1, -1, -1):
+        out += [(lvl, 2 * ch[lvl], ch[lvl], True), (lvl, ch[lvl], ch[lvl], True)]
+    return out
+
+
+def params(c0, L):
+    ch = [c0 << i for i in range(L + 1)]
+    p = 0
+    for _, cin, cout, _ in convs(c0, L):
+        p += 27 * cin * cout + 2 * cout  # conv weight + the GroupNorm after it
+    for lvl in range(L):
+        p += 8 * ch[lvl + 1] * ch[lvl] + ch[lvl]  # ConvTranspose weight + bias
+    return p + ch[0] * K + K
+
+
+def halo_floats(D, H, W, c0, L, shards, train=True):
+    """Floats sent in one step by the busiest block: two neighbours on an axis with more than
+    two shards, one with two."""
+    ext = [D // shards[0], H // shards[1], W // shards[2]]
+    total = 0
+    for lvl, cin, cout, need_din in convs(c0, L):
+        e = [x >> lvl for x in ext]
+        chans = cin + ((cin + (cout if need_din else 0)) if train else 0)
+        for a in range(3):
+            if shards[a] > 1:
+                o = [e[b] + 2 for b in range(3) if b != a]
+                total += min(2, shards[a] - 1) * o[0] * o[1] * chans
+    return total
+
+
+def act_floats(D, H, W, c0, L, n=1):
+    """The activation slab of src/nn/unet.c for a block of D x H x W (without weight packing)."""
+    ch = [c0 << i for i in range(L + 1)]
+    S = [(D >> i) * (H >> i) * (W >> i) for i in range(L + 1)]
+    f = 0
+    for i in range(L + 1):                    # down blocks: c1, c2, a2 (+ GN stats)
+        f += 3 * n * S[i] * ch[i] + 4 * n * G
+    for lvl in range(L):                       # up blocks
+        f += 3 * n * S[lvl] * ch[lvl] + 4 * n * G
+    for i in range(1, L + 1):                  # pooled inputs
+        f += n * S[i] * ch[i - 1]
+    for lvl in range(L):                       # convT outputs
+        f += n * S[lvl] * ch[lvl]
+    for i in range(L + 1):                     # skip gradients
+        f += n * S[i] * ch[i]
+    top = n * S[0] * ch[0]
+    f += n * S[0] * (C_IN + 2 * K) + 4 * top   # input, logits, dlogits, gG, gT, gH (2x)
+    f += n * (D + 2) * (H + 2) * (W + 2) * 2 * ch[0]  # padded buffer of the widest convolution
+    return f
+
+
+def point(args):
+    D, H, W, c0, L, kd, kh, kw = map(int, args)
+    sh = (kd, kh, kw)
+    ext = (D // kd, H // kh, W // kw)
+    print(f"model D {D} H {H} W {W} C0 {c0} L {L} shards {kd},{kh},{kw} "
+          f"halo_mib_per_step {4 * halo_floats(D, H, W, c0, L, sh) / 2**20:.2f} "
+          f"params {params(c0, L)} act_mib_per_rank {4 * act_floats(*ext, c0, L) / 2**20:.1f}")
+
+
+def flops(D, H, W, c0, L):
+    """Forward FLOPs of one sample (convolutions; GroupNorm, ReLU, pooling are negligible)."""
+    ch = [c0 << i for i in range(L + 1)]
+    f = 0
+    for lvl, cin, cout, _ in convs(c0, L):
+        f += 2 * 27 * cin * cout * (D >> lvl) * (H >> lvl) * (W >> lvl)
+    for lvl in range(L):
+        f += 2 * 8 * ch[lvl + 1] * ch[lvl] * (D >> (lvl + 1)) * (H >> (lvl + 1)) * (W >> (lvl + 1))
+    return f + 2 * ch[0] * K * D * H * W
+
+
+def fmt_bytes(b):
+    for unit, sc in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if b >= sc:
+            return f"{b / sc:.3g} {unit}"
+    return f"{b:.0f} B"
+
+
+def fmt_s(t):
+    return f"{t:.3g} s" if t >= 1 else f"{t * 1e3:.3g} ms"
+
+
+# The machine assumed for the projection (docs/dist.md states it): per rank 20 TFLOP/s of
+# convolution, 25 GB/s and 5 us per message on the network, 64 GiB of memory.
+RATE, BW, LAT, MEM = 20e12, 25e9, 5e-6, 64 * 2**30
+N_TRAIN = 507  # upstream defaults: 5 classes x 145 instances, 30% validation
+
+
+def layouts(n):
+    """Spatial groups T = 2^k split D first, then H, then W, up to n ranks."""
+    sh, out = [1, 1, 1], [(1, 1, 1)]
+    a = 0
+    while sh[0] * sh[1] * sh[2] * 2 <= n:
+        sh[a] *= 2
+        a = (a + 1) % 3
+        out.append(tuple(sh))
+    return out
+
+
+def step_model(V, c0, L, n, sh):
+    """(feasible, epoch seconds, halo bytes, gradient bytes) of one layout on n ranks."""
+    T = sh[0] * sh[1] * sh[2]
+    R = n // T
+    P = params(c0, L)
+    mem = 4 * act_floats(V // sh[0], V // sh[1], V // sh[2], c0, L) + 16 * P
+    if mem > MEM or R > N_TRAIN or R < 1:
+        return False, math.inf, 0, 0
+    halo = 4 * halo_floats(V, V, V, c0, L, sh)
+    grad = 2 * (n - 1) / n * 4 * P
+    nconv = len(convs(c0, L))
+    gn_calls = 2 * (2 * L + 1) * 3 if T > 1 else 0
+    t_comp = 3 * flops(V, V, V, c0, L) / T / RATE
+    t_halo = halo / BW + 3 * nconv * 2 * sum(x > 1 for x in sh) * LAT
+    t_gn = gn_calls * 2 * math.log2(max(T, 2)) * LAT if T > 1 else 0
+    t_grad = grad / BW + 2 * math.log2(n) * LAT
+    # The gradient all-reduce overlaps the backward pass (2/3 of the compute) at best.
+    t_step = t_comp + t_halo + t_gn + max(0.0, t_grad - 2 / 3 * t_comp)
+    return True, math.ceil(N_TRAIN / R) * t_step, halo, grad
+
+
+def table():
+    c0 = 64
+    print("Per sample and step, upstream defaults (unet_bottleneck_dim 3, base 64, batch 1):")
+    print()
+    print("| scale | volume | levels | params | params + grads + Adam | activations | "
+          "training FLOPs | halo per rank, [2,1,1] | halo, [4,4,4] interior block | "
+          "gradient all-reduce per rank |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for s in range(7, 12):
+        V, L = 1 << s, s - 3
+        P = params(c0, L)
+        print(f"| {s} | {V}^3 | {L} | {P / 1e6:.1f} M | {fmt_bytes(16 * P)} | "
+              f"{fmt_bytes(4 * act_floats(V, V, V, c0, L))} | "
+              f"{3 * flops(V, V, V, c0, L) / 1e12:.3g} T | "
+              f"{fmt_bytes(4 * halo_floats(V, V, V, c0, L, (2, 1, 1)))} | "
+              f"{fmt_bytes(4 * halo_floats(V, V, V, c0, L, (4, 4, 4)))} | {fmt_bytes(8 * P)} |")
+    for title, depth in (("upstream defaults (levels = scale - 3)", None),
+                         ("a fixed depth of 4 levels (unet_bottleneck_dim = scale - 4; "
+                          "90.3 M parameters at every scale)", 4)):
+        print()
+        print(f"Epoch time by layout, {title}, on the assumed machine "
+              f"({RATE / 1e12:.0f} TFLOP/s, {BW / 1e9:.0f} GB/s, {LAT * 1e6:.0f} us per message, "
+              f"{fmt_bytes(MEM)} per rank; {N_TRAIN} training samples; the gradient all-reduce "
+              f"hidden behind the backward pass where it fits):")
+        print()
+        print("| scale | ranks | data parallel (T = 1) | best spatial layout | its epoch | "
+              "halo / gradient bytes | winner |")
+        print("|---|---|---|---|---|---|---|")
+        for s in range(7, 12):
+            V = 1 << s
+            L = s - 3 if depth is None else depth
+            for n in (8, 64, 512, 4096):
+                ok1, e1, _, _ = step_model(V, c0, L, n, (1, 1, 1))
+                best = None
+                for sh in layouts(n)[1:]:
+                    ok, e, h, g = step_model(V, c0, L, n, sh)
+                    if ok and (best is None or e < best[1]):
+                        best = (sh, e, h, g)
+                dp = fmt_s(e1) if ok1 else ("too few samples" if n > N_TRAIN else "does not fit")
+                if best:
+                    sh, e, h, g = best
+                    win = "data" if ok1 and e1 <= e else "spatial"
+                    print(f"| {s} | {n} | {dp} | {sh[0]}x{sh[1]}x{sh[2]} | {fmt_s(e)} | "
+                          f"{h / g:.2f} | {win} |")
+                else:
+                    print(f"| {s} | {n} | {dp} | none fits | | | {'data' if ok1 else '-'} |")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 2 and sys.argv[1] == "table":
+        table()
+    elif len(sys.argv) == 10 and sys.argv[1] == "point":
+        point(sys.argv[2:])
+    else:
+        sys.exit(__doc__)
