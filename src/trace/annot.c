@@ -1,7 +1,8 @@
 /* annot.c: the annotation API exported by libscaffold_trace.so (scaffold/trace.h). Regions live
- * in a per-thread stack of frames (so level/p_idx are right under threads); arguments are
- * formatted into the frame as a JSON fragment when they are attached, and the whole region is
- * one ring record written at END. Nothing here locks or allocates. */
+ * in a per-thread stack of frames (so level/p_idx are right under threads); BEGIN writes a small
+ * record naming the region's id and level (the flusher uses it as the parent of the events
+ * inside), arguments are formatted into the frame as a JSON fragment when they are attached, and
+ * the region itself is one ring record written at END. Nothing here locks or allocates. */
 #include "scaffold/trace.h"
 #include "trace_int.h"
 
@@ -40,7 +41,14 @@ static scaffold_trace_region api_begin(const char *name, const char *cat) {
     cpy(f->name, sizeof f->name, name && *name ? name : "region");
     cpy(f->cat, sizeof f->cat, cat && *cat ? cat : "C_APP");
     f->frag_len = 0;
-    f->t0 = trc_now();
+    trc_busy = 1;
+    trc_begin_rec *b = trc_reserve(t, sizeof *b);
+    if (b) {
+        b->id = f->id - 1;
+        trc_publish(t, b, trc_hdr(sizeof *b, TRC_REC_BEGIN, (unsigned)t->depth + 1, 0));
+    }
+    trc_busy = 0;
+    f->t0 = trc_clock();
     t->depth++;
     errno = saved;
     return f->id;
@@ -131,14 +139,10 @@ static void emit_frame(trc_thread *t, int i, uint64_t t1) {
     trc_region_rec *r = trc_reserve(t, size);
     if (!r)
         return;
-    r->h.type = TRC_REC_REGION;
-    r->h.op = 0;
-    r->level = i + 1;
     r->name_len = (uint16_t)nl;
     r->cat_len = (uint16_t)cl;
     r->frag_len = f->frag_len;
     r->id = f->id - 1;
-    r->p_idx = i ? (int64_t)(t->frames[i - 1].id - 1) : -1;
     r->t0 = f->t0;
     r->dur = t1 - f->t0;
     char *p = (char *)(r + 1);
@@ -146,7 +150,7 @@ static void emit_frame(trc_thread *t, int i, uint64_t t1) {
     memcpy(p + nl + 1, f->cat, cl + 1);
     memcpy(p + nl + 1 + cl + 1, f->frag, f->frag_len);
     p[nl + 1 + cl + 1 + f->frag_len] = 0;
-    trc_commit(t, size);
+    trc_publish(t, r, trc_hdr(size, TRC_REC_REGION, (unsigned)i + 1, 0));
 }
 
 static void api_end(scaffold_trace_region r) {
@@ -158,7 +162,7 @@ static void api_end(scaffold_trace_region r) {
         return;
     }
     trc_busy = 1;
-    uint64_t t1 = trc_now();
+    uint64_t t1 = trc_clock();
     /* Closing an outer region closes the inner ones left open (missing END on an error path). */
     for (int i = t->depth - 1; i >= idx; i--)
         if (__atomic_load_n(&trc_g.active, __ATOMIC_RELAXED))
@@ -180,8 +184,6 @@ static void api_metadata(const char *key, const char *value) {
     uint32_t size = (uint32_t)((sizeof(trc_meta_rec) + kl + 1 + vl + 1 + 7) & ~(size_t)7);
     trc_meta_rec *r = trc_reserve(t, size);
     if (r) {
-        r->h.type = TRC_REC_META;
-        r->h.op = 0;
         r->key_len = (uint16_t)kl;
         r->val_len = (uint16_t)vl;
         char *p = (char *)(r + 1);
@@ -190,7 +192,7 @@ static void api_metadata(const char *key, const char *value) {
         if (vl)
             memcpy(p + kl + 1, value, vl);
         p[kl + 1 + vl] = 0;
-        trc_commit(t, size);
+        trc_publish(t, r, trc_hdr(size, TRC_REC_META, 0, 0));
     }
     trc_busy = 0;
     errno = saved;

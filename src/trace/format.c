@@ -1,8 +1,11 @@
 /* format.c: the flusher's side of the tracer. It owns the dftracer JSON-lines serialisation of
- * ring records (FH lines before the first use of a path in each file, proper JSON escaping), and
- * the per-file summary counters (Darshan's size buckets, SEQ/CONSEC definitions, bytes, op
- * counts, time per class) kept in a bounded table and written as "FS" metadata lines at the end
- * of each file. Runs only on the flusher thread (or under the flush lock). */
+ * ring records with a fast writer (two digits per table lookup, the constant parts of each line
+ * prepared once per thread and op), the event ids and parents (p_idx) it derives while reading
+ * each thread's records in order, the FH lines written before the first use of a path in each
+ * file (with the path's file-system type), and the per-file summary counters (Darshan's size
+ * buckets, SEQ/CONSEC definitions, bytes, op counts, time per class) kept in a bounded table and
+ * written as "FS" metadata lines at the end of each file. Runs only on the flusher thread (or
+ * under the flush lock). */
 #include "trace_int.h"
 
 #include <stdio.h>
@@ -113,6 +116,51 @@ void trc_buf_json(trc_buf *b, const char *s, size_t n) {
     trc_buf_put(b, "\"", 1);
 }
 
+/* ---------------------------------------------------------------- fast writer */
+static const char D2[] = "00010203040506070809101112131415161718192021222324252627282930313233343536"
+                         "37383940414243444546474849505152535455565758596061626364656667686970717273"
+                         "7475767778798081828384858687888990919293949596979899";
+
+/* Writes v in decimal at p; returns the end. Two digits per step from a table. */
+static inline char *w_u64(char *p, uint64_t v) {
+    char tmp[20], *e = tmp + sizeof tmp, *q = e;
+    while (v >= 100) {
+        unsigned r = (unsigned)(v % 100);
+        v /= 100;
+        q -= 2;
+        memcpy(q, D2 + 2 * r, 2);
+    }
+    if (v >= 10) {
+        q -= 2;
+        memcpy(q, D2 + 2 * v, 2);
+    } else {
+        *--q = (char)('0' + v);
+    }
+    memcpy(p, q, (size_t)(e - q));
+    return p + (e - q);
+}
+
+static inline char *w_i64(char *p, int64_t v) {
+    if (v < 0) {
+        *p++ = '-';
+        return w_u64(p, (uint64_t)0 - (uint64_t)v);
+    }
+    return w_u64(p, (uint64_t)v);
+}
+
+static inline char *w_hex16(char *p, uint64_t h) {
+    static const char hx[] = "0123456789abcdef";
+    for (int i = 15; i >= 0; i--, h >>= 4)
+        p[i] = hx[h & 15];
+    return p + 16;
+}
+
+static inline char *w_lit(char *p, const char *s, size_t n) {
+    memcpy(p, s, n);
+    return p + n;
+}
+#define W_LIT(p, s) w_lit((p), (s), sizeof(s) - 1)
+
 /* ---------------------------------------------------------------- metadata lines */
 static void line_head_m(trc_buf *b, const char *type, pid_t tid) {
     trc_buf_str(b, "{\"name\":\"");
@@ -145,20 +193,269 @@ void trc_format_meta(trc_buf *b, const char *type, const char *name, const char 
     trc_buf_str(b, "}}\n");
 }
 
+/* FH line: path and hash as dftracer writes them, plus "fs", the type of the file system the
+ * path lives on (readers that do not know the key ignore it). */
 void trc_format_fh(trc_buf *b, uint64_t h, const char *path, pid_t tid) {
-    char v[19];
-    v[0] = '"';
-    trc_hex16(h, v + 1);
-    v[17] = '"';
-    v[18] = 0;
-    trc_format_meta(b, "FH", path, v, tid);
+    line_head_m(b, "FH", tid);
+    trc_buf_json(b, path, strlen(path));
+    char v[32] = ",\"value\":\"";
+    trc_hex16(h, v + 10);
+    trc_buf_put(b, v, 26);
+    trc_buf_str(b, "\",\"fs\":");
+    const char *fs = trc_fs_type(path);
+    trc_buf_json(b, fs, strlen(fs));
+    trc_buf_str(b, "}}\n");
+}
+
+/* ---------------------------------------------------------------- event lines */
+/* The constant parts of the current thread's lines: for each op the text from ,"name" to "ts":
+ * (name, cat, pid, tid), built on first use; and ,"ph":"X","args":{"hhash":"...","p_idx":. */
+typedef struct {
+    uint8_t len;
+    char s[119];
+} tmpl;
+static tmpl pre[TRC_OP_COUNT];
+static pid_t pre_tid = -1;
+static pid_t pre_pid = -1;
+static char mid[64];
+static size_t mid_len;
+static char a1key[TRC_OP_COUNT][24], a2key[TRC_OP_COUNT][24];
+static uint8_t a1len[TRC_OP_COUNT], a2len[TRC_OP_COUNT];
+static int keys_ready;
+
+/* Event ids come from the process-wide counter in blocks, like the application threads'. */
+static uint64_t id_next, id_end;
+static uint64_t new_id(void) {
+    if (id_next == id_end) {
+        id_next = __atomic_fetch_add(&trc_g.next_id, 1024, __ATOMIC_RELAXED);
+        id_end = id_next + 1024;
+    }
+    return id_next++;
+}
+
+/* Last path whose FH line is known to be written in this file (consecutive events mostly
+ * touch the same file). */
+static uint64_t fh_last;
+static unsigned fh_gen;
+
+void trc_format_reset(void) {
+    pre_tid = -1;
+    mid_len = 0;
+    id_next = id_end = 0;
+    fh_last = 0;
+}
+
+void trc_format_thread(trc_thread *t) {
+    if (t->tid != pre_tid || trc_g.pid != pre_pid) {
+        for (int k = 0; k < TRC_OP_COUNT; k++)
+            pre[k].len = 0;
+        pre_tid = t->tid;
+        pre_pid = trc_g.pid;
+    }
+    if (!mid_len)
+        mid_len = (size_t)snprintf(mid, sizeof mid, ",\"ph\":\"X\",\"args\":{\"hhash\":\"%s\",\"p_idx\":",
+                                   trc_g.hhash);
+    if (!keys_ready) {
+        for (int k = 0; k < TRC_OP_COUNT; k++) {
+            if (trc_ops[k].a1[0])
+                a1len[k] = (uint8_t)snprintf(a1key[k], sizeof a1key[k], ",\"%s\":", trc_ops[k].a1);
+            if (trc_ops[k].a2[0])
+                a2len[k] = (uint8_t)snprintf(a2key[k], sizeof a2key[k], ",\"%s\":", trc_ops[k].a2);
+        }
+        keys_ready = 1;
+    }
+}
+
+static const tmpl *op_prefix(int op) {
+    tmpl *p = &pre[op];
+    if (!p->len)
+        p->len = (uint8_t)snprintf(p->s, sizeof p->s, ",\"name\":\"%s\",\"cat\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":",
+                                   trc_ops[op].name, trc_ops[op].cat, (int)trc_g.pid, (int)pre_tid);
+    return p;
 }
 
 static void ensure_fh(trc_buf *b, uint64_t h, pid_t tid) {
+    if (h == fh_last && fh_gen == trc_g.gen)
+        return;
     int emit;
     const char *p = trc_path_lookup(h, trc_g.gen, &emit);
     if (p && emit)
         trc_format_fh(b, h, p, tid);
+    fh_last = h;
+    fh_gen = trc_g.gen;
+}
+
+static void summary_update(int op, const trc_io_rec *r, uint64_t t0, uint64_t dur);
+
+/* The line log of the current stage (see trc_lines_take). */
+static trc_line *lines;
+static size_t nlines, caplines;
+
+const trc_line *trc_lines_take(size_t *n) {
+    *n = nlines;
+    nlines = 0; /* the array stays valid until the next line is logged */
+    return lines;
+}
+
+static trc_line *line_begin(size_t start) {
+    if (nlines == caplines) {
+        size_t nc = caplines ? 2 * caplines : 8192;
+        trc_line *nl = realloc(lines, nc * sizeof *nl);
+        if (!nl)
+            return NULL;
+        lines = nl;
+        caplines = nc;
+    }
+    trc_line *L = &lines[nlines++];
+    L->start = (uint32_t)start;
+    L->npieces = 0;
+    return L;
+}
+
+/* Ends a field of the line being written at p. */
+static inline void piece(trc_line *L, const char *base, const char *p) {
+    if (L && L->npieces < TRC_LINE_PIECES)
+        L->ends[L->npieces++] = (uint16_t)(p - base);
+}
+
+static int format_io(trc_buf *b, trc_thread *t, uint64_t hdr, const trc_io_rec *r) {
+    int op = (int)TRC_HDR_SUB(hdr);
+    if (op >= TRC_OP_COUNT)
+        return 0;
+    const trc_opinfo *o = &trc_ops[op];
+    uint32_t size = TRC_HDR_SIZE(hdr);
+    int64_t a1 = size > TRC_IO_BASE ? r->a1 : 0, a2 = size > TRC_IO_BASE + 8 ? r->a2 : 0;
+    if ((o->fields & TF_FHASH) && r->fhash)
+        ensure_fh(b, r->fhash, t->tid);
+    if ((o->fields & TF_H2) && a2)
+        ensure_fh(b, (uint64_t)a2, t->tid);
+    if (TRC_UNLIKELY(b->len + 640 > b->cap) && trc_buf_grow(b, 640) != 0)
+        return 0;
+    unsigned level = (unsigned)(r->dur_level >> 56);
+    uint64_t t0 = trc_clock_ns(r->t0);
+    uint64_t dur = trc_clock_dur_ns(r->dur_level & 0x00ffffffffffffffull);
+    int64_t pidx = level > 1 && level - 1 <= TRC_MAX_DEPTH ? (int64_t)t->parents[level - 1] : -1;
+    const tmpl *pr = op_prefix(op);
+    char *base = b->p + b->len, *p = base;
+    trc_line *L = line_begin(b->len);
+    if (L)
+        L->key = (uint8_t)op;
+    p = W_LIT(p, "{\"id\":");
+    p = w_u64(p, new_id());
+    piece(L, base, p);
+    p = w_lit(p, pr->s, pr->len);
+    p = w_u64(p, (t0 + trc_realtime_anchor_ns) / 1000);
+    piece(L, base, p);
+    p = W_LIT(p, ",\"dur\":");
+    p = w_u64(p, dur / 1000);
+    piece(L, base, p);
+    p = w_lit(p, mid, mid_len);
+    p = w_i64(p, pidx);
+    piece(L, base, p);
+    p = W_LIT(p, ",\"level\":");
+    p = w_u64(p, level);
+    if (o->fields & TF_FD) {
+        p = W_LIT(p, ",\"fd\":");
+        p = w_i64(p, TRC_HDR_VAL(hdr));
+    }
+    piece(L, base, p);
+    if ((o->fields & TF_FHASH) && r->fhash) {
+        p = W_LIT(p, ",\"fhash\":\"");
+        p = w_hex16(p, r->fhash);
+        *p++ = '"';
+    }
+    if (o->fields & TF_COUNT) {
+        p = W_LIT(p, ",\"count\":");
+        p = w_i64(p, r->count);
+    }
+    piece(L, base, p);
+    if ((o->fields & TF_OFFSET) && r->offset >= 0) {
+        p = W_LIT(p, ",\"offset\":");
+        p = w_i64(p, r->offset);
+    }
+    piece(L, base, p);
+    if (o->fields & TF_RET) {
+        p = W_LIT(p, ",\"ret\":");
+        p = w_i64(p, r->ret);
+    }
+    if (o->fields & TF_BYTES) {
+        p = W_LIT(p, ",\"bytes\":");
+        p = w_i64(p, r->ret > 0 ? r->ret * a1 : 0);
+    }
+    piece(L, base, p);
+    if ((o->fields & TF_A1) && a1len[op])
+        p = w_i64(w_lit(p, a1key[op], a1len[op]), a1);
+    if ((o->fields & TF_A2) && a2len[op] && !((op == TRC_OP_open || op == TRC_OP_openat) && a2 < 0))
+        p = w_i64(w_lit(p, a2key[op], a2len[op]), a2);
+    if ((o->fields & TF_H2) && a2) {
+        p = (op == TRC_OP_sendfile || op == TRC_OP_copy_file_range) ? W_LIT(p, ",\"out_fhash\":\"")
+                                                                     : W_LIT(p, ",\"new_fhash\":\"");
+        p = w_hex16(p, (uint64_t)a2);
+        *p++ = '"';
+    }
+    p = W_LIT(p, "}}\n");
+    piece(L, base, p);
+    b->len = (size_t)(p - b->p);
+    summary_update(op, r, t0, dur);
+    return 1;
+}
+
+static int format_region(trc_buf *b, trc_thread *t, uint64_t hdr, const trc_region_rec *r) {
+    unsigned level = TRC_HDR_SUB(hdr);
+    const char *name = (const char *)(r + 1);
+    const char *cat = name + r->name_len + 1;
+    const char *frag = cat + r->cat_len + 1;
+    int64_t pidx = level > 1 && level - 1 <= TRC_MAX_DEPTH ? (int64_t)t->parents[level - 1] : -1;
+    trc_buf_str(b, "{\"id\":");
+    trc_buf_u64(b, r->id);
+    trc_buf_str(b, ",\"name\":");
+    trc_buf_json(b, name, r->name_len);
+    trc_buf_str(b, ",\"cat\":");
+    trc_buf_json(b, cat, r->cat_len);
+    trc_buf_str(b, ",\"pid\":");
+    trc_buf_i64(b, trc_g.pid);
+    trc_buf_str(b, ",\"tid\":");
+    trc_buf_i64(b, t->tid);
+    trc_buf_str(b, ",\"ts\":");
+    trc_buf_u64(b, (trc_clock_ns(r->t0) + trc_realtime_anchor_ns) / 1000);
+    trc_buf_str(b, ",\"dur\":");
+    trc_buf_u64(b, trc_clock_dur_ns(r->dur) / 1000);
+    trc_buf_put(b, mid, mid_len);
+    trc_buf_i64(b, pidx);
+    trc_buf_str(b, ",\"level\":");
+    trc_buf_u64(b, level);
+    trc_buf_put(b, frag, r->frag_len);
+    trc_buf_str(b, "}}\n");
+    return 1;
+}
+
+int trc_format_record(trc_buf *b, trc_thread *t, uint64_t hdr, const void *rec) {
+    switch (TRC_HDR_TYPE(hdr)) {
+    case TRC_REC_IO:
+        return format_io(b, t, hdr, rec);
+    case TRC_REC_BEGIN: {
+        unsigned level = TRC_HDR_SUB(hdr);
+        if (level >= 1 && level <= TRC_MAX_DEPTH)
+            t->parents[level] = ((const trc_begin_rec *)rec)->id;
+        return 0;
+    }
+    case TRC_REC_REGION:
+        return format_region(b, t, hdr, rec);
+    case TRC_REC_META: {
+        const trc_meta_rec *r = rec;
+        const char *key = (const char *)(r + 1);
+        const char *val = key + r->key_len + 1;
+        trc_buf json = {0};
+        trc_buf_json(&json, val, r->val_len);
+        trc_buf_put(&json, "", 1);
+        if (json.p)
+            trc_format_meta(b, "CM", key, json.p, t->tid);
+        free(json.p);
+        return 0;
+    }
+    default:
+        return 0;
+    }
 }
 
 static void put_hash(trc_buf *b, const char *key, uint64_t h) {
@@ -178,109 +475,6 @@ static void put_int(trc_buf *b, const char *key, int64_t v) {
     trc_buf_i64(b, v);
 }
 
-static void event_head(trc_buf *b, uint64_t id, const char *name, size_t nlen, const char *cat,
-                       size_t clen, pid_t pid, pid_t tid, uint64_t t0, uint64_t dur, int json) {
-    trc_buf_str(b, "{\"id\":");
-    trc_buf_u64(b, id);
-    trc_buf_str(b, ",\"name\":");
-    if (json) {
-        trc_buf_json(b, name, nlen);
-    } else {
-        trc_buf_put(b, "\"", 1);
-        trc_buf_put(b, name, nlen);
-        trc_buf_put(b, "\"", 1);
-    }
-    trc_buf_str(b, ",\"cat\":");
-    if (json) {
-        trc_buf_json(b, cat, clen);
-    } else {
-        trc_buf_put(b, "\"", 1);
-        trc_buf_put(b, cat, clen);
-        trc_buf_put(b, "\"", 1);
-    }
-    trc_buf_str(b, ",\"pid\":");
-    trc_buf_i64(b, pid);
-    trc_buf_str(b, ",\"tid\":");
-    trc_buf_i64(b, tid);
-    trc_buf_str(b, ",\"ts\":");
-    trc_buf_u64(b, (t0 + trc_g.anchor_ns) / 1000);
-    trc_buf_str(b, ",\"dur\":");
-    trc_buf_u64(b, dur / 1000);
-    trc_buf_str(b, ",\"ph\":\"X\",\"args\":{\"hhash\":\"");
-    trc_buf_str(b, trc_g.hhash);
-    trc_buf_str(b, "\"");
-}
-
-static void summary_update(const trc_io_rec *r);
-
-int trc_format_record(trc_buf *b, const trc_hdr *h, pid_t pid, pid_t tid) {
-    if (h->type == TRC_REC_IO) {
-        const trc_io_rec *r = (const trc_io_rec *)h;
-        if (r->h.op >= TRC_OP_COUNT)
-            return 0;
-        const trc_opinfo *o = &trc_ops[r->h.op];
-        if ((o->fields & TF_FHASH) && r->fhash)
-            ensure_fh(b, r->fhash, tid);
-        if ((o->fields & TF_H2) && r->h2)
-            ensure_fh(b, r->h2, tid);
-        event_head(b, r->id, o->name, strlen(o->name), o->cat, strlen(o->cat), pid, tid, r->t0,
-                   r->dur, 0);
-        put_int(b, "p_idx", r->p_idx);
-        put_int(b, "level", r->level);
-        if (o->fields & TF_FD)
-            put_int(b, "fd", r->fd);
-        if ((o->fields & TF_FHASH) && r->fhash)
-            put_hash(b, "fhash", r->fhash);
-        if (o->fields & TF_COUNT)
-            put_int(b, "count", r->count);
-        if ((o->fields & TF_OFFSET) && r->offset >= 0)
-            put_int(b, "offset", r->offset);
-        if (o->fields & TF_RET)
-            put_int(b, "ret", r->ret);
-        if (o->fields & TF_BYTES)
-            put_int(b, "bytes", r->ret > 0 ? r->ret * r->a1 : 0);
-        if ((o->fields & TF_A1) && o->a1[0])
-            put_int(b, o->a1, r->a1);
-        if ((o->fields & TF_A2) && o->a2[0] && !(r->h.op == TRC_OP_open && r->a2 < 0) &&
-            !(r->h.op == TRC_OP_openat && r->a2 < 0))
-            put_int(b, o->a2, r->a2);
-        if ((o->fields & TF_H2) && r->h2)
-            put_hash(b,
-                     (r->h.op == TRC_OP_sendfile || r->h.op == TRC_OP_copy_file_range)
-                         ? "out_fhash"
-                         : "new_fhash",
-                     r->h2);
-        trc_buf_str(b, "}}\n");
-        summary_update(r);
-        return 1;
-    }
-    if (h->type == TRC_REC_REGION) {
-        const trc_region_rec *r = (const trc_region_rec *)h;
-        const char *name = (const char *)(r + 1);
-        const char *cat = name + r->name_len + 1;
-        const char *frag = cat + r->cat_len + 1;
-        event_head(b, r->id, name, r->name_len, cat, r->cat_len, pid, tid, r->t0, r->dur, 1);
-        put_int(b, "p_idx", r->p_idx);
-        put_int(b, "level", r->level);
-        trc_buf_put(b, frag, r->frag_len);
-        trc_buf_str(b, "}}\n");
-        return 1;
-    }
-    if (h->type == TRC_REC_META) {
-        const trc_meta_rec *r = (const trc_meta_rec *)h;
-        const char *key = (const char *)(r + 1);
-        const char *val = key + r->key_len + 1;
-        trc_buf json = {0};
-        trc_buf_json(&json, val, r->val_len);
-        trc_buf_put(&json, "", 1);
-        if (json.p)
-            trc_format_meta(b, "CM", key, json.p, tid);
-        free(json.p);
-        return 0;
-    }
-    return 0;
-}
-
 /* ---------------------------------------------------------------- summaries */
 #define NBUCKET 10
 typedef struct trc_fsum {
@@ -298,6 +492,7 @@ typedef struct trc_fsum {
 static trc_fsum *sums;
 static size_t sums_cap, sums_n, sums_max;
 static int sums_partial;
+static int summary_last_reset;
 
 void trc_summary_reset(size_t max_files) {
     size_t cap = 64;
@@ -316,6 +511,7 @@ void trc_summary_reset(size_t max_files) {
     sums_n = 0;
     sums_max = max_files;
     sums_partial = 0;
+    summary_last_reset = 1;
 }
 
 static trc_fsum *sum_get(uint64_t h) {
@@ -350,8 +546,8 @@ static int bucket(int64_t v) {
     return NBUCKET - 1;
 }
 
-static int64_t rec_bytes(const trc_io_rec *r) {
-    switch (r->h.op) {
+static int64_t rec_bytes(int op, const trc_io_rec *r) {
+    switch (op) {
     case TRC_OP_fread:
     case TRC_OP_fwrite:
         return r->ret > 0 ? r->ret * r->a1 : 0;
@@ -372,30 +568,38 @@ static int64_t rec_bytes(const trc_io_rec *r) {
     }
 }
 
-static void summary_update(const trc_io_rec *r) {
-    const trc_opinfo *o = &trc_ops[r->h.op];
+/* Folds one I/O event (times in ns) into its file's summary; the last file is cached since
+ * consecutive events mostly touch the same file. */
+static void summary_update(int op, const trc_io_rec *r, uint64_t t0, uint64_t dur) {
+    static trc_fsum *cached;
+    if (summary_last_reset) {
+        cached = NULL;
+        summary_last_reset = 0;
+    }
+    const trc_opinfo *o = &trc_ops[op];
     if (!r->fhash || !(o->fields & TF_FHASH))
         return;
-    trc_fsum *s = sum_get(r->fhash);
+    trc_fsum *s = cached && cached->fhash == r->fhash ? cached : sum_get(r->fhash);
     if (!s)
         return;
-    if (!s->first_ns || r->t0 < s->first_ns)
-        s->first_ns = r->t0;
-    if (r->t0 + r->dur > s->last_ns)
-        s->last_ns = r->t0 + r->dur;
+    cached = s;
+    if (!s->first_ns || t0 < s->first_ns)
+        s->first_ns = t0;
+    if (t0 + dur > s->last_ns)
+        s->last_ns = t0 + dur;
     switch (o->cls) {
     case TC_READ:
     case TC_WRITE: {
         int rd = o->cls == TC_READ;
-        int64_t n = rec_bytes(r);
+        int64_t n = rec_bytes(op, r);
         if (rd) {
             s->reads++;
-            s->read_ns += r->dur;
+            s->read_ns += dur;
             s->bytes_read += n;
             s->size_read[bucket(n)]++;
         } else {
             s->writes++;
-            s->write_ns += r->dur;
+            s->write_ns += dur;
             s->bytes_written += n;
             s->size_write[bucket(n)]++;
         }
@@ -420,31 +624,31 @@ static void summary_update(const trc_io_rec *r) {
     }
     case TC_OPEN:
         s->opens++;
-        s->meta_ns += r->dur;
+        s->meta_ns += dur;
         break;
     case TC_CLOSE:
         s->closes++;
-        s->meta_ns += r->dur;
+        s->meta_ns += dur;
         break;
     case TC_SEEK:
         s->seeks++;
-        s->meta_ns += r->dur;
+        s->meta_ns += dur;
         break;
     case TC_STAT:
         s->stats++;
-        s->meta_ns += r->dur;
+        s->meta_ns += dur;
         break;
     case TC_SYNC:
         s->syncs++;
-        s->meta_ns += r->dur;
+        s->meta_ns += dur;
         break;
     case TC_MMAP:
         s->mmaps++;
-        s->meta_ns += r->dur;
+        s->meta_ns += dur;
         break;
     default:
         s->metas++;
-        s->meta_ns += r->dur;
+        s->meta_ns += dur;
         break;
     }
 }
@@ -502,8 +706,8 @@ void trc_summary_write(trc_buf *b, pid_t tid) {
         put_sec(b, "read_time", s->read_ns);
         put_sec(b, "write_time", s->write_ns);
         put_sec(b, "meta_time", s->meta_ns);
-        put_int(b, "first_ts", (int64_t)((s->first_ns + trc_g.anchor_ns) / 1000));
-        put_int(b, "last_ts", (int64_t)((s->last_ns + trc_g.anchor_ns) / 1000));
+        put_int(b, "first_ts", (int64_t)((s->first_ns + trc_realtime_anchor_ns) / 1000));
+        put_int(b, "last_ts", (int64_t)((s->last_ns + trc_realtime_anchor_ns) / 1000));
         trc_buf_str(b, "}}}\n");
     }
     if (sums_partial) {

@@ -1,7 +1,8 @@
 /* path.c: the tracer's view of the namespace. It owns the path table (absolute path <-> 64-bit
  * hash, insert-only and lock-free so that open() never waits), the fd table (one slot per possible
  * descriptor, sized to RLIMIT_NOFILE, so there is no fd-modulo aliasing), the cached working
- * directory, lexical path normalisation, and the include/exclude rules (longest prefix wins). */
+ * directory, lexical path normalisation, the include/exclude rules (longest prefix wins), and
+ * the file-system type of a path (the mount table, read once). */
 #include "trace_int.h"
 
 #include <fcntl.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* ---------------------------------------------------------------- hashing */
@@ -54,10 +56,6 @@ void trc_paths_init(size_t max_paths) {
         return;
     ptab = m;
     ptab_cap = cap;
-}
-
-void trc_paths_reset_gen(void) {
-    /* Generations only grow, so nothing to clear: a new file has a new gen. */
 }
 
 uint64_t trc_path_intern(const char *abs) {
@@ -185,7 +183,7 @@ static int fd_path(int fd, char *out, size_t cap) {
     }
     char link[64];
     snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-    ssize_t n = readlink(link, out, cap - 1);
+    long n = syscall(SYS_readlinkat, AT_FDCWD, link, out, cap - 1);
     if (n <= 0 || out[0] != '/')
         return -1;
     out[n] = 0;
@@ -361,4 +359,102 @@ uint64_t trc_path_classify(int dirfd, const char *path, int *traced, int intern_
     if (!*traced && !intern_untraced)
         return 0;
     return trc_path_intern(abs);
+}
+
+/* ---------------------------------------------------------------- file-system types */
+typedef struct {
+    char *dir;  /* mount point */
+    size_t len;
+    char type[24];
+} trc_mount;
+
+static trc_mount *mounts;
+static int nmounts = -1; /* -1: not read yet */
+
+/* Mount points escape space, tab, newline and backslash as \ooo. */
+static void unescape_octal(char *s) {
+    char *o = s;
+    for (; *s; s++) {
+        if (s[0] == '\\' && s[1] >= '0' && s[1] <= '7' && s[2] >= '0' && s[2] <= '7' &&
+            s[3] >= '0' && s[3] <= '7') {
+            *o++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
+            s += 3;
+        } else {
+            *o++ = *s;
+        }
+    }
+    *o = 0;
+}
+
+static void read_mounts(void) {
+    nmounts = 0;
+    int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/mounts", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (!buf)
+            break;
+        if (len + 4096 > cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb)
+                break;
+            buf = nb;
+            cap *= 2;
+        }
+        long n = syscall(SYS_read, fd, buf + len, cap - len - 1);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
+    syscall(SYS_close, fd);
+    if (!buf)
+        return;
+    buf[len] = 0;
+    int maxm = 0;
+    for (char *line = buf, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next)
+            *next++ = 0;
+        /* device mountpoint type options dump pass */
+        char *dev = strtok_r(line, " ", &line), *dir = dev ? strtok_r(NULL, " ", &line) : NULL;
+        char *type = dir ? strtok_r(NULL, " ", &line) : NULL;
+        if (!type)
+            continue;
+        if (nmounts == maxm) {
+            maxm = maxm ? 2 * maxm : 64;
+            trc_mount *nm = realloc(mounts, (size_t)maxm * sizeof *nm);
+            if (!nm)
+                break;
+            mounts = nm;
+        }
+        unescape_octal(dir);
+        trc_mount *m = &mounts[nmounts];
+        m->dir = strdup(dir);
+        if (!m->dir)
+            break;
+        m->len = strlen(m->dir);
+        snprintf(m->type, sizeof m->type, "%s", type);
+        nmounts++;
+    }
+    free(buf);
+}
+
+const char *trc_fs_type(const char *abs) {
+    if (nmounts < 0)
+        read_mounts();
+    /* The longest mount point that is the path or a leading directory of it; the last one
+     * listed wins a tie (a later mount over the same point hides the earlier one). */
+    const trc_mount *best = NULL;
+    size_t pl = strlen(abs);
+    for (int i = 0; i < nmounts; i++) {
+        const trc_mount *m = &mounts[i];
+        size_t l = (m->len == 1 && m->dir[0] == '/') ? 0 : m->len;
+        if (!prefix_match(abs, pl, m->dir, l))
+            continue;
+        if (!best || l >= ((best->len == 1 && best->dir[0] == '/') ? 0 : best->len))
+            best = m;
+    }
+    return best ? best->type : "unknown";
 }

@@ -1,100 +1,211 @@
-/* wrap_posix.c: the POSIX interposers of libscaffold_trace.so. Each wrapper follows one body:
- * resolve the real symbol (dlsym RTLD_NEXT, once), take the fast exit when the descriptor or path
- * is not traced, else time the real call, save errno, append one record to the thread's ring,
- * restore errno. The fd table is kept right through open/dup/fcntl/close even for untraced
- * descriptors, and the namespace calls (chdir/fchdir) keep the cached cwd right.
- * Names of the 64-bit aliases (open64, pread64, stat64...) are reported without the suffix so
- * analyzers that match exact names (read, pread, open, stat) count their bytes. */
+/* wrap_posix.c: the POSIX interposers of libscaffold_trace.so. The wrappers of the common shapes
+ * are generated from the call table (calls.h); the others are written below. Every wrapper has
+ * one body: take the fast exit when recording is off or the descriptor/path is not traced (for
+ * the data path the exported function only tests the descriptor and tail-calls libc; the timing
+ * and the record live in a separate non-inlined function, so the untraced path builds no frame),
+ * else time the real call, keep its errno, append one record to the thread's ring, restore errno.
+ * The fd table is kept right through open/dup/fcntl/close even for untraced descriptors, and
+ * chdir/fchdir keep the cached cwd right. Names of the 64-bit aliases (open64, pread64,
+ * stat64...) are reported without the suffix so analyzers that match exact names (read, pread,
+ * open, stat) count their bytes. */
 #include "trace_int.h"
 
-#include <dirent.h>
-#include <dlfcn.h>
-#include <errno.h>
+#include "calls.h"
+
 #include <fcntl.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/sendfile.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/uio.h>
 #include <unistd.h>
-#include <utime.h>
-
-/* Symbols glibc no longer declares (old stat ABI, fortify open) or declares conditionally. */
-int __open_2(const char *path, int flags);
-int __open64_2(const char *path, int flags);
-int __openat_2(int dirfd, const char *path, int flags);
-int __openat64_2(int dirfd, const char *path, int flags);
-int __xstat(int ver, const char *path, struct stat *buf);
-int __xstat64(int ver, const char *path, struct stat64 *buf);
-int __lxstat(int ver, const char *path, struct stat *buf);
-int __lxstat64(int ver, const char *path, struct stat64 *buf);
-int __fxstat(int ver, int fd, struct stat *buf);
-int __fxstat64(int ver, int fd, struct stat64 *buf);
-int __fxstatat(int ver, int dirfd, const char *path, struct stat *buf, int flags);
-int __fxstatat64(int ver, int dirfd, const char *path, struct stat64 *buf, int flags);
-int fcntl64(int fd, int cmd, ...);
-ssize_t preadv64v2(int fd, const struct iovec *iov, int cnt, off64_t off, int flags);
-ssize_t pwritev64v2(int fd, const struct iovec *iov, int cnt, off64_t off, int flags);
-pid_t vfork(void);
-void _Exit(int status);
 
 extern char **environ;
 
-#define REAL(ret, name, params) static ret(*real_##name) params
-/* Resolves once; a symbol this libc lacks makes the wrapper fail with ENOSYS. */
-#define MAP(name)                                                                                  \
-    (TRC_LIKELY(real_##name != NULL) ||                                                            \
-     (real_##name = (__typeof__(real_##name))map_sym(#name)) != NULL)
-#define NOSYS(rv)                                                                                  \
-    do {                                                                                           \
-        errno = ENOSYS;                                                                            \
-        return rv;                                                                                 \
-    } while (0)
+#define TRC_STRIP(...) __VA_ARGS__
 
-static void *map_sym(const char *name) {
-    void *p = dlsym(RTLD_NEXT, name);
-    /* The pre-2.33 stat ABI exists only as compat versions, which plain dlsym does not see. */
-    if (!p)
-        p = dlvsym(RTLD_NEXT, name, "GLIBC_2.2.5");
-    if (!p)
-        p = dlvsym(RTLD_NEXT, name, "GLIBC_2.17");
-    return p;
-}
-
-#define POSIX_ON() trc_on(TRC_FAM_POSIX)
+/* errno = ENOSYS and the row's failure value: this libc lacks the symbol. */
+static inline void set_nosys(void) { errno = ENOSYS; }
 
 /* NULL tests through a helper: glibc marks these parameters nonnull, but callers do pass NULL
  * and the real function decides what happens. */
 static int is_null(const void *p) { return p == NULL; }
-
-static inline uint64_t fdhash(trc_fd *s) { return __atomic_load_n(&s->phash, __ATOMIC_RELAXED); }
 
 static inline int is_internal_fd(int fd) {
     return fd >= 0 && (fd == trc_g.wake_fd || fd == trc_g.out_fd || fd == trc_g.done_rd ||
                        fd == trc_g.done_wr);
 }
 
-/* ================================================================ open family */
-REAL(int, open, (const char *, int, ...));
-REAL(int, open64, (const char *, int, ...));
-REAL(int, openat, (int, const char *, int, ...));
-REAL(int, openat64, (int, const char *, int, ...));
-REAL(int, creat, (const char *, mode_t));
-REAL(int, creat64, (const char *, mode_t));
-REAL(int, __open_2, (const char *, int));
-REAL(int, __open64_2, (const char *, int));
-REAL(int, __openat_2, (int, const char *, int));
-REAL(int, __openat64_2, (int, const char *, int));
+static size_t trc_iov_total(const struct iovec *iov, int n) {
+    size_t t = 0;
+    for (int i = 0; iov && i < n; i++)
+        t += iov[i].iov_len;
+    return t;
+}
 
+/* ================================================================ generated shapes */
+
+/* Sequential read/write: the offset is the tracked position, which then advances. */
+#define GEN_SEQ(ret_t, sym, params, args, fail, op, count, a1v)                                    \
+    static __attribute__((noinline)) ret_t sym##_traced(trc_fd *s, TRC_STRIP params) {            \
+        uint64_t t0 = trc_call_begin();                                                            \
+        ret_t ret = trc_real_##sym args;                                                           \
+        uint64_t t1 = trc_clock();                                                                 \
+        int err = errno;                                                                           \
+        int64_t pos = s->pos;                                                                      \
+        if (ret > 0 && pos >= 0)                                                                   \
+            s->pos = pos + ret;                                                                    \
+        trc_emit_io(op, fd, trc_fd_hash(s), t0, t1, pos, (int64_t)(count), ret, a1v, 0, 0);       \
+        trc_call_end(err);                                                                         \
+        return ret;                                                                                \
+    }                                                                                              \
+    TRC_API ret_t sym params {                                                                     \
+        if (TRC_UNLIKELY(!TRC_REAL_OK(sym))) {                                                     \
+            set_nosys();                                                                           \
+            return fail;                                                                           \
+        }                                                                                          \
+        trc_fd *s = trc_fd_traced(fd, TRC_FAM_POSIX);                                              \
+        if (TRC_LIKELY(!s))                                                                        \
+            return trc_real_##sym args;                                                            \
+        return sym##_traced(s, TRC_STRIP args);                                                    \
+    }
+
+/* Positioned read/write: the offset is the argument; the position does not move. */
+#define GEN_POS(ret_t, sym, params, args, fail, op, count, offset, a1v, a2v)                       \
+    static __attribute__((noinline)) ret_t sym##_traced(trc_fd *s, TRC_STRIP params) {            \
+        uint64_t t0 = trc_call_begin();                                                            \
+        ret_t ret = trc_real_##sym args;                                                           \
+        uint64_t t1 = trc_clock();                                                                 \
+        int err = errno;                                                                           \
+        trc_emit_io(op, fd, trc_fd_hash(s), t0, t1, (int64_t)(offset), (int64_t)(count), ret,    \
+                    a1v, a2v, 0);                                                                  \
+        trc_call_end(err);                                                                         \
+        return ret;                                                                                \
+    }                                                                                              \
+    TRC_API ret_t sym params {                                                                     \
+        if (TRC_UNLIKELY(!TRC_REAL_OK(sym))) {                                                     \
+            set_nosys();                                                                           \
+            return fail;                                                                           \
+        }                                                                                          \
+        trc_fd *s = trc_fd_traced(fd, TRC_FAM_POSIX);                                              \
+        if (TRC_LIKELY(!s))                                                                        \
+            return trc_real_##sym args;                                                            \
+        return sym##_traced(s, TRC_STRIP args);                                                    \
+    }
+
+/* lseek: the result is the new position, also kept for untraced descriptors (a later open of a
+ * traced path may dup them). */
+#define GEN_SEEK(ret_t, sym, params, args, fail, op)                                               \
+    TRC_API ret_t sym params {                                                                     \
+        if (TRC_UNLIKELY(!TRC_REAL_OK(sym))) {                                                     \
+            set_nosys();                                                                           \
+            return fail;                                                                           \
+        }                                                                                          \
+        trc_fd *s = trc_fd_traced(fd, TRC_FAM_POSIX);                                              \
+        if (TRC_LIKELY(!s)) {                                                                      \
+            ret_t r = trc_real_##sym args;                                                         \
+            trc_fd *u = trc_fd_slot(fd);                                                           \
+            if (u && r >= 0)                                                                       \
+                u->pos = (int64_t)r;                                                               \
+            return r;                                                                              \
+        }                                                                                          \
+        uint64_t t0 = trc_call_begin();                                                            \
+        ret_t ret = trc_real_##sym args;                                                           \
+        uint64_t t1 = trc_clock();                                                                 \
+        int err = errno;                                                                           \
+        if (ret >= 0)                                                                              \
+            s->pos = (int64_t)ret;                                                                 \
+        trc_emit_io(op, fd, trc_fd_hash(s), t0, t1, (int64_t)off, 0, (int64_t)ret, whence, 0, 0); \
+        trc_call_end(err);                                                                         \
+        return ret;                                                                                \
+    }
+
+/* Any other call on one descriptor. */
+#define GEN_FD(ret_t, sym, params, args, fail, op, offset, count, a1v, a2v)                        \
+    TRC_API ret_t sym params {                                                                     \
+        if (TRC_UNLIKELY(!TRC_REAL_OK(sym))) {                                                     \
+            set_nosys();                                                                           \
+            return fail;                                                                           \
+        }                                                                                          \
+        trc_fd *s = trc_fd_traced(fd, TRC_FAM_POSIX);                                              \
+        if (TRC_LIKELY(!s))                                                                        \
+            return trc_real_##sym args;                                                            \
+        uint64_t t0 = trc_call_begin();                                                            \
+        ret_t ret = trc_real_##sym args;                                                           \
+        uint64_t t1 = trc_clock();                                                                 \
+        int err = errno;                                                                           \
+        trc_emit_io(op, fd, trc_fd_hash(s), t0, t1, (int64_t)(offset), (int64_t)(count),         \
+                    (int64_t)ret, a1v, (int64_t)(a2v), 0);                                         \
+        trc_call_end(err);                                                                         \
+        return ret;                                                                                \
+    }
+
+/* A (dirfd, path) call, traced when the resolved path passes the filter; with an empty path and
+ * a directory descriptor (AT_EMPTY_PATH) the call is about that descriptor. */
+static uint64_t path_hash(int dirfd, const char *path, int *traced) {
+    if (!is_null(path) && !path[0] && dirfd != AT_FDCWD) {
+        trc_fd *d = trc_fd_slot(dirfd);
+        *traced = d && d->traced;
+        return d ? trc_fd_hash(d) : 0;
+    }
+    return trc_path_classify(dirfd, path, traced, 0);
+}
+
+#define GEN_PATH(ret_t, sym, params, args, fail, op, dirfd, pathv, fdv, offset, a1v, a2v)          \
+    TRC_API ret_t sym params {                                                                     \
+        if (TRC_UNLIKELY(!TRC_REAL_OK(sym))) {                                                     \
+            set_nosys();                                                                           \
+            return fail;                                                                           \
+        }                                                                                          \
+        if (!trc_on(TRC_FAM_POSIX))                                                                \
+            return trc_real_##sym args;                                                            \
+        int traced = 0;                                                                            \
+        trc_busy = 1;                                                                              \
+        uint64_t h = path_hash(dirfd, pathv, &traced);                                             \
+        trc_busy = 0;                                                                              \
+        if (!traced)                                                                               \
+            return trc_real_##sym args;                                                            \
+        uint64_t t0 = trc_call_begin();                                                            \
+        ret_t ret = trc_real_##sym args;                                                           \
+        uint64_t t1 = trc_clock();                                                                 \
+        int err = errno;                                                                           \
+        trc_emit_io(op, fdv, h, t0, t1, (int64_t)(offset), 0, (int64_t)ret, a1v, (int64_t)(a2v),  \
+                    0);                                                                            \
+        trc_call_end(err);                                                                         \
+        return ret;                                                                                \
+    }
+
+/* rename, link: traced when either path is; the event names the second path's hash too. */
+#define GEN_TWOPATH(ret_t, sym, params, args, fail, op, d1, p1, d2, p2, a1v)                       \
+    TRC_API ret_t sym params {                                                                     \
+        if (TRC_UNLIKELY(!TRC_REAL_OK(sym))) {                                                     \
+            set_nosys();                                                                           \
+            return fail;                                                                           \
+        }                                                                                          \
+        if (!trc_on(TRC_FAM_POSIX))                                                                \
+            return trc_real_##sym args;                                                            \
+        int tr1 = 0, tr2 = 0;                                                                      \
+        trc_busy = 1;                                                                              \
+        uint64_t h1 = trc_path_classify(d1, p1, &tr1, 0);                                          \
+        uint64_t h2 = trc_path_classify(d2, p2, &tr2, 0);                                          \
+        trc_busy = 0;                                                                              \
+        if (!tr1 && !tr2)                                                                          \
+            return trc_real_##sym args;                                                            \
+        uint64_t t0 = trc_call_begin();                                                            \
+        ret_t ret = trc_real_##sym args;                                                           \
+        uint64_t t1 = trc_clock();                                                                 \
+        int err = errno;                                                                           \
+        trc_emit_io(op, -1, h1, t0, t1, -1, 0, ret, a1v, 0, h2);                                   \
+        trc_call_end(err);                                                                         \
+        return ret;                                                                                \
+    }
+
+/* Opening: the new descriptor's slot is set (traced or not: it may be a directory that openat
+ * resolves against, or be dup'ed), and a traced path records the event. */
 static int needs_mode(int flags) {
     return (flags & O_CREAT) || ((flags & O_TMPFILE) == O_TMPFILE);
 }
 
-/* Bookkeeping and event after any open-like call that returned fd. */
 static void after_open(int op, int dirfd, const char *path, int flags, int mode, int fd,
                        uint64_t t0, uint64_t t1) {
     int traced = 0;
@@ -106,499 +217,86 @@ static void after_open(int op, int dirfd, const char *path, int flags, int mode,
         trc_emit_io(op, fd, h, t0, t1, -1, 0, fd, flags, needs_mode(flags) ? mode : -1, 0);
 }
 
-#define OPEN_BODY(realcall, op, dirfd)                                                             \
-    if (!POSIX_ON())                                                                               \
-        return realcall;                                                                           \
-    T0();                                                                                          \
-    int fd = realcall;                                                                             \
-    T1();                                                                                          \
-    after_open(op, dirfd, path, flags, (int)mode, fd, t0_, t1_);                                   \
-    TDONE();                                                                                       \
-    return fd
-
-TRC_API int open(const char *path, int flags, ...) {
-    mode_t mode = 0;
-    if (needs_mode(flags)) {
-        va_list ap;
-        va_start(ap, flags);
-        mode = (mode_t)va_arg(ap, int);
-        va_end(ap);
-    }
-    if (!MAP(open))
-        NOSYS(-1);
-    OPEN_BODY(real_open(path, flags, mode), TRC_OP_open, AT_FDCWD);
+/* The end of a traced open: bookkeeping, event, errno; returns the descriptor. */
+static int open_done(int op, int dirfd, const char *path, int flags, mode_t mode, int fd,
+                     uint64_t t0) {
+    uint64_t t1 = trc_clock();
+    int err = errno;
+    after_open(op, dirfd, path, flags, (int)mode, fd, t0, t1);
+    trc_call_end(err);
+    return fd;
 }
 
-TRC_API int open64(const char *path, int flags, ...) {
-    mode_t mode = 0;
-    if (needs_mode(flags)) {
-        va_list ap;
-        va_start(ap, flags);
-        mode = (mode_t)va_arg(ap, int);
-        va_end(ap);
-    }
-    if (!MAP(open64))
-        NOSYS(-1);
-    OPEN_BODY(real_open64(path, flags, mode), TRC_OP_open, AT_FDCWD);
-}
-
-TRC_API int openat(int dirfd, const char *path, int flags, ...) {
-    mode_t mode = 0;
-    if (needs_mode(flags)) {
-        va_list ap;
-        va_start(ap, flags);
-        mode = (mode_t)va_arg(ap, int);
-        va_end(ap);
-    }
-    if (!MAP(openat))
-        NOSYS(-1);
-    OPEN_BODY(real_openat(dirfd, path, flags, mode), TRC_OP_openat, dirfd);
-}
-
-TRC_API int openat64(int dirfd, const char *path, int flags, ...) {
-    mode_t mode = 0;
-    if (needs_mode(flags)) {
-        va_list ap;
-        va_start(ap, flags);
-        mode = (mode_t)va_arg(ap, int);
-        va_end(ap);
-    }
-    if (!MAP(openat64))
-        NOSYS(-1);
-    OPEN_BODY(real_openat64(dirfd, path, flags, mode), TRC_OP_openat, dirfd);
-}
-
-TRC_API int creat(const char *path, mode_t mode) {
-    int flags = O_CREAT | O_WRONLY | O_TRUNC;
-    if (!MAP(creat))
-        NOSYS(-1);
-    OPEN_BODY(real_creat(path, mode), TRC_OP_creat, AT_FDCWD);
-}
-
-TRC_API int creat64(const char *path, mode_t mode) {
-    int flags = O_CREAT | O_WRONLY | O_TRUNC;
-    if (!MAP(creat64))
-        NOSYS(-1);
-    OPEN_BODY(real_creat64(path, mode), TRC_OP_creat, AT_FDCWD);
-}
-
-TRC_API int __open_2(const char *path, int flags) {
-    mode_t mode = 0;
-    if (!MAP(__open_2))
-        NOSYS(-1);
-    OPEN_BODY(real___open_2(path, flags), TRC_OP_open, AT_FDCWD);
-}
-
-TRC_API int __open64_2(const char *path, int flags) {
-    mode_t mode = 0;
-    if (!MAP(__open64_2))
-        NOSYS(-1);
-    OPEN_BODY(real___open64_2(path, flags), TRC_OP_open, AT_FDCWD);
-}
-
-TRC_API int __openat_2(int dirfd, const char *path, int flags) {
-    mode_t mode = 0;
-    if (!MAP(__openat_2))
-        NOSYS(-1);
-    OPEN_BODY(real___openat_2(dirfd, path, flags), TRC_OP_openat, dirfd);
-}
-
-TRC_API int __openat64_2(int dirfd, const char *path, int flags) {
-    mode_t mode = 0;
-    if (!MAP(__openat64_2))
-        NOSYS(-1);
-    OPEN_BODY(real___openat64_2(dirfd, path, flags), TRC_OP_openat, dirfd);
-}
-
-/* ================================================================ close, dup */
-REAL(int, close, (int));
-REAL(int, close_range, (unsigned, unsigned, int));
-REAL(int, dup, (int));
-REAL(int, dup2, (int, int));
-REAL(int, dup3, (int, int, int));
-REAL(int, fcntl, (int, int, ...));
-REAL(int, fcntl64, (int, int, ...));
-
-TRC_API int close(int fd) {
-    if (!MAP(close))
-        NOSYS(-1);
-    if (trc_busy)
-        return real_close(fd);
-    if (TRC_UNLIKELY(is_internal_fd(fd)))
-        trc_fd_stolen(fd);
-    trc_fd *s = trc_fd_slot(fd);
-    if (!s || !__atomic_load_n(&s->traced, __ATOMIC_RELAXED) || !POSIX_ON()) {
-        if (s && __atomic_load_n(&s->phash, __ATOMIC_RELAXED))
-            trc_fd_clear(fd);
-        return real_close(fd);
-    }
-    uint64_t h = fdhash(s);
-    /* Clear before closing: once closed, another thread may get this number from open(). */
-    trc_fd_clear(fd);
-    T0();
-    int ret = real_close(fd);
-    T1();
-    trc_emit_io(TRC_OP_close, fd, h, t0_, t1_, -1, 0, ret, 0, 0, 0);
-    TDONE();
-    return ret;
-}
-
-TRC_API int close_range(unsigned first, unsigned last, int flags) {
-    if (!MAP(close_range))
-        NOSYS(-1);
-    if (!trc_busy && !(flags & CLOSE_RANGE_CLOEXEC)) {
-        int fds[4] = {trc_g.wake_fd, trc_g.out_fd, trc_g.done_rd, trc_g.done_wr};
-        for (int i = 0; i < 4; i++)
-            if (fds[i] >= 0 && (unsigned)fds[i] >= first && (unsigned)fds[i] <= last)
-                trc_fd_stolen(fds[i]);
-        unsigned hi = last < (unsigned)trc_g.nfds ? last : (unsigned)trc_g.nfds - 1;
-        for (unsigned fd = first; trc_g.fds && fd <= hi; fd++)
-            if (trc_g.fds[fd].phash || trc_g.fds[fd].traced)
-                trc_fd_clear((int)fd);
-    }
-    return real_close_range(first, last, flags);
-}
-
-static void dup_event(int op, int oldfd, int ret, uint64_t t0, uint64_t t1, int64_t a1) {
-    if (ret >= 0)
-        trc_fd_copy(oldfd, ret);
-    trc_fd *s = trc_fd_slot(oldfd);
-    if (s && __atomic_load_n(&s->traced, __ATOMIC_RELAXED))
-        trc_emit_io(op, oldfd, fdhash(s), t0, t1, -1, 0, ret, a1, 0, 0);
-}
-
-TRC_API int dup(int fd) {
-    if (!MAP(dup))
-        NOSYS(-1);
-    if (!POSIX_ON())
-        return real_dup(fd);
-    T0();
-    int ret = real_dup(fd);
-    T1();
-    dup_event(TRC_OP_dup, fd, ret, t0_, t1_, 0);
-    TDONE();
-    return ret;
-}
-
-TRC_API int dup2(int oldfd, int newfd) {
-    if (!MAP(dup2))
-        NOSYS(-1);
-    if (!trc_busy && is_internal_fd(newfd) && oldfd != newfd)
-        trc_fd_stolen(newfd);
-    if (!POSIX_ON())
-        return real_dup2(oldfd, newfd);
-    T0();
-    int ret = real_dup2(oldfd, newfd);
-    T1();
-    if (ret >= 0 && oldfd != newfd)
-        dup_event(TRC_OP_dup2, oldfd, ret, t0_, t1_, 0);
-    TDONE();
-    return ret;
-}
-
-TRC_API int dup3(int oldfd, int newfd, int flags) {
-    if (!MAP(dup3))
-        NOSYS(-1);
-    if (!trc_busy && is_internal_fd(newfd) && oldfd != newfd)
-        trc_fd_stolen(newfd);
-    if (!POSIX_ON())
-        return real_dup3(oldfd, newfd, flags);
-    T0();
-    int ret = real_dup3(oldfd, newfd, flags);
-    T1();
-    dup_event(TRC_OP_dup3, oldfd, ret, t0_, t1_, flags);
-    TDONE();
-    return ret;
-}
-
-/* fcntl's third argument is an int or a pointer; on the supported ABIs (x86-64, aarch64) passing
- * it on as an unsigned long is exact for both. */
-static int fcntl_common(int (*real)(int, int, ...), int fd, int cmd, unsigned long arg) {
-    trc_fd *s = trc_fd_traced(fd, TRC_FAM_POSIX);
-    int isdup = cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC;
-    if (!s && !(isdup && !trc_busy && trc_g.fds)) {
-        return real(fd, cmd, arg);
-    }
-    if (!s) { /* untraced dup: the new descriptor's slot must not keep stale data */
-        int ret = real(fd, cmd, arg);
-        if (ret >= 0)
-            trc_fd_copy(fd, ret);
-        return ret;
-    }
-    T0();
-    int ret = real(fd, cmd, arg);
-    T1();
-    if (isdup && ret >= 0)
-        trc_fd_copy(fd, ret);
-    trc_emit_io(TRC_OP_fcntl, fd, fdhash(s), t0_, t1_, -1, 0, ret, cmd, 0, 0);
-    TDONE();
-    return ret;
-}
-
-TRC_API int fcntl(int fd, int cmd, ...) {
-    va_list ap;
-    va_start(ap, cmd);
-    unsigned long arg = va_arg(ap, unsigned long);
-    va_end(ap);
-    if (!MAP(fcntl))
-        NOSYS(-1);
-    return fcntl_common(real_fcntl, fd, cmd, arg);
-}
-
-TRC_API int fcntl64(int fd, int cmd, ...) {
-    va_list ap;
-    va_start(ap, cmd);
-    unsigned long arg = va_arg(ap, unsigned long);
-    va_end(ap);
-    if (!MAP(fcntl64))
-        NOSYS(-1);
-    return fcntl_common(real_fcntl64, fd, cmd, arg);
-}
-
-/* ================================================================ data path */
-REAL(ssize_t, read, (int, void *, size_t));
-REAL(ssize_t, write, (int, const void *, size_t));
-REAL(ssize_t, pread, (int, void *, size_t, off_t));
-REAL(ssize_t, pread64, (int, void *, size_t, off64_t));
-REAL(ssize_t, pwrite, (int, const void *, size_t, off_t));
-REAL(ssize_t, pwrite64, (int, const void *, size_t, off64_t));
-REAL(ssize_t, readv, (int, const struct iovec *, int));
-REAL(ssize_t, writev, (int, const struct iovec *, int));
-REAL(ssize_t, preadv, (int, const struct iovec *, int, off_t));
-REAL(ssize_t, preadv64, (int, const struct iovec *, int, off64_t));
-REAL(ssize_t, pwritev, (int, const struct iovec *, int, off_t));
-REAL(ssize_t, pwritev64, (int, const struct iovec *, int, off64_t));
-REAL(ssize_t, preadv2, (int, const struct iovec *, int, off_t, int));
-REAL(ssize_t, preadv64v2, (int, const struct iovec *, int, off64_t, int));
-REAL(ssize_t, pwritev2, (int, const struct iovec *, int, off_t, int));
-REAL(ssize_t, pwritev64v2, (int, const struct iovec *, int, off64_t, int));
-REAL(off_t, lseek, (int, off_t, int));
-REAL(off64_t, lseek64, (int, off64_t, int));
-
-/* The data-path wrappers are split in two: the exported wrapper only checks whether the
- * descriptor is traced and tail-calls the real function (no frame, no saved registers), and a
- * separate non-inlined function does the timing and the record. */
-#define STRIP(...) __VA_ARGS__
-
-/* Sequential read/write: the offset is the tracked position, which then advances. */
-#define SEQ_WRAP(fn, op, P, A, count_expr, a1v)                                                    \
-    static __attribute__((noinline)) ssize_t fn##_slow(trc_fd *s, STRIP P) {                      \
-        T0();                                                                                      \
-        ssize_t ret = real_##fn A;                                                                 \
-        T1();                                                                                      \
-        int64_t off = s->pos;                                                                      \
-        if (ret > 0 && off >= 0)                                                                   \
-            s->pos = off + ret;                                                                    \
-        trc_emit_io(op, fd, fdhash(s), t0_, t1_, off, (int64_t)(count_expr), ret, a1v, 0, 0);     \
-        TDONE();                                                                                   \
-        return ret;                                                                                \
-    }                                                                                              \
-    TRC_API ssize_t fn P {                                                                         \
-        if (!MAP(fn))                                                                              \
-            NOSYS(-1);                                                                             \
-        trc_fd *s = trc_fd_traced(fd, TRC_FAM_POSIX);                                              \
-        if (TRC_LIKELY(!s))                                                                        \
-            return real_##fn A;                                                                    \
-        return fn##_slow(s, STRIP A);                                                              \
+#define GEN_OPENV(ret_t, sym, params, args, fail, op, dirfd)                                       \
+    TRC_API ret_t sym params {                                                                     \
+        mode_t mode = 0;                                                                           \
+        if (needs_mode(flags)) {                                                                   \
+            va_list ap;                                                                            \
+            va_start(ap, flags);                                                                   \
+            mode = (mode_t)va_arg(ap, int);                                                        \
+            va_end(ap);                                                                            \
+        }                                                                                          \
+        if (TRC_UNLIKELY(!TRC_REAL_OK(sym))) {                                                     \
+            set_nosys();                                                                           \
+            return fail;                                                                           \
+        }                                                                                          \
+        if (!trc_on(TRC_FAM_POSIX))                                                                \
+            return trc_real_##sym args;                                                            \
+        uint64_t t0 = trc_call_begin();                                                            \
+        int fd = trc_real_##sym args;                                                              \
+        return open_done(op, dirfd, path, flags, mode, fd, t0);                                    \
     }
 
-/* Positioned read/write: the offset is the argument; the position does not move. */
-#define POS_WRAP(fn, op, P, A, count_expr, offset, a1v, a2v)                                       \
-    static __attribute__((noinline)) ssize_t fn##_slow(trc_fd *s, STRIP P) {                      \
-        T0();                                                                                      \
-        ssize_t ret = real_##fn A;                                                                 \
-        T1();                                                                                      \
-        trc_emit_io(op, fd, fdhash(s), t0_, t1_, (int64_t)(offset), (int64_t)(count_expr), ret,  \
-                    a1v, a2v, 0);                                                                  \
-        TDONE();                                                                                   \
-        return ret;                                                                                \
-    }                                                                                              \
-    TRC_API ssize_t fn P {                                                                         \
-        if (!MAP(fn))                                                                              \
-            NOSYS(-1);                                                                             \
-        trc_fd *s = trc_fd_traced(fd, TRC_FAM_POSIX);                                              \
-        if (TRC_LIKELY(!s))                                                                        \
-            return real_##fn A;                                                                    \
-        return fn##_slow(s, STRIP A);                                                              \
+#define GEN_OPEN2(ret_t, sym, params, args, fail, op, dirfd)                                       \
+    TRC_API ret_t sym params {                                                                     \
+        mode_t mode = 0;                                                                           \
+        if (TRC_UNLIKELY(!TRC_REAL_OK(sym))) {                                                     \
+            set_nosys();                                                                           \
+            return fail;                                                                           \
+        }                                                                                          \
+        if (!trc_on(TRC_FAM_POSIX))                                                                \
+            return trc_real_##sym args;                                                            \
+        uint64_t t0 = trc_call_begin();                                                            \
+        int fd = trc_real_##sym args;                                                              \
+        return open_done(op, dirfd, path, flags, mode, fd, t0);                                    \
     }
 
-static size_t iov_total(const struct iovec *iov, int n) {
-    size_t t = 0;
-    for (int i = 0; iov && i < n; i++)
-        t += iov[i].iov_len;
-    return t;
-}
-
-SEQ_WRAP(read, TRC_OP_read, (int fd, void *buf, size_t n), (fd, buf, n), n, 0)
-SEQ_WRAP(write, TRC_OP_write, (int fd, const void *buf, size_t n), (fd, buf, n), n, 0)
-SEQ_WRAP(readv, TRC_OP_readv, (int fd, const struct iovec *iov, int cnt), (fd, iov, cnt),
-         iov_total(iov, cnt), cnt)
-SEQ_WRAP(writev, TRC_OP_writev, (int fd, const struct iovec *iov, int cnt), (fd, iov, cnt),
-         iov_total(iov, cnt), cnt)
-POS_WRAP(pread, TRC_OP_pread, (int fd, void *buf, size_t n, off_t off), (fd, buf, n, off), n, off,
-         0, 0)
-POS_WRAP(pread64, TRC_OP_pread, (int fd, void *buf, size_t n, off64_t off), (fd, buf, n, off), n,
-         off, 0, 0)
-POS_WRAP(pwrite, TRC_OP_pwrite, (int fd, const void *buf, size_t n, off_t off), (fd, buf, n, off),
-         n, off, 0, 0)
-POS_WRAP(pwrite64, TRC_OP_pwrite, (int fd, const void *buf, size_t n, off64_t off),
-         (fd, buf, n, off), n, off, 0, 0)
-POS_WRAP(preadv, TRC_OP_preadv, (int fd, const struct iovec *iov, int cnt, off_t off),
-         (fd, iov, cnt, off), iov_total(iov, cnt), off, cnt, 0)
-POS_WRAP(preadv64, TRC_OP_preadv, (int fd, const struct iovec *iov, int cnt, off64_t off),
-         (fd, iov, cnt, off), iov_total(iov, cnt), off, cnt, 0)
-POS_WRAP(pwritev, TRC_OP_pwritev, (int fd, const struct iovec *iov, int cnt, off_t off),
-         (fd, iov, cnt, off), iov_total(iov, cnt), off, cnt, 0)
-POS_WRAP(pwritev64, TRC_OP_pwritev, (int fd, const struct iovec *iov, int cnt, off64_t off),
-         (fd, iov, cnt, off), iov_total(iov, cnt), off, cnt, 0)
-POS_WRAP(preadv2, TRC_OP_preadv2, (int fd, const struct iovec *iov, int cnt, off_t off, int fl),
-         (fd, iov, cnt, off, fl), iov_total(iov, cnt), off, cnt, fl)
-POS_WRAP(preadv64v2, TRC_OP_preadv2,
-         (int fd, const struct iovec *iov, int cnt, off64_t off, int fl), (fd, iov, cnt, off, fl),
-         iov_total(iov, cnt), off, cnt, fl)
-POS_WRAP(pwritev2, TRC_OP_pwritev2, (int fd, const struct iovec *iov, int cnt, off_t off, int fl),
-         (fd, iov, cnt, off, fl), iov_total(iov, cnt), off, cnt, fl)
-POS_WRAP(pwritev64v2, TRC_OP_pwritev2,
-         (int fd, const struct iovec *iov, int cnt, off64_t off, int fl), (fd, iov, cnt, off, fl),
-         iov_total(iov, cnt), off, cnt, fl)
-
-#define SEEK_BODY(realcall)                                                                        \
-    trc_fd *s = trc_fd_traced(fd, TRC_FAM_POSIX);                                                  \
-    if (TRC_LIKELY(!s)) {                                                                          \
-        __typeof__(realcall) r_ = realcall;                                                        \
-        trc_fd *u_ = trc_fd_slot(fd);                                                              \
-        if (u_ && r_ >= 0)                                                                         \
-            u_->pos = (int64_t)r_;                                                                 \
-        return r_;                                                                                 \
-    }                                                                                              \
-    T0();                                                                                          \
-    __typeof__(realcall) ret = realcall;                                                           \
-    T1();                                                                                          \
-    if (ret >= 0)                                                                                  \
-        s->pos = (int64_t)ret;                                                                     \
-    trc_emit_io(TRC_OP_lseek, fd, fdhash(s), t0_, t1_, (int64_t)off, 0, (int64_t)ret, whence, 0,  \
-                0);                                                                                \
-    TDONE();                                                                                       \
-    return ret
-
-TRC_API off_t lseek(int fd, off_t off, int whence) {
-    if (!MAP(lseek))
-        NOSYS(-1);
-    SEEK_BODY(real_lseek(fd, off, whence));
-}
-TRC_API off64_t lseek64(int fd, off64_t off, int whence) {
-    if (!MAP(lseek64))
-        NOSYS(-1);
-    SEEK_BODY(real_lseek64(fd, off, whence));
-}
-
-/* ================================================================ other fd calls */
-REAL(int, fsync, (int));
-REAL(int, fdatasync, (int));
-REAL(int, ftruncate, (int, off_t));
-REAL(int, ftruncate64, (int, off64_t));
-REAL(int, posix_fadvise, (int, off_t, off_t, int));
-REAL(int, posix_fadvise64, (int, off64_t, off64_t, int));
-REAL(int, fchmod, (int, mode_t));
-REAL(ssize_t, getdents64, (int, void *, size_t));
-
-#define FD_SIMPLE(op, type, realcall, offset, count, a1v, a2v)                                     \
-    trc_fd *s = trc_fd_traced(fd, TRC_FAM_POSIX);                                                  \
-    if (TRC_LIKELY(!s))                                                                            \
-        return realcall;                                                                           \
-    T0();                                                                                          \
-    type ret = realcall;                                                                           \
-    T1();                                                                                          \
-    trc_emit_io(op, fd, fdhash(s), t0_, t1_, (int64_t)(offset), (int64_t)(count), (int64_t)ret,   \
-                a1v, a2v, 0);                                                                      \
-    TDONE();                                                                                       \
-    return ret
-
-TRC_API int fsync(int fd) {
-    if (!MAP(fsync))
-        NOSYS(-1);
-    FD_SIMPLE(TRC_OP_fsync, int, real_fsync(fd), -1, 0, 0, 0);
-}
-TRC_API int fdatasync(int fd) {
-    if (!MAP(fdatasync))
-        NOSYS(-1);
-    FD_SIMPLE(TRC_OP_fdatasync, int, real_fdatasync(fd), -1, 0, 0, 0);
-}
-TRC_API int ftruncate(int fd, off_t len) {
-    if (!MAP(ftruncate))
-        NOSYS(-1);
-    FD_SIMPLE(TRC_OP_ftruncate, int, real_ftruncate(fd, len), len, 0, 0, 0);
-}
-TRC_API int ftruncate64(int fd, off64_t len) {
-    if (!MAP(ftruncate64))
-        NOSYS(-1);
-    FD_SIMPLE(TRC_OP_ftruncate, int, real_ftruncate64(fd, len), len, 0, 0, 0);
-}
-TRC_API int posix_fadvise(int fd, off_t off, off_t len, int adv) {
-    if (!MAP(posix_fadvise))
-        NOSYS(ENOSYS);
-    FD_SIMPLE(TRC_OP_posix_fadvise, int, real_posix_fadvise(fd, off, len, adv), off, len, adv, 0);
-}
-TRC_API int posix_fadvise64(int fd, off64_t off, off64_t len, int adv) {
-    if (!MAP(posix_fadvise64))
-        NOSYS(ENOSYS);
-    FD_SIMPLE(TRC_OP_posix_fadvise, int, real_posix_fadvise64(fd, off, len, adv), off, len, adv,
-              0);
-}
-TRC_API int fchmod(int fd, mode_t mode) {
-    if (!MAP(fchmod))
-        NOSYS(-1);
-    FD_SIMPLE(TRC_OP_fchmod, int, real_fchmod(fd, mode), -1, 0, 0, (int64_t)mode);
-}
-TRC_API ssize_t getdents64(int fd, void *buf, size_t n) {
-    if (!MAP(getdents64))
-        NOSYS(-1);
-    FD_SIMPLE(TRC_OP_getdents64, ssize_t, real_getdents64(fd, buf, n), -1, n, 0, 0);
-}
-
-REAL(ssize_t, sendfile, (int, int, off_t *, size_t));
-REAL(ssize_t, sendfile64, (int, int, off64_t *, size_t));
-REAL(ssize_t, copy_file_range, (int, off64_t *, int, off64_t *, size_t, unsigned));
+#define GEN_CREAT(ret_t, sym, params, args, fail, op)                                              \
+    TRC_API ret_t sym params {                                                                     \
+        int flags = O_CREAT | O_WRONLY | O_TRUNC;                                                  \
+        if (TRC_UNLIKELY(!TRC_REAL_OK(sym))) {                                                     \
+            set_nosys();                                                                           \
+            return fail;                                                                           \
+        }                                                                                          \
+        if (!trc_on(TRC_FAM_POSIX))                                                                \
+            return trc_real_##sym args;                                                            \
+        uint64_t t0 = trc_call_begin();                                                            \
+        int fd = trc_real_##sym args;                                                              \
+        return open_done(op, AT_FDCWD, path, flags, mode, fd, t0);                                 \
+    }
 
 /* Two-descriptor copies: traced when either side is; fd/fhash name the source. */
-#define COPY_BODY(op, realcall, in, out, offp, n)                                                  \
-    trc_fd *si = trc_fd_traced(in, TRC_FAM_POSIX), *so = trc_fd_traced(out, TRC_FAM_POSIX);       \
-    if (TRC_LIKELY(!si && !so))                                                                    \
-        return realcall;                                                                           \
-    int64_t off = (offp) ? (int64_t) * (offp) : (si ? si->pos : -1);                               \
-    T0();                                                                                          \
-    ssize_t ret = realcall;                                                                        \
-    T1();                                                                                          \
-    if (!(offp) && si && ret > 0 && si->pos >= 0)                                                  \
-        si->pos += ret;                                                                            \
-    trc_emit_io(op, in, si ? fdhash(si) : 0, t0_, t1_, off, (int64_t)(n), ret, out, 0,             \
-                so ? fdhash(so) : 0);                                                              \
-    TDONE();                                                                                       \
-    return ret
-
-TRC_API ssize_t sendfile(int out, int in, off_t *offp, size_t n) {
-    if (!MAP(sendfile))
-        NOSYS(-1);
-    COPY_BODY(TRC_OP_sendfile, real_sendfile(out, in, offp, n), in, out, offp, n);
-}
-TRC_API ssize_t sendfile64(int out, int in, off64_t *offp, size_t n) {
-    if (!MAP(sendfile64))
-        NOSYS(-1);
-    COPY_BODY(TRC_OP_sendfile, real_sendfile64(out, in, offp, n), in, out, offp, n);
-}
-TRC_API ssize_t copy_file_range(int in, off64_t *inoff, int out, off64_t *outoff, size_t n,
-                                unsigned flags) {
-    if (!MAP(copy_file_range))
-        NOSYS(-1);
-    COPY_BODY(TRC_OP_copy_file_range, real_copy_file_range(in, inoff, out, outoff, n, flags), in,
-              out, inoff, n);
-}
-
-/* ================================================================ mmap */
-REAL(void *, mmap, (void *, size_t, int, int, int, off_t));
-REAL(void *, mmap64, (void *, size_t, int, int, int, off64_t));
-REAL(int, munmap, (void *, size_t));
-REAL(int, msync, (void *, size_t, int));
+#define GEN_COPY(ret_t, sym, params, args, fail, op, in, out, offp, n)                             \
+    TRC_API ret_t sym params {                                                                     \
+        if (TRC_UNLIKELY(!TRC_REAL_OK(sym))) {                                                     \
+            set_nosys();                                                                           \
+            return fail;                                                                           \
+        }                                                                                          \
+        trc_fd *si = trc_fd_traced(in, TRC_FAM_POSIX), *so = trc_fd_traced(out, TRC_FAM_POSIX);   \
+        if (TRC_LIKELY(!si && !so))                                                                \
+            return trc_real_##sym args;                                                            \
+        int64_t off = (offp) ? (int64_t) * (offp) : (si ? si->pos : -1);                           \
+        uint64_t t0 = trc_call_begin();                                                            \
+        ret_t ret = trc_real_##sym args;                                                           \
+        uint64_t t1 = trc_clock();                                                                 \
+        int err = errno;                                                                           \
+        if (!(offp) && si && ret > 0 && si->pos >= 0)                                              \
+            si->pos += ret;                                                                        \
+        trc_emit_io(op, in, si ? trc_fd_hash(si) : 0, t0, t1, off, (int64_t)(n), ret, out, 0,     \
+                    so ? trc_fd_hash(so) : 0);                                                     \
+        trc_call_end(err);                                                                         \
+        return ret;                                                                                \
+    }
 
 /* Small table of traced mappings so munmap/msync can name their file. mmap is rare enough for
  * a spin lock; entries beyond the table are simply not attributed. */
@@ -608,7 +306,7 @@ static struct {
     size_t len;
     uint64_t h;
 } maps[NMAP];
-static int maps_lock;
+static int maps_lock, nmaps_live;
 
 static void maps_put(void *a, size_t len, uint64_t h) {
     while (__atomic_exchange_n(&maps_lock, 1, __ATOMIC_ACQUIRE))
@@ -621,6 +319,7 @@ static void maps_put(void *a, size_t len, uint64_t h) {
             break;
         }
     __atomic_store_n(&maps_lock, 0, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&nmaps_live, 1, __ATOMIC_RELAXED);
 }
 
 static uint64_t maps_find(void *a, int drop) {
@@ -644,536 +343,428 @@ void trc_mmap_reset(void) {
     maps_lock = 0;
 }
 
-static int nmaps_live;
+#define GEN_MMAP(ret_t, sym, params, args, fail, op)                                               \
+    TRC_API ret_t sym params {                                                                     \
+        if (TRC_UNLIKELY(!TRC_REAL_OK(sym))) {                                                     \
+            set_nosys();                                                                           \
+            return fail;                                                                           \
+        }                                                                                          \
+        trc_fd *s = (flags & MAP_ANONYMOUS) ? NULL : trc_fd_traced(fd, TRC_FAM_POSIX);            \
+        if (TRC_LIKELY(!s))                                                                        \
+            return trc_real_##sym args;                                                            \
+        uint64_t t0 = trc_call_begin();                                                            \
+        void *ret = trc_real_##sym args;                                                           \
+        uint64_t t1 = trc_clock();                                                                 \
+        int err = errno;                                                                           \
+        if (ret != MAP_FAILED)                                                                     \
+            maps_put(ret, len, trc_fd_hash(s));                                                    \
+        trc_emit_io(op, fd, trc_fd_hash(s), t0, t1, (int64_t)off, (int64_t)len,                   \
+                    ret == MAP_FAILED ? -1 : 0, prot, flags, 0);                                   \
+        trc_call_end(err);                                                                         \
+        return ret;                                                                                \
+    }
 
-#define MMAP_BODY(realcall)                                                                        \
-    trc_fd *s = (flags & MAP_ANONYMOUS) ? NULL : trc_fd_traced(fd, TRC_FAM_POSIX);                \
-    if (TRC_LIKELY(!s))                                                                            \
-        return realcall;                                                                           \
-    T0();                                                                                          \
-    void *ret = realcall;                                                                          \
-    T1();                                                                                          \
-    if (ret != MAP_FAILED) {                                                                       \
-        maps_put(ret, len, fdhash(s));                                                             \
-        __atomic_add_fetch(&nmaps_live, 1, __ATOMIC_RELAXED);                                      \
-    }                                                                                              \
-    trc_emit_io(TRC_OP_mmap, fd, fdhash(s), t0_, t1_, (int64_t)off, (int64_t)len,                 \
-                ret == MAP_FAILED ? -1 : 0, prot, flags, 0);                                       \
-    TDONE();                                                                                       \
-    return ret
+#define GEN_SPECIAL(...)
+#define GEN_ROW(shape, ...) GEN_##shape(__VA_ARGS__)
+TRC_POSIX_CALLS(GEN_ROW)
 
-TRC_API void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
-    if (!MAP(mmap))
-        NOSYS(MAP_FAILED);
-    MMAP_BODY(real_mmap(addr, len, prot, flags, fd, off));
+/* ================================================================ close, dup */
+TRC_API int close(int fd) {
+    if (TRC_UNLIKELY(!TRC_REAL_OK(close))) {
+        set_nosys();
+        return -1;
+    }
+    if (trc_busy)
+        return trc_real_close(fd);
+    if (TRC_UNLIKELY(is_internal_fd(fd)))
+        trc_fd_stolen(fd);
+    trc_fd *s = trc_fd_slot(fd);
+    if (!s || !__atomic_load_n(&s->traced, __ATOMIC_RELAXED) || !trc_on(TRC_FAM_POSIX)) {
+        if (s && __atomic_load_n(&s->phash, __ATOMIC_RELAXED))
+            trc_fd_clear(fd);
+        return trc_real_close(fd);
+    }
+    uint64_t h = trc_fd_hash(s);
+    /* Clear before closing: once closed, another thread may get this number from open(). */
+    trc_fd_clear(fd);
+    uint64_t t0 = trc_call_begin();
+    int ret = trc_real_close(fd);
+    uint64_t t1 = trc_clock();
+    int err = errno;
+    trc_emit_io(TRC_OP_close, fd, h, t0, t1, -1, 0, ret, 0, 0, 0);
+    trc_call_end(err);
+    return ret;
 }
-TRC_API void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off64_t off) {
-    if (!MAP(mmap64))
-        NOSYS(MAP_FAILED);
-    MMAP_BODY(real_mmap64(addr, len, prot, flags, fd, off));
+
+TRC_API int close_range(unsigned first, unsigned last, int flags) {
+    if (TRC_UNLIKELY(!TRC_REAL_OK(close_range))) {
+        set_nosys();
+        return -1;
+    }
+    if (!trc_busy && !(flags & CLOSE_RANGE_CLOEXEC)) {
+        int fds[4] = {trc_g.wake_fd, trc_g.out_fd, trc_g.done_rd, trc_g.done_wr};
+        for (int i = 0; i < 4; i++)
+            if (fds[i] >= 0 && (unsigned)fds[i] >= first && (unsigned)fds[i] <= last)
+                trc_fd_stolen(fds[i]);
+        unsigned hi = last < (unsigned)trc_g.nfds ? last : (unsigned)trc_g.nfds - 1;
+        for (unsigned fd = first; trc_g.fds && fd <= hi; fd++)
+            if (trc_g.fds[fd].phash || trc_g.fds[fd].traced)
+                trc_fd_clear((int)fd);
+    }
+    return trc_real_close_range(first, last, flags);
+}
+
+/* Tracking follows the descriptor to its copy; the event names the source. */
+static void dup_event(int op, int oldfd, int ret, uint64_t t0, uint64_t t1, int64_t a1) {
+    if (ret >= 0)
+        trc_fd_copy(oldfd, ret);
+    trc_fd *s = trc_fd_slot(oldfd);
+    if (s && __atomic_load_n(&s->traced, __ATOMIC_RELAXED))
+        trc_emit_io(op, oldfd, trc_fd_hash(s), t0, t1, -1, 0, ret, a1, 0, 0);
+}
+
+TRC_API int dup(int fd) {
+    if (TRC_UNLIKELY(!TRC_REAL_OK(dup))) {
+        set_nosys();
+        return -1;
+    }
+    if (!trc_on(TRC_FAM_POSIX))
+        return trc_real_dup(fd);
+    uint64_t t0 = trc_call_begin();
+    int ret = trc_real_dup(fd);
+    uint64_t t1 = trc_clock();
+    int err = errno;
+    dup_event(TRC_OP_dup, fd, ret, t0, t1, 0);
+    trc_call_end(err);
+    return ret;
+}
+
+TRC_API int dup2(int oldfd, int newfd) {
+    if (TRC_UNLIKELY(!TRC_REAL_OK(dup2))) {
+        set_nosys();
+        return -1;
+    }
+    if (!trc_busy && is_internal_fd(newfd) && oldfd != newfd)
+        trc_fd_stolen(newfd);
+    if (!trc_on(TRC_FAM_POSIX))
+        return trc_real_dup2(oldfd, newfd);
+    uint64_t t0 = trc_call_begin();
+    int ret = trc_real_dup2(oldfd, newfd);
+    uint64_t t1 = trc_clock();
+    int err = errno;
+    if (ret >= 0 && oldfd != newfd)
+        dup_event(TRC_OP_dup2, oldfd, ret, t0, t1, 0);
+    trc_call_end(err);
+    return ret;
+}
+
+TRC_API int dup3(int oldfd, int newfd, int flags) {
+    if (TRC_UNLIKELY(!TRC_REAL_OK(dup3))) {
+        set_nosys();
+        return -1;
+    }
+    if (!trc_busy && is_internal_fd(newfd) && oldfd != newfd)
+        trc_fd_stolen(newfd);
+    if (!trc_on(TRC_FAM_POSIX))
+        return trc_real_dup3(oldfd, newfd, flags);
+    uint64_t t0 = trc_call_begin();
+    int ret = trc_real_dup3(oldfd, newfd, flags);
+    uint64_t t1 = trc_clock();
+    int err = errno;
+    dup_event(TRC_OP_dup3, oldfd, ret, t0, t1, flags);
+    trc_call_end(err);
+    return ret;
+}
+
+/* fcntl's third argument is an int or a pointer; on the supported ABIs (x86-64, aarch64) passing
+ * it on as an unsigned long is exact for both. */
+static int fcntl_common(int (*real)(int, int, ...), int fd, int cmd, unsigned long arg) {
+    trc_fd *s = trc_fd_traced(fd, TRC_FAM_POSIX);
+    int isdup = cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC;
+    if (!s && !(isdup && !trc_busy && trc_g.fds))
+        return real(fd, cmd, arg);
+    if (!s) { /* untraced dup: the new descriptor's slot must not keep stale data */
+        int ret = real(fd, cmd, arg);
+        if (ret >= 0)
+            trc_fd_copy(fd, ret);
+        return ret;
+    }
+    uint64_t t0 = trc_call_begin();
+    int ret = real(fd, cmd, arg);
+    uint64_t t1 = trc_clock();
+    int err = errno;
+    if (isdup && ret >= 0)
+        trc_fd_copy(fd, ret);
+    trc_emit_io(TRC_OP_fcntl, fd, trc_fd_hash(s), t0, t1, -1, 0, ret, cmd, 0, 0);
+    trc_call_end(err);
+    return ret;
+}
+
+TRC_API int fcntl(int fd, int cmd, ...) {
+    va_list ap;
+    va_start(ap, cmd);
+    unsigned long arg = va_arg(ap, unsigned long);
+    va_end(ap);
+    if (TRC_UNLIKELY(!TRC_REAL_OK(fcntl))) {
+        set_nosys();
+        return -1;
+    }
+    return fcntl_common(trc_real_fcntl, fd, cmd, arg);
+}
+
+TRC_API int fcntl64(int fd, int cmd, ...) {
+    va_list ap;
+    va_start(ap, cmd);
+    unsigned long arg = va_arg(ap, unsigned long);
+    va_end(ap);
+    if (TRC_UNLIKELY(!TRC_REAL_OK(fcntl64))) {
+        set_nosys();
+        return -1;
+    }
+    return fcntl_common(trc_real_fcntl64, fd, cmd, arg);
+}
+
+/* ================================================================ mappings */
+/* munmap/msync: traced when the address lies in a traced mapping. */
+static uint64_t mapped_file(void *addr, int drop) {
+    if (!__atomic_load_n(&nmaps_live, __ATOMIC_RELAXED) || !trc_on(TRC_FAM_POSIX))
+        return 0;
+    return maps_find(addr, drop);
 }
 
 TRC_API int munmap(void *addr, size_t len) {
-    if (!MAP(munmap))
-        NOSYS(-1);
-    if (!__atomic_load_n(&nmaps_live, __ATOMIC_RELAXED) || !POSIX_ON())
-        return real_munmap(addr, len);
-    uint64_t h = maps_find(addr, 1);
+    if (TRC_UNLIKELY(!TRC_REAL_OK(munmap))) {
+        set_nosys();
+        return -1;
+    }
+    uint64_t h = mapped_file(addr, 1);
     if (!h)
-        return real_munmap(addr, len);
-    T0();
-    int ret = real_munmap(addr, len);
-    T1();
-    trc_emit_io(TRC_OP_munmap, -1, h, t0_, t1_, -1, (int64_t)len, ret, 0, 0, 0);
-    TDONE();
+        return trc_real_munmap(addr, len);
+    uint64_t t0 = trc_call_begin();
+    int ret = trc_real_munmap(addr, len);
+    uint64_t t1 = trc_clock();
+    int err = errno;
+    trc_emit_io(TRC_OP_munmap, -1, h, t0, t1, -1, (int64_t)len, ret, 0, 0, 0);
+    trc_call_end(err);
     return ret;
 }
 
 TRC_API int msync(void *addr, size_t len, int flags) {
-    if (!MAP(msync))
-        NOSYS(-1);
-    if (!__atomic_load_n(&nmaps_live, __ATOMIC_RELAXED) || !POSIX_ON())
-        return real_msync(addr, len, flags);
-    uint64_t h = maps_find(addr, 0);
+    if (TRC_UNLIKELY(!TRC_REAL_OK(msync))) {
+        set_nosys();
+        return -1;
+    }
+    uint64_t h = mapped_file(addr, 0);
     if (!h)
-        return real_msync(addr, len, flags);
-    T0();
-    int ret = real_msync(addr, len, flags);
-    T1();
-    trc_emit_io(TRC_OP_msync, -1, h, t0_, t1_, -1, (int64_t)len, ret, flags, 0, 0);
-    TDONE();
+        return trc_real_msync(addr, len, flags);
+    uint64_t t0 = trc_call_begin();
+    int ret = trc_real_msync(addr, len, flags);
+    uint64_t t1 = trc_clock();
+    int err = errno;
+    trc_emit_io(TRC_OP_msync, -1, h, t0, t1, -1, (int64_t)len, ret, flags, 0, 0);
+    trc_call_end(err);
     return ret;
 }
 
-/* ================================================================ stat family */
-REAL(int, stat, (const char *, struct stat *));
-REAL(int, stat64, (const char *, struct stat64 *));
-REAL(int, lstat, (const char *, struct stat *));
-REAL(int, lstat64, (const char *, struct stat64 *));
-REAL(int, fstat, (int, struct stat *));
-REAL(int, fstat64, (int, struct stat64 *));
-REAL(int, fstatat, (int, const char *, struct stat *, int));
-REAL(int, fstatat64, (int, const char *, struct stat64 *, int));
-REAL(int, statx, (int, const char *, int, unsigned, struct statx *));
-REAL(int, __xstat, (int, const char *, struct stat *));
-REAL(int, __xstat64, (int, const char *, struct stat64 *));
-REAL(int, __lxstat, (int, const char *, struct stat *));
-REAL(int, __lxstat64, (int, const char *, struct stat64 *));
-REAL(int, __fxstat, (int, int, struct stat *));
-REAL(int, __fxstat64, (int, int, struct stat64 *));
-REAL(int, __fxstatat, (int, int, const char *, struct stat *, int));
-REAL(int, __fxstatat64, (int, int, const char *, struct stat64 *, int));
-
-/* A path call at (dirfd, path): traced when the resolved path passes the filter. With
- * AT_EMPTY_PATH and "" the call is about dirfd itself. */
-#define PATH_BODY(op, dirfd, path, realcall, fdv, a1v, a2v)                                        \
-    if (!POSIX_ON())                                                                               \
-        return realcall;                                                                           \
-    int traced_ = 0;                                                                               \
-    uint64_t h_;                                                                                   \
-    trc_busy = 1;                                                                                  \
-    if (!is_null(path) && !(path)[0] && (dirfd) != AT_FDCWD) {                                             \
-        trc_fd *ds_ = trc_fd_slot(dirfd);                                                          \
-        traced_ = ds_ && ds_->traced;                                                              \
-        h_ = ds_ ? fdhash(ds_) : 0;                                                                \
-    } else {                                                                                       \
-        h_ = trc_path_classify(dirfd, path, &traced_, 0);                                          \
-    }                                                                                              \
-    if (!traced_) {                                                                                \
-        trc_busy = 0;                                                                              \
-        return realcall;                                                                           \
-    }                                                                                              \
-    uint64_t t0_ = trc_now();                                                                      \
-    int ret = realcall;                                                                            \
-    T1();                                                                                          \
-    trc_emit_io(op, fdv, h_, t0_, t1_, -1, 0, ret, a1v, a2v, 0);                                   \
-    TDONE();                                                                                       \
-    return ret
-
-TRC_API int stat(const char *p, struct stat *b) {
-    if (!MAP(stat))
-        NOSYS(-1);
-    PATH_BODY(TRC_OP_stat, AT_FDCWD, p, real_stat(p, b), -1, 0, 0);
-}
-TRC_API int stat64(const char *p, struct stat64 *b) {
-    if (!MAP(stat64))
-        NOSYS(-1);
-    PATH_BODY(TRC_OP_stat, AT_FDCWD, p, real_stat64(p, b), -1, 0, 0);
-}
-TRC_API int lstat(const char *p, struct stat *b) {
-    if (!MAP(lstat))
-        NOSYS(-1);
-    PATH_BODY(TRC_OP_lstat, AT_FDCWD, p, real_lstat(p, b), -1, 0, 0);
-}
-TRC_API int lstat64(const char *p, struct stat64 *b) {
-    if (!MAP(lstat64))
-        NOSYS(-1);
-    PATH_BODY(TRC_OP_lstat, AT_FDCWD, p, real_lstat64(p, b), -1, 0, 0);
-}
-TRC_API int fstatat(int d, const char *p, struct stat *b, int fl) {
-    if (!MAP(fstatat))
-        NOSYS(-1);
-    PATH_BODY(TRC_OP_fstatat, d, p, real_fstatat(d, p, b, fl), d, fl, 0);
-}
-TRC_API int fstatat64(int d, const char *p, struct stat64 *b, int fl) {
-    if (!MAP(fstatat64))
-        NOSYS(-1);
-    PATH_BODY(TRC_OP_fstatat, d, p, real_fstatat64(d, p, b, fl), d, fl, 0);
-}
-TRC_API int statx(int d, const char *p, int fl, unsigned mask, struct statx *b) {
-    if (!MAP(statx))
-        NOSYS(-1);
-    PATH_BODY(TRC_OP_statx, d, p, real_statx(d, p, fl, mask, b), d, fl, mask);
-}
-TRC_API int __xstat(int v, const char *p, struct stat *b) {
-    if (!MAP(__xstat))
-        NOSYS(-1);
-    PATH_BODY(TRC_OP_xstat, AT_FDCWD, p, real___xstat(v, p, b), -1, 0, 0);
-}
-TRC_API int __xstat64(int v, const char *p, struct stat64 *b) {
-    if (!MAP(__xstat64))
-        NOSYS(-1);
-    PATH_BODY(TRC_OP_xstat, AT_FDCWD, p, real___xstat64(v, p, b), -1, 0, 0);
-}
-TRC_API int __lxstat(int v, const char *p, struct stat *b) {
-    if (!MAP(__lxstat))
-        NOSYS(-1);
-    PATH_BODY(TRC_OP_lxstat, AT_FDCWD, p, real___lxstat(v, p, b), -1, 0, 0);
-}
-TRC_API int __lxstat64(int v, const char *p, struct stat64 *b) {
-    if (!MAP(__lxstat64))
-        NOSYS(-1);
-    PATH_BODY(TRC_OP_lxstat, AT_FDCWD, p, real___lxstat64(v, p, b), -1, 0, 0);
-}
-TRC_API int __fxstatat(int v, int d, const char *p, struct stat *b, int fl) {
-    if (!MAP(__fxstatat))
-        NOSYS(-1);
-    PATH_BODY(TRC_OP_fxstatat, d, p, real___fxstatat(v, d, p, b, fl), d, fl, 0);
-}
-TRC_API int __fxstatat64(int v, int d, const char *p, struct stat64 *b, int fl) {
-    if (!MAP(__fxstatat64))
-        NOSYS(-1);
-    PATH_BODY(TRC_OP_fxstatat, d, p, real___fxstatat64(v, d, p, b, fl), d, fl, 0);
-}
-TRC_API int fstat(int fd, struct stat *b) {
-    if (!MAP(fstat))
-        NOSYS(-1);
-    FD_SIMPLE(TRC_OP_fstat, int, real_fstat(fd, b), -1, 0, 0, 0);
-}
-TRC_API int fstat64(int fd, struct stat64 *b) {
-    if (!MAP(fstat64))
-        NOSYS(-1);
-    FD_SIMPLE(TRC_OP_fstat, int, real_fstat64(fd, b), -1, 0, 0, 0);
-}
-TRC_API int __fxstat(int v, int fd, struct stat *b) {
-    if (!MAP(__fxstat))
-        NOSYS(-1);
-    FD_SIMPLE(TRC_OP_fxstat, int, real___fxstat(v, fd, b), -1, 0, 0, 0);
-}
-TRC_API int __fxstat64(int v, int fd, struct stat64 *b) {
-    if (!MAP(__fxstat64))
-        NOSYS(-1);
-    FD_SIMPLE(TRC_OP_fxstat, int, real___fxstat64(v, fd, b), -1, 0, 0, 0);
-}
-
-/* ================================================================ namespace */
-REAL(int, access, (const char *, int));
-REAL(int, faccessat, (int, const char *, int, int));
-REAL(int, mkdir, (const char *, mode_t));
-REAL(int, mkdirat, (int, const char *, mode_t));
-REAL(int, rmdir, (const char *));
-REAL(int, unlink, (const char *));
-REAL(int, unlinkat, (int, const char *, int));
-REAL(int, remove, (const char *));
-REAL(int, truncate, (const char *, off_t));
-REAL(int, truncate64, (const char *, off64_t));
-REAL(int, symlink, (const char *, const char *));
-REAL(ssize_t, readlink, (const char *, char *, size_t));
-REAL(int, chmod, (const char *, mode_t));
-REAL(int, chown, (const char *, uid_t, gid_t));
-REAL(int, utime, (const char *, const struct utimbuf *));
-REAL(int, utimensat, (int, const char *, const struct timespec[2], int));
-REAL(int, mkfifo, (const char *, mode_t));
-
-TRC_API int access(const char *p, int m) {
-    if (!MAP(access))
-        NOSYS(-1);
-    PATH_BODY(TRC_OP_access, AT_FDCWD, p, real_access(p, m), -1, m, 0);
-}
-TRC_API int faccessat(int d, const char *p, int m, int fl) {
-    if (!MAP(faccessat))
-        NOSYS(-1);
-    PATH_BODY(TRC_OP_faccessat, d, p, real_faccessat(d, p, m, fl), d, m, 0);
-}
-TRC_API int mkdir(const char *p, mode_t m) {
-    if (!MAP(mkdir))
-        NOSYS(-1);
-    PATH_BODY(TRC_OP_mkdir, AT_FDCWD, p, real_mkdir(p, m), -1, 0, (int64_t)m);
-}
-TRC_API int mkdirat(int d, const char *p, mode_t m) {
-    if (!MAP(mkdirat))
-        NOSYS(-1);
-    PATH_BODY(TRC_OP_mkdirat, d, p, real_mkdirat(d, p, m), d, 0, (int64_t)m);
-}
-TRC_API int rmdir(const char *p) {
-    if (!MAP(rmdir))
-        NOSYS(-1);
-    PATH_BODY(TRC_OP_rmdir, AT_FDCWD, p, real_rmdir(p), -1, 0, 0);
-}
-TRC_API int unlink(const char *p) {
-    if (!MAP(unlink))
-        NOSYS(-1);
-    PATH_BODY(TRC_OP_unlink, AT_FDCWD, p, real_unlink(p), -1, 0, 0);
-}
-TRC_API int unlinkat(int d, const char *p, int fl) {
-    if (!MAP(unlinkat))
-        NOSYS(-1);
-    PATH_BODY(TRC_OP_unlinkat, d, p, real_unlinkat(d, p, fl), d, fl, 0);
-}
-TRC_API int remove(const char *p) {
-    if (!MAP(remove))
-        NOSYS(-1);
-    PATH_BODY(TRC_OP_remove, AT_FDCWD, p, real_remove(p), -1, 0, 0);
-}
-TRC_API int symlink(const char *target, const char *p) {
-    if (!MAP(symlink))
-        NOSYS(-1);
-    PATH_BODY(TRC_OP_symlink, AT_FDCWD, p, real_symlink(target, p), -1, 0, 0);
-}
-TRC_API ssize_t readlink(const char *p, char *buf, size_t n) {
-    if (!MAP(readlink))
-        NOSYS(-1);
-    if (!POSIX_ON())
-        return real_readlink(p, buf, n);
+TRC_API int utimensat(int d, const char *path, const struct timespec tm[2], int fl) {
+    if (TRC_UNLIKELY(!TRC_REAL_OK(utimensat))) {
+        set_nosys();
+        return -1;
+    }
     int traced = 0;
-    trc_busy = 1;
-    uint64_t h = trc_path_classify(AT_FDCWD, p, &traced, 0);
-    if (!traced) {
+    uint64_t h = 0;
+    /* A NULL path is the futimens() form, about d itself: not a path call. */
+    if (!is_null(path) && trc_on(TRC_FAM_POSIX)) {
+        trc_busy = 1;
+        h = path_hash(d, path, &traced);
         trc_busy = 0;
-        return real_readlink(p, buf, n);
     }
-    uint64_t t0_ = trc_now();
-    ssize_t ret = real_readlink(p, buf, n);
-    T1();
-    trc_emit_io(TRC_OP_readlink, -1, h, t0_, t1_, -1, 0, ret, 0, 0, 0);
-    TDONE();
+    if (!traced)
+        return trc_real_utimensat(d, path, tm, fl);
+    uint64_t t0 = trc_call_begin();
+    int ret = trc_real_utimensat(d, path, tm, fl);
+    uint64_t t1 = trc_clock();
+    int err = errno;
+    trc_emit_io(TRC_OP_utimensat, d, h, t0, t1, -1, 0, ret, 0, 0, 0);
+    trc_call_end(err);
     return ret;
-}
-TRC_API int chmod(const char *p, mode_t m) {
-    if (!MAP(chmod))
-        NOSYS(-1);
-    PATH_BODY(TRC_OP_chmod, AT_FDCWD, p, real_chmod(p, m), -1, 0, (int64_t)m);
-}
-TRC_API int chown(const char *p, uid_t u, gid_t g) {
-    if (!MAP(chown))
-        NOSYS(-1);
-    PATH_BODY(TRC_OP_chown, AT_FDCWD, p, real_chown(p, u, g), -1, 0, 0);
-}
-TRC_API int utime(const char *p, const struct utimbuf *t) {
-    if (!MAP(utime))
-        NOSYS(-1);
-    PATH_BODY(TRC_OP_utime, AT_FDCWD, p, real_utime(p, t), -1, 0, 0);
-}
-TRC_API int utimensat(int d, const char *p, const struct timespec t[2], int fl) {
-    if (!MAP(utimensat))
-        NOSYS(-1);
-    if (is_null(p)) /* futimens() form: about d itself */
-        return real_utimensat(d, p, t, fl);
-    PATH_BODY(TRC_OP_utimensat, d, p, real_utimensat(d, p, t, fl), d, 0, 0);
-}
-TRC_API int mkfifo(const char *p, mode_t m) {
-    if (!MAP(mkfifo))
-        NOSYS(-1);
-    PATH_BODY(TRC_OP_mkfifo, AT_FDCWD, p, real_mkfifo(p, m), -1, 0, (int64_t)m);
-}
-/* truncate and its 64-bit alias: a path call whose offset argument is the new length. */
-#define TRUNC_WRAP(fn, off_type)                                                                   \
-    TRC_API int fn(const char *p, off_type len) {                                                  \
-        if (!MAP(fn))                                                                              \
-            NOSYS(-1);                                                                             \
-        if (!POSIX_ON())                                                                           \
-            return real_##fn(p, len);                                                              \
-        int traced = 0;                                                                            \
-        trc_busy = 1;                                                                              \
-        uint64_t h = trc_path_classify(AT_FDCWD, p, &traced, 0);                                   \
-        trc_busy = 0;                                                                              \
-        if (!traced)                                                                               \
-            return real_##fn(p, len);                                                              \
-        T0();                                                                                      \
-        int ret = real_##fn(p, len);                                                               \
-        T1();                                                                                      \
-        trc_emit_io(TRC_OP_truncate, -1, h, t0_, t1_, len, 0, ret, 0, 0, 0);                       \
-        TDONE();                                                                                   \
-        return ret;                                                                                \
-    }
-TRUNC_WRAP(truncate, off_t)
-TRUNC_WRAP(truncate64, off64_t)
-
-/* Two-path calls (rename, link): traced when either path is. */
-REAL(int, rename, (const char *, const char *));
-REAL(int, renameat, (int, const char *, int, const char *));
-REAL(int, renameat2, (int, const char *, int, const char *, unsigned));
-REAL(int, link, (const char *, const char *));
-REAL(int, linkat, (int, const char *, int, const char *, int));
-
-#define TWO_PATH(op, d1, p1, d2, p2, realcall, a1v)                                                \
-    if (!POSIX_ON())                                                                               \
-        return realcall;                                                                           \
-    int tr1 = 0, tr2 = 0;                                                                          \
-    trc_busy = 1;                                                                                  \
-    uint64_t h1 = trc_path_classify(d1, p1, &tr1, 0);                                              \
-    uint64_t h2 = trc_path_classify(d2, p2, &tr2, 0);                                              \
-    if (!tr1 && !tr2) {                                                                            \
-        trc_busy = 0;                                                                              \
-        return realcall;                                                                           \
-    }                                                                                              \
-    uint64_t t0_ = trc_now();                                                                      \
-    int ret = realcall;                                                                            \
-    T1();                                                                                          \
-    trc_emit_io(op, -1, h1, t0_, t1_, -1, 0, ret, a1v, 0, h2);                                     \
-    TDONE();                                                                                       \
-    return ret
-
-TRC_API int rename(const char *a, const char *b) {
-    if (!MAP(rename))
-        NOSYS(-1);
-    TWO_PATH(TRC_OP_rename, AT_FDCWD, a, AT_FDCWD, b, real_rename(a, b), 0);
-}
-TRC_API int renameat(int da, const char *a, int db, const char *b) {
-    if (!MAP(renameat))
-        NOSYS(-1);
-    TWO_PATH(TRC_OP_renameat, da, a, db, b, real_renameat(da, a, db, b), 0);
-}
-TRC_API int renameat2(int da, const char *a, int db, const char *b, unsigned fl) {
-    if (!MAP(renameat2))
-        NOSYS(-1);
-    TWO_PATH(TRC_OP_renameat2, da, a, db, b, real_renameat2(da, a, db, b, fl), fl);
-}
-TRC_API int link(const char *a, const char *b) {
-    if (!MAP(link))
-        NOSYS(-1);
-    TWO_PATH(TRC_OP_link, AT_FDCWD, a, AT_FDCWD, b, real_link(a, b), 0);
-}
-TRC_API int linkat(int da, const char *a, int db, const char *b, int fl) {
-    if (!MAP(linkat))
-        NOSYS(-1);
-    TWO_PATH(TRC_OP_linkat, da, a, db, b, real_linkat(da, a, db, b, fl), fl);
 }
 
 /* ================================================================ cwd */
-REAL(int, chdir, (const char *));
-REAL(int, fchdir, (int));
+/* After a successful chdir/fchdir the kernel's answer becomes the cached cwd (symlinks make the
+ * lexical answer differ). */
+static void refresh_cwd(const char *fallback) {
+    char buf[PATH_MAX];
+    if (syscall(SYS_getcwd, buf, sizeof buf) > 0)
+        trc_cwd_set(buf);
+    else if (fallback)
+        trc_cwd_set(fallback);
+}
 
-TRC_API int chdir(const char *p) {
-    if (!MAP(chdir))
-        NOSYS(-1);
+TRC_API int chdir(const char *path) {
+    if (TRC_UNLIKELY(!TRC_REAL_OK(chdir))) {
+        set_nosys();
+        return -1;
+    }
     if (trc_busy || !trc_g.fds)
-        return real_chdir(p);
+        return trc_real_chdir(path);
     trc_busy = 1;
     char abs[PATH_MAX];
-    int ok = trc_path_resolve(AT_FDCWD, p, abs, sizeof abs) == 0;
+    int ok = trc_path_resolve(AT_FDCWD, path, abs, sizeof abs) == 0;
     int traced = ok && (trc_g.active & TRC_FAM_POSIX) && trc_path_traced(abs);
-    uint64_t t0_ = trc_now();
-    int ret = real_chdir(p);
-    T1();
-    if (ret == 0) {
-        char buf[PATH_MAX];
-        /* Symlinks make the lexical answer differ from the kernel's; ask the kernel. */
-        if (getcwd(buf, sizeof buf))
-            trc_cwd_set(buf);
-        else if (ok)
-            trc_cwd_set(abs);
-    }
+    uint64_t t0 = trc_clock();
+    int ret = trc_real_chdir(path);
+    uint64_t t1 = trc_clock();
+    int err = errno;
+    if (ret == 0)
+        refresh_cwd(ok ? abs : NULL);
     if (traced)
-        trc_emit_io(TRC_OP_chdir, -1, trc_path_intern(abs), t0_, t1_, -1, 0, ret, 0, 0, 0);
-    TDONE();
+        trc_emit_io(TRC_OP_chdir, -1, trc_path_intern(abs), t0, t1, -1, 0, ret, 0, 0, 0);
+    trc_call_end(err);
     return ret;
 }
 
 TRC_API int fchdir(int fd) {
-    if (!MAP(fchdir))
-        NOSYS(-1);
+    if (TRC_UNLIKELY(!TRC_REAL_OK(fchdir))) {
+        set_nosys();
+        return -1;
+    }
     if (trc_busy || !trc_g.fds)
-        return real_fchdir(fd);
-    trc_busy = 1;
+        return trc_real_fchdir(fd);
     trc_fd *s = trc_fd_slot(fd);
     int traced = s && s->traced && (trc_g.active & TRC_FAM_POSIX);
-    uint64_t t0_ = trc_now();
-    int ret = real_fchdir(fd);
-    T1();
-    if (ret == 0) {
-        char buf[PATH_MAX];
-        if (getcwd(buf, sizeof buf))
-            trc_cwd_set(buf);
-    }
+    uint64_t t0 = trc_call_begin();
+    int ret = trc_real_fchdir(fd);
+    uint64_t t1 = trc_clock();
+    int err = errno;
+    if (ret == 0)
+        refresh_cwd(NULL);
     if (traced)
-        trc_emit_io(TRC_OP_fchdir, fd, fdhash(s), t0_, t1_, -1, 0, ret, 0, 0, 0);
-    TDONE();
+        trc_emit_io(TRC_OP_fchdir, fd, trc_fd_hash(s), t0, t1, -1, 0, ret, 0, 0, 0);
+    trc_call_end(err);
     return ret;
 }
 
 /* ================================================================ directories */
-REAL(DIR *, opendir, (const char *));
-REAL(DIR *, fdopendir, (int));
-REAL(struct dirent *, readdir, (DIR *));
-REAL(struct dirent64 *, readdir64, (DIR *));
-REAL(int, closedir, (DIR *));
-
-TRC_API DIR *opendir(const char *p) {
-    if (!MAP(opendir))
-        NOSYS(NULL);
-    if (!POSIX_ON())
-        return real_opendir(p);
-    T0();
-    DIR *d = real_opendir(p);
-    T1();
+TRC_API DIR *opendir(const char *path) {
+    if (TRC_UNLIKELY(!TRC_REAL_OK(opendir))) {
+        set_nosys();
+        return NULL;
+    }
+    if (!trc_on(TRC_FAM_POSIX))
+        return trc_real_opendir(path);
+    uint64_t t0 = trc_call_begin();
+    DIR *d = trc_real_opendir(path);
+    uint64_t t1 = trc_clock();
+    int err = errno;
     int traced = 0;
-    uint64_t h = trc_path_classify(AT_FDCWD, p, &traced, 1);
+    uint64_t h = trc_path_classify(AT_FDCWD, path, &traced, 1);
     int fd = d ? dirfd(d) : -1;
     if (fd >= 0)
         trc_fd_set(fd, h, traced, 0);
     if (traced)
-        trc_emit_io(TRC_OP_opendir, fd, h, t0_, t1_, -1, 0, d ? fd : -1, 0, 0, 0);
-    TDONE();
+        trc_emit_io(TRC_OP_opendir, fd, h, t0, t1, -1, 0, d ? fd : -1, 0, 0, 0);
+    trc_call_end(err);
     return d;
 }
 
 TRC_API DIR *fdopendir(int fd) {
-    if (!MAP(fdopendir))
-        NOSYS(NULL);
+    if (TRC_UNLIKELY(!TRC_REAL_OK(fdopendir))) {
+        set_nosys();
+        return NULL;
+    }
     trc_fd *s = trc_fd_traced(fd, TRC_FAM_POSIX);
     if (TRC_LIKELY(!s))
-        return real_fdopendir(fd);
-    T0();
-    DIR *d = real_fdopendir(fd);
-    T1();
-    trc_emit_io(TRC_OP_fdopendir, fd, fdhash(s), t0_, t1_, -1, 0, d ? fd : -1, 0, 0, 0);
-    TDONE();
+        return trc_real_fdopendir(fd);
+    uint64_t t0 = trc_call_begin();
+    DIR *d = trc_real_fdopendir(fd);
+    uint64_t t1 = trc_clock();
+    int err = errno;
+    trc_emit_io(TRC_OP_fdopendir, fd, trc_fd_hash(s), t0, t1, -1, 0, d ? fd : -1, 0, 0, 0);
+    trc_call_end(err);
     return d;
 }
 
-#define READDIR_BODY(type, realcall)                                                               \
-    int fd = !is_null(d) ? dirfd(d) : -1;                                                          \
-    trc_fd *s = trc_fd_traced(fd, TRC_FAM_POSIX);                                                  \
-    if (TRC_LIKELY(!s))                                                                            \
-        return realcall;                                                                           \
-    T0();                                                                                          \
-    type *ret = realcall;                                                                          \
-    T1();                                                                                          \
-    trc_emit_io(TRC_OP_readdir, fd, fdhash(s), t0_, t1_, -1, 0, ret ? 1 : 0, 0, 0, 0);            \
-    TDONE();                                                                                       \
-    return ret
+/* readdir and readdir64: one body, the entry type differs. */
+static trc_fd *dir_traced(DIR *d, int *fd) {
+    *fd = !is_null(d) ? dirfd(d) : -1;
+    return trc_fd_traced(*fd, TRC_FAM_POSIX);
+}
+
+static void readdir_event(int fd, trc_fd *s, uint64_t t0, const void *ret) {
+    uint64_t t1 = trc_clock();
+    int err = errno;
+    trc_emit_io(TRC_OP_readdir, fd, trc_fd_hash(s), t0, t1, -1, 0, ret ? 1 : 0, 0, 0, 0);
+    trc_call_end(err);
+}
 
 TRC_API struct dirent *readdir(DIR *d) {
-    if (!MAP(readdir))
-        NOSYS(NULL);
-    READDIR_BODY(struct dirent, real_readdir(d));
+    if (TRC_UNLIKELY(!TRC_REAL_OK(readdir))) {
+        set_nosys();
+        return NULL;
+    }
+    int fd;
+    trc_fd *s = dir_traced(d, &fd);
+    if (TRC_LIKELY(!s))
+        return trc_real_readdir(d);
+    uint64_t t0 = trc_call_begin();
+    struct dirent *ret = trc_real_readdir(d);
+    readdir_event(fd, s, t0, ret);
+    return ret;
 }
+
 TRC_API struct dirent64 *readdir64(DIR *d) {
-    if (!MAP(readdir64))
-        NOSYS(NULL);
-    READDIR_BODY(struct dirent64, real_readdir64(d));
+    if (TRC_UNLIKELY(!TRC_REAL_OK(readdir64))) {
+        set_nosys();
+        return NULL;
+    }
+    int fd;
+    trc_fd *s = dir_traced(d, &fd);
+    if (TRC_LIKELY(!s))
+        return trc_real_readdir64(d);
+    uint64_t t0 = trc_call_begin();
+    struct dirent64 *ret = trc_real_readdir64(d);
+    readdir_event(fd, s, t0, ret);
+    return ret;
 }
 
 TRC_API int closedir(DIR *d) {
-    if (!MAP(closedir))
-        NOSYS(-1);
+    if (TRC_UNLIKELY(!TRC_REAL_OK(closedir))) {
+        set_nosys();
+        return -1;
+    }
     int fd = (!is_null(d) && !trc_busy) ? dirfd(d) : -1;
     trc_fd *s = trc_fd_slot(fd);
     if (!s)
-        return real_closedir(d);
+        return trc_real_closedir(d);
     int traced = s->traced && (trc_g.active & TRC_FAM_POSIX);
-    uint64_t h = fdhash(s);
+    uint64_t h = trc_fd_hash(s);
     trc_fd_clear(fd);
     if (!traced)
-        return real_closedir(d);
-    T0();
-    int ret = real_closedir(d);
-    T1();
-    trc_emit_io(TRC_OP_closedir, fd, h, t0_, t1_, -1, 0, ret, 0, 0, 0);
-    TDONE();
+        return trc_real_closedir(d);
+    uint64_t t0 = trc_call_begin();
+    int ret = trc_real_closedir(d);
+    uint64_t t1 = trc_clock();
+    int err = errno;
+    trc_emit_io(TRC_OP_closedir, fd, h, t0, t1, -1, 0, ret, 0, 0, 0);
+    trc_call_end(err);
     return ret;
 }
 
 /* ================================================================ processes */
-REAL(pid_t, fork, (void));
-REAL(int, execve, (const char *, char *const[], char *const[]));
-REAL(int, execvpe, (const char *, char *const[], char *const[]));
-REAL(void, _exit, (int));
-REAL(void, _Exit, (int));
-
 TRC_API pid_t fork(void) {
-    if (!MAP(fork))
-        NOSYS(-1);
-    int rec = POSIX_ON();
-    uint64_t t0 = trc_now();
-    pid_t p = real_fork(); /* the atfork handlers reset the child's state */
+    if (TRC_UNLIKELY(!TRC_REAL_OK(fork))) {
+        set_nosys();
+        return -1;
+    }
+    int rec = trc_on(TRC_FAM_POSIX);
+    uint64_t t0 = trc_clock();
+    pid_t p = trc_real_fork(); /* the atfork handlers reset the child's state */
     if (p != 0 && rec) {
-        int e = errno;
+        int err = errno;
         trc_busy = 1;
-        trc_emit_io(TRC_OP_fork, -1, 0, t0, trc_now(), -1, 0, p, 0, 0, 0);
-        trc_busy = 0;
-        errno = e;
+        trc_emit_io(TRC_OP_fork, -1, 0, t0, trc_clock(), -1, 0, p, 0, 0, 0);
+        trc_call_end(err);
     }
     return p;
 }
@@ -1231,7 +822,7 @@ static int before_exec(const char *path) {
         h = trc_path_intern(abs);
     else if (path)
         h = trc_path_intern(path); /* a PATH lookup: keep the name as given */
-    uint64_t t = trc_now();
+    uint64_t t = trc_clock();
     if (trc_g.active & TRC_FAM_POSIX)
         trc_emit_io(TRC_OP_exec, -1, h, t, t, -1, 0, 0, 0, 0, 0);
     trc_busy = 0;
@@ -1240,65 +831,63 @@ static int before_exec(const char *path) {
     return 1;
 }
 
-static void after_exec_failed(const char *path, int resumed) {
-    if (!resumed)
-        return;
+/* exec with the tracer's environment kept; resumes tracing when the exec fails. */
+static int exec_common(int (*real)(const char *, char *const[], char *const[]), const char *path,
+                       char *const argv[], char *const envp[]) {
+    int r = before_exec(path);
+    char **env = r ? keep_env(envp) : NULL;
+    int ret = real(path, argv, env ? env : envp);
     int e = errno;
-    trc_resume();
-    (void)path;
+    free_env(env);
+    if (r)
+        trc_resume();
     errno = e;
+    return ret;
 }
 
 TRC_API int execve(const char *path, char *const argv[], char *const envp[]) {
-    if (!MAP(execve))
-        NOSYS(-1);
-    int r = before_exec(path);
-    char **env = r ? keep_env(envp) : NULL;
-    int ret = real_execve(path, argv, env ? env : envp);
-    int e = errno;
-    free_env(env);
-    errno = e;
-    after_exec_failed(path, r);
-    return ret;
+    if (TRC_UNLIKELY(!TRC_REAL_OK(execve))) {
+        set_nosys();
+        return -1;
+    }
+    return exec_common(trc_real_execve, path, argv, envp);
 }
 
 TRC_API int execvpe(const char *file, char *const argv[], char *const envp[]) {
-    if (!MAP(execvpe))
-        NOSYS(-1);
-    int r = before_exec(file);
-    char **env = r ? keep_env(envp) : NULL;
-    int ret = real_execvpe(file, argv, env ? env : envp);
-    int e = errno;
-    free_env(env);
-    errno = e;
-    after_exec_failed(file, r);
-    return ret;
+    if (TRC_UNLIKELY(!TRC_REAL_OK(execvpe))) {
+        set_nosys();
+        return -1;
+    }
+    return exec_common(trc_real_execvpe, file, argv, envp);
 }
 
 TRC_API int execv(const char *path, char *const argv[]) { return execve(path, argv, environ); }
 
 TRC_API int execvp(const char *file, char *const argv[]) { return execvpe(file, argv, environ); }
 
-/* The execl family: gather the variadic arguments into an argv array. */
-#define GATHER_ARGV(first, argv, envp_out)                                                         \
-    va_list ap;                                                                                    \
-    size_t n_ = 1;                                                                                 \
-    va_start(ap, first);                                                                           \
-    while (va_arg(ap, const char *))                                                               \
-        n_++;                                                                                      \
-    va_end(ap);                                                                                    \
-    char **argv = malloc((n_ + 1) * sizeof *argv);                                                 \
-    if (!argv)                                                                                     \
-        NOSYS(-1);                                                                                 \
-    va_start(ap, first);                                                                           \
-    argv[0] = (char *)(first);                                                                     \
-    for (size_t i_ = 1; i_ <= n_; i_++)                                                            \
-        argv[i_] = va_arg(ap, char *);                                                             \
-    envp_out;                                                                                      \
-    va_end(ap)
+/* The execl family: the variadic arguments gathered into an argv array (malloc'ed). */
+static char **gather_argv(const char *first, va_list ap, va_list ap2) {
+    size_t n = 1;
+    while (va_arg(ap, const char *))
+        n++;
+    char **argv = malloc((n + 1) * sizeof *argv);
+    if (!argv)
+        return NULL;
+    argv[0] = (char *)first;
+    for (size_t i = 1; i <= n; i++)
+        argv[i] = va_arg(ap2, char *);
+    return argv;
+}
 
 TRC_API int execl(const char *path, const char *arg, ...) {
-    GATHER_ARGV(arg, argv, (void)0);
+    va_list ap, ap2;
+    va_start(ap, arg);
+    va_start(ap2, arg);
+    char **argv = gather_argv(arg, ap, ap2);
+    va_end(ap);
+    va_end(ap2);
+    if (!argv)
+        return -1;
     int ret = execve(path, argv, environ);
     int e = errno;
     free(argv);
@@ -1307,7 +896,14 @@ TRC_API int execl(const char *path, const char *arg, ...) {
 }
 
 TRC_API int execlp(const char *file, const char *arg, ...) {
-    GATHER_ARGV(arg, argv, (void)0);
+    va_list ap, ap2;
+    va_start(ap, arg);
+    va_start(ap2, arg);
+    char **argv = gather_argv(arg, ap, ap2);
+    va_end(ap);
+    va_end(ap2);
+    if (!argv)
+        return -1;
     int ret = execvpe(file, argv, environ);
     int e = errno;
     free(argv);
@@ -1316,8 +912,15 @@ TRC_API int execlp(const char *file, const char *arg, ...) {
 }
 
 TRC_API int execle(const char *path, const char *arg, ...) {
-    char *const *envp;
-    GATHER_ARGV(arg, argv, envp = va_arg(ap, char *const *));
+    va_list ap, ap2;
+    va_start(ap, arg);
+    va_start(ap2, arg);
+    char **argv = gather_argv(arg, ap, ap2);
+    char *const *envp = va_arg(ap2, char *const *); /* after the NULL that ends argv */
+    va_end(ap);
+    va_end(ap2);
+    if (!argv)
+        return -1;
     int ret = execve(path, argv, envp);
     int e = errno;
     free(argv);
@@ -1325,49 +928,27 @@ TRC_API int execle(const char *path, const char *arg, ...) {
     return ret;
 }
 
+/* _exit/_Exit skip the destructor: the final member is written here. */
+static void final_flush_before_exit(void) {
+    if (!trc_busy && __atomic_load_n(&trc_g.state, __ATOMIC_ACQUIRE) == TRC_S_RUNNING &&
+        getpid() == trc_g.pid)
+        trc_finalize();
+}
+
 TRC_API void _exit(int status) {
-    if (MAP(_exit)) {
-        if (!trc_busy && __atomic_load_n(&trc_g.state, __ATOMIC_ACQUIRE) == TRC_S_RUNNING &&
-            getpid() == trc_g.pid)
-            trc_finalize();
-        real__exit(status);
+    if (TRC_REAL_OK(_exit)) {
+        final_flush_before_exit();
+        trc_real__exit(status);
     }
     syscall(SYS_exit_group, status);
     __builtin_unreachable();
 }
 
 TRC_API void _Exit(int status) {
-    if (MAP(_Exit)) {
-        if (!trc_busy && __atomic_load_n(&trc_g.state, __ATOMIC_ACQUIRE) == TRC_S_RUNNING &&
-            getpid() == trc_g.pid)
-            trc_finalize();
-        real__Exit(status);
+    if (TRC_REAL_OK(_Exit)) {
+        final_flush_before_exit();
+        trc_real__Exit(status);
     }
     syscall(SYS_exit_group, status);
     __builtin_unreachable();
-}
-
-/* Resolving the hot symbols at load time keeps dlsym out of the first intercepted calls. */
-void trc_wrap_resolve_all(void) {
-    (void)MAP(open);
-    (void)MAP(open64);
-    (void)MAP(openat);
-    (void)MAP(close);
-    (void)MAP(read);
-    (void)MAP(write);
-    (void)MAP(pread);
-    (void)MAP(pread64);
-    (void)MAP(pwrite);
-    (void)MAP(pwrite64);
-    (void)MAP(lseek);
-    (void)MAP(lseek64);
-    (void)MAP(fstat);
-    (void)MAP(stat);
-    (void)MAP(fork);
-    (void)MAP(execve);
-    (void)MAP(_exit);
-    (void)MAP(dup2);
-    (void)MAP(fcntl);
-    (void)MAP(mmap);
-    (void)MAP(munmap);
 }

@@ -315,6 +315,46 @@ def sc_loop(files, data, n):
     check(s and s["reads"] == n and s["bytes_read"] == n, "loop: summary")
 
 
+def sc_stress(files, data, t, n):
+    f = only(files, "stress")
+    for i in range(t):
+        p = io(f, f"/s{i}.bin", "pread")
+        check(len(p) == n, f"stress: thread {i}: {len(p)} of {n} preads")
+        ts = [e["ts"] for e in p]
+        check(ts == sorted(ts), f"stress: thread {i}: timestamps run backwards")
+    ids = [e["id"] for e in f["events"]]
+    check(len(ids) == len(set(ids)), "stress: duplicate event ids")
+
+
+def sc_killed(files, data, t):
+    """A process killed during a storm: whole members only, every present event well formed."""
+    f = only(files, "killed")
+    check(not f["closed"], "killed: file unexpectedly closed")
+    got = sum(len(io(f, f"/s{i}.bin", "pread")) for i in range(t))
+    check(got > 0, "killed: no pread survived")
+
+
+def sc_fs(files, data):
+    """Every FH line names the file-system type of its path (the mount table's)."""
+    f = only(files, "fs")
+    mounts = []
+    for line in open("/proc/self/mounts"):
+        dev, mnt, typ = line.split()[:3]
+        mounts.append((mnt.encode().decode("unicode_escape"), typ))
+    def fstype(p):
+        best, bl = "unknown", -1
+        for mnt, typ in mounts:
+            m = "" if mnt == "/" else mnt
+            if (p == m or p.startswith(m + "/")) and len(m) >= bl:
+                best, bl = typ, len(m)
+        return best
+    fh = [m for m in f["meta"] if m["name"] == "FH"]
+    check(fh and all("fs" in m["args"] for m in fh), "fs: FH lines without fs")
+    bad = [(m["args"]["name"], m["args"].get("fs"), fstype(m["args"]["name"])) for m in fh
+           if m["args"].get("fs") != fstype(m["args"]["name"])]
+    check(not bad, f"fs: wrong types {bad[:3]}")
+
+
 def sc_valid(files, data, count):
     check(len(files) == int(count), f"valid: want {count} files, got {len(files)}")
 
@@ -322,7 +362,7 @@ def sc_valid(files, data, count):
 def main():
     sc, tdir, data = sys.argv[1], sys.argv[2], sys.argv[3]
     rest = sys.argv[4:]
-    files = load_dir(tdir, allow_truncated=(sc == "sigkill"))
+    files = load_dir(tdir)
     {
         "basic": lambda: sc_basic(files, data),
         "threads": lambda: sc_threads(files, data, int(rest[0]), int(rest[1])),
@@ -334,6 +374,9 @@ def main():
         "escape": lambda: sc_escape(files, data),
         "numpy": lambda: sc_numpy(files, data, int(rest[0])),
         "loop": lambda: sc_loop(files, data, int(rest[0])),
+        "stress": lambda: sc_stress(files, data, int(rest[0]), int(rest[1])),
+        "killed": lambda: sc_killed(files, data, int(rest[0])),
+        "fs": lambda: sc_fs(files, data),
         "valid": lambda: sc_valid(files, data, rest[0]),
     }[sc]()
     if FAILS:

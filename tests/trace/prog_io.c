@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -332,6 +333,43 @@ static int mode_loop(int n) {
     return 0;
 }
 
+/* stress T N: T threads each issue N back-to-back 1-byte preads of their own file, then (with
+ * a third argument "wait") the process announces it is done and sleeps until killed. */
+static int stress_n;
+
+static void *stress_thread(void *arg) {
+    char q[4096], name[32], b[1];
+    snprintf(name, sizeof name, "s%d.bin", (int)(intptr_t)arg);
+    path(q, sizeof q, name);
+    int fd = open(q, O_CREAT | O_RDWR | O_TRUNC, 0644);
+    MUST(fd >= 0);
+    MUST(write(fd, "0123456789abcdef", 16) == 16);
+    for (int i = 0; i < stress_n; i++)
+        MUST(pread(fd, b, 1, i % 16) == 1);
+    MUST(close(fd) == 0);
+    return NULL;
+}
+
+static int mode_stress(int t, int n, int wait) {
+    pthread_t th[64];
+    stress_n = n;
+    if (t < 1 || t > 64)
+        return 2;
+    for (int i = 0; i < t; i++)
+        MUST(pthread_create(&th[i], NULL, stress_thread, (void *)(intptr_t)i) == 0);
+    for (int i = 0; i < t; i++)
+        pthread_join(th[i], NULL);
+    if (!wait)
+        return 0;
+    char q[4096];
+    path(q, sizeof q, "ready");
+    int fd = open(q, O_CREAT | O_WRONLY, 0644);
+    MUST(fd >= 0);
+    MUST(close(fd) == 0);
+    for (;;)
+        pause();
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: prog_io MODE DIR [N [K]]\n");
@@ -362,6 +400,8 @@ int main(int argc, char **argv) {
         return mode_escape();
     if (!strcmp(m, "loop"))
         return mode_loop(n);
+    if (!strcmp(m, "stress"))
+        return mode_stress(n, k, argc > 5 && !strcmp(argv[5], "wait"));
     fprintf(stderr, "prog_io: unknown mode %s\n", m);
     return 2;
 }

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Tracer tests: runs small C programs (prog_io.c), Python/numpy, `true` and `ls` under
-# libscaffold_trace.so and checks the traces with check.py (events, args, FH mapping, byte counts,
-# summaries, threads, fork, exec, SIGTERM, SIGKILL, escaping), errno preservation, the disable
-# switches, the `scaffold trace` command, a dftracer reader when one is installed, and an
-# ASan/UBSan build of the library on the core scenarios.
+# libscaffold_trace.so and checks the traces with check.py (events, args, FH mapping and file-system
+# types, byte counts, summaries, threads, fork, exec, SIGTERM, SIGKILL, escaping), the fast
+# encoder and the clock choices, a 4 x 1M-event stress run (all events after a normal exit and
+# after a later SIGKILL; whole gzip members when killed mid-storm), errno preservation, the
+# disable switches, the `scaffold trace` command, a dftracer reader when one is installed, the
+# zlib fallback build, and an ASan/UBSan build of the library on the core scenarios.
 cd "$(dirname "$0")/../.." && source tests/lib.sh
 LIB=$PWD/$BUILD/libscaffold_trace.so
 PROG=$PWD/$BUILD/tests/trace/prog_io
@@ -72,6 +74,89 @@ TENV="SCAFFOLD_TRACE_BUFFER_MIB=1 SCAFFOLD_TRACE_FLUSH_MIB=1"
 traced loop loop 200000
 check_sc "200k events through a 1 MiB ring (wrap, back-pressure, several members)" loop loop 200000
 TENV=""
+
+# The fast line encoder the flusher switches to when it falls behind (forced here).
+TENV="SCAFFOLD_TRACE_ADAPT=2"
+traced fbasic basic
+check_sc "fast encoder: basic scenario decodes to the same events" basic fbasic
+traced fthreads threads 4 200
+check_sc "fast encoder: threads" threads fthreads 4 200
+TENV="SCAFFOLD_TRACE_ADAPT=2 SCAFFOLD_TRACE_BUFFER_MIB=1 SCAFFOLD_TRACE_FLUSH_MIB=1"
+traced floop loop 200000
+check_sc "fast encoder: 200k events, several members" loop floop 200000
+TENV="SCAFFOLD_TRACE_CLOCK=monotonic"
+traced mthreads threads 4 200
+check_sc "clock_gettime clock (SCAFFOLD_TRACE_CLOCK=monotonic)" threads mthreads 4 200
+TENV=""
+t_check "start event names the clock (tsc or monotonic)" \
+    bash -c "zcat '$T'/basic/out/*.gz | grep -qE '\"clock\":\"(tsc|monotonic)\"' && zcat '$T'/mthreads/out/*.gz | grep -q '\"clock\":\"monotonic\"'"
+t_check "FH lines name each path's file-system type" $CHECK fs "$T/basic/out" "$T/basic/d"
+
+# Stress: 4 threads x 1M back-to-back 1-byte preads. After a normal exit every event is there
+# (counted in the trace text and by the analyzer per file); the file is valid gzip throughout.
+SN=${SCAFFOLD_TRACE_STRESS_N:-1000000}
+stress_count() { # DIR -> number of pread events
+    zcat "$1"/*.pfw.gz | grep -c '"name":"pread"'
+}
+traced stress stress 4 "$SN"
+if [ "$RC" -ne 0 ]; then
+    t_fail "stress: 4 threads x $SN preads" "exit $RC: $(head -c 300 "$T/stress/stderr")"
+else
+    n=$(stress_count "$T/stress/out")
+    end=$(zcat "$T"/stress/out/*.pfw.gz | grep '"name":"end"')
+    if gzip -t "$T"/stress/out/*.pfw.gz && [ "$n" -eq $((4 * SN)) ] && grep -q '"dropped":0' <<<"$end"; then
+        t_ok "stress: 4 threads x $SN preads, all $n events after a normal exit, none dropped"
+    else
+        t_fail "stress: 4 threads x $SN preads" "$n preads; end: $end"
+    fi
+    "$SCAFFOLD" analyze --json --top 10 "$T/stress/out" >"$T/stress.json" 2>/dev/null
+    t_check "stress: the analyzer counts $SN bytes read on each thread's file" "$PYTHON" -c "
+import json,sys
+r=json.load(open(sys.argv[1])); f=[x for x in r['files'] if '/s' in x['path'] and x['path'].endswith('.bin')]
+sys.exit(0 if len(f)==4 and all(x['bytes_read']==$SN for x in f) else 1)" "$T/stress.json"
+fi
+
+# SIGKILL during a storm, with a flush every 20 ms: whatever is on disk is whole gzip members
+# (each member is compressed in memory and written with one write()), readable by gzip and zcat.
+for k in 1 2 3; do
+    name=kill$k
+    mkdir -p "$T/$name/d" "$T/$name/out"
+    SCAFFOLD_TRACE_FLUSH_MS=20 SCAFFOLD_TRACE_PREFIX="$T/$name/out/trace" LD_PRELOAD="$LIB" \
+        "$PROG" stress "$T/$name/d" 2 100000000 2>/dev/null &
+    pid=$!
+    sleep "0.$((3 * k))"
+    kill -KILL "$pid"
+    { wait "$pid"; } 2>/dev/null
+    last=$(zcat "$T/$name"/out/*.pfw.gz 2>/dev/null | tail -n 1)
+    if gzip -t "$T/$name"/out/*.pfw.gz 2>"$T/$name.gz.err" &&
+        "$PYTHON" -c "import json,sys; json.loads(sys.argv[1])" "$last" 2>/dev/null &&
+        [ "$(stress_count "$T/$name/out")" -gt 0 ]; then
+        t_ok "SIGKILL during a storm ($k): gzip -t passes, the last line is whole"
+    else
+        t_fail "SIGKILL during a storm ($k)" "$(head -c 200 "$T/$name.gz.err") last: ${last:0:120}"
+    fi
+done
+
+# Bounded loss after SIGKILL: the storm ends, the process waits; killed three flush intervals
+# later, every one of the 4 x SN events is on disk. (The bound is one flush interval plus the
+# time to drain what the rings still hold; 1 MiB rings keep that short on a busy machine.)
+mkdir -p "$T/killwait/d" "$T/killwait/out"
+SCAFFOLD_TRACE_BUFFER_MIB=1 SCAFFOLD_TRACE_FLUSH_MS=200 SCAFFOLD_TRACE_PREFIX="$T/killwait/out/trace" LD_PRELOAD="$LIB" \
+    "$PROG" stress "$T/killwait/d" 4 "$SN" wait 2>/dev/null &
+pid=$!
+for _ in $(seq 600); do
+    [ -e "$T/killwait/d/ready" ] && break
+    sleep 0.05
+done
+sleep 0.6
+kill -KILL "$pid"
+{ wait "$pid"; } 2>/dev/null
+n=$(stress_count "$T/killwait/out")
+if gzip -t "$T"/killwait/out/*.pfw.gz && [ "$n" -eq $((4 * SN)) ]; then
+    t_ok "SIGKILL after a 4 x $SN storm: all $n events older than the flush interval survive"
+else
+    t_fail "SIGKILL after a storm" "$n of $((4 * SN)) preads"
+fi
 
 # Signals: the process sleeps after its writes; flush every 200 ms.
 signal_run() { # NAME SIG
@@ -176,11 +261,28 @@ else
     echo "skip dftracer-utils reader (pip install dftracer-utils to enable)"
 fi
 
-# ASan/UBSan build of the library on the core scenarios (built here: one gcc call).
+# The zlib fallback build (no libdeflate): same scenarios, same checks.
+if gcc -std=c11 -D_GNU_SOURCE -O2 -fPIC -fvisibility=hidden -shared -Isrc -Iinclude src/trace/*.c \
+    -o "$T/libtrace_zlib.so" -ldl -lpthread -lz 2>"$T/zlib_build.err"; then
+    PRELOAD="$T/libtrace_zlib.so"
+    traced zbasic basic
+    check_sc "zlib fallback build: basic" basic zbasic
+    TENV="SCAFFOLD_TRACE_BUFFER_MIB=1 SCAFFOLD_TRACE_FLUSH_MIB=1"
+    traced zloop loop 200000
+    check_sc "zlib fallback build: 200k events, several members" loop zloop 200000
+    TENV=""
+    unset PRELOAD
+else
+    t_fail "zlib fallback build of the tracer" "$(head -c 300 "$T/zlib_build.err")"
+fi
+
+# ASan/UBSan build of the library on the core scenarios (built here: one gcc call), with the
+# compressor of the default build.
 ASAN_RT=$(gcc -print-file-name=libasan.so)
+deflate=$([ -f /usr/include/libdeflate.h ] && echo "-DTRC_HAVE_LIBDEFLATE -ldeflate" || echo "-lz")
 if [ -f "$ASAN_RT" ] && gcc -std=c11 -D_GNU_SOURCE -O1 -g -fPIC -fvisibility=hidden -shared \
     -fsanitize=address,undefined -fno-omit-frame-pointer -Isrc -Iinclude src/trace/*.c \
-    -o "$T/libtrace_asan.so" -ldl -lpthread -lz 2>"$T/asan_build.err"; then
+    -o "$T/libtrace_asan.so" -ldl -lpthread $deflate 2>"$T/asan_build.err"; then
     export ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
     PRELOAD="$ASAN_RT:$T/libtrace_asan.so"
     traced abasic basic
@@ -192,6 +294,10 @@ if [ -f "$ASAN_RT" ] && gcc -std=c11 -D_GNU_SOURCE -O1 -g -fPIC -fvisibility=hid
     check_sc "ASan/UBSan: fork" fork afork "${child:-0}"
     traced aannot annot
     check_sc "ASan/UBSan: annotations" annot aannot
+    TENV="SCAFFOLD_TRACE_ADAPT=2 SCAFFOLD_TRACE_BUFFER_MIB=1 SCAFFOLD_TRACE_FLUSH_MIB=1"
+    traced aloop loop 50000
+    check_sc "ASan/UBSan: fast encoder, ring wrap" loop aloop 50000
+    TENV=""
     unset PRELOAD ASAN_OPTIONS UBSAN_OPTIONS
 else
     echo "skip ASan build of the tracer: $(head -c 300 "$T/asan_build.err" 2>/dev/null)"
