@@ -30,7 +30,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_reader: %s\n", err_msg());
         return 2;
     }
-    double times[100];
+    double times[100], phases[100][3];
     size_t n = 0, colbytes = 0, strbytes = 0;
     an_read_opts o = {.threads = threads};
     for (int r = 0; r < reps; r++) {
@@ -40,19 +40,28 @@ int main(int argc, char **argv) {
             return 1;
         }
         times[r] = t.load_seconds;
+        for (int k = 0; k < 3; k++)
+            phases[r][k] = t.phase_s[k];
         n = t.n;
         colbytes = t.n * (4 * sizeof(int64_t) + 5 * sizeof(uint32_t) + 2);
         strbytes = t.names.arena_len + t.cats.arena_len + t.files.arena_len + t.hosts.arena_len;
         an_trace_free(&t);
     }
-    qsort(times, (size_t)reps, sizeof *times, cmp_d);
-    double med = times[reps / 2];
+    /* The phases of the run with the median time. */
+    double sorted[100];
+    memcpy(sorted, times, (size_t)reps * sizeof *times);
+    qsort(sorted, (size_t)reps, sizeof *sorted, cmp_d);
+    double med = sorted[reps / 2];
+    int mi = 0;
+    for (int r = 0; r < reps; r++)
+        if (times[r] == med)
+            mi = r;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     printf("events=%zu files=%zu threads=%d median_s=%.3f events_per_s=%.0f column_bytes_per_event=%.1f "
-           "strings_bytes=%zu peak_rss_bytes_per_event=%.1f\n",
+           "strings_bytes=%zu peak_rss_bytes_per_event=%.1f decode_s=%.3f sort_s=%.3f merge_s=%.3f\n",
            n, nf, threads, med, n / med, (double)colbytes / (double)n, strbytes,
-           (double)ru.ru_maxrss * 1024.0 / (double)n);
+           (double)ru.ru_maxrss * 1024.0 / (double)n, phases[mi][0], phases[mi][1], phases[mi][2]);
     for (size_t i = 0; i < nf; i++)
         free(files[i]);
     free(files);

@@ -15,9 +15,15 @@ int an_analyze(const char *const *paths, int npaths, const an_opts *o, FILE *out
         an_rules_free(&rs);
         return rc;
     }
+    an_catalog cat = {0};
+    if (o->catalog && (rc = an_catalog_load(o->catalog, &cat))) {
+        an_rules_free(&rs);
+        return rc;
+    }
     char **files = NULL;
     size_t nf = 0;
     if ((rc = an_expand_inputs(paths, npaths, &files, &nf))) {
+        an_catalog_free(&cat);
         an_rules_free(&rs);
         return rc;
     }
@@ -36,7 +42,7 @@ int an_analyze(const char *const *paths, int npaths, const an_opts *o, FILE *out
         if (t.inputs[i].note[0])
             fprintf(warn, "scaffold analyze: warning: %s: %s\n", t.inputs[i].path,
                     t.inputs[i].note);
-    if ((rc = an_metrics_compute(&t, o->window_s, &m)) || (rc = an_report_build(&rep, &t, &m, &rs)))
+    if ((rc = an_metrics_compute(&t, o->window_s, &m)) || (rc = an_report_build(&rep, &t, &m, &rs, o->catalog ? &cat : NULL)))
         goto out;
     int top = o->top > 0 ? o->top : 10;
     if (o->json)
@@ -51,6 +57,7 @@ out:
     an_report_free(&rep);
     an_metrics_free(&m);
     an_trace_free(&t);
+    an_catalog_free(&cat);
     an_rules_free(&rs);
     return rc;
 }

@@ -20,6 +20,7 @@ typedef struct an_opts {
     int json;              /* JSON instead of text on `out` */
     const char *html;      /* also write this HTML page (NULL: none) */
     const char *rules;     /* YAML rule overrides (NULL: none) */
+    const char *catalog;   /* lever catalog from scaffold tune (NULL: none) */
 } an_opts;
 
 /* Analyzes the traces named by paths (files, directories, globs) and writes the report to out.

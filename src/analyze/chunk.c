@@ -48,6 +48,9 @@ void an_chunk_free(chunk *c) {
     an_imap_free(&c->pairmap);
     an_imap_free(&c->procmap);
     free(c->resolved);
+    free(c->fsof);
+    free(c->head);
+    free(c->tail);
     free(c->pairs);
     free(c->procs);
 }
@@ -77,23 +80,34 @@ static int chunk_reserve(chunk *c) {
     return 0;
 }
 
+/* Grows `resolved` and `fsof` to cover key id. 0 or ERR_NOMEM. */
+int an_chunk_key_cover(chunk *c, uint32_t id) {
+    if (id < c->nresolved)
+        return 0;
+    uint32_t nc = c->nresolved ? c->nresolved : 64;
+    while (nc <= id)
+        nc *= 2;
+    uint32_t *r = realloc(c->resolved, nc * sizeof *r);
+    if (!r)
+        return ERR_NOMEM;
+    c->resolved = r;
+    uint32_t *fs = realloc(c->fsof, nc * sizeof *fs);
+    if (!fs)
+        return ERR_NOMEM;
+    c->fsof = fs;
+    for (uint32_t i = c->nresolved; i < nc; i++) {
+        r[i] = i;
+        fs[i] = 0;
+    }
+    c->nresolved = nc;
+    return 0;
+}
+
 /* Interns a key (hash token or inline string) and makes sure `resolved` covers it. */
 static uint32_t chunk_key(chunk *c, const char *s, size_t n) {
     uint32_t id = an_strtab_intern(&c->keys, s, n);
-    if (id == AN_STR_NONE)
-        return id;
-    if (id >= c->nresolved) {
-        uint32_t nc = c->nresolved ? c->nresolved : 64;
-        while (nc <= id)
-            nc *= 2;
-        uint32_t *r = realloc(c->resolved, nc * sizeof *r);
-        if (!r)
-            return AN_STR_NONE;
-        for (uint32_t i = c->nresolved; i < nc; i++)
-            r[i] = i;
-        c->resolved = r;
-        c->nresolved = nc;
-    }
+    if (id == AN_STR_NONE || an_chunk_key_cover(c, id))
+        return AN_STR_NONE;
     return id;
 }
 
@@ -216,10 +230,14 @@ static void chunk_metadata(chunk *c, const an_rawev *ev) {
     if ((KEYIS(nm, nn, "FH") || KEYIS(nm, nn, "HH")) && ev->m_value && ev->m_name) {
         uint32_t hk = chunk_key(c, ev->m_value, ev->m_value_n);
         uint32_t sk = chunk_key_esc(c, ev->m_name, ev->m_name_n, ev->m_name_esc);
-        if (hk != AN_STR_NONE && sk != AN_STR_NONE)
+        uint32_t fk = ev->m_fs ? chunk_key(c, ev->m_fs, ev->m_fs_n) : 0;
+        if (hk != AN_STR_NONE && sk != AN_STR_NONE && fk != AN_STR_NONE) {
             c->resolved[hk] = sk;
-        else
+            if (fk)
+                c->fsof[hk] = fk;
+        } else {
             c->oom = 1;
+        }
         return;
     }
     if (KEYIS(nm, nn, "SH") || KEYIS(nm, nn, "CM") || KEYIS(nm, nn, "thread_name"))
@@ -246,7 +264,7 @@ static void chunk_metadata(chunk *c, const an_rawev *ev) {
         }
         return;
     }
-    c->in->unknown_meta++;
+    c->unknown_meta++;
 }
 
 static int chunk_add(chunk *c, const an_rawev *ev) {
@@ -349,7 +367,7 @@ static int chunk_add(chunk *c, const an_rawev *ev) {
 }
 
 void an_chunk_line(chunk *c, const char *p, const char *e) {
-    c->in->lines++;
+    c->lines++;
     an_rawev ev;
     int r = an_parse_line(p, e, &ev);
     if (r == 0)
@@ -363,9 +381,9 @@ void an_chunk_line(chunk *c, const char *p, const char *e) {
             return;
         }
     }
-    if (!c->in->malformed)
-        c->in->first_bad_line = c->in->lines;
-    c->in->malformed++;
+    if (!c->malformed)
+        c->first_bad_line = c->lines;
+    c->malformed++;
 }
 
 /* ------------------------------------------------------------------ sorting */

@@ -1,7 +1,10 @@
 /* classify: operation classes of trace events by name and category (DFAnalyzer's POSIX_IO_CAT
  * lists extended with the 64-bit and vector variants, dftracer's AI categories, DLIO's names),
- * and the sub-kinds that need per-name handling when deriving bytes and offsets. */
+ * the sub-kinds that need per-name handling when deriving bytes and offsets, and the
+ * file-system class of a file (from its recorded type, a --fs-type override, or its path). */
 #include "analyze/reader_int.h"
+
+#include "core/err.h"
 
 #include <ctype.h>
 #include <string.h>
@@ -132,4 +135,59 @@ int an_subkind(const char *name, size_t nn) {
     if (name_in(name, nn, open))
         return SK_OPEN;
     return SK_NONE;
+}
+
+/* ------------------------------------------------------------------ file systems */
+
+const char *const an_fs_names[AN_FS_COUNT] = {"unknown", "lustre", "gpfs", "beegfs",
+                                              "nfs",     "local",  "tmpfs"};
+
+int an_fs_class(const char *type, size_t n) {
+    static const struct {
+        const char *name;
+        int cls;
+    } map[] = {{"lustre", AN_FS_LUSTRE}, {"gpfs", AN_FS_GPFS},     {"beegfs", AN_FS_BEEGFS},
+               {"nfs", AN_FS_NFS},       {"nfs4", AN_FS_NFS},      {"cifs", AN_FS_NFS},
+               {"smb3", AN_FS_NFS},      {"9p", AN_FS_NFS},        {"local", AN_FS_LOCAL},
+               {"ext2", AN_FS_LOCAL},    {"ext3", AN_FS_LOCAL},    {"ext4", AN_FS_LOCAL},
+               {"xfs", AN_FS_LOCAL},     {"btrfs", AN_FS_LOCAL},   {"f2fs", AN_FS_LOCAL},
+               {"zfs", AN_FS_LOCAL},     {"overlay", AN_FS_LOCAL}, {"vfat", AN_FS_LOCAL},
+               {"local_nvme", AN_FS_LOCAL}, {"local_hdd", AN_FS_LOCAL}, {"tmpfs", AN_FS_TMPFS},
+               {"ramfs", AN_FS_TMPFS},   {"unknown", AN_FS_UNKNOWN}};
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (strlen(map[i].name) == n && !strncasecmp(type, map[i].name, n))
+            return map[i].cls;
+    return -1;
+}
+
+int an_fs_infer(const char *p) {
+    if (strstr(p, "lustre") || !strncmp(p, "/p/", 3))
+        return AN_FS_LUSTRE;
+    if (strstr(p, "gpfs") || !strncmp(p, "/gs/", 4))
+        return AN_FS_GPFS;
+    if (strstr(p, "beegfs"))
+        return AN_FS_BEEGFS;
+    if (!strncmp(p, "/nfs", 4) || strstr(p, "/nfs/") || !strncmp(p, "/home/", 6) ||
+        !strncmp(p, "/g/g", 4))
+        return AN_FS_NFS;
+    if (!strncmp(p, "/dev/shm", 8))
+        return AN_FS_TMPFS;
+    if (!strncmp(p, "/tmp/", 5) || !strncmp(p, "/var/tmp/", 9) || !strncmp(p, "/local/", 7))
+        return AN_FS_LOCAL;
+    return AN_FS_UNKNOWN;
+}
+
+int an_fs_override_check(const char *spec) {
+    const char *eq = strchr(spec, '=');
+    if (!eq || spec[0] != '/' || eq == spec)
+        return err_set(ERR_USAGE,
+                       "'%s' must be PREFIX=TYPE with an absolute prefix, e.g. "
+                       "/p/lustre3=lustre",
+                       spec);
+    if (an_fs_class(eq + 1, strlen(eq + 1)) < 0)
+        return err_set(ERR_USAGE,
+                       "'%s': unknown type '%s' (use lustre, gpfs, beegfs, nfs, local, tmpfs, "
+                       "or a mount-table name such as ext4, xfs, nfs4)",
+                       spec, eq + 1);
+    return 0;
 }

@@ -1,6 +1,12 @@
-/* gunzip: streams the lines of one trace file into its chunk: plain text, or gzip decoded member
- * after member (libdeflate for whole members when available, zlib streaming otherwise and for
- * damaged members), keeping every complete line before a truncation or corruption. */
+/* gunzip: streams the lines of one part of one trace file into its chunk. A file is plain text
+ * or gzip; gzip is decoded member after member: whole members with libdeflate when available
+ * (several times zlib's speed), zlib streaming otherwise and for members that are damaged or
+ * larger than the whole-member buffer. A large file is read by several threads at once: each
+ * part is a byte range, and its reader starts at the first gzip member that begins in the range
+ * (found by scanning for the gzip header and confirmed by decoding it) or, for plain text, at
+ * the first line that begins in it. After a corrupt member the reader resynchronises on the next
+ * member, so damage costs only the damaged member; a truncated last member keeps every complete
+ * line before the cut. */
 #include "analyze/reader_int.h"
 
 #include "core/err.h"
@@ -18,247 +24,385 @@
 #include <libdeflate.h>
 #endif
 
-#define IN_BUF (1u << 20)
 #define OUT_BUF (4u << 20)
 #define MAX_LINE (64u << 20)
+#define MEMBER_MAX (64u << 20) /* larger members are streamed through zlib */
+#define PART_MIN_GZ (4u << 20)   /* compressed bytes per part, at least */
+#define PART_MIN_TEXT (32u << 20)
 
-/* Feeds the complete lines of buf[0..*have) to the chunk and keeps the partial last line. */
-static int feed_lines(chunk *c, char **buf, size_t *have, size_t *cap, int final) {
-    char *b = *buf;
+int an_plan_parts(const char *path, int threads, int64_t part_bytes, int64_t *size) {
+    struct stat st;
+    *size = 0;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+        return 1;
+    *size = (int64_t)st.st_size;
+    if (threads <= 1)
+        return 1;
+    unsigned char mg[2] = {0, 0};
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 1;
+    size_t got = fread(mg, 1, 2, f);
+    fclose(f);
+    int gz = got == 2 && mg[0] == 0x1f && mg[1] == 0x8b;
+    int64_t per = part_bytes > 0 ? part_bytes : gz ? PART_MIN_GZ : PART_MIN_TEXT;
+    int64_t n = *size / per;
+    if (n < 2)
+        return 1;
+    return n < threads ? (int)n : threads;
+}
+
+/* ------------------------------------------------------------------ lines */
+
+typedef struct {
+    char *p;
+    size_t have, cap;
+} obuf;
+
+static int obuf_room(obuf *b, size_t want) {
+    if (b->cap - b->have >= want)
+        return 0;
+    size_t nc = b->cap ? b->cap : OUT_BUF;
+    while (nc - b->have < want)
+        nc *= 2;
+    char *np = realloc(b->p, nc);
+    if (!np)
+        return ERR_NOMEM;
+    b->p = np;
+    b->cap = nc;
+    return 0;
+}
+
+static char *dup_bytes(const char *p, size_t n) {
+    char *d = malloc(n + 1);
+    if (d) {
+        memcpy(d, p, n);
+        d[n] = 0;
+    }
+    return d;
+}
+
+/* Feeds the complete lines of b to the chunk and keeps the partial last line. A part after the
+ * first keeps its first line aside (c->head): it may continue the previous part's last line. */
+static int feed_lines(chunk *c, obuf *b) {
+    char *s = b->p;
     size_t start = 0;
     for (;;) {
-        char *nl = memchr(b + start, '\n', *have - start);
+        char *nl = memchr(s + start, '\n', b->have - start);
         if (!nl)
             break;
-        an_chunk_line(c, b + start, nl);
-        start = (size_t)(nl - b) + 1;
-    }
-    size_t rest = *have - start;
-    if (final) {
-        if (rest) {
-            /* The last line has no newline: v2 ends with "]", a crashed writer mid-line. */
-            an_rawev ev;
-            const char *p = b + start, *e = b + *have;
-            int r = an_parse_line(p, e, &ev);
-            if (r < 0) {
-                c->in->truncated = 1;
-                if (!c->in->note[0])
-                    snprintf(c->in->note, sizeof c->in->note,
-                             "the last line is incomplete (%zu bytes dropped)", rest);
-            } else {
-                an_chunk_line(c, p, e);
-            }
+        size_t end = (size_t)(nl - s);
+        if (c->want_head) {
+            c->want_head = 0;
+            c->head = dup_bytes(s + start, end - start);
+            c->head_n = end - start;
+            if (!c->head)
+                return ERR_NOMEM;
+        } else {
+            an_chunk_line(c, s + start, nl);
         }
-        *have = 0;
-        return 0;
+        start = end + 1;
     }
+    size_t rest = b->have - start;
     if (start)
-        memmove(b, b + start, rest);
-    *have = rest;
-    if (rest == *cap) {
-        if (*cap >= MAX_LINE) {
-            /* A single line longer than 64 MiB is not a trace line; drop it. */
-            c->in->malformed++;
-            *have = 0;
-            return 0;
-        }
-        char *nb = realloc(b, *cap * 2);
-        if (!nb)
-            return ERR_NOMEM;
-        *buf = nb;
-        *cap *= 2;
+        memmove(s, s + start, rest);
+    b->have = rest;
+    if (rest >= MAX_LINE) {
+        /* A single line longer than 64 MiB is not a trace line; drop it. */
+        c->malformed++;
+        b->have = 0;
     }
     return 0;
 }
 
-#ifdef AN_HAVE_LIBDEFLATE
-/* Fast path: decodes whole gzip members with libdeflate (about 2-3x zlib's inflate, which is
- * most of the load time) and feeds their lines. Stops at the first member it cannot decode in
- * one piece (truncated, corrupt, larger than 1 GiB, trailing junk) and returns that member's
- * file offset, where the zlib streaming path takes over and recovers what it can. */
-static off_t gzip_fast(chunk *c, int fd, char **out, size_t *have, size_t *cap) {
-    struct stat st;
-    if (fstat(fd, &st) || st.st_size < 18)
-        return 0;
-    size_t fsz = (size_t)st.st_size, off = 0;
-    unsigned char *in = mmap(NULL, fsz, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (in == MAP_FAILED)
-        return 0;
-    struct libdeflate_decompressor *d = libdeflate_alloc_decompressor();
-    while (d && off + 18 <= fsz && in[off] == 0x1f && in[off + 1] == 0x8b) {
-        enum libdeflate_result r;
-        size_t ain = 0, aout = 0, want = 64u << 20;
-        for (;;) {
-            if (*cap - *have < want) {
-                char *nb = realloc(*out, *have + want);
-                if (!nb) {
-                    c->oom = 1;
-                    goto stop;
-                }
-                *out = nb;
-                *cap = *have + want;
-            }
-            r = libdeflate_gzip_decompress_ex(d, in + off, fsz - off, *out + *have, *cap - *have,
-                                              &ain, &aout);
-            if (r != LIBDEFLATE_INSUFFICIENT_SPACE || want >= (1u << 30))
-                break;
-            want *= 2;
+/* The text after the last newline when the part is done: the final line of the file (v2 ends
+ * with "]" and no newline; a crashed writer cuts a line), or the part's tail for merge.c. */
+static void finish_lines(chunk *c, obuf *b) {
+    if (!b->have)
+        return;
+    if (c->want_head) { /* no newline in the whole part: all of it is the head */
+        c->want_head = 0;
+        c->head = dup_bytes(b->p, b->have);
+        c->head_n = c->head ? b->have : 0;
+    } else if (c->part + 1 < c->nparts) {
+        c->tail = dup_bytes(b->p, b->have);
+        c->tail_n = c->tail ? b->have : 0;
+    } else {
+        an_rawev ev;
+        if (an_parse_line(b->p, b->p + b->have, &ev) < 0) {
+            c->truncated = 1;
+            if (!c->note[0])
+                snprintf(c->note, sizeof c->note, "the last line is incomplete (%zu bytes dropped)",
+                         b->have);
+        } else {
+            an_chunk_line(c, b->p, b->p + b->have);
         }
-        if (r != LIBDEFLATE_SUCCESS)
+    }
+    b->have = 0;
+}
+
+/* ------------------------------------------------------------------ gzip members */
+
+enum { M_OK, M_TRUNC, M_CORRUPT, M_BIG, M_NOMEM };
+
+/* A plausible gzip member header at m (RFC 1952: magic, deflate, reserved flag bits clear). */
+static int member_header(const unsigned char *m, size_t left) {
+    return left >= 18 && m[0] == 0x1f && m[1] == 0x8b && m[2] == 8 && !(m[3] & 0xe0);
+}
+
+/* Decodes the member at m with zlib, streaming its lines into the chunk (or, with sink NULL,
+ * only checking it). *used = compressed bytes of the member when M_OK. */
+static int member_zlib(chunk *c, obuf *b, const unsigned char *m, size_t left, size_t *used,
+                       int sink) {
+    z_stream zs;
+    memset(&zs, 0, sizeof zs);
+    if (inflateInit2(&zs, 15 + 16) != Z_OK)
+        return M_NOMEM;
+    unsigned char scratch[1 << 16];
+    zs.next_in = (unsigned char *)(uintptr_t)m;
+    int rc = M_TRUNC;
+    size_t in_left = left;
+    for (;;) {
+        uInt step = in_left > (1u << 30) ? (1u << 30) : (uInt)in_left;
+        zs.avail_in = step;
+        if (sink) {
+            if (obuf_room(b, 1u << 20)) {
+                rc = M_NOMEM;
+                break;
+            }
+            zs.next_out = (unsigned char *)b->p + b->have;
+            zs.avail_out = (uInt)(b->cap - b->have > (1u << 30) ? (1u << 30) : b->cap - b->have);
+        } else {
+            zs.next_out = scratch;
+            zs.avail_out = sizeof scratch;
+        }
+        size_t before_out = zs.avail_out;
+        int zr = inflate(&zs, Z_NO_FLUSH);
+        in_left -= step - zs.avail_in;
+        if (sink)
+            b->have += before_out - zs.avail_out;
+        if (sink && feed_lines(c, b)) {
+            rc = M_NOMEM;
             break;
-        c->in->members++;
-        *have += aout;
-        off += ain;
-        if (feed_lines(c, out, have, cap, 0)) {
-            c->oom = 1;
+        }
+        if (zr == Z_STREAM_END) {
+            rc = M_OK;
+            break;
+        }
+        if (zr == Z_BUF_ERROR && zs.avail_in == 0 && in_left == 0) {
+            rc = M_TRUNC;
+            break;
+        }
+        if (zr != Z_OK && zr != Z_BUF_ERROR) {
+            rc = M_CORRUPT;
             break;
         }
     }
-stop:
-    if (d)
-        libdeflate_free_decompressor(d);
-    munmap(in, fsz);
-    return (off_t)off;
+    *used = left - in_left;
+    inflateEnd(&zs);
+    return rc;
 }
-#endif
 
-void an_load_file(chunk *c) {
-    an_input *in = c->in;
-    int fd = open(in->path, O_RDONLY);
-    if (fd < 0) {
-        in->failed = 1;
-        snprintf(in->note, sizeof in->note, "cannot open: %s", strerror(errno));
+/* Decodes the member at m whole (libdeflate) into b; M_BIG when it is larger than MEMBER_MAX. */
+static int member_whole(void *d, obuf *b, const unsigned char *m, size_t left, size_t *used) {
+#ifdef AN_HAVE_LIBDEFLATE
+    size_t want = 8u << 20;
+    for (;;) {
+        if (obuf_room(b, want))
+            return M_NOMEM;
+        size_t aout = 0, ain = 0;
+        enum libdeflate_result r = libdeflate_gzip_decompress_ex(d, m, left, b->p + b->have,
+                                                                 b->cap - b->have, &ain, &aout);
+        if (r == LIBDEFLATE_SUCCESS) {
+            b->have += aout;
+            *used = ain;
+            return M_OK;
+        }
+        if (r != LIBDEFLATE_INSUFFICIENT_SPACE)
+            return M_CORRUPT; /* or truncated: the zlib path tells which and recovers lines */
+        if (want >= MEMBER_MAX)
+            return M_BIG;
+        want *= 2;
+    }
+#else
+    (void)d;
+    (void)b;
+    (void)m;
+    (void)left;
+    (void)used;
+    return M_BIG; /* everything goes through zlib streaming */
+#endif
+}
+
+/* The first offset >= from (and < limit) where a whole gzip member starts. */
+static size_t find_member(void *d, const unsigned char *m, size_t size, size_t from, size_t limit) {
+    obuf scratch = {0};
+    size_t found = SIZE_MAX;
+    for (size_t p = from; p < limit && p + 18 <= size;) {
+        const unsigned char *q = memchr(m + p, 0x1f, limit - p);
+        if (!q)
+            break;
+        p = (size_t)(q - m);
+        if (member_header(m + p, size - p)) {
+            size_t used;
+            scratch.have = 0;
+            int r = member_whole(d, &scratch, m + p, size - p, &used);
+            if (r == M_BIG) /* too big to decode whole: a clean zlib pass decides */
+                r = member_zlib(NULL, NULL, m + p, size - p, &used, 0);
+            if (r == M_OK) {
+                found = p;
+                break;
+            }
+        }
+        p++;
+    }
+    free(scratch.p);
+    return found;
+}
+
+static void load_gzip(chunk *c, const unsigned char *m, size_t size, obuf *b) {
+#ifdef AN_HAVE_LIBDEFLATE
+    struct libdeflate_decompressor *d = libdeflate_alloc_decompressor();
+    if (!d) {
+        c->oom = 1;
         return;
     }
-    size_t cap = OUT_BUF, have = 0;
-    char *out = malloc(cap);
-    unsigned char *inb = malloc(IN_BUF);
-    if (!out || !inb) {
-        c->oom = 1;
-        goto done;
-    }
-    ssize_t got = read(fd, inb, IN_BUF);
-    if (got < 0) {
-        in->failed = 1;
-        snprintf(in->note, sizeof in->note, "cannot read: %s", strerror(errno));
-        goto done;
-    }
-    if (got >= 2 && inb[0] == 0x1f && inb[1] == 0x8b) {
-#ifdef AN_HAVE_LIBDEFLATE
-        off_t start = gzip_fast(c, fd, &out, &have, &cap);
-        if (c->oom)
-            goto done;
-        if (start > 0) {
-            if (lseek(fd, start, SEEK_SET) != start) {
-                snprintf(in->note, sizeof in->note, "cannot seek: %s", strerror(errno));
-                goto done;
-            }
-            got = read(fd, inb, IN_BUF);
-            if (got <= 0) {
-                feed_lines(c, &out, &have, &cap, 1); /* every member decoded */
-                goto done;
-            }
-        }
+#else
+    void *d = NULL;
 #endif
-        z_stream zs;
-        memset(&zs, 0, sizeof zs);
-        if (inflateInit2(&zs, 15 + 16) != Z_OK) {
-            c->oom = 1;
-            goto done;
+    size_t end = c->part + 1 < c->nparts ? (size_t)c->range_end : size;
+    size_t off = c->part ? find_member(d, m, size, (size_t)c->range_start, end) : 0;
+    while (off < end && off < size) {
+        if (!member_header(m + off, size - off)) {
+            /* Not a member start: zero padding from a preallocated file, or junk. */
+            if (!c->note[0])
+                snprintf(c->note, sizeof c->note,
+                         "%zu bytes of non-gzip data after member %llu ignored", size - off,
+                         (unsigned long long)c->members);
+            break;
         }
-        zs.next_in = inb;
-        zs.avail_in = (uInt)got;
-        int eof = 0, in_member = 1;
-        for (;;) {
-            if (zs.avail_in == 0 && !eof) {
-                got = read(fd, inb, IN_BUF);
-                if (got < 0) {
-                    snprintf(in->note, sizeof in->note, "read error: %s", strerror(errno));
-                    in->truncated = 1;
-                    break;
-                }
-                if (got == 0)
-                    eof = 1;
-                zs.next_in = inb;
-                zs.avail_in = (uInt)got;
+        size_t used = 0;
+        int r = member_whole(d, b, m + off, size - off, &used);
+        if (r == M_OK) {
+            c->members++;
+            off += used;
+            if (feed_lines(c, b)) {
+                c->oom = 1;
+                break;
             }
-            if (!in_member) {
-                if (zs.avail_in == 0 && eof)
-                    break;
-                if (zs.avail_in == 0)
-                    continue;
-                /* A new member must start with the gzip magic; anything else (zero padding
-                 * from a preallocated file) ends the stream. */
-                if (zs.next_in[0] != 0x1f) {
-                    snprintf(in->note, sizeof in->note,
-                             "%u bytes of non-gzip data after member %llu ignored", zs.avail_in,
-                             (unsigned long long)in->members);
-                    break;
-                }
-                inflateReset(&zs);
-                in_member = 1;
-            }
-            if (zs.avail_in == 0 && eof) {
-                in->truncated = 1;
-                snprintf(in->note, sizeof in->note,
+            continue;
+        }
+        if (r == M_NOMEM) {
+            c->oom = 1;
+            break;
+        }
+        /* Large, truncated or corrupt: stream it, keeping every complete line. */
+        r = member_zlib(c, b, m + off, size - off, &used, 1);
+        if (r == M_OK) {
+            c->members++;
+            off += used;
+            continue;
+        }
+        if (r == M_NOMEM) {
+            c->oom = 1;
+            break;
+        }
+        c->truncated = 1;
+        /* The partial line cut by the damage cannot be complete. */
+        an_rawev ev;
+        if (b->have && an_parse_line(b->p, b->p + b->have, &ev) > 0)
+            an_chunk_line(c, b->p, b->p + b->have);
+        b->have = 0;
+        if (r == M_TRUNC) {
+            if (!c->note[0])
+                snprintf(c->note, sizeof c->note,
                          "gzip stream truncated inside member %llu; kept every complete line "
                          "before the cut",
-                         (unsigned long long)in->members + 1);
-                break;
-            }
-            zs.next_out = (unsigned char *)out + have;
-            zs.avail_out = (uInt)(cap - have);
-            int zr = inflate(&zs, Z_NO_FLUSH);
-            have = cap - zs.avail_out;
-            if (zr == Z_STREAM_END) {
-                in->members++;
-                in_member = 0;
-            } else if (zr == Z_BUF_ERROR) {
-                /* No progress possible: need input (handled above) or output space. */
-            } else if (zr != Z_OK) {
-                in->truncated = 1;
-                snprintf(in->note, sizeof in->note,
-                         "corrupt gzip data in member %llu (%s); kept every complete line before it",
-                         (unsigned long long)in->members + 1, zs.msg ? zs.msg : "data error");
-                break;
-            }
-            if (feed_lines(c, &out, &have, &cap, 0)) {
-                c->oom = 1;
-                break;
-            }
+                         (unsigned long long)c->members + 1);
+            break;
         }
-        inflateEnd(&zs);
-        if (in->truncated && have) {
-            /* Drop the partial line cut by the truncation: it cannot be complete. */
-            an_rawev ev;
-            if (an_parse_line(out, out + have, &ev) > 0)
-                an_chunk_line(c, out, out + have);
-            have = 0;
-        }
-        feed_lines(c, &out, &have, &cap, 1);
-    } else {
-        size_t pos = 0;
-        while (got > 0) {
-            size_t room = cap - have;
-            size_t take = (size_t)got - pos < room ? (size_t)got - pos : room;
-            memcpy(out + have, inb + pos, take);
-            have += take;
-            pos += take;
-            if (feed_lines(c, &out, &have, &cap, 0)) {
-                c->oom = 1;
-                break;
-            }
-            if (pos == (size_t)got) {
-                got = read(fd, inb, IN_BUF);
-                pos = 0;
-            }
-        }
-        if (got < 0)
-            snprintf(in->note, sizeof in->note, "read error: %s", strerror(errno));
-        feed_lines(c, &out, &have, &cap, 1);
+        size_t next = find_member(d, m, size, off + 1, size);
+        if (!c->note[0])
+            snprintf(c->note, sizeof c->note,
+                     "corrupt gzip data in member %llu; kept every complete line before it%s",
+                     (unsigned long long)c->members + 1,
+                     next != SIZE_MAX ? " and the members after it" : "");
+        if (next == SIZE_MAX)
+            break;
+        off = next;
     }
-done:
-    free(out);
-    free(inb);
+#ifdef AN_HAVE_LIBDEFLATE
+    libdeflate_free_decompressor(d);
+#endif
+}
+
+/* Plain text: the lines that begin in [range_start, range_end). */
+static void load_text(chunk *c, const char *m, size_t size) {
+    size_t start = (size_t)c->range_start, end = c->part + 1 < c->nparts ? (size_t)c->range_end : size;
+    if (start > 0) { /* a line begins here only after a newline */
+        const char *nl = memchr(m + start - 1, '\n', size - (start - 1));
+        start = nl ? (size_t)(nl - m) + 1 : size;
+    }
+    size_t p = start;
+    while (p < end && p < size) {
+        const char *nl = memchr(m + p, '\n', size - p);
+        if (!nl) { /* the last line, without a newline */
+            an_rawev ev;
+            if (an_parse_line(m + p, m + size, &ev) < 0) {
+                c->truncated = 1;
+                snprintf(c->note, sizeof c->note, "the last line is incomplete (%zu bytes dropped)",
+                         size - p);
+            } else {
+                an_chunk_line(c, m + p, m + size);
+            }
+            break;
+        }
+        if ((size_t)(nl - (m + p)) >= MAX_LINE)
+            c->malformed++;
+        else
+            an_chunk_line(c, m + p, nl);
+        p = (size_t)(nl - m) + 1;
+    }
+}
+
+void an_load_part(chunk *c) {
+    int fd = open(c->in->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        c->failed = 1;
+        snprintf(c->note, sizeof c->note, "cannot open: %s", strerror(errno));
+        return;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        c->failed = 1;
+        snprintf(c->note, sizeof c->note, "not a regular file");
+        close(fd);
+        return;
+    }
+    size_t size = (size_t)st.st_size;
+    if (size == 0) {
+        close(fd);
+        return;
+    }
+    void *m = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
+    if (m == MAP_FAILED) {
+        c->failed = 1;
+        snprintf(c->note, sizeof c->note, "cannot read: %s", strerror(errno));
+        return;
+    }
+    madvise(m, size, MADV_SEQUENTIAL);
+    c->want_head = c->part > 0;
+    const unsigned char *u = m;
+    if (size >= 2 && u[0] == 0x1f && u[1] == 0x8b) {
+        obuf b = {0};
+        load_gzip(c, u, size, &b);
+        if (!c->oom)
+            finish_lines(c, &b);
+        free(b.p);
+    } else {
+        c->want_head = 0; /* plain parts start on a line */
+        load_text(c, m, size);
+    }
+    munmap(m, size);
 }

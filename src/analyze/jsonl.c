@@ -193,6 +193,12 @@ static const char *parse_args(const char *p, const char *e, an_rawev *ev) {
         int64_t v = 0;
         unsigned bit = 0;
         switch (kn) {
+        case 2:
+            if (KEYIS(k, kn, "fs")) { /* FH: the file-system type our tracer records */
+                p = scan_raw(p, e, &ev->m_fs, &ev->m_fs_n, NULL);
+                goto next;
+            }
+            break;
         case 3:
             if (KEYIS(k, kn, "ret"))
                 bit = AN_RAW_RET;

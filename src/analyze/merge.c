@@ -1,7 +1,10 @@
-/* merge: the reader's driver. Files are loaded in parallel (one worker per file, up to the
- * thread count), each into its own sorted chunk; the chunks are then merged into one time-sorted
- * set of global columns with global string tables (k-way merge, ids remapped per chunk), and
- * the per-trace facts are derived: system-path flags, threads per process, clock skew. */
+/* merge: the reader's driver. Every file is one part, a large one several (byte ranges decoded
+ * by different threads, see gunzip.c); the parts are loaded in parallel, each into its own
+ * chunk. Then the lines cut at part boundaries are joined, the metadata of one file is shared
+ * between its parts (an FH line in one part names the file of events in another), the chunks
+ * are sorted in parallel and merged into one time-sorted set of global columns with global
+ * string tables (k-way merge, ids remapped per chunk), and the per-trace facts are derived:
+ * system-path flags, file-system classes, threads per process, clock skew. */
 #include "analyze/reader_int.h"
 
 #include "core/err.h"
@@ -16,8 +19,10 @@
 
 typedef struct {
     chunk *chunks;
-    size_t nfiles;
+    size_t *order; /* chunk indices, largest part first */
+    size_t nchunks;
     size_t next;
+    int sort_phase; /* 0: load the parts, 1: sort the chunks */
     pthread_mutex_t mu;
 } pool;
 
@@ -41,16 +46,99 @@ static void *worker(void *arg) {
         pthread_mutex_lock(&p->mu);
         size_t i = p->next++;
         pthread_mutex_unlock(&p->mu);
-        if (i >= p->nfiles)
+        if (i >= p->nchunks)
             break;
-        chunk *c = &p->chunks[i];
-        an_load_file(c);
-        c->file_rank = rank_from_filename(c->in->path);
-        c->in->events = c->n;
-        if (!c->oom && an_chunk_sort(c))
-            c->oom = 1;
+        chunk *c = &p->chunks[p->order[i]];
+        if (p->sort_phase) {
+            if (!c->oom && an_chunk_sort(c))
+                c->oom = 1;
+        } else {
+            an_load_part(c);
+            c->file_rank = rank_from_filename(c->in->path);
+        }
     }
     return NULL;
+}
+
+/* Runs the pool's phase on nth threads (the caller is one of them). */
+static void run_pool(pool *p, int nth) {
+    p->next = 0;
+    pthread_t *th = calloc((size_t)(nth > 1 ? nth - 1 : 1), sizeof *th);
+    int started = 0;
+    for (int i = 0; th && i < nth - 1; i++)
+        if (pthread_create(&th[i], NULL, worker, p) == 0)
+            started++;
+    worker(p);
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    free(th);
+}
+
+/* Joins the line cut between two parts of a file (the tail of one, the head of the next) and
+ * parses it into the later part. */
+static void join_parts(chunk *a, chunk *b) {
+    if (!b->head && !a->tail)
+        return;
+    size_t n = a->tail_n + b->head_n;
+    char *line = malloc(n + 1);
+    if (!line) {
+        b->oom = 1;
+        return;
+    }
+    if (a->tail_n)
+        memcpy(line, a->tail, a->tail_n);
+    if (b->head_n)
+        memcpy(line + a->tail_n, b->head, b->head_n);
+    if (n)
+        an_chunk_line(b, line, line + n);
+    free(line);
+}
+
+/* Resolution of a part's unresolved keys (hashes defined by an FH/HH line in another part of
+ * the same file): interns the resolved string and its file-system type into this part. */
+static void share_metadata(chunk *c, chunk *group, int nparts) {
+    for (uint32_t k = 1; k < c->keys.n && !c->oom; k++) {
+        if (c->resolved[k] != k && c->fsof[k])
+            continue;
+        const char *s = an_strtab_get(&c->keys, k);
+        size_t n = an_strtab_len(&c->keys, k);
+        for (int j = 0; j < nparts; j++) {
+            chunk *o = &group[j];
+            if (o == c)
+                continue;
+            uint32_t ok = an_strtab_find(&o->keys, s, n);
+            if (ok == AN_STR_NONE || ok >= o->nresolved)
+                continue;
+            if (c->resolved[k] == k && o->resolved[ok] != ok) {
+                uint32_t rk = o->resolved[ok];
+                uint32_t nk = an_strtab_intern(&c->keys, an_strtab_get(&o->keys, rk),
+                                               an_strtab_len(&o->keys, rk));
+                if (nk == AN_STR_NONE || an_chunk_key_cover(c, nk)) {
+                    c->oom = 1;
+                    return;
+                }
+                c->resolved[k] = nk;
+                s = an_strtab_get(&c->keys, k); /* the arena may have moved */
+            }
+            if (!c->fsof[k] && o->fsof[ok]) {
+                uint32_t fk = o->fsof[ok];
+                uint32_t nk = an_strtab_intern(&c->keys, an_strtab_get(&o->keys, fk),
+                                               an_strtab_len(&o->keys, fk));
+                if (nk == AN_STR_NONE || an_chunk_key_cover(c, nk)) {
+                    c->oom = 1;
+                    return;
+                }
+                c->fsof[k] = nk;
+                s = an_strtab_get(&c->keys, k);
+            }
+        }
+    }
+    /* Ranks from a PR line in another part. */
+    for (uint32_t i = 0; i < c->nprocs; i++)
+        for (int j = 0; j < nparts && c->procs[i].rank < 0; j++)
+            for (uint32_t q = 0; q < group[j].nprocs; q++)
+                if (group[j].procs[q].pid == c->procs[i].pid && group[j].procs[q].rank >= 0)
+                    c->procs[i].rank = group[j].procs[q].rank;
 }
 
 static const char *const IGNORED_PATTERNS[] = {
@@ -109,6 +197,10 @@ void an_trace_free(an_trace *t) {
     free(t->op);
     free(t->flags);
     free(t->file_ignored);
+    free(t->file_fstype);
+    free(t->file_fs);
+    free(t->file_fs_how);
+    an_strtab_free(&t->fstypes);
     an_strtab_free(&t->names);
     an_strtab_free(&t->cats);
     an_strtab_free(&t->files);
@@ -120,12 +212,78 @@ void an_trace_free(an_trace *t) {
     memset(t, 0, sizeof *t);
 }
 
+/* The file-system type an FH line recorded for file key fk, kept for global file gf. */
+static int record_fstype(an_trace *t, const chunk *c, uint32_t fk, uint32_t gf) {
+    if (gf >= t->nfile_fstype) {
+        size_t nc = t->nfile_fstype ? 2 * t->nfile_fstype : 256;
+        while (nc <= gf)
+            nc *= 2;
+        uint32_t *n = realloc(t->file_fstype, nc * sizeof *n);
+        if (!n)
+            return ERR_NOMEM;
+        memset(n + t->nfile_fstype, 0, (nc - t->nfile_fstype) * sizeof *n);
+        t->file_fstype = n;
+        t->nfile_fstype = nc;
+    }
+    uint32_t k = fk < c->nresolved ? c->fsof[fk] : 0;
+    if (!k || t->file_fstype[gf])
+        return 0;
+    uint32_t id = an_strtab_intern(&t->fstypes, an_strtab_get(&c->keys, k), an_strtab_len(&c->keys, k));
+    if (id == AN_STR_NONE)
+        return ERR_NOMEM;
+    t->file_fstype[gf] = id;
+    return 0;
+}
+
+/* Class of every file: a --fs-type override (longest prefix), else the type the tracer
+ * recorded, else a guess from the path. */
+static int classify_files(an_trace *t, const an_read_opts *o) {
+    size_t nf = t->files.n + 1;
+    t->file_fs = calloc(nf, 1);
+    t->file_fs_how = calloc(nf, 1);
+    if (!t->file_fs || !t->file_fs_how)
+        return ERR_NOMEM;
+    for (uint32_t f = 1; f < t->files.n; f++) {
+        const char *path = an_strtab_get(&t->files, f);
+        size_t pl = strlen(path), best = 0;
+        int cls = -1;
+        for (int i = 0; o && i < o->nfs_types; i++) {
+            const char *spec = o->fs_types[i], *eq = strchr(spec, '=');
+            size_t l = eq ? (size_t)(eq - spec) : 0;
+            while (l > 1 && spec[l - 1] == '/')
+                l--;
+            if (!eq || l < best || pl < l || memcmp(path, spec, l) || (path[l] && path[l] != '/'))
+                continue;
+            int k = an_fs_class(eq + 1, strlen(eq + 1));
+            if (k >= 0) {
+                cls = k;
+                best = l;
+            }
+        }
+        if (cls >= 0) {
+            t->file_fs[f] = (uint8_t)cls;
+            t->file_fs_how[f] = AN_FSHOW_USER;
+            continue;
+        }
+        uint32_t ft = f < t->nfile_fstype ? t->file_fstype[f] : 0;
+        int k = ft ? an_fs_class(an_strtab_get(&t->fstypes, ft), an_strtab_len(&t->fstypes, ft)) : -1;
+        if (k >= 0) {
+            t->file_fs[f] = (uint8_t)k;
+            t->file_fs_how[f] = AN_FSHOW_TRACE;
+        } else {
+            t->file_fs[f] = (uint8_t)an_fs_infer(path);
+            t->file_fs_how[f] = t->file_fs[f] ? AN_FSHOW_PATH : AN_FSHOW_NONE;
+        }
+    }
+    return 0;
+}
+
 static int merge_chunks(an_trace *t, chunk *ch, size_t nc, const an_read_opts *opts) {
     size_t total = 0;
     for (size_t i = 0; i < nc; i++)
         total += ch[i].n;
     if (an_strtab_init(&t->names) || an_strtab_init(&t->cats) || an_strtab_init(&t->files) ||
-        an_strtab_init(&t->hosts))
+        an_strtab_init(&t->hosts) || an_strtab_init(&t->fstypes))
         return ERR_NOMEM;
     size_t m = total ? total : 1;
     t->ts = malloc(m * sizeof *t->ts);
@@ -238,7 +396,7 @@ static int merge_chunks(an_trace *t, chunk *ch, size_t nc, const an_read_opts *o
                     uint32_t rk = fk < c->nresolved ? c->resolved[fk] : fk;
                     gf = an_strtab_intern(&t->files, an_strtab_get(&c->keys, rk),
                                           an_strtab_len(&c->keys, rk));
-                    if (gf == AN_STR_NONE)
+                    if (gf == AN_STR_NONE || record_fstype(t, c, fk, gf))
                         goto out;
                     r->file[fk] = gf;
                 }
@@ -267,6 +425,8 @@ static int merge_chunks(an_trace *t, chunk *ch, size_t nc, const an_read_opts *o
         heap_down(heap, hn, 0);
     }
     t->n = o;
+    if (classify_files(t, opts))
+        goto out;
     /* System-path flags per file, applied to the events unless asked to keep them. */
     t->file_ignored = calloc(t->files.n + 1, 1);
     if (!t->file_ignored)
@@ -339,69 +499,123 @@ out:
     return rc;
 }
 
+static double seconds_since(const struct timespec *t0) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) * 1e-9;
+}
+
+/* Largest part first, so the last part to finish is a small one. */
+static const chunk *sort_chunks;
+static int cmp_part_size(const void *a, const void *b) {
+    const chunk *x = &sort_chunks[*(const size_t *)a], *y = &sort_chunks[*(const size_t *)b];
+    int64_t sx = x->range_end - x->range_start, sy = y->range_end - y->range_start;
+    return sx > sy ? -1 : sx < sy ? 1 : (x < y ? -1 : x > y);
+}
+
+/* What happened to each file, summed over its parts (line numbers made file-wide). */
+static void sum_inputs(an_trace *t, chunk *ch, size_t nc) {
+    for (size_t k = 0; k < nc; k++) {
+        chunk *c = &ch[k];
+        an_input *in = c->in;
+        if (c->malformed && !in->malformed)
+            in->first_bad_line = in->lines + c->first_bad_line;
+        in->events += c->n;
+        in->lines += c->lines;
+        in->malformed += c->malformed;
+        in->members += c->members;
+        in->unknown_meta += c->unknown_meta;
+        in->truncated |= c->truncated;
+        in->failed |= c->failed;
+        if (c->note[0] && !in->note[0])
+            snprintf(in->note, sizeof in->note, "%s", c->note);
+        t->total_lines += c->lines;
+        t->total_malformed += c->malformed;
+        t->metadata_events += c->metadata;
+    }
+    for (size_t i = 0; i < t->ninputs; i++) {
+        an_input *in = &t->inputs[i];
+        if (in->malformed && !in->note[0])
+            snprintf(in->note, sizeof in->note, "%llu malformed line(s) skipped, first at line %llu",
+                     (unsigned long long)in->malformed, (unsigned long long)in->first_bad_line);
+    }
+}
+
 int an_trace_read(an_trace *t, char *const *files, size_t nfiles, const an_read_opts *opts) {
+    static const an_read_opts dflt = {0};
+    if (!opts)
+        opts = &dflt;
     memset(t, 0, sizeof *t);
-    double t0 = 0;
-    {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        t0 = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-    }
-    t->inputs = calloc(nfiles ? nfiles : 1, sizeof *t->inputs);
-    chunk *ch = calloc(nfiles ? nfiles : 1, sizeof *ch);
-    if (!t->inputs || !ch) {
-        free(ch);
-        return err_set(ERR_NOMEM, "analyze: out of memory");
-    }
-    t->ninputs = nfiles;
-    int rc = 0;
-    for (size_t i = 0; i < nfiles; i++) {
-        t->inputs[i].path = strdup(files[i]);
-        if (!t->inputs[i].path || an_chunk_init(&ch[i], &t->inputs[i])) {
-            rc = err_set(ERR_NOMEM, "analyze: out of memory");
-            for (size_t k = 0; k <= i; k++)
-                an_chunk_free(&ch[k]);
-            free(ch);
-            return rc;
-        }
-    }
-    int nth = opts && opts->threads > 0 ? opts->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    struct timespec ts0;
+    clock_gettime(CLOCK_MONOTONIC, &ts0);
+    int nth = opts->threads > 0 ? opts->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (nth < 1)
         nth = 1;
-    if ((size_t)nth > nfiles)
-        nth = (int)nfiles;
-    pool p = {.chunks = ch, .nfiles = nfiles, .next = 0};
-    pthread_mutex_init(&p.mu, NULL);
-    pthread_t *th = calloc((size_t)(nth > 0 ? nth : 1), sizeof *th);
-    int started = 0;
-    for (int i = 0; th && i < nth - 1; i++)
-        if (pthread_create(&th[i], NULL, worker, &p) == 0)
-            started++;
-    worker(&p); /* the calling thread works too */
-    for (int i = 0; i < started; i++)
-        pthread_join(th[i], NULL);
-    free(th);
-    pthread_mutex_destroy(&p.mu);
-    int oom = 0;
-    for (size_t i = 0; i < nfiles; i++) {
-        oom |= ch[i].oom;
-        t->total_lines += t->inputs[i].lines;
-        t->total_malformed += t->inputs[i].malformed;
-        t->metadata_events += ch[i].metadata;
-        if (t->inputs[i].malformed && !t->inputs[i].note[0])
-            snprintf(t->inputs[i].note, sizeof t->inputs[i].note,
-                     "%llu malformed line(s) skipped, first at line %llu",
-                     (unsigned long long)t->inputs[i].malformed,
-                     (unsigned long long)t->inputs[i].first_bad_line);
+    t->inputs = calloc(nfiles ? nfiles : 1, sizeof *t->inputs);
+    int *nparts = calloc(nfiles ? nfiles : 1, sizeof *nparts);
+    int64_t *sizes = calloc(nfiles ? nfiles : 1, sizeof *sizes);
+    size_t nc = 0;
+    if (t->inputs && nparts && sizes)
+        for (size_t i = 0; i < nfiles; i++) {
+            nparts[i] = an_plan_parts(files[i], nth, opts->part_bytes, &sizes[i]);
+            nc += (size_t)nparts[i];
+        }
+    chunk *ch = calloc(nc ? nc : 1, sizeof *ch);
+    size_t *order = calloc(nc ? nc : 1, sizeof *order);
+    int rc = 0;
+    if (!t->inputs || !nparts || !sizes || !ch || !order) {
+        rc = err_set(ERR_NOMEM, "analyze: out of memory");
+        goto out;
     }
-    static const an_read_opts dflt = {0};
+    t->ninputs = nfiles;
+    size_t k = 0;
+    for (size_t i = 0; i < nfiles; i++) {
+        t->inputs[i].path = strdup(files[i]);
+        if (!t->inputs[i].path) {
+            rc = err_set(ERR_NOMEM, "analyze: out of memory");
+            goto out;
+        }
+        for (int j = 0; j < nparts[i]; j++, k++) {
+            if (an_chunk_init(&ch[k], &t->inputs[i])) {
+                rc = err_set(ERR_NOMEM, "analyze: out of memory");
+                goto out;
+            }
+            ch[k].part = j;
+            ch[k].nparts = nparts[i];
+            ch[k].range_start = sizes[i] / nparts[i] * j;
+            ch[k].range_end = j + 1 < nparts[i] ? sizes[i] / nparts[i] * (j + 1) : sizes[i];
+            order[k] = k;
+        }
+    }
+    sort_chunks = ch;
+    qsort(order, nc, sizeof *order, cmp_part_size);
+    pool p = {.chunks = ch, .order = order, .nchunks = nc};
+    pthread_mutex_init(&p.mu, NULL);
+    run_pool(&p, nth < (int)nc ? nth : (int)nc);
+    double t1 = seconds_since(&ts0);
+    /* Lines cut between parts, and metadata shared between the parts of a file. */
+    for (k = 0; k < nc; k++) {
+        if (ch[k].part > 0)
+            join_parts(&ch[k - 1], &ch[k]);
+        if (ch[k].nparts > 1) {
+            chunk *group = &ch[k - ch[k].part];
+            share_metadata(&ch[k], group, ch[k].nparts);
+        }
+    }
+    p.sort_phase = 1;
+    run_pool(&p, nth < (int)nc ? nth : (int)nc);
+    pthread_mutex_destroy(&p.mu);
+    double t2 = seconds_since(&ts0);
+    t->phase_s[0] = t1;
+    t->phase_s[1] = t2 - t1;
+    sum_inputs(t, ch, nc);
+    int oom = 0;
+    for (k = 0; k < nc; k++)
+        oom |= ch[k].oom;
     if (oom)
         rc = err_set(ERR_NOMEM, "analyze: out of memory reading the traces");
     else
-        rc = merge_chunks(t, ch, nfiles, opts ? opts : &dflt);
-    for (size_t i = 0; i < nfiles; i++)
-        an_chunk_free(&ch[i]);
-    free(ch);
+        rc = merge_chunks(t, ch, nc, opts);
     if (!rc && t->n == 0) {
         char names[512] = "";
         size_t off = 0;
@@ -414,9 +628,15 @@ int an_trace_read(an_trace *t, char *const *files, size_t nfiles, const an_read_
                      "dftracer JSON lines ({\"name\":..,\"ts\":..,\"ph\":\"X\"})",
                      nfiles, names);
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    t->load_seconds = (double)ts.tv_sec + ts.tv_nsec * 1e-9 - t0;
+out:
+    for (k = 0; ch && k < nc; k++)
+        an_chunk_free(&ch[k]);
+    free(ch);
+    free(order);
+    free(nparts);
+    free(sizes);
+    t->load_seconds = seconds_since(&ts0);
+    t->phase_s[2] = t->load_seconds - t->phase_s[0] - t->phase_s[1];
     return rc;
 }
 

@@ -645,12 +645,14 @@ static void pass_meta_records(mctx *c) {
     }
 }
 
-/* File kinds: redundant reads, shared files, HDF5/NetCDF, checkpoint files, FS hint. */
+/* File kinds: redundant reads, shared files, HDF5/NetCDF, checkpoint files, and the file system
+ * that carries the I/O (the class with the most I/O time; files on the tracer's own list of
+ * system paths are already out). */
 static void pass_files(mctx *c) {
     const an_trace *t = c->t;
     an_metrics *m = c->m;
-    uint64_t bytes_by_fs[6] = {0};
-    static const char *const fsn[6] = {"lustre", "gpfs", "nfs", "tmpfs", "local", "unknown"};
+    double time_by_fs[AN_FS_COUNT] = {0};
+    uint32_t example[AN_FS_COUNT] = {0};
     for (size_t k = 0; k < m->nfiles; k++) {
         an_file_stat *fs = &m->files[k];
         const char *path = an_strtab_get(&t->files, fs->file);
@@ -664,30 +666,30 @@ static void pass_files(mctx *c) {
             m->nnetcdf_files++;
         if (fs->is_ckpt && fs->writes)
             m->nckpt_files++;
-        int fsk = 5;
-        if (strstr(path, "lustre") || !strncmp(path, "/p/", 3))
-            fsk = 0;
-        else if (strstr(path, "gpfs") || strstr(path, "/gs/"))
-            fsk = 1;
-        else if (strstr(path, "nfs") || !strncmp(path, "/home/", 6) || !strncmp(path, "/g/g", 4))
-            fsk = 2;
-        else if (!strncmp(path, "/dev/shm", 8))
-            fsk = 3;
-        else if (!strncmp(path, "/tmp", 4) || !strncmp(path, "/scratch", 8) ||
-                 !strncmp(path, "/local", 6) || !strncmp(path, "/mnt/", 5))
-            fsk = 4;
-        bytes_by_fs[fsk] += fs->bytes_read + fs->bytes_written + fs->ops;
+        fs->fs = t->file_fs ? t->file_fs[fs->file] : AN_FS_UNKNOWN;
+        /* Time, plus a trickle per byte and op so a trace without durations still votes. */
+        double w = fs->time_s + 1e-12 * (double)(fs->bytes_read + fs->bytes_written + fs->ops);
+        if (w > time_by_fs[fs->fs] || !example[fs->fs])
+            example[fs->fs] = fs->file;
+        time_by_fs[fs->fs] += w;
         if (fs->reads || fs->writes || fs->metas)
             m->nfiles_io++;
     }
-    int best = 5;
-    uint64_t bb = 0;
-    for (int k = 0; k < 5; k++)
-        if (bytes_by_fs[k] > bb) {
-            bb = bytes_by_fs[k];
+    int best = AN_FS_UNKNOWN;
+    double total = 0;
+    for (int k = 0; k < AN_FS_COUNT; k++) {
+        total += time_by_fs[k];
+        if (k != AN_FS_UNKNOWN && time_by_fs[k] > time_by_fs[best])
             best = k;
-        }
-    m->fs_hint = fsn[best];
+    }
+    /* Unknown only wins when nothing is known about any file. */
+    if (best == AN_FS_UNKNOWN || time_by_fs[best] <= 0)
+        best = AN_FS_UNKNOWN;
+    m->fs = best;
+    m->fs_hint = an_fs_names[best];
+    m->fs_share = total > 0 ? time_by_fs[best] / total : 0;
+    m->fs_example = example[best];
+    m->fs_how = example[best] && t->file_fs_how ? t->file_fs_how[example[best]] : AN_FSHOW_NONE;
 }
 
 /* Op-count-bound versus bandwidth-bound: where does the I/O time go? Metadata and sub-64 KiB

@@ -43,6 +43,7 @@ typedef struct an_file_stat {
     int64_t read_extent; /* max(offset + bytes) over reads with a known offset */
     uint64_t bytes_read_known;
     int is_ckpt;
+    int fs; /* AN_FS_* */
 } an_file_stat;
 
 typedef struct an_window {
@@ -105,7 +106,13 @@ typedef struct an_metrics {
     double mean_xfer;    /* bytes per data op */
     /* files */
     size_t nshared_files, nhdf5_files, nnetcdf_files, nckpt_files;
-    const char *fs_hint; /* "lustre", "gpfs", "nfs", "tmpfs", "local" or "unknown" */
+    /* The file system that carries the I/O: the class (AN_FS_*) with the most I/O time, its
+     * name, its share of the I/O time, one of its files, and how the class was known
+     * (AN_FSHOW_*: recorded by the tracer, --fs-type, or guessed from the path). */
+    int fs, fs_how;
+    const char *fs_hint;
+    double fs_share;
+    uint32_t fs_example;
     /* views */
     an_proc_stat *procs;   /* [nprocs] */
     an_file_stat *files;   /* [nfiles], sorted by time_s descending */

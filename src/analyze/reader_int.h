@@ -30,6 +30,8 @@ typedef struct {
     int rank;
 } lproc;
 
+/* One part of one input file, loaded by one reader thread: the whole file, or for a large file
+ * a byte range of it (gzip members starting in the range; plain-text lines starting in it). */
 typedef struct chunk {
     size_t n, cap;
     int64_t *ts, *dur, *offset, *bytes;
@@ -37,6 +39,7 @@ typedef struct chunk {
     uint8_t *flags;
     an_strtab names, cats, keys;
     uint32_t *resolved; /* per key: the key holding the resolved string (FH/HH), or itself */
+    uint32_t *fsof;     /* per key: the key holding its FH "fs" type, or 0 */
     uint32_t nresolved;
     pairinfo *pairs;
     uint32_t npairs, cappairs;
@@ -57,20 +60,34 @@ typedef struct chunk {
     size_t last_file_n;
     uint32_t last_file_key;
     int file_rank;      /* rank from a DLIO-style file name, -1 */
-    an_input *in;
-    uint64_t metadata;
+    an_input *in;       /* the file (shared by its parts: read-only while loading) */
+    int part, nparts;   /* which part of the file this chunk is */
+    int64_t range_start, range_end; /* bytes of the file this part covers */
+    /* what happened while loading this part (summed into `in` afterwards) */
+    uint64_t lines, malformed, first_bad_line, members, unknown_meta, metadata;
+    int truncated, failed;
+    char note[256];
+    /* a part after the first keeps its first line (it may continue the previous part's last
+     * one) and every part its text after the last newline; merge.c joins them */
+    int want_head;
+    char *head, *tail;
+    size_t head_n, tail_n;
     int oom;
 } chunk;
 
 int an_chunk_init(chunk *c, an_input *in);
 void an_chunk_free_columns(chunk *c);
 void an_chunk_free(chunk *c);
+/* Grows the chunk's per-key tables to cover key id. 0 or ERR_NOMEM. */
+int an_chunk_key_cover(chunk *c, uint32_t id);
 /* Parses one line [p, e) into the chunk (counts it, malformed lines included). */
 void an_chunk_line(chunk *c, const char *p, const char *e);
 /* Sorts the chunk's columns by timestamp. 0 or ERR_NOMEM. */
 int an_chunk_sort(chunk *c);
 
-/* gunzip.c: streams every line of c->in->path into c (plain or gzip). */
-void an_load_file(chunk *c);
+/* gunzip.c: streams the lines of c's part of c->in->path into c (plain or gzip); decides how
+ * many parts a file is read in (1, or up to `threads` byte ranges for a large file). */
+void an_load_part(chunk *c);
+int an_plan_parts(const char *path, int threads, int64_t part_bytes, int64_t *size);
 
 #endif

@@ -51,6 +51,19 @@ enum an_op {
 
 #define AN_IS_IO(op) ((op) >= AN_OP_READ && (op) <= AN_OP_IO_OTHER)
 
+/* File-system classes: what the tuning strategies of the seed's FS_TYPE tables are gated on.
+ * LOCAL covers node-local disks (ext4, xfs, btrfs, overlay...), NFS the single-server network
+ * file systems (nfs, cifs, 9p), TMPFS memory-backed ones. */
+enum { AN_FS_UNKNOWN, AN_FS_LUSTRE, AN_FS_GPFS, AN_FS_BEEGFS, AN_FS_NFS, AN_FS_LOCAL, AN_FS_TMPFS,
+       AN_FS_COUNT };
+extern const char *const an_fs_names[AN_FS_COUNT];
+/* Class of a file-system type as the mount table names it ("ext4", "lustre", "nfs4") or of a
+ * class name ("local", "lustre"); -1 when the name is not known. */
+int an_fs_class(const char *type, size_t n);
+/* Class guessed from a path's mount-like prefix (/p/lustre3, /gpfs, /nfs, /dev/shm, /tmp...),
+ * for traces that do not record the type. */
+int an_fs_infer(const char *path);
+
 typedef struct an_proc {
     uint32_t host;  /* id in hosts */
     int64_t pid;
@@ -92,6 +105,11 @@ typedef struct an_trace {
     uint8_t *flags;   /* AN_F_* */
     an_strtab names, cats, files, hosts;
     uint8_t *file_ignored; /* per file id: 1 when the path is a system path */
+    an_strtab fstypes;     /* file-system types recorded by the tracer (FH "fs") */
+    uint32_t *file_fstype; /* per file id: id in fstypes, 0 = not recorded */
+    size_t nfile_fstype;
+    uint8_t *file_fs;      /* per file id: AN_FS_* from --fs-type, the recorded type, or the path */
+    uint8_t *file_fs_how;  /* per file id: AN_FSHOW_* (where file_fs came from) */
     an_proc *procs;
     size_t nprocs;
     an_input *inputs;
@@ -102,12 +120,21 @@ typedef struct an_trace {
     int clock_skew;
     uint64_t total_lines, total_malformed, metadata_events;
     double load_seconds;
+    double phase_s[3]; /* load_seconds split: decode+parse, sort, merge */
 } an_trace;
+
+enum { AN_FSHOW_NONE, AN_FSHOW_PATH, AN_FSHOW_TRACE, AN_FSHOW_USER };
 
 typedef struct an_read_opts {
     int threads;         /* worker threads; <= 0 means one per CPU */
     int include_system;  /* keep /proc, /usr/lib, ... files in the I/O metrics */
+    const char *const *fs_types; /* "PREFIX=TYPE" overrides (longest prefix wins) */
+    int nfs_types;
+    int64_t part_bytes;  /* bytes per part of a large file; 0 = the default (tests set it small) */
 } an_read_opts;
+
+/* Checks one --fs-type value ("PREFIX=TYPE"); 0 or ERR_USAGE naming the problem. */
+int an_fs_override_check(const char *spec);
 
 /* Expands `paths` (files, directories, globs) into a sorted list of trace files.
  * *out is malloc'ed (free each string and the array). 0, or ERR_USAGE when a path matches
@@ -129,8 +156,8 @@ typedef struct an_rawev {
     size_t name_n, cat_n, ph_n;
     int64_t pid, tid, ts, dur;
     int has_ts, has_dur, has_pid;
-    const char *hhash, *fhash, *fname, *hostname, *m_name, *m_value;
-    size_t hhash_n, fhash_n, fname_n, hostname_n, m_name_n, m_value_n;
+    const char *hhash, *fhash, *fname, *hostname, *m_name, *m_value, *m_fs;
+    size_t hhash_n, fhash_n, fname_n, hostname_n, m_name_n, m_value_n, m_fs_n;
     int64_t ret, offset, count, size, bytes, flags, whence, dur_sum, size_sum, ret_sum, ccount;
     int64_t items; /* an annotation's batch_size: samples the region handled */
     unsigned has; /* AN_RAW_HAS_* bits for the numeric args */

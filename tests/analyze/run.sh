@@ -19,6 +19,15 @@ if gcc -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=address,undefined -fno-sanitize-
 else
     t_fail "ASan/UBSan build of test_analyze" "$(head -c 400 "$d/san_build.err")"
 fi
+# And under TSan: the reader decodes the parts of a file in parallel threads.
+if gcc -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=thread -Isrc -Iinclude -Itests \
+    tests/analyze/test_analyze.c src/analyze/*.c src/core/err.c src/core/fsutil.c \
+    -o "$d/test_analyze_tsan" $deflate -lyaml -lz -lm -lpthread 2>"$d/tsan_build.err"; then
+    mkdir -p "$d/unit-tsan"
+    TSAN_OPTIONS=halt_on_error=1 t_cbin "$d/test_analyze_tsan" "$d/unit-tsan"
+else
+    t_fail "TSan build of test_analyze" "$(head -c 400 "$d/tsan_build.err")"
+fi
 
 # json_check FILE PYTHON-EXPR: evaluates EXPR with r = the parsed JSON; passes when true.
 json_check() {
@@ -84,6 +93,53 @@ if [ -d "$S" ]; then
 else
     t_fail "dftracer samples" "missing $S"
 fi
+
+# --- one model: every proposal's dimension is applicable, every proposal has a privilege class
+# and a rollback, on the real samples and on every fixture.
+coherent() { # JSON -> 0 when proposals and checklist agree
+    json_check "$1" "all(r['checklist'][p['dimension']-1]['verdict']!='not applicable' and p['checklist_verdict']==r['checklist'][p['dimension']-1]['verdict'] and p['privilege'] in ('no-sudo','sudo','admin-only') and p['rollback'] and p['apply'] for p in r['proposals']) and all((c['verdict']=='not applicable')==(not [p for p in r['proposals'] if p['dimension']==c['dim']]) for c in r['checklist'] if c['verdict']!='applied & measured')"
+}
+for j in "$d"/*.json; do
+    case $j in */cmp.json | */ovr.json) continue ;; esac
+    t_check "coherent checklist and proposals: $(basename "$j" .json)" coherent "$j"
+done
+if [ -f "$d/dlio.json" ]; then
+    t_check "DLIO on lustre: no readahead proposal, dimension 10 says why" json_check "$d/dlio.json" \
+        "r['filesystem']['class']=='lustre' and not [p for p in r['proposals'] if p['key'] in ('readahead','writeback-tuning','io-scheduler')] and 'lustre' in r['checklist'][9]['reason'] and r['checklist'][9]['verdict']=='not applicable'"
+    t_check "DLIO: staging helps the system, not the application (checklist says so)" json_check "$d/dlio.json" \
+        "[p for p in r['proposals'] if p['key']=='stage-in' and p['system_only']] and r['checklist'][3]['verdict']=='applicable for the system, not the application'"
+    t_check "DLIO: time labelled (wall-clock union, per-process union, summed over threads)" json_check "$d/dlio.json" \
+        "r['io']['wall_union_s']<=r['io']['union_s']+1e-6 and r['io']['summed_s']>3*r['io']['union_s'] and set(r['io']['labels'])=={'union_s','wall_union_s','summed_s'}"
+    out=$("$SCAFFOLD" analyze "$S/dlio-v2-threaded.pfw.gz" 2>&1)
+    t_check "text report labels wall-clock and thread-summed I/O time" \
+        bash -c 'grep -q "I/O time, wall-clock:" <<<"$1" && grep -q "summed over 31 thread(s)" <<<"$1" && grep -q "per process:" <<<"$1"' _ "$out"
+    "$SCAFFOLD" analyze --json --fs-type /p/lustre3=local "$S/dlio-v2-threaded.pfw.gz" >"$d/dlio_local.json" 2>/dev/null
+    t_check "--fs-type overrides the path: stage-in is now gated out, readahead no longer is" json_check "$d/dlio_local.json" \
+        "r['filesystem']['class']=='local' and r['filesystem']['how']=='user' and not [p for p in r['proposals'] if p['key']=='stage-in'] and 'applies to lustre' in r['checklist'][3]['reason'] and 'applies to local' not in r['checklist'][9]['reason']"
+    t_check "coherent with --fs-type" coherent "$d/dlio_local.json"
+fi
+t_expect_fail "--fs-type without a prefix" 2 "PREFIX=TYPE" "$SCAFFOLD" analyze --fs-type lustre "$d/fx/clean"
+t_expect_fail "--fs-type with an unknown type" 2 "unknown type 'zork'" "$SCAFFOLD" analyze --fs-type /p=zork "$d/fx/clean"
+
+# --- a lever catalog from scaffold tune: dimensions with a measured lever
+"$SCAFFOLD" analyze --json --catalog tests/analyze/lever_catalog.yaml "$d/fx/unoverlapped" >"$d/cat.json" 2>"$d/cat.err"
+t_check "catalog: accepted lever -> dimension 7 applied & measured, with its gain" json_check "$d/cat.json" \
+    "r['checklist'][6]['verdict']=='applied & measured' and r['checklist'][6]['lever']['name']=='dataloader_num_workers' and abs(r['checklist'][6]['lever']['gain']-0.065)<1e-9 and '+6.5%' in r['checklist'][6]['reason']"
+t_check "catalog: best verdict of a dimension (inconclusive over revert)" json_check "$d/cat.json" \
+    "r['checklist'][2]['verdict']=='applied & measured' and r['checklist'][2]['lever']['verdict']=='inconclusive'"
+t_check "catalog: a blocked lever does not count" json_check "$d/cat.json" \
+    "r['checklist'][11]['verdict']!='applied & measured'"
+printf 'version: 1\nlevers:\n  - name: x\n    value: "1"\n    dimension: 3\n    reason: "r"\n' >"$d/cat_missing.yaml"
+t_expect_fail "catalog: a missing key names file, entry and key" 2 "cat_missing.yaml:3: lever 1 \\(x\\): missing required key 'verdict'" \
+    "$SCAFFOLD" analyze --catalog "$d/cat_missing.yaml" "$d/fx/clean"
+printf 'version: 1\nlevers:\n  - {name: y, value: "1", dimension: 13, verdict: accept, reason: r}\n' >"$d/cat_dim.yaml"
+t_expect_fail "catalog: dimension out of range" 2 "dimension must be 1..12" \
+    "$SCAFFOLD" analyze --catalog "$d/cat_dim.yaml" "$d/fx/clean"
+printf 'version: 1\nlevers:\n  - {name: z, value: "1", dimension: 2, verdict: maybe, reason: r}\n' >"$d/cat_verdict.yaml"
+t_expect_fail "catalog: unknown verdict" 2 "verdict 'maybe' is not one of" \
+    "$SCAFFOLD" analyze --catalog "$d/cat_verdict.yaml" "$d/fx/clean"
+t_expect_fail "catalog: missing file" 2 "cannot open lever catalog" \
+    "$SCAFFOLD" analyze --catalog "$d/nope.yaml" "$d/fx/clean"
 
 # --- compare
 C=$d/fx/compare

@@ -292,6 +292,14 @@ static void test_rules_and_catalogue(void) {
               "strategy %s does not do less", s[i].key);
         CHECK(strstr(s[i].citation, "http") != NULL, "strategy %s cites a URL", s[i].key);
         CHECK(s[i].dim >= 1 && s[i].dim <= 12, "strategy %s has a checklist dimension", s[i].key);
+        CHECK((!strcmp(s[i].privilege, "no-sudo") || !strcmp(s[i].privilege, "sudo") ||
+               !strcmp(s[i].privilege, "admin-only")) &&
+                  s[i].apply[0] && s[i].rollback[0],
+              "strategy %s has a privilege class, a change and a rollback", s[i].key);
+        /* The seed's FS_TYPE rule: every L3 strategy (striping, near-node, OS/kernel, metadata
+         * servers) is gated on the file system. */
+        if (s[i].dim >= 8 && s[i].dim <= 10)
+            CHECK(s[i].fs != 0, "L3 strategy %s is gated on the file system", s[i].key);
     }
     CHECK(an_text_does_less("Reduce checkpoint frequency to every 4 epochs"), "do-less detector");
     CHECK(an_text_does_less("write fewer checkpoints"), "do-less detector 2");
@@ -336,6 +344,223 @@ static void test_compare(void) {
           r.reason);
 }
 
+/* ------------------------------------------------------------------ parallel decode */
+
+/* A trace with nreads reads over 3 files (FH lines first), in time order. */
+static char *make_big(int nreads, int pid, const char *host, size_t *len_out) {
+    size_t cap = 256 + (size_t)nreads * 200, len = 0;
+    char *s = malloc(cap);
+    len += (size_t)snprintf(s + len, cap - len,
+                            "[\n{\"name\":\"HH\",\"cat\":\"dftracer\",\"pid\":%d,\"tid\":%d,\"ph\":\"M\","
+                            "\"args\":{\"name\":\"%s\",\"value\":\"h%d\"}}\n",
+                            pid, pid, host, pid);
+    for (int f = 0; f < 3; f++)
+        len += (size_t)snprintf(s + len, cap - len,
+                                "{\"name\":\"FH\",\"cat\":\"dftracer\",\"pid\":%d,\"tid\":%d,\"ph\":"
+                                "\"M\",\"args\":{\"name\":\"/p/lustre/d%d/f%d.bin\",\"value\":\"f%d%d\","
+                                "\"fs\":\"lustre\"}}\n",
+                                pid, pid, pid, f, pid, f);
+    for (int i = 0; i < nreads; i++)
+        len += (size_t)snprintf(s + len, cap - len,
+                                "{\"id\":%d,\"name\":\"pread\",\"cat\":\"POSIX\",\"pid\":%d,\"tid\":%d,"
+                                "\"ts\":%d,\"dur\":%d,\"ph\":\"X\",\"args\":{\"hhash\":\"h%d\","
+                                "\"fhash\":\"f%d%d\",\"ret\":%d,\"offset\":%d}}\n",
+                                i, pid, pid, 1000 + i * 7, 1 + i % 5, pid, pid, i % 3, 1 + i % 4000,
+                                i * 13);
+    *len_out = len;
+    return s;
+}
+
+/* Writes text as gzip members cut at the given byte offsets (anywhere, not only at newlines). */
+static void write_gz_cuts(FILE *f, const char *text, size_t len, const size_t *cuts, int ncuts) {
+    size_t off = 0;
+    for (int k = 0; k <= ncuts; k++) {
+        size_t end = k < ncuts ? cuts[k] : len;
+        z_stream zs;
+        memset(&zs, 0, sizeof zs);
+        deflateInit2(&zs, 1, Z_DEFLATED, 31, 8, Z_DEFAULT_STRATEGY);
+        unsigned char out[1 << 16];
+        zs.next_in = (unsigned char *)text + off;
+        zs.avail_in = (uInt)(end - off);
+        do {
+            zs.next_out = out;
+            zs.avail_out = sizeof out;
+            deflate(&zs, Z_FINISH);
+            fwrite(out, 1, sizeof out - zs.avail_out, f);
+        } while (zs.avail_out == 0);
+        deflateEnd(&zs);
+        off = end;
+    }
+}
+
+static int read_trace(const char *path, int threads, int64_t part, an_trace *t) {
+    char *files[1] = {(char *)path};
+    an_read_opts o = {.threads = threads, .part_bytes = part};
+    return an_trace_read(t, files, 1, &o);
+}
+
+/* Same events, same files, same processes, in the same order. */
+static int same_trace(const an_trace *a, const an_trace *b, const char *what) {
+    if (a->n != b->n) {
+        fprintf(stderr, "  %s: %zu vs %zu events\n", what, a->n, b->n);
+        return 0;
+    }
+    for (size_t i = 0; i < a->n; i++) {
+        char la[64], lb[64];
+        an_proc_label(a, a->proc[i], la, sizeof la);
+        an_proc_label(b, b->proc[i], lb, sizeof lb);
+        if (a->ts[i] != b->ts[i] || a->dur[i] != b->dur[i] || a->bytes[i] != b->bytes[i] ||
+            a->offset[i] != b->offset[i] ||
+            strcmp(an_strtab_get(&a->files, a->file[i]), an_strtab_get(&b->files, b->file[i])) ||
+            strcmp(an_strtab_get(&a->names, a->name[i]), an_strtab_get(&b->names, b->name[i])) ||
+            strcmp(la, lb) || a->file_fs[a->file[i]] != b->file_fs[b->file[i]]) {
+            fprintf(stderr, "  %s: event %zu differs\n", what, i);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static void test_parts(void) {
+    char p[512];
+    size_t len;
+    char *text = make_big(20000, 9, "hostA", &len);
+    an_trace one, many;
+    /* Members cut anywhere (mid-line included), read whole and in 2 and 4 byte-range parts. */
+    snprintf(p, sizeof p, "%s/cuts.pfw.gz", tmpdir);
+    FILE *f = fopen(p, "wb");
+    size_t cuts[39];
+    for (int k = 0; k < 39; k++)
+        cuts[k] = len / 40 * (size_t)(k + 1) + (size_t)(k * 37 % 101);
+    write_gz_cuts(f, text, len, cuts, 39);
+    fclose(f);
+    CHECK(read_trace(p, 1, 0, &one) == 0 && one.n == 20000, "member-split file read whole: %zu",
+          one.n);
+    CHECK(one.inputs[0].members == 40 && !one.inputs[0].malformed, "40 members, no bad line");
+    CHECK(one.n && !strcmp(an_strtab_get(&one.files, one.file[0]), "/p/lustre/d9/f0.bin") &&
+              one.file_fs[one.file[0]] == AN_FS_LUSTRE && one.file_fs_how[one.file[0]] == AN_FSHOW_TRACE,
+          "FH resolved, fs type recorded by the tracer");
+    for (int th = 2; th <= 4; th += 2) {
+        CHECK(read_trace(p, th, 4096, &many) == 0, "parts: %s", err_msg());
+        CHECK(same_trace(&one, &many, "parts"), "%d parts (lines cut between members) = whole", th);
+        CHECK(many.inputs[0].members == 40 && !many.inputs[0].malformed,
+              "%d parts: 40 members, no bad line (%llu)", th,
+              (unsigned long long)many.inputs[0].malformed);
+        an_trace_free(&many);
+    }
+    /* One member only: a single part decodes it, the others find nothing. */
+    snprintf(p, sizeof p, "%s/single.pfw.gz", tmpdir);
+    f = fopen(p, "wb");
+    write_gz_cuts(f, text, len, NULL, 0);
+    fclose(f);
+    CHECK(read_trace(p, 2, 4096, &many) == 0 && same_trace(&one, &many, "single"),
+          "single-member file in 2 parts = whole");
+    an_trace_free(&many);
+    /* Plain text in parts. */
+    snprintf(p, sizeof p, "%s/plain.pfw", tmpdir);
+    f = fopen(p, "wb");
+    fwrite(text, 1, len, f);
+    fclose(f);
+    CHECK(read_trace(p, 2, 65536, &many) == 0 && same_trace(&one, &many, "plain"),
+          "plain text in 2 parts = whole");
+    an_trace_free(&many);
+    /* Concatenated from two writers (another process on another host, its own FH/HH). */
+    size_t len2;
+    char *text2 = make_big(5000, 10, "hostB", &len2);
+    snprintf(p, sizeof p, "%s/concat.pfw.gz", tmpdir);
+    f = fopen(p, "wb");
+    write_gz_cuts(f, text, len, cuts, 39);
+    size_t cut2[3] = {len2 / 4, len2 / 2, len2 * 3 / 4};
+    write_gz_cuts(f, text2, len2, cut2, 3);
+    fclose(f);
+    an_trace cat1;
+    CHECK(read_trace(p, 1, 0, &cat1) == 0 && cat1.n == 25000 && cat1.nprocs == 2,
+          "concatenated writers: both processes, all events (%zu, %zu procs)", cat1.n, cat1.nprocs);
+    CHECK(read_trace(p, 2, 4096, &many) == 0 && same_trace(&cat1, &many, "concat"),
+          "concatenated writers in parts = whole");
+    an_trace_free(&many);
+    an_trace_free(&cat1);
+    /* Truncated: the parts keep what precedes the cut, like a whole read. */
+    snprintf(p, sizeof p, "%s/cuts.pfw.gz", tmpdir);
+    f = fopen(p, "rb");
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *all = malloc((size_t)sz);
+    size_t got = fread(all, 1, (size_t)sz, f);
+    fclose(f);
+    snprintf(p, sizeof p, "%s/cut2.pfw.gz", tmpdir);
+    f = fopen(p, "wb");
+    fwrite(all, 1, got * 2 / 3, f);
+    fclose(f);
+    an_trace cut1;
+    CHECK(read_trace(p, 1, 0, &cut1) == 0 && cut1.inputs[0].truncated && cut1.n > 10000 &&
+              cut1.n < 20000,
+          "truncated: partial events kept (%zu)", cut1.n);
+    CHECK(read_trace(p, 2, 4096, &many) == 0 && same_trace(&cut1, &many, "truncated") &&
+              many.inputs[0].truncated,
+          "truncated file in parts = whole");
+    an_trace_free(&many);
+    an_trace_free(&cut1);
+    /* A corrupt member in the middle: that member's complete lines before the damage, and every
+     * member after it, are kept. */
+    size_t mid = got / 2;
+    for (size_t k = 0; k < 64; k++)
+        all[mid + k] ^= 0x5a;
+    snprintf(p, sizeof p, "%s/corrupt.pfw.gz", tmpdir);
+    f = fopen(p, "wb");
+    fwrite(all, 1, got, f);
+    fclose(f);
+    an_trace bad1;
+    CHECK(read_trace(p, 1, 0, &bad1) == 0 && bad1.n > 18000 && bad1.n < 20000 &&
+              strstr(bad1.inputs[0].note, "corrupt") && strstr(bad1.inputs[0].note, "after it"),
+          "corrupt member: the rest recovered (%zu events; %s)", bad1.n, bad1.inputs[0].note);
+    CHECK(read_trace(p, 2, 4096, &many) == 0 && same_trace(&bad1, &many, "corrupt"),
+          "corrupt member, in parts = whole");
+    an_trace_free(&many);
+    an_trace_free(&bad1);
+    free(all);
+    an_trace_free(&one);
+    free(text);
+    free(text2);
+}
+
+/* --fs-type overrides, recorded types, and the path guess. */
+static void test_fs(void) {
+    CHECK(an_fs_class("ext4", 4) == AN_FS_LOCAL && an_fs_class("nfs4", 4) == AN_FS_NFS &&
+              an_fs_class("lustre", 6) == AN_FS_LUSTRE && an_fs_class("tmpfs", 5) == AN_FS_TMPFS &&
+              an_fs_class("zork", 4) < 0,
+          "file-system classes of mount-table names");
+    CHECK(an_fs_infer("/p/lustre3/x/y.h5") == AN_FS_LUSTRE && an_fs_infer("/gpfs/a") == AN_FS_GPFS &&
+              an_fs_infer("/dev/shm/x") == AN_FS_TMPFS && an_fs_infer("/home/u/x") == AN_FS_NFS &&
+              an_fs_infer("/work/x") == AN_FS_UNKNOWN,
+          "classes guessed from paths");
+    CHECK(an_fs_override_check("/p/lustre3=lustre") == 0 && an_fs_override_check("lustre") != 0 &&
+              an_fs_override_check("/x=zork") != 0 && strstr(err_msg(), "zork"),
+          "--fs-type values checked: %s", err_msg());
+    char p[512];
+    snprintf(p, sizeof p, "%s/fs.pfw", tmpdir);
+    FILE *f = fopen(p, "w");
+    fputs("{\"name\":\"read\",\"cat\":\"POSIX\",\"pid\":1,\"tid\":1,\"ts\":1,\"dur\":1,\"ph\":\"X\","
+          "\"args\":{\"fname\":\"/p/lustre3/a.bin\",\"ret\":1}}\n"
+          "{\"name\":\"read\",\"cat\":\"POSIX\",\"pid\":1,\"tid\":1,\"ts\":2,\"dur\":1,\"ph\":\"X\","
+          "\"args\":{\"fname\":\"/scratch/job/b.bin\",\"ret\":1}}\n",
+          f);
+    fclose(f);
+    char *files[1] = {p};
+    const char *ov[2] = {"/scratch=xfs", "/scratch/job/=nfs"};
+    an_read_opts o = {.threads = 1, .fs_types = ov, .nfs_types = 2};
+    an_trace t;
+    CHECK(an_trace_read(&t, files, 1, &o) == 0 && t.n == 2, "fs trace read");
+    if (t.n == 2) {
+        CHECK(t.file_fs[t.file[0]] == AN_FS_LUSTRE && t.file_fs_how[t.file[0]] == AN_FSHOW_PATH,
+              "lustre guessed from /p/lustre3");
+        CHECK(t.file_fs[t.file[1]] == AN_FS_NFS && t.file_fs_how[t.file[1]] == AN_FSHOW_USER,
+              "longest --fs-type prefix wins");
+    }
+    an_trace_free(&t);
+}
+
 /* Inputs that were undefined behaviour (found by UBSan; the sanitizer build of this test in
  * tests/analyze/run.sh aborts on them before the fix): an X event without "cat" (a NULL string
  * reached memcmp/memcpy) and timestamps of +-9e18 (signed overflow of max - min in the sort). */
@@ -366,7 +591,7 @@ static void test_ub_inputs(void) {
     an_ruleset rs;
     an_report r;
     CHECK(an_metrics_compute(&t, 0, &m) == 0 && an_rules_default(&rs) == 0 &&
-              an_report_build(&r, &t, &m, &rs) == 0,
+              an_report_build(&r, &t, &m, &rs, NULL) == 0,
           "metrics and report on the odd trace");
     an_report_free(&r);
     an_rules_free(&rs);
@@ -381,6 +606,8 @@ int main(int argc, char **argv) {
     test_buckets();
     test_gzip_and_patterns();
     test_ub_inputs();
+    test_parts();
+    test_fs();
     test_overlap();
     test_rules_and_catalogue();
     test_compare();
