@@ -154,7 +154,7 @@ static void gen(const char *dir, const scen *s) {
 static int load(const char *dir, an_run *r) {
     char p[512];
     snprintf(p, sizeof p, "%s/%s", tmpdir, dir);
-    an_read_opts o = {1, 0};
+    an_read_opts o = {.threads = 1};
     return an_run_load(p, &o, r);
 }
 
