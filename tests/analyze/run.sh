@@ -7,26 +7,24 @@ d=$(t_tmpdir)
 trap 'rm -rf "$d"' EXIT
 mkdir -p "$d/unit"
 t_cbin "$BUILD/tests/analyze/test_analyze" "$d/unit"
-# The same unit tests under ASan/UBSan (aborting on the first report), built here from the
-# analyzer's sources: one gcc call, so the default test run catches undefined behaviour too.
+# The same unit tests under ASan/UBSan (aborting on the first report) and under TSan (the reader
+# decodes the parts of a file in parallel threads), built here from the analyzer's sources (one
+# gcc call each), so the default test run catches undefined behaviour and races too.
 deflate=$(grep -q AN_HAVE_LIBDEFLATE src/analyze/module.mk && [ -f /usr/include/libdeflate.h ] && echo "-DAN_HAVE_LIBDEFLATE -ldeflate")
-if gcc -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined \
-    -fno-omit-frame-pointer -Isrc -Iinclude -Itests tests/analyze/test_analyze.c src/analyze/*.c \
-    src/core/err.c src/core/fault.c src/core/fsutil.c -o "$d/test_analyze_san" $deflate -lyaml -lz -lm -lpthread \
-    2>"$d/san_build.err"; then
-    mkdir -p "$d/unit-san"
-    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 t_cbin "$d/test_analyze_san" "$d/unit-san"
-else
-    t_fail "ASan/UBSan build of test_analyze" "$(head -c 400 "$d/san_build.err")"
+san_srcs="tests/analyze/test_analyze.c src/analyze/*.c src/core/err.c src/core/fault.c src/core/fsutil.c"
+san_build() { # NAME FLAGS...
+    local name=$1
+    shift
+    gcc -std=c11 -D_GNU_SOURCE -O1 -g "$@" -fno-omit-frame-pointer -Isrc -Iinclude -Itests $san_srcs \
+        -o "$d/test_analyze_$name" $deflate -lyaml -lz -lm -lpthread 2>"$d/$name.err" ||
+        { t_fail "$name build of test_analyze" "$(head -c 400 "$d/$name.err")"; return 1; }
+    mkdir -p "$d/unit-$name"
+}
+if san_build asan -fsanitize=address,undefined -fno-sanitize-recover=undefined; then
+    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 t_cbin "$d/test_analyze_asan" "$d/unit-asan"
 fi
-# And under TSan: the reader decodes the parts of a file in parallel threads.
-if gcc -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=thread -Isrc -Iinclude -Itests \
-    tests/analyze/test_analyze.c src/analyze/*.c src/core/err.c src/core/fsutil.c \
-    -o "$d/test_analyze_tsan" $deflate -lyaml -lz -lm -lpthread 2>"$d/tsan_build.err"; then
-    mkdir -p "$d/unit-tsan"
+if san_build tsan -fsanitize=thread; then
     TSAN_OPTIONS=halt_on_error=1 t_cbin "$d/test_analyze_tsan" "$d/unit-tsan"
-else
-    t_fail "TSan build of test_analyze" "$(head -c 400 "$d/tsan_build.err")"
 fi
 
 # json_check FILE PYTHON-EXPR: evaluates EXPR with r = the parsed JSON; passes when true.
