@@ -99,7 +99,8 @@ static int bench_gen(int reps, int argc, char **argv) {
     for (int r = 0; r < reps; r++) {
         char dir[FS_PATH_MAX];
         dataset_prep_info info;
-        rc = dataset_prepare(&c, &w, dir, sizeof dir, &info);
+        ds_spec sp = ds_spec_of(&c);
+        rc = dataset_prepare(&sp, &w, dir, sizeof dir, &info);
         if (rc) {
             fprintf(stderr, "bench gen: %s\n", err_msg());
             return 1;
@@ -147,8 +148,9 @@ static int bench_load(const char *dir, int reps, double factor, int argc, char *
     scaffold_config c;
     int rc = load_cfg(&c, argc, argv);
     dataset *ds = NULL;
+    ds_spec sp = ds_spec_of(&c);
     if (rc == 0)
-        rc = dataset_open_world(dir, &c, &w, &ds);
+        rc = dataset_open_world(dir, &sp, &w, &ds);
     if (rc) {
         fprintf(stderr, "bench load: %s\n", err_msg());
         return 1;

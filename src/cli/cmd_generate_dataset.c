@@ -23,12 +23,12 @@ int cmd_generate_dataset(int argc, char **argv) {
     if (st >= 0)
         return st;
     fractal_summary fs;
-    fractal_spec fsp = fractal_spec_of(&c);
-    int rc = fractal_generate(&fsp, &w, &fs);
+    ds_spec dsp = ds_spec_of(&c);
+    int rc = fractal_generate(&dsp.fractals, &w, &fs);
     char dir[FS_PATH_MAX];
     dataset_prep_info info;
     if (rc == 0)
-        rc = dataset_prepare(&c, &w, dir, sizeof dir, &info);
+        rc = dataset_prepare(&dsp, &w, dir, sizeof dir, &info);
     if (rc)
         return cli_fail(&w, "generate_dataset", rc);
     if (w.rank == 0) {

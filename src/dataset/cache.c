@@ -33,14 +33,8 @@ static size_t put_list(char *buf, size_t n, size_t o, const int *v, int k) {
     return o;
 }
 
-int ds_config_json(const scaffold_config *c, char *buf, size_t n) {
-    ds_layout l;
-    l.n = c->dc_num_shards.n < c->dc_shard_dims.n ? c->dc_num_shards.n : c->dc_shard_dims.n;
-    for (int i = 0; i < l.n; i++) {
-        l.dims[i] = c->dc_shard_dims.v[i];
-        l.counts[i] = c->dc_num_shards.v[i];
-    }
-    ds_layout k = ds_layout_canonical(&l);
+int ds_config_json(const ds_spec *c, char *buf, size_t n) {
+    ds_layout k = ds_layout_canonical(&c->layout);
     char vt[64];
     config_pyfloat(c->variance_threshold, vt, sizeof vt);
     /* Keys in sorted order (sort_keys=True). */
@@ -60,7 +54,7 @@ int ds_config_json(const scaffold_config *c, char *buf, size_t n) {
     return (int)o;
 }
 
-void ds_config_id(const scaffold_config *c, char id[DS_CONFIG_ID_LEN + 1]) {
+void ds_config_id(const ds_spec *c, char id[DS_CONFIG_ID_LEN + 1]) {
     char json[1024], hex[65];
     unsigned char d[SHA256_DIGEST_LEN];
     int len = ds_config_json(c, json, sizeof json);
@@ -87,7 +81,7 @@ static void write_int_list(FILE *f, const int *v, int n) {
     fputc(']', f);
 }
 
-int ds_meta_write(const char *path, const scaffold_config *c, int num_volumes, int n_train,
+int ds_meta_write(const char *path, const ds_spec *c, int num_volumes, int n_train,
                   int n_val, const int *train_vals, int n_train_vals, const int *val_vals,
                   int n_val_vals) {
     char id[DS_CONFIG_ID_LEN + 1], vt[64], when[64];
@@ -110,9 +104,9 @@ int ds_meta_write(const char *path, const scaffold_config *c, int num_volumes, i
     fprintf(f, "  n_fracts_per_vol: %d\n", c->n_fracts_per_vol);
     fprintf(f, "  val_split: %d\n", c->val_split);
     fprintf(f, "  dc_num_shards: ");
-    write_int_list(f, c->dc_num_shards.v, c->dc_num_shards.n);
+    write_int_list(f, c->layout.counts, c->layout.n);
     fprintf(f, "\n  dc_shard_dims: ");
-    write_int_list(f, c->dc_shard_dims.v, c->dc_shard_dims.n);
+    write_int_list(f, c->layout.dims, c->layout.n);
     fprintf(f, "\ninclude_keys:\n");
     for (size_t i = 0; i < DS_NINCLUDE; i++)
         fprintf(f, "- %s\n", ds_include_keys[i]);

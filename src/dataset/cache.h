@@ -21,7 +21,7 @@
 #define SCAFFOLD_DATASET_CACHE_H
 
 #include "core/version.h"
-#include "core/config.h"
+#include "dataset/spec.h"
 #include "dataset/layout.h"
 
 #include <stddef.h>
@@ -46,13 +46,13 @@ typedef struct ds_meta {
 } ds_meta;
 
 /* Canonical JSON of the include keys into buf. Returns the length or ERR_RANGE if too small. */
-int ds_config_json(const scaffold_config *c, char *buf, size_t n);
+int ds_config_json(const ds_spec *c, char *buf, size_t n);
 
 /* config_id of a config (12 lower-case hex digits + NUL). */
-void ds_config_id(const scaffold_config *c, char id[DS_CONFIG_ID_LEN + 1]);
+void ds_config_id(const ds_spec *c, char id[DS_CONFIG_ID_LEN + 1]);
 
 /* Writes meta.yaml for config c into `path` (atomically). Extra fields from the caller. 0/ERR_IO */
-int ds_meta_write(const char *path, const scaffold_config *c, int num_volumes, int n_train,
+int ds_meta_write(const char *path, const ds_spec *c, int num_volumes, int n_train,
                   int n_val, const int *train_vals, int n_train_vals, const int *val_vals,
                   int n_val_vals);
 

@@ -19,7 +19,7 @@ void ds_plan_free(ds_plan *p) {
     p->colors = NULL;
 }
 
-int ds_plan_make(const scaffold_config *c, ds_plan *p) {
+int ds_plan_make(const ds_spec *c, ds_plan *p) {
     memset(p, 0, sizeof *p);
     int nfpv = c->n_fracts_per_vol, ncat = c->n_categories;
     if (nfpv < 1 || ncat < 1)

@@ -15,7 +15,7 @@
 #ifndef SCAFFOLD_DATASET_COMPOSE_H
 #define SCAFFOLD_DATASET_COMPOSE_H
 
-#include "core/config.h"
+#include "dataset/spec.h"
 
 typedef struct ds_plan {
     int n_categories;
@@ -30,7 +30,7 @@ typedef struct ds_plan {
 
 /* Computes the plan of a config. *p owns malloc'ed arrays (ds_plan_free). 0, ERR_CONFIG
  * (no volume would be produced) or ERR_NOMEM. */
-int ds_plan_make(const scaffold_config *c, ds_plan *p);
+int ds_plan_make(const ds_spec *c, ds_plan *p);
 
 /* Frees the arrays (NULL-safe, idempotent). */
 void ds_plan_free(ds_plan *p);

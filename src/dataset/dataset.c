@@ -229,13 +229,13 @@ void dataset_rank_shard(const ds_layout *l, int rank, int idx[3]) {
     ds_layout_indices(l, rank % t, idx);
 }
 
-int dataset_open_world(const char *dir, const scaffold_config *cfg, const dist_world *w,
+int dataset_open_world(const char *dir, const ds_spec *spec, const dist_world *w,
                        dataset **out) {
     *out = NULL;
-    ds_layout cl;
+    ds_layout cl = spec->layout;
     int idx[3] = {0, 0, 0};
     dataset *ds = NULL;
-    int rc = ds_layout_from_config(cfg, &cl);
+    int rc = ds_layout_check(&cl, spec->vol_size, ERR_CONFIG, "keys 'dc_num_shards'/'dc_shard_dims'");
     if (rc == 0) {
         dataset_rank_shard(&cl, w->rank, idx);
         rc = dataset_open(dir, idx, &ds);

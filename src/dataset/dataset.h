@@ -2,7 +2,7 @@
  *
  * Contract for `scaffold benchmark` (and `scaffold generate_dataset`):
  *
- *  1. dataset_prepare(cfg, world, dir, ...)   collective; the fractal library must already exist
+ *  1. dataset_prepare(spec, world, dir, ...)  collective; the fractal library must already exist
  *     (run fractal_generate first). Finds the newest cached dataset whose meta.yaml matches the
  *     config's config_id, or generates one (cache.h for the layout, compose.h/render.h for the
  *     content), and returns its directory on every rank. Generation splits the
@@ -10,7 +10,7 @@
  *     logs progress on rank 0 and fills a summary (volumes, bytes, seconds). The instance library
  *     is only read.
  *
- *  2. dataset_open_world(dir, cfg, world, &ds) collective; reads meta.yaml, lists the sample ids
+ *  2. dataset_open_world(dir, spec, world, &ds) collective; reads meta.yaml, lists the sample ids
  *     of both splits (file stems minus the shard suffix, sorted as strings, as upstream), picks
  *     the shard this rank reads (rank % T decomposed row-major over the config's dc_num_shards,
  *     mapped by dim onto the dataset's layout, which must have the same counts per dim), checks
@@ -37,7 +37,7 @@
 #ifndef SCAFFOLD_DATASET_DATASET_H
 #define SCAFFOLD_DATASET_DATASET_H
 
-#include "core/config.h"
+#include "dataset/spec.h"
 #include "core/fsutil.h"
 #include "dataset/cache.h"
 #include "dataset/layout.h"
@@ -59,9 +59,9 @@ typedef struct dataset_prep_info {
 } dataset_prep_info;
 
 /* Collective. See the contract above. `dir` receives the dataset directory (absolute if
- * cfg->dataset_dir is). 0 or an agreed ERR_* (ERR_CONFIG for a config that gives no dataset,
+ * spec->dataset_dir is). 0 or an agreed ERR_* (ERR_CONFIG for a config that gives no dataset,
  * ERR_IO/ERR_FORMAT naming the file otherwise). `info` may be NULL. */
-int dataset_prepare(const scaffold_config *cfg, const dist_world *w, char *dir, size_t dirsz,
+int dataset_prepare(const ds_spec *spec, const dist_world *w, char *dir, size_t dirsz,
                     dataset_prep_info *info);
 
 /* An opened dataset. Fields are read-only for users. */
@@ -96,7 +96,7 @@ void dataset_rank_shard(const ds_layout *l, int rank, int idx[3]);
 /* Collective: dataset_open for this rank's shard (see dataset_rank_shard), checks that the
  * dataset layout has the config's counts per dim, dataset_check, and the cross-rank id-list
  * hash check. Errors agreed on all ranks. */
-int dataset_open_world(const char *dir, const scaffold_config *cfg, const dist_world *w,
+int dataset_open_world(const char *dir, const ds_spec *spec, const dist_world *w,
                        dataset **out);
 
 void dataset_close(dataset *ds); /* NULL-safe */

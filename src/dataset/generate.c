@@ -36,7 +36,7 @@ static int write_npy(const char *path, npy_dtype dt, int ndim, const int64_t *sh
 /* Per-rank generation state: buffers reused across tasks, and the voxelised fractals of the
  * volume last loaded (consecutive tasks of one volume share them). */
 typedef struct gen_state {
-    const scaffold_config *c;
+    const ds_spec *c;
     const ds_plan *plan;
     ds_layout layout;
     float *pts;       /* (point_num, 3) */
@@ -50,14 +50,13 @@ typedef struct gen_state {
 static int load_volume_fractals(gen_state *g, int v) {
     if (g->cur_vol == v)
         return 0;
-    const scaffold_config *c = g->c;
-    int64_t shape[2] = {c->point_num, 3};
+    const ds_spec *c = g->c;
+    int64_t shape[2] = {c->fractals.point_num, 3};
     for (int k = 0; k < g->plan->n_fracts_per_vol; k++) {
         const int *row = g->plan->contents + (size_t)v * 2 * (size_t)g->plan->n_fracts_per_vol;
         int cat = row[2 * k], inst = row[2 * k + 1];
         char path[FS_PATH_MAX];
-        fractal_spec fs = fractal_spec_of(c);
-        fractal_instance_path(&fs, cat, inst, path, sizeof path);
+        fractal_instance_path(&c->fractals, cat, inst, path, sizeof path);
         int rc = npy_read_into(path, NPY_F32, 2, shape, g->pts);
         if (rc) {
             g->cur_vol = -1;
@@ -66,7 +65,7 @@ static int load_volume_fractals(gen_state *g, int v) {
                                "first (scaffold generate_fractals -c CONFIG)", path);
             return err_prefix("fractal library");
         }
-        rc = ds_voxelize(g->pts, c->point_num, c->vol_size, g->vox[k]);
+        rc = ds_voxelize(g->pts, c->fractals.point_num, c->vol_size, g->vox[k]);
         if (rc) {
             g->cur_vol = -1;
             return err_prefix("%s", path);
@@ -94,7 +93,7 @@ static int gen_task(gen_state *g, const char *staging, int v, int sid) {
         float color[3];
         for (int ch = 0; ch < 3; ch++)
             color[ch] = (float)g->plan->colors[3 * cat + ch]; /* float64 -> float32 on assign */
-        ds_render_fractal(g->vol, g->mask, start, stop, g->vox[k], g->c->point_num, color,
+        ds_render_fractal(g->vol, g->mask, start, stop, g->vox[k], g->c->fractals.point_num, color,
                           (uint16_t)(cat + 1));
     }
     const char *split = g->plan->is_val[v] ? "validation" : "training";
@@ -109,7 +108,7 @@ static int gen_task(gen_state *g, const char *staging, int v, int sid) {
     rc = write_npy(path, NPY_U16, 3, vshape + 1, g->mask, nvox * sizeof(uint16_t));
     const float zero[3] = {0, 0, 0};
     for (int k = 0; k < g->plan->n_fracts_per_vol; k++)
-        ds_render_fractal(g->vol, g->mask, start, stop, g->vox[k], g->c->point_num, zero, 0);
+        ds_render_fractal(g->vol, g->mask, start, stop, g->vox[k], g->c->fractals.point_num, zero, 0);
     if (rc)
         return rc;
     g->bytes += (long long)(3 * nvox * sizeof(float) + nvox * sizeof(uint16_t) + 2 * 128);
@@ -118,20 +117,20 @@ static int gen_task(gen_state *g, const char *staging, int v, int sid) {
 }
 
 static int gen_alloc(gen_state *g) {
-    const scaffold_config *c = g->c;
+    const ds_spec *c = g->c;
     int64_t maxv = 1;
     for (int a = 0; a < 3; a++) { /* chunk 0 is the largest along every axis */
         int64_t s, e;
         ds_chunk(c->vol_size, ds_layout_count_of(&g->layout, a), 0, &s, &e);
         maxv *= e - s;
     }
-    g->pts = malloc((size_t)c->point_num * 3 * sizeof *g->pts);
+    g->pts = malloc((size_t)c->fractals.point_num * 3 * sizeof *g->pts);
     g->vox = calloc((size_t)g->plan->n_fracts_per_vol, sizeof *g->vox);
     g->vol = calloc((size_t)maxv * 3, sizeof *g->vol);
     g->mask = calloc((size_t)maxv, sizeof *g->mask);
     int ok = g->pts && g->vox && g->vol && g->mask;
     for (int k = 0; ok && k < g->plan->n_fracts_per_vol; k++)
-        ok = (g->vox[k] = malloc((size_t)c->point_num * 3 * sizeof(int32_t))) != NULL;
+        ok = (g->vox[k] = malloc((size_t)c->fractals.point_num * 3 * sizeof(int32_t))) != NULL;
     g->cur_vol = -1;
     return ok ? 0 : err_set(ERR_NOMEM, "dataset generation: out of memory (shard of %lld voxels)",
                             (long long)maxv);
@@ -160,7 +159,7 @@ static int make_tree(const char *staging, const ds_plan *plan) {
     return ds_plan_write_csv(plan, p);
 }
 
-int dataset_prepare(const scaffold_config *c, const dist_world *w, char *dir, size_t dirsz,
+int dataset_prepare(const ds_spec *c, const dist_world *w, char *dir, size_t dirsz,
                     dataset_prep_info *info) {
     dataset_prep_info local;
     if (!info)
@@ -171,8 +170,8 @@ int dataset_prepare(const scaffold_config *c, const dist_world *w, char *dir, si
     snprintf(cfgdir, sizeof cfgdir, "%s/%s", c->dataset_dir, info->config_id);
 
     ds_plan plan;
-    ds_layout layout;
-    int rc = ds_layout_from_config(c, &layout);
+    ds_layout layout = c->layout;
+    int rc = ds_layout_check(&layout, c->vol_size, ERR_CONFIG, "keys 'dc_num_shards'/'dc_shard_dims'");
     if (rc == 0 && c->n_categories > 65535)
         rc = err_set(ERR_CONFIG, "key 'n_categories': %d classes do not fit the uint16 mask",
                      c->n_categories);
@@ -194,9 +193,9 @@ int dataset_prepare(const scaffold_config *c, const dist_world *w, char *dir, si
         /* Nothing is written before we know we must generate: a cached dataset on a read-only
          * file system is still usable. */
         rc = ds_cache_prune(cfgdir, ds_cache_stale_seconds(), &info->stale_removed);
-        if (rc == 0 && !c->datagen_from_scratch) {
+        if (rc == 0 && !c->from_scratch) {
             rc = ds_cache_find(cfgdir, info->config_id,
-                               c->dataset_reuse_enforce_commit_id ? DS_CODE_VERSION : NULL, path,
+                               c->enforce_commit_id ? DS_CODE_VERSION : NULL, path,
                                sizeof path);
             found = rc == 1;
             if (rc == 1)

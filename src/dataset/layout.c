@@ -46,20 +46,6 @@ int ds_layout_check(const ds_layout *l, int vol_size, int code, const char *what
     return 0;
 }
 
-int ds_layout_from_config(const scaffold_config *c, ds_layout *out) {
-    if (c->dc_num_shards.n != c->dc_shard_dims.n)
-        return err_set(ERR_CONFIG,
-                       "key 'dc_num_shards': must have as many entries as dc_shard_dims");
-    out->n = c->dc_num_shards.n;
-    for (int i = 0; i < out->n; i++) {
-        out->dims[i] = c->dc_shard_dims.v[i];
-        out->counts[i] = c->dc_num_shards.v[i];
-    }
-    for (int i = out->n; i < 3; i++)
-        out->dims[i] = out->counts[i] = 0;
-    return ds_layout_check(out, c->vol_size, ERR_CONFIG, "keys 'dc_num_shards'/'dc_shard_dims'");
-}
-
 ds_layout ds_layout_canonical(const ds_layout *l) {
     ds_layout c = *l;
     for (int i = 1; i < c.n; i++) /* insertion sort by dim */

@@ -12,8 +12,8 @@
 #ifndef SCAFFOLD_DATASET_LAYOUT_H
 #define SCAFFOLD_DATASET_LAYOUT_H
 
-#include "core/config.h"
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct ds_layout {
@@ -22,9 +22,6 @@ typedef struct ds_layout {
     int counts[3]; /* >= 1 */
 } ds_layout;
 
-/* The layout of a config (dc_shard_dims, dc_num_shards), validated against vol_size
- * (no empty chunk). 0 or ERR_CONFIG naming the key. */
-int ds_layout_from_config(const scaffold_config *c, ds_layout *out);
 
 /* Validates an arbitrary layout for a grid of `vol_size` per side. `what` names its source in
  * the message. 0 or ERR_CONFIG/ERR_FORMAT (code given by `code`). */

@@ -128,7 +128,8 @@ int train_memory_plan(const scaffold_config *c, const ds_layout *l, train_mem_pl
     p->data = (double)slots * N * sample;
     if (!strcmp(c->data_store, "memory")) {
         ds_plan plan;
-        if (ds_plan_make(c, &plan) == 0) {
+        ds_spec dsp = ds_spec_of(c);
+        if (ds_plan_make(&dsp, &plan) == 0) {
             /* Each replica holds its share of the volumes of its shard. */
             int T = ds_layout_total(l);
             p->data += sample * (double)plan.num_volumes * T / (double)(T > 0 ? T : 1);
@@ -220,7 +221,8 @@ int train_preflight(const scaffold_config *c, const ds_layout *l, const dist_wor
     }
     /* The global batch against the splits the dataset will have. */
     ds_plan plan;
-    if (rc == 0 && (rc = ds_plan_make(c, &plan)) == 0) {
+    ds_spec dsp = ds_spec_of(c);
+    if (rc == 0 && (rc = ds_plan_make(&dsp, &plan)) == 0) {
         long replicas = w->size / (ds_layout_total(l) > 0 ? ds_layout_total(l) : 1);
         long global_batch = (long)c->local_batch_size * replicas;
         if (global_batch > plan.n_train || global_batch > plan.n_val)

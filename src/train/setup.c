@@ -44,7 +44,8 @@ static int check_layout(const scaffold_config *c, const ds_layout *l) {
  * checks it again. Rank 0 reads one meta.yaml. */
 static int check_cached_layout(const scaffold_config *c, const ds_layout *l) {
     char id[DS_CONFIG_ID_LEN + 1], cfgdir[FS_PATH_MAX], dir[FS_PATH_MAX], meta[FS_PATH_MAX + 16];
-    ds_config_id(c, id);
+    ds_spec spec = ds_spec_of(c);
+    ds_config_id(&spec, id);
     snprintf(cfgdir, sizeof cfgdir, "%s/%s", c->dataset_dir, id);
     if (c->datagen_from_scratch || !fs_is_dir(cfgdir))
         return 0;
@@ -148,12 +149,13 @@ static int open_data(scaffold_config *c, train_state *s) {
                  fs.instances_new, fs.class_seconds + fs.instance_seconds);
     char dsdir[FS_PATH_MAX];
     dataset_prep_info pi;
-    rc = dataset_prepare(c, s->w, dsdir, sizeof dsdir, &pi);
+    ds_spec spec = ds_spec_of(c);
+    rc = dataset_prepare(&spec, s->w, dsdir, sizeof dsdir, &pi);
     if (rc)
         return rc;
     log_info("dataset %s: %s (%d volumes)", pi.config_id, pi.reused ? "reused" : "generated",
              pi.num_volumes);
-    rc = dataset_open_world(dsdir, c, s->w, &s->ds);
+    rc = dataset_open_world(dsdir, &spec, s->w, &s->ds);
     if (rc)
         return rc;
     int64_t n_train = s->ds->n[DS_TRAIN], n_val = s->ds->n[DS_VAL];

@@ -53,18 +53,30 @@ static void test_sha256(void) {
           hex);
 }
 
+/* The dataset code takes its own spec; these tests vary configurations. */
+static void cfg_id(const scaffold_config *c, char *id) {
+    ds_spec sp = ds_spec_of(c);
+    ds_config_id(&sp, id);
+}
+
+static int cfg_plan(const scaffold_config *c, ds_plan *p) {
+    ds_spec sp = ds_spec_of(c);
+    return ds_plan_make(&sp, p);
+}
+
 static void test_config_id(void) {
     scaffold_config c;
     config_defaults(&c);
     CHECK(config_finalize(&c) == 0, "%s", err_msg());
     char json[1024], id[16];
-    ds_config_json(&c, json, sizeof json);
+    ds_spec sp = ds_spec_of(&c);
+    ds_config_json(&sp, json, sizeof json);
     CHECK(!strcmp(json, "{\"dataset_format_version\":5,\"dc_num_shards\":[1,1,1],\"dc_shard_dims\""
                         ":[2,3,4],\"n_categories\":5,\"n_fracts_per_vol\":3,\"n_instances_used_"
                         "per_fractal\":145,\"problem_scale\":7,\"seed\":42,\"val_split\":30,"
                         "\"variance_threshold\":0.15}"),
           "%s", json);
-    ds_config_id(&c, id);
+    cfg_id(&c, id);
     CHECK(!strcmp(id, "18d3c8efe010"), "default config_id %s (upstream: 18d3c8efe010)", id);
     /* Layout canonicalisation: [1,2,1] over [3,2,4] == [2,1,1] over [2,3,4]. */
     scaffold_config a = c, b = c;
@@ -72,22 +84,22 @@ static void test_config_id(void) {
     b.dc_num_shards = (cfg_list){3, {1, 2, 1}};
     b.dc_shard_dims = (cfg_list){3, {3, 2, 4}};
     char ia[16], ib[16];
-    ds_config_id(&a, ia);
-    ds_config_id(&b, ib);
+    cfg_id(&a, ia);
+    cfg_id(&b, ib);
     CHECK(!strcmp(ia, ib) && strcmp(ia, id), "canonical layout ids %s %s", ia, ib);
     /* Every include key changes the id; a non-include key does not. */
     scaffold_config t = c;
     t.seed = 43;
-    ds_config_id(&t, ia);
+    cfg_id(&t, ia);
     CHECK(strcmp(ia, id), "seed changes config_id");
     t = c;
     t.variance_threshold = 0.2;
-    ds_config_id(&t, ia);
+    cfg_id(&t, ia);
     CHECK(strcmp(ia, id), "variance_threshold changes config_id");
     t = c;
     t.epochs = 7;
     t.local_batch_size = 4;
-    ds_config_id(&t, ia);
+    cfg_id(&t, ia);
     CHECK(!strcmp(ia, id), "epochs/local_batch_size do not change config_id");
 }
 
@@ -185,7 +197,7 @@ static void test_plan(void) {
     config_defaults(&c);
     config_finalize(&c);
     ds_plan p;
-    CHECK(ds_plan_make(&c, &p) == 0, "%s", err_msg());
+    CHECK(cfg_plan(&c, &p) == 0, "%s", err_msg());
     CHECK(p.nipf == 144 && p.num_volumes == 240 && p.n_val == 72 && p.n_train == 168,
           "default plan: nipf %d, %d volumes, %d val", p.nipf, p.num_volumes, p.n_val);
     int per_cat[5] = {0}, bad = 0, nval = 0;
@@ -221,11 +233,11 @@ static void test_plan(void) {
     /* More instances than 145: several rounds. */
     c.n_instances_used_per_fractal = 300;
     c.n_categories = 2;
-    CHECK(ds_plan_make(&c, &p) == 0 && p.nipf == 300 && p.num_volumes == 200, "300 per class");
+    CHECK(cfg_plan(&c, &p) == 0 && p.nipf == 300 && p.num_volumes == 200, "300 per class");
     ds_plan_free(&p);
     c.n_instances_used_per_fractal = 3;
     c.n_categories = 1;
-    CHECK(ds_plan_make(&c, &p) == ERR_CONFIG, "one volume cannot be split: %s", err_msg());
+    CHECK(cfg_plan(&c, &p) == ERR_CONFIG, "one volume cannot be split: %s", err_msg());
     ds_plan_free(&p);
 }
 
@@ -275,10 +287,11 @@ static int mode_prepare(int argc, char **argv) {
     int rc = config_parse_args(&c, argc - 1, argv + 1, 1);
     if (rc == 0)
         rc = config_finalize(&c);
+    ds_spec sp = ds_spec_of(&c);
     char dir[FS_PATH_MAX];
     dataset_prep_info info;
     if (rc == 0)
-        rc = dataset_prepare(&c, &w, dir, sizeof dir, &info);
+        rc = dataset_prepare(&sp, &w, dir, sizeof dir, &info);
     if (w.rank == 0) {
         if (rc)
             fprintf(stderr, "prepare: %s\n", err_msg());

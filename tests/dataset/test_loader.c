@@ -311,9 +311,10 @@ static int mode_files(int argc, char **argv) {
     int rc = config_parse_args(&c, cargc, cargv, 0);
     if (rc == 0)
         rc = config_finalize(&c);
+    ds_spec sp = ds_spec_of(&c);
     dataset *ds = NULL;
     if (rc == 0)
-        rc = dataset_open_world(argv[2], &c, &w, &ds);
+        rc = dataset_open_world(argv[2], &sp, &w, &ds);
     if (rc) {
         if (w.rank == 0)
             fprintf(stderr, "test_loader files: %s\n", err_msg());
