@@ -356,23 +356,15 @@ static int read_rejected(const char *path, lib_reject **out, int *n) {
     int rc = fs_read_file(path, &txt, NULL);
     if (rc)
         return rc;
-    int cap = 16;
-    lib_reject *r = malloc((size_t)cap * sizeof *r);
+    size_t lines = 1;
+    for (const char *q = txt; *q; q++)
+        lines += *q == '\n';
+    lib_reject *r = malloc(lines * sizeof *r); /* one entry per line at most */
     char *save = NULL;
     for (char *l = strtok_r(txt, "\n", &save); l && r; l = strtok_r(NULL, "\n", &save)) {
         lib_reject x;
         if (sscanf(l, "%15[0-9.csv],%64[0-9a-f],%d", x.name, x.sha, &x.cat) != 3)
             continue; /* a line written by someone else: ignore it */
-        if (*n == cap) {
-            cap *= 2;
-            lib_reject *nr = realloc(r, (size_t)cap * sizeof *r);
-            if (!nr) {
-                free(r);
-                r = NULL;
-                break;
-            }
-            r = nr;
-        }
         r[(*n)++] = x;
     }
     free(txt);
