@@ -15,7 +15,9 @@
  * Parameters and gradients are nn_unet_param_count floats each, the optimizer state
  * nn_optim_state_floats, and the data buffers the loader's prefetch slots (two batches per
  * worker, at least two) plus, with data_store: memory, this rank's share of the training and
- * validation samples. Halo planes of spatial shards are not counted (a few percent). */
+ * validation samples. The warmup (warmup_batches > 0) and asynchronous checkpoints keep a copy
+ * of the parameters and the optimizer state (one at a time: the warmup's is freed before the
+ * first save). Halo planes of spatial shards are not counted (a few percent). */
 #include "train/train.h"
 
 #include "core/err.h"
@@ -121,6 +123,9 @@ int train_memory_plan(const scaffold_config *c, const ds_layout *l, train_mem_pl
     p->params = 4.0 * (double)P;
     p->grads = 4.0 * (double)P;
     p->optim = 4.0 * (double)nn_optim_state_floats(kind, P);
+    /* The warmup's snapshot (restored after it) or the async writer's. */
+    if (c->warmup_batches > 0 || c->async_save)
+        p->snapshot = p->params + p->optim;
     p->activations = 4.0 * (double)af + (double)ab;
     const double voxels = (double)p->ext[0] * p->ext[1] * p->ext[2];
     const double sample = voxels * (3 * 4 + 2); /* float32 volume (3 channels) + uint16 mask */
@@ -137,7 +142,7 @@ int train_memory_plan(const scaffold_config *c, const ds_layout *l, train_mem_pl
         }
         err_clear();
     }
-    p->total = p->params + p->grads + p->optim + p->activations + p->data;
+    p->total = p->params + p->grads + p->optim + p->snapshot + p->activations + p->data;
     p->node_memory = node_memory_bytes();
     return 0;
 }
@@ -156,14 +161,15 @@ int train_memory_check(const scaffold_config *c, const ds_layout *l, const dist_
                        int ranks_on_node) {
     train_mem_plan p;
     train_memory_plan(c, l, &p);
-    char a[32], b[32], o[32], d[32], t[32], nt[32], nm[32], mem[32];
+    char a[32], b[32], o[32], d[32], t[32], nt[32], nm[32], mem[32], sn[32];
     double node = p.total * (ranks_on_node > 0 ? ranks_on_node : 1);
     const int fits = p.node_memory <= 0 || node <= p.node_memory;
     if (fits && w->rank == 0)
-        log_info("memory plan per rank: parameters %s, gradients %s, optimizer %s, activations "
-                 "%s (batch %d of %dx%dx%d), data buffers %s; %s per rank, %s for the %d "
-                 "rank(s) on this node, of %s",
+        log_info("memory plan per rank: parameters %s, gradients %s, optimizer %s, snapshot %s, "
+                 "activations %s (batch %d of %dx%dx%d), data buffers %s; %s per rank, %s for "
+                 "the %d rank(s) on this node, of %s",
                  gib(p.params, a, sizeof a), gib(p.grads, b, sizeof b), gib(p.optim, o, sizeof o),
+                 gib(p.snapshot, sn, sizeof sn),
                  gib(p.activations, d, sizeof d), c->local_batch_size, p.ext[0], p.ext[1],
                  p.ext[2], gib(p.data, t, sizeof t), gib(p.total, nt, sizeof nt),
                  gib(node, nm, sizeof nm), ranks_on_node, gib(p.node_memory, mem, sizeof mem));
@@ -177,7 +183,7 @@ int train_memory_check(const scaffold_config *c, const ds_layout *l, const dist_
                    "spatial shards (dc_num_shards)%s%s",
                    gib(p.total, nt, sizeof nt), gib(p.activations, d, sizeof d),
                    c->local_batch_size, p.ext[0], p.ext[1], p.ext[2],
-                   gib(p.params + p.grads + p.optim, o, sizeof o), gib(node, nm, sizeof nm),
+                   gib(p.params + p.grads + p.optim + p.snapshot, o, sizeof o), gib(node, nm, sizeof nm),
                    ranks_on_node, gib(p.node_memory, mem, sizeof mem),
                    c->activation_checkpointing ? "" : ", or recompute activations "
                                                       "(activation_checkpointing: 1)",

@@ -54,6 +54,7 @@ int train_check(const scaffold_config *c, const dist_world *w);
 typedef struct train_mem_plan {
     int ext[3]; /* this rank's shard extent (D, H, W) */
     double params, grads, optim, activations, data, total;
+    double snapshot;    /* the warmup's or the async writer's copy of params + optimizer */
     double node_memory; /* MemTotal or a smaller cgroup limit; 0 if unknown */
 } train_mem_plan;
 int train_memory_plan(const scaffold_config *c, const ds_layout *l, train_mem_plan *p);
