@@ -20,10 +20,12 @@ for name in $names; do
     found=$fb/findings/$name
     mkdir -p "$work" "$found"
     log=$fb/fuzz_$name.log
-    # -timeout: a single input taking 10 s is a hang; -rss_limit_mb: 2 GiB per input is a leak
-    # or a bomb. The committed seeds are read but never written; new inputs go to $work.
+    # -timeout: a single input taking FUZZ_TIMEOUT s (default 30) is a hang: inputs run in well
+    # under a second, but a campaign at nice 19 on a busy machine can be descheduled for
+    # seconds; -rss_limit_mb: 2 GiB per input is a leak or a bomb. The committed seeds are read
+    # but never written; new inputs go to $work.
     ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
-        "$bin" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+        "$bin" -max_total_time="$secs" -timeout="${FUZZ_TIMEOUT:-30}" -rss_limit_mb=2048 -print_final_stats=1 \
         -artifact_prefix="$found/" "$work" "tests/fuzz/corpus/$name" >"$log" 2>&1
     rc=$?
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
