@@ -5,6 +5,7 @@
 #   bash tools/setup.sh          building and running (`make`, `make run`): the compiler, Open
 #                                MPI, libyaml, zlib, libdeflate, libpng, cairo, a font, and every
 #                                tools/packages.d/*.txt that is not *.test.txt.
+#   bash tools/setup.sh [--test] --list   prints the packages it would install, installs nothing.
 #   bash tools/setup.sh --test   also what the tests and tools/ need (`make test`, `make fuzz`):
 #                                Python with numpy/yaml/torch (Debian's; reference values and .npy
 #                                checks, never at run time), clang (libFuzzer), MPICH beside Open
@@ -15,18 +16,21 @@
 set -eu
 cd "$(dirname "$0")/.."
 TEST=0
-case "${1:-}" in
-"") ;;
---test) TEST=1 ;;
--h | --help)
-    sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
-    exit 0
-    ;;
-*)
-    echo "setup: unknown option '$1' (use --test for the test tools, or no option)" >&2
-    exit 2
-    ;;
-esac
+LIST=0
+for a in "$@"; do
+    case "$a" in
+    --test) TEST=1 ;;
+    --list) LIST=1 ;;
+    -h | --help)
+        sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+        exit 0
+        ;;
+    *)
+        echo "setup: unknown option '$a' (use --test for the test tools, --list to print them)" >&2
+        exit 2
+        ;;
+    esac
+done
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
 lists() { # lists SUFFIX_FILTER: the package names of tools/packages.d/*.txt, comments removed
@@ -42,6 +46,10 @@ PKGS="build-essential make openmpi-bin libopenmpi-dev libyaml-dev zlib1g-dev lib
 if [ "$TEST" -eq 1 ]; then
     PKGS="$PKGS python3 python3-numpy python3-yaml python3-torch clang mpich libmpich-dev
           $(lists test)"
+fi
+if [ "$LIST" -eq 1 ]; then
+    echo $PKGS | tr ' ' '\n' | awk '!seen[$0]++'
+    exit 0
 fi
 missing=""
 for p in $PKGS; do

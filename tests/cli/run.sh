@@ -31,4 +31,18 @@ t_expect_fail "predict: directory as --checkpoint" 2 "--checkpoint .*adir is a d
 t_expect_fail "predict: directory as --input" 2 "adir: Is a directory" \
     "$SCAFFOLD" predict --checkpoint "$d/c.safetensors" --input "$d/adir"
 t_expect_fail "config: directory as -c" 2 "adir: Is a directory" "$SCAFFOLD" generate_fractals -c "$d/adir"
+# tools/setup.sh: building and running need no test tools (it used to install Chromium and
+# PyTorch for `make run`); --test adds them.
+run_pk=$(bash tools/setup.sh --list)
+test_pk=$(bash tools/setup.sh --test --list)
+if grep -qxE 'python3(-numpy|-torch|-yaml)?|chromium|clang|mpich|libmpich-dev' <<<"$run_pk"; then
+    t_fail "setup without --test installs only build and run packages" "$(tr '\n' ' ' <<<"$run_pk")"
+else
+    t_ok "setup without --test installs only build and run packages"
+fi
+missing=""
+for p in libopenmpi-dev libyaml-dev python3-torch python3-numpy chromium clang libmpich-dev; do
+    grep -qx "$p" <<<"$test_pk" || missing="$missing $p"
+done
+[ -z "$missing" ] && t_ok "setup --test adds the test tools" || t_fail "setup --test adds the test tools" "missing:$missing"
 t_report
