@@ -102,7 +102,7 @@ bad() { # bad NAME RANKS PATTERN ARGS...
     local name=$1 n=$2 pat=$3; shift 3
     rm -rf badruns st.*
     local out
-    out=$($T $MPIRUN -n "$n" sh -c '"$0" "$@"; echo $? > st.$OMPI_COMM_WORLD_RANK' "$SCAFFOLD" benchmark $cfg --base-run-dir badruns "$@" 2>&1)
+    out=$($T $MPIRUN -n "$n" sh -c '"$0" "$@"; echo $? > st.${OMPI_COMM_WORLD_RANK:-$PMI_RANK}' "$SCAFFOLD" benchmark $cfg --base-run-dir badruns "$@" 2>&1)
     local sts
     sts=$(cat st.* 2>/dev/null | sort -u | tr '\n' ' ')
     if [ "$sts" != "2 " ]; then t_fail "$name" "exit statuses '$sts': $out"; return; fi
@@ -127,7 +127,7 @@ t_expect_fail "failure injected in a halo exchange on rank 1: agreed, no hang" 1
     "injected failure in halo exchange 5 on rank 1" \
     env SCAFFOLD_FAULT_HALO=1:5 $T $MPIRUN -n 2 "$SCAFFOLD" benchmark $cfg --base-run-dir fh --dc-num-shards 2 1 1 --warmup-batches 0
 # 7. scaffold scaling at 1, 2 and 4 ranks: files, plot, a failed point recorded, resume.
-sc=("$SCAFFOLD" scaling $cfg --epochs 1 --threads 1 --ranks 1,2,4 --shards "1 1 1;2 1 1")
+sc=("$SCAFFOLD" scaling $cfg --epochs 1 --threads 1 --ranks 1,2,4 --shards "1 1 1;2 1 1" --launcher "$MPIRUN")
 out=$($T "${sc[@]}" --out study 2>&1); rc=$?
 csv=study/scaling.csv
 if [ $rc -eq 0 ] && [ "$(wc -l < $csv)" -eq 7 ] &&
