@@ -12,7 +12,7 @@
 #include "core/err.h"
 #include "dataset/dataset.h"
 #include "dist/grid.h"
-#include "test.h"
+#include "mpi_test.h"
 
 #include <string.h>
 
@@ -144,14 +144,5 @@ int main(int argc, char **argv) {
                 test_layout(&all[i]);
         }
     }
-    int pf[2] = {test_passed, test_failed};
-    MPI_Allreduce(MPI_IN_PLACE, pf, 2, MPI_INT, MPI_SUM, W.comm);
-    test_passed = pf[0];
-    test_failed = pf[1];
-    int rc = 0;
-    if (W.rank == 0)
-        rc = test_report();
-    MPI_Bcast(&rc, 1, MPI_INT, 0, W.comm);
-    dist_finalize(&W);
-    return rc;
+    return mpi_test_report(&W);
 }

@@ -16,7 +16,7 @@
 #include "dist/grid.h"
 #include "nn/fixture.h"
 #include "nn/unet.h"
-#include "test.h"
+#include "mpi_test.h"
 
 #include <string.h>
 
@@ -48,6 +48,28 @@ static void cut_logits(float *out, const float *in, int N, int K, const int full
                     memcpy(out + o, v, sizeof(float) * K);
                     o += K;
                 }
+}
+
+/* Label block (N, ext) from full labels (N, full). */
+static void cut_labels(uint16_t *out, const uint16_t *in, int N, const int full[3],
+                       const int d0[3], const int ext[3]) {
+    size_t o = 0;
+    for (int n = 0; n < N; n++)
+        for (int z = 0; z < ext[0]; z++)
+            for (int y = 0; y < ext[1]; y++)
+                for (int x = 0; x < ext[2]; x++)
+                    out[o++] = in[(((size_t)n * full[0] + d0[0] + z) * full[1] + d0[1] + y) *
+                                      full[2] + d0[2] + x];
+}
+
+/* One training step of the sharded model: forward, loss, backward, gradient all-reduce. */
+static int step(nn_unet *m, dist_grad *gr, const float *x, const uint16_t *y, int N,
+                const float *w, double *loss, double *dice) {
+    nn_unet_zero_grad(m);
+    dist_grad_begin(gr);
+    int rc = nn_unet_forward_backward(m, x, y, N, w, loss, dice);
+    dist_grad_finish(gr);
+    return rc;
 }
 
 static float maxabs(const float *a, size_t n) {
@@ -152,20 +174,13 @@ static void test_global(const int counts[3]) {
     CHECK(make_sharded(&m, &j, &g, &sp, &gr, 1, d0, ext) == 0, "%s", err_msg());
     memcpy(m.params, ref.params, ref.nparams * sizeof(float));
     const size_t Sb = (size_t)ext[0] * ext[1] * ext[2];
-    float *xb = malloc((size_t)N * 3 * Sb * sizeof(float)), *yf = malloc(N * S * sizeof(float));
-    float *yb = malloc(N * Sb * sizeof(float)), *lb = malloc((size_t)N * Sb * K * sizeof(float));
+    float *xb = malloc((size_t)N * 3 * Sb * sizeof(float));
+    float *lb = malloc((size_t)N * Sb * K * sizeof(float));
     uint16_t *ybl = malloc(N * Sb * sizeof(uint16_t));
     cut_block(xb, j.x + (size_t)g.replica * N * 3 * S, N, 3, full, d0, ext);
-    for (size_t i = 0; i < (size_t)N * S; i++)
-        yf[i] = j.y[(size_t)g.replica * N * S + i];
-    cut_block(yb, yf, N, 1, full, d0, ext);
-    for (size_t i = 0; i < (size_t)N * Sb; i++)
-        ybl[i] = (uint16_t)yb[i];
+    cut_labels(ybl, j.y + (size_t)g.replica * N * S, N, full, d0, ext);
     double loss, dice;
-    nn_unet_zero_grad(&m);
-    dist_grad_begin(&gr);
-    CHECK(nn_unet_forward_backward(&m, xb, ybl, N, j.w, &loss, &dice) == 0, "%s", err_msg());
-    dist_grad_finish(&gr);
+    CHECK(step(&m, &gr, xb, ybl, N, j.w, &loss, &dice) == 0, "%s", err_msg());
     CHECK(dist_spatial_status(&sp) == 0, "%s", err_msg());
     char nm[160];
     snprintf(nm, sizeof nm, "[%d,%d,%d] x %d: logits of block (%d,%d,%d)", counts[0], counts[1],
@@ -195,7 +210,7 @@ static void test_global(const int counts[3]) {
     nn_unet_free(&m);
     nn_unet_free(&ref);
     dist_grid_free(&g);
-    free(gsum), free(lref), free(xb), free(yf), free(yb), free(lb), free(ybl);
+    free(gsum), free(lref), free(xb), free(lb), free(ybl);
     free(j.x), free(j.y), free(j.w);
 }
 
@@ -236,17 +251,14 @@ static void test_shard_fixture(const char *path) {
         free(p);
     }
     const size_t Sb = (size_t)ext[0] * ext[1] * ext[2];
-    float *xb = malloc((size_t)N * 3 * Sb * sizeof(float)), *yb = malloc(N * Sb * sizeof(float));
-    uint16_t *ybl = malloc(N * Sb * sizeof(uint16_t));
+    float *xb = malloc((size_t)N * 3 * Sb * sizeof(float));
+    uint16_t *ybl = malloc(N * Sb * sizeof(uint16_t)), *yfull = malloc(N * S * sizeof(uint16_t));
+    for (size_t i = 0; i < (size_t)N * S; i++)
+        yfull[i] = (uint16_t)yf[i];
     cut_block(xb, j.x, N, 3, full, d0, ext);
-    cut_block(yb, yf, N, 1, full, d0, ext);
-    for (size_t i = 0; i < (size_t)N * Sb; i++)
-        ybl[i] = (uint16_t)yb[i];
+    cut_labels(ybl, yfull, N, full, d0, ext);
     double loss, dice;
-    nn_unet_zero_grad(&m);
-    dist_grad_begin(&gr);
-    CHECK(nn_unet_forward_backward(&m, xb, ybl, N, j.w, &loss, &dice) == 0, "%s", err_msg());
-    dist_grad_finish(&gr);
+    CHECK(step(&m, &gr, xb, ybl, N, j.w, &loss, &dice) == 0, "%s", err_msg());
     int64_t sh[5];
     float *lfull = fx_get_cl(&st, "logits", sh), *lb = malloc((size_t)N * Sb * K * sizeof(float));
     CHECK(fx_numel(sh, 5) == (size_t)N * S * K, "fixture logits: %zu values", fx_numel(sh, 5));
@@ -268,10 +280,7 @@ static void test_shard_fixture(const char *path) {
     CHECK(bad == 0, "%d gradients differ from the per-shard emulation", bad);
     /* The same block with whole-volume statistics must NOT match: the fixture discriminates. */
     sp.ops.gn_global = 1;
-    nn_unet_zero_grad(&m);
-    dist_grad_begin(&gr);
-    CHECK(nn_unet_forward_backward(&m, xb, ybl, N, j.w, &loss, &dice) == 0, "%s", err_msg());
-    dist_grad_finish(&gr);
+    CHECK(step(&m, &gr, xb, ybl, N, j.w, &loss, &dice) == 0, "%s", err_msg());
     double dmax = 0;
     const float *lg = nn_unet_logits(&m);
     for (size_t i = 0; i < (size_t)N * Sb * K; i++)
@@ -283,7 +292,7 @@ static void test_shard_fixture(const char *path) {
     nn_unet_free(&m);
     dist_grid_free(&g);
     nn_st_close(&st);
-    free(xb), free(yb), free(ybl), free(yf), free(lfull), free(lb), free(lv), free(j.x), free(j.w);
+    free(xb), free(yfull), free(ybl), free(yf), free(lfull), free(lb), free(lv), free(j.x), free(j.w);
 }
 
 int main(int argc, char **argv) {
@@ -296,14 +305,5 @@ int main(int argc, char **argv) {
     else
         test_global(counts);
     /* Every rank's counts into rank 0's report. */
-    int pf[2] = {test_passed, test_failed};
-    MPI_Allreduce(MPI_IN_PLACE, pf, 2, MPI_INT, MPI_SUM, W.comm);
-    test_passed = pf[0];
-    test_failed = pf[1];
-    int rc = 0;
-    if (W.rank == 0)
-        rc = test_report();
-    MPI_Bcast(&rc, 1, MPI_INT, 0, W.comm);
-    dist_finalize(&W);
-    return rc;
+    return mpi_test_report(&W);
 }
