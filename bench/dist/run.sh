@@ -10,6 +10,9 @@
 #  3. the gradient all-reduce of 2 replicas (scale 5, base 64: 5.4 M parameters) overlapped with
 #     the backward pass: exposed time against the blocking all-reduce of the same gradient and
 #     against a run with the overlap off (SCAFFOLD_GRAD_OVERLAP=0)
+#  4. (PARTS=4, ~6 GiB per rank) scaffold benchmark at scale 7 / base 64 with [2,1,1] on 2 ranks
+#     (bench/dist/scale7.yml: one epoch of 3 optimizer steps): the summary line with samples/s
+#     and the peak memory per rank, against tools/dist_model.py's activation + parameter model
 # On a 2-core machine 4 ranks are oversubscribed: their times show the split, not a speed-up.
 # Run it alone: flock -x /tmp/scaffold-cpu.lock bash bench/dist/run.sh. PARTS="1 3" selects.
 set -u
@@ -91,4 +94,14 @@ if has 3; then
     split_line o0 "overlap off (baseline)"
     echo "   blocking all-reduce of the same gradient: $(med o1 grad_blocking_s) s; exposed with overlap $(med o1 grad_exposed_s) s, without $(med o0 grad_exposed_s) s"
     echo "   hidden behind backward: $(awk -v e="$(med o1 grad_exposed_s)" -v b="$(med o1 grad_blocking_s)" 'BEGIN{printf "%.0f%%", 100*(1-e/b)}') of the blocking all-reduce (target >= 50%); step $(awk -v a="$(med o0 step_s)" -v b="$(med o1 step_s)" 'BEGIN{printf "%.3f", a/b}')x vs overlap off"
+fi
+
+if has 4; then
+    root=$PWD
+    ( cd "$d" && OMP_NUM_THREADS=1 $MPIRUN -n 2 "$root/$BUILD/scaffold" benchmark \
+        -c "$root/configs/benchmark_default.yml" -c "$root/bench/dist/scale7.yml" \
+        --dc-num-shards 2 1 1 --base-run-dir s7 > s7.log 2>&1 )
+    echo "4. scale 7, base 64, [2,1,1] on 2 ranks x 1 thread (bench/dist/scale7.yml):"
+    grep -E 'model: |epoch 1: |^benchmark: |scaffold benchmark: ' "$d/s7.log" | sed 's/^/   /'
+    python3 tools/dist_model.py point 128 128 128 64 4 2 1 1 | sed 's/^/   /'
 fi
