@@ -18,6 +18,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
+BUILD=$(cd "$BUILD" && pwd)
 B=$BUILD/bench/dist/bench_dist
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
@@ -98,7 +99,7 @@ fi
 
 if has 4; then
     root=$PWD
-    ( cd "$d" && OMP_NUM_THREADS=1 $MPIRUN -n 2 "$root/$BUILD/scaffold" benchmark \
+    ( cd "$d" && OMP_NUM_THREADS=1 $MPIRUN -n 2 "$BUILD/scaffold" benchmark \
         -c "$root/configs/benchmark_default.yml" -c "$root/bench/dist/scale7.yml" \
         --dc-num-shards 2 1 1 --base-run-dir s7 > s7.log 2>&1 )
     echo "4. scale 7, base 64, [2,1,1] on 2 ranks x 1 thread (bench/dist/scale7.yml):"
