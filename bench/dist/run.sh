@@ -13,6 +13,8 @@
 #  4. (PARTS=4, ~6 GiB per rank) scaffold benchmark at scale 7 / base 64 with [2,1,1] on 2 ranks
 #     (bench/dist/scale7.yml: one epoch of 3 optimizer steps): the summary line with samples/s
 #     and the peak memory per rank, against tools/dist_model.py's activation + parameter model
+#  5. (PARTS=5) scaffold scaling on configs/quickstart.yml: 1 and 2 ranks, [1,1,1] and [2,1,1],
+#     2 epochs per point, 1 thread per rank: the summary line and scaling.csv
 # On a 2-core machine 4 ranks are oversubscribed: their times show the split, not a speed-up.
 # Run it alone: flock -x /tmp/scaffold-cpu.lock bash bench/dist/run.sh. PARTS="1 3" selects.
 set -u
@@ -105,4 +107,13 @@ if has 4; then
     echo "4. scale 7, base 64, [2,1,1] on 2 ranks x 1 thread (bench/dist/scale7.yml):"
     grep -E 'model: |epoch 1: |^benchmark: |scaffold benchmark: ' "$d/s7.log" | sed 's/^/   /'
     python3 tools/dist_model.py point 128 128 128 64 4 2 1 1 | sed 's/^/   /'
+fi
+
+if has 5; then
+    "$BUILD/scaffold" scaling -c configs/benchmark_default.yml -c configs/quickstart.yml \
+        --epochs 2 --threads 1 --ranks 1,2 --shards "1 1 1;2 1 1" --out "$d/study" \
+        > "$d/study.log" 2>&1
+    echo "5. scaffold scaling, quickstart, 2 epochs per point, 1 thread per rank:"
+    grep '^scaling: ' "$d/study.log" | sed 's/^/   /'
+    sed 's/^/   /' "$d/study/scaling.csv"
 fi
