@@ -110,9 +110,10 @@ if has 4; then
 fi
 
 if has 5; then
-    "$BUILD/scaffold" scaling -c configs/benchmark_default.yml -c configs/quickstart.yml \
-        --epochs 2 --threads 1 --ranks 1,2 --shards "1 1 1;2 1 1" --out "$d/study" \
-        > "$d/study.log" 2>&1
+    root=$PWD
+    ( cd "$d" && "$BUILD/scaffold" scaling -c "$root/configs/benchmark_default.yml" \
+        -c "$root/configs/quickstart.yml" --epochs 2 --threads 1 --ranks 1,2 \
+        --shards "1 1 1;2 1 1" --out "$d/study" > "$d/study.log" 2>&1 )
     echo "5. scaffold scaling, quickstart, 2 epochs per point, 1 thread per rank:"
     grep '^scaling: ' "$d/study.log" | sed 's/^/   /'
     sed 's/^/   /' "$d/study/scaling.csv"
