@@ -22,6 +22,10 @@ static int fault_fail_step(int rank) {
     return 0;
 }
 
+static int64_t sample_bytes(const train_state *s) {
+    return (int64_t)(s->ds->vol_elems * sizeof(float) + s->ds->mask_elems * sizeof(uint16_t));
+}
+
 int train_step(train_state *s, double lr, double acc[3]) {
     int n = 0;
     const float *vol = NULL;
@@ -30,7 +34,9 @@ int train_step(train_state *s, double lr, double acc[3]) {
                                                            SCAFFOLD_TRACE_CAT_DATALOADER);
     /* In place: copying a batch out of the prefetch slot costs as much as reading it. */
     int got = ds_loader_next_ref(s->train, &vol, &mask, &n);
+    /* Samples and bytes handed to training, whatever tier served them: compare's work. */
     SCAFFOLD_TRACE_REGION_INT(tr, "batch_size", n);
+    SCAFFOLD_TRACE_REGION_INT(tr, "bytes", (int64_t)n * sample_bytes(s));
     SCAFFOLD_TRACE_REGION_END(tr);
     /* Every replica has the same number of batches (padded sampler), so 0 is seen everywhere
      * at once; an error on one rank must be agreed before the gradient all-reduce, or the
@@ -84,6 +90,8 @@ int train_validate(train_state *s, int64_t epoch, int max_batches, double acc[3]
         scaffold_trace_region tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_FETCH,
                                                                SCAFFOLD_TRACE_CAT_DATALOADER);
         int got = ds_loader_next_ref(s->val, &vol, &mask, &n);
+        SCAFFOLD_TRACE_REGION_INT(tr, "batch_size", n);
+        SCAFFOLD_TRACE_REGION_INT(tr, "bytes", (int64_t)n * sample_bytes(s));
         SCAFFOLD_TRACE_REGION_END(tr);
         if (got < 0)
             rc = got;
