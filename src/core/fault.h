@@ -22,7 +22,11 @@
     X(KILL_AT_EPOCH, 1, 0, 1, "E", "SIGKILL on rank 0 after the first training step of epoch E") \
     X(FAIL_STEP, 1, 1, 2, "R:K", "rank R fails its K-th training step as a read error would")   \
     X(HALO, 1, 1, 2, "R:K",                                                                        \
-      "rank R records a failure in its K-th halo exchange and completes it (spatial shards)")
+      "rank R records a failure in its K-th halo exchange and completes it (spatial shards)")    \
+    X(SLOW_READ, 0, 0, 1, "MS",                                                                    \
+      "every dataset sample read from a file sleeps MS milliseconds (a slow file system)")        \
+    X(SKIP_BATCHES, 0, 0, 1, "K",                                                                  \
+      "the training loop drops every K-th batch unseen (a do-less knob for the tuner's tests)")
 
 typedef enum {
 #define FAULT_ENUM(name, keyed, counted, nvals, fmt, what) FAULT_##name,

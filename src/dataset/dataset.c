@@ -3,6 +3,7 @@
 #include "dataset/dataset.h"
 
 #include "core/err.h"
+#include "core/fault.h"
 #include "core/log.h"
 #include "core/npy.h"
 #include "core/sha256.h"
@@ -13,6 +14,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -177,6 +179,9 @@ int dataset_read_sample(const dataset *ds, int split, int64_t i, float *vol, uin
     if (split < 0 || split > 1 || i < 0 || i >= ds->n[split])
         return err_set(ERR_RANGE, "sample %lld of split %d is out of range", (long long)i, split);
     int64_t vshape[4] = {3, ds->ext[0], ds->ext[1], ds->ext[2]};
+    long slow_ms = fault_arg(FAULT_SLOW_READ, 0); /* tests: a slow file system */
+    if (slow_ms > 0)
+        nanosleep(&(struct timespec){slow_ms / 1000, slow_ms % 1000 * 1000000L}, NULL);
     char p[FS_PATH_MAX];
     dataset_volume_path(ds, split, i, p, sizeof p);
     int rc = npy_read_into(p, NPY_F32, 4, vshape, vol);

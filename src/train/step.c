@@ -30,6 +30,11 @@ int train_step(train_state *s, double lr, double acc[3]) {
     int n = 0;
     const float *vol = NULL;
     const uint16_t *mask = NULL;
+    /* Fault point SKIP_BATCHES (a do-less knob for the tuner's tests): drop every K-th batch. */
+    static long seen;
+    long skip = fault_arg(FAULT_SKIP_BATCHES, 0);
+    if (skip > 0 && ++seen % skip == 0 && ds_loader_next_ref(s->train, &vol, &mask, &n) == 0)
+        return 0;
     scaffold_trace_region tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_FETCH,
                                                            SCAFFOLD_TRACE_CAT_DATALOADER);
     /* In place: copying a batch out of the prefetch slot costs as much as reading it. */
