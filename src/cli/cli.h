@@ -17,6 +17,7 @@ int cmd_analyze(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
 int cmd_store_bench(int argc, char **argv);
 int cmd_scaling(int argc, char **argv);
+int cmd_tune(int argc, char **argv);
 
 /* Starts a configuration-driven command: MPI (dist_init), logging, the configuration parsed
  * from argv and validated on every rank, directories made absolute, the outcome agreed.

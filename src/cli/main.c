@@ -14,6 +14,7 @@
 #pragma weak cmd_compare
 #pragma weak cmd_store_bench
 #pragma weak cmd_scaling
+#pragma weak cmd_tune
 
 #include "core/version.h"
 
@@ -44,6 +45,7 @@ int main(int argc, char **argv) {
         {"analyze", cmd_analyze, "analyze traces: bottlenecks, checklist, proposals"},
         {"compare", cmd_compare, "compare baseline and candidate runs with guards"},
         {"store-bench", cmd_store_bench, "benchmark the distributed in-memory sample store"},
+        {"tune", cmd_tune, "measured accept/revert tuning of the benchmark's levers"},
     };
     const size_t n = sizeof cmds / sizeof cmds[0];
     if (argc < 2) {

@@ -1,0 +1,772 @@
+/* tune: the loop of `scaffold tune` (see tune.h): validate everything before writing, the
+ * baseline, the discriminator, the levers in the order the bottleneck class suggests, paired
+ * interleaved trials with verdicts, an accepted value becoming the incumbent, a final paired
+ * confirmation of the best setting against the baseline, the budget, resume and progress. */
+#include "tune/tune.h"
+
+#include "analyze/report.h"
+#include "analyze/rules.h"
+#include "core/err.h"
+#include "core/fsutil.h"
+#include "core/sha256.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void fmt_dur(double s, char *buf, size_t cap) {
+    if (!isfinite(s) || s < 0)
+        snprintf(buf, cap, "?");
+    else if (s < 90)
+        snprintf(buf, cap, "%.0fs", s);
+    else if (s < 5400)
+        snprintf(buf, cap, "%dm%02ds", (int)(s / 60), (int)fmod(s, 60));
+    else
+        snprintf(buf, cap, "%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
+}
+
+/* ------------------------------------------------------------------ analysis of a trace */
+
+int tune_analyze(const char *trace_dir, tune_analysis *a) {
+    memset(a, 0, sizeof *a);
+    char **files = NULL;
+    size_t nf = 0;
+    const char *p1[1] = {trace_dir};
+    int rc = an_expand_inputs(p1, 1, &files, &nf);
+    if (rc) {
+        snprintf(a->error, sizeof a->error, "%s", err_msg());
+        return rc;
+    }
+    an_trace t;
+    an_metrics m;
+    an_report rep;
+    an_ruleset rs;
+    memset(&m, 0, sizeof m);
+    memset(&rep, 0, sizeof rep);
+    memset(&rs, 0, sizeof rs);
+    an_read_opts ro = {1, 0};
+    rc = an_trace_read(&t, files, nf, &ro);
+    for (size_t i = 0; i < nf; i++)
+        free(files[i]);
+    free(files);
+    if (rc == 0)
+        rc = an_metrics_compute(&t, 0, &m);
+    if (rc == 0)
+        rc = an_rules_default(&rs);
+    if (rc == 0)
+        rc = an_report_build(&rep, &t, &m, &rs);
+    if (rc == 0) {
+        for (int d = 0; d < 12 && d < AN_NDIMS; d++) {
+            const an_check *c = &rep.checklist[d];
+            a->check[d].dim = c->dim;
+            a->check[d].applicable = c->applicable;
+            a->check[d].impact_pct = c->impact_pct;
+            snprintf(a->check[d].name, sizeof a->check[d].name, "%s", c->name ? c->name : "");
+            snprintf(a->check[d].reason, sizeof a->check[d].reason, "%s", c->reason);
+        }
+        for (size_t i = 0; i < rep.nprops && a->nprops < TUNE_MAX_PROPS; i++) {
+            const an_proposal *p = &rep.props[i];
+            int k = a->nprops++;
+            snprintf(a->prop[k].key, sizeof a->prop[k].key, "%s", p->s->key);
+            snprintf(a->prop[k].name, sizeof a->prop[k].name, "%s", p->s->name);
+            a->prop[k].dim = p->s->dim;
+            a->prop[k].app_pct = p->app_pct;
+            a->prop[k].sys_pct = p->sys_pct;
+            a->prop[k].score = p->score;
+        }
+        double pt = m.proc_time_s > 0 ? m.proc_time_s : 1;
+        a->loader_wait_share = m.stall_s / pt;
+        a->io_share = m.exposed_io_s / pt;
+        a->ckpt_share = m.wall_s > 0 ? m.ckpt_time_s / m.wall_s : 0;
+        a->ok = 1;
+    } else {
+        snprintf(a->error, sizeof a->error, "%s", err_msg());
+    }
+    an_report_free(&rep);
+    an_rules_free(&rs);
+    an_metrics_free(&m);
+    an_trace_free(&t);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ signals */
+
+static void on_signal(int sig) {
+    int pg = tune_inflight_pgid;
+    if (pg > 0)
+        kill(-pg, SIGKILL);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* ------------------------------------------------------------------ runs and trials */
+
+static void progress(tune_state *S, const tune_trial *t, const char *what) {
+    char el[32], eta[32];
+    fmt_dur(now_s() - S->t0, el, sizeof el);
+    double per = S->runs_done ? S->run_s_sum / S->runs_done : NAN;
+    fmt_dur(per * (S->runs_planned - S->runs_done), eta, sizeof eta);
+    int idx = (int)(t - S->trials) + 1;
+    int of = S->trials_planned > S->ntrials ? S->trials_planned : S->ntrials;
+    fprintf(stderr, "tune: [%d/%d] %s: %s (elapsed %s, ETA %s)\n", idx, of, t->id, what, el,
+            eta);
+}
+
+/* One run of a trial, from the journal when the trial finished before a kill. */
+static int one_run(tune_state *S, tune_trial *t, char side, int rep, tune_meas *m) {
+    const tune_meas *j = tune_journal_find(&S->prev, t->id, side, rep);
+    if (j) {
+        *m = *j;
+        return 0;
+    }
+    char dir[1300], what[600], set[512];
+    snprintf(dir, sizeof dir, "%s/trials/%s/%c%d", S->out, t->id, side, rep + 1);
+    const tune_setting *s = side == 'B' ? &t->cand : &t->inc;
+    tune_setting_str(s, &S->lv, set, sizeof set);
+    snprintf(what, sizeof what, "run %c%d/%d (%s)", side, rep + 1, side == 'B' ? t->nb : t->na,
+             set);
+    progress(S, t, what);
+    int rc = tune_run_one(&S->L, &S->lv, s, dir, m);
+    if (rc)
+        return rc;
+    S->runs_done++;
+    S->run_s_sum += m->wall_s;
+    if (!m->ok)
+        fprintf(stderr, "tune:   %s failed: %s\n", dir, m->error);
+    return tune_journal_run(S->journal, t->id, side, rep, m);
+}
+
+/* Runs a trial: A and B interleaved in ABBA order (A1 B1 B2 A2 A3 B3 ...), so a drift of the
+ * machine and the cost of coming second hit both sides alike. A one-sided trial is the
+ * baseline (A) or a discriminator probe (P). */
+static int run_trial(tune_state *S, tune_trial *t) {
+    char sa = t->nb == 0 && t != S->baseline ? 'P' : 'A';
+    int n = t->na > t->nb ? t->na : t->nb;
+    int resumed = tune_journal_find(&S->prev, t->id, sa, 0) != NULL;
+    for (int r = 0; r < n; r++) {
+        int rc = 0;
+        for (int k = 0; k < 2 && rc == 0; k++) {
+            int b_side = (r % 2 == 0) == (k == 1);
+            if (b_side && r < t->nb)
+                rc = one_run(S, t, 'B', r, &t->b[r]);
+            else if (!b_side && r < t->na)
+                rc = one_run(S, t, sa, r, &t->a[r]);
+        }
+        if (rc)
+            return rc;
+    }
+    t->done = 1;
+    if (resumed)
+        return 0;
+    return tune_journal_done(S->journal, t->id);
+}
+
+static tune_trial *new_trial(tune_state *S, const char *id, int lever, const char *value,
+                             const tune_setting *inc, const tune_setting *cand, int na, int nb) {
+    if (S->ntrials >= TUNE_MAX_TRIALS)
+        return NULL;
+    tune_trial *t = &S->trials[S->ntrials];
+    memset(t, 0, sizeof *t);
+    t->a = calloc((size_t)(na ? na : 1), sizeof *t->a);
+    t->b = calloc((size_t)(nb ? nb : 1), sizeof *t->b);
+    if (!t->a || !t->b) {
+        free(t->a);
+        free(t->b);
+        return NULL;
+    }
+    S->ntrials++;
+    snprintf(t->id, sizeof t->id, "%s", id);
+    t->lever = lever;
+    snprintf(t->value, sizeof t->value, "%s", value ? value : "");
+    if (inc)
+        t->inc = *inc;
+    if (cand)
+        t->cand = *cand;
+    t->na = na;
+    t->nb = nb;
+    t->v.verdict = "";
+    t->v.guard = "";
+    return t;
+}
+
+/* ------------------------------------------------------------------ setup */
+
+/* The merged configuration the user's arguments give, validated. */
+static int load_config(const tune_opts *o, scaffold_config *c) {
+    for (int i = 1; i < o->cfg_argc; i++) {
+        const char *a = o->cfg_argv[i];
+        if (!strcmp(a, "--restart") || !strncmp(a, "--run-dir", 9) || !strncmp(a, "--run_dir", 9))
+            return err_set(ERR_USAGE, "%s: scaffold tune starts every run fresh in its own "
+                                      "folder; remove it", a);
+    }
+    config_defaults(c);
+    int rc = config_parse_args(c, o->cfg_argc, o->cfg_argv, 1);
+    if (rc == 1)
+        return err_set(ERR_USAGE, "unexpected --help among the configuration arguments");
+    if (rc == 0)
+        rc = config_finalize(c);
+    return rc;
+}
+
+static int lever_index(const tune_levers *lv, const char *name) {
+    for (int i = 0; i < lv->n; i++)
+        if (!strcmp(lv->l[i].name, name))
+            return i;
+    return -1;
+}
+
+/* Adds a lever that only the discriminator probes use (never tried as a trial). */
+static int probe_lever(tune_state *S, const char *name, tune_lever_kind kind, int key) {
+    int i = lever_index(&S->lv, name);
+    if (i >= 0 || S->lv.n >= TUNE_MAX_LEVERS)
+        return i;
+    tune_lever *l = &S->lv.l[S->lv.n];
+    memset(l, 0, sizeof *l);
+    snprintf(l->name, sizeof l->name, "%s", name);
+    l->kind = kind;
+    l->key = key;
+    l->dimension = tune_lever_dimension(name);
+    l->cls = tune_lever_class_of(name);
+    snprintf(l->origin, sizeof l->origin, "discriminator probe");
+    snprintf(l->blocked, sizeof l->blocked, "probe only");
+    return S->lv.n++;
+}
+
+static void make_signature(tune_state *S, const char *levers_text) {
+    sha256_ctx c;
+    sha256_init(&c);
+    char buf[512];
+    snprintf(buf, sizeof buf, "obj=%d repeats=%d np=%d launcher=%s epochs=%d noise=%.6g disc=%d\n",
+             (int)S->o->objective, S->o->repeats, S->o->np, S->o->launcher ? S->o->launcher : "",
+             S->L.epochs_cap, S->o->noise, S->o->discriminate);
+    sha256_update(&c, buf, strlen(buf));
+    for (int i = 1; i < S->o->cfg_argc; i++) {
+        sha256_update(&c, S->o->cfg_argv[i], strlen(S->o->cfg_argv[i]) + 1);
+    }
+    sha256_update(&c, levers_text, strlen(levers_text));
+    unsigned char d[SHA256_DIGEST_LEN];
+    sha256_final(&c, d);
+    sha256_hex(d, S->signature);
+}
+
+/* Kills every process of group pg that runs scaffold (a killed tuner leaves its run's
+ * benchmark behind: the launcher that led the group died with the tuner, so the group is
+ * found through /proc, and only scaffold processes are touched in case the id was reused).
+ * Returns how many were still alive. */
+static int kill_group(int pg) {
+    DIR *d = opendir("/proc");
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        int pid = atoi(e->d_name);
+        if (pid <= 1)
+            continue;
+        char p[64], buf[512] = "";
+        snprintf(p, sizeof p, "/proc/%d/stat", pid);
+        FILE *f = fopen(p, "r");
+        if (!f)
+            continue;
+        size_t k = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[k] = 0;
+        /* pid (comm) state ppid pgrp ...: comm may hold spaces, so parse after the last ')'. */
+        char *rp = strrchr(buf, ')');
+        int ppid, pgrp;
+        char st;
+        if (!rp || sscanf(rp + 1, " %c %d %d", &st, &ppid, &pgrp) != 3 || pgrp != pg)
+            continue;
+        char cmd[256] = "";
+        snprintf(p, sizeof p, "/proc/%d/cmdline", pid);
+        f = fopen(p, "r");
+        if (f) {
+            k = fread(cmd, 1, sizeof cmd - 1, f);
+            cmd[k] = 0;
+            fclose(f);
+        }
+        if (strstr(cmd, "scaffold") && kill(pid, SIGKILL) == 0)
+            n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* Kills what a killed tune left running and removes its unfinished trial folders. */
+static void clean_unfinished(tune_state *S) {
+    char tdir[1100];
+    snprintf(tdir, sizeof tdir, "%s/trials", S->out);
+    DIR *d = opendir(tdir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        int done = 0;
+        for (int i = 0; i < S->prev.ndone && !done; i++)
+            done = !strcmp(S->prev.done[i], e->d_name);
+        if (done)
+            continue;
+        char sub[1400];
+        snprintf(sub, sizeof sub, "%s/%s", tdir, e->d_name);
+        DIR *r = opendir(sub);
+        struct dirent *x;
+        while (r && (x = readdir(r)) != NULL) {
+            char pf[1700];
+            snprintf(pf, sizeof pf, "%s/%s/pgid", sub, x->d_name);
+            FILE *f = fopen(pf, "r");
+            int pg = 0;
+            if (f && fscanf(f, "%d", &pg) == 1 && pg > 1)
+                for (int tries = 0; tries < 100 && kill_group(pg) > 0; tries++) {
+                    struct timespec ts = {0, 50 * 1000 * 1000};
+                    nanosleep(&ts, NULL);
+                }
+            if (f)
+                fclose(f);
+        }
+        if (r)
+            closedir(r);
+        fs_rm_rf(sub);
+    }
+    closedir(d);
+}
+
+/* ------------------------------------------------------------------ discriminator */
+
+static double med_tput(const tune_meas *m, int n) {
+    double v[TUNE_MAX_REPEATS];
+    int k = 0;
+    for (int i = 0; i < n && k < TUNE_MAX_REPEATS; i++)
+        if (m[i].ok && isfinite(m[i].throughput))
+            v[k++] = m[i].throughput;
+    return an_median(v, (size_t)k);
+}
+
+static int class_rank(const char *cls, tune_lever_class c) {
+    static const tune_lever_class input_first[4] = {TUNE_C_INPUT, TUNE_C_CKPT, TUNE_C_COMPUTE,
+                                                    TUNE_C_OTHER};
+    static const tune_lever_class ckpt_first[4] = {TUNE_C_CKPT, TUNE_C_INPUT, TUNE_C_COMPUTE,
+                                                   TUNE_C_OTHER};
+    static const tune_lever_class compute_first[4] = {TUNE_C_COMPUTE, TUNE_C_INPUT, TUNE_C_CKPT,
+                                                      TUNE_C_OTHER};
+    const tune_lever_class *o = !strcmp(cls, "input-bound")        ? input_first
+                                : !strcmp(cls, "checkpoint-bound") ? ckpt_first
+                                                                   : compute_first;
+    for (int i = 0; i < 4; i++)
+        if (o[i] == c)
+            return i;
+    return 4;
+}
+
+static void classify(tune_state *S) {
+    const tune_analysis *a = &S->base_an;
+    double bt = med_tput(S->baseline->a, S->baseline->na);
+    S->thread_speedup = S->precision_speedup = NAN;
+    if (S->probe_threads && S->probe_threads->a[0].ok)
+        S->thread_speedup = bt / S->probe_threads->a[0].throughput;
+    if (S->probe_precision && S->probe_precision->a[0].ok) {
+        double p = S->probe_precision->a[0].throughput;
+        /* bf16 over fp32, whichever side the baseline is on (the probe flips torch_amp). */
+        S->precision_speedup = !strcmp(S->probe_precision->value, "0") ? bt / p : p / bt;
+    }
+    char ts[32] = "n/a", ps[32] = "n/a";
+    if (isfinite(S->thread_speedup))
+        snprintf(ts, sizeof ts, "%.2fx", S->thread_speedup);
+    if (isfinite(S->precision_speedup))
+        snprintf(ps, sizeof ps, "%.2fx", S->precision_speedup);
+    double lw = a->ok ? a->loader_wait_share : 0, io = a->ok ? a->io_share : 0,
+           ck = a->ok ? a->ckpt_share : 0;
+    if (lw >= 0.10 || io >= 0.10)
+        S->cls = "input-bound";
+    else if (ck >= 0.10)
+        S->cls = "checkpoint-bound";
+    else if ((isfinite(S->thread_speedup) && S->thread_speedup >= 1.3) ||
+             (isfinite(S->precision_speedup) && S->precision_speedup >= 1.3))
+        S->cls = "compute-bound";
+    else if (isfinite(S->thread_speedup) && S->thread_speedup < 1.1 &&
+             (!isfinite(S->precision_speedup) || S->precision_speedup < 1.1))
+        S->cls = "latency-bound";
+    else
+        S->cls = "compute-bound";
+    snprintf(S->cls_reason, sizeof S->cls_reason,
+             "loader wait %.1f%% and exposed I/O %.1f%% of process time, checkpoints %.1f%% of "
+             "wall time; %d threads vs 1: %s; bf16 vs fp32: %s%s",
+             100 * lw, 100 * io, 100 * ck, S->threads, ts, ps,
+             isfinite(S->precision_speedup) && S->precision_speedup < 1.05
+                 ? " (no precision speedup: bf16 may have no effect in this build)"
+                 : "");
+    /* Levers that can move this bottleneck first; the file's order within a class. */
+    int n = 0;
+    for (int pass = 0; pass < 5; pass++)
+        for (int i = 0; i < S->lv.n; i++)
+            if (class_rank(S->cls, S->lv.l[i].cls) == pass && strcmp(S->lv.l[i].origin,
+                                                                     "discriminator probe"))
+                S->order[n++] = i;
+    for (int i = n; i < TUNE_MAX_LEVERS; i++)
+        S->order[i] = -1;
+}
+
+/* The analyzer's proposals on the baseline: a lever of the benchmark, or a system change. */
+static void map_proposals(tune_state *S, int add_levers) {
+    for (int i = 0; i < S->base_an.nprops && S->nmapped < TUNE_MAX_PROPS; i++) {
+        const char *why = NULL;
+        const char *lever = tune_proposal_lever(S->base_an.prop[i].key, &why);
+        int k = S->nmapped++;
+        snprintf(S->mapped[k].key, sizeof S->mapped[k].key, "%s", S->base_an.prop[i].key);
+        snprintf(S->mapped[k].lever, sizeof S->mapped[k].lever, "%s", lever ? lever : "");
+        S->mapped[k].why = lever ? NULL : why;
+        if (!lever || !add_levers)
+            continue;
+        int li = lever_index(&S->lv, lever);
+        if (li >= 0) {
+            size_t u = strlen(S->lv.l[li].origin);
+            snprintf(S->lv.l[li].origin + u, sizeof S->lv.l[li].origin - u, "; analyzer: %s",
+                     S->base_an.prop[i].key);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ the tune */
+
+static const char *current_value(const tune_state *S, int li, char *buf, size_t cap) {
+    for (int i = 0; i < S->incumbent.n; i++)
+        if (S->incumbent.lever[i] == li)
+            return S->incumbent.value[i];
+    const tune_lever *l = &S->lv.l[li];
+    if (l->kind == TUNE_L_LAUNCH)
+        snprintf(buf, cap, "%dx%d", S->ranks, S->threads);
+    else if (l->kind == TUNE_L_ENV)
+        snprintf(buf, cap, "%s", getenv(l->name + 4) ? getenv(l->name + 4) : "(unset)");
+    else
+        snprintf(buf, cap, "(configuration)");
+    return buf;
+}
+
+static int ranks_of(const tune_state *S, const tune_setting *s) {
+    int r = S->ranks, t;
+    for (int i = 0; i < s->n; i++)
+        if (S->lv.l[s->lever[i]].kind == TUNE_L_LAUNCH)
+            sscanf(s->value[i], "%dx%d", &r, &t);
+    return r;
+}
+
+static void judge(tune_state *S, tune_trial *t) {
+    int batch = t->lever >= 0 && (!strcmp(S->lv.l[t->lever].name, "local_batch_size") ||
+                                  ranks_of(S, &t->inc) != ranks_of(S, &t->cand));
+    if (t == S->final)
+        batch = ranks_of(S, &t->inc) != ranks_of(S, &t->cand);
+    t->batch_lever = batch;
+    tune_judge(t->a, t->na, t->b, t->nb, S->o->objective, batch, S->o->noise, &t->v);
+    if (S->o->objective == TUNE_OBJ_TTT && !strcmp(t->v.verdict, "accept"))
+        for (int i = 0; i < t->nb; i++)
+            if (!t->b[i].converged) {
+                t->v.verdict = "guard-reject";
+                t->v.guard = "convergence";
+                snprintf(t->v.reason, sizeof t->v.reason,
+                         "degraded convergence: run B%d did not reach the target", i + 1);
+            }
+}
+
+static int check_baseline(const tune_state *S) {
+    const tune_trial *b = S->baseline;
+    for (int i = 0; i < b->na; i++) {
+        if (!b->a[i].ok)
+            return err_set(ERR_IO, "baseline run %d failed: %s (see %s/trials/baseline)", i + 1,
+                           b->a[i].error, S->out);
+        if (S->o->objective == TUNE_OBJ_TTT && !b->a[i].converged)
+            return err_set(ERR_CONFIG, "baseline run %d did not reach target_dice within its "
+                                       "epochs; raise epochs (-1 = until the target) or use "
+                                       "--objective throughput", i + 1);
+    }
+    return 0;
+}
+
+static int tune_loop(tune_state *S) {
+    const tune_opts *o = S->o;
+    int N = o->repeats;
+    tune_setting empty;
+    memset(&empty, 0, sizeof empty);
+    S->baseline = new_trial(S, "baseline", -1, NULL, &empty, NULL, N, 0);
+    if (!S->baseline)
+        return err_set(ERR_NOMEM, "out of memory");
+    S->runs_planned = N;
+    int rc = run_trial(S, S->baseline);
+    if (rc == 0)
+        rc = check_baseline(S);
+    if (rc)
+        return rc;
+    /* A run that hangs is killed: ten times the slowest baseline run, at least two minutes. */
+    double slowest = 0;
+    for (int i = 0; i < N; i++)
+        slowest = fmax(slowest, S->baseline->a[i].wall_s);
+    S->L.timeout_s = fmax(120, 10 * slowest);
+    tune_analyze(S->baseline->a[0].trace_dir, &S->base_an);
+    map_proposals(S, o->levers_file == NULL);
+    /* Discriminator probes: one run each, fewer threads and the other precision. */
+    if (o->discriminate) {
+        if (S->threads > 1) {
+            int li = probe_lever(S, "env:OMP_NUM_THREADS", TUNE_L_ENV, -1);
+            tune_setting p = empty;
+            if (li >= 0) {
+                tune_setting_put(&p, li, "1");
+                S->probe_threads = new_trial(S, "probe-threads", -1, "1", &p, NULL, 1, 0);
+            }
+        }
+        int li = probe_lever(S, "torch_amp", TUNE_L_CONFIG, -1);
+        scaffold_config *c = malloc(sizeof *c);
+        if (li >= 0 && c && load_config(o, c) == 0) {
+            tune_setting p = empty;
+            char v[8];
+            snprintf(v, sizeof v, "%d", !c->torch_amp);
+            tune_setting_put(&p, li, v);
+            S->probe_precision = new_trial(S, "probe-precision", -1, v, &p, NULL, 1, 0);
+        }
+        free(c);
+        S->runs_planned += (S->probe_threads != NULL) + (S->probe_precision != NULL);
+        if (S->probe_threads && (rc = run_trial(S, S->probe_threads)))
+            return rc;
+        if (S->probe_precision && (rc = run_trial(S, S->probe_precision)))
+            return rc;
+    }
+    classify(S);
+    fprintf(stderr, "tune: bottleneck class: %s (%s)\n", S->cls, S->cls_reason);
+    /* Plan: every value of every lever, in order. */
+    int planned = 0;
+    for (int k = 0; S->order[k] >= 0 && k < TUNE_MAX_LEVERS; k++)
+        if (!S->lv.l[S->order[k]].blocked[0])
+            planned += S->lv.l[S->order[k]].nvalues;
+    S->runs_planned += planned * 2 * N + 2 * N;
+    S->trials_planned = S->ntrials + planned + 1;
+    int tn = 0;
+    S->stopped = "complete";
+    for (int k = 0; k < TUNE_MAX_LEVERS && S->order[k] >= 0; k++) {
+        int li = S->order[k];
+        const tune_lever *l = &S->lv.l[li];
+        if (l->blocked[0])
+            continue;
+        for (int vi = 0; vi < l->nvalues; vi++) {
+            char id[32], cur[TUNE_VALUE_MAX];
+            snprintf(id, sizeof id, "t%02d", ++tn);
+            tune_setting cand = S->incumbent;
+            tune_setting_put(&cand, li, l->values[vi]);
+            /* The budget: stop before a trial that cannot finish in time (a resumed trial
+             * costs nothing). */
+            double per = S->runs_done ? S->run_s_sum / S->runs_done : 0;
+            int resumed = tune_journal_find(&S->prev, id, 'A', 0) != NULL;
+            if (o->budget_s > 0 && !resumed && now_s() - S->t0 + per * 2 * N > o->budget_s) {
+                S->stopped = "budget";
+                size_t u = strlen(S->untried);
+                snprintf(S->untried + u, sizeof S->untried - u, "%s%s=%s", u ? " " : "",
+                         l->name, l->values[vi]);
+                S->runs_planned -= 2 * N;
+                continue;
+            }
+            tune_trial *t = new_trial(S, id, li, l->values[vi], &S->incumbent, &cand, N, N);
+            if (!t)
+                return err_set(ERR_NOMEM, "too many trials (at most %d)", TUNE_MAX_TRIALS);
+            const char *was = current_value(S, li, cur, sizeof cur);
+            char what[600];
+            snprintf(what, sizeof what, "%s=%s (incumbent %s)", l->name, l->values[vi], was);
+            progress(S, t, what);
+            if ((rc = run_trial(S, t)))
+                return rc;
+            judge(S, t);
+            fprintf(stderr, "tune:   %s=%s: %s%s%s -- %s\n", l->name, l->values[vi],
+                    t->v.verdict, t->v.guard[0] ? " " : "", t->v.guard, t->v.reason);
+            if (!strcmp(t->v.verdict, "accept"))
+                S->incumbent = cand;
+            S->elapsed_s = now_s() - S->t0;
+            tune_write_outputs(S);
+        }
+    }
+    /* The best setting against the baseline, paired again (within the budget). */
+    double per = S->runs_done ? S->run_s_sum / S->runs_done : 0;
+    int resumed = tune_journal_find(&S->prev, "final", 'A', 0) != NULL;
+    if (S->incumbent.n && o->budget_s > 0 && !resumed &&
+        now_s() - S->t0 + per * 2 * N > o->budget_s) {
+        S->stopped = "budget";
+        S->best_an = S->base_an;
+    } else if (S->incumbent.n) {
+        S->final = new_trial(S, "final", -1, NULL, &empty, &S->incumbent, N, N);
+        if (!S->final)
+            return err_set(ERR_NOMEM, "out of memory");
+        progress(S, S->final, "the best setting against the baseline");
+        if ((rc = run_trial(S, S->final)))
+            return rc;
+        judge(S, S->final);
+        tune_analyze(S->final->b[0].trace_dir, &S->best_an);
+    } else {
+        S->best_an = S->base_an;
+    }
+    return 0;
+}
+
+static void summary(const tune_state *S) {
+    int cnt[5] = {0};
+    static const char *const names[5] = {"accept", "revert", "guard-reject", "inconclusive",
+                                         "blocked"};
+    int ntr = 0;
+    for (int i = 0; i < S->ntrials; i++) {
+        const tune_trial *t = &S->trials[i];
+        if (t->lever < 0)
+            continue;
+        ntr++;
+        for (int k = 0; k < 5; k++)
+            if (!strcmp(t->v.verdict, names[k]))
+                cnt[k]++;
+    }
+    char set[600] = "no lever accepted";
+    if (S->incumbent.n)
+        tune_setting_str(&S->incumbent, &S->lv, set, sizeof set);
+    const tune_trial *b = S->baseline;
+    tune_objective ob = S->o->objective;
+    double v[TUNE_MAX_REPEATS];
+    int k = 0;
+    for (int i = 0; i < b->na; i++)
+        v[k++] = tune_fom(&b->a[i], ob);
+    double bm = an_median(v, (size_t)k);
+    const char *unit = ob == TUNE_OBJ_THROUGHPUT ? "samples/s" : "s";
+    if (S->final)
+        printf("tune: %s %.4g %s with %s vs %.4g baseline (%+.1f%%, range %+.1f%% .. %+.1f%%, "
+               "band +-%.1f%%, %s); ",
+               tune_objective_names[ob], S->final->v.cand_med, unit, set, S->final->v.base_med,
+               100 * S->final->v.d.med, 100 * S->final->v.d.lo, 100 * S->final->v.d.hi,
+               100 * S->final->v.d.noise, S->final->v.verdict);
+    else
+        printf("tune: %s %.4g %s at the baseline, %s; ", tune_objective_names[ob], bm, unit, set);
+    char el[32];
+    fmt_dur(S->elapsed_s, el, sizeof el);
+    printf("%d trials: %d accepted, %d reverted, %d guard-rejected, %d inconclusive, %d blocked; "
+           "bottleneck %s; %s in %s (%d runs); out %s\n",
+           ntr, cnt[0], cnt[1], cnt[2], cnt[3], cnt[4], S->cls ? S->cls : "?",
+           !strcmp(S->stopped, "budget") ? "stopped at the budget" : "every lever tried", el,
+           S->runs_done, S->out);
+    fflush(stdout);
+}
+
+int tune_main(const tune_opts *o) {
+    tune_state *S = calloc(1, sizeof *S);
+    scaffold_config *c = malloc(sizeof *c);
+    char *levers_text = NULL;
+    int rc = S && c ? 0 : err_set(ERR_NOMEM, "out of memory");
+    if (rc)
+        goto out;
+    S->o = o;
+    S->t0 = now_s();
+    S->stopped = "complete";
+    if (!o->out || !o->out[0]) {
+        rc = err_set(ERR_USAGE, "--out DIR is required (where tune.json and the runs go)");
+        goto out;
+    }
+    if (o->repeats < 1 || o->repeats > TUNE_MAX_REPEATS) {
+        rc = err_set(ERR_USAGE, "--repeats must be 1..%d", TUNE_MAX_REPEATS);
+        goto out;
+    }
+    if ((rc = load_config(o, c)))
+        goto out;
+    tune_machine(S->host, sizeof S->host, S->cpu, sizeof S->cpu, &S->ncpu);
+    S->ranks = o->np > 0 ? o->np : 1;
+    const char *omp = getenv("OMP_NUM_THREADS");
+    S->threads = omp && atoi(omp) > 0 ? atoi(omp) : S->ncpu;
+    /* The epoch cap: throughput needs steady epochs (all but the first). */
+    if (o->objective == TUNE_OBJ_TTT) {
+        S->L.epochs_cap = 0;
+    } else {
+        S->L.epochs_cap = c->epochs > 0 ? c->epochs : 3;
+        if (S->L.epochs_cap < 2) {
+            rc = err_set(ERR_USAGE, "--epochs %d: the %s objective needs at least 2 epochs (the "
+                                    "first is not steady)", c->epochs,
+                         tune_objective_names[o->objective]);
+            goto out;
+        }
+    }
+    if (o->levers_file) {
+        if ((rc = tune_levers_load(o->levers_file, o->cfg_argc, o->cfg_argv, &S->lv)))
+            goto out;
+        size_t n;
+        if (fs_read_file(o->levers_file, &levers_text, &n))
+            levers_text = NULL;
+    } else {
+        tune_levers_builtin(c, S->ncpu, S->ranks, S->threads, &S->lv);
+        char buf[64];
+        snprintf(buf, sizeof buf, "built-in ncpu=%d", S->ncpu);
+        levers_text = strdup(buf);
+    }
+    ssize_t sl = readlink("/proc/self/exe", S->self, sizeof S->self - 1);
+    if (sl <= 0) {
+        rc = err_set(ERR_IO, "cannot find the scaffold executable (/proc/self/exe)");
+        goto out;
+    }
+    S->self[sl] = 0;
+    if ((rc = fs_abspath(o->out, S->out, sizeof S->out)))
+        goto out;
+    S->L.self = S->self;
+    S->L.cfg_argc = o->cfg_argc;
+    S->L.cfg_argv = o->cfg_argv;
+    S->L.np = S->ranks;
+    S->L.launcher = o->launcher;
+    make_signature(S, levers_text ? levers_text : "");
+    char jpath[1100];
+    snprintf(jpath, sizeof jpath, "%s/journal.tsv", S->out);
+    if (o->resume) {
+        if ((rc = tune_journal_read(jpath, S->signature, &S->prev)))
+            goto out;
+        clean_unfinished(S);
+    } else if (fs_exists(jpath)) {
+        rc = err_set(ERR_USAGE, "%s already holds a tune (journal.tsv): continue it with "
+                                "--resume or choose a new --out", S->out);
+        goto out;
+    }
+    /* Everything is valid: from here on, files are written. */
+    if ((rc = fs_mkdir_p(S->out)) || (rc = fs_check_writable_dir(S->out)) ||
+        (rc = tune_journal_start(jpath, S->signature, o->resume, &S->journal)))
+        goto out;
+    S->trials = calloc(TUNE_MAX_TRIALS, sizeof *S->trials);
+    if (!S->trials) {
+        rc = err_set(ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    signal(SIGHUP, on_signal);
+    fprintf(stderr, "tune: %s on %s (%s, %d CPUs), layout %dx%d, %d repeats, objective %s%s\n",
+            o->resume ? "resuming" : "starting", S->host, S->cpu, S->ncpu, S->ranks, S->threads,
+            o->repeats, tune_objective_names[o->objective],
+            o->levers_file ? "" : ", built-in levers + the analyzer's proposals");
+    rc = tune_loop(S);
+    S->elapsed_s = now_s() - S->t0;
+    if (S->ntrials && (rc == 0 || S->baseline->done)) {
+        int wrc = tune_write_outputs(S);
+        if (rc == 0)
+            rc = wrc;
+    }
+    if (rc == 0)
+        summary(S);
+out:
+    if (S) {
+        if (S->journal)
+            fclose(S->journal);
+        tune_journal_free(&S->prev);
+        for (int i = 0; S->trials && i < S->ntrials; i++) {
+            free(S->trials[i].a);
+            free(S->trials[i].b);
+        }
+        free(S->trials);
+    }
+    free(S);
+    free(c);
+    free(levers_text);
+    return rc;
+}

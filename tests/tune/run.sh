@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# scaffold tune: the pieces with known answers (C), bad inputs that write nothing, a tune with
+# known verdicts on the tiny configuration (a slow read injected through the fault table makes
+# loader workers help; workers 0 then hurts; a do-less knob is guard-rejected; an identical
+# setting -- data_store: files, the configuration's own value -- is inconclusive), a tune killed in a trial and resumed with the same verdicts, the
+# outputs (tune.json, lever_catalog.yaml, best.yml) and report.html in headless Chromium.
+cd "$(dirname "$0")/../.." && source tests/lib.sh
+d=$(t_tmpdir)
+trap '[ -n "$TUNE_KEEP" ] || rm -rf "$d"' EXIT
+root=$PWD
+t_cbin "$BUILD/tests/tune/test_tune" "$d"
+
+cfg="-c $root/configs/benchmark_default.yml -c $root/tests/train/tiny.yml --dataset-dir $d/ds --fract-base-dir $d/fr"
+# Sleeps dominate these runs (8 reads of 50 ms per epoch): loader workers overlap them.
+export SCAFFOLD_FAULT_SLOW_READ=50 OMP_NUM_THREADS=1
+cat >"$d/levers.yml" <<'YML'
+levers:
+  - name: data_store
+    values: [files]
+  - name: dataloader_num_workers
+    values: [4, 0]
+  - name: env:SCAFFOLD_FAULT_SKIP_BATCHES
+    values: ["3"]
+YML
+# A 25% band floor: on a shared 2-core machine under load, identical runs differ by up to ~20%;
+# the effects tested here are +150% (workers over slow reads) and -60% (back to none).
+targs="$cfg --dataloader-num-workers 0 --levers $d/levers.yml --repeats 2 --noise 25"
+
+# --- bad input: one message, exit 2, nothing written
+printf 'levers:\n  - name: problem_scale\n    values: [5]\n' >"$d/workload.yml"
+t_expect_fail "workload key as a lever" 2 "workload.yml: levers entry 1: lever 'problem_scale' defines the workload" \
+    "$SCAFFOLD" tune $cfg --levers "$d/workload.yml" --out "$d/o-bad1"
+t_check "  ... and nothing written" test ! -e "$d/o-bad1"
+printf 'levers:\n  - name: dataloader_num_workers\n    values: [two]\n' >"$d/badval.yml"
+t_expect_fail "bad lever value" 2 "badval.yml: levers entry 1: lever 'dataloader_num_workers' value 'two'" \
+    "$SCAFFOLD" tune $cfg --levers "$d/badval.yml" --out "$d/o-bad2"
+printf 'levers:\n  - name: async_save\n    values: [1\n' >"$d/syntax.yml"
+t_expect_fail "levers file syntax error" 2 "syntax.yml:[0-9]+:[0-9]+: YAML syntax error" \
+    "$SCAFFOLD" tune $cfg --levers "$d/syntax.yml" --out "$d/o-bad3"
+t_expect_fail "missing levers file" 2 "nope.yml" "$SCAFFOLD" tune $cfg --levers "$d/nope.yml" --out "$d/o-bad4"
+t_expect_fail "no --out" 2 "--out DIR is required" "$SCAFFOLD" tune $cfg --levers "$d/levers.yml"
+t_expect_fail "bad objective" 2 "objective" "$SCAFFOLD" tune $cfg --objective speed --out "$d/o-bad5"
+t_expect_fail "--resume without a tune" 2 "nothing to resume" "$SCAFFOLD" tune $targs --out "$d/o-bad6" --resume
+t_check "  ... nothing written for any of them" test -z "$(ls -d "$d"/o-bad* 2>/dev/null)"
+
+# --- a tune with known answers
+"$SCAFFOLD" tune $targs --out "$d/t1" >"$d/t1.out" 2>"$d/t1.err"
+rc=$?
+t_check "tune runs (exit $rc)" test $rc -eq 0
+grep -q "^tune: throughput .* 4 trials: 1 accepted, 1 reverted, 1 guard-rejected, 1 inconclusive" "$d/t1.out" &&
+    t_ok "summary line" || t_fail "summary line" "$(cat "$d/t1.out"; tail -5 "$d/t1.err")"
+grep -q "^tune: \[[0-9]*/[0-9]*\] t0.: run B2/2" "$d/t1.err" && grep -q "ETA" "$d/t1.err" &&
+    t_ok "progress lines (trial i/N, ETA)" || t_fail "progress lines" "$(head -5 "$d/t1.err")"
+verdicts() { "$PYTHON" -c "
+import json,sys
+r=json.load(open(sys.argv[1]))
+print(' '.join('%s=%s:%s%s' % (t['lever'],t['value'],t['verdict'],(':'+t['guard']) if t['guard'] else '') for t in r['trials']))" "$1"; }
+v1=$(verdicts "$d/t1/tune.json")
+want="data_store=files:inconclusive dataloader_num_workers=4:accept dataloader_num_workers=0:revert env:SCAFFOLD_FAULT_SKIP_BATCHES=3:guard-reject:does-less"
+[ "$v1" = "$want" ] && t_ok "verdicts: helps -> accept, hurts -> revert, do-less -> guard, same -> inconclusive" ||
+    t_fail "verdicts" "got '$v1'"
+t_check "tune.json: FOM definition, baseline, runs with host/CPU/layout/start, discriminator, best" \
+    "$PYTHON" - "$d/t1/tune.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+runs = [x for t in r["trials"] for x in t["incumbent_runs"] + t["candidate_runs"]] + r["baseline"]["runs"]
+ok = (r["objective"] == "throughput" and "steady epochs" in r["fom"]["definition"]
+      and len(r["baseline"]["fom"]) == 2 and r["baseline"]["fom_median"] > 0 and r["baseline"]["fom_band"] >= 0.1
+      and all(x["host"] and x["cpu"] and x["layout"] == "1x1" and x["started"].endswith("Z") and x["run_dir"] and x["trace_dir"] for x in runs)
+      and r["discriminator"]["class"] == "input-bound"
+      and r["best"]["overrides"] == {"dataloader_num_workers": "4"} and r["best"]["gain"] > 0.3
+      and len(r["analysis"]["baseline"]["checklist"]) == 12
+      and all(t["fom_median"] > 0 and t["reason"] for t in r["trials"]))
+sys.exit(0 if ok else 1)
+PY
+t_check "lever_catalog.yaml: the contract's shape" "$PYTHON" - "$d/t1/lever_catalog.yaml" <<'PY'
+import sys, yaml
+c = yaml.safe_load(open(sys.argv[1]))
+ok = c["version"] == 1 and c["objective"] == "throughput" and len(c["levers"]) == 4
+for l in c["levers"]:
+    ok = ok and isinstance(l["name"], str) and isinstance(l["value"], str) and 1 <= l["dimension"] <= 12
+    ok = ok and l["verdict"] in ("accept", "revert", "guard-reject", "inconclusive", "blocked") and l["reason"]
+ok = ok and [l["guard"] for l in c["levers"]][3] == "does-less" and c["levers"][1]["gain"] > 0 and c["levers"][1]["band"] >= 0.1
+sys.exit(0 if ok else 1)
+PY
+out=$("$SCAFFOLD" benchmark $cfg -c "$d/t1/best.yml" --epochs 1 --base-run-dir "$d/bestrun" 2>&1)
+[ $? -eq 0 ] && grep -q "dataloader_num_workers: 4" "$d/t1/best.yml" && t_ok "best.yml usable as -c best.yml" ||
+    t_fail "best.yml" "$(cat "$d/t1/best.yml"; tail -2 <<<"$out")"
+
+# --- killed in a trial, resumed: the same verdicts
+"$SCAFFOLD" tune $targs --out "$d/t2" >"$d/t2a.out" 2>"$d/t2a.err" &
+pid=$!
+for _ in $(seq 1 600); do
+    grep -q "^done	t02" "$d/t2/journal.tsv" 2>/dev/null && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.1
+done
+sleep 1
+kill -9 $pid 2>/dev/null
+wait $pid 2>/dev/null
+n_done=$(grep -c "^done" "$d/t2/journal.tsv" 2>/dev/null)
+[ "${n_done:-0}" -ge 4 ] && ! grep -q "^done	t04" "$d/t2/journal.tsv" && ! grep -q "^tune: throughput" "$d/t2a.out" &&
+    t_ok "tune killed in the middle ($n_done trials finished)" || t_fail "kill in a trial" "done=$n_done"
+"$SCAFFOLD" tune $targs --out "$d/t2" --resume >"$d/t2b.out" 2>"$d/t2b.err"
+rc=$?
+v2=$(verdicts "$d/t2/tune.json")
+[ $rc -eq 0 ] && [ "$v2" = "$want" ] && t_ok "--resume finishes with the same verdicts" ||
+    t_fail "--resume" "rc=$rc '$v2' $(tail -3 "$d/t2b.err")"
+grep -q "resuming" "$d/t2b.err" && ! grep -q "baseline: run A1" "$d/t2b.err" &&
+    t_ok "--resume reuses the finished trials (no baseline rerun)" || t_fail "resume reuse" "$(head -3 "$d/t2b.err")"
+t_expect_fail "--resume with other arguments" 2 "other settings" \
+    "$SCAFFOLD" tune $targs --repeats 3 --out "$d/t2" --resume
+t_expect_fail "an existing tune without --resume" 2 "already holds a tune" \
+    "$SCAFFOLD" tune $targs --out "$d/t2"
+
+# --- the time-to-target objective (a low target so that the runs converge in a few epochs)
+printf 'levers:\n  - name: dataloader_num_workers\n    values: [4]\n' >"$d/ttt.yml"
+"$SCAFFOLD" tune $cfg --target-dice 0.02 --epochs 6 --dataloader-num-workers 0 --levers "$d/ttt.yml" \
+    --objective time-to-target --repeats 1 --no-discriminator --noise 10 --out "$d/t3" >"$d/t3.out" 2>"$d/t3.err"
+rc=$?
+t_check "time-to-target objective: converged runs, FOM = time to target (exit $rc)" "$PYTHON" - "$d/t3/tune.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+b = r["baseline"]["runs"][0]
+t = r["trials"][0]
+ok = (r["objective"] == "time-to-target" and not r["fom"]["higher_is_better"] and b["converged"]
+      and b["fom"] == b["time_to_target_s"] > 0 and b["throughput_samples_per_s"] > 0
+      and t["verdict"] in ("accept", "revert", "inconclusive"))
+sys.exit(0 if ok else 1)
+PY
+
+# --- report.html in headless Chromium
+CHROME=$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)
+if [ -z "$CHROME" ]; then
+    t_fail "report.html in chromium" "chromium is not installed (tools/packages.d/tune.txt)"
+else
+    copts="--headless --no-sandbox --disable-gpu --hide-scrollbars --enable-logging=stderr --v=0"
+    timeout 90 "$CHROME" $copts --window-size=1200,2400 --screenshot="$d/shot.png" \
+        "file://$d/t1/report.html" >"$d/chrome.out" 2>&1
+    t_check "report.html: chromium screenshot is a real page" \
+        "$PYTHON" -c "import sys;b=open(sys.argv[1],'rb').read();sys.exit(0 if b[:8]==b'\x89PNG\r\n\x1a\n' and len(b)>20000 else 1)" "$d/shot.png"
+    if grep -qiE "Uncaught|ERROR:CONSOLE|Failed to load resource" "$d/chrome.out"; then
+        t_fail "report.html loads without console errors" "$(grep -iE 'Uncaught|CONSOLE|Failed' "$d/chrome.out" | head -3)"
+    else
+        t_ok "report.html loads without console errors"
+    fi
+    timeout 90 "$CHROME" --headless --no-sandbox --disable-gpu --dump-dom "file://$d/t1/report.html" >"$d/dom.html" 2>/dev/null
+    t_check "report.html: trial table, FOM chart with bands, checklist and proposals" "$PYTHON" -c "
+import sys,re
+h=open(sys.argv[1]).read()
+t=re.sub(r'<[^>]+>',' ',h)
+need=['FOM per trial','Trials','dataloader_num_workers','guard-reject','does-less','inconclusive','12-dimension checklist','Baseline','Best setting','noise band','input-bound']
+miss=[n for n in need if n not in t]
+print('missing:',miss) if miss else None
+sys.exit(1 if miss or h.count('<svg')!=1 or h.count('<circle')<8 else 0)" "$d/dom.html"
+fi
+t_report
