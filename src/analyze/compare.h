@@ -39,6 +39,7 @@ extern const char *const an_phase_names[AN_PH_COUNT];
 typedef struct an_work {
     int annotated;              /* epoch annotations present: the counts below are meaningful */
     uint64_t epochs;            /* max over processes */
+    uint64_t nprocs;            /* processes with epoch annotations (the ranks) */
     uint64_t steps;             /* optimizer steps in training ("step" compute events, else
                                  * compute events outside evaluation) */
     uint64_t batches[2], samples[2];

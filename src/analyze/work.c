@@ -107,6 +107,7 @@ int an_work_compute(const an_trace *t, const an_metrics *m, an_work *w) {
         span[k][1] = INT64_MIN;
     }
     for (size_t p = 0; p < np; p++) {
+        w->nprocs += pp[p].epochs > 0;
         if (pp[p].epochs > w->epochs)
             w->epochs = pp[p].epochs;
         if (pp[p].warm0 > pp[p].e0)

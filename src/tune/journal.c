@@ -66,6 +66,7 @@ static const jfield fields[] = {
     JF("r_events", J_U64, run.events, 0),
     JF("w_annotated", J_INT, run.work.annotated, 0),
     JF("w_epochs", J_U64, run.work.epochs, 0),
+    JF("w_nprocs", J_U64, run.work.nprocs, 0),
     JF("w_steps", J_U64, run.work.steps, 0),
     JF("w_batches0", J_U64, run.work.batches[0], 0),
     JF("w_batches1", J_U64, run.work.batches[1], 0),

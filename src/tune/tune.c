@@ -85,10 +85,18 @@ int tune_analyze(const char *trace_dir, tune_analysis *a) {
             a->prop[k].sys_pct = p->sys_pct;
             a->prop[k].score = p->score;
         }
-        double pt = m.proc_time_s > 0 ? m.proc_time_s : 1;
-        a->loader_wait_share = m.stall_s / pt;
-        a->io_share = m.exposed_io_s / pt;
-        a->ckpt_share = m.wall_s > 0 ? m.ckpt_time_s / m.wall_s : 0;
+        /* Shares of the training phase (rank-seconds), where the tuner's levers act: process
+         * start, generation and warmup would dilute them in short runs. */
+        an_work w;
+        memset(&w, 0, sizeof w);
+        double pt = m.proc_time_s;
+        if (an_work_compute(&t, &m, &w) == 0 && w.annotated && w.phase_s[AN_PH_TRAIN] > 0)
+            pt = w.phase_s[AN_PH_TRAIN] * (double)w.nprocs;
+        pt = pt > 0 ? pt : 1;
+        a->loader_wait_share = fmin(1, m.stall_s / pt);
+        a->io_share = fmin(1, m.exposed_io_s / pt);
+        double wall = w.annotated ? w.phase_s[AN_PH_TRAIN] : m.wall_s;
+        a->ckpt_share = wall > 0 ? fmin(1, m.ckpt_time_s / wall) : 0;
         a->ok = 1;
     } else {
         snprintf(a->error, sizeof a->error, "%s", err_msg());
@@ -401,8 +409,8 @@ static void classify(tune_state *S) {
     else
         S->cls = "compute-bound";
     snprintf(S->cls_reason, sizeof S->cls_reason,
-             "loader wait %.1f%% and exposed I/O %.1f%% of process time, checkpoints %.1f%% of "
-             "wall time; %d threads vs 1: %s; bf16 vs fp32: %s%s",
+             "loader wait %.1f%% and exposed I/O %.1f%% of the training phase, checkpoints "
+             "%.1f%% of it; %d threads vs 1: %s; bf16 vs fp32: %s%s",
              100 * lw, 100 * io, 100 * ck, S->threads, ts, ps,
              isfinite(S->precision_speedup) && S->precision_speedup < 1.05
                  ? " (no precision speedup: bf16 may have no effect in this build)"

@@ -11,8 +11,9 @@ root=$PWD
 t_cbin "$BUILD/tests/tune/test_tune" "$d"
 
 cfg="-c $root/configs/benchmark_default.yml -c $root/tests/train/tiny.yml --dataset-dir $d/ds --fract-base-dir $d/fr"
-# Sleeps dominate these runs (8 reads of 50 ms per epoch): loader workers overlap them.
-export SCAFFOLD_FAULT_SLOW_READ=50 OMP_NUM_THREADS=1
+# Sleeps dominate these runs (8 reads of 80 ms per epoch): loader workers overlap them. Four
+# epochs, so that the figure of merit averages three steady epochs.
+export SCAFFOLD_FAULT_SLOW_READ=80 OMP_NUM_THREADS=1
 cat >"$d/levers.yml" <<'YML'
 levers:
   - name: data_store
@@ -24,7 +25,7 @@ levers:
 YML
 # A 25% band floor: on a shared 2-core machine under load, identical runs differ by up to ~20%;
 # the effects tested here are +150% (workers over slow reads) and -60% (back to none).
-targs="$cfg --dataloader-num-workers 0 --levers $d/levers.yml --repeats 2 --noise 25"
+targs="$cfg --epochs 4 --dataloader-num-workers 0 --levers $d/levers.yml --repeats 2 --noise 25"
 
 # --- bad input: one message, exit 2, nothing written
 printf 'levers:\n  - name: problem_scale\n    values: [5]\n' >"$d/workload.yml"
@@ -64,13 +65,19 @@ t_check "tune.json: FOM definition, baseline, runs with host/CPU/layout/start, d
 import json, sys
 r = json.load(open(sys.argv[1]))
 runs = [x for t in r["trials"] for x in t["incumbent_runs"] + t["candidate_runs"]] + r["baseline"]["runs"]
-ok = (r["objective"] == "throughput" and "steady epochs" in r["fom"]["definition"]
-      and len(r["baseline"]["fom"]) == 2 and r["baseline"]["fom_median"] > 0 and r["baseline"]["fom_band"] >= 0.1
-      and all(x["host"] and x["cpu"] and x["layout"] == "1x1" and x["started"].endswith("Z") and x["run_dir"] and x["trace_dir"] for x in runs)
-      and r["discriminator"]["class"] == "input-bound"
-      and r["best"]["overrides"] == {"dataloader_num_workers": "4"} and r["best"]["gain"] > 0.3
-      and len(r["analysis"]["baseline"]["checklist"]) == 12
-      and all(t["fom_median"] > 0 and t["reason"] for t in r["trials"]))
+checks = {
+    "objective and FOM definition": r["objective"] == "throughput" and "steady epochs" in r["fom"]["definition"],
+    "baseline FOM, median, band": len(r["baseline"]["fom"]) == 2 and r["baseline"]["fom_median"] > 0 and r["baseline"]["fom_band"] >= 0.25,
+    "every run: host, CPU, layout, start, folders": all(x["host"] and x["cpu"] and x["layout"] == "1x1" and x["started"].endswith("Z") and x["run_dir"] and x["trace_dir"] for x in runs),
+    "discriminator class": r["discriminator"]["class"] == "input-bound" and r["discriminator"]["loader_wait_share"] > 0.3,
+    "best: workers 4, gain": r["best"]["overrides"] == {"dataloader_num_workers": "4"} and r["best"]["gain"] > 0.3,
+    "analysis: 12 checklist verdicts": len(r["analysis"]["baseline"]["checklist"]) == 12,
+    "trials: FOM and reason": all(t["fom_median"] > 0 and t["reason"] for t in r["trials"]),
+}
+bad = [k for k, v in checks.items() if not v]
+if bad:
+    print("failed:", bad, r["discriminator"], r["best"]["overrides"], r["best"]["gain"])
+ok = not bad
 sys.exit(0 if ok else 1)
 PY
 t_check "lever_catalog.yaml: the contract's shape" "$PYTHON" - "$d/t1/lever_catalog.yaml" <<'PY'
@@ -87,31 +94,33 @@ out=$("$SCAFFOLD" benchmark $cfg -c "$d/t1/best.yml" --epochs 1 --base-run-dir "
 [ $? -eq 0 ] && grep -q "dataloader_num_workers: 4" "$d/t1/best.yml" && t_ok "best.yml usable as -c best.yml" ||
     t_fail "best.yml" "$(cat "$d/t1/best.yml"; tail -2 <<<"$out")"
 
-# --- killed in a trial, resumed: the same verdicts
-"$SCAFFOLD" tune $targs --out "$d/t2" >"$d/t2a.out" 2>"$d/t2a.err" &
+# --- killed in a trial, resumed: the same verdicts as the uninterrupted tune's first two trials
+printf 'levers:\n  - name: data_store\n    values: [files]\n  - name: dataloader_num_workers\n    values: [4]\n' >"$d/levers2.yml"
+t2args="${targs/levers.yml/levers2.yml}"
+"$SCAFFOLD" tune $t2args --out "$d/t2" >"$d/t2a.out" 2>"$d/t2a.err" &
 pid=$!
 for _ in $(seq 1 600); do
-    grep -q "^done	t02" "$d/t2/journal.tsv" 2>/dev/null && break
+    grep -q "^done	t01" "$d/t2/journal.tsv" 2>/dev/null && break
     kill -0 $pid 2>/dev/null || break
     sleep 0.1
 done
-sleep 1
+sleep 2
 kill -9 $pid 2>/dev/null
 wait $pid 2>/dev/null
 n_done=$(grep -c "^done" "$d/t2/journal.tsv" 2>/dev/null)
-[ "${n_done:-0}" -ge 4 ] && ! grep -q "^done	t04" "$d/t2/journal.tsv" && ! grep -q "^tune: throughput" "$d/t2a.out" &&
-    t_ok "tune killed in the middle ($n_done trials finished)" || t_fail "kill in a trial" "done=$n_done"
-"$SCAFFOLD" tune $targs --out "$d/t2" --resume >"$d/t2b.out" 2>"$d/t2b.err"
+[ "${n_done:-0}" -ge 3 ] && ! grep -q "^done	t02" "$d/t2/journal.tsv" && ! grep -q "^tune: throughput" "$d/t2a.out" &&
+    t_ok "tune killed in its second trial ($n_done trials finished)" || t_fail "kill in a trial" "done=$n_done"
+"$SCAFFOLD" tune $t2args --out "$d/t2" --resume >"$d/t2b.out" 2>"$d/t2b.err"
 rc=$?
 v2=$(verdicts "$d/t2/tune.json")
-[ $rc -eq 0 ] && [ "$v2" = "$want" ] && t_ok "--resume finishes with the same verdicts" ||
+[ $rc -eq 0 ] && [ "$v2" = "$(cut -d' ' -f1-2 <<<"$want")" ] && t_ok "--resume finishes with the same verdicts" ||
     t_fail "--resume" "rc=$rc '$v2' $(tail -3 "$d/t2b.err")"
 grep -q "resuming" "$d/t2b.err" && ! grep -q "baseline: run A1" "$d/t2b.err" &&
     t_ok "--resume reuses the finished trials (no baseline rerun)" || t_fail "resume reuse" "$(head -3 "$d/t2b.err")"
 t_expect_fail "--resume with other arguments" 2 "other settings" \
-    "$SCAFFOLD" tune $targs --repeats 3 --out "$d/t2" --resume
+    "$SCAFFOLD" tune $t2args --repeats 3 --out "$d/t2" --resume
 t_expect_fail "an existing tune without --resume" 2 "already holds a tune" \
-    "$SCAFFOLD" tune $targs --out "$d/t2"
+    "$SCAFFOLD" tune $t2args --out "$d/t2"
 
 # --- the time-to-target objective (a low target so that the runs converge in a few epochs)
 printf 'levers:\n  - name: dataloader_num_workers\n    values: [4]\n' >"$d/ttt.yml"
