@@ -101,6 +101,7 @@ static void analysis_json(an_jw *w, const char *key, const tune_analysis *a) {
         an_jw_i64(w, "dimension", a->check[d].dim);
         an_jw_str(w, "name", a->check[d].name);
         an_jw_bool(w, "applicable", a->check[d].applicable);
+        an_jw_str(w, "verdict", a->check[d].verdict);
         an_jw_num(w, "impact_pct", a->check[d].impact_pct);
         an_jw_str(w, "reason", a->check[d].reason);
         an_jw_end(w, '}');
@@ -592,8 +593,9 @@ static void analysis_html(FILE *o, const char *title, const tune_analysis *a) {
     for (int d = 0; d < 12; d++) {
         fprintf(o, "<tr><td>%d</td><td>", a->check[d].dim);
         he(o, a->check[d].name);
-        fprintf(o, "</td><td>%s</td><td>", a->check[d].applicable ? "applicable"
-                                                                   : "not applicable");
+        fputs("</td><td>", o);
+        he(o, a->check[d].verdict);
+        fputs("</td><td>", o);
         if (a->check[d].applicable)
             fprintf(o, "%.1f%%", a->check[d].impact_pct);
         fputs("</td><td>", o);

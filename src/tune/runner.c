@@ -194,7 +194,7 @@ static void measure(const char *dir, const char *logp, int status, tune_meas *m)
     m->converged = strstr(line, "benchmark: reached") != NULL;
     const char *t = strstr(line, "time to target ");
     m->ttt_s = m->converged && t ? strtod(t + 15, NULL) : NAN;
-    an_read_opts ro = {1, 0};
+    an_read_opts ro = {.threads = 1};
     if (an_run_load(m->trace_dir, &ro, &m->run)) {
         snprintf(m->error, sizeof m->error, "trace %s: %s", m->trace_dir, err_msg());
         return;

@@ -38,7 +38,7 @@ static void fmt_dur(double s, char *buf, size_t cap) {
 
 /* ------------------------------------------------------------------ analysis of a trace */
 
-int tune_analyze(const char *trace_dir, tune_analysis *a) {
+int tune_analyze(const char *trace_dir, const char *catalog, tune_analysis *a) {
     memset(a, 0, sizeof *a);
     char **files = NULL;
     size_t nf = 0;
@@ -52,10 +52,12 @@ int tune_analyze(const char *trace_dir, tune_analysis *a) {
     an_metrics m;
     an_report rep;
     an_ruleset rs;
+    an_catalog cat;
+    memset(&cat, 0, sizeof cat);
     memset(&m, 0, sizeof m);
     memset(&rep, 0, sizeof rep);
     memset(&rs, 0, sizeof rs);
-    an_read_opts ro = {1, 0};
+    an_read_opts ro = {.threads = 1};
     rc = an_trace_read(&t, files, nf, &ro);
     for (size_t i = 0; i < nf; i++)
         free(files[i]);
@@ -64,13 +66,17 @@ int tune_analyze(const char *trace_dir, tune_analysis *a) {
         rc = an_metrics_compute(&t, 0, &m);
     if (rc == 0)
         rc = an_rules_default(&rs);
+    if (rc == 0 && catalog)
+        rc = an_catalog_load(catalog, &cat);
     if (rc == 0)
-        rc = an_report_build(&rep, &t, &m, &rs);
+        rc = an_report_build(&rep, &t, &m, &rs, catalog ? &cat : NULL);
     if (rc == 0) {
         for (int d = 0; d < 12 && d < AN_NDIMS; d++) {
             const an_check *c = &rep.checklist[d];
             a->check[d].dim = c->dim;
             a->check[d].applicable = c->applicable;
+            snprintf(a->check[d].verdict, sizeof a->check[d].verdict, "%s",
+                     an_verdict_names[c->verdict]);
             a->check[d].impact_pct = c->impact_pct;
             snprintf(a->check[d].name, sizeof a->check[d].name, "%s", c->name ? c->name : "");
             snprintf(a->check[d].reason, sizeof a->check[d].reason, "%s", c->reason);
@@ -102,6 +108,7 @@ int tune_analyze(const char *trace_dir, tune_analysis *a) {
         snprintf(a->error, sizeof a->error, "%s", err_msg());
     }
     an_report_free(&rep);
+    an_catalog_free(&cat);
     an_rules_free(&rs);
     an_metrics_free(&m);
     an_trace_free(&t);
@@ -520,7 +527,7 @@ static int tune_loop(tune_state *S) {
     for (int i = 0; i < N; i++)
         slowest = fmax(slowest, S->baseline->a[i].wall_s);
     S->L.timeout_s = fmax(120, 10 * slowest);
-    tune_analyze(S->baseline->a[0].trace_dir, &S->base_an);
+    tune_analyze(S->baseline->a[0].trace_dir, NULL, &S->base_an);
     map_proposals(S, o->levers_file == NULL);
     /* Discriminator probes: one run each, fewer threads and the other precision. */
     if (o->discriminate) {
@@ -614,7 +621,11 @@ static int tune_loop(tune_state *S) {
         if ((rc = run_trial(S, S->final)))
             return rc;
         judge(S, S->final);
-        tune_analyze(S->final->b[0].trace_dir, &S->best_an);
+        /* The best setting's analysis with this tune's catalog: the dimensions it measured. */
+        char cat[1200];
+        snprintf(cat, sizeof cat, "%s/lever_catalog.yaml", S->out);
+        tune_write_outputs(S);
+        tune_analyze(S->final->b[0].trace_dir, cat, &S->best_an);
     } else {
         S->best_an = S->base_an;
     }

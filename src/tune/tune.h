@@ -195,7 +195,7 @@ typedef struct tune_analysis {
     char error[300];
     struct {
         int dim, applicable;
-        char name[80];
+        char name[80], verdict[40];
         double impact_pct;
         char reason[400];
     } check[12];
@@ -210,8 +210,9 @@ typedef struct tune_analysis {
     double ckpt_share;        /* checkpoint stall / wall time */
 } tune_analysis;
 
-/* Analyzes one run's traces (reader, metrics, rules, checklist, proposals). 0 or ERR_*. */
-int tune_analyze(const char *trace_dir, tune_analysis *a);
+/* Analyzes one run's traces (reader, metrics, rules, checklist, proposals), with a lever
+ * catalog when `catalog` is not NULL (dimensions applied & measured). 0 or ERR_*. */
+int tune_analyze(const char *trace_dir, const char *catalog, tune_analysis *a);
 
 /* ------------------------------------------------------------------ the tune */
 

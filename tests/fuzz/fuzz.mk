@@ -15,7 +15,8 @@ FUZZ_NAMES   := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_CFLAGS  := -std=c11 -D_GNU_SOURCE -O1 -g -fno-omit-frame-pointer $(FUZZ_SAN) \
                 -fsanitize=fuzzer-no-link -Isrc -Iinclude -Itests/fuzz
-FUZZ_LIB_SRCS := $(wildcard src/core/*.c) $(wildcard src/analyze/*.c) src/nn/safetensors.c
+FUZZ_LIB_SRCS := $(wildcard src/core/*.c) $(wildcard src/analyze/*.c) src/nn/safetensors.c \
+                src/tune/levers.c
 FUZZ_LIB_OBJS := $(patsubst src/%.c,$(FUZZ_BUILD)/obj/%.o,$(FUZZ_LIB_SRCS))
 FUZZ_BINS    := $(patsubst %,$(FUZZ_BUILD)/fuzz_%,$(FUZZ_NAMES))
 REPLAY_BINS  := $(patsubst %,$(BUILD)/tests/fuzz/replay_%,$(FUZZ_NAMES))
