@@ -141,7 +141,7 @@ PY
 # --- report.html in headless Chromium
 CHROME=$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)
 if [ -z "$CHROME" ]; then
-    t_fail "report.html in chromium" "chromium is not installed (tools/packages.d/tune.txt)"
+    t_fail "report.html in chromium" "chromium is not installed (tools/packages.d/tune.test.txt)"
 else
     copts="--headless --no-sandbox --disable-gpu --hide-scrollbars --enable-logging=stderr --v=0"
     timeout 90 "$CHROME" $copts --window-size=1200,2400 --screenshot="$d/shot.png" \
