@@ -9,6 +9,12 @@ d=$(t_tmpdir)
 trap '[ -n "$TUNE_KEEP" ] || rm -rf "$d"' EXIT
 root=$PWD
 t_cbin "$BUILD/tests/tune/test_tune" "$d"
+if [ -x build-address-undefined/tests/tune/test_tune ]; then
+    mkdir -p "$d/asan"
+    t_cbin build-address-undefined/tests/tune/test_tune "$d/asan"
+else
+    echo "note: no ASan/UBSan build of test_tune (make SAN=address,undefined tests-bin)"
+fi
 
 cfg="-c $root/configs/benchmark_default.yml -c $root/tests/train/tiny.yml --dataset-dir $d/ds --fract-base-dir $d/fr"
 # Sleeps dominate these runs (8 reads of 80 ms per epoch): loader workers overlap them. Four
