@@ -20,8 +20,10 @@ int an_chunk_init(chunk *c, an_input *in) {
     c->last_host_key = AN_STR_NONE;
     c->last_file_key = AN_STR_NONE;
     if (an_strtab_init(&c->names) || an_strtab_init(&c->cats) || an_strtab_init(&c->keys) ||
-        an_imap_init(&c->pairmap, 64) || an_imap_init(&c->procmap, 8))
+        an_imap_init(&c->pairmap, 64) || an_imap_init(&c->procmap, 8) ||
+        an_imap_init(&c->threads, 16))
         return ERR_NOMEM;
+    c->last_thread = UINT64_MAX;
     return 0;
 }
 
@@ -46,9 +48,13 @@ void an_chunk_free(chunk *c) {
     an_strtab_free(&c->cats);
     an_strtab_free(&c->keys);
     an_imap_free(&c->pairmap);
+    an_imap_free(&c->threads);
     an_imap_free(&c->procmap);
     free(c->resolved);
     free(c->fsof);
+    free(c->key_used);
+    free(c->order);
+    free(c->proc_first);
     free(c->head);
     free(c->tail);
     free(c->pairs);
@@ -363,6 +369,14 @@ static int chunk_add(chunk *c, const an_rawev *ev) {
     c->proc[i] = proc;
     c->tid[i] = (uint32_t)ev->tid;
     c->flags[i] = fl;
+    /* Threads per process, counted here (in parallel) rather than over the merged events. */
+    uint64_t th = ((uint64_t)proc << 32) | (uint32_t)ev->tid;
+    if (th != c->last_thread) {
+        int ins;
+        if (!an_imap_get(&c->threads, th, 0, &ins))
+            return ERR_NOMEM;
+        c->last_thread = th;
+    }
     return 0;
 }
 
@@ -388,12 +402,13 @@ void an_chunk_line(chunk *c, const char *p, const char *e) {
 
 /* ------------------------------------------------------------------ sorting */
 
-/* Stable ordering of ts[0..n) into perm (LSD radix sort, 16-bit digits, on ts - min). */
+/* Stable ordering of ts[0..n) into perm: an LSD radix sort on ts - min with 11-bit digits (a
+ * 2048-entry histogram stays in L1, so the scatter does not thrash the cache). Returns 1 when ts
+ * is already sorted (perm untouched), 0 when perm holds the order, ERR_NOMEM. */
 static int sort_perm(const int64_t *ts, size_t n, uint32_t *perm) {
     int sorted = 1;
     int64_t mn = n ? ts[0] : 0, mx = mn;
     for (size_t i = 0; i < n; i++) {
-        perm[i] = (uint32_t)i;
         if (ts[i] < mn)
             mn = ts[i];
         if (ts[i] > mx)
@@ -402,86 +417,87 @@ static int sort_perm(const int64_t *ts, size_t n, uint32_t *perm) {
             sorted = 0;
     }
     if (sorted || n < 2)
-        return 0;
+        return 1;
+    enum { BITS = 11, RADIX = 1 << BITS };
     uint64_t range = (uint64_t)mx - (uint64_t)mn; /* wraps, never overflows */
     int passes = 0;
-    while (passes < 4 && (range >> (16 * passes)))
+    while (passes < 6 && (range >> (BITS * passes)))
         passes++;
     uint64_t *key = malloc(n * sizeof *key), *key2 = malloc(n * sizeof *key2);
     uint32_t *perm2 = malloc(n * sizeof *perm2);
-    size_t *cnt = malloc(65536 * sizeof *cnt);
-    if (!key || !key2 || !perm2 || !cnt) {
-        free(key);
-        free(key2);
-        free(perm2);
-        free(cnt);
-        return ERR_NOMEM;
-    }
-    for (size_t i = 0; i < n; i++)
+    size_t *cnt = malloc(RADIX * sizeof *cnt);
+    int rc = ERR_NOMEM;
+    if (!key || !key2 || !perm2 || !cnt)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
         key[i] = (uint64_t)ts[i] - (uint64_t)mn;
+        perm[i] = (uint32_t)i;
+    }
+    uint32_t *pa = perm, *pb = perm2;
     for (int p = 0; p < passes; p++) {
-        int sh = 16 * p;
-        memset(cnt, 0, 65536 * sizeof *cnt);
+        int sh = BITS * p;
+        memset(cnt, 0, RADIX * sizeof *cnt);
         for (size_t i = 0; i < n; i++)
-            cnt[(key[i] >> sh) & 0xFFFF]++;
+            cnt[(key[i] >> sh) & (RADIX - 1)]++;
         size_t sum = 0;
-        for (size_t d = 0; d < 65536; d++) {
-            size_t t = cnt[d];
+        for (size_t d = 0; d < RADIX; d++) {
+            size_t c = cnt[d];
             cnt[d] = sum;
-            sum += t;
+            sum += c;
         }
         for (size_t i = 0; i < n; i++) {
-            size_t dst = cnt[(key[i] >> sh) & 0xFFFF]++;
+            size_t dst = cnt[(key[i] >> sh) & (RADIX - 1)]++;
             key2[dst] = key[i];
-            perm2[dst] = perm[i];
+            pb[dst] = pa[i];
         }
         uint64_t *tk = key;
         key = key2;
         key2 = tk;
-        uint32_t *tp = perm;
-        memcpy(tp, perm2, n * sizeof *perm2);
+        uint32_t *tp = pa;
+        pa = pb;
+        pb = tp;
     }
+    if (pa != perm)
+        memcpy(perm, pa, n * sizeof *perm);
+    rc = 0;
+out:
     free(key);
     free(key2);
     free(perm2);
     free(cnt);
-    return 0;
+    return rc;
 }
 
-#define PERMUTE(col, T)                                                                            \
-    do {                                                                                           \
-        T *nc_ = malloc(c->n * sizeof(T));                                                         \
-        if (!nc_)                                                                                  \
-            goto oom;                                                                              \
-        for (size_t i_ = 0; i_ < c->n; i_++)                                                       \
-            nc_[i_] = c->col[perm[i_]];                                                            \
-        free(c->col);                                                                              \
-        c->col = nc_;                                                                              \
-    } while (0)
-
-int an_chunk_sort(chunk *c) {
+/* The time order of the chunk's events: c->order (NULL when they are already in order). The
+ * columns stay where they are; the merge reads them through the order. */
+static int sort_columns(chunk *c) {
     if (c->n < 2)
         return 0;
     uint32_t *perm = malloc(c->n * sizeof *perm);
-    if (!perm || sort_perm(c->ts, c->n, perm))
-        goto oom;
-    int identity = 1;
-    for (size_t i = 0; i < c->n && identity; i++)
-        identity = perm[i] == i;
-    if (!identity) {
-        PERMUTE(ts, int64_t);
-        PERMUTE(dur, int64_t);
-        PERMUTE(offset, int64_t);
-        PERMUTE(bytes, int64_t);
-        PERMUTE(pair, uint32_t);
-        PERMUTE(filekey, uint32_t);
-        PERMUTE(proc, uint32_t);
-        PERMUTE(tid, uint32_t);
-        PERMUTE(flags, uint8_t);
+    if (!perm)
+        return ERR_NOMEM;
+    int r = sort_perm(c->ts, c->n, perm);
+    if (r != 0) {
+        free(perm);
+        return r == 1 ? 0 : ERR_NOMEM;
     }
-    free(perm);
+    c->order = perm;
     return 0;
-oom:
-    free(perm);
-    return ERR_NOMEM;
+}
+
+int an_chunk_sort(chunk *c) {
+    if (sort_columns(c))
+        return ERR_NOMEM;
+    c->key_used = calloc(c->keys.n + 1, 1);
+    c->proc_first = malloc((c->nprocs + 1) * sizeof *c->proc_first);
+    if (!c->key_used || !c->proc_first)
+        return ERR_NOMEM;
+    for (uint32_t p = 0; p < c->nprocs; p++)
+        c->proc_first[p] = INT64_MAX;
+    for (size_t i = 0; i < c->n; i++) {
+        c->key_used[c->filekey[i]] = 1;
+        if (c->ts[i] < c->proc_first[c->proc[i]])
+            c->proc_first[c->proc[i]] = c->ts[i];
+    }
+    return 0;
 }

@@ -278,7 +278,69 @@ static int classify_files(an_trace *t, const an_read_opts *o) {
     return 0;
 }
 
-static int merge_chunks(an_trace *t, chunk *ch, size_t nc, const an_read_opts *opts) {
+/* Chunk index and position packed in one word of the merge order. */
+#define SRC_SHIFT 40
+#define SRC_MASK ((UINT64_C(1) << SRC_SHIFT) - 1)
+
+typedef struct {
+    an_trace *t;
+    const chunk *ch;
+    const remap *rm;
+    const uint64_t *src;
+    size_t lo, hi;
+} copy_job;
+
+/* Copies the merged events [lo, hi) into the global columns, remapping ids. */
+static void *copy_range(void *arg) {
+    copy_job *j = arg;
+    an_trace *t = j->t;
+    for (size_t o = j->lo; o < j->hi; o++) {
+        uint64_t s = j->src[o];
+        const chunk *c = &j->ch[s >> SRC_SHIFT];
+        const remap *r = &j->rm[s >> SRC_SHIFT];
+        size_t i = an_chunk_at(c, (size_t)(s & SRC_MASK));
+        uint32_t pr = c->pair[i];
+        uint32_t gf = r->file[c->filekey[i]];
+        t->ts[o] = c->ts[i];
+        t->dur[o] = c->dur[i];
+        t->offset[o] = c->offset[i];
+        t->bytes[o] = c->bytes[i];
+        t->name[o] = r->name[pr];
+        t->cat[o] = r->cat[pr];
+        t->op[o] = r->op[pr];
+        t->flags[o] = (uint8_t)(c->flags[i] | r->flags[pr] | (t->file_ignored[gf] ? AN_F_IGNORED : 0));
+        t->file[o] = gf;
+        t->proc[o] = r->proc[c->proc[i]];
+        t->tid[o] = c->tid[i];
+    }
+    return NULL;
+}
+
+static void copy_parallel(an_trace *t, const chunk *ch, const remap *rm, const uint64_t *src,
+                          int nth) {
+    if (nth < 1 || t->n < 100000)
+        nth = 1;
+    if (nth > 16)
+        nth = 16;
+    copy_job jobs[16];
+    pthread_t th[16];
+    int started[16] = {0};
+    for (int k = 0; k < nth; k++) {
+        jobs[k] = (copy_job){t, ch, rm, src, t->n * (size_t)k / (size_t)nth,
+                             t->n * (size_t)(k + 1) / (size_t)nth};
+        if (k > 0)
+            started[k] = pthread_create(&th[k], NULL, copy_range, &jobs[k]) == 0;
+    }
+    copy_range(&jobs[0]);
+    for (int k = 1; k < nth; k++) {
+        if (started[k])
+            pthread_join(th[k], NULL);
+        else
+            copy_range(&jobs[k]); /* no thread: do it here */
+    }
+}
+
+static int merge_chunks(an_trace *t, chunk *ch, size_t nc, const an_read_opts *opts, int nth) {
     size_t total = 0;
     for (size_t i = 0; i < nc; i++)
         total += ch[i].n;
@@ -300,6 +362,7 @@ static int merge_chunks(an_trace *t, chunk *ch, size_t nc, const an_read_opts *o
     remap *rm = calloc(nc ? nc : 1, sizeof *rm);
     head *heap = malloc((nc ? nc : 1) * sizeof *heap);
     size_t *pos = calloc(nc ? nc : 1, sizeof *pos);
+    uint64_t *src = NULL;
     an_strtab prockeys;
     int rc = ERR_NOMEM;
     if (an_strtab_init(&prockeys))
@@ -366,116 +429,111 @@ static int merge_chunks(an_trace *t, chunk *ch, size_t nc, const an_read_opts *o
             r->proc[i] = gid;
         }
     }
-    /* k-way merge by timestamp; ties keep file order, so the result is deterministic. */
+    /* Global file ids for every key an event uses (chunk order: deterministic), their
+     * file-system classes and system-path flags, all before the events are copied. */
+    for (size_t k = 0; k < nc; k++) {
+        chunk *c = &ch[k];
+        for (uint32_t fk = 1; fk < c->keys.n; fk++) {
+            if (!c->key_used || !c->key_used[fk])
+                continue;
+            uint32_t rk = fk < c->nresolved ? c->resolved[fk] : fk;
+            uint32_t gf = an_strtab_intern(&t->files, an_strtab_get(&c->keys, rk),
+                                           an_strtab_len(&c->keys, rk));
+            if (gf == AN_STR_NONE || record_fstype(t, c, fk, gf))
+                goto out;
+            rm[k].file[fk] = gf;
+        }
+        rm[k].file[0] = 0;
+    }
+    if (classify_files(t, opts))
+        goto out;
+    t->file_ignored = calloc(t->files.n + 1, 1);
+    if (!t->file_ignored)
+        goto out;
+    for (uint32_t f = 1; f < t->files.n; f++)
+        t->file_ignored[f] = (uint8_t)(is_system_path(an_strtab_get(&t->files, f)) &&
+                                       !opts->include_system);
+    /* k-way merge by timestamp into an order of (chunk, index); ties keep file order, so the
+     * result is deterministic. The columns are then copied in parallel. */
+    src = malloc((total ? total : 1) * sizeof *src);
+    if (!src)
+        goto out;
     size_t hn = 0;
     for (size_t k = 0; k < nc; k++)
         if (ch[k].n)
-            heap[hn++] = (head){.ts = ch[k].ts[0], .c = (uint32_t)k};
+            heap[hn++] = (head){.ts = ch[k].ts[an_chunk_at(&ch[k], 0)], .c = (uint32_t)k};
     for (size_t i = hn; i-- > 0;)
         heap_down(heap, hn, i);
     size_t o = 0;
     while (hn) {
         uint32_t k = heap[0].c;
-        chunk *c = &ch[k];
-        remap *r = &rm[k];
+        const chunk *c = &ch[k];
         size_t i = pos[k];
-        /* Copy the run of this chunk that stays ahead of the next chunk's head. */
+        /* The run of this chunk that stays ahead of the next chunk's head. */
         int64_t limit = INT64_MAX;
         if (hn > 1) {
             limit = heap[1].ts;
             if (hn > 2 && heap[2].ts < limit)
                 limit = heap[2].ts;
         }
-        do {
-            uint32_t pr = c->pair[i];
-            uint32_t fk = c->filekey[i];
-            uint32_t gf = 0;
-            if (fk) {
-                gf = r->file[fk];
-                if (gf == AN_STR_NONE) {
-                    uint32_t rk = fk < c->nresolved ? c->resolved[fk] : fk;
-                    gf = an_strtab_intern(&t->files, an_strtab_get(&c->keys, rk),
-                                          an_strtab_len(&c->keys, rk));
-                    if (gf == AN_STR_NONE || record_fstype(t, c, fk, gf))
-                        goto out;
-                    r->file[fk] = gf;
-                }
-            }
-            t->ts[o] = c->ts[i];
-            t->dur[o] = c->dur[i];
-            t->offset[o] = c->offset[i];
-            t->bytes[o] = c->bytes[i];
-            t->name[o] = r->name[pr];
-            t->cat[o] = r->cat[pr];
-            t->op[o] = r->op[pr];
-            t->flags[o] = (uint8_t)(c->flags[i] | r->flags[pr]);
-            t->file[o] = gf;
-            t->proc[o] = r->proc[c->proc[i]];
-            t->tid[o] = c->tid[i];
-            o++;
-            i++;
-        } while (i < c->n && c->ts[i] < limit);
+        do
+            src[o++] = (uint64_t)k << SRC_SHIFT | i++;
+        while (i < c->n && c->ts[an_chunk_at(c, i)] < limit);
         pos[k] = i;
-        if (i < c->n) {
-            heap[0].ts = c->ts[i];
-        } else {
+        if (i < c->n)
+            heap[0].ts = c->ts[an_chunk_at(c, i)];
+        else
             heap[0] = heap[--hn];
-            an_chunk_free_columns(c);
-        }
         heap_down(heap, hn, 0);
     }
     t->n = o;
-    if (classify_files(t, opts))
-        goto out;
-    /* System-path flags per file, applied to the events unless asked to keep them. */
-    t->file_ignored = calloc(t->files.n + 1, 1);
-    if (!t->file_ignored)
-        goto out;
-    for (uint32_t f = 1; f < t->files.n; f++)
-        t->file_ignored[f] = (uint8_t)is_system_path(an_strtab_get(&t->files, f));
-    if (!opts->include_system)
-        for (size_t i = 0; i < t->n; i++)
-            if (t->file[i] && t->file_ignored[t->file[i]])
-                t->flags[i] |= AN_F_IGNORED;
-    /* Threads per process. */
+    copy_parallel(t, ch, rm, src, nth);
+    /* Threads per process: the chunks' thread sets, mapped to global processes. */
     an_imap tids;
     if (an_imap_init(&tids, 1024))
         goto out;
-    for (size_t i = 0; i < t->n; i++) {
-        int ins = 0;
-        if (!an_imap_get(&tids, ((uint64_t)t->proc[i] << 32) | t->tid[i], 0, &ins)) {
-            an_imap_free(&tids);
-            goto out;
+    for (size_t k = 0; k < nc; k++) {
+        const an_imap *ct = &ch[k].threads;
+        for (uint32_t slot = 0; slot < ct->nslots; slot++) {
+            if (ct->keys[slot] == UINT64_MAX)
+                continue;
+            uint32_t gp = rm[k].proc[ct->keys[slot] >> 32];
+            int ins = 0;
+            if (!an_imap_get(&tids, ((uint64_t)gp << 32) | (uint32_t)ct->keys[slot], 0, &ins)) {
+                an_imap_free(&tids);
+                goto out;
+            }
+            if (ins)
+                t->procs[gp].nthreads++;
         }
-        if (ins)
-            t->procs[t->proc[i]].nthreads++;
     }
     an_imap_free(&tids);
     /* Clock skew: the spread of each host's first timestamp (DFAnalyzer warns above 30 s). */
-    if (t->hosts.n > 2) {
+    if (t->hosts.n > 2 && t->n) {
         size_t nh = t->hosts.n;
         int64_t *first = malloc(nh * sizeof *first);
         if (!first)
             goto out;
         for (size_t h = 0; h < nh; h++)
             first[h] = INT64_MAX;
-        for (size_t i = 0; i < t->n; i++) {
-            uint32_t h = t->procs[t->proc[i]].host;
-            if (t->ts[i] < first[h])
-                first[h] = t->ts[i];
-        }
-        double s = 0, s2 = 0;
+        for (size_t k = 0; k < nc; k++)
+            for (uint32_t p = 0; ch[k].proc_first && p < ch[k].nprocs; p++) {
+                uint32_t h = t->procs[rm[k].proc[p]].host;
+                if (ch[k].proc_first[p] < first[h])
+                    first[h] = ch[k].proc_first[p];
+            }
+        double sum = 0, sum2 = 0;
         int k = 0;
         for (size_t h = 0; h < nh; h++)
             if (first[h] != INT64_MAX) {
                 double v = (double)(first[h] - t->ts[0]) / 1e6;
-                s += v;
-                s2 += v * v;
+                sum += v;
+                sum2 += v * v;
                 k++;
             }
         free(first);
         if (k >= 2) {
-            double mean = s / k, var = s2 / k - mean * mean;
+            double mean = sum / k, var = sum2 / k - mean * mean;
             t->host_start_stddev_s = var > 0 ? sqrt(var) : 0;
             t->clock_skew = t->host_start_stddev_s > 30.0;
         }
@@ -493,6 +551,7 @@ out:
     free(rm);
     free(heap);
     free(pos);
+    free(src);
     an_strtab_free(&prockeys);
     if (rc)
         err_set(ERR_NOMEM, "analyze: out of memory merging %zu events", total);
@@ -615,7 +674,7 @@ int an_trace_read(an_trace *t, char *const *files, size_t nfiles, const an_read_
     if (oom)
         rc = err_set(ERR_NOMEM, "analyze: out of memory reading the traces");
     else
-        rc = merge_chunks(t, ch, nc, opts);
+        rc = merge_chunks(t, ch, nc, opts, nth);
     if (!rc && t->n == 0) {
         char names[512] = "";
         size_t off = 0;

@@ -44,6 +44,13 @@ typedef struct chunk {
     pairinfo *pairs;
     uint32_t npairs, cappairs;
     an_imap pairmap, procmap;
+    an_imap threads;    /* (local proc << 32 | tid) of every thread seen */
+    uint64_t last_thread;
+    /* after the sort: the time order of the events (NULL: already in order), which keys name an
+     * event's file, and each local process's first ts */
+    uint32_t *order;
+    uint8_t *key_used;
+    int64_t *proc_first;
     lproc *procs;
     uint32_t nprocs, capprocs;
     /* caches of the previous event's strings */
@@ -82,7 +89,9 @@ void an_chunk_free(chunk *c);
 int an_chunk_key_cover(chunk *c, uint32_t id);
 /* Parses one line [p, e) into the chunk (counts it, malformed lines included). */
 void an_chunk_line(chunk *c, const char *p, const char *e);
-/* Sorts the chunk's columns by timestamp. 0 or ERR_NOMEM. */
+/* Finds the chunk's time order (order), then notes the file keys its events use and the first
+ * timestamp of each of its processes (key_used, proc_first). 0 or ERR_NOMEM. */
+static inline size_t an_chunk_at(const chunk *c, size_t i) { return c->order ? c->order[i] : i; }
 int an_chunk_sort(chunk *c);
 
 /* gunzip.c: streams the lines of c's part of c->in->path into c (plain or gzip); decides how
