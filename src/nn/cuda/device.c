@@ -221,7 +221,10 @@ int cu_slab_create(cu_slab *s, size_t nparams, nn_optim_kind kind) {
     int rc = cu_alloc(&s->base, s->layout.bytes);
     if (rc)
         return err_prefix("parameter slab (%zu parameters)", nparams);
+    /* cudaMemset runs on the legacy stream, which the context's non-blocking streams do not
+     * wait for: finish it here. */
     CU_TRY(cudaMemset(s->base, 0, s->layout.bytes));
+    CU_TRY(cudaDeviceSynchronize());
     char *b = s->base;
     s->params = (float *)(b + s->layout.params);
     s->grads = (float *)(b + s->layout.grads);
