@@ -5,7 +5,7 @@
 # the same run (median of REPS interleaved repeats; bench/gpu/cu_conv.c), in TFLOP/s and as
 # ours/best per layer and per step (target >= 0.70).
 # Runs only where a GPU is visible; elsewhere it prints one SKIP line.
-# On a GPU machine:   make -j CUDA=1 && bash bench/gpu/run.sh [REPS]
+# On a GPU machine:   make -j CUDA=1 && bash bench/gpu/run.sh [REPS]   (SCALES="5 6" for fewer)
 cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build-cuda}
 REPS=${1:-5}
@@ -20,7 +20,7 @@ if ! probe=$("$BUILD/tests/gpu/cu_ops" --probe 2>&1); then
 fi
 echo "== bench gpu: $probe; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
 rc=0
-for scale in 5 6 7; do
+for scale in ${SCALES:-5 6 7}; do
     for prec in "" --bf16; do
         "$BIN" --scale "$scale" --base 64 --reps "$REPS" $prec || rc=1
     done

@@ -6,7 +6,9 @@
 #include "dist/dist.h"
 #include "train/bench.h"
 #ifdef SCAFFOLD_CUDA
+#include "core/fsutil.h"
 #include "nn/cuda/cu.h"
+#include "train/train.h"
 #endif
 
 #include <stdio.h>
@@ -24,12 +26,20 @@ int cmd_benchmark(int argc, char **argv) {
     if (st >= 0)
         return st;
 #ifdef SCAFFOLD_CUDA
-    /* The `device` key (cpu|cuda|auto): one note on rank 0. routed = 0: the U-Net does not run
-     * on the CUDA backend yet, so auto trains on the CPU and an explicit cuda is refused. */
-    int gpu;
-    int drc = dist_agree(&w, cu_device_select(c.device, w.comm, 0, &gpu));
-    if (drc)
-        return cli_fail(&w, "benchmark", drc);
+    /* The `device` key (cpu|cuda|auto), resolved after the checks that precede the run folder
+     * (train_check, and --run-dir naming a folder; bench_run reports their failures) so that bad
+     * input stays one line. The U-Net does not run on the CUDA backend yet (routed = 0): auto
+     * trains on the CPU, saying why once on rank 0, and an explicit cuda is refused. */
+    int gpu, ok = train_check(&c, &w) == 0;
+    if (ok && c.run_dir[0]) {
+        ok = w.rank != 0 || fs_is_dir(c.run_dir);
+        dist_bcast(&w, &ok, sizeof ok, 0);
+    }
+    if (ok) {
+        int drc = dist_agree(&w, cu_device_select(c.device, w.comm, 0, &gpu));
+        if (drc)
+            return cli_fail(&w, "benchmark", drc);
+    }
 #endif
     bench_result r;
     int rc = bench_run(&c, &w, argc, argv, &r);

@@ -12,6 +12,9 @@ CUDA_HOME ?= /usr/local/cuda
 NVCC      ?= $(CUDA_HOME)/bin/nvcc
 CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
              -gencode arch=compute_90,code=compute_90
+ifeq ($(shell command -v $(NVCC) 2>/dev/null),)
+$(error CUDA=1: no nvcc at $(NVCC): install the CUDA toolkit, or set CUDA_HOME or NVCC)
+endif
 ifneq ($(origin BUILD),command line)
 BUILD     := $(BUILD)-cuda
 endif
