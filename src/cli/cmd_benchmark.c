@@ -27,10 +27,13 @@ int cmd_benchmark(int argc, char **argv) {
         return st;
 #ifdef SCAFFOLD_CUDA
     /* The `device` key (cpu|cuda|auto), resolved after the checks that precede the run folder
-     * (train_check, and --run-dir naming a folder; bench_run reports their failures) so that bad
-     * input stays one line. The U-Net does not run on the CUDA backend yet (routed = 0): auto
-     * trains on the CPU, saying why once on rank 0, and an explicit cuda is refused. */
+     * (train_check, run quietly here, and --run-dir naming a folder; bench_run runs and reports
+     * them) so that bad input stays one line. The U-Net does not run on the CUDA backend yet
+     * (routed = 0): auto trains on the CPU, saying why once on rank 0; cuda is refused. */
+    const int verbosity = log_verbosity();
+    log_set_verbosity(-1);
     int gpu, ok = train_check(&c, &w) == 0;
+    log_set_verbosity(verbosity);
     if (ok && c.run_dir[0]) {
         ok = w.rank != 0 || fs_is_dir(c.run_dir);
         dist_bcast(&w, &ok, sizeof ok, 0);
