@@ -2,15 +2,18 @@
 # tracer and the CLI, the `scaffold` executable from src/cli/, C tests from tests/<area>/test_*.c.
 # Module-specific rules (the LD_PRELOAD tracer, extra flags) live in src/<module>/module.mk.
 #
-# Knobs: SAN=address,undefined | SAN=thread (separate build dir), DEBUG=1, NATIVE=0, OMP=0,
+# Knobs: SAN=address,undefined | SAN=thread (separate build dir), DEBUG=1, NATIVE=1, OMP=0,
 # CUDA=1 (the CUDA backend, in build-cuda; see src/nn/cuda/module.mk),
 # MPI=mpich (Debian's MPICH beside the default Open MPI: mpicc.mpich, mpirun.mpich, build-mpich/).
+# The default build is portable (no -march=native): a binary built on one node runs on any CPU of
+# the architecture, and src/nn picks its SIMD kernels at run time (src/nn/gemm.h). NATIVE=1
+# compiles everything for the build machine instead.
 
 CC       ?= mpicc
 MPICC    ?= mpicc
 PYTHON   ?= /usr/bin/python3
 BUILD    ?= build
-NATIVE   ?= 1
+NATIVE   ?= 0
 OMP      ?= 1
 
 ifeq ($(origin CC),default)

@@ -8,6 +8,8 @@ ScaFFold/unet/unet_model.py and unet_parts.py), with the extension `base_channel
   fixtures OUTDIR          write the small reference fixtures the C tests compare against
                            (layers.safetensors, unet.safetensors), computed in float64 and
                            stored as float32
+  fixtures-bf16 OUTDIR     bf16.safetensors: convolutions and the small U-Net under PyTorch
+                           2.x CPU autocast to bfloat16 (run with the bench venv's python)
   bench SCALE BASE THREADS [REPS]
                            time one training step (forward, loss, backward, Adam) of the
                            model at problem_scale SCALE, batch 1, on CPU; prints
@@ -17,6 +19,10 @@ ScaFFold/unet/unet_model.py and unet_parts.py), with the extension `base_channel
                            load_state_dict) and write its logits for a (3,D,H,W) volume
   export OUT --layers L --base B --classes K --groups G [--seed S]
                            write a PyTorch-initialised U-Net as safetensors (for predict)
+  layer conv|convt|gn D CIN COUT THREADS [REPS] [--bf16]
+                           one layer's forward, backward-data and backward-weight passes (or
+                           GroupNorm+ReLU forward/backward), median of REPS, in bench_step
+                           --layer's format (the per-layer baseline of bench/nn)
   sgemm THREADS            the machine's SGEMM rate: oneDNN's dnnl_sgemm (libdnnl, installed
                            with Debian's torch) on 2048^2 matrices, best of 5; prints
                            "sgemm_gflops RATE source"
@@ -290,6 +296,78 @@ def fixtures(outdir):
     print(f"fixtures written to {outdir}; adam losses {['%.5f' % v for v in losses]}")
 
 
+def fixtures_bf16(outdir):
+    """bf16 fixtures: the same layers and small U-Net as `fixtures`, run in float32 under PyTorch's
+    CPU autocast to bfloat16 (needs PyTorch 2.x: 1.13 leaves ConvTranspose3d in fp32 and differs
+    from the policy upstream runs with). Gradients are those autocast gives the fp32 leaves."""
+    major = int(torch.__version__.split(".")[0])
+    if major < 2:
+        raise SystemExit("fixtures-bf16 needs PyTorch 2.x (bench venv: source bench/venv.sh; "
+                         "$(bench_venv torch) tools/torch_ref.py fixtures-bf16 DIR)")
+    torch.manual_seed(4321)
+    f = torch.float32
+    out = {}
+    amp = lambda: torch.autocast("cpu", dtype=torch.bfloat16)
+
+    def run(prefix, fn, inputs, params):
+        leaves = dict(inputs, **params)
+        for t in leaves.values():
+            t.requires_grad_(True)
+        with amp():
+            y = fn(**leaves)
+        # the gradient arriving at a bf16 output is bf16
+        dy = torch.randn(y.shape, dtype=f).to(torch.bfloat16).to(y.dtype)
+        y.backward(dy)
+        for k, v in leaves.items():
+            out[f"{prefix}.{k}"] = _np(v)
+            out[f"{prefix}.d{k}"] = _np(v.grad)
+        out[f"{prefix}.y"] = _np(y)
+        out[f"{prefix}.dy"] = _np(dy)
+        # The ideal of the same semantics: bf16 operands, exact (float64) sums, results rounded
+        # to bf16 once. PyTorch's forward is this; its backward passes on CPUs without oneDNN
+        # bf16 kernels round partial sums too (im2col/col2im in bf16), so they are further off.
+        rb = lambda t: t.detach().to(torch.bfloat16).to(torch.float64)
+        ideal = {k: rb(v).requires_grad_(True) for k, v in leaves.items()}
+        yi = fn(**ideal)
+        yi.backward(dy.to(torch.float64))
+        out[f"{prefix}.ideal.y"] = _np(rb(yi))
+        for k, v in ideal.items():
+            out[f"{prefix}.ideal.d{k}"] = _np(rb(v.grad))
+
+    r = lambda *sh: torch.randn(*sh, dtype=f)
+    run("conv3d", lambda x, w: F.conv3d(x, w, padding=1), {"x": r(2, 8, 4, 6, 5)},
+        {"w": r(12, 8, 3, 3, 3) * 0.2})
+    run("convt3d", lambda x, w, b: F.conv_transpose3d(x, w, b, stride=2),
+        {"x": r(2, 16, 2, 3, 2)}, {"w": r(16, 8, 2, 2, 2) * 0.3, "b": r(8)})
+    run("conv1", lambda x, w, b: F.conv3d(x, w, b), {"x": r(2, 16, 4, 4, 4)},
+        {"w": r(3, 16, 1, 1, 1) * 0.3, "b": r(3)})
+
+    # the small U-Net of `fixtures` (same spec and seed), one training step's gradients
+    spec = dict(layers=2, base=4, classes=3, groups=2, n=2, size=8)
+    torch.manual_seed(42)
+    model = UNet(3, spec["classes"], spec["layers"], spec["groups"], spec["base"])
+    x = torch.randn(spec["n"], 3, spec["size"], spec["size"], spec["size"], dtype=f)
+    lab = (x[:, 0] > 0.3).long() + (x[:, 1] > 0.8).long()
+    w = ce_weights(lab, spec["classes"]).float()
+    for name, prm in model.state_dict().items():
+        out[f"unet.param.{name}"] = _np(prm)
+    out["unet.x"] = _np(x)
+    out["unet.labels"] = lab.numpy().astype(np.uint16)
+    out["unet.weight"] = _np(w)
+    with amp():
+        logits = model(x)
+    loss, dice = scaffold_loss(logits.float(), lab, w)
+    loss.backward()
+    out["unet.logits"] = _np(logits)
+    out["unet.loss"] = np.array([loss.item(), dice.item()], dtype=np.float32)
+    for name, prm in model.named_parameters():
+        out[f"unet.grad.{name}"] = _np(prm.grad)
+    meta = {"generator": "tools/torch_ref.py fixtures-bf16", "torch": torch.__version__}
+    meta.update({f"unet.{k}": str(v) for k, v in spec.items()})
+    st_write(f"{outdir}/bf16.safetensors", out, meta)
+    print(f"bf16 fixtures written to {outdir} (PyTorch {torch.__version__} CPU autocast)")
+
+
 # ---------------------------------------------------------------------------------------------
 
 def bench(scale, base, threads, reps=5, classes=6, bottleneck=3):
@@ -312,6 +390,70 @@ def bench(scale, base, threads, reps=5, classes=6, bottleneck=3):
         if i > 0:  # the first step allocates and warms up
             times.append(time.perf_counter() - t0)
     print(f"torch_step_s {sorted(times)[len(times) // 2]:.6f} reps {reps} threads {threads}")
+
+
+def _median_time(fn, reps):
+    fn()  # warm-up (allocations, oneDNN primitive creation)
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return sorted(ts)[len(ts) // 2]
+
+
+def layer(op, d, cin, cout, threads, reps=5, bf16=False):
+    """One layer's passes, median of reps, in the same format as bench_step --layer."""
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    dt = torch.bfloat16 if bf16 else torch.float32
+    ops = torch.ops.aten
+
+    def rep(name, t, flops):
+        g = flops / t / 1e9 if flops else 0.0
+        print(f"layer {name} {d} {cin} {cout} time_s {t:.6f} gflops {g:.1f}")
+
+    with torch.no_grad():
+        if op == "conv":
+            x = torch.randn(1, cin, d, d, d, dtype=dt)
+            w = (torch.randn(cout, cin, 3, 3, 3) * 0.05).to(dt)
+            dy = torch.randn(1, cout, d, d, d, dtype=dt)
+            fl = 2.0 * d ** 3 * 27 * cin * cout
+            args = (None, [1, 1, 1], [1, 1, 1], [1, 1, 1], False, [0, 0, 0], 1)
+            rep("conv3d_fwd", _median_time(lambda: F.conv3d(x, w, padding=1), reps), fl)
+            rep("conv3d_bwd_data", _median_time(
+                lambda: ops.convolution_backward(dy, x, w, *args, [True, False, False]), reps), fl)
+            rep("conv3d_bwd_weight", _median_time(
+                lambda: ops.convolution_backward(dy, x, w, *args, [False, True, False]), reps), fl)
+        elif op == "convt":
+            x = torch.randn(1, cin, d, d, d, dtype=dt)
+            w = (torch.randn(cin, cout, 2, 2, 2) * 0.05).to(dt)
+            b = torch.randn(cout, dtype=dt)
+            dy = torch.randn(1, cout, 2 * d, 2 * d, 2 * d, dtype=dt)
+            fl = 2.0 * d ** 3 * 8 * cin * cout
+            args = ([cout], [2, 2, 2], [0, 0, 0], [1, 1, 1], True, [0, 0, 0], 1)
+            rep("convt3d_fwd", _median_time(
+                lambda: F.conv_transpose3d(x, w, b, stride=2), reps), fl)
+            rep("convt3d_bwd_data", _median_time(
+                lambda: ops.convolution_backward(dy, x, w, *args, [True, False, False]), reps), fl)
+            rep("convt3d_bwd_weight", _median_time(
+                lambda: ops.convolution_backward(dy, x, w, *args, [False, True, True]), reps), fl)
+        elif op == "gn":
+            # GroupNorm + ReLU in fp32 (autocast runs GroupNorm in fp32 as well)
+            x = torch.randn(1, cout, d, d, d)
+            g, b = torch.randn(cout), torch.randn(cout)
+            rep("gnrelu_fwd", _median_time(lambda: F.relu(F.group_norm(x, 8, g, b)), reps), 0)
+            with torch.enable_grad():
+                xr = x.clone().requires_grad_(True)
+                gr, br = g.clone().requires_grad_(True), b.clone().requires_grad_(True)
+                y = F.relu(F.group_norm(xr, 8, gr, br))
+                dy = torch.randn_like(y)
+
+                def bwd():
+                    torch.autograd.grad(y, (xr, gr, br), dy, retain_graph=True)
+                rep("gnrelu_bwd", _median_time(bwd, reps), 0)
+        else:
+            raise SystemExit(f"unknown layer {op}")
 
 
 def sgemm(threads, n=2048):
@@ -374,8 +516,13 @@ def main(argv):
     cmd = argv[1]
     if cmd == "fixtures":
         fixtures(argv[2])
+    elif cmd == "fixtures-bf16":
+        fixtures_bf16(argv[2])
     elif cmd == "bench":
         bench(int(argv[2]), int(argv[3]), int(argv[4]), int(argv[5]) if len(argv) > 5 else 5)
+    elif cmd == "layer":
+        layer(argv[2], int(argv[3]), int(argv[4]), int(argv[5]), int(argv[6]),
+              int(argv[7]) if len(argv) > 7 else 5, "--bf16" in argv)
     elif cmd == "sgemm":
         sgemm(int(argv[2]))
     elif cmd == "run":

@@ -1,13 +1,17 @@
-/* bench_step: time of one U-Net training step (zero grad, forward, loss, backward, clip, Adam)
- * at batch 1, median of repeats, with the forward/loss/backward split, the model's convolution
- * FLOPs and the GFLOP/s reached; plus the machine's FP32 FMA peak measured by a register-only
- * loop and the rate of the convolution microkernel as a plain SGEMM (cache-resident), the two
- * ceilings the step's GFLOP/s is reported against.
+/* bench_step: the engine's side of bench/nn/run.sh. Three modes:
  *
- * The machine's SGEMM rate (oneDNN) is measured by tools/torch_ref.py sgemm in bench/nn/run.sh.
- *
- * usage: bench_step [--scale S] [--base B] [--classes K] [--reps R] [--peak]
- *        bench_step --conv D CIN COUT REPS   (one conv layer: implicit GEMM vs naive loops) */
+ *   bench_step --peak [SECONDS]
+ *       CPU model, the kernel path in use, the FP32 FMA peak of that path (register-only loop on
+ *       every thread) and the tap-GEMM kernel as a plain SGEMM (cache-resident).
+ *   bench_step --layer conv|convt|gn D CIN COUT [--reps R]
+ *       one layer at the U-Net's shapes, median of R: conv = Conv3d k3 (D^3 volume, forward,
+ *       backward-data, backward-weights); convt = ConvTranspose3d k2 s2 (D^3 input, forward,
+ *       backward-data, backward-weights); gn = GroupNorm(8)+ReLU over COUT channels (forward,
+ *       backward). One line per pass: "layer NAME D CIN COUT time_s T gflops G".
+ *   bench_step [--scale S] [--base B] [--classes K] [--reps R]
+ *       one U-Net training step (zero grad, forward, loss, backward, clip, Adam) at batch 1,
+ *       median of R after a warm-up step, with the forward/loss/backward split, the model's
+ *       convolution FLOPs, the GFLOP/s reached and the process's peak RSS. */
 #include "core/log.h"
 #include "core/rng.h"
 #include "nn/gemm.h"
@@ -20,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 
 static int cmpd(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -29,6 +35,12 @@ static int cmpd(const void *a, const void *b) {
 static double median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmpd);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static double max_rss_mib(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0; /* KiB on Linux */
 }
 
 /* Forward multiply-add FLOPs (x2) of convolutions and transposed convolutions, per sample. */
@@ -41,46 +53,16 @@ static double unet_fwd_flops(const nn_unet_spec *s, int size) {
         const double cin = i == 0 ? s->in_channels : c / 2;
         f += 2 * vox * 27 * (cin * c + c * c); /* down DoubleConv */
         if (i < L) {
-            const double c2 = 2 * c;                    /* up block input channels */
-            f += 2 * vox * c2 * c;                      /* convT: (vox/8) * 8 taps * c2 * c */
-            f += 2 * vox * 27 * (c2 * c + c * c);       /* up DoubleConv */
+            const double c2 = 2 * c;              /* up block input channels */
+            f += 2 * vox * c2 * c;                /* convT: (vox/8) * 8 taps * c2 * c */
+            f += 2 * vox * 27 * (c2 * c + c * c); /* up DoubleConv */
         }
     }
     f += 2 * pow(size, 3) * s->base_channels * s->n_classes;
     return f;
 }
 
-/* FP32 FMA peak: independent FMA chains in registers on every thread. The attribute turns on
- * FMA contraction, which ISO C mode leaves off (without it this measures mul + add). */
-typedef float vpk __attribute__((vector_size(64)));
-__attribute__((optimize("fp-contract=fast"))) static double fma_peak(void) {
-    const long iters = 20000000;
-    double t0 = time_now();
-    int nth = 1;
-#pragma omp parallel
-    {
-#pragma omp single
-        nth = omp_get_num_threads();
-        vpk a[12], b = {0}, c = {0};
-        for (int k = 0; k < 16; k++)
-            b[k] = 1.0f + 1e-7f * k, c[k] = 1e-8f;
-        for (int j = 0; j < 12; j++)
-            a[j] = c + (float)j;
-        for (long i = 0; i < iters; i++)
-#pragma GCC unroll 12
-            for (int j = 0; j < 12; j++)
-                a[j] = a[j] * b + c;
-        float s = 0;
-        for (int j = 0; j < 12; j++)
-            s += a[j][0];
-        if (s == 12345.0f)
-            printf("#");
-    }
-    double dt = time_now() - t0;
-    return (double)iters * 12 * 16 * 2 * nth / dt / 1e9;
-}
-
-/* The microkernel as a plain SGEMM: C (M x N) = A (M x K) B (K x N), blocks of rows. */
+/* The tap-GEMM kernel as a plain SGEMM: C (M x N) = A (M x K) B (K x N), blocks of positions. */
 static double kernel_sgemm(int M, int N, int K) {
     float *A = malloc(sizeof(float) * M * K), *B = malloc(sizeof(float) * K * N),
           *C = malloc(sizeof(float) * M * N);
@@ -88,74 +70,150 @@ static double kernel_sgemm(int M, int N, int K) {
         A[i] = (float)(i % 7) * 0.1f;
     for (long i = 0; i < (long)K * N; i++)
         B[i] = (float)(i % 5) * 0.1f;
-    const int nr = nn_gemm_nr(N);
+    const int nr = nn_gemm_nr(N), mr = nn_tg_mr(nr);
     const long aoff[1] = {0};
-    const nn_tg g = {.T = 1, .K = K, .aoff = aoff, .lda = K, .ldc = N, .nr = nr};
+    const nn_tg g = {.T = 1, .K = K, .aoff = aoff, .nr = nr};
     double best = 1e30;
     for (int rep = 0; rep < 5; rep++) {
         double t0 = time_now();
 #pragma omp parallel for collapse(2) schedule(static)
         for (int ob = 0; ob < N / nr; ob++)
-            for (int r = 0; r < M / 32; r++)
-                nn_tg_row(&g, 32, A + (long)r * 32 * K, B + (long)ob * K * nr,
-                          C + (long)r * 32 * N + ob * nr, NULL, nr, NN_TG_ZERO);
+            for (int r = 0; r < M / mr; r++) {
+                const float *a[NN_TG_MR_MAX];
+                float *c[NN_TG_MR_MAX];
+                for (int i = 0; i < mr; i++) {
+                    a[i] = A + (long)(r * mr + i) * K;
+                    c[i] = C + (long)(r * mr + i) * N + ob * nr;
+                }
+                nn_tg_block(&g, mr, a, B + (long)ob * K * nr, c, NULL, nr, NN_TG_ZERO);
+            }
         double dt = time_now() - t0;
         best = dt < best ? dt : best;
     }
     free(A), free(B), free(C);
-    return 2.0 * M * N * K / best / 1e9;
+    return 2.0 * (M / mr * mr) * N * K / best / 1e9;
 }
 
-static int bench_conv(int D, int cin, int cout, int reps) {
+static float *randbuf(size_t n, uint64_t seed, float scale) {
+    float *p = malloc((n + 16) * sizeof(float));
+    if (!p) {
+        fprintf(stderr, "bench_step: out of memory (%zu floats)\n", n);
+        exit(1);
+    }
+    rng r = rng_make(seed, RNG_TEST, 0, 0);
+    for (size_t i = 0; i < n; i++)
+        p[i] = (float)rng_normal(&r) * scale;
+    return p;
+}
+
+/* Seconds: wall clock, or with SCAFFOLD_BENCH_CPUTIME=1 the process's CPU time divided by the
+ * thread count (a development aid on a loaded machine: time the process actually ran; never a
+ * reported figure). */
+static double now_s(void) {
+    static int cpu = -1;
+    if (cpu < 0) {
+        const char *e = getenv("SCAFFOLD_BENCH_CPUTIME");
+        cpu = e && *e == '1';
+    }
+    if (!cpu)
+        return time_now();
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (ts.tv_sec + 1e-9 * ts.tv_nsec) / omp_get_max_threads();
+}
+
+static void report(const char *name, int D, int cin, int cout, double *t, int reps,
+                   double flops) {
+    const double m = median(t, reps);
+    printf("layer %s %d %d %d time_s %.6f gflops %.1f\n", name, D, cin, cout, m,
+           flops > 0 ? flops / m / 1e9 : 0.0);
+}
+
+#define REPS_MAX 64
+
+static int bench_layer(const char *op, int D, int cin, int cout, int reps) {
     const size_t P = (size_t)D * D * D;
-    float *x = malloc(P * cin * 4), *w = malloc(27 * (size_t)cin * cout * 4),
-          *y = malloc(P * cout * 4), *dy = malloc(P * cout * 4), *dx = malloc(P * cin * 4),
-          *dw = calloc(27 * (size_t)cin * cout, 4);
-    rng r = rng_make(1, RNG_TEST, 0, 0);
-    for (size_t i = 0; i < P * cin; i++)
-        x[i] = (float)rng_normal(&r);
-    for (size_t i = 0; i < 27 * (size_t)cin * cout; i++)
-        w[i] = (float)rng_normal(&r) * 0.05f;
-    for (size_t i = 0; i < P * cout; i++)
-        dy[i] = (float)rng_normal(&r);
-    float *ws = malloc(nn_conv3d_ws_floats(1, D, D, D, cin, cout) * 4);
-    const double flops = 2.0 * P * 27 * cin * cout;
-    double tf[64], tb[64], tn[64];
-    reps = reps > 64 ? 64 : reps;
-    for (int i = 0; i < reps; i++) {
-        double t0 = time_now();
-        nn_conv3d_forward(y, x, cin, NULL, 0, w, cout, 1, D, D, D, ws);
-        double t1 = time_now();
-        nn_conv3d_backward(dx, dw, dy, x, cin, NULL, 0, w, cout, 1, D, D, D, ws);
-        double t2 = time_now();
-        tf[i] = t1 - t0;
-        tb[i] = t2 - t1;
+    double t0, t1[REPS_MAX], t2[REPS_MAX], t3[REPS_MAX];
+    reps = reps < 1 ? 1 : reps > REPS_MAX ? REPS_MAX : reps;
+    if (!strcmp(op, "conv")) {
+        const size_t nw = 27 * (size_t)cin * cout;
+        float *x = randbuf(P * cin, 1, 1), *w = randbuf(nw, 2, 0.05f), *dy = randbuf(P * cout, 3, 1);
+        float *y = malloc(P * cout * 4), *dx = malloc(P * cin * 4), *dw = calloc(nw, 4);
+        float *ws = malloc(nn_conv3d_ws_floats(1, D, D, D, cin, cout) * 4);
+        const double fl = 2.0 * P * 27 * cin * cout;
+        for (int i = -1; i < reps; i++) { /* i = -1 warms up (page faults) */
+            t0 = now_s();
+            nn_conv3d_forward_p(y, x, cin, NULL, 0, w, cout, 1, D, D, D, NN_FP32, NULL, ws);
+            const double a = now_s();
+            nn_conv3d_backward_p(dx, NULL, NULL, dy, x, cin, NULL, 0, w, cout, 1, D, D, D, NN_FP32, NULL, ws);
+            const double b = now_s();
+            nn_conv3d_backward_p(NULL, NULL, dw, dy, x, cin, NULL, 0, w, cout, 1, D, D, D, NN_FP32, NULL, ws);
+            const double c = now_s();
+            if (i >= 0)
+                t1[i] = a - t0, t2[i] = b - a, t3[i] = c - b;
+        }
+        report("conv3d_fwd", D, cin, cout, t1, reps, fl);
+        report("conv3d_bwd_data", D, cin, cout, t2, reps, fl);
+        report("conv3d_bwd_weight", D, cin, cout, t3, reps, fl);
+        free(x), free(w), free(dy), free(y), free(dx), free(dw), free(ws);
+    } else if (!strcmp(op, "convt")) {
+        const size_t nw = 8 * (size_t)cin * cout;
+        float *x = randbuf(P * cin, 1, 1), *w = randbuf(nw, 2, 0.05f), *b = randbuf(cout, 4, 1);
+        float *dy = randbuf(8 * P * cout, 3, 1), *y = malloc(8 * P * cout * 4);
+        float *dx = malloc(P * cin * 4), *dw = calloc(nw, 4), *db = calloc(cout, 4);
+        float *ws = malloc(nn_convt3d_ws_floats_p(1, D, D, D, cin, cout, NN_FP32) * 4);
+        const double fl = 2.0 * P * 8 * cin * cout;
+        for (int i = -1; i < reps; i++) {
+            t0 = now_s();
+            nn_convt3d_forward_p(y, x, w, b, cin, cout, 1, D, D, D, NN_FP32, ws);
+            const double a = now_s();
+            nn_convt3d_backward_p(dx, NULL, NULL, dy, cout, x, w, cin, cout, 1, D, D, D, NN_FP32, ws);
+            const double bb = now_s();
+            nn_convt3d_backward_p(NULL, dw, db, dy, cout, x, w, cin, cout, 1, D, D, D, NN_FP32, ws);
+            const double c = now_s();
+            if (i >= 0)
+                t1[i] = a - t0, t2[i] = bb - a, t3[i] = c - bb;
+        }
+        report("convt3d_fwd", D, cin, cout, t1, reps, fl);
+        report("convt3d_bwd_data", D, cin, cout, t2, reps, fl);
+        report("convt3d_bwd_weight", D, cin, cout, t3, reps, fl);
+        free(x), free(w), free(b), free(dy), free(y), free(dx), free(dw), free(db), free(ws);
+    } else if (!strcmp(op, "gn")) {
+        const int C = cout, G = 8;
+        float *x = randbuf(P * C, 1, 1), *dy = randbuf(P * C, 3, 1), *y = malloc(P * C * 4);
+        float *dx = malloc(P * C * 4), *g = randbuf(C, 5, 1), *bt = randbuf(C, 6, 1);
+        float *dg = calloc(C, 4), *dbt = calloc(C, 4), mean[8], rstd[8];
+        float *ws = malloc(nn_groupnorm_ws_floats(C) * 4);
+        for (int i = -1; i < reps; i++) {
+            t0 = now_s();
+            nn_groupnorm_forward(y, mean, rstd, x, g, bt, 1, (long)P, C, G, 1, ws);
+            const double a = now_s();
+            nn_groupnorm_backward(dx, dg, dbt, dy, x, y, mean, rstd, g, 1, (long)P, C, G, 1, ws);
+            const double b = now_s();
+            if (i >= 0)
+                t1[i] = a - t0, t2[i] = b - a;
+        }
+        report("gnrelu_fwd", D, C, C, t1, reps, 0);
+        report("gnrelu_bwd", D, C, C, t2, reps, 0);
+        free(x), free(dy), free(y), free(dx), free(g), free(bt), free(dg), free(dbt), free(ws);
+    } else {
+        fprintf(stderr, "bench_step: unknown layer %s (conv, convt, gn)\n", op);
+        return 2;
     }
-    const int nrep = 1; /* the naive loops are slow: one run */
-    for (int i = 0; i < nrep; i++) {
-        double t0 = time_now();
-        nn_conv3d_forward_ref(y, x, w, cin, cout, 1, D, D, D);
-        tn[i] = time_now() - t0;
-    }
-    double tw[64];
-    for (int i = 0; i < reps; i++) {
-        double t0 = time_now();
-        nn_conv3d_backward(NULL, dw, dy, x, cin, NULL, 0, w, cout, 1, D, D, D, ws);
-        tw[i] = time_now() - t0;
-    }
-    printf("  weight gradient alone %.4f s (%.1f GFLOP/s)\n", median(tw, reps),
-           flops / median(tw, reps) / 1e9);
-    double mf = median(tf, reps), mb = median(tb, reps), mn = median(tn, nrep);
-    printf("conv3d %d^3 %d->%d: implicit GEMM fwd %.4f s (%.1f GFLOP/s), bwd %.4f s "
-           "(%.1f GFLOP/s); naive fwd %.4f s (%.1f GFLOP/s); implicit GEMM / naive speedup %.1fx\n",
-           D, cin, cout, mf, flops / mf / 1e9, mb, 2 * flops / mb / 1e9, mn, flops / mn / 1e9,
-           mn / mf);
-    free(x), free(w), free(y), free(dy), free(dx), free(dw), free(ws);
     return 0;
 }
 
+static int usage(void) {
+    fprintf(stderr, "usage: bench_step --peak [SECONDS]\n"
+                    "       bench_step --layer conv|convt|gn D CIN COUT [--reps R]\n"
+                    "       bench_step [--scale S] [--base B] [--classes K] [--reps R]\n");
+    return 2;
+}
+
 int main(int argc, char **argv) {
-    int scale = 5, base = 64, classes = 6, reps = 5, peak = 0;
+    int scale = 5, base = 64, classes = 6, reps = 5;
+    const char *layer = NULL;
+    int ld = 0, lcin = 0, lcout = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--scale") && i + 1 < argc)
             scale = atoi(argv[++i]);
@@ -165,21 +223,28 @@ int main(int argc, char **argv) {
             classes = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--peak"))
-            peak = 1;
-        else if (!strcmp(argv[i], "--conv") && i + 4 < argc)
-            return bench_conv(atoi(argv[i + 1]), atoi(argv[i + 2]), atoi(argv[i + 3]),
-                              atoi(argv[i + 4]));
-        else {
-            fprintf(stderr, "usage: bench_step [--scale S] [--base B] [--classes K] [--reps R] "
-                            "[--peak] | --conv D CIN COUT REPS\n");
-            return 2;
-        }
+        else if (!strcmp(argv[i], "--peak")) {
+            const double sec = i + 1 < argc ? atof(argv[i + 1]) : 1.0;
+            printf("cpu %s\npath %s bf16dp %d\n", nn_cpu_name(), nn_isa_name(nn_isa()),
+                   nn_isa_bf16dp());
+            printf("fma_peak_gflops %.1f threads %d\n", nn_fma_peak_gflops(sec > 0 ? sec : 1.0),
+                   omp_get_max_threads());
+            printf("kernel_sgemm_gflops %.1f (M=4096 N=256 K=512)\n",
+                   kernel_sgemm(4096, 256, 512));
+            return 0;
+        } else if (!strcmp(argv[i], "--layer") && i + 4 < argc) {
+            layer = argv[i + 1];
+            ld = atoi(argv[i + 2]);
+            lcin = atoi(argv[i + 3]);
+            lcout = atoi(argv[i + 4]);
+            i += 4;
+        } else
+            return usage();
     }
-    if (peak) {
-        printf("fma_peak_gflops %.1f threads %d\n", fma_peak(), omp_get_max_threads());
-        printf("kernel_sgemm_gflops %.1f (M=4096 N=256 K=512)\n", kernel_sgemm(4096, 256, 512));
-        return 0;
+    if (layer) {
+        if (ld < 1 || lcin < 1 || lcout < 1)
+            return usage();
+        return bench_layer(layer, ld, lcin, lcout, reps);
     }
     const int size = 1 << scale;
     nn_unet_spec s = {3, classes, scale - 3, base, 8};
@@ -192,21 +257,22 @@ int main(int argc, char **argv) {
     nn_optim o;
     nn_optim_init(&o, NN_OPT_ADAM, m.nparams);
     const size_t S = (size_t)size * size * size;
-    float *x = malloc(3 * S * sizeof(float)), w[256];
+    float *x = randbuf(3 * S, 2, 1), w[256];
     uint16_t *y = malloc(S * sizeof(uint16_t));
-    rng r = rng_make(2, RNG_TEST, 0, 0);
-    for (size_t i = 0; i < 3 * S; i++)
-        x[i] = (float)rng_normal(&r);
+    rng r = rng_make(2, RNG_TEST, 1, 0);
     for (size_t i = 0; i < S; i++)
         y[i] = (uint16_t)rng_below(&r, (uint64_t)classes);
     for (int c = 0; c < classes; c++)
         w[c] = 1.0f;
-    double t[64], tf[64], tl[64], tb[64];
-    reps = reps > 63 ? 63 : reps;
+    double t[REPS_MAX], tf[REPS_MAX], tl[REPS_MAX], tb[REPS_MAX];
+    reps = reps < 1 ? 1 : reps > REPS_MAX - 1 ? REPS_MAX - 1 : reps;
     for (int i = 0; i <= reps; i++) { /* step 0 warms up (page faults of the slabs) */
         double loss, dice, t0 = time_now();
         nn_unet_zero_grad(&m);
-        nn_unet_forward_backward(&m, x, y, 1, w, &loss, &dice);
+        if (nn_unet_forward_backward(&m, x, y, 1, w, &loss, &dice)) {
+            fprintf(stderr, "bench_step: step failed\n");
+            return 1;
+        }
         nn_clip_grad_norm(m.grads, m.nparams, 1.0);
         nn_optim_step(&o, m.params, m.grads, 1e-3);
         if (i > 0) {
@@ -217,9 +283,10 @@ int main(int argc, char **argv) {
     const double fl = 3 * unet_fwd_flops(&s, size);
     const double med = median(t, reps);
     printf("scaffold_step_s %.6f fwd %.4f loss %.4f bwd %.4f gflop %.2f gflops %.1f params %zu "
-           "activations_mib %.0f threads %d\n",
+           "activations_mib %.0f maxrss_mib %.0f threads %d path %s\n",
            med, median(tf, reps), median(tl, reps), median(tb, reps), fl / 1e9, fl / med / 1e9,
-           m.nparams, (double)m.activation_floats * 4 / (1 << 20), omp_get_max_threads());
+           m.nparams, (double)m.activation_floats * 4 / (1 << 20), max_rss_mib(),
+           omp_get_max_threads(), nn_isa_name(nn_isa()));
     free(x), free(y);
     nn_optim_free(&o);
     nn_unet_free(&m);

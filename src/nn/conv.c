@@ -1,13 +1,16 @@
 /* conv: Conv3d (k3 p1), ConvTranspose3d (k2 s2) and the 1x1 output Conv3d, forward and backward,
- * on channels-last tensors, as implicit GEMMs over taps (gemm.h), plus naive references.
+ * in fp32 or bf16 (autocast semantics, see layers.h), on channels-last tensors, as implicit
+ * GEMMs over taps (gemm.h), plus naive references.
  *
  * Algorithm (chosen by measurement, see docs/nn.md): the input is copied once into a
- * zero-padded channels-last buffer (fusing the skip concatenation); then for a 3x3x3 kernel the
- * output row (n, z, y, 0..W) is sum over the 27 taps of (W x cin) x (cin x cout) products whose
- * A operand is the padded input row shifted by the tap, read in place. The input gradient is
- * the same computation on the padded output gradient with the transposed, flipped kernel. The
- * weight gradient reduces over voxels in chunks of rows that fit in L2, each thread owning a
- * disjoint set of (tap, cin block, cout block) tiles, so no per-thread copies or atomics. */
+ * zero-padded channels-last buffer (fusing the skip concatenation, and the rounding to bf16);
+ * then for a 3x3x3 kernel every output voxel is a sum over the 27 taps of cin-long dot products
+ * with the padded input shifted by the tap, read in place. Work items are (output-channel block,
+ * z plane); within one, blocks of positions (spanning rows) keep their accumulators in
+ * registers for a whole k block, whose packed weights stay in L2. The input gradient is the
+ * same computation on the padded output gradient with the transposed, flipped kernel. The
+ * weight gradient reduces over voxels in chunks of rows that fit in L2, into per-thread copies
+ * summed in a fixed order (or disjoint tiles for huge layers), so no atomics. */
 #include "nn/gemm.h"
 #include "nn/layers.h"
 
@@ -29,213 +32,503 @@ static int split_at(int n, int nb, int b) {
     return (int)(((long)n * b) / nb);
 }
 
-/* ---- packing ---------------------------------------------------------------------------- */
+/* ---- bf16 ------------------------------------------------------------------------------------ */
 
-/* Bp[ob][t][k][j] = w(col = ob*nr + j, k, t) with w addressed as w[col*sc + k*sk + t*st];
- * zero for col >= ncol. */
-static void pack_b(float *Bp, const float *w, int ncol, int K, int T, long sc, long sk, long st,
-                   int nr) {
-    const int nb = nblocks(ncol, nr);
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int ob = 0; ob < nb; ob++)
-        for (int t = 0; t < T; t++)
-            for (int k = 0; k < K; k++) {
-                float *dst = Bp + (((size_t)ob * T + t) * K + k) * nr;
-                for (int j = 0; j < nr; j++) {
-                    int col = ob * nr + j;
-                    dst[j] = col < ncol ? w[col * sc + k * sk + t * st] : 0.0f;
-                }
-            }
+static uint16_t bf16_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it a (quiet) NaN */
+        return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
+    return (uint16_t)(u >> 16);
 }
 
-/* Zero-padded copy: P (N, D+2, H+2, W+2, ca+cb) from a (N,D,H,W,ca) and b (N,D,H,W,cb).
- * a has `lda_` floats per voxel (>= ca). */
-static void pad_copy(float *P, const float *a, long lda_, int ca, const float *b, int cb, int N,
-                     int D, int H, int W) {
-    const int C = ca + cb;
-    const long Hp = H + 2, Wp = W + 2, Dp = D + 2;
-#pragma omp parallel for collapse(3) schedule(dynamic, 8)
-    for (int n = 0; n < N; n++)
-        for (int zp = 0; zp < Dp; zp++)
-            for (int yp = 0; yp < Hp; yp++) {
-                float *row = P + (((size_t)n * Dp + zp) * Hp + yp) * Wp * C;
-                if (zp == 0 || zp == D + 1 || yp == 0 || yp == H + 1) {
-                    memset(row, 0, sizeof(float) * Wp * C);
-                    continue;
-                }
-                memset(row, 0, sizeof(float) * C);
-                memset(row + (Wp - 1) * C, 0, sizeof(float) * C);
-                const size_t src = (((size_t)n * D + zp - 1) * H + yp - 1) * W;
-                for (int x = 0; x < W; x++) {
-                    float *dst = row + (size_t)(x + 1) * C;
-                    memcpy(dst, a + (src + x) * lda_, sizeof(float) * ca);
-                    if (cb)
-                        memcpy(dst + ca, b + (src + x) * cb, sizeof(float) * cb);
-                }
-            }
+float nn_bf16_round(float f) {
+    const uint32_t u = (uint32_t)bf16_bits(f) << 16;
+    float r;
+    memcpy(&r, &u, sizeof r);
+    return r;
 }
 
-static size_t padded_floats(int N, int D, int H, int W, int C) {
-    return (size_t)N * (D + 2) * (H + 2) * (W + 2) * C;
+void nn_round_bf16(float *x, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++)
+        x[i] = nn_bf16_round(x[i]);
 }
 
-static size_t packed_floats(int ncol, int K, int T) {
-    int nr = nn_gemm_nr(ncol);
-    return (size_t)nblocks(ncol, nr) * nr * K * T;
-}
-
-/* ---- weight-gradient driver --------------------------------------------------------------
- * dWp[t][k][ncolpad] += sum over rows r and x of A(r, t)[x*lda + k] * G(r, t)[x*ldg + j]
- * Rows are numbered 0..nrows-1; rowptr() gives the A and G row starts for (row, tap). */
-typedef struct tw_rows {
-    /* conv3d: A = padded input, G = dout */
-    const float *A, *G;
-    int kind; /* 0 = conv3d, 1 = convT */
-    int D, H, W;
-    int cin, cout;
-    long ldg_vox; /* floats per voxel of G */
-} tw_rows;
-
-static void tw_rowptr(const tw_rows *r, long row, int t, const float **a, const float **g) {
-    const int D = r->D, H = r->H, W = r->W;
-    const long n = row / ((long)D * H), zy = row % ((long)D * H);
-    const long z = zy / H, y = zy % H;
-    if (r->kind == 0) {
-        const int dz = t / 9, dy = (t / 3) % 3, dx = t % 3;
-        const long Hp = H + 2, Wp = W + 2;
-        *a = r->A + (((n * (D + 2) + z + dz) * Hp + y + dy) * Wp + dx) * r->cin;
-        *g = r->G + row * W * r->ldg_vox;
+/* dst[i] = src[i] (fp32) or its bf16 rounding, for the nn_prec in use. */
+static void copy_prec(float *dst, const float *src, size_t n, nn_prec prec) {
+    if (prec == NN_BF16) {
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++)
+            dst[i] = nn_bf16_round(src[i]);
     } else {
-        const int az = t / 4, by = (t / 2) % 2, cx = t % 2;
-        *a = r->A + row * W * r->cin;
-        *g = r->G + (((n * 2 * D + 2 * z + az) * 2 * H + 2 * y + by) * 2 * W + cx) * r->ldg_vox;
+        memcpy(dst, src, n * sizeof(float));
     }
 }
 
-#define TW_CHUNK_MAX 64
+/* The mode bit that makes the kernels round their results to bf16. */
+static int store_mode(nn_prec prec) {
+    return prec == NN_BF16 ? NN_TG_RBF16 : 0;
+}
+
+/* Conv3d k3 forward and input gradient use the vdpbf16ps kernels in bf16 where they exist. */
+static int use_pairs(nn_prec prec) {
+    return prec == NN_BF16 && nn_isa_bf16dp();
+}
+
+/* ---- packing ---------------------------------------------------------------------------- */
+
+/* Reduction blocks: the packed weights of one (column block, k block) pair, T*klen*nr floats,
+ * stay in L2 while every position of a work item streams past them. Block edges fall on even
+ * k (the bf16 kernels take k in pairs). */
+#define KBLOCK_BYTES (160u << 10)
+
+static int kblocks(int K, int T, int nr) {
+    const size_t bytes = (size_t)T * K * nr * sizeof(float);
+    const int pairs = (K + 1) / 2;
+    int nkb = (int)((bytes + KBLOCK_BYTES - 1) / KBLOCK_BYTES);
+    return nkb < 1 ? 1 : nkb > pairs ? pairs : nkb;
+}
+
+static void kb_range(int K, int nkb, int kb, int *k0, int *k1) {
+    const int pairs = (K + 1) / 2;
+    *k0 = 2 * split_at(pairs, nkb, kb);
+    *k1 = 2 * split_at(pairs, nkb, kb + 1);
+    if (*k1 > K)
+        *k1 = K;
+}
+
+/* Bp, per column block ob and k block kb = [k0, k1), holds [t][k - k0][nr] at
+ * ob*T*K*nr + T*k0*nr: w(col = ob*nr + j, k, t) with w addressed as w[col*sc + k*sk + t*st],
+ * zero for col >= ncol; rounded to bf16 when prec says so. */
+static void pack_b(float *Bp, const float *w, int ncol, int K, int T, long sc, long sk, long st,
+                   int nr, int nkb, nn_prec prec) {
+    const int nb = nblocks(ncol, nr);
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int ob = 0; ob < nb; ob++)
+        for (int kb = 0; kb < nkb; kb++) {
+            int k0, k1;
+            kb_range(K, nkb, kb, &k0, &k1);
+            float *blk = Bp + ((size_t)ob * T * K + (size_t)T * k0) * nr;
+            for (int t = 0; t < T; t++)
+                for (int k = k0; k < k1; k++) {
+                    float *dst = blk + ((size_t)t * (k1 - k0) + (k - k0)) * nr;
+                    for (int j = 0; j < nr; j++) {
+                        const int col = ob * nr + j;
+                        const float v = col < ncol ? w[col * sc + k * sk + t * st] : 0.0f;
+                        dst[j] = prec == NN_BF16 ? nn_bf16_round(v) : v;
+                    }
+                }
+        }
+}
+
+/* The bf16 pair layout of pack_b for Kp = K rounded up to even (k >= K is zero): per (ob, kb),
+ * [t][(k - k0)/2][nr][2] at (ob*T*Kp + T*k0)*nr elements. */
+static void pack_b16(uint16_t *Bp, const float *w, int ncol, int K, int T, long sc, long sk,
+                     long st, int nr, int nkb) {
+    const int nb = nblocks(ncol, nr), Kp = (K + 1) & ~1;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int ob = 0; ob < nb; ob++)
+        for (int kb = 0; kb < nkb; kb++) {
+            int k0, k1;
+            kb_range(Kp, nkb, kb, &k0, &k1);
+            uint16_t *blk = Bp + ((size_t)ob * T * Kp + (size_t)T * k0) * nr;
+            for (int t = 0; t < T; t++)
+                for (int k = k0; k < k1; k++) {
+                    uint16_t *dst = blk + ((size_t)t * (k1 - k0) + (k - k0)) / 2 * 2 * nr + (k & 1);
+                    for (int j = 0; j < nr; j++) {
+                        const int col = ob * nr + j;
+                        dst[2 * j] = col < ncol && k < K ? bf16_bits(w[col * sc + k * sk + t * st])
+                                                         : 0;
+                    }
+                }
+        }
+}
+
+/* ---- padded input ---------------------------------------------------------------------------
+ * A convolution reads its input through a zero-padded copy, made one z slab at a time: for
+ * output planes [z0, z1) of sample n, the slab holds input planes z0-1 .. z1 as
+ * (z1-z0+2, H+2, W+2, C), so the padded copy costs a few planes of memory, not a second volume.
+ * The input is cat(a (N,D,H,W,ca) with lda_ floats per voxel, b (N,D,H,W,cb)), C = ca + cb
+ * (PAD_BF16: rounded up to even, the extra channel zero), in one of three formats.
+ * The one-voxel border (planes -1 and D, rows -1 and H, columns -1 and W) is where a spatially
+ * sharded run puts its neighbours' faces (halo): pad_slab writes it (zeros here) and copies the
+ * tensor itself. */
+enum { PAD_F32, PAD_F32R /* fp32 holding bf16-rounded values */, PAD_BF16 /* uint16 */ };
+
+static size_t pad_esize(int fmt) {
+    return fmt == PAD_BF16 ? sizeof(uint16_t) : sizeof(float);
+}
+
+static int pad_channels(int fmt, int C) {
+    return fmt == PAD_BF16 ? (C + 1) & ~1 : C;
+}
+
+#define SLAB_BYTES (48u << 20) /* padded planes per slab: about this many bytes, at least 1 */
+
+/* Output planes per slab: depends on the shape only (so do results and workspace). A sharded
+ * call pads the whole block (the halo exchange fills a block's border), see slab_depth. */
+static int slab_planes(int D, int H, int W, int C) {
+    const size_t plane = (size_t)(H + 2) * (W + 2) * C * sizeof(float);
+    long z = (long)(SLAB_BYTES / (plane ? plane : 1)) - 2;
+    return z < 1 ? 1 : z > D ? D : (int)z;
+}
+
+static int slab_depth(int D, int H, int W, int C, const nn_shard *sh) {
+    return sh ? D : slab_planes(D, H, W, C);
+}
+
+/* Floats of a slab buffer (any format) for C channels. */
+static size_t slab_floats(int D, int H, int W, int C, const nn_shard *sh) {
+    return ((size_t)slab_depth(D, H, W, C, sh) + 2) * (H + 2) * (W + 2) * ((C + 1) & ~1);
+}
+
+static void pad_slab(void *P, int fmt, const float *a, long lda_, int ca, const float *b, int cb,
+                     int n, int z0, int z1, int D, int H, int W) {
+    const int C = pad_channels(fmt, ca + cb);
+    const size_t es = pad_esize(fmt), rowb = (size_t)(W + 2) * C * es;
+    const long Hp = H + 2, nz = z1 - z0 + 2;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (long zs = 0; zs < nz; zs++)
+        for (long yp = 0; yp < Hp; yp++) {
+            char *row = (char *)P + ((size_t)zs * Hp + yp) * rowb;
+            const long z = z0 - 1 + zs, y = yp - 1;
+            if (z < 0 || z >= D || y < 0 || y >= H) { /* border row */
+                memset(row, 0, rowb);
+                continue;
+            }
+            memset(row, 0, C * es);
+            memset(row + rowb - C * es, 0, C * es);
+            const size_t src = (((size_t)n * D + z) * H + y) * W;
+            for (int x = 0; x < W; x++) {
+                const float *sa = a + (src + x) * lda_, *sb = b ? b + (src + x) * cb : NULL;
+                if (fmt == PAD_F32) {
+                    float *d = (float *)(row + (size_t)(x + 1) * C * es);
+                    memcpy(d, sa, sizeof(float) * ca);
+                    if (cb)
+                        memcpy(d + ca, sb, sizeof(float) * cb);
+                } else if (fmt == PAD_F32R) {
+                    float *d = (float *)(row + (size_t)(x + 1) * C * es);
+                    for (int c = 0; c < ca; c++)
+                        d[c] = nn_bf16_round(sa[c]);
+                    for (int c = 0; c < cb; c++)
+                        d[ca + c] = nn_bf16_round(sb[c]);
+                } else {
+                    uint16_t *d = (uint16_t *)(row + (size_t)(x + 1) * C * es);
+                    for (int c = 0; c < ca; c++)
+                        d[c] = bf16_bits(sa[c]);
+                    for (int c = 0; c < cb; c++)
+                        d[ca + c] = bf16_bits(sb[c]);
+                    if (C > ca + cb)
+                        d[C - 1] = 0;
+                }
+            }
+        }
+}
+
+/* Packed weights, for the widest column blocks of any path (workspace fits every path; the
+ * bf16 pair layout, (K+1)/2*2 uint16 per column, needs no more). */
+static size_t packed_floats(int ncol, int K, int T) {
+    return (size_t)nn_gemm_ncol_max(ncol) * K * T;
+}
+
+/* ---- position walks --------------------------------------------------------------------------
+ * A work item covers M positions laid out as rows of width Wr: position p = y*Wr + x reads A at
+ * a0 + y*a_row + x*a_col (elements of esize bytes: fp32, or bf16 for the pair kernels) and
+ * writes C at c0 + y*c_row + x*c_col. walk_run() splits them into near-equal blocks of at most
+ * nn_tg_mr(nr) positions (blocks may span rows). */
+typedef struct walk {
+    const void *a0;
+    long a_row, a_col;
+    float *c0;
+    long c_row, c_col;
+    int Wr;
+    int pairs; /* A and B in bf16 (nn_tg_block_bf16) */
+} walk;
+
+static void walk_run(const nn_tg *g, const walk *w, long M, const void *Bp, const float *bias,
+                     int nvalid, int mode) {
+    const int nbk = nn_tg_nblocks(M, g->nr);
+    const size_t es = w->pairs ? sizeof(uint16_t) : sizeof(float);
+    const char *a[NN_TG_MR_MAX];
+    float *c[NN_TG_MR_MAX];
+    long y = 0, x = 0;
+    for (int b = 0; b < nbk; b++) {
+        const int m = (int)(nn_tg_block_start(M, nbk, b + 1) - nn_tg_block_start(M, nbk, b));
+        for (int i = 0; i < m; i++) {
+            a[i] = (const char *)w->a0 + (y * w->a_row + x * w->a_col) * (long)es;
+            c[i] = w->c0 + y * w->c_row + x * w->c_col;
+            if (++x == w->Wr) {
+                x = 0;
+                y++;
+            }
+        }
+        if (w->pairs)
+            nn_tg_block_bf16(g, m, (const uint16_t *const *)a, Bp, c, bias, nvalid, mode);
+        else
+            nn_tg_block(g, m, (const float *const *)a, Bp, c, bias, nvalid, mode);
+    }
+}
+
+/* One work item over all k blocks of K (packed weights Bob of its column block): the first
+ * block initialises C (mode0), the others add; `last` bits (rounding) apply to the last. */
+static void walk_kblocks(nn_tg g, walk w, long M, const void *Bob, int K, int nkb,
+                         const float *bias, int nvalid, int mode0, int last) {
+    const char *a0 = w.a0;
+    const size_t es = w.pairs ? sizeof(uint16_t) : sizeof(float);
+    for (int kb = 0; kb < nkb; kb++) {
+        int k0, k1;
+        kb_range(K, nkb, kb, &k0, &k1);
+        g.K = k1 - k0;
+        w.a0 = a0 + (size_t)k0 * es;
+        const int mode = (kb ? NN_TG_ACCUM : mode0) | (kb == nkb - 1 ? last : 0);
+        walk_run(&g, &w, M, (const char *)Bob + (size_t)g.T * k0 * g.nr * es, bias, nvalid,
+                 mode);
+    }
+}
+
+/* Output rows [y0, y1) of plane z of a work item: the kernel walk over them. */
+static void conv27_rows(const nn_tg *g0, float *out, int cdst, const void *P, int csrc,
+                        int pairs, const void *Bob, int nr, int nkb, int ob, int z, int y0,
+                        int y1, int H, int W, int last) {
+    if (y1 <= y0)
+        return;
+    const long Hp = H + 2, Wp = W + 2;
+    const size_t es = pairs ? sizeof(uint16_t) : sizeof(float);
+    const int n0 = ob * nr, nvalid = cdst - n0 < nr ? cdst - n0 : nr;
+    const walk w = {
+        .a0 = (const char *)P + (((size_t)z * Hp + y0) * Wp) * csrc * es,
+        .a_row = Wp * csrc,
+        .a_col = csrc,
+        .c0 = out + (((size_t)z * H + y0) * W) * cdst + n0,
+        .c_row = (long)W * cdst,
+        .c_col = cdst,
+        .Wr = W,
+        .pairs = pairs,
+    };
+    walk_kblocks(*g0, w, (long)(y1 - y0) * W, Bob, csrc, nkb, NULL, nvalid, NN_TG_ZERO, last);
+}
+
+/* out (D,H,W,cdst) = 27-tap convolution of one sample's padded slab P (D+2,H+2,W+2,csrc) with
+ * the packed weights Bp (pack_b/pack_b16 over K = csrc, T = 27); aoff gives each tap's offset
+ * in P. Work items are (column block, z plane), taken dynamically. With a shard (sh), the
+ * slab is the whole block and its border is being filled by the halo exchange: rows that do
+ * not read a received border run first, overlapping the exchange, then the exchange is
+ * completed and the boundary rows run. */
+static void conv27(float *out, int cdst, void *P, int csrc, int pairs, const void *Bp, int nr,
+                   int nkb, const long *aoff, int D, int H, int W, int last, const nn_shard *sh) {
+    const int nb = nblocks(cdst, nr);
+    const size_t es = pairs ? sizeof(uint16_t) : sizeof(float);
+    const nn_tg g0 = {.T = 27, .K = csrc, .aoff = aoff, .nr = nr};
+    if (sh)
+        sh->halo_start(sh->ctx, P, 1, D, H, W, csrc);
+    /* Rows [ya, yb) of plane z read no received border (none of them when W is sharded). */
+    const int xsh = sh && (sh->recv[2][0] || sh->recv[2][1]);
+    const int ya = sh && sh->recv[1][0] ? 1 : 0, yb = sh && sh->recv[1][1] ? H - 1 : H;
+    for (int phase = 0; phase < (sh ? 2 : 1); phase++) {
+        if (phase == 1)
+            sh->halo_finish(sh->ctx, P, 1, D, H, W, csrc);
+#pragma omp parallel for collapse(2) schedule(dynamic, 1)
+        for (int ob = 0; ob < nb; ob++)
+            for (int z = 0; z < D; z++) {
+                const void *Bob = (const char *)Bp + (size_t)ob * 27 * csrc * nr * es;
+                if (!sh) {
+                    conv27_rows(&g0, out, cdst, P, csrc, pairs, Bob, nr, nkb, ob, z, 0, H, H, W,
+                                last);
+                    continue;
+                }
+                const int zb = (sh->recv[0][0] && z == 0) || (sh->recv[0][1] && z == D - 1);
+                const int inner = !zb && !xsh; /* plane with rows [ya, yb) off the border */
+                if (phase == 0) {
+                    if (inner)
+                        conv27_rows(&g0, out, cdst, P, csrc, pairs, Bob, nr, nkb, ob, z, ya, yb,
+                                    H, W, last);
+                } else if (inner) {
+                    conv27_rows(&g0, out, cdst, P, csrc, pairs, Bob, nr, nkb, ob, z, 0, ya, H, W,
+                                last);
+                    conv27_rows(&g0, out, cdst, P, csrc, pairs, Bob, nr, nkb, ob, z, yb, H, H, W,
+                                last);
+                } else {
+                    conv27_rows(&g0, out, cdst, P, csrc, pairs, Bob, nr, nkb, ob, z, 0, H, H, W,
+                                last);
+                }
+            }
+    }
+}
+
+/* ---- weight-gradient driver --------------------------------------------------------------
+ * dWp[t][k][ncolpad] += sum over voxels v of A(v, t)[k] * G(v, t)[j]: for Conv3d, A is the
+ * padded input at v shifted by tap t and G the output gradient at v; for ConvTranspose3d, A is
+ * the input at v and G the output gradient at 2v + t. Voxels are taken in chunks; a chunk's G
+ * (per column block) and A (per tap and k block) are first packed into contiguous panels, so
+ * the kernel streams through memory instead of reading 24 bytes of every voxel's channels
+ * (whose power-of-two strides also fall into a quarter of the L1 sets). */
+typedef struct tw_src {
+    const float *A, *G;
+    int kind; /* 0 = Conv3d (A padded, a slab of D planes), 1 = ConvTranspose3d */
+    int D, H, W;
+    int cin, cout;
+    long ldg_vox; /* floats per voxel of G */
+} tw_src;
+
+/* Start (floats) of row `row` (= (n, z, y), W voxels) of A and of G for tap t. */
+static void tw_row(const tw_src *r, long row, int t, long *ao, long *go) {
+    const int D = r->D, H = r->H, W = r->W;
+    const long y = row % H, z = (row / H) % D, n = row / ((long)H * D);
+    if (r->kind == 0) {
+        *ao = (((n * (D + 2) + z + t / 9) * (H + 2) + y + (t / 3) % 3) * (W + 2) + t % 3) * r->cin;
+        *go = row * W * r->ldg_vox;
+    } else {
+        *ao = row * W * r->cin;
+        *go = (((n * 2 * D + 2 * z + t / 4) * 2 * H + 2 * y + (t / 2) % 2) * 2 * W + t % 2) *
+              r->ldg_vox;
+    }
+}
+
 #define DW_REPLICAS_MAX 8
 #define DW_REPLICA_BUDGET (64u << 20) /* bytes of per-thread weight-gradient copies */
+#define TW_SCRATCH 65536                /* floats of packed G panels per thread */
+#define TW_ROWS_MAX 256
+
+/* Rows per chunk: about 256 voxels, fewer when the packed G panels (ncol padded floats per
+ * voxel) would exceed TW_SCRATCH; at least one row. */
+static int tw_chunk_rows(int W, int ncol) {
+    long vox = TW_SCRATCH / nn_gemm_ncol_max(ncol);
+    if (vox > 256)
+        vox = 256;
+    long R = vox / W;
+    if (R > TW_ROWS_MAX)
+        R = TW_ROWS_MAX;
+    return R < 1 ? 1 : (int)R;
+}
 
 /* Per-thread weight-gradient copies used for a (T, K, ncol) gradient: as many as fit the budget
- * (at most DW_REPLICAS_MAX); 0 or 1 means "partition tiles instead". Depends only on the shape,
- * so workspace sizing and the call agree whatever the thread count. */
-static int dw_replicas(int T, int K, int ncol) {
-    const int nr = nn_gemm_nr(ncol);
-    const size_t bytes = (size_t)T * K * nblocks(ncol, nr) * nr * sizeof(float);
+ * (at most DW_REPLICAS_MAX, and no more than there are chunks); 0 or 1 means "partition tiles
+ * instead". Depends only on the shape, so workspace sizing and the call agree whatever the
+ * thread count. */
+static int dw_replicas(int T, int K, int ncol, long nrows, int W) {
+    const size_t bytes = (size_t)T * K * nn_gemm_ncol_max(ncol) * sizeof(float);
     size_t r = DW_REPLICA_BUDGET / (bytes ? bytes : 1);
+    const long cr = tw_chunk_rows(W, ncol), chunks = (nrows + cr - 1) / cr;
     /* SCAFFOLD_NN_DW_REPLICAS lowers the cap (tests use 0 to exercise the tile partition). */
     const char *env = getenv("SCAFFOLD_NN_DW_REPLICAS");
     size_t cap = env ? (size_t)strtoul(env, NULL, 10) : DW_REPLICAS_MAX;
     if (cap > DW_REPLICAS_MAX)
         cap = DW_REPLICAS_MAX;
+    if (cap > (size_t)chunks)
+        cap = (size_t)chunks;
     return (int)(r > cap ? cap : r);
 }
 
+/* Floats of one packed weight-gradient copy (sized for the widest blocks of any path). */
 static size_t dw_floats(int T, int K, int ncol) {
-    const int nr = nn_gemm_nr(ncol);
-    return (size_t)T * K * nblocks(ncol, nr) * nr;
+    return (size_t)T * K * nn_gemm_ncol_max(ncol);
 }
 
-/* Voxels per weight-gradient chunk: about 256, at least one row. */
-static int chunk_rows(int W) {
-    int R = 256 / W;
-    return R < 1 ? 1 : R > TW_CHUNK_MAX ? TW_CHUNK_MAX : R;
-}
-
-/* Per-thread floats to stage a partial column block of G (zero-padded to nr columns). */
-static size_t gpad_floats(int W, int ncol) {
-    return ncol % nn_gemm_nr(ncol) ? (size_t)chunk_rows(W) * W * nn_gemm_nr(ncol) : 0;
-}
-
-/* Workspace of weight_grad: the gradient in packed layout, its replicas, G staging. */
-static size_t weight_grad_ws(int T, int K, int ncol, int W) {
-    const int r = dw_replicas(T, K, ncol);
+/* Workspace of weight_grad for nrows rows of W voxels: the gradient in packed layout, its
+ * replicas, and every thread's packed panels. */
+static size_t weight_grad_ws(int T, int K, int ncol, long nrows, int W) {
+    const int r = dw_replicas(T, K, ncol, nrows, W);
     return dw_floats(T, K, ncol) * (size_t)(r > 1 ? r + 1 : 1) +
-           (size_t)NN_MAX_THREADS * gpad_floats(W, ncol);
+           (size_t)NN_MAX_THREADS * TW_SCRATCH;
 }
 
-/* All tiles of one chunk of rows into Wp. */
-static void tw_chunk(float *Wp, const tw_rows *r, long r0, int nrr, int T, long lda, long ldg,
-                     long t_lo, long t_hi, float *gpad) {
-    const int K = r->cin, ncol = r->cout;
+/* Tiles [t_lo, t_hi) (tile = (t, k block, column block), column block fastest) of the chunk of
+ * rows [r0, r0 + nrr) into Wp. G is first packed into contiguous zero-padded panels
+ * [ob][voxel][nr] in scratch (once per chunk, or per tap for ConvTranspose3d); A is read in
+ * place. RATIONALE: read in place, each voxel's G block is 64 bytes out of a power-of-two
+ * stride, which maps a chunk onto a quarter of the L1 sets; packed, the kernel streams it
+ * (measured on Zen 3: 58 -> 87 GFLOP/s for the 6x2 tile). */
+static void tw_chunk(float *Wp, const tw_src *r, long r0, int nrr, long t_lo, long t_hi,
+                     float *Gp) {
+    const int K = r->cin, ncol = r->cout, W = r->W;
     const int nr = nn_gemm_nr(ncol), nb = nblocks(ncol, nr);
-    const long ldw = (long)nb * nr;
+    const long ldw = (long)nb * nr, nv = (long)nrr * W;
     const int mkmax = nn_tw_mr(nr), nkb = (K + mkmax - 1) / mkmax;
-    const float *arows[TW_CHUNK_MAX], *grows[TW_CHUNK_MAX];
-    const float *ar[TW_CHUNK_MAX], *gr[TW_CHUNK_MAX];
-    int last_t = -1;
-    (void)T;
+    const float *arows[TW_ROWS_MAX], *ar[TW_ROWS_MAX], *gr[TW_ROWS_MAX];
+    const long gx = r->kind == 0 ? r->ldg_vox : 2 * r->ldg_vox; /* G stride along x */
+    int g_tap = -1, a_tap = -1;
     for (long tile = t_lo; tile < t_hi; tile++) {
         const int t = (int)(tile / ((long)nkb * nb));
         const int kb = (int)((tile / nb) % nkb), ob = (int)(tile % nb);
-        if (t != last_t) {
-            for (int i = 0; i < nrr; i++)
-                tw_rowptr(r, r0 + i, t, &arows[i], &grows[i]);
-            last_t = t;
-        }
         const int k0 = split_at(K, nkb, kb), k1 = split_at(K, nkb, kb + 1);
-        const int n0 = ob * nr, nvalid = ncol - n0 < nr ? ncol - n0 : nr;
-        long ldg_ = ldg;
+        if (g_tap < 0 || (r->kind == 1 && g_tap != t)) {
+            for (int i = 0; i < nrr; i++) {
+                long ao, go;
+                tw_row(r, r0 + i, t, &ao, &go);
+                for (int x = 0; x < W; x++) {
+                    const float *g = r->G + go + x * gx;
+                    for (int b = 0; b < nb; b++) {
+                        float *d = Gp + ((size_t)b * nv + (size_t)i * W + x) * nr;
+                        const int n0 = b * nr;
+                        if (n0 + nr <= ncol) {
+                            memcpy(d, g + n0, sizeof(float) * nr);
+                        } else {
+                            for (int j = 0; j < nr; j++)
+                                d[j] = n0 + j < ncol ? g[n0 + j] : 0.0f;
+                        }
+                    }
+                }
+            }
+            g_tap = t;
+        }
+        if (a_tap != t) {
+            for (int i = 0; i < nrr; i++) {
+                long ao, go;
+                tw_row(r, r0 + i, t, &ao, &go);
+                arows[i] = r->A + ao;
+            }
+            a_tap = t;
+        }
         for (int i = 0; i < nrr; i++) {
             ar[i] = arows[i] + k0;
-            gr[i] = grows[i] + n0;
+            gr[i] = Gp + ((size_t)ob * nv + (size_t)i * W) * nr;
         }
-        if (nvalid < nr) {
-            /* Partial block: stage G zero-padded to nr columns so the vector kernel runs; the
-             * extra columns land in the padding of the packed gradient (ldw = nb * nr). */
-            for (int i = 0; i < nrr; i++) {
-                float *dst = gpad + (size_t)i * r->W * nr;
-                for (int x = 0; x < r->W; x++) {
-                    memcpy(dst + (size_t)x * nr, gr[i] + x * ldg, sizeof(float) * nvalid);
-                    memset(dst + (size_t)x * nr + nvalid, 0, sizeof(float) * (nr - nvalid));
-                }
-                gr[i] = dst;
-            }
-            ldg_ = nr;
-        }
-        nn_tw_tile(nrr, ar, gr, r->W, lda, ldg_, k1 - k0, nr, nr,
-                   Wp + ((size_t)t * K + k0) * ldw + n0, ldw);
+        nn_tw_tile(nrr, ar, gr, W, K, nr, k1 - k0, nr, nr,
+                   Wp + ((size_t)t * K + k0) * ldw + (long)ob * nr, ldw);
     }
 }
 
-/* dWp[t][k][ncolpad] = sum over rows and x of A(row, t)[x*lda + k] * G(row, t)[x*ldg + j].
- * With R replicas: chunk c of rows accumulates into copy c % R, in chunk order, and the copies
- * are summed in order at the end, so the result does not depend on the threads. Work items are
- * (copy, share of the tiles) pairs taken dynamically: balanced when cores are shared, and no
- * barrier per chunk. Without copies (huge layers) each tile is one work item over all chunks. */
-static void weight_grad(float *dWp, const tw_rows *r, long nrows, int T, long lda, long ldg) {
+/* dWp[t][k][ncolpad] (+)= the sum above over voxels [0, nvox) (adds to dWp when accumulate, so
+ * a layer can reduce over its slabs one call each). With R replicas: chunk c of voxels
+ * accumulates into copy c % R, in chunk order, and the copies are summed in order at the end,
+ * so the result does not depend on the threads. Work items are (copy, share of the tiles)
+ * pairs taken dynamically: balanced when cores are shared, and no barrier per chunk. Without
+ * copies (huge layers) each share of tiles is one work item over all chunks. */
+static void weight_grad(float *dWp, const tw_src *r, long nrows, int T, int accumulate) {
     const int K = r->cin, ncol = r->cout;
     const int nr = nn_gemm_nr(ncol), nb = nblocks(ncol, nr);
     const int mkmax = nn_tw_mr(nr), nkb = (K + mkmax - 1) / mkmax;
     const long ntiles = (long)T * nkb * nb;
     const size_t nw = dw_floats(T, K, ncol);
-    /* Rows per chunk: about 256 voxels, so a chunk's A and G rows stay in L2. */
-    const int R = chunk_rows(r->W);
-    const size_t gp = gpad_floats(r->W, ncol);
-    const long nchunks = (nrows + R - 1) / R;
+    const int CR = tw_chunk_rows(r->W, ncol);
+    const long nchunks = (nrows + CR - 1) / CR;
     const int nth = nn_threads();
-    int reps = dw_replicas(T, K, ncol);
+    int reps = dw_replicas(T, K, ncol, nrows, r->W);
     if (reps < 1)
         reps = 1;
-    float *rep = reps > 1 ? dWp + nw : dWp, *gpad = dWp + nw * (reps > 1 ? reps + 1 : 1);
+    float *rep = reps > 1 ? dWp + nw : dWp, *scr = dWp + nw * (reps > 1 ? reps + 1 : 1);
     /* Tile shares per copy: enough work items for every thread. */
     long parts = (nth + reps - 1) / reps;
     if (parts > ntiles)
         parts = ntiles;
     const long items = (long)reps * parts;
+    if (reps > 1 || !accumulate) {
 #pragma omp parallel for schedule(static)
-    for (long i = 0; i < (long)reps * (long)nw; i++)
-        rep[i] = 0.0f;
+        for (long i = 0; i < (long)reps * (long)nw; i++)
+            rep[i] = 0.0f;
+    }
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nth)
     for (long it = 0; it < items; it++) {
         const int cp = (int)(it / parts);
         const long part = it % parts;
         const long lo = ntiles * part / parts, hi = ntiles * (part + 1) / parts;
-        float *gp_t = gpad + (size_t)omp_get_thread_num() * gp;
+        float *sc = scr + (size_t)omp_get_thread_num() * TW_SCRATCH;
         for (long c = cp; c < nchunks; c += reps) {
-            const long r0 = c * R;
-            const int nrr = (int)((nrows - r0) < R ? (nrows - r0) : R);
-            tw_chunk(rep + (size_t)cp * nw, r, r0, nrr, T, lda, ldg, lo, hi, gp_t);
+            const long r0 = c * CR;
+            const int nrr = (int)(nrows - r0 < CR ? nrows - r0 : CR);
+            tw_chunk(rep + (size_t)cp * nw, r, r0, nrr, lo, hi, sc);
         }
     }
     if (reps > 1) {
@@ -244,123 +537,15 @@ static void weight_grad(float *dWp, const tw_rows *r, long nrows, int T, long ld
             float s = 0;
             for (int k = 0; k < reps; k++)
                 s += rep[(size_t)k * nw + i];
-            dWp[i] = s;
+            dWp[i] = accumulate ? dWp[i] + s : s;
         }
     }
 }
 
-/* ---- Conv3d k3 -------------------------------------------------------------------------- */
-
-size_t nn_conv3d_ws_floats(int N, int D, int H, int W, int cin, int cout) {
-    int cmax = cin > cout ? cin : cout;
-    size_t pf = packed_floats(cout, cin, 27), pb = packed_floats(cin, cout, 27);
-    size_t pw = weight_grad_ws(27, cin, cout, W);
-    size_t p = pf > pb ? pf : pb;
-    return padded_floats(N, D, H, W, cmax) + (p > pw ? p : pw) + 64;
-}
-
-/* 1 when output row (z, y) reads a border that the halo exchange fills (a row spans all of W,
- * so a sharded W makes every row a boundary row). */
-static int halo_row(const nn_shard *sh, long z, long y, int D, int H) {
-    return (sh->recv[0][0] && z == 0) || (sh->recv[0][1] && z == D - 1) ||
-           (sh->recv[1][0] && y == 0) || (sh->recv[1][1] && y == H - 1) || sh->recv[2][0] ||
-           sh->recv[2][1];
-}
-
-/* out rows (n, z, y, 0..W) = the 27-tap GEMM over the padded buffer P (C floats per voxel,
- * taps at aoff) with the packed kernel Bp of ncol columns. With a shard, P's border is being
- * filled by the halo exchange: rows that do not read it run first, overlapping the exchange,
- * then the exchange is completed and the boundary rows run. */
-static void conv_rows(float *out, float *P, int C, const long *aoff, const float *Bp, int ncol,
-                      int N, int D, int H, int W, const nn_shard *sh) {
-    const int nr = nn_gemm_nr(ncol), nb = nblocks(ncol, nr);
-    const nn_tg g = {.T = 27, .K = C, .aoff = aoff, .lda = C, .ldc = ncol, .nr = nr};
-    const long Hp = H + 2, Wp = W + 2, rows = (long)N * D * H;
-    if (sh)
-        sh->halo_start(sh->ctx, P, N, D, H, W, C);
-    for (int phase = 0; phase < (sh ? 2 : 1); phase++) {
-        if (phase == 1)
-            sh->halo_finish(sh->ctx, P, N, D, H, W, C);
-#pragma omp parallel for collapse(2) schedule(dynamic, 2)
-        for (int ob = 0; ob < nb; ob++)
-            for (long row = 0; row < rows; row++) {
-                const long n = row / ((long)D * H), z = (row / H) % D, y = row % H;
-                if (sh && halo_row(sh, z, y, D, H) != phase)
-                    continue;
-                const float *A = P + ((n * (D + 2) + z) * Hp + y) * Wp * C;
-                const int n0 = ob * nr, nvalid = ncol - n0 < nr ? ncol - n0 : nr;
-                nn_tg_row(&g, W, A, Bp + (size_t)ob * 27 * C * nr, out + row * W * ncol + n0,
-                          NULL, nvalid, NN_TG_ZERO);
-            }
-    }
-}
-
-void nn_conv3d_forward(float *out, const float *inA, int ca, const float *inB, int cb,
-                       const float *w, int cout, int N, int D, int H, int W, float *ws) {
-    nn_conv3d_forward_sh(out, inA, ca, inB, cb, w, cout, N, D, H, W, ws, NULL);
-}
-
-void nn_conv3d_forward_sh(float *out, const float *inA, int ca, const float *inB, int cb,
-                          const float *w, int cout, int N, int D, int H, int W, float *ws,
-                          const nn_shard *sh) {
-    const int cin = ca + cb;
-    float *P = ws, *Bp = ws + padded_floats(N, D, H, W, cin > cout ? cin : cout);
-    pad_copy(P, inA, ca, ca, inB, cb, N, D, H, W);
-    pack_b(Bp, w, cout, cin, 27, (long)cin * 27, 27, 1, nn_gemm_nr(cout));
-    long aoff[27];
-    const long Hp = H + 2, Wp = W + 2;
-    for (int t = 0; t < 27; t++)
-        aoff[t] = (((long)(t / 9) * Hp + (t / 3) % 3) * Wp + t % 3) * cin;
-    conv_rows(out, P, cin, aoff, Bp, cout, N, D, H, W, sh);
-}
-
-void nn_conv3d_backward(float *din, float *dw, const float *dout, const float *inA, int ca,
-                        const float *inB, int cb, const float *w, int cout, int N, int D, int H,
-                        int W, float *ws) {
-    nn_conv3d_backward_sh(din, dw, dout, inA, ca, inB, cb, w, cout, N, D, H, W, ws, NULL);
-}
-
-void nn_conv3d_backward_sh(float *din, float *dw, const float *dout, const float *inA, int ca,
-                           const float *inB, int cb, const float *w, int cout, int N, int D,
-                           int H, int W, float *ws, const nn_shard *sh) {
-    const int cin = ca + cb;
-    float *P = ws, *Bp = ws + padded_floats(N, D, H, W, cin > cout ? cin : cout);
-    const long Hp = H + 2, Wp = W + 2;
-    const long rows = (long)N * D * H;
-    /* Weight gradient: padded (halo'd) input x output gradient, reduced over voxels. */
-    if (dw) {
-        pad_copy(P, inA, ca, ca, inB, cb, N, D, H, W);
-        if (sh) {
-            sh->halo_start(sh->ctx, P, N, D, H, W, cin);
-            sh->halo_finish(sh->ctx, P, N, D, H, W, cin);
-        }
-        const tw_rows r = {.A = P, .G = dout, .kind = 0, .D = D, .H = H, .W = W, .cin = cin,
-                           .cout = cout, .ldg_vox = cout};
-        weight_grad(Bp, &r, rows, 27, cin, cout);
-        const int nr = nn_gemm_nr(cout);
-        const long ldw = (long)nblocks(cout, nr) * nr;
-#pragma omp parallel for schedule(static)
-        for (int oc = 0; oc < cout; oc++)
-            for (int ic = 0; ic < cin; ic++)
-                for (int t = 0; t < 27; t++)
-                    dw[((size_t)oc * cin + ic) * 27 + t] += Bp[((size_t)t * cin + ic) * ldw + oc];
-    }
-    if (!din)
-        return;
-    /* Input gradient: the padded (halo'd) output gradient convolved with the flipped,
-     * transposed kernel. */
-    pad_copy(P, dout, cout, cout, NULL, 0, N, D, H, W);
-    pack_b(Bp, w, cin, cout, 27, 27, (long)cin * 27, 1, nn_gemm_nr(cin));
-    long aoff[27];
-    for (int t = 0; t < 27; t++)
-        aoff[t] = (((long)(2 - t / 9) * Hp + (2 - (t / 3) % 3)) * Wp + (2 - t % 3)) * cout;
-    conv_rows(din, P, cout, aoff, Bp, cin, N, D, H, W, sh);
-}
-
-/* ---- ConvTranspose3d k2 s2 -------------------------------------------------------------- */
-
-/* db[c] += sum over P voxels of dout[p*ldo + c], in NN_SLICES fixed slices summed in order. */
-static void bias_grad(float *db, const float *dout, long ldo, long P, int C, float *ws) {
+/* db[c] += sum over P voxels of dout[p*ldo + c], in NN_SLICES fixed slices summed in order
+ * (rounded to bf16 in bf16 mode). */
+static void bias_grad(float *db, const float *dout, long ldo, long P, int C, nn_prec prec,
+                      float *ws) {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nn_threads())
     for (int sl = 0; sl < NN_SLICES; sl++) {
         float *acc = ws + (size_t)sl * C;
@@ -372,92 +557,298 @@ static void bias_grad(float *db, const float *dout, long ldo, long P, int C, flo
                 acc[c] += d[c];
         }
     }
-    for (int sl = 0; sl < NN_SLICES; sl++)
-        for (int c = 0; c < C; c++)
-            db[c] += ws[(size_t)sl * C + c];
+    for (int c = 0; c < C; c++) {
+        float s = 0;
+        for (int sl = 0; sl < NN_SLICES; sl++)
+            s += ws[(size_t)sl * C + c];
+        db[c] += prec == NN_BF16 ? nn_bf16_round(s) : s;
+    }
 }
 
-size_t nn_convt3d_ws_floats(int N, int D, int H, int W, int cin, int cout) {
-    (void)N, (void)D, (void)H;
+/* dW (PyTorch layout) += the packed gradient, rounded to bf16 in bf16 mode (PyTorch autocast
+ * computes the weight gradient of the bf16 weight copy in bf16). dw index (o, i, t) with
+ * (o, i) = (oc, ic) for Conv3d and (ic, oc) for ConvTranspose3d. */
+static void unpack_dw(float *dw, const float *Wp, int cin, int cout, int T, int oc_major,
+                      nn_prec prec) {
+    const int nr = nn_gemm_nr(cout);
+    const long ldw = (long)nblocks(cout, nr) * nr;
+#pragma omp parallel for schedule(static)
+    for (int ic = 0; ic < cin; ic++)
+        for (int oc = 0; oc < cout; oc++)
+            for (int t = 0; t < T; t++) {
+                const float v = Wp[((size_t)t * cin + ic) * ldw + oc];
+                const size_t i = oc_major ? ((size_t)oc * cin + ic) * T + t
+                                          : ((size_t)ic * cout + oc) * T + t;
+                dw[i] += prec == NN_BF16 ? nn_bf16_round(v) : v;
+            }
+}
+
+/* ---- Conv3d k3 -------------------------------------------------------------------------- */
+
+static size_t conv3d_ws(int D, int H, int W, int cin, int cout, const nn_shard *sh) {
+    size_t sa = slab_floats(D, H, W, cin, sh), sb = slab_floats(D, H, W, cout, sh);
+    size_t pf = packed_floats(cout, cin + 1, 27), pb = packed_floats(cin, cout + 1, 27);
+    size_t pw = weight_grad_ws(27, cin, cout, (long)slab_depth(D, H, W, cin, sh) * H, W);
+    size_t p = pf > pb ? pf : pb;
+    return (sa > sb ? sa : sb) + 16 + (p > pw ? p : pw) + 64;
+}
+
+/* The padded copy is made per sample (and per slab of planes), so N does not matter. */
+size_t nn_conv3d_ws_floats(int N, int D, int H, int W, int cin, int cout) {
+    (void)N;
+    return conv3d_ws(D, H, W, cin, cout, NULL);
+}
+
+size_t nn_conv3d_ws_floats_sh(int N, int D, int H, int W, int cin, int cout) {
+    static const nn_shard whole = {0};
+    (void)N;
+    return conv3d_ws(D, H, W, cin, cout, &whole);
+}
+
+/* Tap offsets in a padded (D+2, H+2, W+2, C) tensor; flip: the input gradient's reversed taps. */
+static void taps27(long *aoff, int H, int W, int C, int flip) {
+    const long Hp = H + 2, Wp = W + 2;
+    for (int t = 0; t < 27; t++) {
+        const int u = flip ? 26 - t : t;
+        aoff[t] = (((long)(u / 9) * Hp + (u / 3) % 3) * Wp + u % 3) * C;
+    }
+}
+
+/* out = 27-tap convolution of cat(a, b) (padded into ws) with w addressed w[col*sc + k*sk + t],
+ * K = ca + cb input channels; flip for the input gradient. The output columns come in up to
+ * two parts, each its own tensor: columns [0, n1) into out1 (N,D,H,W,n1) and, when out2 is
+ * given, columns [n1, n1 + n2) into out2 (N,D,H,W,n2) (the input gradient of a concatenation,
+ * written straight into the two gradients). */
+static void conv3d_pass(float *out1, int n1, float *out2, int n2, const float *a, int ca,
+                        const float *b, int cb, const float *w, long sc, long sk, int flip, int N,
+                        int D, int H, int W, nn_prec prec, const nn_shard *sh, float *ws) {
+    const int K = ca + cb, pairs = use_pairs(prec) && !sh;
+    const int fmt = pairs ? PAD_BF16 : prec == NN_BF16 ? PAD_F32R : PAD_F32;
+    const int Kp = pad_channels(fmt, K), Zc = slab_depth(D, H, W, K, sh);
+    void *P = ws;
+    float *Bp = ws + ((slab_floats(D, H, W, K, sh) + 15) & ~(size_t)15);
+    long aoff[27];
+    taps27(aoff, H, W, Kp, flip);
+    const int nparts = out2 ? 2 : 1;
+    /* With one output part the weights are packed once; with two, per slab (cheap: a slab's
+     * convolution does Zc*H*W times the packing's work). */
+    for (int n = 0; n < N; n++)
+        for (int z0 = 0; z0 < D; z0 += Zc) {
+            const int z1 = z0 + Zc < D ? z0 + Zc : D;
+            pad_slab(P, fmt, a, ca, ca, b, cb, n, z0, z1, D, H, W);
+            for (int part = 0; part < nparts; part++) {
+                const int ncol = part ? n2 : n1;
+                const int nr = nn_gemm_nr(ncol), nkb = kblocks(Kp, 27, nr);
+                if (nparts == 2 || (n == 0 && z0 == 0)) {
+                    const float *wp = w + (part ? (long)n1 * sc : 0);
+                    if (pairs)
+                        pack_b16((uint16_t *)Bp, wp, ncol, K, 27, sc, sk, 1, nr, nkb);
+                    else
+                        pack_b(Bp, wp, ncol, K, 27, sc, sk, 1, nr, nkb, prec);
+                }
+                float *out = (part ? out2 : out1) + (((size_t)n * D + z0) * H * W) * ncol;
+                /* the halo once per sample: the second part reuses the filled border */
+                conv27(out, ncol, P, Kp, pairs, Bp, nr, nkb, aoff, z1 - z0, H, W,
+                       store_mode(prec), part == 0 ? sh : NULL);
+            }
+        }
+}
+
+void nn_conv3d_forward_p(float *out, const float *inA, int ca, const float *inB, int cb,
+                         const float *w, int cout, int N, int D, int H, int W, nn_prec prec,
+                         const nn_shard *sh, float *ws) {
+    const int cin = ca + cb;
+    /* w[oc][ic][t]: column oc stride cin*27, k = ic stride 27, tap stride 1. */
+    conv3d_pass(out, cout, NULL, 0, inA, ca, inB, cb, w, (long)cin * 27, 27, 0, N, D, H, W, prec,
+                sh, ws);
+}
+
+void nn_conv3d_backward_p(float *din, float *dinB, float *dw, const float *dout,
+                          const float *inA, int ca, const float *inB, int cb, const float *w,
+                          int cout, int N, int D, int H, int W, nn_prec prec, const nn_shard *sh,
+                          float *ws) {
+    const int cin = ca + cb;
+    /* Weight gradient: padded (halo'd) input x output gradient, reduced over voxels. */
+    if (dw) {
+        const int Zc = slab_depth(D, H, W, cin, sh);
+        float *P = ws, *Wp = ws + ((slab_floats(D, H, W, cin, sh) + 15) & ~(size_t)15);
+        for (int n = 0; n < N; n++)
+            for (int z0 = 0; z0 < D; z0 += Zc) {
+                const int z1 = z0 + Zc < D ? z0 + Zc : D;
+                pad_slab(P, prec == NN_BF16 ? PAD_F32R : PAD_F32, inA, ca, ca, inB, cb, n, z0, z1,
+                         D, H, W);
+                if (sh) {
+                    sh->halo_start(sh->ctx, P, 1, D, H, W, cin);
+                    sh->halo_finish(sh->ctx, P, 1, D, H, W, cin);
+                }
+                const tw_src r = {.A = P,
+                                  .G = dout + (((size_t)n * D + z0) * H * W) * cout,
+                                  .kind = 0,
+                                  .D = z1 - z0,
+                                  .H = H,
+                                  .W = W,
+                                  .cin = cin,
+                                  .cout = cout,
+                                  .ldg_vox = cout};
+                weight_grad(Wp, &r, (long)(z1 - z0) * H, 27, n > 0 || z0 > 0);
+            }
+        unpack_dw(dw, Wp, cin, cout, 27, 1, prec);
+    }
+    /* Input gradient: the padded (halo'd) output gradient convolved with the flipped,
+     * transposed kernel (tap t of the packed weights pairs with the reversed tap 26 - t of the
+     * padded gradient): columns ic stride 27, k = oc stride cin*27. The halo exchange of the
+     * output gradient makes every boundary voxel sum exactly the unsharded kernel's terms. */
+    if (din && dinB && cb)
+        conv3d_pass(din, ca, dinB, cb, dout, cout, NULL, 0, w, 27, (long)cin * 27, 1, N, D, H, W,
+                    prec, sh, ws);
+    else if (din)
+        conv3d_pass(din, cin, NULL, 0, dout, cout, NULL, 0, w, 27, (long)cin * 27, 1, N, D, H, W,
+                    prec, sh, ws);
+}
+
+void nn_conv3d_forward(float *out, const float *inA, int ca, const float *inB, int cb,
+                       const float *w, int cout, int N, int D, int H, int W, float *ws) {
+    nn_conv3d_forward_p(out, inA, ca, inB, cb, w, cout, N, D, H, W, NN_FP32, NULL, ws);
+}
+
+void nn_conv3d_backward(float *din, float *dw, const float *dout, const float *inA, int ca,
+                        const float *inB, int cb, const float *w, int cout, int N, int D, int H,
+                        int W, float *ws) {
+    nn_conv3d_backward_p(din, NULL, dw, dout, inA, ca, inB, cb, w, cout, N, D, H, W, NN_FP32,
+                         NULL, ws);
+}
+
+void nn_conv3d_forward_sh(float *out, const float *inA, int ca, const float *inB, int cb,
+                          const float *w, int cout, int N, int D, int H, int W, float *ws,
+                          const nn_shard *sh) {
+    nn_conv3d_forward_p(out, inA, ca, inB, cb, w, cout, N, D, H, W, NN_FP32, sh, ws);
+}
+
+void nn_conv3d_backward_sh(float *din, float *dw, const float *dout, const float *inA, int ca,
+                           const float *inB, int cb, const float *w, int cout, int N, int D,
+                           int H, int W, float *ws, const nn_shard *sh) {
+    nn_conv3d_backward_p(din, NULL, dw, dout, inA, ca, inB, cb, w, cout, N, D, H, W, NN_FP32, sh,
+                         ws);
+}
+
+/* ---- ConvTranspose3d k2 s2 -------------------------------------------------------------- */
+
+size_t nn_convt3d_ws_floats_p(int N, int D, int H, int W, int cin, int cout, nn_prec prec) {
     size_t pf = packed_floats(cout, cin, 8), pb = packed_floats(cin, cout, 8);
-    size_t pw = weight_grad_ws(8, cin, cout, W);
+    size_t pw = weight_grad_ws(8, cin, cout, (long)N * D * H, W);
     size_t p = pf > pb ? pf : pb;
     if (pw > p)
         p = pw;
     size_t bias = (size_t)NN_SLICES * cout;
-    return (p > bias ? p : bias) + 4 * (size_t)cout + 64;
+    /* bf16: the input rounded to bf16 (the A operand of forward and weight gradient). */
+    const size_t rin = prec == NN_BF16 ? (size_t)N * D * H * W * cin + 16 : 0;
+    return rin + (p > bias ? p : bias) + (size_t)nn_gemm_ncol_max(cout) + 64;
 }
 
-void nn_convt3d_forward(float *out, const float *in, const float *w, const float *b, int cin,
-                        int cout, int N, int D, int H, int W, float *ws) {
+/* Bias padded to whole column blocks (the kernels read nr floats of it), rounded in bf16. */
+static float *bias_padded(float *dst, const float *b, int n, int nr, nn_prec prec) {
+    const int np = nblocks(n, nr) * nr;
+    for (int j = 0; j < np; j++)
+        dst[j] = j < n ? (prec == NN_BF16 ? nn_bf16_round(b[j]) : b[j]) : 0.0f;
+    return dst;
+}
+
+/* The A operand of a layer that reads its input in place: the input itself, or in bf16 a
+ * rounded copy at the start of ws (*rest: the workspace after it). */
+static const float *input_prec(const float *in, size_t n, nn_prec prec, float *ws, float **rest) {
+    if (prec != NN_BF16) {
+        *rest = ws;
+        return in;
+    }
+    copy_prec(ws, in, n, prec);
+    *rest = ws + ((n + 15) & ~(size_t)15);
+    return ws;
+}
+
+void nn_convt3d_forward_p(float *out, const float *in, const float *w, const float *b, int cin,
+                          int cout, int N, int D, int H, int W, nn_prec prec, float *ws) {
     const int nr = nn_gemm_nr(cout), nb = nblocks(cout, nr);
-    float *Bp = ws, *bias = ws + packed_floats(cout, cin, 8);
-    for (int j = 0; j < nb * nr; j++)
-        bias[j] = j < cout ? b[j] : 0.0f;
-    /* w[ic][oc][t]: column oc stride 8, k = ic stride cout*8, tap stride 1. */
-    pack_b(Bp, w, cout, cin, 8, 8, (long)cout * 8, 1, nr);
+    float *rest;
+    const float *A = input_prec(in, (size_t)N * D * H * W * cin, prec, ws, &rest);
+    float *Bp = rest, *bias = bias_padded(rest + packed_floats(cout, cin, 8), b, cout, nr, prec);
+    /* Each tap t is its own 1-tap GEMM writing every other voxel: w[ic][oc][t] packed with
+     * T = 8 (column oc stride 8, k = ic stride cout*8), so tap t's panel of column block ob is
+     * at (ob*8 + t)*cin*nr. */
+    pack_b(Bp, w, cout, cin, 8, 8, (long)cout * 8, 1, nr, 1, prec);
     const long aoff[1] = {0};
-    const nn_tg g = {.T = 1, .K = cin, .aoff = aoff, .lda = cin, .ldc = 2L * cout, .nr = nr};
-    const long rows = (long)N * D * H;
-#pragma omp parallel for collapse(3) schedule(dynamic, 2)
+    const nn_tg g = {.T = 1, .K = cin, .aoff = aoff, .nr = nr};
+    const int mode = NN_TG_BIAS | store_mode(prec);
+#pragma omp parallel for collapse(3) schedule(dynamic, 1)
     for (int ob = 0; ob < nb; ob++)
-        for (long row = 0; row < rows; row++)
-            for (int t = 0; t < 8; t++) {
-                const long n = row / ((long)D * H), z = (row / H) % D, y = row % H;
-                const int az = t / 4, by = (t / 2) % 2, cx = t % 2;
+        for (int n = 0; n < N; n++)
+            for (int z = 0; z < D; z++) {
                 const int n0 = ob * nr, nvalid = cout - n0 < nr ? cout - n0 : nr;
-                float *C = out + (((n * 2 * D + 2 * z + az) * 2 * H + 2 * y + by) * 2 * W + cx) *
-                                     cout + n0;
-                nn_tg_row(&g, W, in + row * W * cin, Bp + ((size_t)ob * 8 + t) * cin * nr, C,
-                          bias + n0, nvalid, NN_TG_BIAS);
+                for (int t = 0; t < 8; t++) {
+                    const int az = t / 4, by = (t / 2) % 2, cx = t % 2;
+                    const walk wk = {
+                        .a0 = A + ((size_t)n * D + z) * H * W * cin,
+                        .a_row = (long)W * cin,
+                        .a_col = cin,
+                        .c0 = out + ((((size_t)n * 2 * D + 2 * z + az) * 2 * H + by) * 2 * W + cx) *
+                                        cout + n0,
+                        .c_row = 4L * W * cout,
+                        .c_col = 2L * cout,
+                        .Wr = W,
+                    };
+                    walk_run(&g, &wk, (long)H * W, Bp + ((size_t)ob * 8 + t) * cin * nr,
+                             bias + n0, nvalid, mode);
+                }
             }
 }
 
-void nn_convt3d_backward(float *din, float *dw, float *db, const float *dout, long ldo,
-                         const float *in, const float *w, int cin, int cout, int N, int D, int H,
-                         int W, float *ws) {
+void nn_convt3d_backward_p(float *din, float *dw, float *db, const float *dout, long ldo,
+                           const float *in, const float *w, int cin, int cout, int N, int D,
+                           int H, int W, nn_prec prec, float *ws) {
     const long rows = (long)N * D * H;
     if (db)
-        bias_grad(db, dout, ldo, 8 * rows * W, cout, ws);
+        bias_grad(db, dout, ldo, 8 * rows * W, cout, prec, ws);
     if (dw) {
-        const tw_rows r = {.A = in, .G = dout, .kind = 1, .D = D, .H = H, .W = W, .cin = cin,
-                           .cout = cout, .ldg_vox = ldo};
-        weight_grad(ws, &r, rows, 8, cin, 2 * ldo);
-        const int nr = nn_gemm_nr(cout);
-        const long ldw = (long)nblocks(cout, nr) * nr;
-#pragma omp parallel for schedule(static)
-        for (int ic = 0; ic < cin; ic++)
-            for (int oc = 0; oc < cout; oc++)
-                for (int t = 0; t < 8; t++)
-                    dw[((size_t)ic * cout + oc) * 8 + t] += ws[((size_t)t * cin + ic) * ldw + oc];
+        float *rest;
+        const float *A = input_prec(in, (size_t)rows * W * cin, prec, ws, &rest);
+        const tw_src r = {.A = A, .G = dout, .kind = 1, .D = D, .H = H, .W = W, .cin = cin,
+                          .cout = cout, .ldg_vox = ldo};
+        weight_grad(rest, &r, rows, 8, 0);
+        unpack_dw(dw, rest, cin, cout, 8, 0, prec);
     }
     if (!din)
         return;
-    const int nr = nn_gemm_nr(cin), nb = nblocks(cin, nr);
-    float *Bp = ws;
     /* din[ic] = sum_t sum_oc dout(2p + t)[oc] w[ic][oc][t]: column ic stride cout*8, k = oc. */
-    pack_b(Bp, w, cin, cout, 8, (long)cout * 8, 8, 1, nr);
+    const int nr = nn_gemm_nr(cin), nb = nblocks(cin, nr), nkb = kblocks(cout, 8, nr);
+    float *Bp = ws;
+    pack_b(Bp, w, cin, cout, 8, (long)cout * 8, 8, 1, nr, nkb, prec);
     long aoff[8];
     for (int t = 0; t < 8; t++)
         aoff[t] = (((long)(t / 4) * 2 * H + (t / 2) % 2) * 2 * W + t % 2) * ldo;
-    const nn_tg g = {.T = 8, .K = cout, .aoff = aoff, .lda = 2 * ldo, .ldc = cin, .nr = nr};
-#pragma omp parallel for collapse(2) schedule(dynamic, 2)
+    const nn_tg g = {.T = 8, .K = cout, .aoff = aoff, .nr = nr};
+#pragma omp parallel for collapse(3) schedule(dynamic, 1)
     for (int ob = 0; ob < nb; ob++)
-        for (long row = 0; row < rows; row++) {
-            const long n = row / ((long)D * H), z = (row / H) % D, y = row % H;
-            const float *A = dout + ((n * 2 * D + 2 * z) * 2 * H + 2 * y) * 2 * W * ldo;
-            const int n0 = ob * nr, nvalid = cin - n0 < nr ? cin - n0 : nr;
-            nn_tg_row(&g, W, A, Bp + (size_t)ob * 8 * cout * nr, din + row * W * cin + n0, NULL,
-                      nvalid, NN_TG_ZERO);
-        }
+        for (int n = 0; n < N; n++)
+            for (int z = 0; z < D; z++) {
+                const int n0 = ob * nr, nvalid = cin - n0 < nr ? cin - n0 : nr;
+                const walk wk = {
+                    .a0 = dout + (((size_t)n * 2 * D + 2 * z) * 2 * H) * 2 * W * ldo,
+                    .a_row = 4L * W * ldo,
+                    .a_col = 2 * ldo,
+                    .c0 = din + ((size_t)n * D + z) * H * W * cin + n0,
+                    .c_row = (long)W * cin,
+                    .c_col = cin,
+                    .Wr = W,
+                };
+                walk_kblocks(g, wk, (long)H * W, Bp + (size_t)ob * 8 * cout * nr, cout, nkb,
+                             NULL, nvalid, NN_TG_ZERO, store_mode(prec));
+            }
 }
 
 /* ---- Conv3d k1 (output layer) ----------------------------------------------------------- */
 
-#define C1_ROW 64 /* voxels per GEMM row in the 1x1 convolution */
+#define C1_ROW 256 /* voxels per work item in the 1x1 convolution */
 
-size_t nn_conv1_ws_floats(long P, int cin, int cout) {
-    (void)P;
+size_t nn_conv1_ws_floats_p(long P, int cin, int cout, nn_prec prec) {
     size_t pf = packed_floats(cout, cin, 1), pb = packed_floats(cin, cout, 1);
     size_t pw = (size_t)NN_SLICES * cin * cout, bias = (size_t)NN_SLICES * cout;
     size_t m = pf > pb ? pf : pb;
@@ -465,44 +856,55 @@ size_t nn_conv1_ws_floats(long P, int cin, int cout) {
         m = pw;
     if (bias > m)
         m = bias;
-    return m + 4 * (size_t)cout + 64;
+    const size_t rin = prec == NN_BF16 ? (size_t)P * cin + 16 : 0;
+    return rin + m + (size_t)nn_gemm_ncol_max(cout) + 64;
 }
 
-void nn_conv1_forward(float *out, const float *in, const float *w, const float *b, int cin,
-                      int cout, long P, float *ws) {
-    const int nr = nn_gemm_nr(cout), nb = nblocks(cout, nr);
-    float *Bp = ws, *bias = ws + packed_floats(cout, cin, 1);
-    for (int j = 0; j < nb * nr; j++)
-        bias[j] = j < cout ? b[j] : 0.0f;
-    pack_b(Bp, w, cout, cin, 1, cin, 1, 0, nr);
+/* out (P, ncol) (op)= in (P, K) x packed B, items of C1_ROW voxels per column block. */
+static void gemm_rows(float *out, int ncol, const float *in, int K, const float *Bp,
+                      const float *bias, long P, int mode) {
+    const int nr = nn_gemm_nr(ncol), nb = nblocks(ncol, nr), nkb = kblocks(K, 1, nr);
     const long aoff[1] = {0};
-    const nn_tg g = {.T = 1, .K = cin, .aoff = aoff, .lda = cin, .ldc = cout, .nr = nr};
-    const long nrow = (P + C1_ROW - 1) / C1_ROW;
-#pragma omp parallel for collapse(2) schedule(static)
+    const nn_tg g = {.T = 1, .K = K, .aoff = aoff, .nr = nr};
+    const long items = (P + C1_ROW - 1) / C1_ROW;
+#pragma omp parallel for collapse(2) schedule(dynamic, 4)
     for (int ob = 0; ob < nb; ob++)
-        for (long r = 0; r < nrow; r++) {
-            const long p0 = r * C1_ROW;
-            const int X = (int)(P - p0 < C1_ROW ? P - p0 : C1_ROW);
-            const int n0 = ob * nr, nvalid = cout - n0 < nr ? cout - n0 : nr;
-            nn_tg_row(&g, X, in + p0 * cin, Bp + (size_t)ob * cin * nr, out + p0 * cout + n0,
-                      bias + n0, nvalid, NN_TG_BIAS);
+        for (long it = 0; it < items; it++) {
+            const long p0 = it * C1_ROW, M = P - p0 < C1_ROW ? P - p0 : C1_ROW;
+            const int n0 = ob * nr, nvalid = ncol - n0 < nr ? ncol - n0 : nr;
+            const walk wk = {.a0 = in + p0 * K, .a_row = 0, .a_col = K,
+                             .c0 = out + p0 * ncol + n0, .c_row = 0, .c_col = ncol, .Wr = 0};
+            walk_kblocks(g, wk, M, Bp + (size_t)ob * K * nr, K, nkb, bias ? bias + n0 : NULL,
+                         nvalid, mode & 3, mode & ~3);
         }
 }
 
-void nn_conv1_backward(float *din, float *dw, float *db, const float *dout, const float *in,
-                       const float *w, int cin, int cout, long P, float *ws) {
+void nn_conv1_forward_p(float *out, const float *in, const float *w, const float *b, int cin,
+                        int cout, long P, nn_prec prec, float *ws) {
+    const int nr = nn_gemm_nr(cout);
+    float *rest;
+    const float *A = input_prec(in, (size_t)P * cin, prec, ws, &rest);
+    float *Bp = rest, *bias = bias_padded(rest + packed_floats(cout, cin, 1), b, cout, nr, prec);
+    pack_b(Bp, w, cout, cin, 1, cin, 1, 0, nr, kblocks(cin, 1, nr), prec);
+    gemm_rows(out, cout, A, cin, Bp, bias, P, NN_TG_BIAS | store_mode(prec));
+}
+
+void nn_conv1_backward_p(float *din, float *dw, float *db, const float *dout, const float *in,
+                         const float *w, int cin, int cout, long P, nn_prec prec, float *ws) {
     if (db)
-        bias_grad(db, dout, cout, P, cout, ws);
+        bias_grad(db, dout, cout, P, cout, prec, ws);
     if (dw) {
+        float *rest;
+        const float *A = input_prec(in, (size_t)P * cin, prec, ws, &rest);
         /* Few output channels: each of NN_SLICES fixed voxel slices reduces into its own
          * (cin, cout) tile, then the tiles are summed in order (cin*cout floats per slice). */
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nn_threads())
         for (int sl = 0; sl < NN_SLICES; sl++) {
-            float *acc = ws + (size_t)sl * cin * cout;
+            float *acc = rest + (size_t)sl * cin * cout;
             memset(acc, 0, sizeof(float) * cin * cout);
             const long lo = P * sl / NN_SLICES, hi = P * (sl + 1) / NN_SLICES;
             for (long p = lo; p < hi; p++) {
-                const float *a = in + p * cin, *g = dout + p * cout;
+                const float *a = A + p * cin, *g = dout + p * cout;
                 for (int ic = 0; ic < cin; ic++) {
                     const float av = a[ic];
                     float *accr = acc + (size_t)ic * cout;
@@ -511,28 +913,51 @@ void nn_conv1_backward(float *din, float *dw, float *db, const float *dout, cons
                 }
             }
         }
-        for (int sl = 0; sl < NN_SLICES; sl++)
-            for (int ic = 0; ic < cin; ic++)
-                for (int oc = 0; oc < cout; oc++)
-                    dw[(size_t)oc * cin + ic] += ws[((size_t)sl * cin + ic) * cout + oc];
+        for (int ic = 0; ic < cin; ic++)
+            for (int oc = 0; oc < cout; oc++) {
+                float s = 0;
+                for (int sl = 0; sl < NN_SLICES; sl++)
+                    s += rest[((size_t)sl * cin + ic) * cout + oc];
+                dw[(size_t)oc * cin + ic] += prec == NN_BF16 ? nn_bf16_round(s) : s;
+            }
     }
     if (!din)
         return;
-    const int nr = nn_gemm_nr(cin), nb = nblocks(cin, nr);
+    const int nr = nn_gemm_nr(cin);
     float *Bp = ws;
-    pack_b(Bp, w, cin, cout, 1, 1, cin, 0, nr);
-    const long aoff[1] = {0};
-    const nn_tg g = {.T = 1, .K = cout, .aoff = aoff, .lda = cout, .ldc = cin, .nr = nr};
-    const long nrow = (P + C1_ROW - 1) / C1_ROW;
-#pragma omp parallel for collapse(2) schedule(dynamic, 2)
-    for (int ob = 0; ob < nb; ob++)
-        for (long r = 0; r < nrow; r++) {
-            const long p0 = r * C1_ROW;
-            const int X = (int)(P - p0 < C1_ROW ? P - p0 : C1_ROW);
-            const int n0 = ob * nr, nvalid = cin - n0 < nr ? cin - n0 : nr;
-            nn_tg_row(&g, X, dout + p0 * cout, Bp + (size_t)ob * cout * nr, din + p0 * cin + n0,
-                      NULL, nvalid, NN_TG_ZERO);
-        }
+    pack_b(Bp, w, cin, cout, 1, 1, cin, 0, nr, kblocks(cout, 1, nr), prec);
+    gemm_rows(din, cin, dout, cout, Bp, NULL, P, NN_TG_ZERO | store_mode(prec));
+}
+
+/* ---- fp32 short forms ------------------------------------------------------------------------ */
+
+size_t nn_convt3d_ws_floats(int N, int D, int H, int W, int cin, int cout) {
+    return nn_convt3d_ws_floats_p(N, D, H, W, cin, cout, NN_FP32);
+}
+
+void nn_convt3d_forward(float *out, const float *in, const float *w, const float *b, int cin,
+                        int cout, int N, int D, int H, int W, float *ws) {
+    nn_convt3d_forward_p(out, in, w, b, cin, cout, N, D, H, W, NN_FP32, ws);
+}
+
+void nn_convt3d_backward(float *din, float *dw, float *db, const float *dout, long ldo,
+                         const float *in, const float *w, int cin, int cout, int N, int D, int H,
+                         int W, float *ws) {
+    nn_convt3d_backward_p(din, dw, db, dout, ldo, in, w, cin, cout, N, D, H, W, NN_FP32, ws);
+}
+
+size_t nn_conv1_ws_floats(long P, int cin, int cout) {
+    return nn_conv1_ws_floats_p(P, cin, cout, NN_FP32);
+}
+
+void nn_conv1_forward(float *out, const float *in, const float *w, const float *b, int cin,
+                      int cout, long P, float *ws) {
+    nn_conv1_forward_p(out, in, w, b, cin, cout, P, NN_FP32, ws);
+}
+
+void nn_conv1_backward(float *din, float *dw, float *db, const float *dout, const float *in,
+                       const float *w, int cin, int cout, long P, float *ws) {
+    nn_conv1_backward_p(din, dw, db, dout, in, w, cin, cout, P, NN_FP32, ws);
 }
 
 /* ---- naive references ------------------------------------------------------------------- */

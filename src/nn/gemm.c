@@ -1,241 +1,304 @@
-/* gemm: register-blocked microkernels for the implicit-GEMM convolutions (see gemm.h).
+/* gemm: run-time choice of the microkernel set (see gemm.h) and the thin wrappers that call it.
  *
- * Each kernel is one always-inline template, instantiated for every (rows, vectors) pair the
- * register file allows, and dispatched through a table; a row of X positions is split into
- * near-equal blocks so that no slow remainder path runs (X = 32 with 6-row blocks runs
- * 5,5,5,5,6,6). RATIONALE: the accumulators must live in registers for the whole reduction;
- * GCC keeps a constant-indexed local vector array in registers only when the loops over it are
- * fully unrolled with compile-time bounds, hence the instantiation. */
+ * The kernels themselves are in kern_tmpl.h, compiled per instruction set by kern_<isa>.c. The
+ * choice is made once (pthread_once) from the CPU's feature bits, which on x86-64 also cover
+ * the OS saving the wider registers (__builtin_cpu_supports checks XGETBV). */
 #include "nn/gemm.h"
 
+#include "core/err.h"
+#include "core/log.h"
+#include "nn/kern.h"
+
+#include <omp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-#if defined(__AVX512F__)
-#define VW 16
-#define NREGS 32
-#elif defined(__AVX__)
-#define VW 8
-#define NREGS 16
-#else
-#define VW 4
-#define NREGS 16
+static const nn_kern *cur;      /* the path in use */
+static int cur_isa = -1;
+static int cur_bf16dp;          /* 0 off, 1 vdpbf16ps kernels, 2 plain C stand-in (tests) */
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static const char *const isa_names[NN_ISA_COUNT] = {"portable", "avx2", "avx512"};
+
+const char *nn_isa_name(int isa) {
+    return isa >= 0 && isa < NN_ISA_COUNT ? isa_names[isa] : NULL;
+}
+
+static const nn_kern *isa_table(int isa) {
+    switch (isa) {
+    case NN_ISA_PORTABLE:
+        return &nn_kern_portable;
+#if defined(__x86_64__)
+    case NN_ISA_AVX2:
+        return &nn_kern_avx2;
+    case NN_ISA_AVX512:
+        return &nn_kern_avx512;
 #endif
+    default:
+        return NULL;
+    }
+}
 
-typedef float vf __attribute__((vector_size(VW * sizeof(float)), aligned(4), may_alias));
-
-#define LOADV(p) (*(const vf *)(p))
-#define STOREV(p, v) (*(vf *)(p) = (v))
-
-/* Row-block limits per number of vectors (index NV-1): accumulators MR*NV plus NV B vectors
- * plus one broadcast must fit the register file. */
-#if NREGS == 32
-#define MR1 16
-#define MR2 12
-#define MR3 8
-#define MR4 6
+int nn_isa_supported(int isa) {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    switch (isa) {
+    case NN_ISA_PORTABLE:
+        return 1;
+    case NN_ISA_AVX2:
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case NN_ISA_AVX512:
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+               __builtin_cpu_supports("fma");
+    default:
+        return 0;
+    }
 #else
-#define MR1 8
-#define MR2 6
-#define MR3 4
-#define MR4 3
+    return isa == NN_ISA_PORTABLE;
 #endif
-#define MRMAX MR1
+}
 
-static const int mr_max[4] = {MR1, MR2, MR3, MR4};
+static int cpu_has_bf16dp(void) {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bf16");
+#else
+    return 0;
+#endif
+}
+
+static void select_isa(int isa) {
+    cur_isa = isa;
+    cur = isa_table(isa);
+    const char *e = getenv("SCAFFOLD_BF16DP");
+    if (e && !strcmp(e, "emulate"))
+        cur_bf16dp = 2;
+    else
+        cur_bf16dp = isa == NN_ISA_AVX512 && cpu_has_bf16dp() && !(e && !strcmp(e, "0"));
+}
+
+static void init_once(void) {
+    int best = NN_ISA_PORTABLE;
+    for (int i = NN_ISA_COUNT - 1; i > NN_ISA_PORTABLE; i--)
+        if (isa_table(i) && nn_isa_supported(i)) {
+            best = i;
+            break;
+        }
+    const char *e = getenv("SCAFFOLD_ISA");
+    if (e && *e) {
+        int want = -1;
+        for (int i = 0; i < NN_ISA_COUNT; i++)
+            if (!strcmp(e, isa_names[i]))
+                want = i;
+        if (!strcmp(e, "sse2"))
+            want = NN_ISA_PORTABLE; /* the portable path is SSE2 on x86-64 */
+        if (want < 0)
+            log_warn("SCAFFOLD_ISA=%s: unknown path (use avx512, avx2 or portable); using %s", e,
+                     isa_names[best]);
+        else if (!isa_table(want) || !nn_isa_supported(want))
+            log_warn("SCAFFOLD_ISA=%s: this CPU (%s) cannot run it; using %s", e, nn_cpu_name(),
+                     isa_names[best]);
+        else
+            best = want;
+    }
+    select_isa(best);
+}
+
+static const nn_kern *K(void) {
+    pthread_once(&once, init_once);
+    return cur;
+}
+
+int nn_isa(void) {
+    K();
+    return cur_isa;
+}
+
+int nn_isa_bf16dp(void) {
+    K();
+    return cur_bf16dp != 0;
+}
+
+int nn_isa_set(int isa) {
+    K();
+    if (!isa_table(isa) || !nn_isa_supported(isa))
+        return err_set(ERR_CONFIG, "instruction-set path %s: not supported by this CPU (%s)",
+                       nn_isa_name(isa) ? nn_isa_name(isa) : "?", nn_cpu_name());
+    select_isa(isa);
+    return 0;
+}
+
+static char cpu_name[128] = "unknown";
+static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
+
+/* The first "model name" of /proc/cpuinfo (Linux); "unknown" elsewhere. */
+static void read_cpu_name(void) {
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10))
+            continue;
+        const char *v = strchr(line, ':');
+        if (!v)
+            break;
+        v++;
+        while (*v == ' ' || *v == '\t')
+            v++;
+        snprintf(cpu_name, sizeof cpu_name, "%s", v);
+        cpu_name[strcspn(cpu_name, "\n")] = 0;
+        break;
+    }
+    fclose(f);
+}
+
+const char *nn_cpu_name(void) {
+    pthread_once(&cpu_once, read_cpu_name);
+    return cpu_name;
+}
+
+double nn_fma_peak_gflops(double seconds) {
+    const nn_kern *k = K();
+    /* Calibrate on one thread, then run all threads for about `seconds`. */
+    long iters = 1 << 20;
+    double dt = 0;
+    float sink = 0;
+    for (;;) {
+        const double t0 = time_now();
+        sink += k->fma_chains(iters);
+        dt = time_now() - t0;
+        if (dt > 0.05 || iters > (1L << 40))
+            break;
+        iters *= 4;
+    }
+    iters = (long)((double)iters * seconds / (dt > 0 ? dt : 1e-9)) + 1;
+    int nth = 1;
+    const double t0 = time_now();
+#pragma omp parallel reduction(+ : sink)
+    {
+#pragma omp single
+        nth = omp_get_num_threads();
+        sink += k->fma_chains(iters);
+    }
+    const double el = time_now() - t0;
+    if (sink == 12345.0f) /* uses the result */
+        log_debug("fma peak checksum %g", (double)sink);
+    return (double)iters * 12 * k->vw * 2 * nth / el / 1e9;
+}
+
+/* ---- block shapes ----------------------------------------------------------------------------- */
 
 int nn_gemm_vw(void) {
-    return VW;
+    return K()->vw;
+}
+
+/* Block width (vectors) of table k for n columns: one block when n fits the widest, else the
+ * preferred width, or the widest when that pads less. */
+static int table_nv(const nn_kern *k, int n) {
+    const int vw = k->vw;
+    int nv = (n + vw - 1) / vw;
+    if (nv < 1)
+        nv = 1;
+    if (nv <= k->maxnv)
+        return nv;
+    const int p = k->prefnv, w = k->maxnv;
+    const long padp = (long)(n + p * vw - 1) / (p * vw) * p * vw;
+    const long padw = (long)(n + w * vw - 1) / (w * vw) * w * vw;
+    return padw < padp ? w : p;
 }
 
 int nn_gemm_nr(int n) {
-    int nv = (n + VW - 1) / VW;
-    if (nv > 4) {
-        /* Wide outputs: blocks of 4 vectors unless 3 divides better (e.g. 48, 96 columns). */
-        nv = ((n % (3 * VW)) == 0 && (n % (4 * VW)) != 0) ? 3 : 4;
+    const nn_kern *k = K();
+    return table_nv(k, n) * k->vw;
+}
+
+int nn_gemm_ncol_max(int n) {
+    int best = 0;
+    for (int i = 0; i < NN_ISA_COUNT; i++) {
+        const nn_kern *k = isa_table(i);
+        if (!k || !nn_isa_supported(i))
+            continue;
+        const int nr = table_nv(k, n) * k->vw;
+        const int pad = (n + nr - 1) / nr * nr;
+        best = pad > best ? pad : best;
     }
-    if (nv < 1)
-        nv = 1;
-    return nv * VW;
+    return best;
 }
 
 int nn_tg_mr(int nr) {
-    return mr_max[nr / VW - 1];
+    const nn_kern *k = K();
+    return k->mr[nr / k->vw - 1];
 }
 
 int nn_tw_mr(int nr) {
-    return mr_max[nr / VW - 1];
+    return nn_tg_mr(nr);
 }
 
-/* ---------------------------------------------------------------------------------------- */
-/* tap GEMM */
+int nn_tg_nblocks(long M, int nr) {
+    const long mr = nn_tg_mr(nr);
+    return (int)((M + mr - 1) / mr);
+}
 
-static inline __attribute__((always_inline)) void
-tg_kern(const nn_tg *restrict g, const float *restrict A, const float *restrict Bp,
-        float *restrict C, const float *restrict bias, int nvalid, int mode, const int MR,
-        const int NV) {
-    const int nr = NV * VW;
-    const long lda = g->lda, ldc = g->ldc;
-    vf acc[MRMAX][4];
-    float tmp[4 * VW];
-#pragma GCC unroll 16
-    for (int m = 0; m < MR; m++) {
-#pragma GCC unroll 4
-        for (int j = 0; j < NV; j++) {
-            if (mode == NN_TG_BIAS) {
-                acc[m][j] = LOADV(bias + j * VW);
-            } else if (mode == NN_TG_ACCUM) {
-                if (nvalid == nr) {
-                    acc[m][j] = LOADV(C + m * ldc + j * VW);
-                } else {
-                    memset(tmp, 0, sizeof tmp);
-                    memcpy(tmp, C + m * ldc, (size_t)nvalid * sizeof(float));
-                    acc[m][j] = LOADV(tmp + j * VW);
+long nn_tg_block_start(long M, int nblocks, int b) {
+    return M * b / nblocks;
+}
+
+/* ---- kernels ----------------------------------------------------------------------------------- */
+
+void nn_tg_block(const nn_tg *g, int m, const float *const *a, const float *Bp, float *const *c,
+                 const float *bias, int nvalid, int mode) {
+    const nn_kern *k = K();
+    k->tg[g->nr / k->vw - 1][m - 1](g, a, Bp, c, bias, nvalid, mode);
+}
+
+static float bf16_to_f32(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* Plain C stand-in for the vdpbf16ps kernels (SCAFFOLD_BF16DP=emulate): the same operands and
+ * packing, each pair's two products added to the fp32 accumulator in turn. */
+static void tgb_emulated(const nn_tg *g, int m, const uint16_t *const *a, const uint16_t *Bp,
+                         float *const *c, const float *bias, int nvalid, int mode) {
+    const int nr = g->nr, KP = g->K / 2, init = mode & 3;
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < nvalid; j++) {
+            float s = init == NN_TG_BIAS ? bias[j] : init == NN_TG_ACCUM ? c[i][j] : 0.0f;
+            for (int t = 0; t < g->T; t++) {
+                const uint16_t *ap = a[i] + g->aoff[t], *b = Bp + (size_t)t * KP * 2 * nr;
+                for (int kp = 0; kp < KP; kp++) {
+                    s += bf16_to_f32(ap[2 * kp]) * bf16_to_f32(b[((size_t)kp * nr + j) * 2]);
+                    s += bf16_to_f32(ap[2 * kp + 1]) *
+                         bf16_to_f32(b[((size_t)kp * nr + j) * 2 + 1]);
                 }
-            } else {
-                acc[m][j] = (vf){0};
             }
-        }
-    }
-    const int T = g->T, K = g->K;
-    for (int t = 0; t < T; t++) {
-        const float *restrict a = A + g->aoff[t];
-        const float *restrict b = Bp + (size_t)t * K * nr;
-        for (int k = 0; k < K; k++) {
-            vf bv[4];
-#pragma GCC unroll 4
-            for (int j = 0; j < NV; j++)
-                bv[j] = LOADV(b + (size_t)k * nr + j * VW);
-#pragma GCC unroll 16
-            for (int m = 0; m < MR; m++) {
-                const float av = a[m * lda + k];
-#pragma GCC unroll 4
-                for (int j = 0; j < NV; j++)
-                    acc[m][j] += bv[j] * av;
+            if (mode & NN_TG_RBF16) {
+                uint32_t u;
+                memcpy(&u, &s, sizeof u);
+                u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+                memcpy(&s, &u, sizeof u);
             }
+            c[i][j] = s;
         }
-    }
-    if (nvalid == nr) {
-#pragma GCC unroll 16
-        for (int m = 0; m < MR; m++)
-#pragma GCC unroll 4
-            for (int j = 0; j < NV; j++)
-                STOREV(C + m * ldc + j * VW, acc[m][j]);
-    } else {
-#pragma GCC unroll 16
-        for (int m = 0; m < MR; m++) {
-#pragma GCC unroll 4
-            for (int j = 0; j < NV; j++)
-                STOREV(tmp + j * VW, acc[m][j]);
-            memcpy(C + m * ldc, tmp, (size_t)nvalid * sizeof(float));
-        }
-    }
 }
 
-typedef void (*tg_fn)(const nn_tg *, const float *, const float *, float *, const float *, int,
-                      int);
-
-#define TG_INST(MR, NV)                                                                           \
-    static void tg_##MR##_##NV(const nn_tg *g, const float *A, const float *Bp, float *C,         \
-                               const float *bias, int nvalid, int mode) {                         \
-        tg_kern(g, A, Bp, C, bias, nvalid, mode, MR, NV);                                          \
+void nn_tg_block_bf16(const nn_tg *g, int m, const uint16_t *const *a, const uint16_t *Bp,
+                      float *const *c, const float *bias, int nvalid, int mode) {
+    const nn_kern *k = K();
+#if defined(__x86_64__)
+    if (cur_bf16dp == 1) {
+        nn_tgb_avx512bf16[g->nr / k->vw - 1][m - 1](g, a, Bp, c, bias, nvalid, mode);
+        return;
     }
-
-/* ---------------------------------------------------------------------------------------- */
-/* weight-gradient tile */
-
-static inline __attribute__((always_inline)) void
-tw_kern(int nrows, const float *const *arows, const float *const *grows, int X, long lda,
-        long ldg, float *restrict Wt, long ldw, const int MR, const int NV) {
-    vf acc[MRMAX][4];
-#pragma GCC unroll 16
-    for (int m = 0; m < MR; m++)
-#pragma GCC unroll 4
-        for (int j = 0; j < NV; j++)
-            acc[m][j] = LOADV(Wt + m * ldw + j * VW);
-    for (int r = 0; r < nrows; r++) {
-        const float *restrict a = arows[r];
-        const float *restrict gg = grows[r];
-        for (int x = 0; x < X; x++) {
-            vf gv[4];
-#pragma GCC unroll 4
-            for (int j = 0; j < NV; j++)
-                gv[j] = LOADV(gg + x * ldg + j * VW);
-#pragma GCC unroll 16
-            for (int m = 0; m < MR; m++) {
-                const float av = a[x * lda + m];
-#pragma GCC unroll 4
-                for (int j = 0; j < NV; j++)
-                    acc[m][j] += gv[j] * av;
-            }
-        }
-    }
-#pragma GCC unroll 16
-    for (int m = 0; m < MR; m++)
-#pragma GCC unroll 4
-        for (int j = 0; j < NV; j++)
-            STOREV(Wt + m * ldw + j * VW, acc[m][j]);
-}
-
-typedef void (*tw_fn)(int, const float *const *, const float *const *, int, long, long, float *,
-                      long);
-
-#define TW_INST(MR, NV)                                                                           \
-    static void tw_##MR##_##NV(int nrows, const float *const *ar, const float *const *gr, int X,  \
-                               long lda, long ldg, float *Wt, long ldw) {                         \
-        tw_kern(nrows, ar, gr, X, lda, ldg, Wt, ldw, MR, NV);                                      \
-    }
-
-#define INST(MR, NV) TG_INST(MR, NV) TW_INST(MR, NV)
-#define ROW3(NV) INST(1, NV) INST(2, NV) INST(3, NV)
-#define ROW4(NV) ROW3(NV) INST(4, NV)
-#define ROW6(NV) ROW4(NV) INST(5, NV) INST(6, NV)
-#define ROW8(NV) ROW6(NV) INST(7, NV) INST(8, NV)
-#define ROW12(NV) ROW8(NV) INST(9, NV) INST(10, NV) INST(11, NV) INST(12, NV)
-#define ROW16(NV) ROW12(NV) INST(13, NV) INST(14, NV) INST(15, NV) INST(16, NV)
-
-#define E(P, MR, NV) P##MR##_##NV
-#define T3(P, NV) E(P, 1, NV), E(P, 2, NV), E(P, 3, NV)
-#define T4(P, NV) T3(P, NV), E(P, 4, NV)
-#define T6(P, NV) T4(P, NV), E(P, 5, NV), E(P, 6, NV)
-#define T8(P, NV) T6(P, NV), E(P, 7, NV), E(P, 8, NV)
-#define T12(P, NV) T8(P, NV), E(P, 9, NV), E(P, 10, NV), E(P, 11, NV), E(P, 12, NV)
-#define T16(P, NV) T12(P, NV), E(P, 13, NV), E(P, 14, NV), E(P, 15, NV), E(P, 16, NV)
-
-#if NREGS == 32
-ROW16(1)
-ROW12(2)
-ROW8(3)
-ROW6(4)
-static const tg_fn tg_tab1[] = {T16(tg_, 1)}, tg_tab2[] = {T12(tg_, 2)}, tg_tab3[] = {T8(tg_, 3)},
-                   tg_tab4[] = {T6(tg_, 4)};
-static const tw_fn tw_tab1[] = {T16(tw_, 1)}, tw_tab2[] = {T12(tw_, 2)}, tw_tab3[] = {T8(tw_, 3)},
-                   tw_tab4[] = {T6(tw_, 4)};
-#else
-ROW8(1)
-ROW6(2)
-ROW4(3)
-ROW3(4)
-static const tg_fn tg_tab1[] = {T8(tg_, 1)}, tg_tab2[] = {T6(tg_, 2)}, tg_tab3[] = {T4(tg_, 3)},
-                   tg_tab4[] = {T3(tg_, 4)};
-static const tw_fn tw_tab1[] = {T8(tw_, 1)}, tw_tab2[] = {T6(tw_, 2)}, tw_tab3[] = {T4(tw_, 3)},
-                   tw_tab4[] = {T3(tw_, 4)};
 #endif
-
-static const tg_fn *const tg_tab[4] = {tg_tab1, tg_tab2, tg_tab3, tg_tab4};
-static const tw_fn *const tw_tab[4] = {tw_tab1, tw_tab2, tw_tab3, tw_tab4};
-
-void nn_tg_row(const nn_tg *g, int X, const float *A, const float *Bp, float *C, const float *bias,
-               int nvalid, int mode) {
-    const int nv = g->nr / VW;
-    const int mrmax = mr_max[nv - 1];
-    const int nb = (X + mrmax - 1) / mrmax;
-    int x = 0;
-    for (int b = 0; b < nb; b++) {
-        int m = (X - x) / (nb - b);
-        tg_tab[nv - 1][m - 1](g, A + (long)x * g->lda, Bp, C + (long)x * g->ldc, bias, nvalid,
-                              mode);
-        x += m;
-    }
+    (void)k;
+    tgb_emulated(g, m, a, Bp, c, bias, nvalid, mode);
 }
 
 /* Partial-width tiles (fewer valid columns than a vector block: the 1x1 output convolution
@@ -260,5 +323,6 @@ void nn_tw_tile(int nrows, const float *const *arows, const float *const *grows,
         tw_partial(nrows, arows, grows, X, lda, ldg, mk, nvalid, Wt, ldw);
         return;
     }
-    tw_tab[nr / VW - 1][mk - 1](nrows, arows, grows, X, lda, ldg, Wt, ldw);
+    const nn_kern *k = K();
+    k->tw[nr / k->vw - 1][mk - 1](nrows, arows, grows, X, lda, ldg, Wt, ldw);
 }

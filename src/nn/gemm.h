@@ -1,54 +1,108 @@
-/* gemm: the two register-blocked microkernels every convolution in src/nn is built from.
+/* gemm: the register-blocked microkernels every convolution in src/nn is built from, and the
+ * run-time choice of instruction set they are compiled for.
  *
  * Activations are channels-last (N, D, H, W, C), so for a fixed tap of a convolution the input
- * values of consecutive output voxels along x are rows of a matrix with leading dimension C:
- * a convolution is a sum over taps of small GEMMs on shifted views ("implicit GEMM"), with no
- * im2col copy. Two kernels cover forward, input-gradient and weight-gradient passes:
+ * values an output voxel needs are C contiguous floats: a convolution is a sum over taps of
+ * small GEMMs whose rows are voxels and whose columns are channels ("implicit GEMM", no im2col
+ * copy). Two kernels cover forward, input-gradient and weight-gradient passes:
  *
- *  - nn_tg_row ("tap GEMM"): C[x, j] (op)= sum_t sum_k A[aoff[t] + x*lda + k] * Bp[t][k][j]
- *    for one output row of X positions and one block of nr output columns. Bp is packed
- *    [T][K][nr] (zero-padded past the valid columns). The accumulators (MR rows x nr columns)
- *    stay in registers for the whole T*K reduction; A values are broadcast, B rows are vectors.
+ *  - nn_tg_block ("tap GEMM"): for a block of m output positions, each with its own A and C
+ *    pointer (so a block may span rows of a volume, and a layer may scatter its outputs):
+ *        C_i[j] (op)= sum_t sum_k a_i[aoff[t] + k] * Bp[(t*K + k)*nr + j]
+ *    Bp is packed [T][K][nr] (zero-padded past the valid columns). The m x nr accumulators stay
+ *    in registers for the whole T*K reduction; A values are broadcast, B rows are vectors.
  *  - nn_tw_tile ("weight-gradient tile"): Wt[k, j] += sum_rows sum_x A_r[x*lda + k] * G_r[x*ldg + j]
  *    for mk input channels and nr output channels, reducing over voxels.
  *
- * The SIMD width comes from the compiler target (GCC vector extensions): 16 floats with
- * AVX-512, 8 with AVX/AVX2 (FMA contracted where the target has it), 4 otherwise (SSE2, NEON,
- * or scalar code the compiler lowers), so the same source is the fast and the portable path. */
+ * Dispatch: the kernels are compiled once per instruction set (AVX-512, AVX2+FMA, portable C:
+ * SSE2 on x86-64, whatever the compiler targets elsewhere) and one set is chosen at first use
+ * from what the CPU reports. SCAFFOLD_ISA=avx512|avx2|portable forces a path (a path the CPU
+ * lacks is refused with a message and the best supported one is used). The block shapes (nr,
+ * largest m) depend on the path: query them, never assume them. */
 #ifndef SCAFFOLD_NN_GEMM_H
 #define SCAFFOLD_NN_GEMM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
-/* Floats per SIMD vector in this build (16, 8 or 4). */
+/* ---- instruction-set paths ---------------------------------------------------------------- */
+
+enum { NN_ISA_PORTABLE = 0, NN_ISA_AVX2 = 1, NN_ISA_AVX512 = 2, NN_ISA_COUNT = 3 };
+
+/* Path in use (chosen on first call: SCAFFOLD_ISA, else the best this CPU supports). */
+int nn_isa(void);
+/* "portable", "avx2", "avx512"; NULL for an unknown index. */
+const char *nn_isa_name(int isa);
+/* 1 when the path is compiled in and this CPU (and OS) can execute it. */
+int nn_isa_supported(int isa);
+/* Switches path (tests, benchmarks). 0, or ERR_CONFIG when the CPU cannot run it. Not
+ * thread-safe: call between layers, never while a layer runs. */
+int nn_isa_set(int isa);
+/* 1 when the bf16 layers use the pair kernels (nn_tg_block_bf16): the path in use has
+ * AVX512_BF16 (vdpbf16ps). SCAFFOLD_BF16DP=0 turns them off (the bf16 layers then use the fp32
+ * kernels on bf16-rounded values); SCAFFOLD_BF16DP=emulate turns them on on any path with a
+ * plain C stand-in for vdpbf16ps, so the pair packing is tested where the instruction is
+ * missing (slow: tests only). */
+int nn_isa_bf16dp(void);
+/* CPU model name as the OS reports it ("unknown" when it cannot be read). */
+const char *nn_cpu_name(void);
+
+/* FP32 FMA peak of the path in use on every OpenMP thread (GFLOP/s): 12 independent chains of
+ * vector FMAs per thread in registers, for about `seconds`. The ceiling the kernels are
+ * reported against. */
+double nn_fma_peak_gflops(double seconds);
+
+/* ---- block shapes --------------------------------------------------------------------------- */
+
+/* Floats per SIMD vector of the path in use (16, 8 or 4). */
 int nn_gemm_vw(void);
 
-/* Column-block width (floats, a multiple of the vector width, at most 4 vectors) the kernels
- * use for a matrix with n output columns. */
+/* Column-block width (floats, a multiple of the vector width) the kernels use for a matrix
+ * with n output columns. */
 int nn_gemm_nr(int n);
 
-/* Largest row block (output positions) nn_tg_row keeps in registers for block width nr. */
+/* Columns of a packed matrix with n columns, padded to whole blocks, for the widest blocks of
+ * every supported path (so workspace sized with it fits whatever path runs). */
+int nn_gemm_ncol_max(int n);
+
+/* Largest block of positions nn_tg_block takes for block width nr. */
 int nn_tg_mr(int nr);
 
 /* Largest k block nn_tw_tile keeps in registers for block width nr. */
 int nn_tw_mr(int nr);
 
+/* Largest value nn_tg_mr can return on any path (sizes pointer arrays). */
+#define NN_TG_MR_MAX 16
+
+/* ---- kernels -------------------------------------------------------------------------------- */
+
 typedef struct nn_tg {
     int T, K;         /* taps, reduction length per tap */
-    const long *aoff; /* T offsets (floats) into A, one per tap */
-    long lda;         /* A stride (floats) between consecutive output positions */
-    long ldc;         /* C stride (floats) between consecutive output positions */
+    const long *aoff; /* T offsets (elements) added to each position's A pointer, one per tap */
     int nr;           /* column-block width, from nn_gemm_nr() */
 } nn_tg;
 
 enum { NN_TG_ZERO = 0, NN_TG_ACCUM = 1, NN_TG_BIAS = 2 };
+/* Mode bit: round the results to bf16 (nearest, ties to even) before storing them. */
+#define NN_TG_RBF16 4
 
-/* One output row of X positions for one column block (nvalid <= nr valid columns):
- *   C[x*ldc + j] = init + sum_t sum_k A[aoff[t] + x*lda + k] * Bp[(t*K + k)*nr + j]
- * init: NN_TG_ZERO (0), NN_TG_ACCUM (the current C), NN_TG_BIAS (bias[j], nr floats readable).
- * Only the nvalid first columns of C are written. */
-void nn_tg_row(const nn_tg *g, int X, const float *A, const float *Bp, float *C, const float *bias,
-               int nvalid, int mode);
+/* One block of m <= nn_tg_mr(nr) positions for one column block (nvalid <= nr valid columns):
+ *   c[i][j] = init + sum_t sum_k a[i][aoff[t] + k] * Bp[(t*K + k)*nr + j]
+ * init: NN_TG_ZERO (0), NN_TG_ACCUM (the current c[i][j]), NN_TG_BIAS (bias[j], nr floats
+ * readable), optionally | NN_TG_RBF16. Only the nvalid first columns of each c[i] are written. */
+void nn_tg_block(const nn_tg *g, int m, const float *const *a, const float *Bp, float *const *c,
+                 const float *bias, int nvalid, int mode);
+
+/* The same on bf16 data (AVX512_BF16 paths only, see nn_isa_bf16dp): a[i] point to bf16 values
+ * (K even, aoff in bf16 elements), Bp is packed [T][K/2][nr][2] (pairs of consecutive k), and
+ * products accumulate in fp32 (vdpbf16ps). */
+void nn_tg_block_bf16(const nn_tg *g, int m, const uint16_t *const *a, const uint16_t *Bp,
+                      float *const *c, const float *bias, int nvalid, int mode);
+
+/* Number of position blocks nn_tg_block needs for M positions at width nr, and the start of
+ * block b: near-equal blocks, so no slow remainder runs (M = 32 at most 6 -> 5,5,5,5,6,6). */
+int nn_tg_nblocks(long M, int nr);
+long nn_tg_block_start(long M, int nblocks, int b);
 
 /* Weight-gradient tile over `nrows` rows of X positions each:
  *   Wt[k*ldw + j] += sum_r sum_x arows[r][x*lda + k] * grows[r][x*ldg + j]

@@ -24,6 +24,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Precision of the convolutions. NN_BF16 follows PyTorch's CPU autocast: inputs, weights and
+ * bias are rounded to bf16, products accumulate in fp32, outputs (forward results, input,
+ * weight and bias gradients) are rounded to bf16 and returned in fp32 arrays; the output
+ * gradient `dout` a backward pass receives must already hold bf16 values (autocast's gradient
+ * of a bf16 tensor is bf16: round with nn_round_bf16). GroupNorm, ReLU, pooling, softmax and
+ * the loss stay fp32. */
+typedef enum { NN_FP32 = 0, NN_BF16 = 1 } nn_prec;
+
+/* x rounded to the nearest bf16 (ties to even), as fp32; the same in place over n floats. */
+float nn_bf16_round(float x);
+void nn_round_bf16(float *x, size_t n);
+
 #define NN_MAX_THREADS 64
 #define NN_SLICES 64 /* fixed partition of every reduction over voxels */
 
@@ -61,15 +73,31 @@ typedef struct nn_shard {
 /* ---- Conv3d, kernel 3, stride 1, padding 1, no bias ----------------------------------------
  * out (N,D,H,W,cout) = conv(cat(inA (N,D,H,W,ca), inB (N,D,H,W,cb))) with w (cout, ca+cb, 3,3,3)
  * in PyTorch layout. inB may be NULL (cb = 0): the concatenation (skip first) is fused with the
- * zero padding, so the UNet never materialises cat(). */
+ * zero padding, so the UNet never materialises cat().
+ * The full form (_p) takes the precision and the optional shard (sh, NULL: one shard; in bf16
+ * a sharded call uses the fp32 kernels on bf16 values, since the halo carries floats). Its
+ * workspace: nn_conv3d_ws_floats unsharded (the padded input is made a few planes at a time),
+ * nn_conv3d_ws_floats_sh with a shard (the halo exchange fills a whole block's border). The
+ * short forms are fp32; the _sh forms fp32 with a shard. */
 size_t nn_conv3d_ws_floats(int N, int D, int H, int W, int cin, int cout);
+size_t nn_conv3d_ws_floats_sh(int N, int D, int H, int W, int cin, int cout);
+void nn_conv3d_forward_p(float *out, const float *inA, int ca, const float *inB, int cb,
+                         const float *w, int cout, int N, int D, int H, int W, nn_prec prec,
+                         const nn_shard *sh, float *ws);
+/* dw (cout, cin, 3,3,3) accumulates (skipped when NULL). The input gradient is overwritten:
+ * with dinB NULL, din (N,D,H,W,ca+cb) receives all of it (skipped when din is NULL); with dinB
+ * given (and cb > 0), the concatenation's two gradients are written apart, din (N,D,H,W,ca)
+ * and dinB (N,D,H,W,cb). */
+void nn_conv3d_backward_p(float *din, float *dinB, float *dw, const float *dout,
+                          const float *inA, int ca, const float *inB, int cb, const float *w,
+                          int cout, int N, int D, int H, int W, nn_prec prec, const nn_shard *sh,
+                          float *ws);
 void nn_conv3d_forward(float *out, const float *inA, int ca, const float *inB, int cb,
                        const float *w, int cout, int N, int D, int H, int W, float *ws);
-/* dw (cout, cin, 3,3,3) accumulates; din (N,D,H,W,ca+cb) is overwritten, skipped when NULL. */
 void nn_conv3d_backward(float *din, float *dw, const float *dout, const float *inA, int ca,
                         const float *inB, int cb, const float *w, int cout, int N, int D, int H,
                         int W, float *ws);
-/* The same on one block of a sharded volume (sh may be NULL). */
+/* The same on one block of a sharded volume (sh may be NULL; ws from nn_conv3d_ws_floats_sh). */
 void nn_conv3d_forward_sh(float *out, const float *inA, int ca, const float *inB, int cb,
                           const float *w, int cout, int N, int D, int H, int W, float *ws,
                           const nn_shard *sh);
@@ -78,18 +106,32 @@ void nn_conv3d_backward_sh(float *din, float *dw, const float *dout, const float
                            int H, int W, float *ws, const nn_shard *sh);
 
 /* ---- ConvTranspose3d, kernel 2, stride 2, bias -----------------------------------------------
- * in (N,D,H,W,cin) -> out (N,2D,2H,2W,cout); w (cin, cout, 2,2,2), b (cout). */
+ * in (N,D,H,W,cin) -> out (N,2D,2H,2W,cout); w (cin, cout, 2,2,2), b (cout). The _p forms take
+ * the precision (bf16 needs the larger workspace of nn_convt3d_ws_floats_p); the short forms
+ * are fp32. */
+size_t nn_convt3d_ws_floats_p(int N, int D, int H, int W, int cin, int cout, nn_prec prec);
+void nn_convt3d_forward_p(float *out, const float *in, const float *w, const float *b, int cin,
+                          int cout, int N, int D, int H, int W, nn_prec prec, float *ws);
+/* dout has `ldo` floats per voxel (ldo >= cout; e.g. one half of a concatenation gradient).
+ * dw, db accumulate; din (N,D,H,W,cin) overwritten unless NULL. */
+void nn_convt3d_backward_p(float *din, float *dw, float *db, const float *dout, long ldo,
+                           const float *in, const float *w, int cin, int cout, int N, int D,
+                           int H, int W, nn_prec prec, float *ws);
 size_t nn_convt3d_ws_floats(int N, int D, int H, int W, int cin, int cout);
 void nn_convt3d_forward(float *out, const float *in, const float *w, const float *b, int cin,
                         int cout, int N, int D, int H, int W, float *ws);
-/* dout has `ldo` floats per voxel (ldo >= cout; the U-Net passes the upsample half of a
- * concatenation gradient). dw, db accumulate; din (N,D,H,W,cin) overwritten unless NULL. */
 void nn_convt3d_backward(float *din, float *dw, float *db, const float *dout, long ldo,
                          const float *in, const float *w, int cin, int cout, int N, int D, int H,
                          int W, float *ws);
 
 /* ---- Conv3d, kernel 1, bias (the output layer) ----------------------------------------------
- * in (P, cin) -> out (P, cout) where P = N*D*H*W voxels; w (cout, cin, 1,1,1), b (cout). */
+ * in (P, cin) -> out (P, cout) where P = N*D*H*W voxels; w (cout, cin, 1,1,1), b (cout). _p
+ * forms as for ConvTranspose3d. */
+size_t nn_conv1_ws_floats_p(long P, int cin, int cout, nn_prec prec);
+void nn_conv1_forward_p(float *out, const float *in, const float *w, const float *b, int cin,
+                        int cout, long P, nn_prec prec, float *ws);
+void nn_conv1_backward_p(float *din, float *dw, float *db, const float *dout, const float *in,
+                         const float *w, int cin, int cout, long P, nn_prec prec, float *ws);
 size_t nn_conv1_ws_floats(long P, int cin, int cout);
 void nn_conv1_forward(float *out, const float *in, const float *w, const float *b, int cin,
                       int cout, long P, float *ws);
@@ -112,6 +154,7 @@ void nn_groupnorm_apply(float *y, const float *x, const float *mean, const float
 void nn_groupnorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
                            const float *x, const float *y, const float *mean, const float *rstd,
                            const float *gamma, int N, long S, int C, int G, int relu, float *ws);
+
 /* The same on one block of a sharded volume: statistics of the whole volume when sh->gn_global
  * (sh may be NULL). */
 void nn_groupnorm_forward_sh(float *y, float *mean, float *rstd, const float *x,

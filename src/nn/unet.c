@@ -13,6 +13,7 @@
 #include "core/rng.h"
 #include "nn/layers.h"
 #include "nn/loss.h"
+#include "nn/optim.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -24,12 +25,19 @@
 typedef struct dc_block {
     int cin, cout, level;
     int w1, g1w, g1b, w2, g2w, g2b; /* tensor indices */
-    float *c1, *c2, *a2; /* (N, S, cout): conv outputs, block output (GN+ReLU of c2) */
-    float *m1, *r1, *m2, *r2;       /* (N, G) */
+    /* (N, S, cout): conv outputs (NULL with checkpointing: recomputed into scratch), block
+     * output (GN+ReLU of c2) */
+    float *c1, *c2, *a2;
+    float *m1, *r1, *m2, *r2; /* (N, G) */
 } dc_block;
 
 struct nn_unet_plan {
     int L, K, G;
+    nn_prec prec;
+    int ckpt; /* activation checkpointing: only block outputs (and GN statistics) are kept */
+    int sharded; /* ws sized for whole-block padded copies (sharded convolutions) */
+    float *ws_sh; /* a sharded model created unsharded: its whole-block workspace, allocated at
+                   * the first step (NULL until then) */
     int dd[MAXL + 1], hh[MAXL + 1], ww[MAXL + 1], ch[MAXL + 1];
     long S[MAXL + 1];
     dc_block down[MAXL + 1], up[MAXL];
@@ -40,6 +48,10 @@ struct nn_unet_plan {
     float *xin, *logits, *dlogits;
     float *dr[MAXL + 1];
     float *gG, *gT, *gH;
+    /* checkpointing scratch: conv output, pool output and argmax of the block being run or
+     * recomputed */
+    float *cs, *pools;
+    uint8_t *pidxs;
     float *ws;
     float *slab;
     uint8_t *islab;
@@ -73,6 +85,19 @@ int nn_unet_spec_check(const nn_unet_spec *s, int d, int h, int w) {
                        "volume %dx%dx%d: each extent must be a positive multiple of 2^layers = %d "
                        "(the U-Net halves it %d times)",
                        d, h, w, q, s->layers);
+    return 0;
+}
+
+static int opts_check(const nn_unet_opts *o) {
+    if (o->precision != NN_FP32 && o->precision != NN_BF16)
+        return err_set(ERR_CONFIG, "U-Net precision %d: it must be 0 (fp32) or 1 (bf16, "
+                                   "torch_amp: 1)",
+                       o->precision);
+    if (o->checkpointing != 0 && o->checkpointing != 1)
+        return err_set(ERR_CONFIG, "activation_checkpointing = %d: it must be 0 or 1",
+                       o->checkpointing);
+    if (o->sharded != 0 && o->sharded != 1)
+        return err_set(ERR_CONFIG, "U-Net option sharded = %d: it must be 0 or 1", o->sharded);
     return 0;
 }
 
@@ -207,6 +232,7 @@ void nn_unet_free(nn_unet *m) {
     free(m->params);
     free(m->grads);
     if (m->plan) {
+        free(m->plan->ws_sh);
         free(m->plan->slab);
         free(m->plan->islab);
         free(m->plan);
@@ -214,11 +240,154 @@ void nn_unet_free(nn_unet *m) {
     memset(m, 0, sizeof *m);
 }
 
+/* Extents, channels and block levels of the plan for a (d, h, w) volume. */
+static void plan_dims(struct nn_unet_plan *p, const nn_unet_spec *s, const nn_unet_opts *o, int d,
+                      int h, int w) {
+    const int L = s->layers;
+    p->L = L;
+    p->K = s->n_classes;
+    p->G = s->groups;
+    p->prec = (nn_prec)o->precision;
+    p->ckpt = o->checkpointing;
+    p->sharded = o->sharded;
+    for (int i = 0; i <= L; i++) {
+        p->dd[i] = d >> i;
+        p->hh[i] = h >> i;
+        p->ww[i] = w >> i;
+        p->S[i] = (long)p->dd[i] * p->hh[i] * p->ww[i];
+        p->ch[i] = s->base_channels << i;
+        p->down[i].level = i;
+    }
+    for (int j = 0; j < L; j++)
+        p->up[j].level = L - 1 - j;
+}
+
+/* Workspace floats of a Conv3d at level l, for a sharded or unsharded call. */
+static size_t conv3d_ws(const struct nn_unet_plan *p, int N, int l, int cin, int cout, int sh) {
+    return sh ? nn_conv3d_ws_floats_sh(N, p->dd[l], p->hh[l], p->ww[l], cin, cout)
+              : nn_conv3d_ws_floats(N, p->dd[l], p->hh[l], p->ww[l], cin, cout);
+}
+
+/* The largest workspace any layer needs when the model is sharded. */
+static size_t ws_sharded(const struct nn_unet_plan *p, int N) {
+    size_t ws = 0;
+    for (int b = 0; b < 2 * p->L + 1; b++) {
+        const dc_block *blk = b <= p->L ? &p->down[b] : &p->up[b - p->L - 1];
+        ws = maxz(ws, conv3d_ws(p, N, blk->level, blk->cin, blk->cout, 1));
+        ws = maxz(ws, conv3d_ws(p, N, blk->level, blk->cout, blk->cout, 1));
+    }
+    return ws;
+}
+
+/* Lays out the activation slab for batch N: with p->slab and p->islab NULL only counts (floats,
+ * index bytes, and the workspace's share of the floats), else also carves the pointers. The
+ * one definition of the layout, so nn_unet_memory_estimate is exact. */
+static void plan_slabs(struct nn_unet_plan *p, const nn_unet_spec *s, int N, size_t *floats,
+                       size_t *ibytes, size_t *ws_floats) {
+    const int L = p->L, G = p->G;
+    size_t off = 0, ioff = 0;
+#define TAKE(ptr, nfl)                                                                             \
+    do {                                                                                           \
+        (ptr) = p->slab ? p->slab + off : NULL;                                                    \
+        off += ((size_t)(nfl) + 15) & ~(size_t)15;                                                 \
+    } while (0)
+#define ITAKE(ptr, n)                                                                              \
+    do {                                                                                           \
+        (ptr) = p->islab ? p->islab + ioff : NULL;                                                 \
+        ioff += ((size_t)(n) + 63) & ~(size_t)63;                                                  \
+    } while (0)
+    for (int b = 0; b < 2 * L + 1; b++) {
+        dc_block *blk = b <= L ? &p->down[b] : &p->up[b - L - 1];
+        const size_t n = (size_t)N * p->S[blk->level] * blk->cout;
+        if (p->ckpt) {
+            blk->c1 = blk->c2 = NULL;
+        } else {
+            TAKE(blk->c1, n);
+            TAKE(blk->c2, n);
+        }
+        TAKE(blk->a2, n);
+        TAKE(blk->m1, (size_t)N * G);
+        TAKE(blk->r1, (size_t)N * G);
+        TAKE(blk->m2, (size_t)N * G);
+        TAKE(blk->r2, (size_t)N * G);
+    }
+    const size_t top = (size_t)N * p->S[0] * p->ch[0];
+    if (p->ckpt) {
+        /* One block at a time: its conv output (the largest block's) and pool output (level
+         * 1's, the largest); the upsample output lives in gH or gG (see block_forward). */
+        TAKE(p->cs, top);
+        const size_t pool1 = L >= 1 ? (size_t)N * p->S[1] * p->ch[0] : 0;
+        TAKE(p->pools, pool1);
+        ITAKE(p->pidxs, pool1);
+        for (int i = 1; i <= L; i++) {
+            p->pool[i] = p->pools;
+            p->pidx[i] = p->pidxs;
+        }
+    } else {
+        p->cs = p->pools = NULL;
+        p->pidxs = NULL;
+        for (int i = 1; i <= L; i++) {
+            const size_t n = (size_t)N * p->S[i] * p->ch[i - 1];
+            TAKE(p->pool[i], n);
+            ITAKE(p->pidx[i], n);
+        }
+        for (int j = 0; j < L; j++) {
+            const int l = L - 1 - j;
+            TAKE(p->upt[j], (size_t)N * p->S[l] * p->ch[l]);
+        }
+    }
+    /* dr[l] (l < L) shares the buffer of the up block at level l's output: that output is dead
+     * once the block's GroupNorm backward has read it, before its conv1 backward first writes
+     * dr[l] (the next up block, which reads it as input, runs its backward earlier). */
+    TAKE(p->dr[L], (size_t)N * p->S[L] * p->ch[L]);
+    for (int l = 0; l < L; l++)
+        p->dr[l] = p->up[L - 1 - l].a2;
+    TAKE(p->xin, (size_t)N * p->S[0] * s->in_channels);
+    TAKE(p->logits, (size_t)N * p->S[0] * p->K);
+    TAKE(p->dlogits, (size_t)N * p->S[0] * p->K);
+    TAKE(p->gG, top);
+    TAKE(p->gT, top);
+    TAKE(p->gH, top);
+    /* Workspace: the largest any layer needs. */
+    size_t ws = nn_loss_ws_floats(N, p->K);
+    for (int b = 0; b < 2 * L + 1; b++) {
+        const dc_block *blk = b <= L ? &p->down[b] : &p->up[b - L - 1];
+        const int l = blk->level;
+        ws = maxz(ws, conv3d_ws(p, N, l, blk->cin, blk->cout, p->sharded));
+        ws = maxz(ws, conv3d_ws(p, N, l, blk->cout, blk->cout, p->sharded));
+        ws = maxz(ws, nn_groupnorm_ws_floats(blk->cout));
+    }
+    for (int j = 0; j < L; j++) {
+        const int l = L - 1 - j;
+        ws = maxz(ws, nn_convt3d_ws_floats_p(N, p->dd[l + 1], p->hh[l + 1], p->ww[l + 1],
+                                             p->ch[l + 1], p->ch[l], p->prec));
+    }
+    ws = maxz(ws, nn_conv1_ws_floats_p((long)N * p->S[0], p->ch[0], p->K, p->prec));
+    ws = (ws + 15) & ~(size_t)15;
+    TAKE(p->ws, ws);
+#undef TAKE
+#undef ITAKE
+    *floats = off;
+    *ibytes = ioff;
+    *ws_floats = ws;
+}
+
 int nn_unet_create(nn_unet *m, const nn_unet_spec *s, int max_batch, int d, int h, int w) {
+    return nn_unet_create_opts(m, s, NULL, max_batch, d, h, w);
+}
+
+int nn_unet_create_opts(nn_unet *m, const nn_unet_spec *s, const nn_unet_opts *o, int max_batch,
+                        int d, int h, int w) {
+    static const nn_unet_opts defaults = {0};
     memset(m, 0, sizeof *m);
+    if (!o)
+        o = &defaults;
     int rc = nn_unet_spec_check(s, d, h, w);
+    if (!rc)
+        rc = opts_check(o);
     if (rc)
         return rc;
+    m->opts = *o;
     if (max_batch < 1)
         return err_set(ERR_CONFIG, "batch size %d: it must be at least 1", max_batch);
     m->spec = *s;
@@ -230,10 +399,7 @@ int nn_unet_create(nn_unet *m, const nn_unet_spec *s, int max_batch, int d, int 
     if (!p)
         return err_set(ERR_NOMEM, "U-Net plan: out of memory");
     m->plan = p;
-    const int L = s->layers, N = max_batch;
-    p->L = L;
-    p->K = s->n_classes;
-    p->G = s->groups;
+    const int N = max_batch;
     m->ntensors = build_tensors(s, NULL, &m->nparams, NULL);
     m->tensors = calloc((size_t)m->ntensors, sizeof *m->tensors);
     m->params = alloc64(m->nparams * sizeof(float));
@@ -245,94 +411,56 @@ int nn_unet_create(nn_unet *m, const nn_unet_spec *s, int max_batch, int d, int 
     build_tensors(s, m->tensors, NULL, p);
     memset(m->params, 0, m->nparams * sizeof(float));
     memset(m->grads, 0, m->nparams * sizeof(float));
-    for (int i = 0; i <= L; i++) {
-        p->dd[i] = d >> i;
-        p->hh[i] = h >> i;
-        p->ww[i] = w >> i;
-        p->S[i] = (long)p->dd[i] * p->hh[i] * p->ww[i];
-        p->ch[i] = s->base_channels << i;
-        p->down[i].level = i;
+    plan_dims(p, s, o, d, h, w);
+    size_t floats, ibytes, wsf;
+    plan_slabs(p, s, N, &floats, &ibytes, &wsf);
+    m->activation_floats = floats;
+    m->activation_index_bytes = ibytes;
+    p->slab = alloc64(floats * sizeof(float));
+    p->islab = alloc64(ibytes);
+    if (!p->slab || !p->islab) {
+        const size_t bytes = floats * sizeof(float) + ibytes;
+        nn_unet_free(m);
+        return err_set(ERR_NOMEM,
+                       "U-Net activations: cannot allocate %.2f GiB for batch %d at %dx%dx%d; "
+                       "lower local_batch_size, problem_scale or unet_base_channels, or turn on "
+                       "activation_checkpointing",
+                       (double)bytes / (1u << 30), max_batch, d, h, w);
     }
-    for (int j = 0; j < L; j++)
-        p->up[j].level = L - 1 - j;
+    plan_slabs(p, s, N, &floats, &ibytes, &wsf);
+    return 0;
+}
 
-    /* Plan the activation slab: first count, then carve. */
-    size_t off = 0, ioff = 0;
-    const int G = s->groups;
-#define TAKE(ptr, nfl)                                                                             \
-    do {                                                                                           \
-        if (p->slab)                                                                               \
-            (ptr) = p->slab + off;                                                                 \
-        off += ((size_t)(nfl) + 15) & ~(size_t)15;                                                 \
-    } while (0)
-    for (int pass = 0; pass < 2; pass++) {
-        off = 0;
-        ioff = 0;
-        for (int b = 0; b < 2 * L + 1; b++) {
-            dc_block *blk = b <= L ? &p->down[b] : &p->up[b - L - 1];
-            const size_t n = (size_t)N * p->S[blk->level] * blk->cout;
-            TAKE(blk->c1, n);
-            TAKE(blk->c2, n);
-            TAKE(blk->a2, n);
-            TAKE(blk->m1, (size_t)N * G);
-            TAKE(blk->r1, (size_t)N * G);
-            TAKE(blk->m2, (size_t)N * G);
-            TAKE(blk->r2, (size_t)N * G);
-        }
-        for (int i = 1; i <= L; i++) {
-            const size_t n = (size_t)N * p->S[i] * p->ch[i - 1];
-            TAKE(p->pool[i], n);
-            if (p->islab)
-                p->pidx[i] = p->islab + ioff;
-            ioff += (n + 63) & ~(size_t)63;
-        }
-        for (int j = 0; j < L; j++) {
-            const int l = L - 1 - j;
-            TAKE(p->upt[j], (size_t)N * p->S[l] * p->ch[l]);
-        }
-        for (int i = 0; i <= L; i++)
-            TAKE(p->dr[i], (size_t)N * p->S[i] * p->ch[i]);
-        const size_t top = (size_t)N * p->S[0] * p->ch[0];
-        TAKE(p->xin, (size_t)N * p->S[0] * s->in_channels);
-        TAKE(p->logits, (size_t)N * p->S[0] * p->K);
-        TAKE(p->dlogits, (size_t)N * p->S[0] * p->K);
-        TAKE(p->gG, top);
-        TAKE(p->gT, top);
-        TAKE(p->gH, 2 * top);
-        /* Workspace: the largest any layer needs. */
-        size_t ws = nn_loss_ws_floats(N, p->K);
-        for (int b = 0; b < 2 * L + 1; b++) {
-            const dc_block *blk = b <= L ? &p->down[b] : &p->up[b - L - 1];
-            const int l = blk->level;
-            ws = maxz(ws, nn_conv3d_ws_floats(N, p->dd[l], p->hh[l], p->ww[l], blk->cin,
-                                              blk->cout));
-            ws = maxz(ws, nn_conv3d_ws_floats(N, p->dd[l], p->hh[l], p->ww[l], blk->cout,
-                                              blk->cout));
-            ws = maxz(ws, nn_groupnorm_ws_floats(blk->cout));
-        }
-        for (int j = 0; j < L; j++) {
-            const int l = L - 1 - j;
-            ws = maxz(ws, nn_convt3d_ws_floats(N, p->dd[l + 1], p->hh[l + 1], p->ww[l + 1],
-                                               p->ch[l + 1], p->ch[l]));
-        }
-        ws = maxz(ws, nn_conv1_ws_floats((long)N * p->S[0], p->ch[0], p->K));
-        TAKE(p->ws, ws);
-        if (pass == 0) {
-            m->activation_floats = off;
-            p->slab = alloc64(off * sizeof(float));
-            p->islab = alloc64(ioff);
-            if (!p->slab || !p->islab) {
-                size_t bytes = off * sizeof(float) + ioff;
-                nn_unet_free(m);
-                return err_set(ERR_NOMEM,
-                               "U-Net activations: cannot allocate %.2f GiB for batch %d at "
-                               "%dx%dx%d; lower local_batch_size, problem_scale or "
-                               "unet_base_channels",
-                               (double)bytes / (1u << 30), max_batch, d, h, w);
-            }
-        }
-    }
-#undef TAKE
+int nn_unet_memory_estimate(const nn_unet_spec *s, const nn_unet_opts *o, int batch, int d,
+                            int h, int w, int optimizer, nn_unet_memory *out) {
+    static const nn_unet_opts defaults = {0};
+    memset(out, 0, sizeof *out);
+    if (!o)
+        o = &defaults;
+    int rc = nn_unet_spec_check(s, d, h, w);
+    if (!rc)
+        rc = opts_check(o);
+    if (rc)
+        return rc;
+    if (batch < 1)
+        return err_set(ERR_CONFIG, "batch size %d: it must be at least 1", batch);
+    if (optimizer < NN_OPT_ADAM || optimizer > NN_OPT_RMSPROP)
+        return err_set(ERR_CONFIG, "optimizer kind %d: unknown", optimizer);
+    struct nn_unet_plan *p = calloc(1, sizeof *p);
+    if (!p)
+        return err_set(ERR_NOMEM, "U-Net plan: out of memory");
+    size_t nparams = 0;
+    build_tensors(s, NULL, &nparams, p);
+    plan_dims(p, s, o, d, h, w);
+    size_t floats, ibytes, wsf;
+    plan_slabs(p, s, batch, &floats, &ibytes, &wsf);
+    free(p);
+    out->params = nparams * sizeof(float);
+    out->grads = nparams * sizeof(float);
+    out->optimizer = nn_optim_state_floats((nn_optim_kind)optimizer, nparams) * sizeof(float);
+    out->workspace = wsf * sizeof(float);
+    out->activations = (floats - wsf) * sizeof(float) + ibytes;
+    out->total = out->params + out->grads + out->optimizer + out->workspace + out->activations;
     return 0;
 }
 
@@ -381,119 +509,241 @@ void nn_unet_last_times(const nn_unet *m, double *fwd, double *loss, double *bwd
 #define P_(m, idx) ((m)->params + (m)->tensors[idx].offset)
 #define G_(m, idx) ((m)->grads + (m)->tensors[idx].offset)
 
-/* The first GN+ReLU output (a1) is not kept: forward writes it to the scratch gT (free until
- * the backward pass), and backward recomputes it from c1 and the saved statistics into gH
- * (free until the block's input gradient is written there). One extra elementwise pass per
- * block saves one activation tensor per DoubleConv. */
-static void dc_forward(nn_unet *m, dc_block *b, const float *inA, int ca, const float *inB, int cb,
-                       int N) {
-    struct nn_unet_plan *p = m->plan;
-    const int l = b->level;
-    const int D = p->dd[l], H = p->hh[l], W = p->ww[l];
-    const nn_shard *sh = m->shard;
-    float *a1 = p->gT;
-    nn_conv3d_forward_sh(b->c1, inA, ca, inB, cb, P_(m, b->w1), b->cout, N, D, H, W, p->ws, sh);
-    nn_groupnorm_forward_sh(a1, b->m1, b->r1, b->c1, P_(m, b->g1w), P_(m, b->g1b), N, p->S[l],
-                            b->cout, p->G, 1, p->ws, sh);
-    nn_conv3d_forward_sh(b->c2, a1, b->cout, NULL, 0, P_(m, b->w2), b->cout, N, D, H, W, p->ws,
-                         sh);
-    nn_groupnorm_forward_sh(b->a2, b->m2, b->r2, b->c2, P_(m, b->g2w), P_(m, b->g2b), N, p->S[l],
-                            b->cout, p->G, 1, p->ws, sh);
+/* The workspace of a Conv3d k3: the slab's, or for a sharded model created unsharded the
+ * whole-block one allocated at its first step (ensure_ws). */
+static float *conv_ws(const nn_unet *m) {
+    return m->plan->ws_sh ? m->plan->ws_sh : m->plan->ws;
 }
 
-/* Tensors first..ntensors-1 have their final gradient. */
+/* Tensors first..ntensors-1 have their final gradient (for an overlapped all-reduce). */
 static void grad_ready(nn_unet *m, int first) {
     if (m->grad_ready)
         m->grad_ready(m->grad_ctx, first);
 }
 
-/* dY (gradient of b->a2) is destroyed; din (N,S,ca+cb) receives the input gradient (if not
- * NULL; din may be gH, which is also where a1 is recomputed); tmp is scratch of (N,S,cout). */
-static void dc_backward(nn_unet *m, dc_block *b, float *dY, const float *inA, int ca,
-                        const float *inB, int cb, float *din, float *tmp, int N) {
+/* bf16 (PyTorch CPU autocast): the tensors between layers are bf16 (GroupNorm computes in fp32
+ * but returns bf16 for a bf16 input, so do ReLU and the concatenation; MaxPool, cast to fp32,
+ * sees bf16 values), and so are the gradients arriving at them. Rounds in place. */
+static void to_prec(const struct nn_unet_plan *p, float *x, size_t n) {
+    if (p->prec == NN_BF16)
+        nn_round_bf16(x, n);
+}
+
+/* Forward of one DoubleConv: c1 = conv(in), a1 = relu(gn(c1)), c2 = conv(a1), and (unless
+ * recompute) b->a2 = relu(gn(c2)) with the statistics saved. The caller chooses where c1, a1 and
+ * c2 live: without checkpointing c1 and c2 are the block's own (kept for backward) and a1 goes
+ * to the scratch gT (free until backward, which recomputes it); with checkpointing c1 and c2
+ * share the scratch cs (c1 is dead once a1 exists). recompute (checkpointed backward): the
+ * saved statistics give a1 without a statistics pass, and the block output a2 and its
+ * statistics are already saved, so GN2 is skipped. Same inputs, same kernels: the recomputed
+ * tensors equal the forward ones bit for bit. */
+static void dc_forward(nn_unet *m, dc_block *b, const float *inA, int ca, const float *inB, int cb,
+                       int N, float *c1, float *a1, float *c2, int recompute) {
     struct nn_unet_plan *p = m->plan;
     const int l = b->level;
     const int D = p->dd[l], H = p->hh[l], W = p->ww[l];
+    const size_t n = (size_t)N * p->S[l] * b->cout;
     const nn_shard *sh = m->shard;
-    float *a1 = p->gH;
-    nn_groupnorm_apply(a1, b->c1, b->m1, b->r1, P_(m, b->g1w), P_(m, b->g1b), N, p->S[l],
-                       b->cout, p->G, 1, p->ws);
-    nn_groupnorm_backward_sh(dY, G_(m, b->g2w), G_(m, b->g2b), dY, b->c2, b->a2, b->m2, b->r2,
+    nn_conv3d_forward_p(c1, inA, ca, inB, cb, P_(m, b->w1), b->cout, N, D, H, W, p->prec, sh,
+                        conv_ws(m));
+    if (recompute)
+        nn_groupnorm_apply(a1, c1, b->m1, b->r1, P_(m, b->g1w), P_(m, b->g1b), N, p->S[l],
+                           b->cout, p->G, 1, p->ws);
+    else
+        nn_groupnorm_forward_sh(a1, b->m1, b->r1, c1, P_(m, b->g1w), P_(m, b->g1b), N, p->S[l],
+                                b->cout, p->G, 1, p->ws, sh);
+    to_prec(p, a1, n);
+    nn_conv3d_forward_p(c2, a1, b->cout, NULL, 0, P_(m, b->w2), b->cout, N, D, H, W, p->prec, sh,
+                        conv_ws(m));
+    if (!recompute) {
+        nn_groupnorm_forward_sh(b->a2, b->m2, b->r2, c2, P_(m, b->g2w), P_(m, b->g2b), N,
+                                p->S[l], b->cout, p->G, 1, p->ws, sh);
+        to_prec(p, b->a2, n);
+    }
+}
+
+
+/* Backward of one DoubleConv up to its first convolution: GN2 (dY, the gradient of b->a2, in
+ * place), conv2 (input gradient into gT, weight gradient) and GN1 (in place in gT), leaving the
+ * gradient of c1 in gT for the caller's conv1 backward. Buffers: without checkpointing c1, c2
+ * are the block's own and a1 is recomputed here into gH; with checkpointing the caller has just
+ * recomputed c1 into cs, a1 into gH and c2 into gT (dead once GN2's backward has read it,
+ * before gT is written). On return c1 (cs) and a1 (gH) are dead. */
+static void dc_backward_tail(nn_unet *m, dc_block *b, float *dY, int N) {
+    struct nn_unet_plan *p = m->plan;
+    const int l = b->level;
+    const int D = p->dd[l], H = p->hh[l], W = p->ww[l];
+    const size_t n = (size_t)N * p->S[l] * b->cout;
+    float *a1 = p->gH, *tmp = p->gT;
+    const float *c1 = p->ckpt ? p->cs : b->c1, *c2 = p->ckpt ? p->gT : b->c2;
+    if (!p->ckpt) {
+        nn_groupnorm_apply(a1, c1, b->m1, b->r1, P_(m, b->g1w), P_(m, b->g1b), N, p->S[l],
+                           b->cout, p->G, 1, p->ws);
+        to_prec(p, a1, n);
+    }
+    to_prec(p, dY, n); /* e.g. skip + pool gradients, summed in bf16 by autograd */
+    const nn_shard *sh = m->shard;
+    nn_groupnorm_backward_sh(dY, G_(m, b->g2w), G_(m, b->g2b), dY, c2, b->a2, b->m2, b->r2,
                              P_(m, b->g2w), N, p->S[l], b->cout, p->G, 1, p->ws, sh);
     grad_ready(m, b->g2w);
-    nn_conv3d_backward_sh(tmp, G_(m, b->w2), dY, a1, b->cout, NULL, 0, P_(m, b->w2), b->cout, N,
-                          D, H, W, p->ws, sh);
+    to_prec(p, dY, n);
+    nn_conv3d_backward_p(tmp, NULL, G_(m, b->w2), dY, a1, b->cout, NULL, 0, P_(m, b->w2),
+                         b->cout, N, D, H, W, p->prec, sh, conv_ws(m));
     grad_ready(m, b->w2);
-    nn_groupnorm_backward_sh(tmp, G_(m, b->g1w), G_(m, b->g1b), tmp, b->c1, a1, b->m1, b->r1,
+    nn_groupnorm_backward_sh(tmp, G_(m, b->g1w), G_(m, b->g1b), tmp, c1, a1, b->m1, b->r1,
                              P_(m, b->g1w), N, p->S[l], b->cout, p->G, 1, p->ws, sh);
     grad_ready(m, b->g1w);
-    nn_conv3d_backward_sh(din, G_(m, b->w1), tmp, inA, ca, inB, cb, P_(m, b->w1), b->cout, N, D,
-                          H, W, p->ws, sh);
+    to_prec(p, tmp, n);
+}
+
+/* conv1's backward (gradient of c1 in gT): weight gradient, and the input gradient into din, or
+ * for an up block into din (skip part) and dinB (upsample part). */
+static void dc_backward_conv1(nn_unet *m, dc_block *b, const float *inA, int ca,
+                              const float *inB, int cb, float *din, float *dinB, int N) {
+    struct nn_unet_plan *p = m->plan;
+    const int l = b->level;
+    nn_conv3d_backward_p(din, dinB, G_(m, b->w1), p->gT, inA, ca, inB, cb, P_(m, b->w1),
+                         b->cout, N, p->dd[l], p->hh[l], p->ww[l], p->prec, m->shard, conv_ws(m));
     grad_ready(m, b->w1);
+}
+
+/* Input of up block j: the bottleneck's output, or the previous up block's. */
+static const float *up_input(const struct nn_unet_plan *p, int j) {
+    return j == 0 ? p->down[p->L].a2 : p->up[j - 1].a2;
+}
+
+/* The layers in front of a block: the pool of down block i >= 1, the upsample of up block j
+ * (into p->upt[j], which checkpointing points at a scratch buffer before each call). */
+static void pool_forward(nn_unet *m, int i, int N) {
+    struct nn_unet_plan *p = m->plan;
+    nn_maxpool3d_forward(p->pool[i], p->pidx[i], p->down[i - 1].a2, N, p->dd[i - 1], p->hh[i - 1],
+                         p->ww[i - 1], p->ch[i - 1]);
+}
+
+static void up_forward(nn_unet *m, int j, int N) {
+    struct nn_unet_plan *p = m->plan;
+    const int l = p->L - 1 - j;
+    nn_convt3d_forward_p(p->upt[j], up_input(p, j), P_(m, p->upw[j]), P_(m, p->upb[j]),
+                       p->ch[l + 1], p->ch[l], N, p->dd[l + 1], p->hh[l + 1], p->ww[l + 1],
+                       p->prec, p->ws);
+}
+
+/* Block b's conv input (first operand, channels; second operand, channels). */
+static void block_input(nn_unet *m, const dc_block *b, int is_up, int j, const float **inA,
+                        int *ca, const float **inB, int *cb) {
+    struct nn_unet_plan *p = m->plan;
+    const int l = b->level;
+    if (is_up) {
+        *inA = p->down[l].a2, *ca = p->ch[l], *inB = p->upt[j], *cb = p->ch[l];
+    } else if (l == 0) {
+        *inA = p->xin, *ca = m->spec.in_channels, *inB = NULL, *cb = 0;
+    } else {
+        *inA = p->pool[l], *ca = p->ch[l - 1], *inB = NULL, *cb = 0;
+    }
+}
+
+/* Forward of block b (up block j when is_up), with the pool or upsample in front of it.
+ * Without checkpointing every tensor has its own buffer. With it, only the block output and the
+ * statistics are kept: the upsample goes to gH, c1 and c2 to cs, a1 to gT. recompute
+ * (checkpointed backward): the upsample to gH, c1 to cs, a1 to gH (the upsample is dead once
+ * c1 exists), c2 to gT, as dc_backward_tail expects. */
+static void block_forward(nn_unet *m, dc_block *b, int is_up, int j, int N, int recompute) {
+    struct nn_unet_plan *p = m->plan;
+    const float *inA, *inB;
+    int ca, cb;
+    if (is_up) {
+        if (p->ckpt)
+            p->upt[j] = p->gH;
+        up_forward(m, j, N);
+    } else if (b->level > 0) {
+        pool_forward(m, b->level, N);
+    }
+    block_input(m, b, is_up, j, &inA, &ca, &inB, &cb);
+    if (recompute)
+        dc_forward(m, b, inA, ca, inB, cb, N, p->cs, p->gH, p->gT, 1);
+    else if (p->ckpt)
+        dc_forward(m, b, inA, ca, inB, cb, N, p->cs, p->gT, p->cs, 0);
+    else
+        dc_forward(m, b, inA, ca, inB, cb, N, b->c1, p->gT, b->c2, 0);
 }
 
 static void forward(nn_unet *m, const float *x, int N) {
     struct nn_unet_plan *p = m->plan;
     const int L = p->L;
     nn_to_channels_last(p->xin, x, N, m->spec.in_channels, p->S[0]);
-    for (int i = 0; i <= L; i++) {
-        if (i == 0) {
-            dc_forward(m, &p->down[0], p->xin, m->spec.in_channels, NULL, 0, N);
-        } else {
-            nn_maxpool3d_forward(p->pool[i], p->pidx[i], p->down[i - 1].a2, N, p->dd[i - 1],
-                                 p->hh[i - 1], p->ww[i - 1], p->ch[i - 1]);
-            dc_forward(m, &p->down[i], p->pool[i], p->ch[i - 1], NULL, 0, N);
-        }
-    }
-    for (int j = 0; j < L; j++) {
-        const int l = L - 1 - j;
-        const float *u = j == 0 ? p->down[L].a2 : p->up[j - 1].a2;
-        nn_convt3d_forward(p->upt[j], u, P_(m, p->upw[j]), P_(m, p->upb[j]), p->ch[l + 1],
-                           p->ch[l], N, p->dd[l + 1], p->hh[l + 1], p->ww[l + 1], p->ws);
-        dc_forward(m, &p->up[j], p->down[l].a2, p->ch[l], p->upt[j], p->ch[l], N);
-    }
-    nn_conv1_forward(p->logits, p->up[L - 1].a2, P_(m, p->outw), P_(m, p->outb), p->ch[0], p->K,
-                     (long)N * p->S[0], p->ws);
+    for (int i = 0; i <= L; i++)
+        block_forward(m, &p->down[i], 0, 0, N, 0);
+    for (int j = 0; j < L; j++)
+        block_forward(m, &p->up[j], 1, j, N, 0);
+    nn_conv1_forward_p(p->logits, p->up[L - 1].a2, P_(m, p->outw), P_(m, p->outb), p->ch[0], p->K,
+                     (long)N * p->S[0], p->prec, p->ws);
     p->batch = N;
 }
 
+/* Gradient buffers: gG carries the gradient of the current up block's output (from conv1 or the
+ * previous convT); dr[l] the gradient of down block l's output, which the skip connection
+ * writes and the pool's backward adds to; gH and gT are scratch. */
 static void backward(nn_unet *m, int N) {
     struct nn_unet_plan *p = m->plan;
     const int L = p->L;
     const long S0 = p->S[0];
-    nn_conv1_backward(p->gG, G_(m, p->outw), G_(m, p->outb), p->dlogits, p->up[L - 1].a2,
-                      P_(m, p->outw), p->ch[0], p->K, (long)N * S0, p->ws);
+    const float *inA, *inB;
+    int ca, cb;
+    to_prec(p, p->dlogits, (size_t)N * S0 * p->K);
+    nn_conv1_backward_p(p->gG, G_(m, p->outw), G_(m, p->outb), p->dlogits, p->up[L - 1].a2,
+                        P_(m, p->outw), p->ch[0], p->K, (long)N * S0, p->prec, p->ws);
     grad_ready(m, p->outw);
     for (int j = L - 1; j >= 0; j--) {
         const int l = L - 1 - j;
         const int c = p->ch[l];
-        dc_backward(m, &p->up[j], p->gG, p->down[l].a2, c, p->upt[j], c, p->gH, p->gT, N);
-        /* Skip half of the concatenation gradient: the first contribution to dr[l]. */
-        nn_concat_backward(p->dr[l], NULL, p->gH, c, c, (long)N * p->S[l]);
-        const float *u = j == 0 ? p->down[L].a2 : p->up[j - 1].a2;
+        dc_block *b = &p->up[j];
+        if (p->ckpt)
+            block_forward(m, b, 1, j, N, 1);
+        dc_backward_tail(m, b, p->gG, N);
+        if (p->ckpt) {
+            /* the upsample again, into gG (dead since conv2's backward): conv1 needs it */
+            p->upt[j] = p->gG;
+            up_forward(m, j, N);
+        }
+        /* conv1's input gradient: the skip part is the first contribution to dr[l], the
+         * upsample part (into a dead buffer: gH holding a1, or cs holding c1) feeds convT. */
+        float *dup = p->ckpt ? p->cs : p->gH;
+        block_input(m, b, 1, j, &inA, &ca, &inB, &cb);
+        dc_backward_conv1(m, b, inA, ca, inB, cb, p->dr[l], dup, N);
         float *du = j == 0 ? p->dr[L] : p->gG;
-        nn_convt3d_backward(du, G_(m, p->upw[j]), G_(m, p->upb[j]), p->gH + c, 2L * c, u,
-                            P_(m, p->upw[j]), p->ch[l + 1], c, N, p->dd[l + 1], p->hh[l + 1],
-                            p->ww[l + 1], p->ws);
+        nn_convt3d_backward_p(du, G_(m, p->upw[j]), G_(m, p->upb[j]), dup, c, up_input(p, j),
+                              P_(m, p->upw[j]), p->ch[l + 1], c, N, p->dd[l + 1], p->hh[l + 1],
+                              p->ww[l + 1], p->prec, p->ws);
         grad_ready(m, p->upw[j]);
     }
     for (int i = L; i >= 0; i--) {
-        if (i == 0) {
-            dc_backward(m, &p->down[0], p->dr[0], p->xin, m->spec.in_channels, NULL, 0, NULL,
-                        p->gT, N);
-        } else {
-            dc_backward(m, &p->down[i], p->dr[i], p->pool[i], p->ch[i - 1], NULL, 0, p->gH, p->gT,
-                        N);
+        dc_block *b = &p->down[i];
+        if (p->ckpt)
+            block_forward(m, b, 0, 0, N, 1);
+        dc_backward_tail(m, b, p->dr[i], N);
+        block_input(m, b, 0, 0, &inA, &ca, &inB, &cb);
+        dc_backward_conv1(m, b, inA, ca, inB, cb, i == 0 ? NULL : p->gH, NULL, N);
+        if (i > 0)
             nn_maxpool3d_backward(p->dr[i - 1], p->gH, p->pidx[i], N, p->dd[i - 1], p->hh[i - 1],
                                   p->ww[i - 1], p->ch[i - 1]);
-        }
     }
 }
 
-static int check_batch(const nn_unet *m, int n) {
+/* Checks the batch, and gives a sharded model created without nn_unet_opts.sharded its
+ * whole-block convolution workspace (once). */
+static int check_batch(nn_unet *m, int n) {
     if (n < 1 || n > m->max_batch)
         return err_set(ERR_RANGE, "batch of %d samples: the model was built for 1..%d", n,
                        m->max_batch);
+    struct nn_unet_plan *p = m->plan;
+    if (m->shard && !p->sharded && !p->ws_sh) {
+        const size_t fl = ws_sharded(p, m->max_batch);
+        p->ws_sh = alloc64(fl * sizeof(float));
+        if (!p->ws_sh)
+            return err_set(ERR_NOMEM, "U-Net: cannot allocate the %.2f GiB workspace of a sharded "
+                                      "model (create it with nn_unet_opts.sharded to plan it)",
+                           (double)fl * sizeof(float) / (1u << 30));
+    }
     return 0;
 }
 

@@ -37,6 +37,22 @@ typedef struct nn_unet_spec {
     int groups;        /* group_norm_groups: must divide base_channels */
 } nn_unet_spec;
 
+/* How the model computes (all zero: fp32, no checkpointing, unsharded workspace).
+ *  - precision: NN_FP32 (torch_amp: 0) or NN_BF16 (torch_amp: 1): convolutions in bf16 with
+ *    fp32 accumulation and the tensors between layers in bf16, as PyTorch's CPU autocast;
+ *    GroupNorm statistics, softmax, loss, Dice, master weights and the optimizer stay fp32.
+ *  - checkpointing (activation_checkpointing): keep only each U-Net block's output (and its
+ *    GroupNorm statistics) and recompute the block's internals in backward, as upstream's
+ *    torch.utils.checkpoint per block; gradients are bit-identical to the plain run.
+ *  - sharded: the model will be given an nn_shard (spatial parallelism); the workspace then
+ *    holds a whole block's padded copy, which the halo exchange fills. A model created without
+ *    it allocates that workspace at its first sharded step instead. */
+typedef struct nn_unet_opts {
+    int precision;
+    int checkpointing;
+    int sharded;
+} nn_unet_opts;
+
 typedef struct nn_tensor_info {
     char name[96]; /* upstream state_dict key, e.g. "down_list.0.double_conv.0.weight" */
     int ndim;
@@ -55,7 +71,9 @@ typedef struct nn_unet {
     size_t nparams;
     float *params; /* one slab, nparams floats */
     float *grads;  /* one slab, same layout; the benchmark all-reduces it directly */
-    size_t activation_floats; /* size of the activation + workspace slabs */
+    nn_unet_opts opts;             /* precision and checkpointing, from nn_unet_create_opts */
+    size_t activation_floats;      /* size of the activation + workspace slab (floats) */
+    size_t activation_index_bytes; /* size of the index slab (MaxPool argmax) */
     struct nn_unet_plan *plan; /* internal */
     /* Optional hooks, NULL by default (set after nn_unet_create):
      *  - shard: the model holds one block of a volume split over ranks (layers.h, nn_shard);
@@ -76,10 +94,23 @@ int nn_unet_spec_check(const nn_unet_spec *s, int d, int h, int w);
 /* Number of parameters of a spec (the table of reference §9.4 for base 64). */
 size_t nn_unet_param_count(const nn_unet_spec *s);
 
+/* Memory a model needs, in bytes: exactly what nn_unet_create_opts allocates for this spec,
+ * options (NULL: defaults), batch and extent (activations: the activation and index slabs less
+ * the workspace; workspace: the largest layer's scratch, part of the activation slab), plus the
+ * optimizer state of `optimizer` (nn_optim_kind). 0 or ERR_CONFIG (as nn_unet_create). */
+typedef struct nn_unet_memory {
+    size_t params, grads, optimizer, activations, workspace, total;
+} nn_unet_memory;
+int nn_unet_memory_estimate(const nn_unet_spec *s, const nn_unet_opts *o, int batch, int d,
+                            int h, int w, int optimizer, nn_unet_memory *out);
+
 /* Builds the model and allocates every slab for batches of up to max_batch volumes of (d,h,w).
  * Parameters are zero until nn_unet_init_params or a checkpoint load. 0, ERR_CONFIG or
  * ERR_NOMEM (with the number of bytes asked for). nn_unet_free is NULL-safe. */
 int nn_unet_create(nn_unet *m, const nn_unet_spec *s, int max_batch, int d, int h, int w);
+/* The same with options (o NULL: defaults; see nn_unet_opts). ERR_CONFIG for bad options. */
+int nn_unet_create_opts(nn_unet *m, const nn_unet_spec *s, const nn_unet_opts *o, int max_batch,
+                        int d, int h, int w);
 void nn_unet_free(nn_unet *m);
 
 /* PyTorch's default initialisation (reference §9.6) from our RNG (purpose RNG_MODEL_INIT,

@@ -178,8 +178,10 @@ static int build_model(const scaffold_config *c, train_state *s) {
     const int64_t *e = s->ds->ext;
     int rc = nn_unet_spec_check(&spec, (int)e[0], (int)e[1], (int)e[2]);
     if (rc == 0)
-        rc = nn_unet_create(&s->model, &spec, c->local_batch_size, (int)e[0], (int)e[1],
-                            (int)e[2]);
+        rc = nn_unet_create_opts(&s->model, &spec,
+                                 &(nn_unet_opts){.precision = c->torch_amp ? NN_BF16 : NN_FP32,
+                                                 .checkpointing = c->activation_checkpointing},
+                                 c->local_batch_size, (int)e[0], (int)e[1], (int)e[2]);
     nn_optim_kind kind = config_optimizer(c) == CFG_OPT_SGD       ? NN_OPT_SGD
                          : config_optimizer(c) == CFG_OPT_RMSPROP ? NN_OPT_RMSPROP
                                                                   : NN_OPT_ADAM;
@@ -249,11 +251,14 @@ int train_setup(scaffold_config *c, const dist_world *w, train_state *s) {
         char shards[64];
         snprintf(shards, sizeof shards, "%d x %d x %d", s->grid.counts[0], s->grid.counts[1],
                  s->grid.counts[2]);
-        log_info("model: U-Net with %d levels, base %d channels, %zu parameters (%.1f MiB); %s; "
+        log_info("model: U-Net with %d levels, base %d channels, %zu parameters (%.1f MiB), %s%s; %s; "
                  "%d replica(s) x batch %d; %s spatial shard(s) of %lldx%lldx%lld (%s GroupNorm "
                  "statistics); %lld training / %lld validation samples",
                  s->model.spec.layers, s->model.spec.base_channels, s->model.nparams,
-                 s->model.nparams * 4.0 / 1048576.0, nn_optim_name(s->opt.kind), s->replicas,
+                 s->model.nparams * 4.0 / 1048576.0,
+                 s->model.opts.precision == NN_BF16 ? "bf16 compute" : "fp32",
+                 s->model.opts.checkpointing ? ", activation checkpointing" : "",
+                 nn_optim_name(s->opt.kind), s->replicas,
                  c->local_batch_size, shards, (long long)s->ds->ext[0],
                  (long long)s->ds->ext[1], (long long)s->ds->ext[2],
                  s->grid.T > 1 ? c->group_norm_stats : "whole-volume",

@@ -5,7 +5,9 @@
 
 #include "core/err.h"
 #include "nn/layers.h"
+#include "nn/gemm.h"
 #include "nn/safetensors.h"
+#include "test.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,6 +72,26 @@ static size_t fx_numel(const int64_t *sh, int ndim) {
     for (int i = 0; i < ndim; i++)
         n *= (size_t)sh[i];
     return n;
+}
+
+/* Kernel path banner: prints the path in use and checks that SCAFFOLD_ISA, when set, chose it.
+ * With --list-isas as argv[1], prints the paths this CPU can run and returns 1 (caller exits). */
+static inline int fx_isa_setup(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--list-isas")) {
+        for (int i = 0; i < NN_ISA_COUNT; i++)
+            if (nn_isa_supported(i))
+                printf("%s ", nn_isa_name(i));
+        printf("\n");
+        (void)nn_isa(); /* reports a bad SCAFFOLD_ISA */
+        return 1;
+    }
+    const char *want = getenv("SCAFFOLD_ISA");
+    printf("kernel path %s (%d floats per vector, bf16 dot products %s) on %s\n",
+           nn_isa_name(nn_isa()), nn_gemm_vw(), nn_isa_bf16dp() ? "yes" : "no", nn_cpu_name());
+    if (want && *want && strcmp(want, "sse2"))
+        CHECK(!strcmp(want, nn_isa_name(nn_isa())), "SCAFFOLD_ISA=%s but the path is %s", want,
+              nn_isa_name(nn_isa()));
+    return 0;
 }
 
 #endif

@@ -62,10 +62,10 @@ static void test_conv3d_fixture(const nn_st_file *st, const char *pfx) {
     const size_t P = (size_t)N * D * H * W;
     float *ws = ws_alloc(nn_conv3d_ws_floats(N, D, H, W, cin, cout));
     float *y = zeros(P * cout), *dx = zeros(P * cin), *dw = zeros(27 * (size_t)cin * cout);
-    nn_conv3d_forward(y, x, cin, NULL, 0, w, cout, N, D, H, W, ws);
+    nn_conv3d_forward_p(y, x, cin, NULL, 0, w, cout, N, D, H, W, NN_FP32, NULL, ws);
     snprintf(nm, sizeof nm, "%s forward", pfx);
     check_close(nm, y, yref, P * cout, FW_ATOL, FW_RTOL);
-    nn_conv3d_backward(dx, dw, dy, x, cin, NULL, 0, w, cout, N, D, H, W, ws);
+    nn_conv3d_backward_p(dx, NULL, dw, dy, x, cin, NULL, 0, w, cout, N, D, H, W, NN_FP32, NULL, ws);
     snprintf(nm, sizeof nm, "%s dx", pfx);
     check_close(nm, dx, dxref, P * cin, BW_ATOL, BW_RTOL);
     snprintf(nm, sizeof nm, "%s dw", pfx);
@@ -75,16 +75,24 @@ static void test_conv3d_fixture(const nn_st_file *st, const char *pfx) {
         float *a = zeros(P), *b = zeros(P * (cin - 1)), *dx2 = zeros(P * cin);
         nn_concat_backward(a, b, x, 1, cin - 1, (long)P);
         memset(y, 0, P * cout * sizeof(float));
-        nn_conv3d_forward(y, a, 1, b, cin - 1, w, cout, N, D, H, W, ws);
+        nn_conv3d_forward_p(y, a, 1, b, cin - 1, w, cout, N, D, H, W, NN_FP32, NULL, ws);
         snprintf(nm, sizeof nm, "%s forward (fused concat)", pfx);
         check_close(nm, y, yref, P * cout, FW_ATOL, FW_RTOL);
         memset(dw, 0, 27 * (size_t)cin * cout * sizeof(float));
-        nn_conv3d_backward(dx2, dw, dy, a, 1, b, cin - 1, w, cout, N, D, H, W, ws);
+        nn_conv3d_backward_p(dx2, NULL, dw, dy, a, 1, b, cin - 1, w, cout, N, D, H, W, NN_FP32, NULL, ws);
         snprintf(nm, sizeof nm, "%s dx (fused concat)", pfx);
         check_close(nm, dx2, dxref, P * cin, BW_ATOL, BW_RTOL);
         snprintf(nm, sizeof nm, "%s dw (fused concat)", pfx);
         check_close(nm, dw, dwref, 27 * (size_t)cin * cout, BW_ATOL, BW_RTOL);
-        free(a), free(b), free(dx2);
+        /* the two gradients of the concatenation written apart */
+        float *da = zeros(P), *db = zeros(P * (cin - 1)), *ra = zeros(P), *rb = zeros(P * (cin - 1));
+        nn_concat_backward(ra, rb, dxref, 1, cin - 1, (long)P);
+        nn_conv3d_backward_p(da, db, NULL, dy, a, 1, b, cin - 1, w, cout, N, D, H, W, NN_FP32, NULL, ws);
+        snprintf(nm, sizeof nm, "%s dx split (first part)", pfx);
+        check_close(nm, da, ra, P, BW_ATOL, BW_RTOL);
+        snprintf(nm, sizeof nm, "%s dx split (second part)", pfx);
+        check_close(nm, db, rb, P * (cin - 1), BW_ATOL, BW_RTOL);
+        free(a), free(b), free(dx2), free(da), free(db), free(ra), free(rb);
     }
     free(x), free(w), free(yref), free(dy), free(dxref), free(dwref), free(ws), free(y), free(dx),
         free(dw);
@@ -100,12 +108,12 @@ static void test_convt_fixture(const nn_st_file *st) {
     const int N = (int)xs[0], cin = (int)xs[1], D = (int)xs[2], H = (int)xs[3], W = (int)xs[4];
     const int cout = (int)wsh[1];
     const size_t P = (size_t)N * D * H * W;
-    float *ws = ws_alloc(nn_convt3d_ws_floats(N, D, H, W, cin, cout));
+    float *ws = ws_alloc(nn_convt3d_ws_floats_p(N, D, H, W, cin, cout, NN_FP32));
     float *y = zeros(8 * P * cout), *dx = zeros(P * cin), *dw = zeros(8 * (size_t)cin * cout),
           *db = zeros(cout);
-    nn_convt3d_forward(y, x, w, b, cin, cout, N, D, H, W, ws);
+    nn_convt3d_forward_p(y, x, w, b, cin, cout, N, D, H, W, NN_FP32, ws);
     check_close("convt3d forward", y, yref, 8 * P * cout, FW_ATOL, FW_RTOL);
-    nn_convt3d_backward(dx, dw, db, dy, cout, x, w, cin, cout, N, D, H, W, ws);
+    nn_convt3d_backward_p(dx, dw, db, dy, cout, x, w, cin, cout, N, D, H, W, NN_FP32, ws);
     check_close("convt3d dx", dx, dxref, P * cin, BW_ATOL, BW_RTOL);
     check_close("convt3d dw", dw, dwref, 8 * (size_t)cin * cout, BW_ATOL, BW_RTOL);
     check_close("convt3d db", db, dbref, cout, BW_ATOL, BW_RTOL);
@@ -122,12 +130,12 @@ static void test_conv1_fixture(const nn_st_file *st) {
     float *dbref = fx_get(st, "conv1.db", NULL, NULL);
     const int cin = (int)xs[1], cout = (int)wsh[0];
     const long P = (long)xs[0] * xs[2] * xs[3] * xs[4];
-    float *ws = ws_alloc(nn_conv1_ws_floats(P, cin, cout));
+    float *ws = ws_alloc(nn_conv1_ws_floats_p(P, cin, cout, NN_FP32));
     float *y = zeros(P * cout), *dx = zeros(P * cin), *dw = zeros((size_t)cin * cout),
           *db = zeros(cout);
-    nn_conv1_forward(y, x, w, b, cin, cout, P, ws);
+    nn_conv1_forward_p(y, x, w, b, cin, cout, P, NN_FP32, ws);
     check_close("conv1 forward", y, yref, P * cout, FW_ATOL, FW_RTOL);
-    nn_conv1_backward(dx, dw, db, dy, x, w, cin, cout, P, ws);
+    nn_conv1_backward_p(dx, dw, db, dy, x, w, cin, cout, P, NN_FP32, ws);
     check_close("conv1 dx", dx, dxref, P * cin, BW_ATOL, BW_RTOL);
     check_close("conv1 dw", dw, dwref, (size_t)cin * cout, BW_ATOL, BW_RTOL);
     check_close("conv1 db", db, dbref, cout, BW_ATOL, BW_RTOL);
@@ -335,15 +343,15 @@ typedef struct conv_u {
 
 static void fwd_conv3d(fd_ctx *c) {
     conv_u *u = c->u;
-    nn_conv3d_forward(c->y, u->x, u->cin, NULL, 0, u->w, u->cout, u->N, u->D, u->H, u->W, u->ws);
+    nn_conv3d_forward_p(c->y, u->x, u->cin, NULL, 0, u->w, u->cout, u->N, u->D, u->H, u->W, NN_FP32, NULL, u->ws);
 }
 static void fwd_convt(fd_ctx *c) {
     conv_u *u = c->u;
-    nn_convt3d_forward(c->y, u->x, u->w, u->b, u->cin, u->cout, u->N, u->D, u->H, u->W, u->ws);
+    nn_convt3d_forward_p(c->y, u->x, u->w, u->b, u->cin, u->cout, u->N, u->D, u->H, u->W, NN_FP32, u->ws);
 }
 static void fwd_conv1(fd_ctx *c) {
     conv_u *u = c->u;
-    nn_conv1_forward(c->y, u->x, u->w, u->b, u->cin, u->cout, (long)u->N * u->D * u->H * u->W,
+    nn_conv1_forward_p(c->y, u->x, u->w, u->b, u->cin, u->cout, (long)u->N * u->D * u->H * u->W, NN_FP32,
                      u->ws);
 }
 static void fwd_gn(fd_ctx *c) {
@@ -381,7 +389,7 @@ static void test_finite_differences(void) {
                     .u = &u};
         float *dx = zeros(P * 3), *dw = zeros(27 * 12);
         c.fwd(&c);
-        nn_conv3d_backward(dx, dw, c.r, u.x, 3, NULL, 0, u.w, 4, 1, 3, 4, 3, u.ws);
+        nn_conv3d_backward_p(dx, NULL, dw, c.r, u.x, 3, NULL, 0, u.w, 4, 1, 3, 4, 3, NN_FP32, NULL, u.ws);
         fd_check("conv3d dx", &c, u.x, dx, P * 3, h);
         fd_check("conv3d dw", &c, u.w, dw, 27 * 12, h);
         free(u.x), free(u.w), free(u.ws), free(c.y), free(c.r), free(dx), free(dw);
@@ -393,12 +401,12 @@ static void test_finite_differences(void) {
         u.x = randv(P * 3, 4, 1);
         u.w = randv(8 * 6, 5, 0.3f);
         u.b = randv(2, 6, 1);
-        u.ws = ws_alloc(nn_convt3d_ws_floats(1, 2, 2, 3, 3, 2));
+        u.ws = ws_alloc(nn_convt3d_ws_floats_p(1, 2, 2, 3, 3, 2, NN_FP32));
         fd_ctx c = {.fwd = fwd_convt, .y = zeros(8 * P * 2), .r = randv(8 * P * 2, 7, 1),
                     .ny = 8 * P * 2, .u = &u};
         float *dx = zeros(P * 3), *dw = zeros(48), *db = zeros(2);
         c.fwd(&c);
-        nn_convt3d_backward(dx, dw, db, c.r, 2, u.x, u.w, 3, 2, 1, 2, 2, 3, u.ws);
+        nn_convt3d_backward_p(dx, dw, db, c.r, 2, u.x, u.w, 3, 2, 1, 2, 2, 3, NN_FP32, u.ws);
         fd_check("convt3d dx", &c, u.x, dx, P * 3, h);
         fd_check("convt3d dw", &c, u.w, dw, 48, h);
         fd_check("convt3d db", &c, u.b, db, 2, h);
@@ -412,12 +420,12 @@ static void test_finite_differences(void) {
         u.x = randv(P * 4, 8, 1);
         u.w = randv(12, 9, 0.5f);
         u.b = randv(3, 10, 1);
-        u.ws = ws_alloc(nn_conv1_ws_floats(16, 4, 3));
+        u.ws = ws_alloc(nn_conv1_ws_floats_p(16, 4, 3, NN_FP32));
         fd_ctx c = {.fwd = fwd_conv1, .y = zeros(P * 3), .r = randv(P * 3, 11, 1), .ny = P * 3,
                     .u = &u};
         float *dx = zeros(P * 4), *dw = zeros(12), *db = zeros(3);
         c.fwd(&c);
-        nn_conv1_backward(dx, dw, db, c.r, u.x, u.w, 4, 3, 16, u.ws);
+        nn_conv1_backward_p(dx, dw, db, c.r, u.x, u.w, 4, 3, 16, NN_FP32, u.ws);
         fd_check("conv1 dx", &c, u.x, dx, P * 4, h);
         fd_check("conv1 dw", &c, u.w, dw, 12, h);
         fd_check("conv1 db", &c, u.b, db, 3, h);
@@ -520,6 +528,142 @@ static void test_finite_differences(void) {
     }
 }
 
+/* ---- bf16 (PyTorch CPU autocast fixtures) ---------------------------------------------------
+ * Two references per tensor, both from tools/torch_ref.py fixtures-bf16:
+ *  - ".ideal": bf16 operands, exact sums, one rounding to bf16 (what our kernels do, and what
+ *    oneDNN's bf16 kernels do). Only the order of our fp32 additions differs, which moves a
+ *    result across a rounding boundary now and then: every element within one bf16 ulp (2^-7
+ *    relative at most) and at least 90% bit-identical. An fp32 result matches almost nowhere,
+ *    so the check discriminates (fp32_differs).
+ *  - PyTorch's own autocast result. Its forward equals the ideal; its backward passes on CPUs
+ *    without oneDNN bf16 kernels (this one) go through bf16 im2col/col2im buffers that round
+ *    partial sums, up to ~1% of the tensor's largest value off the ideal (measured 0.93%): we
+ *    accept one ulp plus 2% of the largest value. */
+static int bf16_check(const char *name, const float *got, const float *want, size_t n) {
+    size_t same = 0, bad = 0;
+    double scale = 0;
+    for (size_t i = 0; i < n; i++)
+        scale = fmax(scale, fabs(want[i]));
+    for (size_t i = 0; i < n; i++) {
+        same += got[i] == want[i];
+        const double d = fabs((double)got[i] - want[i]);
+        if (!(d <= fabs(want[i]) / 128.0 + 1e-7 * scale)) {
+            if (bad < 3)
+                fprintf(stderr, "  %s[%zu]: got %.9g want %.9g\n", name, i, (double)got[i],
+                        (double)want[i]);
+            bad++;
+        }
+    }
+    const double frac = n ? (double)same / n : 1;
+    CHECK(bad == 0 && frac >= 0.9, "%s: %zu of %zu beyond one bf16 ulp, %.1f%% bit-identical",
+          name, bad, n, 100 * frac);
+    return bad == 0 && frac >= 0.9;
+}
+
+static void torch_bf16_close(const char *name, const float *got, const float *want, size_t n) {
+    double scale = 0;
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        scale = fmax(scale, fabs(want[i]));
+    for (size_t i = 0; i < n; i++)
+        bad += !(fabs((double)got[i] - want[i]) <= fabs(want[i]) / 128.0 + 0.02 * scale);
+    CHECK(bad == 0, "%s: %zu of %zu elements beyond one bf16 ulp + 2%% of the largest value of "
+                    "PyTorch's autocast result",
+          name, bad, n);
+}
+
+/* Both references for one tensor of fixture prefix.name (see above). */
+static void bf16_both(const nn_st_file *st, const char *pfx, const char *tn, const float *got,
+                      size_t n, int channels_last) {
+    char nm[96], label[96];
+    int64_t sh[5];
+    snprintf(nm, sizeof nm, "%s.ideal.%s", pfx, tn);
+    float *ideal = channels_last ? fx_get_cl(st, nm, sh) : fx_get(st, nm, NULL, NULL);
+    snprintf(nm, sizeof nm, "%s.%s", pfx, tn);
+    float *tref = channels_last ? fx_get_cl(st, nm, sh) : fx_get(st, nm, NULL, NULL);
+    snprintf(label, sizeof label, "bf16 %s %s vs ideal", pfx, tn);
+    bf16_check(label, got, ideal, n);
+    snprintf(label, sizeof label, "bf16 %s %s vs PyTorch autocast", pfx, tn);
+    torch_bf16_close(label, got, tref, n);
+    free(ideal), free(tref);
+}
+
+/* The fp32 result is no bf16 result: fewer than half its elements equal PyTorch's. */
+static void fp32_differs(const char *name, const float *got, const float *want, size_t n) {
+    size_t same = 0;
+    for (size_t i = 0; i < n; i++)
+        same += got[i] == want[i];
+    CHECK(2 * same < n, "%s: the fp32 result equals the bf16 fixture on %zu of %zu elements "
+                        "(the bf16 check would not discriminate)",
+          name, same, n);
+}
+
+static void test_bf16_fixtures(const nn_st_file *st) {
+    int64_t xs[5], wsh[5], ys[5];
+    /* Conv3d k3 */
+    {
+        float *x = fx_get_cl(st, "conv3d.x", xs), *w = fx_get(st, "conv3d.w", wsh, NULL);
+        float *dy = fx_get_cl(st, "conv3d.dy", ys), *yi = fx_get_cl(st, "conv3d.ideal.y", ys);
+        const int N = (int)xs[0], cin = (int)xs[1], D = (int)xs[2], H = (int)xs[3], W = (int)xs[4];
+        const int cout = (int)wsh[0];
+        const size_t P = (size_t)N * D * H * W, nw = 27 * (size_t)cin * cout;
+        float *ws = ws_alloc(nn_conv3d_ws_floats(N, D, H, W, cin, cout));
+        float *y = zeros(P * cout), *dx = zeros(P * cin), *dw = zeros(nw);
+        nn_conv3d_forward_p(y, x, cin, NULL, 0, w, cout, N, D, H, W, NN_BF16, NULL, ws);
+        bf16_both(st, "conv3d", "y", y, P * cout, 1);
+        nn_conv3d_backward_p(dx, NULL, dw, dy, x, cin, NULL, 0, w, cout, N, D, H, W, NN_BF16, NULL, ws);
+        bf16_both(st, "conv3d", "dx", dx, P * cin, 1);
+        bf16_both(st, "conv3d", "dw", dw, nw, 0);
+        nn_conv3d_forward_p(y, x, cin, NULL, 0, w, cout, N, D, H, W, NN_FP32, NULL, ws);
+        fp32_differs("fp32 conv3d forward", y, yi, P * cout);
+        /* through the fused concatenation (channels split 3 | cin-3) */
+        float *a = zeros(P * 3), *b = zeros(P * (cin - 3));
+        nn_concat_backward(a, b, x, 3, cin - 3, (long)P);
+        nn_conv3d_forward_p(y, a, 3, b, cin - 3, w, cout, N, D, H, W, NN_BF16, NULL, ws);
+        bf16_check("bf16 conv3d forward (fused concat) vs ideal", y, yi, P * cout);
+        free(x), free(w), free(dy), free(yi), free(ws), free(y), free(dx), free(dw), free(a),
+            free(b);
+    }
+    /* ConvTranspose3d k2 s2 */
+    {
+        float *x = fx_get_cl(st, "convt3d.x", xs), *w = fx_get(st, "convt3d.w", wsh, NULL);
+        float *b = fx_get(st, "convt3d.b", NULL, NULL), *dy = fx_get_cl(st, "convt3d.dy", ys);
+        float *yi = fx_get_cl(st, "convt3d.ideal.y", ys);
+        const int N = (int)xs[0], cin = (int)xs[1], D = (int)xs[2], H = (int)xs[3], W = (int)xs[4];
+        const int cout = (int)wsh[1];
+        const size_t P = (size_t)N * D * H * W, nw = 8 * (size_t)cin * cout;
+        float *ws = ws_alloc(nn_convt3d_ws_floats_p(N, D, H, W, cin, cout, NN_BF16));
+        float *y = zeros(8 * P * cout), *dx = zeros(P * cin), *dw = zeros(nw), *db = zeros(cout);
+        nn_convt3d_forward_p(y, x, w, b, cin, cout, N, D, H, W, NN_BF16, ws);
+        bf16_both(st, "convt3d", "y", y, 8 * P * cout, 1);
+        nn_convt3d_backward_p(dx, dw, db, dy, cout, x, w, cin, cout, N, D, H, W, NN_BF16, ws);
+        bf16_both(st, "convt3d", "dx", dx, P * cin, 1);
+        bf16_both(st, "convt3d", "dw", dw, nw, 0);
+        bf16_both(st, "convt3d", "db", db, cout, 0);
+        nn_convt3d_forward_p(y, x, w, b, cin, cout, N, D, H, W, NN_FP32, ws);
+        fp32_differs("fp32 convt3d forward", y, yi, 8 * P * cout);
+        free(x), free(w), free(b), free(dy), free(yi), free(ws), free(y), free(dx), free(dw),
+            free(db);
+    }
+    /* Conv3d k1 with bias */
+    {
+        float *x = fx_get_cl(st, "conv1.x", xs), *w = fx_get(st, "conv1.w", wsh, NULL);
+        float *b = fx_get(st, "conv1.b", NULL, NULL), *dy = fx_get_cl(st, "conv1.dy", ys);
+        const int cin = (int)xs[1], cout = (int)wsh[0];
+        const long P = (long)xs[0] * xs[2] * xs[3] * xs[4];
+        float *ws = ws_alloc(nn_conv1_ws_floats_p(P, cin, cout, NN_BF16));
+        float *y = zeros(P * cout), *dx = zeros(P * cin), *dw = zeros((size_t)cin * cout),
+              *db = zeros(cout);
+        nn_conv1_forward_p(y, x, w, b, cin, cout, P, NN_BF16, ws);
+        bf16_both(st, "conv1", "y", y, P * cout, 1);
+        nn_conv1_backward_p(dx, dw, db, dy, x, w, cin, cout, P, NN_BF16, ws);
+        bf16_both(st, "conv1", "dx", dx, P * cin, 1);
+        bf16_both(st, "conv1", "dw", dw, (size_t)cin * cout, 0);
+        bf16_both(st, "conv1", "db", db, cout, 0);
+        free(x), free(w), free(b), free(dy), free(ws), free(y), free(dx), free(dw), free(db);
+    }
+}
+
 /* ---- optimized vs naive convolutions ---------------------------------------------------- */
 
 static void convt_naive(float *y, const float *x, const float *w, const float *b, int cin,
@@ -556,9 +700,9 @@ static void test_conv_vs_naive(void) {
         float *ws = ws_alloc(nn_conv3d_ws_floats(N, D, H, W, cin, cout));
         float *y = zeros(P * cout), *yr = zeros(P * cout), *dx = zeros(P * cin),
               *dxr = zeros(P * cin), *dw = zeros(nw), *dwr = zeros(nw);
-        nn_conv3d_forward(y, x, cin, NULL, 0, w, cout, N, D, H, W, ws);
+        nn_conv3d_forward_p(y, x, cin, NULL, 0, w, cout, N, D, H, W, NN_FP32, NULL, ws);
         nn_conv3d_forward_ref(yr, x, w, cin, cout, N, D, H, W);
-        nn_conv3d_backward(dx, dw, dy, x, cin, NULL, 0, w, cout, N, D, H, W, ws);
+        nn_conv3d_backward_p(dx, NULL, dw, dy, x, cin, NULL, 0, w, cout, N, D, H, W, NN_FP32, NULL, ws);
         nn_conv3d_backward_ref(dxr, dwr, dy, x, w, cin, cout, N, D, H, W);
         snprintf(nm, sizeof nm, "conv3d %dx%dx%dx%d %d->%d forward vs naive", N, D, H, W, cin,
                  cout);
@@ -577,16 +721,16 @@ static void test_conv_vs_naive(void) {
         const int cin = tshapes[s][4], cout = tshapes[s][5];
         const size_t P = (size_t)N * D * H * W, nw = 8 * (size_t)cin * cout;
         float *x = randv(P * cin, 400 + s, 1), *w = randv(nw, 500 + s, 0.1f), *b = randv(cout, 9, 1);
-        float *ws = ws_alloc(nn_convt3d_ws_floats(N, D, H, W, cin, cout));
+        float *ws = ws_alloc(nn_convt3d_ws_floats_p(N, D, H, W, cin, cout, NN_FP32));
         float *y = zeros(8 * P * cout), *yr = zeros(8 * P * cout);
-        nn_convt3d_forward(y, x, w, b, cin, cout, N, D, H, W, ws);
+        nn_convt3d_forward_p(y, x, w, b, cin, cout, N, D, H, W, NN_FP32, ws);
         convt_naive(yr, x, w, b, cin, cout, N, D, H, W);
         snprintf(nm, sizeof nm, "convt3d %d->%d forward vs naive", cin, cout);
         check_close(nm, y, yr, 8 * P * cout, 1e-5f, 1e-4f);
         /* backward vs finite sums: dx[ic] = sum_t sum_oc dy * w, dw = sum x * dy */
         float *dy = randv(8 * P * cout, 600 + s, 1), *dx = zeros(P * cin), *dw = zeros(nw),
               *db = zeros(cout), *dxr = zeros(P * cin), *dwr = zeros(nw);
-        nn_convt3d_backward(dx, dw, db, dy, cout, x, w, cin, cout, N, D, H, W, ws);
+        nn_convt3d_backward_p(dx, dw, db, dy, cout, x, w, cin, cout, N, D, H, W, NN_FP32, ws);
         for (int n = 0; n < N; n++)
             for (int z = 0; z < 2 * D; z++)
                 for (int yy = 0; yy < 2 * H; yy++)
@@ -611,6 +755,8 @@ static void test_conv_vs_naive(void) {
 }
 
 int main(int argc, char **argv) {
+    if (fx_isa_setup(argc, argv))
+        return 0;
     const char *dir = argc > 1 ? argv[1] : "tests/nn/fixtures";
     char path[512];
     snprintf(path, sizeof path, "%s/layers.safetensors", dir);
@@ -619,7 +765,6 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s\n", err_msg());
         return 1;
     }
-    printf("SIMD width %d floats\n", nn_gemm_vw());
     test_conv3d_fixture(&st, "conv3d");
     test_conv3d_fixture(&st, "conv3d_wide");
     test_convt_fixture(&st);
@@ -628,6 +773,13 @@ int main(int argc, char **argv) {
     test_gn_fixture(&st, "gnrelu", 2, 1);
     test_small_fixtures(&st);
     test_loss_fixture(&st);
+    nn_st_close(&st);
+    snprintf(path, sizeof path, "%s/bf16.safetensors", dir);
+    if (nn_st_open(&st, path)) {
+        fprintf(stderr, "%s\n", err_msg());
+        return 1;
+    }
+    test_bf16_fixtures(&st);
     nn_st_close(&st);
     test_finite_differences();
     test_conv_vs_naive();

@@ -40,31 +40,47 @@ typedef struct ufix {
     int n, size;
 } ufix;
 
-static int load_fixture(ufix *f, const char *dir) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/unet.safetensors", dir);
+/* Metadata key pfx + key of the fixture (exits when missing: a broken fixture). */
+static int meta_int(const ufix *f, const char *pfx, const char *key) {
+    char k[64];
+    snprintf(k, sizeof k, "%s%s", pfx, key);
+    const char *v = nn_st_meta(&f->st, k);
+    if (!v) {
+        fprintf(stderr, "fixture %s lacks metadata %s\n", f->st.path, k);
+        exit(1);
+    }
+    return atoi(v);
+}
+
+/* Loads DIR/FILE: a small U-Net's parameters, input, labels and class weights under tensor and
+ * metadata names prefixed by pfx ("" in unet.safetensors, "unet." in bf16.safetensors), and
+ * builds the model in precision prec. */
+static int load_fixture(ufix *f, const char *dir, const char *file, const char *pfx, int prec) {
+    char path[512], nm[128];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
     if (nn_st_open(&f->st, path)) {
         fprintf(stderr, "%s\n", err_msg());
         return 1;
     }
-    nn_unet_spec s = {3, atoi(nn_st_meta(&f->st, "classes")), atoi(nn_st_meta(&f->st, "layers")),
-                      atoi(nn_st_meta(&f->st, "base")), atoi(nn_st_meta(&f->st, "groups"))};
-    f->n = atoi(nn_st_meta(&f->st, "n"));
-    f->size = atoi(nn_st_meta(&f->st, "size"));
-    if (nn_unet_create(&f->m, &s, f->n, f->size, f->size, f->size)) {
+    nn_unet_spec s = {3, meta_int(f, pfx, "classes"), meta_int(f, pfx, "layers"),
+                      meta_int(f, pfx, "base"), meta_int(f, pfx, "groups")};
+    const nn_unet_opts o = {.precision = prec};
+    f->n = meta_int(f, pfx, "n");
+    f->size = meta_int(f, pfx, "size");
+    if (nn_unet_create_opts(&f->m, &s, &o, f->n, f->size, f->size, f->size)) {
         fprintf(stderr, "%s\n", err_msg());
         return 1;
     }
     /* Every parameter of ours must be in the PyTorch state_dict with the same shape, and the
      * state_dict must have nothing else. */
     int nfix = 0;
+    snprintf(nm, sizeof nm, "%sparam.", pfx);
     for (int i = 0; i < f->st.nt; i++)
-        nfix += !strncmp(f->st.t[i].name, "param.", 6);
+        nfix += !strncmp(f->st.t[i].name, nm, strlen(nm));
     CHECK(nfix == f->m.ntensors, "state_dict has %d tensors, the model %d", nfix, f->m.ntensors);
     for (int i = 0; i < f->m.ntensors; i++) {
-        char nm[128];
         const nn_tensor_info *t = &f->m.tensors[i];
-        snprintf(nm, sizeof nm, "param.%s", t->name);
+        snprintf(nm, sizeof nm, "%sparam.%s", pfx, t->name);
         const nn_st_entry *e = nn_st_find(&f->st, nm);
         CHECK(e != NULL, "tensor %s not in upstream's state_dict", t->name);
         if (!e)
@@ -76,9 +92,12 @@ static int load_fixture(ufix *f, const char *dir) {
         nn_st_read_f32(&f->st, e, f->m.params + t->offset);
     }
     int64_t sh[5];
-    f->x = fx_get(&f->st, "x", sh, NULL);
-    f->w = fx_get(&f->st, "weight", NULL, NULL);
-    float *labf = fx_get(&f->st, "labels", NULL, NULL);
+    snprintf(nm, sizeof nm, "%sx", pfx);
+    f->x = fx_get(&f->st, nm, sh, NULL);
+    snprintf(nm, sizeof nm, "%sweight", pfx);
+    f->w = fx_get(&f->st, nm, NULL, NULL);
+    snprintf(nm, sizeof nm, "%slabels", pfx);
+    float *labf = fx_get(&f->st, nm, NULL, NULL);
     const size_t nv = (size_t)f->n * f->size * f->size * f->size;
     f->lab = malloc(nv * 2);
     for (size_t i = 0; i < nv; i++)
@@ -119,6 +138,197 @@ static void test_unet_fixture(ufix *f) {
 
 /* Gradients, loss and Dice are bitwise identical with 1, 2 and 3 threads (fixed reduction
  * slices and chunk-to-copy assignment), on a model wide enough for the vector paths. */
+/* ||a - b|| / ||b|| over n floats. */
+static double rel_err(const float *a, const float *b, size_t n) {
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++) {
+        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        r += (double)b[i] * b[i];
+    }
+    return r > 0 ? sqrt(d / r) : sqrt(d);
+}
+
+/* The small U-Net in bf16 against PyTorch 2.x CPU autocast (bf16.safetensors): logits, loss and
+ * every parameter gradient. Our convolutions round once per result (PyTorch's backward passes
+ * here round partial sums too, see test_layers), and rounding differences grow through the
+ * layers, so the comparison is norm-wise: relative error at most 3% for the logits and 8% per
+ * gradient tensor. Those bounds alone would let an fp32 model pass (at this width bf16 and fp32
+ * differ little), so the loss, which sums every voxel and cancels the noise, must be at least 4x
+ * closer to PyTorch's than our fp32 model's loss is (measured: 20x), and the whole gradient
+ * vector closer than the fp32 model's (measured 0.3x in norm). */
+static void test_unet_bf16(const char *dir) {
+    ufix f[2];
+    memset(f, 0, sizeof f);
+    if (load_fixture(&f[0], dir, "bf16.safetensors", "unet.", NN_BF16) ||
+        load_fixture(&f[1], dir, "bf16.safetensors", "unet.", NN_FP32)) {
+        CHECK(0, "bf16 fixture: %s", err_msg());
+        return;
+    }
+    double loss[2], dice[2];
+    for (int k = 0; k < 2; k++) {
+        nn_unet_zero_grad(&f[k].m);
+        CHECK(nn_unet_forward_backward(&f[k].m, f[k].x, f[k].lab, f[k].n, f[k].w, &loss[k],
+                                       &dice[k]) == 0,
+              "bf16 forward_backward: %s", err_msg());
+    }
+    int64_t sh[5];
+    float *lref = fx_get_cl(&f[0].st, "unet.logits", sh);
+    float *lv = fx_get(&f[0].st, "unet.loss", NULL, NULL);
+    const size_t nl = fx_numel(sh, 5);
+    const double el = rel_err(nn_unet_logits(&f[0].m), lref, nl);
+    const double el32 = rel_err(nn_unet_logits(&f[1].m), lref, nl);
+    printf("bf16 U-Net vs PyTorch autocast: logits %.2e (fp32 model %.2e), loss %.6f vs %.6f "
+           "(fp32 %.6f)\n",
+           el, el32, loss[0], (double)lv[0], loss[1]);
+    CHECK(el < 0.03 && el < el32, "bf16 logits: relative error %g (fp32 model %g)", el, el32);
+    CHECK(fabs(loss[0] - lv[0]) < 0.25 * fabs(loss[1] - lv[0]),
+          "bf16 loss %.7f vs PyTorch %.7f: no closer than the fp32 model's %.7f", loss[0],
+          (double)lv[0], loss[1]);
+    double worst = 0, worst32 = 0, d2 = 0, d32 = 0, r2 = 0;
+    for (int i = 0; i < f[0].m.ntensors; i++) {
+        char nm[160];
+        const nn_tensor_info *t = &f[0].m.tensors[i];
+        snprintf(nm, sizeof nm, "unet.grad.%s", t->name);
+        float *g = fx_get(&f[0].st, nm, NULL, NULL);
+        const float *g0 = f[0].m.grads + t->offset, *g1 = f[1].m.grads + t->offset;
+        const double e = rel_err(g0, g, t->numel), e32 = rel_err(g1, g, t->numel);
+        worst = fmax(worst, e), worst32 = fmax(worst32, e32);
+        CHECK(e < 0.08, "bf16 gradient %s: relative error %g (fp32 model %g)", t->name, e, e32);
+        for (size_t k = 0; k < t->numel; k++) {
+            d2 += ((double)g0[k] - g[k]) * ((double)g0[k] - g[k]);
+            d32 += ((double)g1[k] - g[k]) * ((double)g1[k] - g[k]);
+            r2 += (double)g[k] * g[k];
+        }
+        free(g);
+    }
+    printf("bf16 U-Net gradients: worst tensor %.2e (fp32 model %.2e), all %.2e (fp32 model "
+           "%.2e)\n",
+           worst, worst32, sqrt(d2 / r2), sqrt(d32 / r2));
+    CHECK(sqrt(d2) < 0.6 * sqrt(d32), "bf16 gradient vector: relative error %g, the fp32 model's "
+                                      "%g",
+          sqrt(d2 / r2), sqrt(d32 / r2));
+    for (int k = 0; k < 2; k++) {
+        nn_unet_free(&f[k].m);
+        nn_st_close(&f[k].st);
+        free(f[k].x), free(f[k].w), free(f[k].lab);
+    }
+    free(lref), free(lv);
+}
+
+/* Activation checkpointing recomputes each block from its saved input: logits, loss, Dice and
+ * every gradient bit-identical to the plain model, in fp32 and bf16, with less memory. */
+static void test_checkpointing(void) {
+    for (int prec = 0; prec < 2; prec++) {
+        nn_unet m[2];
+        for (int k = 0; k < 2; k++) {
+            nn_unet_spec s = {3, 4, 2, 16, 4};
+            const nn_unet_opts o = {.precision = prec, .checkpointing = k};
+            if (nn_unet_create_opts(&m[k], &s, &o, 2, 16, 8, 16)) {
+                CHECK(0, "create: %s", err_msg());
+                return;
+            }
+            nn_unet_init_params(&m[k], 5);
+        }
+        const size_t S = 16 * 8 * 16;
+        float *x = malloc(2 * 3 * S * sizeof(float)), w[4] = {0.5f, 2, 2, 2};
+        uint16_t *y = malloc(2 * S * sizeof(uint16_t));
+        rng r = rng_make(6, RNG_TEST, 0, 0);
+        for (size_t i = 0; i < 2 * 3 * S; i++)
+            x[i] = (float)rng_normal(&r);
+        for (size_t i = 0; i < 2 * S; i++)
+            y[i] = (uint16_t)(x[i] > 0.5f ? 1 + rng_below(&r, 3) : 0);
+        double l[2], d[2];
+        for (int rep = 0; rep < 2; rep++) /* twice: the second step starts from used slabs */
+            for (int k = 0; k < 2; k++) {
+                nn_unet_zero_grad(&m[k]);
+                nn_unet_forward_backward(&m[k], x, y, 2, w, &l[k], &d[k]);
+            }
+        CHECK(!memcmp(m[0].grads, m[1].grads, m[0].nparams * sizeof(float)),
+              "%s: checkpointed gradients differ from the plain run", prec ? "bf16" : "fp32");
+        CHECK(l[0] == l[1] && d[0] == d[1], "%s: checkpointed loss %.17g / dice %.17g vs %.17g / "
+                                            "%.17g",
+              prec ? "bf16" : "fp32", l[1], d[1], l[0], d[0]);
+        CHECK(!memcmp(nn_unet_logits(&m[0]), nn_unet_logits(&m[1]), 2 * S * 4 * sizeof(float)),
+              "checkpointed logits differ");
+        float hd[2][2];
+        double vl[2];
+        for (int k = 0; k < 2; k++)
+            nn_unet_evaluate(&m[k], x, y, 2, w, &vl[k], hd[k]);
+        CHECK(vl[0] == vl[1] && !memcmp(hd[0], hd[1], sizeof hd[0]), "checkpointed evaluate");
+        printf("checkpointing (%s): activations %.1f MiB -> %.1f MiB\n", prec ? "bf16" : "fp32",
+               m[0].activation_floats * 4.0 / (1 << 20), m[1].activation_floats * 4.0 / (1 << 20));
+        CHECK(m[1].activation_floats < m[0].activation_floats,
+              "checkpointing saves no activation memory");
+        free(x), free(y);
+        nn_unet_free(&m[0]);
+        nn_unet_free(&m[1]);
+    }
+}
+
+/* nn_unet_memory_estimate is what nn_unet_create allocates, byte for byte. */
+static void test_memory_estimate(void) {
+    const int shapes[][4] = {{1, 16, 16, 16}, {2, 16, 8, 32}, {1, 32, 32, 32}};
+    for (int si = 0; si < 3; si++)
+        for (int prec = 0; prec < 2; prec++)
+            for (int ck = 0; ck < 2; ck++)
+                for (int opt = NN_OPT_ADAM; opt <= NN_OPT_RMSPROP; opt++) {
+                    nn_unet_spec s = {3, 4, 2, 8, 4};
+                    const nn_unet_opts uo = {.precision = prec, .checkpointing = ck,
+                                             .sharded = si == 1};
+                    const int *sh = shapes[si];
+                    nn_unet_memory e;
+                    nn_unet m;
+                    nn_optim o;
+                    CHECK(nn_unet_memory_estimate(&s, &uo, sh[0], sh[1], sh[2], sh[3], opt, &e) ==
+                              0,
+                          "estimate: %s", err_msg());
+                    CHECK(nn_unet_create_opts(&m, &s, &uo, sh[0], sh[1], sh[2], sh[3]) == 0,
+                          "create");
+                    nn_optim_init(&o, (nn_optim_kind)opt, m.nparams);
+                    CHECK(e.params == m.nparams * 4 && e.grads == m.nparams * 4,
+                          "parameter bytes %zu vs %zu", e.params, m.nparams * 4);
+                    CHECK(e.activations + e.workspace ==
+                              m.activation_floats * 4 + m.activation_index_bytes,
+                          "activations+workspace %zu vs the slabs %zu (batch %d %dx%dx%d prec %d "
+                          "ckpt %d)",
+                          e.activations + e.workspace,
+                          m.activation_floats * 4 + m.activation_index_bytes, sh[0], sh[1], sh[2],
+                          sh[3], prec, ck);
+                    CHECK(e.optimizer == nn_optim_state_floats((nn_optim_kind)opt, m.nparams) * 4,
+                          "optimizer bytes");
+                    CHECK(e.total == e.params + e.grads + e.optimizer + e.activations + e.workspace,
+                          "total");
+                    nn_optim_free(&o);
+                    nn_unet_free(&m);
+                }
+    /* At scale 7 / base 64 checkpointing keeps at most 60% of the activation memory (the
+     * planned figure is 56%; small models are dominated by the top level's scratch). */
+    nn_unet_memory plain, ck;
+    const nn_unet_spec s7 = {3, 6, 4, 64, 8};
+    const nn_unet_opts ckpt = {.checkpointing = 1};
+    nn_unet_memory_estimate(&s7, NULL, 1, 128, 128, 128, NN_OPT_ADAM, &plain);
+    nn_unet_memory_estimate(&s7, &ckpt, 1, 128, 128, 128, NN_OPT_ADAM, &ck);
+    printf("scale 7 / base 64, batch 1: activations + workspace %.0f MiB, checkpointed %.0f MiB "
+           "(%.0f%%); total %.0f MiB vs %.0f MiB\n",
+           (plain.activations + plain.workspace) / 1048576.0,
+           (ck.activations + ck.workspace) / 1048576.0,
+           100.0 * (ck.activations + ck.workspace) / (plain.activations + plain.workspace),
+           plain.total / 1048576.0, ck.total / 1048576.0);
+    CHECK(ck.activations + ck.workspace <= 0.6 * (plain.activations + plain.workspace),
+          "checkpointing keeps %zu of %zu activation bytes", ck.activations + ck.workspace,
+          plain.activations + plain.workspace);
+    const nn_unet_spec ok = {3, 4, 2, 8, 4};
+    const nn_unet_opts bad = {.precision = 2};
+    nn_unet_memory e;
+    nn_unet m;
+    CHECK(nn_unet_memory_estimate(&ok, &bad, 1, 16, 16, 16, NN_OPT_ADAM, &e) == ERR_CONFIG,
+          "precision 2 must be refused");
+    CHECK(nn_unet_create_opts(&m, &ok, &bad, 1, 16, 16, 16) == ERR_CONFIG,
+          "precision 2 must be refused by create");
+    CHECK(nn_unet_memory_estimate(&ok, NULL, 1, 10, 16, 16, NN_OPT_ADAM, &e) == ERR_CONFIG,
+          "extent 10 with 2 layers must be refused");
+}
+
 static void test_thread_determinism(void) {
     nn_unet_spec s = {3, 4, 2, 16, 4};
     nn_unet m;
@@ -314,7 +524,7 @@ static void test_optim_formulas(void) {
     nn_ce_class_weights(w, cnt, 4);
     const float wr[4] = {100.0f / 90, 10, 10, 10};
     check_close("ce weights", w, wr, 4, 0, 1e-6f);
-    uint64_t allbg[3] = {10, 0, 0};
+    uint64_t allbg[3] = {10};
     nn_ce_class_weights(w, allbg, 3);
     CHECK(w[0] == 1 && w[1] == 1 && w[2] == 1, "uniform weights without foreground");
     uint16_t labs[5] = {0, 1, 1, 2, 0};
@@ -448,6 +658,8 @@ static int write_ckpt(const char *path) {
 int main(int argc, char **argv) {
     if (argc > 2 && !strcmp(argv[1], "--write-ckpt"))
         return write_ckpt(argv[2]);
+    if (fx_isa_setup(argc, argv))
+        return 0;
     const char *dir = argc > 1 ? argv[1] : "tests/nn/fixtures";
     test_param_counts();
     test_thread_determinism();
@@ -455,7 +667,7 @@ int main(int argc, char **argv) {
     test_optim_formulas();
     ufix f;
     memset(&f, 0, sizeof f);
-    if (load_fixture(&f, dir))
+    if (load_fixture(&f, dir, "unet.safetensors", "", NN_FP32))
         return 1;
     test_unet_fixture(&f);
     test_eval_predict(&f);
@@ -466,5 +678,8 @@ int main(int argc, char **argv) {
     nn_unet_free(&f.m);
     nn_st_close(&f.st);
     free(f.x), free(f.w), free(f.lab);
+    test_unet_bf16(dir);
+    test_checkpointing();
+    test_memory_estimate();
     return test_report();
 }

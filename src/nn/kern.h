@@ -1,0 +1,44 @@
+/* kern: the per-ISA table of microkernels behind gemm.h (internal to src/nn).
+ *
+ * kern_tmpl.h is compiled once per instruction set (kern_avx512.c, kern_avx2.c,
+ * kern_portable.c, each with its own target), each defining one nn_kern table; gemm.c picks a
+ * table at run time from what the CPU reports (or SCAFFOLD_ISA). */
+#ifndef SCAFFOLD_NN_KERN_H
+#define SCAFFOLD_NN_KERN_H
+
+#include "nn/gemm.h"
+
+#include <stdint.h>
+
+/* One block of m output positions (m is the index into the per-NV table, plus one). */
+typedef void (*nn_tg_fn)(const nn_tg *g, const float *const *a, const float *Bp, float *const *c,
+                         const float *bias, int nvalid, int mode);
+typedef void (*nn_tw_fn)(int nrows, const float *const *arows, const float *const *grows, int X,
+                         long lda, long ldg, float *Wt, long ldw);
+/* bf16 pair kernel (AVX512_BF16 only): as nn_tg_fn on bf16 data, see gemm.h. */
+typedef void (*nn_tgb_fn)(const nn_tg *g, const uint16_t *const *a, const uint16_t *Bp,
+                          float *const *c, const float *bias, int nvalid, int mode);
+
+#define NN_KERN_MAXNV 4
+
+typedef struct nn_kern {
+    const char *name;
+    int vw;                         /* floats per vector */
+    int maxnv;                      /* widest column block, in vectors */
+    int prefnv;                     /* block width for wide outputs, in vectors */
+    int mr[NN_KERN_MAXNV];          /* largest position block per block width (index NV-1) */
+    const nn_tg_fn *tg[NN_KERN_MAXNV]; /* [NV-1][m-1] */
+    const nn_tw_fn *tw[NN_KERN_MAXNV]; /* [NV-1][mk-1] */
+    /* Runs `iters` iterations of 12 independent FMA chains on one vector each (the register-only
+     * peak loop); returns a value that depends on the result, so nothing is optimised away. */
+    float (*fma_chains)(long iters);
+} nn_kern;
+
+extern const nn_kern nn_kern_portable;
+#if defined(__x86_64__)
+extern const nn_kern nn_kern_avx2, nn_kern_avx512;
+/* The AVX512_BF16 pair kernels, [NV-1][m-1] for the nn_kern_avx512 block shapes. */
+extern const nn_tgb_fn *const nn_tgb_avx512bf16[NN_KERN_MAXNV];
+#endif
+
+#endif

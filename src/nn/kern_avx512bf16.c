@@ -1,0 +1,100 @@
+/* kern_avx512bf16: the bf16 tap-GEMM kernels (gemm.h nn_tg_block_bf16) with vdpbf16ps: each
+ * instruction multiplies a pair of consecutive-k bf16 values of A (broadcast as one 32-bit
+ * word) with a [nr][2] row pair of B and adds both products into fp32 accumulators, twice the
+ * multiply rate of fp32 FMA. Same block shapes as kern_avx512.c. Compiled for AVX512_BF16
+ * whatever the build's flags; selected only where the CPU reports it (gemm.c). */
+#if defined(__x86_64__)
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx2,fma")
+#include "nn/kern.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define KB_MRMAX 16
+
+static inline __attribute__((always_inline)) void
+kb_tg(const nn_tg *restrict g, const uint16_t *const *ap, const uint16_t *restrict Bp,
+      float *const *cp, const float *restrict bias, int nvalid, int mode, const int MR,
+      const int NV) {
+    const int nr = NV * 16, rnd = mode & NN_TG_RBF16;
+    mode &= 3;
+    __m512 acc[KB_MRMAX][NN_KERN_MAXNV];
+    __mmask16 mk[NN_KERN_MAXNV];
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; j++) {
+        const int v = nvalid - 16 * j;
+        mk[j] = v >= 16 ? (__mmask16)0xFFFF : v <= 0 ? (__mmask16)0 : (__mmask16)((1u << v) - 1);
+    }
+#pragma GCC unroll 16
+    for (int m = 0; m < MR; m++)
+#pragma GCC unroll 4
+        for (int j = 0; j < NV; j++) {
+            if (mode == NN_TG_BIAS)
+                acc[m][j] = _mm512_loadu_ps(bias + 16 * j);
+            else if (mode == NN_TG_ACCUM)
+                acc[m][j] = _mm512_maskz_loadu_ps(mk[j], cp[m] + 16 * j);
+            else
+                acc[m][j] = _mm512_setzero_ps();
+        }
+    const int T = g->T, KP = g->K / 2;
+    for (int t = 0; t < T; t++) {
+        const uint16_t *a[KB_MRMAX];
+#pragma GCC unroll 16
+        for (int m = 0; m < MR; m++)
+            a[m] = ap[m] + g->aoff[t];
+        const uint16_t *restrict b = Bp + (size_t)t * KP * 2 * nr;
+        for (int kp = 0; kp < KP; kp++) {
+            __m512bh bv[NN_KERN_MAXNV];
+#pragma GCC unroll 4
+            for (int j = 0; j < NV; j++)
+                bv[j] = (__m512bh)_mm512_loadu_si512(b + ((size_t)kp * nr + 16 * j) * 2);
+#pragma GCC unroll 16
+            for (int m = 0; m < MR; m++) {
+                uint32_t pair;
+                memcpy(&pair, a[m] + 2 * kp, sizeof pair);
+                const __m512bh av = (__m512bh)_mm512_set1_epi32((int)pair);
+#pragma GCC unroll 4
+                for (int j = 0; j < NV; j++)
+                    acc[m][j] = _mm512_dpbf16_ps(acc[m][j], av, bv[j]);
+            }
+        }
+    }
+    const __m512i bias7f = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
+    const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+#pragma GCC unroll 16
+    for (int m = 0; m < MR; m++)
+#pragma GCC unroll 4
+        for (int j = 0; j < NV; j++) {
+            __m512 v = acc[m][j];
+            if (rnd) { /* nearest bf16, ties to even, as kern_tmpl.h */
+                __m512i u = _mm512_castps_si512(v);
+                const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), one);
+                u = _mm512_add_epi32(u, _mm512_add_epi32(bias7f, lsb));
+                v = _mm512_castsi512_ps(_mm512_and_si512(u, hi));
+            }
+            _mm512_mask_storeu_ps(cp[m] + 16 * j, mk[j], v);
+        }
+}
+
+#define KB_INST(MR, NV)                                                                           \
+    static void kb_tg_##MR##_##NV(const nn_tg *g, const uint16_t *const *a, const uint16_t *Bp,   \
+                                  float *const *c, const float *bias, int nvalid, int mode) {     \
+        kb_tg(g, a, Bp, c, bias, nvalid, mode, MR, NV);                                            \
+    }
+#define KB_E(MR, NV) kb_tg_##MR##_##NV,
+#define KB_SEQ_6(F, NV) F(1, NV) F(2, NV) F(3, NV) F(4, NV) F(5, NV) F(6, NV)
+#define KB_SEQ_8(F, NV) KB_SEQ_6(F, NV) F(7, NV) F(8, NV)
+#define KB_SEQ_14(F, NV) KB_SEQ_8(F, NV) F(9, NV) F(10, NV) F(11, NV) F(12, NV) F(13, NV) F(14, NV)
+#define KB_SEQ_16(F, NV) KB_SEQ_14(F, NV) F(15, NV) F(16, NV)
+
+/* Shapes as kern_avx512.c: 16x1, 14x2, 8x3, 6x4. */
+KB_SEQ_16(KB_INST, 1)
+KB_SEQ_14(KB_INST, 2)
+KB_SEQ_8(KB_INST, 3)
+KB_SEQ_6(KB_INST, 4)
+static const nn_tgb_fn kb_t1[] = {KB_SEQ_16(KB_E, 1)}, kb_t2[] = {KB_SEQ_14(KB_E, 2)},
+                       kb_t3[] = {KB_SEQ_8(KB_E, 3)}, kb_t4[] = {KB_SEQ_6(KB_E, 4)};
+const nn_tgb_fn *const nn_tgb_avx512bf16[NN_KERN_MAXNV] = {kb_t1, kb_t2, kb_t3, kb_t4};
+#else
+typedef int nn_kern_avx512bf16_unused; /* not an x86-64 build: nothing to compile */
+#endif

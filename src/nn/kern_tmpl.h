@@ -1,0 +1,222 @@
+/* kern_tmpl: the microkernels of gemm.h written once with GCC vector extensions and compiled by
+ * each kern_<isa>.c under its own target (included, never compiled alone).
+ *
+ * The includer defines, before including:
+ *   KT_VW      floats per vector (16, 8, 4)
+ *   KT_SYM     name of the nn_kern table to define (e.g. nn_kern_avx2)
+ *   KT_NAME    its printable name
+ *   KT_MR1..KT_MR4  largest position block for 1..4 vectors (KT_MR4 0: no 4-vector blocks)
+ *   KT_PREFNV  block width (vectors) for wide outputs
+ *
+ * RATIONALE: the accumulators must live in registers for the whole reduction; GCC keeps a
+ * constant-indexed local vector array in registers only when the loops over it are fully
+ * unrolled with compile-time bounds, hence one instantiation per (positions, vectors) pair.
+ * Block shapes are chosen so accumulators + B vectors + one broadcast fit the register file
+ * (16 registers: 6x2, 4x3; 32 registers: 14x2, 8x3, 6x4): a shape that does not fit makes the
+ * compiler reload B from memory on every FMA, which costs a third of the speed on AVX2. */
+#include "nn/kern.h"
+
+#include <string.h>
+
+typedef float kt_vf __attribute__((vector_size(KT_VW * sizeof(float)), aligned(4), may_alias));
+typedef uint32_t kt_vu __attribute__((vector_size(KT_VW * sizeof(float))));
+
+/* fp32 -> the nearest bf16 (ties to even), as fp32. NaN payloads are not preserved (a NaN may
+ * become infinite), which only matters once training has already failed. */
+static inline __attribute__((always_inline)) kt_vf kt_round_bf16(kt_vf v) {
+    kt_vu u = (kt_vu)v;
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    return (kt_vf)u;
+}
+
+#define KT_LOAD(p) (*(const kt_vf *)(p))
+#define KT_STORE(p, v) (*(kt_vf *)(p) = (v))
+#define KT_MRMAX 16
+
+/* ---- tap GEMM ------------------------------------------------------------------------------ */
+
+static inline __attribute__((always_inline)) void
+kt_tg(const nn_tg *restrict g, const float *const *ap, const float *restrict Bp,
+      float *const *cp, const float *restrict bias, int nvalid, int mode, const int MR,
+      const int NV) {
+    const int nr = NV * KT_VW, rnd = mode & NN_TG_RBF16;
+    mode &= 3;
+    kt_vf acc[KT_MRMAX][NN_KERN_MAXNV];
+    float tmp[NN_KERN_MAXNV * KT_VW];
+#pragma GCC unroll 16
+    for (int m = 0; m < MR; m++) {
+#pragma GCC unroll 4
+        for (int j = 0; j < NV; j++) {
+            if (mode == NN_TG_BIAS) {
+                acc[m][j] = KT_LOAD(bias + j * KT_VW);
+            } else if (mode == NN_TG_ACCUM) {
+                if (nvalid == nr) {
+                    acc[m][j] = KT_LOAD(cp[m] + j * KT_VW);
+                } else {
+                    memset(tmp, 0, sizeof tmp);
+                    memcpy(tmp, cp[m], (size_t)nvalid * sizeof(float));
+                    acc[m][j] = KT_LOAD(tmp + j * KT_VW);
+                }
+            } else {
+                acc[m][j] = (kt_vf){0};
+            }
+        }
+    }
+    const int T = g->T, K = g->K;
+    for (int t = 0; t < T; t++) {
+        const float *a[KT_MRMAX];
+#pragma GCC unroll 16
+        for (int m = 0; m < MR; m++)
+            a[m] = ap[m] + g->aoff[t];
+        const float *restrict b = Bp + (size_t)t * K * nr;
+        for (int k = 0; k < K; k++) {
+            kt_vf bv[NN_KERN_MAXNV];
+#pragma GCC unroll 4
+            for (int j = 0; j < NV; j++)
+                bv[j] = KT_LOAD(b + (size_t)k * nr + j * KT_VW);
+#pragma GCC unroll 16
+            for (int m = 0; m < MR; m++) {
+                const float av = a[m][k];
+#pragma GCC unroll 4
+                for (int j = 0; j < NV; j++)
+                    acc[m][j] += bv[j] * av;
+            }
+        }
+    }
+    if (rnd) {
+#pragma GCC unroll 16
+        for (int m = 0; m < MR; m++)
+#pragma GCC unroll 4
+            for (int j = 0; j < NV; j++)
+                acc[m][j] = kt_round_bf16(acc[m][j]);
+    }
+    if (nvalid == nr) {
+#pragma GCC unroll 16
+        for (int m = 0; m < MR; m++)
+#pragma GCC unroll 4
+            for (int j = 0; j < NV; j++)
+                KT_STORE(cp[m] + j * KT_VW, acc[m][j]);
+    } else {
+#pragma GCC unroll 16
+        for (int m = 0; m < MR; m++) {
+#pragma GCC unroll 4
+            for (int j = 0; j < NV; j++)
+                KT_STORE(tmp + j * KT_VW, acc[m][j]);
+            memcpy(cp[m], tmp, (size_t)nvalid * sizeof(float));
+        }
+    }
+}
+
+/* ---- weight-gradient tile ------------------------------------------------------------------ */
+
+static inline __attribute__((always_inline)) void
+kt_tw(int nrows, const float *const *arows, const float *const *grows, int X, long lda, long ldg,
+      float *restrict Wt, long ldw, const int MR, const int NV) {
+    kt_vf acc[KT_MRMAX][NN_KERN_MAXNV];
+#pragma GCC unroll 16
+    for (int m = 0; m < MR; m++)
+#pragma GCC unroll 4
+        for (int j = 0; j < NV; j++)
+            acc[m][j] = KT_LOAD(Wt + m * ldw + j * KT_VW);
+    for (int r = 0; r < nrows; r++) {
+        const float *restrict a = arows[r];
+        const float *restrict gg = grows[r];
+        for (int x = 0; x < X; x++) {
+            kt_vf gv[NN_KERN_MAXNV];
+#pragma GCC unroll 4
+            for (int j = 0; j < NV; j++)
+                gv[j] = KT_LOAD(gg + x * ldg + j * KT_VW);
+#pragma GCC unroll 16
+            for (int m = 0; m < MR; m++) {
+                const float av = a[x * lda + m];
+#pragma GCC unroll 4
+                for (int j = 0; j < NV; j++)
+                    acc[m][j] += gv[j] * av;
+            }
+        }
+    }
+#pragma GCC unroll 16
+    for (int m = 0; m < MR; m++)
+#pragma GCC unroll 4
+        for (int j = 0; j < NV; j++)
+            KT_STORE(Wt + m * ldw + j * KT_VW, acc[m][j]);
+}
+
+/* ---- FMA peak loop ------------------------------------------------------------------------- */
+
+/* 12 chains hide the FMA latency of every current core (4 cycles x 2 pipes needs 8; SSE2
+ * mul + add, 3 + 3 cycles, needs more). The empty asm keeps each chain in a register. */
+static float kt_fma_chains(long iters) {
+    kt_vf b, c;
+    for (int k = 0; k < KT_VW; k++) {
+        b[k] = 1.0f + 1e-7f * (float)k;
+        c[k] = 1e-8f;
+    }
+    kt_vf a0 = c, a1 = c + 1, a2 = c + 2, a3 = c + 3, a4 = c + 4, a5 = c + 5, a6 = c + 6,
+          a7 = c + 7, a8 = c + 8, a9 = c + 9, a10 = c + 10, a11 = c + 11;
+    for (long i = 0; i < iters; i++) {
+        a0 = a0 * b + c, a1 = a1 * b + c, a2 = a2 * b + c, a3 = a3 * b + c;
+        a4 = a4 * b + c, a5 = a5 * b + c, a6 = a6 * b + c, a7 = a7 * b + c;
+        a8 = a8 * b + c, a9 = a9 * b + c, a10 = a10 * b + c, a11 = a11 * b + c;
+        __asm__ volatile("" : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4), "+x"(a5),
+                         "+x"(a6), "+x"(a7), "+x"(a8), "+x"(a9), "+x"(a10), "+x"(a11));
+    }
+    const kt_vf s = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11;
+    return s[0];
+}
+
+/* ---- instantiation --------------------------------------------------------------------------- */
+
+#define KT_INST(MR, NV)                                                                           \
+    static void kt_tg_##MR##_##NV(const nn_tg *g, const float *const *a, const float *Bp,         \
+                                  float *const *c, const float *bias, int nvalid, int mode) {     \
+        kt_tg(g, a, Bp, c, bias, nvalid, mode, MR, NV);                                            \
+    }                                                                                              \
+    static void kt_tw_##MR##_##NV(int nrows, const float *const *ar, const float *const *gr,      \
+                                  int X, long lda, long ldg, float *Wt, long ldw) {                \
+        kt_tw(nrows, ar, gr, X, lda, ldg, Wt, ldw, MR, NV);                                        \
+    }
+
+/* KT_SEQ_n(F, NV) applies F(m, NV) for m = 1..n; KT_LIST_n lists P##m##_##NV. */
+#define KT_SEQ_3(F, NV) F(1, NV) F(2, NV) F(3, NV)
+#define KT_SEQ_4(F, NV) KT_SEQ_3(F, NV) F(4, NV)
+#define KT_SEQ_6(F, NV) KT_SEQ_4(F, NV) F(5, NV) F(6, NV)
+#define KT_SEQ_8(F, NV) KT_SEQ_6(F, NV) F(7, NV) F(8, NV)
+#define KT_SEQ_14(F, NV) KT_SEQ_8(F, NV) F(9, NV) F(10, NV) F(11, NV) F(12, NV) F(13, NV) F(14, NV)
+#define KT_SEQ_16(F, NV) KT_SEQ_14(F, NV) F(15, NV) F(16, NV)
+#define KT_SEQ(n) KT_SEQ_##n
+#define KT_E(P, MR, NV) P##MR##_##NV,
+#define KT_TG_E(MR, NV) KT_E(kt_tg_, MR, NV)
+#define KT_TW_E(MR, NV) KT_E(kt_tw_, MR, NV)
+#define KT_X(n, F, NV) KT_SEQ(n)(F, NV)
+#define KT_INSTS(n, NV) KT_X(n, KT_INST, NV)
+#define KT_TABLES(n, NV)                                                                          \
+    static const nn_tg_fn kt_tgt_##NV[] = {KT_X(n, KT_TG_E, NV)};                                 \
+    static const nn_tw_fn kt_twt_##NV[] = {KT_X(n, KT_TW_E, NV)};
+
+KT_INSTS(KT_MR1, 1)
+KT_TABLES(KT_MR1, 1)
+KT_INSTS(KT_MR2, 2)
+KT_TABLES(KT_MR2, 2)
+KT_INSTS(KT_MR3, 3)
+KT_TABLES(KT_MR3, 3)
+#if KT_MR4
+KT_INSTS(KT_MR4, 4)
+KT_TABLES(KT_MR4, 4)
+#define KT_T4(x) x##4
+#define KT_MAXNV 4
+#else
+#define KT_T4(x) NULL
+#define KT_MAXNV 3
+#endif
+
+const nn_kern KT_SYM = {
+    .name = KT_NAME,
+    .vw = KT_VW,
+    .maxnv = KT_MAXNV,
+    .prefnv = KT_PREFNV,
+    .mr = {KT_MR1, KT_MR2, KT_MR3, KT_MR4},
+    .tg = {kt_tgt_1, kt_tgt_2, kt_tgt_3, KT_T4(kt_tgt_)},
+    .tw = {kt_twt_1, kt_twt_2, kt_twt_3, KT_T4(kt_twt_)},
+    .fma_chains = kt_fma_chains,
+};
