@@ -10,10 +10,11 @@ ScaFFold/unet/unet_model.py and unet_parts.py), with the extension `base_channel
                            stored as float32
   fixtures-bf16 OUTDIR     bf16.safetensors: convolutions and the small U-Net under PyTorch
                            2.x CPU autocast to bfloat16 (run with the bench venv's python)
-  bench SCALE BASE THREADS [REPS]
+  bench SCALE BASE THREADS [REPS] [--bf16]
                            time one training step (forward, loss, backward, Adam) of the
-                           model at problem_scale SCALE, batch 1, on CPU; prints
-                           "torch_step_s MEDIAN" (the baseline of bench/nn)
+                           model at problem_scale SCALE, batch 1, on CPU (--bf16: under CPU
+                           autocast); prints "torch_step_s MEDIAN ... maxrss_mib RSS" (the
+                           baseline of bench/nn; run it with a PyTorch 2.x from PyPI)
   run CKPT VOLUME OUT [--groups G]
                            load a safetensors checkpoint into the U-Net (strict
                            load_state_dict) and write its logits for a (3,D,H,W) volume
@@ -28,8 +29,10 @@ ScaFFold/unet/unet_model.py and unet_parts.py), with the extension `base_channel
                            "sgemm_gflops RATE source"
 
 safetensors is read and written with a few lines of Python (8-byte header length, JSON header,
-raw little-endian data), so the `safetensors` package is not needed. Use /usr/bin/python3
-(Debian's numpy and torch).
+raw little-endian data), so the `safetensors` package is not needed. fixtures, run and export
+work with /usr/bin/python3 (Debian's numpy and torch: the numerics are the same); bench, layer,
+sgemm and fixtures-bf16 are meant for PyTorch 2.x from PyPI (bench/venv.sh): Debian's 1.13 is
+built against a reference BLAS, 7-10x slower, and its bf16 autocast policy differs.
 """
 import json
 import math
@@ -370,7 +373,11 @@ def fixtures_bf16(outdir):
 
 # ---------------------------------------------------------------------------------------------
 
-def bench(scale, base, threads, reps=5, classes=6, bottleneck=3):
+def bench(scale, base, threads, reps=5, classes=6, bottleneck=3, bf16=False):
+    """One training step of the model, median of reps after a warm-up step; bf16 runs the
+    forward under CPU autocast to bfloat16 (upstream's torch_amp: 1). Prints the median and
+    the process's peak RSS."""
+    import resource
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     size = 2 ** scale
@@ -383,13 +390,17 @@ def bench(scale, base, threads, reps=5, classes=6, bottleneck=3):
     for i in range(reps + 1):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss, _ = scaffold_loss(model(x), lab, w)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits = model(x)
+        loss, _ = scaffold_loss(logits.float(), lab, w)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
         opt.step()
         if i > 0:  # the first step allocates and warms up
             times.append(time.perf_counter() - t0)
-    print(f"torch_step_s {sorted(times)[len(times) // 2]:.6f} reps {reps} threads {threads}")
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"torch_step_s {sorted(times)[len(times) // 2]:.6f} reps {reps} threads {threads} "
+          f"maxrss_mib {rss:.0f} precision {'bf16' if bf16 else 'fp32'} torch {torch.__version__}")
 
 
 def _median_time(fn, reps):
@@ -519,7 +530,9 @@ def main(argv):
     elif cmd == "fixtures-bf16":
         fixtures_bf16(argv[2])
     elif cmd == "bench":
-        bench(int(argv[2]), int(argv[3]), int(argv[4]), int(argv[5]) if len(argv) > 5 else 5)
+        pos = [a for a in argv[2:] if not a.startswith("--")]
+        bench(int(pos[0]), int(pos[1]), int(pos[2]), int(pos[3]) if len(pos) > 3 else 5,
+              bf16="--bf16" in argv)
     elif cmd == "layer":
         layer(argv[2], int(argv[3]), int(argv[4]), int(argv[5]), int(argv[6]),
               int(argv[7]) if len(argv) > 7 else 5, "--bf16" in argv)

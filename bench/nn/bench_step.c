@@ -8,10 +8,12 @@
  *       backward-data, backward-weights); convt = ConvTranspose3d k2 s2 (D^3 input, forward,
  *       backward-data, backward-weights); gn = GroupNorm(8)+ReLU over COUT channels (forward,
  *       backward). One line per pass: "layer NAME D CIN COUT time_s T gflops G".
- *   bench_step [--scale S] [--base B] [--classes K] [--reps R]
+ *   bench_step [--scale S] [--base B] [--classes K] [--reps R] [--bf16] [--ckpt]
  *       one U-Net training step (zero grad, forward, loss, backward, clip, Adam) at batch 1,
  *       median of R after a warm-up step, with the forward/loss/backward split, the model's
- *       convolution FLOPs, the GFLOP/s reached and the process's peak RSS. */
+ *       convolution FLOPs, the GFLOP/s reached and the process's peak RSS; --bf16 computes as
+ *       torch_amp: 1, --ckpt with activation checkpointing. */
+#include "core/err.h"
 #include "core/log.h"
 #include "core/rng.h"
 #include "nn/gemm.h"
@@ -206,12 +208,13 @@ static int bench_layer(const char *op, int D, int cin, int cout, int reps) {
 static int usage(void) {
     fprintf(stderr, "usage: bench_step --peak [SECONDS]\n"
                     "       bench_step --layer conv|convt|gn D CIN COUT [--reps R]\n"
-                    "       bench_step [--scale S] [--base B] [--classes K] [--reps R]\n");
+                    "       bench_step [--scale S] [--base B] [--classes K] [--reps R] [--bf16] "
+                    "[--ckpt]\n");
     return 2;
 }
 
 int main(int argc, char **argv) {
-    int scale = 5, base = 64, classes = 6, reps = 5;
+    int scale = 5, base = 64, classes = 6, reps = 5, bf16 = 0, ckpt = 0;
     const char *layer = NULL;
     int ld = 0, lcin = 0, lcout = 0;
     for (int i = 1; i < argc; i++) {
@@ -223,6 +226,10 @@ int main(int argc, char **argv) {
             classes = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--bf16"))
+            bf16 = 1;
+        else if (!strcmp(argv[i], "--ckpt"))
+            ckpt = 1;
         else if (!strcmp(argv[i], "--peak")) {
             const double sec = i + 1 < argc ? atof(argv[i + 1]) : 1.0;
             printf("cpu %s\npath %s bf16dp %d\n", nn_cpu_name(), nn_isa_name(nn_isa()),
@@ -249,8 +256,9 @@ int main(int argc, char **argv) {
     const int size = 1 << scale;
     nn_unet_spec s = {3, classes, scale - 3, base, 8};
     nn_unet m;
-    if (nn_unet_create(&m, &s, 1, size, size, size)) {
-        fprintf(stderr, "bench_step: cannot build the model\n");
+    const nn_unet_opts opts = {.precision = bf16 ? NN_BF16 : NN_FP32, .checkpointing = ckpt};
+    if (nn_unet_create_opts(&m, &s, &opts, 1, size, size, size)) {
+        fprintf(stderr, "bench_step: cannot build the model: %s\n", err_msg());
         return 1;
     }
     nn_unet_init_params(&m, 1);
@@ -283,10 +291,10 @@ int main(int argc, char **argv) {
     const double fl = 3 * unet_fwd_flops(&s, size);
     const double med = median(t, reps);
     printf("scaffold_step_s %.6f fwd %.4f loss %.4f bwd %.4f gflop %.2f gflops %.1f params %zu "
-           "activations_mib %.0f maxrss_mib %.0f threads %d path %s\n",
+           "activations_mib %.0f maxrss_mib %.0f threads %d path %s precision %s ckpt %d\n",
            med, median(tf, reps), median(tl, reps), median(tb, reps), fl / 1e9, fl / med / 1e9,
            m.nparams, (double)m.activation_floats * 4 / (1 << 20), max_rss_mib(),
-           omp_get_max_threads(), nn_isa_name(nn_isa()));
+           omp_get_max_threads(), nn_isa_name(nn_isa()), bf16 ? "bf16" : "fp32", ckpt);
     free(x), free(y);
     nn_optim_free(&o);
     nn_unet_free(&m);

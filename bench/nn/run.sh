@@ -1,43 +1,129 @@
 #!/usr/bin/env bash
-# Training-step benchmark: scaffold vs PyTorch on CPU (fp32, batch 1, the same model from
-# tools/torch_ref.py, the same thread count), median of repeats, in the same run; plus the
-# GFLOP/s reached against the machine's measured SGEMM rate (oneDNN's dnnl_sgemm, 2048^2) and
-# FP32 FMA peak (register-only loop).
-# Usage: bench/nn/run.sh [REPS] [THREADS]   (defaults 5 and all cores)
+# The training engine against PyTorch 2.x from PyPI (oneDNN; a bench-only venv, bench/venv.sh),
+# in the same run, same thread count:
+#   1. the machine: CPU, the kernel path scaffold dispatched to, the FP32 FMA peak of that path
+#      (register-only loop, measured before and after), PyTorch's SGEMM rate;
+#   2. per layer at the upstream widths: Conv3d k3 forward, backward-data, backward-weights;
+#      ConvTranspose3d; GroupNorm+ReLU (median of REPS each, ours and PyTorch's interleaved
+#      layer by layer), GFLOP/s and % of the FMA peak;
+#   3. whole training steps (forward, loss, backward, clip, Adam; batch 1), fp32, bf16
+#      (torch_amp: 1 / PyTorch CPU autocast) and with activation checkpointing, with peak RSS.
+# Usage: bench/nn/run.sh [REPS] [THREADS] [quick|full]
+#   quick (default): layers at 32^3 and below, steps at scale 5/64 and 6/32
+#   full: every layer, steps also at 6/64 and one step at 7/64 (~10 GiB each: run it alone)
+# Output: tables on stdout; RESULT lines carry the ratios.
 cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build}
-PYTHON=${PYTHON:-/usr/bin/python3}
-REPS=${1:-5}
+REPS=${1:-3}
 THREADS=${2:-$(nproc)}
-export OMP_NUM_THREADS=$THREADS
+MODE=${3:-quick}
+export OMP_NUM_THREADS=$THREADS OMP_PROC_BIND=${OMP_PROC_BIND:-false}
 BIN=$BUILD/bench/nn/bench_step
 [ -x "$BIN" ] || { echo "build first: make"; exit 1; }
-echo "== nn: one training step (forward, loss, backward, clip, Adam), batch 1, $THREADS threads, median of $REPS"
-"$BIN" --peak | tee /tmp/nn_peak.$$
-peak=$(awk '/fma_peak_gflops/ {print $2}' /tmp/nn_peak.$$)
-sgemm=$(awk '/kernel_sgemm_gflops/ {print $2}' /tmp/nn_peak.$$)
-rm -f /tmp/nn_peak.$$
-have_torch=1
-"$PYTHON" -c "import torch" 2>/dev/null || have_torch=0
-if [ "$have_torch" = 1 ]; then
-    sg=$("$PYTHON" tools/torch_ref.py sgemm "$THREADS")
-    echo "$sg"
-    sgemm=$(awk '{print $2}' <<<"$sg")
+source bench/venv.sh
+PY=$(bench_venv torch) || { echo "bench/nn: no PyTorch venv (PyPI unreachable?)"; exit 1; }
+TORCH="$PY tools/torch_ref.py"
+
+peak1=$("$BIN" --peak 1)
+echo "$peak1" | sed 's/^/# /'
+cpu=$(awk '/^cpu /{sub(/^cpu /,""); print}' <<<"$peak1")
+path=$(awk '/^path /{print $2}' <<<"$peak1")
+tv=$($PY -c 'import torch; print(torch.__version__, torch.backends.cpu.get_cpu_capability())')
+sg=$($TORCH sgemm "$THREADS")
+echo "# CPU: $cpu; scaffold kernel path: $path; $THREADS threads; PyTorch $tv (PyPI); $sg"
+
+# ---- per layer ---------------------------------------------------------------------------
+if [ "$MODE" = full ]; then
+    CONVS="64:64:64 32:64:64 32:128:128 16:128:128 16:256:256 8:256:256 8:512:512"
+    CONVTS="32:128:64 16:256:128 8:512:256"
+    GNS="64:64 32:128 16:256"
+else
+    CONVS="32:64:64 16:128:128 8:256:256 8:512:512"
+    CONVTS="16:128:64 8:256:128"
+    GNS="32:64 16:128"
 fi
-for cfg in "5 64" "6 16"; do
-    set -- $cfg
-    s=$("$BIN" --scale "$1" --base "$2" --reps "$REPS")
-    echo "scale $1 base $2: $s"
-    ts=$(awk '{print $2}' <<<"$s")
-    gf=$(awk '{for (i=1;i<=NF;i++) if ($i=="gflops") print $(i+1)}' <<<"$s")
-    if [ "$have_torch" = 1 ]; then
-        t=$("$PYTHON" tools/torch_ref.py bench "$1" "$2" "$THREADS" "$REPS")
-        tt=$(awk '{print $2}' <<<"$t")
-        echo "scale $1 base $2: $t"
-        awk -v a="$ts" -v b="$tt" -v g="$gf" -v p="$peak" -v q="$sgemm" -v s="$1" -v c="$2" 'BEGIN {
-            printf "RESULT scale %s base %s: scaffold %.3f s, PyTorch %.3f s, PyTorch/scaffold = %.2fx; scaffold %.1f GFLOP/s = %.0f%% of SGEMM %.1f, %.0f%% of FMA peak %.1f\n",
-                   s, c, a, b, b / a, g, 100 * g / q, q, 100 * g / p, p }'
-    else
-        echo "RESULT scale $1 base $2: scaffold $ts s (PyTorch not installed: no baseline)"
-    fi
+layers=$(mktemp)
+run_layer() { # op D cin cout
+    "$BIN" --layer "$1" "$2" "$3" "$4" --reps "$REPS" | sed 's/^/ours /' >>"$layers"
+    $TORCH layer "$1" "$2" "$3" "$4" "$THREADS" "$REPS" | sed 's/^/torch /' >>"$layers"
+}
+for s in $CONVS; do IFS=: read -r d ci co <<<"$s"; run_layer conv "$d" "$ci" "$co"; done
+for s in $CONVTS; do IFS=: read -r d ci co <<<"$s"; run_layer convt "$d" "$ci" "$co"; done
+for s in $GNS; do IFS=: read -r d c <<<"$s"; run_layer gn "$d" "$c" "$c"; done
+
+peak2=$("$BIN" --peak 1 | awk '/fma_peak_gflops/ {print $2}')
+peak=$(awk -v a="$(awk '/fma_peak_gflops/ {print $2}' <<<"$peak1")" -v b="$peak2" \
+    'BEGIN { print (a > b ? a : b) }')
+echo
+echo "## Per layer ($cpu, $THREADS threads, median of $REPS; FMA peak $peak GFLOP/s, the higher of the two measurements)"
+echo
+echo "| layer | volume | channels | scaffold s | GFLOP/s | % peak | PyTorch s | GFLOP/s | % peak | PyTorch/scaffold |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
+awk -v peak="$peak" '
+    { who = $1; key = $3 " " $4 " " $5 " " $6; t[who, key] = $8; g[who, key] = $10;
+      if (!(key in seen)) { seen[key] = 1; order[++n] = key } }
+    END {
+        for (i = 1; i <= n; i++) {
+            split(order[i], k, " ")
+            go = g["ours", order[i]]; gt = g["torch", order[i]]
+            pg = go > 0 ? sprintf("%.0f", 100 * go / peak) : "-"
+            pt = gt > 0 ? sprintf("%.0f", 100 * gt / peak) : "-"
+            printf "| %s | %s^3 | %s->%s | %.4f | %s | %s | %.4f | %s | %s | %.2fx |\n",
+                k[1], k[2], k[3], k[4], t["ours", order[i]], go > 0 ? go : "-", pg,
+                t["torch", order[i]], gt > 0 ? gt : "-", pt,
+                t["torch", order[i]] / t["ours", order[i]]
+            if (go > 0) { sum += 100 * go / peak; cnt++; if (100 * go / peak < mn || cnt == 1) mn = 100 * go / peak }
+        }
+        printf "\nRESULT layers: scaffold convolution passes %.0f%%..., lowest %.0f%% of the FMA peak\n", sum / cnt, mn
+    }' "$layers" | sed 's/%\.\.\./% on average/'
+rm -f "$layers"
+
+# ---- whole steps -------------------------------------------------------------------------
+if [ "$MODE" = full ]; then
+    STEPS="5:64 6:32 6:64 7:64"
+else
+    STEPS="5:64 6:32"
+fi
+echo
+echo "## Training step ($cpu, $THREADS threads, batch 1, median of $REPS after a warm-up step; scale 7: one step)"
+echo
+echo "| model | precision | scaffold s | scaffold GFLOP/s | scaffold peak RSS | PyTorch s | PyTorch peak RSS | PyTorch/scaffold |"
+echo "|---|---|---|---|---|---|---|---|"
+for s in $STEPS; do
+    IFS=: read -r sc b <<<"$s"
+    r=$REPS
+    [ "$sc" -ge 7 ] && r=1
+    for prec in fp32 bf16 ckpt; do
+        fl=""; tf=""
+        [ "$prec" = bf16 ] && fl="--bf16" && tf="--bf16"
+        [ "$prec" = ckpt ] && fl="--ckpt"
+        o=$("$BIN" --scale "$sc" --base "$b" --reps "$r" $fl)
+        to=$o
+        if [ "$prec" != ckpt ]; then
+            t=$($TORCH bench "$sc" "$b" "$THREADS" "$r" $tf)
+        else
+            t="torch_step_s 0 maxrss_mib 0"
+        fi
+        awk -v o="$o" -v t="$t" -v sc="$sc" -v b="$b" -v prec="$prec" 'BEGIN {
+            n = split(o, a, " "); for (i = 1; i < n; i++) A[a[i]] = a[i + 1]
+            n = split(t, c, " "); for (i = 1; i < n; i++) T[c[i]] = c[i + 1]
+            ts = T["torch_step_s"] + 0
+            printf "| scale %s, base %s | %s | %.3f | %.0f | %.2f GiB | %s | %s | %s |\n", sc, b,
+                prec == "ckpt" ? "fp32, checkpointing" : prec, A["scaffold_step_s"], A["gflops"],
+                A["maxrss_mib"] / 1024, ts > 0 ? sprintf("%.3f", ts) : "-",
+                ts > 0 ? sprintf("%.2f GiB", T["maxrss_mib"] / 1024) : "-",
+                ts > 0 ? sprintf("%.2fx", ts / A["scaffold_step_s"]) : "-"
+        }' >>/tmp/nn_steps.$$
+        echo "$o" >>/tmp/nn_steps_raw.$$
+    done
 done
+cat /tmp/nn_steps.$$
+awk '{ n = split($0, a, " "); for (i = 1; i < n; i++) A[a[i]] = a[i + 1]
+       key = A["params"]; if (A["precision"] == "fp32" && A["ckpt"] == 0) { t0[key] = A["scaffold_step_s"]; r0[key] = A["maxrss_mib"] }
+       if (A["precision"] == "bf16") tb[key] = A["scaffold_step_s"]
+       if (A["ckpt"] == 1) { tc[key] = A["scaffold_step_s"]; rc[key] = A["maxrss_mib"] }
+       if (!(key in seen)) { seen[key] = 1; order[++m] = key } }
+     END { for (i = 1; i <= m; i++) { k = order[i]
+           printf "RESULT %s params: bf16 step %.2fx faster than fp32; checkpointing %.2fx the time at %.0f%% of the peak RSS\n",
+                  k, t0[k] / tb[k], tc[k] / t0[k], 100 * rc[k] / r0[k] } }' /tmp/nn_steps_raw.$$
+rm -f /tmp/nn_steps.$$ /tmp/nn_steps_raw.$$

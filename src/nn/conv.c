@@ -404,7 +404,7 @@ static int tw_chunk_rows(int W, int ncol) {
 }
 
 /* Per-thread weight-gradient copies used for a (T, K, ncol) gradient: as many as fit the budget
- * (at most DW_REPLICAS_MAX, and no more than there are chunks); 0 or 1 means "partition tiles
+ * (at most DW_REPLICAS_MAX, and at most a quarter of the chunks); 0 or 1 means "partition tiles
  * instead". Depends only on the shape, so workspace sizing and the call agree whatever the
  * thread count. */
 static int dw_replicas(int T, int K, int ncol, long nrows, int W) {
@@ -416,8 +416,10 @@ static int dw_replicas(int T, int K, int ncol, long nrows, int W) {
     size_t cap = env ? (size_t)strtoul(env, NULL, 10) : DW_REPLICAS_MAX;
     if (cap > DW_REPLICAS_MAX)
         cap = DW_REPLICAS_MAX;
-    if (cap > (size_t)chunks)
-        cap = (size_t)chunks;
+    /* A copy costs a zeroing and a summing pass over the gradient: worth it only with several
+     * chunks to spread (small volumes with wide channels partition the tiles instead). */
+    if (cap > (size_t)(chunks / 4))
+        cap = (size_t)(chunks / 4);
     return (int)(r > cap ? cap : r);
 }
 
