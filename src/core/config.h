@@ -53,7 +53,7 @@ typedef struct cfg_list {
     X(more_determinism, INT, "0", "1 = deterministic algorithms (accepted; always on here)")       \
     X(datagen_from_scratch, INT, "0", "1 deletes the fractal library before generating")           \
     X(train_from_scratch, INT, "1", "1 deletes stats and checkpoints; 0 resumes")                  \
-    X(torch_amp, INT, "1", "mixed precision flag (accepted; scaffold computes in fp32)")           \
+    X(torch_amp, INT, "1", "1 = bf16 convolutions, fp32 accumulation (autocast); 0 = fp32")        \
     X(framework, STR, "torch", "accepted for compatibility (only 'torch')")                        \
     X(checkpoint_dir, STR, "checkpoints", "checkpoint subfolder of the run folder")                \
     X(loss_freq, INT, "1", "accepted and stored (unused upstream too)")                            \
@@ -61,7 +61,7 @@ typedef struct cfg_list {
     X(group_norm_groups, INT, "8", "GroupNorm groups (must divide every channel count)")          \
     X(group_norm_stats, STR, "global", "sharded GroupNorm statistics: global or shard (upstream)") \
     X(warmup_batches, INT, "64", "untimed warmup batches per rank")                                \
-    X(activation_checkpointing, INT, "0", "0 or 1 (accepted; no effect on CPU)")                   \
+    X(activation_checkpointing, INT, "0", "1 = recompute each U-Net block in backward (CPU)")      \
     X(ce_weight_sample_fraction, FLOAT, "0.1", "fraction of training masks sampled for CE weights") \
     X(dataset_reuse_enforce_commit_id, INT, "0", "1 = a cached dataset must match the code version") \
     X(job_name, STR, "benchmark", "run folder name prefix")                                        \
