@@ -127,11 +127,26 @@ static void sc_on_signal(int sig) {
 /* Runs `cmd` with sh, output to `log`, in its own process group; kills the group after
  * `timeout` seconds (0: none). Returns the exit status, 128 + signal, or -1 (could not start). */
 static int run_logged(const char *cmd, const char *log, double timeout, int threads) {
+    /* The study's signals stay blocked until sc_child names the new group: a SIGTERM arriving
+     * between fork and that assignment would otherwise leave the point running, orphaned, and
+     * writing into the log the rerun reuses. */
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGHUP);
+    sigprocmask(SIG_BLOCK, &block, &old);
+    /* A fresh file, not the old one truncated: a writer left from an earlier study keeps its
+     * own (unlinked) file instead of overwriting this run's lines. */
+    unlink(log);
     pid_t pid = fork();
-    if (pid < 0)
+    if (pid < 0) {
+        sigprocmask(SIG_SETMASK, &old, NULL);
         return -1;
+    }
     if (pid == 0) {
         setpgid(0, 0);
+        sigprocmask(SIG_SETMASK, &old, NULL);
         int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (fd >= 0) {
             dup2(fd, 1);
@@ -148,6 +163,7 @@ static int run_logged(const char *cmd, const char *log, double timeout, int thre
     }
     setpgid(pid, pid);
     sc_child = pid;
+    sigprocmask(SIG_SETMASK, &old, NULL);
     double t0 = time_now();
     int st = 0;
     for (;;) {

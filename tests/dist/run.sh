@@ -172,7 +172,7 @@ wait $scpid
     t_ok "scaling: killed during point 2 (point 1 done)" || t_fail "scaling: kill" "$(find study2)"
 out=$($T "${sc[@]}" --out study2 2>&1)
 grep -q "point n1_s1x1x1 already done (ok)" <<<"$out" && [ "$(grep -c ',ok,' study2/scaling.csv)" -eq 4 ] &&
-    t_ok "scaling: the rerun resumes (point 1 kept, the others run)" || t_fail "scaling: resume" "$out"
+    t_ok "scaling: the rerun resumes (point 1 kept, the others run)" || t_fail "scaling: resume" "$out $(tail -n 3 study2/points/*/log.txt)"
 t_expect_fail "scaling: resume with another configuration is refused" 2 "config.yaml: the study was started with another configuration \(1 key differs: n_categories \(study 2, now 3\)\)" \
     $SCAFFOLD scaling $cfg --n-categories 3 --epochs 1 --ranks 1 --out study2
 t_expect_fail "scaling: bad --ranks" 2 "--ranks: expected a comma-separated list" $SCAFFOLD scaling $cfg --ranks 1,x --out s3
