@@ -375,7 +375,7 @@ static void value(tune_lever *l, int v) {
 }
 
 void tune_levers_builtin(const scaffold_config *base, int ncpu, int ranks, int threads,
-                         tune_levers *out) {
+                         const char *stage_dir, tune_levers *out) {
     memset(out, 0, sizeof *out);
     const char *o = "built-in";
     /* Input side: loader threads (prefetch), the in-memory store (cache), staging the dataset
@@ -390,9 +390,10 @@ void tune_levers_builtin(const scaffold_config *base, int ncpu, int ranks, int t
              strcmp(base->data_store, "memory") ? "memory" : "files");
     l = add(out, "dataset_dir", o);
     struct statvfs sv;
-    if (strncmp(base->dataset_dir, "/dev/shm", 8) && statvfs("/dev/shm", &sv) == 0 &&
-        access("/dev/shm", W_OK) == 0 && (double)sv.f_bavail * (double)sv.f_frsize > 1e9)
-        snprintf(l->values[l->nvalues++], TUNE_VALUE_MAX, "/dev/shm/scaffold-tune/datasets");
+    if (stage_dir && strncmp(base->dataset_dir, "/dev/shm", 8) &&
+        statvfs("/dev/shm", &sv) == 0 && access("/dev/shm", W_OK) == 0 &&
+        (double)sv.f_bavail * (double)sv.f_frsize > 1e9)
+        snprintf(l->values[l->nvalues++], TUNE_VALUE_MAX, "%s", stage_dir);
     else
         snprintf(l->blocked, sizeof l->blocked,
                  "no writable memory-backed /dev/shm with 1 GB free to stage the dataset in");

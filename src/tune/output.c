@@ -5,7 +5,8 @@
  *                      `scaffold analyze --catalog` reads;
  *   best.yml           the accepted configuration overrides, usable as `-c best.yml`;
  *   report.html        the trial table, a FOM-per-trial chart with the bands, the analyzer's
- *                      checklist and proposals for the baseline and the best setting. */
+ *                      checklist and proposals for the baseline and the best setting;
+ *   tune.svg           that chart alone (for a README). */
 #include "tune/tune.h"
 
 #include "analyze/out.h"
@@ -504,21 +505,25 @@ static void chart(FILE *o, const tune_state *S) {
     double pad = fmax((hi - lo) * 0.15, fabs(hi) * 0.02 + 1e-9);
     lo -= pad;
     hi += pad;
-    const int L = 70, T = 20, H = 260, step = 46;
-    int W = L + (n + 1) * step + 40;
-    if (W < 500)
-        W = 500;
+    /* LB: the band below the plot for the trial labels, slanted ("t01 lever=value"). */
+    const int L = 70, T = 20, H = 260, step = 46, LB = 130;
+    int PW = (n + 1) * step + 20; /* the plot's width; the image adds room for the legend and
+                                   * the last slanted label */
+    if (PW < 530)
+        PW = 530;
+    int W = L + PW + 200;
 #define Y(v) (T + H - (int)lround(((v) - lo) / (hi - lo) * H))
     fprintf(o, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-               "role=\"img\" aria-label=\"FOM per trial\">\n",
-            W, T + H + 70);
+               "font-family=\"sans-serif\" role=\"img\" aria-label=\"FOM per trial\">\n"
+               "<rect width=\"100%%\" height=\"100%%\" fill=\"#fff\"/>\n",
+            W, T + H + LB + 70);
     fprintf(o, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"#fafafa\" "
-               "stroke=\"#ccc\"/>\n", L, T, W - L - 20, H);
+               "stroke=\"#ccc\"/>\n", L, T, PW, H);
     for (int k = 0; k <= 4; k++) {
         double v = lo + (hi - lo) * k / 4;
         fprintf(o, "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"end\">%.4g</text>"
                    "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#eee\"/>\n",
-                L - 4, Y(v) + 3, v, L, Y(v), W - 20, Y(v));
+                L - 4, Y(v) + 3, v, L, Y(v), L + PW, Y(v));
     }
     fprintf(o, "<text x=\"14\" y=\"%d\" font-size=\"11\" text-anchor=\"middle\" "
                "transform=\"rotate(-90 14 %d)\">%s (%s)</text>\n",
@@ -528,9 +533,10 @@ static void chart(FILE *o, const tune_state *S) {
     int x = L + step / 2 + 10;
     fprintf(o, "<rect x=\"%d\" y=\"%d\" width=\"16\" height=\"%d\" fill=\"#bbb\" opacity=\"0.5\"/>"
                "<circle cx=\"%d\" cy=\"%d\" r=\"4\" fill=\"#333\"/>"
-               "<text x=\"%d\" y=\"%d\" font-size=\"10\" text-anchor=\"middle\">baseline</text>\n",
-            x - 8, Y(bm * (1 + bb)), Y(bm * (1 - bb)) - Y(bm * (1 + bb)), x, Y(bm), x,
-            T + H + 14);
+               "<text x=\"%d\" y=\"%d\" font-size=\"10\" transform=\"rotate(40 %d %d)\">"
+               "baseline</text>\n",
+            x - 8, Y(bm * (1 + bb)), Y(bm * (1 - bb)) - Y(bm * (1 + bb)), x, Y(bm), x - 3,
+            T + H + 12, x - 3, T + H + 12);
     for (int i = 0; i < n; i++) {
         const tune_trial *t = col[i];
         x = L + (i + 1) * step + step / 2 + 10;
@@ -564,18 +570,25 @@ static void chart(FILE *o, const tune_state *S) {
             he(o, t->value);
         }
         fprintf(o, ": %s</title></circle><text x=\"%d\" y=\"%d\" font-size=\"10\" "
-                   "text-anchor=\"middle\">%s</text>\n", t->v.verdict, x, T + H + 14,
-                t == S->final ? "best" : t->id);
+                   "transform=\"rotate(40 %d %d)\">%s", t->v.verdict, x - 3, T + H + 12, x - 3,
+                T + H + 12, t == S->final ? "best vs baseline" : t->id);
+        if (t != S->final) {
+            fputc(' ', o);
+            he(o, S->lv.l[t->lever].name);
+            fputc('=', o);
+            he(o, t->value);
+        }
+        fputs("</text>\n", o);
     }
     static const char *const vs[5] = {"accept", "revert", "guard-reject", "inconclusive",
                                       "blocked"};
     for (int k = 0; k < 5; k++)
         fprintf(o, "<circle cx=\"%d\" cy=\"%d\" r=\"5\" fill=\"%s\"/><text x=\"%d\" y=\"%d\" "
-                   "font-size=\"11\">%s</text>\n", L + 10 + k * 110, T + H + 40,
-                verdict_color(vs[k]), L + 20 + k * 110, T + H + 44, vs[k]);
+                   "font-size=\"11\">%s</text>\n", L + 10 + k * 110, T + H + LB + 40,
+                verdict_color(vs[k]), L + 20 + k * 110, T + H + LB + 44, vs[k]);
     fprintf(o, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"10\" fill=\"#bbb\" "
                "opacity=\"0.5\"/><text x=\"%d\" y=\"%d\" font-size=\"11\">incumbent median "
-               "&#177; noise band</text>\n", L + 10, T + H + 54, L + 26, T + H + 63);
+               "&#177; noise band</text>\n", L + 10, T + H + LB + 54, L + 26, T + H + LB + 63);
     fputs("</svg>\n", o);
 #undef Y
 }
@@ -723,6 +736,17 @@ static int write_html(const tune_state *S, const char *path) {
     return fs_atomic_commit(&a, 1);
 }
 
+/* The same chart as a standalone image (for a README or a slide). */
+static int write_svg(const tune_state *S, const char *path) {
+    fs_atomic a;
+    int rc = fs_atomic_open(&a, path);
+    if (rc)
+        return rc;
+    fputs("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n", a.fp);
+    chart(a.fp, S);
+    return fs_atomic_commit(&a, 1);
+}
+
 int tune_write_outputs(const tune_state *S) {
     char p[1200];
     snprintf(p, sizeof p, "%s/tune.json", S->out);
@@ -736,5 +760,8 @@ int tune_write_outputs(const tune_state *S) {
     snprintf(p, sizeof p, "%s/report.html", S->out);
     if (rc == 0)
         rc = write_html(S, p);
+    snprintf(p, sizeof p, "%s/tune.svg", S->out);
+    if (rc == 0)
+        rc = write_svg(S, p);
     return rc;
 }

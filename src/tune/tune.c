@@ -632,6 +632,14 @@ static int tune_loop(tune_state *S) {
     return 0;
 }
 
+/* Whether the best setting (the incumbent) sets some lever to `value`. */
+static int uses_value(const tune_state *S, const char *value) {
+    for (int i = 0; i < S->incumbent.n; i++)
+        if (!strcmp(S->incumbent.value[i], value))
+            return 1;
+    return 0;
+}
+
 static void summary(const tune_state *S) {
     int cnt[5] = {0};
     static const char *const names[5] = {"accept", "revert", "guard-reject", "inconclusive",
@@ -718,7 +726,16 @@ int tune_main(const tune_opts *o) {
         if (fs_read_file(o->levers_file, &levers_text, &n))
             levers_text = NULL;
     } else {
-        tune_levers_builtin(c, S->ncpu, S->ranks, S->threads, &S->lv);
+        /* The staged dataset lives in a folder of this tune's own (named after its --out), so
+         * tunes never share or remove each other's, and a resumed tune finds its own. */
+        char abs[1024], hex[65];
+        unsigned char d[SHA256_DIGEST_LEN];
+        if ((rc = fs_abspath(o->out, abs, sizeof abs)))
+            goto out;
+        sha256(abs, strlen(abs), d);
+        sha256_hex(d, hex);
+        snprintf(S->stage_dir, sizeof S->stage_dir, "/dev/shm/scaffold-tune-%.12s", hex);
+        tune_levers_builtin(c, S->ncpu, S->ranks, S->threads, S->stage_dir, &S->lv);
         char buf[64];
         snprintf(buf, sizeof buf, "built-in ncpu=%d", S->ncpu);
         levers_text = strdup(buf);
@@ -773,6 +790,10 @@ int tune_main(const tune_opts *o) {
     }
     if (rc == 0)
         summary(S);
+    /* A dataset staged in memory that the best setting does not use is memory taken from the
+     * machine: removed once the tune is over (kept after a failure, for --resume). */
+    if (rc == 0 && S->stage_dir[0] && !uses_value(S, S->stage_dir) && fs_is_dir(S->stage_dir))
+        fs_rm_rf(S->stage_dir);
 out:
     if (S) {
         if (S->journal)

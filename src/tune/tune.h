@@ -67,9 +67,10 @@ int tune_levers_parse(const char *text, size_t n, const char *label, int cfg_arg
 /* Checks a lever's name and values and sets its kind and key; 0 or ERR_CONFIG. */
 int tune_lever_check(tune_lever *l, int cfg_argc, char **cfg_argv);
 
-/* The built-in catalog for this machine's shape (ncpu cores, the base layout ranks x threads). */
+/* The built-in catalog for this machine's shape (ncpu cores, the base layout ranks x threads).
+ * stage_dir: the /dev/shm folder the dataset_dir lever stages the dataset in (NULL: none). */
 void tune_levers_builtin(const scaffold_config *base, int ncpu, int ranks, int threads,
-                         tune_levers *out);
+                         const char *stage_dir, tune_levers *out);
 
 /* An analyzer proposal mapped to a lever of the benchmark: returns the lever name (and the
  * dimension) or NULL, with *why = the system change it needs instead. */
@@ -256,6 +257,7 @@ typedef struct tune_state {
     char host[128], cpu[160];
     int ncpu, ranks, threads;
     char signature[65];
+    char stage_dir[64];          /* the built-in dataset_dir lever's /dev/shm folder, or "" */
     FILE *journal;
     tune_journal prev;           /* what --resume found */
     tune_trial *trials;
@@ -279,7 +281,8 @@ typedef struct tune_state {
     } mapped[TUNE_MAX_PROPS];
 } tune_state;
 
-/* Writes tune.json, lever_catalog.yaml, best.yml and report.html into S->out (atomically).
+/* Writes tune.json, lever_catalog.yaml, best.yml, report.html and tune.svg into S->out
+ * (atomically).
  * (output.c) */
 int tune_write_outputs(const tune_state *S);
 

@@ -206,10 +206,17 @@ void tune_judge(const tune_meas *a, int na, const tune_meas *b, int nb, tune_obj
             if (x > 0 && y > x * (1 + tol)) {
                 v->verdict = "guard-reject";
                 v->guard = "convergence";
+                /* A batch lever changes the optimisation itself (fewer, larger steps per
+                 * epoch): per-epoch losses then compare unlike things, and only the time to
+                 * the target can say whether it pays. */
                 snprintf(v->reason, sizeof v->reason,
                          "degraded convergence: %s %.4g at epoch %d against the incumbent's %.4g "
-                         "(%+.1f%%, band %.1f%%)", series[s].name, y, e + 1, x,
-                         100 * (y / x - 1), 100 * tol);
+                         "(%+.1f%%, band %.1f%%)%s", series[s].name, y, e + 1, x,
+                         100 * (y / x - 1), 100 * tol,
+                         batch_lever && obj != TUNE_OBJ_TTT
+                             ? "; the lever changes the global batch, so fewer steps per epoch: "
+                               "--objective time-to-target judges it on the time to the target"
+                             : "");
                 return;
             }
         }

@@ -3,7 +3,7 @@
 # known verdicts on the tiny configuration (a slow read injected through the fault table makes
 # loader workers help; workers 0 then hurts; a do-less knob is guard-rejected; an identical
 # setting -- data_store: files, the configuration's own value -- is inconclusive), a tune killed in a trial and resumed with the same verdicts, the
-# outputs (tune.json, lever_catalog.yaml, best.yml) and report.html in headless Chromium.
+# outputs (tune.json, lever_catalog.yaml, best.yml, tune.svg) and report.html in headless Chromium.
 cd "$(dirname "$0")/../.." && source tests/lib.sh
 d=$(t_tmpdir)
 trap '[ -n "$TUNE_KEEP" ] || rm -rf "$d"' EXIT
@@ -106,6 +106,16 @@ PY
 out=$("$SCAFFOLD" benchmark $cfg -c "$d/t1/best.yml" --epochs 1 --base-run-dir "$d/bestrun" 2>&1)
 [ $? -eq 0 ] && grep -q "dataloader_num_workers: 4" "$d/t1/best.yml" && t_ok "best.yml usable as -c best.yml" ||
     t_fail "best.yml" "$(cat "$d/t1/best.yml"; tail -2 <<<"$out")"
+
+t_check "tune.svg: the FOM-per-trial chart alone, well-formed, one dot per trial, labelled" "$PYTHON" - "$d/t1/tune.svg" <<'PY'
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+ns = "{http://www.w3.org/2000/svg}"
+text = " ".join("".join(t.itertext()) for t in root.iter(ns + "text"))
+dots = [c for c in root.iter(ns + "circle") if c.find(ns + "title") is not None]
+ok = root.tag == ns + "svg" and len(dots) == 5 and "t02 dataloader_num_workers=4" in text and "best vs baseline" in text
+sys.exit(0 if ok else 1)
+PY
 
 # --- killed in a trial, resumed: the same verdicts as the uninterrupted tune's first two trials
 printf 'levers:\n  - name: data_store\n    values: [files]\n  - name: dataloader_num_workers\n    values: [4]\n' >"$d/levers2.yml"

@@ -82,7 +82,7 @@ static void test_builtin(void) {
     c.dataloader_num_workers = 1;
     c.checkpoint_interval = -1;
     tune_levers lv;
-    tune_levers_builtin(&c, 2, 1, 2, &lv);
+    tune_levers_builtin(&c, 2, 1, 2, "/dev/shm/scaffold-tune-test", &lv);
     int workers = -1, async = -1, launch = -1;
     for (int i = 0; i < lv.n; i++) {
         for (int k = 0; tune_workload_keys[k]; k++)
@@ -102,6 +102,17 @@ static void test_builtin(void) {
           "async_save blocked without checkpoints");
     CHECK(launch >= 0 && lv.l[launch].nvalues == 1 && !strcmp(lv.l[launch].values[0], "2x1"),
           "2 cores, base 1x2: launch tries 2x1");
+    int stage = -1;
+    for (int i = 0; i < lv.n; i++)
+        if (!strcmp(lv.l[i].name, "dataset_dir"))
+            stage = i;
+    CHECK(stage >= 0 && (lv.l[stage].blocked[0] ||
+                         !strcmp(lv.l[stage].values[0], "/dev/shm/scaffold-tune-test")),
+          "dataset_dir stages in the tune's own folder (or is blocked without /dev/shm)");
+    tune_levers_builtin(&c, 2, 1, 2, NULL, &lv);
+    for (int i = 0; i < lv.n; i++)
+        if (!strcmp(lv.l[i].name, "dataset_dir"))
+            CHECK(lv.l[i].nvalues == 0 && lv.l[i].blocked[0], "no staging folder: blocked");
     const char *why = NULL;
     CHECK(!strcmp(tune_proposal_lever("prefetch-loader", &why), "dataloader_num_workers"),
           "prefetch-loader -> loader workers");
@@ -193,8 +204,13 @@ static void test_verdicts(void) {
     for (int i = 0; i < 3; i++)
         b[i] = meas(0.5, 1, 1.2);
     judge(a, b, 0, &v);
-    CHECK(!strcmp(v.guard, "convergence") && strstr(v.reason, "loss"),
+    CHECK(!strcmp(v.guard, "convergence") && strstr(v.reason, "loss") &&
+              !strstr(v.reason, "time-to-target"),
           "losses 20%% higher -> convergence guard: %s", v.reason);
+    judge(a, b, 1, &v);
+    CHECK(!strcmp(v.guard, "convergence") && strstr(v.reason, "--objective time-to-target"),
+          "a batch lever's higher per-epoch losses: the reason names time to target: %s",
+          v.reason);
     /* A better loss is no reason to reject. */
     for (int i = 0; i < 3; i++)
         b[i] = meas(0.7, 1, 0.9);
