@@ -37,6 +37,7 @@ fi
 # (but the last) when the interval is 0, rank 0 only.
 [ "$(grep -c ': step [0-9]*/' <<<"$out")" -eq 0 ] && t_ok "no progress lines on a small run" || t_fail "no progress lines on a small run" "$out"
 outp=$(SCAFFOLD_PROGRESS_SECONDS=0 $MPIRUN -n 2 "$SCAFFOLD" benchmark $cfg --base-run-dir runsp --epochs 1 2>&1)
+[ $? -eq 0 ] || t_fail "run with progress at interval 0" "$outp"
 steps=$(tail -n 1 "$(lastrun runsp)/train_stats.csv" | cut -d, -f9)
 np=$(grep -cE 'epoch 1: step [0-9]+/'"$steps"', [0-9.]+ samples/s, [0-9.]+ s elapsed, training ETA [0-9]+ s' <<<"$outp")
 [ "$np" -eq $((steps - 1)) ] && t_ok "progress: one line per step at interval 0 ($np for $steps steps)" || t_fail "progress lines at interval 0" "$np lines for $steps steps: $outp"
