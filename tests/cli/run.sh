@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Command-line behaviour across subcommands: the sweep of malformed invocations
-# (tests/cli/bad_inputs.sh: exit 2, one line, nothing written) and the messages of predict on
-# non-finite input and on a directory given as a file.
+# (tests/cli/bad_inputs.sh: exit 2, one line, nothing written), the messages of predict on
+# non-finite input and on a directory given as a file, the memory plan's refusal, and the
+# split of tools/setup.sh.
 cd "$(dirname "$0")/../.." && source tests/lib.sh
 d=$(t_tmpdir)
 trap 'rm -rf "$d"' EXIT
@@ -31,6 +32,18 @@ t_expect_fail "predict: directory as --checkpoint" 2 "--checkpoint .*adir is a d
 t_expect_fail "predict: directory as --input" 2 "adir: Is a directory" \
     "$SCAFFOLD" predict --checkpoint "$d/c.safetensors" --input "$d/adir"
 t_expect_fail "config: directory as -c" 2 "adir: Is a directory" "$SCAFFOLD" generate_fractals -c "$d/adir"
+# The memory plan refuses, before anything is written, a run no node can hold (4096^3 voxels
+# per sample), naming the estimate, the node's memory and the fixes; an option already set is
+# not suggested again.
+printf 'problem_scale: 12\nunet_bottleneck_dim: 3\nfract_base_dir: %s/mp/fr\ndataset_dir: %s/mp/ds\nbase_run_dir: %s/mp/runs\n' \
+    "$d" "$d" "$d" > "$d/mp.yml"
+t_expect_fail "memory plan: a run larger than the node refused" 2 \
+    "needs an estimated [0-9.]+ TiB per rank \(activations .* for batch 1 of 4096x4096x4096 voxels.*more than its [0-9.]+ [GT]iB of memory; .*dc_num_shards.*activation_checkpointing: 1" \
+    "$SCAFFOLD" benchmark -c configs/benchmark_default.yml -c "$d/mp.yml"
+out=$("$SCAFFOLD" benchmark -c configs/benchmark_default.yml -c "$d/mp.yml" --activation-checkpointing 1 2>&1)
+grep -q "more than its" <<<"$out" && ! grep -q "activation_checkpointing" <<<"$out" \
+    && t_ok "memory plan: activation_checkpointing not suggested when it is on" || t_fail "memory plan: suggestions" "$out"
+[ ! -e "$d/mp" ] && t_ok "memory plan: nothing written by a refused run" || t_fail "memory plan: nothing written" "$(ls -R "$d/mp")"
 # tools/setup.sh: building and running need no test tools (it used to install Chromium and
 # PyTorch for `make run`); --test adds them.
 run_pk=$(bash tools/setup.sh --list)
