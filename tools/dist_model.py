@@ -14,6 +14,8 @@ step exactly what src/dist sends:
   gn      GroupNorm with global statistics: per GroupNorm and sample two sums of G+1 doubles
           forward and one of 2G+1 backward, over the T ranks of the spatial group.
   loss    one sum of 4 + 3K doubles per training step (CE numerator/denominator, Dice terms).
+          (gn and loss together: sums_bytes; an all-reduce of a few hundred bytes costs its
+          latency, log2 T message rounds, not its bytes.)
   grad    the gradient all-reduce over all ranks: a ring all-reduce moves 2 (n-1)/n x 4P bytes
           per rank (P parameters), whatever the layout.
 
@@ -72,6 +74,19 @@ def halo_floats(D, H, W, c0, L, shards, train=True):
     return total
 
 
+def sums(T, c0, L):
+    """(bytes, all-reduces) of the GroupNorm and loss sums one rank contributes per step."""
+    if T == 1:
+        return 0, 0
+    n_gn = len(convs(c0, L))
+    return 8 * (n_gn * (2 * (G + 1) + (2 * G + 1)) + 4 + 3 * K), 3 * n_gn + 1
+
+
+def valid(V, L, sh):
+    """Every level's block even and the bottleneck block >= 2 voxels (the benchmark's check)."""
+    return all(V % (s << L) == 0 and (V // s) >> L >= 2 for s in sh)
+
+
 def act_floats(D, H, W, c0, L, n=1):
     """The activation slab of src/nn/unet.c for a block of D x H x W (without weight packing)."""
     ch = [c0 << i for i in range(L + 1)]
@@ -99,6 +114,7 @@ def point(args):
     ext = (D // kd, H // kh, W // kw)
     print(f"model D {D} H {H} W {W} C0 {c0} L {L} shards {kd},{kh},{kw} "
           f"halo_mib_per_step {4 * halo_floats(D, H, W, c0, L, sh) / 2**20:.2f} "
+          f"sums_bytes_per_step {sums(kd * kh * kw, c0, L)[0]} "
           f"params {params(c0, L)} act_mib_per_rank {4 * act_floats(*ext, c0, L) / 2**20:.1f}")
 
 
@@ -142,24 +158,25 @@ def layouts(n):
 
 
 def step_model(V, c0, L, n, sh):
-    """(feasible, epoch seconds, halo bytes, gradient bytes) of one layout on n ranks."""
+    """None if the layout does not fit on n ranks, else (epoch seconds, halo bytes, sums bytes,
+    gradient bytes) per rank and step."""
     T = sh[0] * sh[1] * sh[2]
     R = n // T
     P = params(c0, L)
     mem = 4 * act_floats(V // sh[0], V // sh[1], V // sh[2], c0, L) + 16 * P
-    if mem > MEM or R > N_TRAIN or R < 1:
-        return False, math.inf, 0, 0
+    if mem > MEM or R > N_TRAIN or R < 1 or not valid(V, L, sh):
+        return None
     halo = 4 * halo_floats(V, V, V, c0, L, sh)
+    sb, ns = sums(T, c0, L)
     grad = 2 * (n - 1) / n * 4 * P
     nconv = len(convs(c0, L))
-    gn_calls = 2 * (2 * L + 1) * 3 if T > 1 else 0
     t_comp = 3 * flops(V, V, V, c0, L) / T / RATE
     t_halo = halo / BW + 3 * nconv * 2 * sum(x > 1 for x in sh) * LAT
-    t_gn = gn_calls * 2 * math.log2(max(T, 2)) * LAT if T > 1 else 0
+    t_sums = ns * 2 * math.log2(T) * LAT if T > 1 else 0  # latency-bound
     t_grad = grad / BW + 2 * math.log2(n) * LAT
     # The gradient all-reduce overlaps the backward pass (2/3 of the compute) at best.
-    t_step = t_comp + t_halo + t_gn + max(0.0, t_grad - 2 / 3 * t_comp)
-    return True, math.ceil(N_TRAIN / R) * t_step, halo, grad
+    t_step = t_comp + t_halo + t_sums + max(0.0, t_grad - 2 / 3 * t_comp)
+    return math.ceil(N_TRAIN / R) * t_step, halo, sb, grad
 
 
 def table():
@@ -168,8 +185,8 @@ def table():
     print()
     print("| scale | volume | levels | params | params + grads + Adam | activations | "
           "training FLOPs | halo per rank, [2,1,1] | halo, [4,4,4] interior block | "
-          "gradient all-reduce per rank |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "GroupNorm + loss sums | gradient all-reduce per rank |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for s in range(7, 12):
         V, L = 1 << s, s - 3
         P = params(c0, L)
@@ -177,7 +194,9 @@ def table():
               f"{fmt_bytes(4 * act_floats(V, V, V, c0, L))} | "
               f"{3 * flops(V, V, V, c0, L) / 1e12:.3g} T | "
               f"{fmt_bytes(4 * halo_floats(V, V, V, c0, L, (2, 1, 1)))} | "
-              f"{fmt_bytes(4 * halo_floats(V, V, V, c0, L, (4, 4, 4)))} | {fmt_bytes(8 * P)} |")
+              f"{fmt_bytes(4 * halo_floats(V, V, V, c0, L, (4, 4, 4)))} | "
+              f"{fmt_bytes(sums(2, c0, L)[0])} in {sums(2, c0, L)[1]} all-reduces | "
+              f"{fmt_bytes(8 * P)} |")
     for title, depth in (("upstream defaults (levels = scale - 3)", None),
                          ("a fixed depth of 4 levels (unet_bottleneck_dim = scale - 4; "
                           "90.3 M parameters at every scale)", 4)):
@@ -185,29 +204,34 @@ def table():
         print(f"Epoch time by layout, {title}, on the assumed machine "
               f"({RATE / 1e12:.0f} TFLOP/s, {BW / 1e9:.0f} GB/s, {LAT * 1e6:.0f} us per message, "
               f"{fmt_bytes(MEM)} per rank; {N_TRAIN} training samples; the gradient all-reduce "
-              f"hidden behind the backward pass where it fits):")
+              f"hidden behind the backward pass where it fits). Bytes are per rank and step:")
         print()
-        print("| scale | ranks | data parallel (T = 1) | best spatial layout | its epoch | "
-              "halo / gradient bytes | winner |")
-        print("|---|---|---|---|---|---|---|")
+        print("| scale | ranks | data parallel (T = 1): epoch | gradient | "
+              "best spatial layout (replicas x shards) | its epoch | halo | GroupNorm + loss "
+              "sums | gradient | winner |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for s in range(7, 12):
             V = 1 << s
             L = s - 3 if depth is None else depth
             for n in (8, 64, 512, 4096):
-                ok1, e1, _, _ = step_model(V, c0, L, n, (1, 1, 1))
+                dp = step_model(V, c0, L, n, (1, 1, 1))
                 best = None
                 for sh in layouts(n)[1:]:
-                    ok, e, h, g = step_model(V, c0, L, n, sh)
-                    if ok and (best is None or e < best[1]):
-                        best = (sh, e, h, g)
-                dp = fmt_s(e1) if ok1 else ("too few samples" if n > N_TRAIN else "does not fit")
+                    m = step_model(V, c0, L, n, sh)
+                    if m and (best is None or m[0] < best[1][0]):
+                        best = (sh, m)
+                why = "too few samples" if n > N_TRAIN else "does not fit"
+                row = f"| {s} | {n} | " + (f"{fmt_s(dp[0])} | {fmt_bytes(dp[3])} | " if dp
+                                           else f"{why} | | ")
                 if best:
-                    sh, e, h, g = best
-                    win = "data" if ok1 and e1 <= e else "spatial"
-                    print(f"| {s} | {n} | {dp} | {sh[0]}x{sh[1]}x{sh[2]} | {fmt_s(e)} | "
-                          f"{h / g:.2f} | {win} |")
+                    sh, (e, h, sb, g) = best
+                    T = sh[0] * sh[1] * sh[2]
+                    win = "data" if dp and dp[0] <= e else "spatial"
+                    row += (f"{n // T} x {sh[0]}x{sh[1]}x{sh[2]} | {fmt_s(e)} | {fmt_bytes(h)} | "
+                            f"{fmt_bytes(sb)} | {fmt_bytes(g)} | {win} |")
                 else:
-                    print(f"| {s} | {n} | {dp} | none fits | | | {'data' if ok1 else '-'} |")
+                    row += f"none fits | | | | | {'data' if dp else '-'} |"
+                print(row)
 
 
 if __name__ == "__main__":

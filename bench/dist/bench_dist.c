@@ -11,7 +11,8 @@
  * wait - sums - exposed gradient wait (what the rank spent computing, including the progress
  * thread's share). grad_blocking is a blocking all-reduce of the same gradient after the steps
  * (median of STEPS); hidden = 1 - exposed / blocking. act_mib is the activation + workspace slab
- * of one rank (nn_unet.activation_floats); halo_mib_per_step what the busiest rank sent per step. */
+ * of one rank (nn_unet.activation_floats); halo_mib_per_step what the busiest rank sent per step;
+ * sums_bytes_per_step / sums_per_step the GroupNorm and loss sums rank 0 contributed per step. */
 #include "core/err.h"
 #include "core/log.h"
 #include "core/opt.h"
@@ -143,16 +144,18 @@ int main(int argc, char **argv) {
         tb[k] = dist_max_double(&w, time_now() - t0);
     }
     double halo_mib = dist_max_double(&w, g.T > 1 ? sp.halo_bytes / 1048576.0 / (steps + warm) : 0);
+    double sums_b = g.T > 1 ? (double)sp.sum_bytes / (steps + warm) : 0;
+    double sums_n = g.T > 1 ? (double)sp.sums / (steps + warm) : 0;
     if (w.rank == 0 && rc == 0) {
         double step = median(ts, steps), ex = median(te, steps), bl = median(tb, steps);
         printf("dist ranks %d replicas %d shards %d,%d,%d volume %dx%dx%d threads %d step_s %.4f "
                "compute_s %.4f halo_wait_s %.4f gn_sum_s %.4f grad_exposed_s %.4f "
                "grad_blocking_s %.4f grad_hidden %.0f%% act_mib_per_rank %.1f params %zu "
-               "halo_mib_per_step %.2f\n",
+               "halo_mib_per_step %.2f sums_bytes_per_step %.0f sums_per_step %.0f\n",
                w.size, g.nrep, sd, shh, sw, D, H, Wd, omp_get_max_threads(), step,
                median(tc, steps), median(th, steps), median(tg, steps), ex, bl,
                bl > 0 ? 100.0 * (1.0 - ex / bl) : 0.0, m.activation_floats * 4.0 / 1048576.0,
-               m.nparams, halo_mib);
+               m.nparams, halo_mib, sums_b, sums_n);
     }
     if (rc && w.rank == 0)
         fprintf(stderr, "bench_dist: %s\n", err_msg());

@@ -22,8 +22,19 @@ static int fault_fail_step(int rank) {
     return 0;
 }
 
-static int64_t sample_bytes(const train_state *s) {
-    return (int64_t)(s->ds->vol_elems * sizeof(float) + s->ds->mask_elems * sizeof(uint16_t));
+/* The next batch of l, in place (copying a batch out of the prefetch slot costs as much as
+ * reading it), inside a traced fetch region that states the samples and bytes handed over,
+ * whatever tier served them (compare's unit of work). ds_loader_next_ref's return. */
+static int fetch(const train_state *s, ds_loader *l, const float **vol, const uint16_t **mask,
+                 int *n) {
+    scaffold_trace_region tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_FETCH,
+                                                           SCAFFOLD_TRACE_CAT_DATALOADER);
+    int got = ds_loader_next_ref(l, vol, mask, n);
+    SCAFFOLD_TRACE_REGION_INT(tr, "batch_size", *n);
+    size_t sample = s->ds->vol_elems * sizeof(float) + s->ds->mask_elems * sizeof(uint16_t);
+    SCAFFOLD_TRACE_REGION_INT(tr, "bytes", (int64_t)*n * (int64_t)sample);
+    SCAFFOLD_TRACE_REGION_END(tr);
+    return got;
 }
 
 int train_step(train_state *s, double lr, double acc[3]) {
@@ -35,14 +46,7 @@ int train_step(train_state *s, double lr, double acc[3]) {
     long skip = fault_arg(FAULT_SKIP_BATCHES, 0);
     if (skip > 0 && ++seen % skip == 0 && ds_loader_next_ref(s->train, &vol, &mask, &n) == 0)
         return 0;
-    scaffold_trace_region tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_FETCH,
-                                                           SCAFFOLD_TRACE_CAT_DATALOADER);
-    /* In place: copying a batch out of the prefetch slot costs as much as reading it. */
-    int got = ds_loader_next_ref(s->train, &vol, &mask, &n);
-    /* Samples and bytes handed to training, whatever tier served them: compare's work. */
-    SCAFFOLD_TRACE_REGION_INT(tr, "batch_size", n);
-    SCAFFOLD_TRACE_REGION_INT(tr, "bytes", (int64_t)n * sample_bytes(s));
-    SCAFFOLD_TRACE_REGION_END(tr);
+    int got = fetch(s, s->train, &vol, &mask, &n);
     /* Every replica has the same number of batches (padded sampler), so 0 is seen everywhere
      * at once; an error on one rank must be agreed before the gradient all-reduce, or the
      * others would wait in it forever. */
@@ -60,7 +64,8 @@ int train_step(train_state *s, double lr, double acc[3]) {
     dist_grad_begin(&s->grad);
     /* One region for the fused forward + loss + backward pass of the engine; the gradient
      * buckets start inside it as the backward pass finishes them. */
-    tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_FORWARD, SCAFFOLD_TRACE_CAT_COMPUTE);
+    scaffold_trace_region tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_FORWARD,
+                                                           SCAFFOLD_TRACE_CAT_COMPUTE);
     SCAFFOLD_TRACE_REGION_STR(tr, "pass", "forward+loss+backward");
     rc = nn_unet_forward_backward(&s->model, vol, mask, n, s->ce_w, &loss, &dice);
     SCAFFOLD_TRACE_REGION_END(tr);
@@ -92,18 +97,14 @@ int train_validate(train_state *s, int64_t epoch, int max_batches, double acc[3]
         int n = 0;
         const float *vol = NULL;
         const uint16_t *mask = NULL;
-        scaffold_trace_region tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_FETCH,
-                                                               SCAFFOLD_TRACE_CAT_DATALOADER);
-        int got = ds_loader_next_ref(s->val, &vol, &mask, &n);
-        SCAFFOLD_TRACE_REGION_INT(tr, "batch_size", n);
-        SCAFFOLD_TRACE_REGION_INT(tr, "bytes", (int64_t)n * sample_bytes(s));
-        SCAFFOLD_TRACE_REGION_END(tr);
+        int got = fetch(s, s->val, &vol, &mask, &n);
         if (got < 0)
             rc = got;
         if (got <= 0)
             break;
         double loss = 0;
-        tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_FORWARD, SCAFFOLD_TRACE_CAT_COMPUTE);
+        scaffold_trace_region tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_FORWARD,
+                                                               SCAFFOLD_TRACE_CAT_COMPUTE);
         rc = nn_unet_evaluate(&s->model, vol, mask, n, s->ce_w, &loss, s->dice_buf);
         SCAFFOLD_TRACE_REGION_END(tr);
         if (rc == 0 && s->model.shard)
