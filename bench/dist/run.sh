@@ -68,7 +68,7 @@ if has 1; then
         m=$(python3 tools/dist_model.py point 64 64 64 16 3 "$3" "$4" "$5" | field act_mib_per_rank)
         mh=$(python3 tools/dist_model.py point 64 64 64 16 3 "$3" "$4" "$5" | field halo_mib_per_step)
         ms=$(python3 tools/dist_model.py point 64 64 64 16 3 "$3" "$4" "$5" | field sums_bytes_per_step)
-        echo "   activation memory per rank, $2 shards [$3,$4,$5]: $aT MiB vs unsharded/$2 = $(awk -v a="$a1" -v t="$2" 'BEGIN{printf "%.1f", a/t}') MiB (+$(awk -v a="$a1" -v b="$aT" -v t="$2" 'BEGIN{printf "%.1f", b-a/t}') MiB: the padded halo planes); model $m MiB"
+        echo "   activation memory per rank, $2 shards [$3,$4,$5]: $aT MiB vs unsharded/$2 = $(awk -v a="$a1" -v t="$2" 'BEGIN{printf "%.1f", a/t}') MiB (+$(awk -v a="$a1" -v b="$aT" -v t="$2" 'BEGIN{printf "%.1f", b-a/t}') MiB: a sharded convolution pads its whole block, halo border included, where the unsharded one pads slabs of planes); model $m MiB"
         echo "   bytes per step, $2 shards [$3,$4,$5]: halo $(med "$1" halo_mib_per_step) MiB (model $mh); GroupNorm + loss sums $(med "$1" sums_bytes_per_step) B in $(med "$1" sums_per_step) all-reduces (model $ms B)"
     done
 fi
