@@ -11,6 +11,7 @@
 # Usage: bench/nn/run.sh [REPS] [THREADS] [quick|full]
 #   quick (default): layers at 32^3 and below, steps at scale 5/64 and 6/32
 #   full: every layer, steps also at 6/64 and one step at 7/64 (~10 GiB each: run it alone)
+#   NN_STEPS="5:64 6:64" (scale:base pairs) replaces the mode's list of steps
 # Output: tables on stdout; RESULT lines carry the ratios.
 cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build}
@@ -84,6 +85,7 @@ if [ "$MODE" = full ]; then
 else
     STEPS="5:64 6:32"
 fi
+STEPS=${NN_STEPS:-$STEPS}
 echo
 echo "## Training step ($cpu, $THREADS threads, batch 1, median of $REPS after a warm-up step; scale 7: one step)"
 echo
