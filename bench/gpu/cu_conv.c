@@ -152,8 +152,8 @@ static int run(cu_ctx *c, layer *l, int what) {
                          : cu_convt3d_forward(c, l->y, l->x, l->wp, l->gb, l->ca, l->cout, 1, d, d,
                                               d);
     case OURS_BWD:
-        return l->k == 3 ? cu_conv3d_backward(c, l->gx, l->gw, l->gy, l->x, l->ca, l->x2, l->cb,
-                                              l->wp, l->cout, 1, d, d, d)
+        return l->k == 3 ? cu_conv3d_backward(c, l->gx, NULL, l->gw, l->gy, l->x, l->ca, l->x2,
+                                              l->cb, l->wp, l->cout, 1, d, d, d)
                          : cu_convt3d_backward(c, l->gx, l->gw, l->gb, l->gy, l->cout, l->x,
                                                l->wp, l->ca, l->cout, 1, d, d, d);
     case BEST_FWD:

@@ -39,7 +39,10 @@ int cmd_benchmark(int argc, char **argv) {
         dist_bcast(&w, &ok, sizeof ok, 0);
     }
     if (ok) {
-        int drc = dist_agree(&w, cu_device_select(c.device, w.comm, 0, &gpu));
+        int drc = dist_agree(&w, cu_device_select(c.device, w.comm,
+                                                   "this version does not run the U-Net on "
+                                                   "the CUDA backend yet",
+                                                   &gpu));
         if (drc)
             return cli_fail(&w, "benchmark", drc);
     }

@@ -87,37 +87,44 @@ static void test_decide(void) {
     char note[512];
     /* cpu: never looks at the devices */
     for (int nd = -1; nd <= 2; nd++) {
-        int rc = cu_device_decide(CU_WANT_CPU, nd, "x", 0, 1, &g, note, sizeof note);
+        int rc = cu_device_decide(CU_WANT_CPU, nd, "x", 0, NULL, &g, note, sizeof note);
         CHECK(rc == 0 && g == -1 && note[0] == '\0', "cpu with ndev %d", nd);
     }
-    int rc = cu_device_decide(CU_WANT_AUTO, -1, "cudaGetDeviceCount: no driver", 0, 1, &g, note,
+    int rc = cu_device_decide(CU_WANT_AUTO, -1, "cudaGetDeviceCount: no driver", 0, NULL, &g, note,
                               sizeof note);
     CHECK(rc == 0 && g == -1 && strstr(note, "no GPU visible") &&
               strstr(note, "cudaGetDeviceCount: no driver") && strstr(note, "using the CPU"),
           "auto without a driver: %s", note);
-    rc = cu_device_decide(CU_WANT_AUTO, 0, "", 0, 1, &g, note, sizeof note);
+    rc = cu_device_decide(CU_WANT_AUTO, 0, "", 0, NULL, &g, note, sizeof note);
     CHECK(rc == 0 && g == -1 && strstr(note, "no CUDA device"), "auto, 0 devices: %s", note);
-    rc = cu_device_decide(CU_WANT_CUDA, -1, "cudaGetDeviceCount: no driver", 0, 1, &g, note,
+    rc = cu_device_decide(CU_WANT_CUDA, -1, "cudaGetDeviceCount: no driver", 0, NULL, &g, note,
                           sizeof note);
     CHECK(rc == ERR_CONFIG && g == -1 && strstr(err_msg(), "key 'device'") &&
               strstr(err_msg(), "no GPU is visible") && strstr(err_msg(), "device: auto or cpu"),
           "cuda without a GPU: %s", err_msg());
-    rc = cu_device_decide(CU_WANT_AUTO, 2, "", 1, 1, &g, note, sizeof note);
+    rc = cu_device_decide(CU_WANT_AUTO, 2, "", 1, NULL, &g, note, sizeof note);
     CHECK(rc == 0 && g == 1 && strstr(note, "GPU 1"), "auto, 2 GPUs, local rank 1: %s", note);
-    rc = cu_device_decide(CU_WANT_CUDA, 1, "", 3, 1, &g, note, sizeof note);
+    rc = cu_device_decide(CU_WANT_CUDA, 1, "", 3, NULL, &g, note, sizeof note);
     CHECK(rc == 0 && g == 0, "cuda, 1 GPU, local rank 3 -> GPU 0");
-    rc = cu_device_decide(CU_WANT_CUDA, 2, "", 3, 1, &g, note, sizeof note);
+    rc = cu_device_decide(CU_WANT_CUDA, 2, "", 3, NULL, &g, note, sizeof note);
     CHECK(rc == ERR_CONFIG && strstr(err_msg(), "key 'device'") &&
               strstr(err_msg(), "local rank 3"),
           "cuda, local rank beyond the GPUs: %s", err_msg());
-    /* A caller that cannot run the U-Net on a GPU yet: auto says so and stays on the CPU, an
-     * explicit cuda is refused. */
-    rc = cu_device_decide(CU_WANT_AUTO, 1, "", 0, 0, &g, note, sizeof note);
-    CHECK(rc == 0 && g == -1 && strstr(note, "GPU 0 visible") && strstr(note, "using the CPU"),
-          "auto, not routed: %s", note);
-    rc = cu_device_decide(CU_WANT_CUDA, 1, "", 0, 0, &g, note, sizeof note);
-    CHECK(rc == ERR_CONFIG && g == -1 && strstr(err_msg(), "does not run the U-Net"),
-          "cuda, not routed: %s", err_msg());
+    /* A run that must stay on the CPU (e.g. spatially sharded): auto says why and stays on the
+     * CPU, an explicit cuda is refused with the reason. */
+    const char *why = "spatial sharding runs on the CPU backend only";
+    rc = cu_device_decide(CU_WANT_AUTO, 1, "", 0, why, &g, note, sizeof note);
+    CHECK(rc == 0 && g == -1 && strstr(note, "GPU 0 visible") && strstr(note, why) &&
+              strstr(note, "using the CPU"),
+          "auto, CPU only: %s", note);
+    rc = cu_device_decide(CU_WANT_CUDA, 1, "", 0, why, &g, note, sizeof note);
+    CHECK(rc == ERR_CONFIG && g == -1 && strstr(err_msg(), "key 'device'") &&
+              strstr(err_msg(), why),
+          "cuda, CPU only: %s", err_msg());
+    /* Without a GPU the reason to stay on the CPU is not the one given. */
+    rc = cu_device_decide(CU_WANT_AUTO, 0, "", 0, why, &g, note, sizeof note);
+    CHECK(rc == 0 && g == -1 && strstr(note, "no CUDA device"), "auto, no GPU, CPU only: %s",
+          note);
 }
 
 static void test_algo_cache(void) {
@@ -182,6 +189,55 @@ static int check_plan(const size_t *off, const size_t *num, int nt, size_t cap,
     return !bad;
 }
 
+/* Starting buckets as the backward pass finishes tensors (cu_grad_ready): replaying tensors
+ * final in reverse order, a bucket starts exactly when its lowest tensor is final, in plan
+ * order, and every bucket has started once tensor 0 is. */
+static int check_starts(const cu_bucket *b, int nb, int nt) {
+    int started = 0, ok = 1;
+    for (int first = nt; first >= 0; first--) {
+        const int now = cu_buckets_startable(b, nb, started, first);
+        ok &= now >= started;
+        for (int i = 0; i < now; i++)
+            ok &= b[i].first >= first; /* only final tensors */
+        if (now < nb)
+            ok &= b[now].first < first; /* the next one is not ready yet */
+        started = now;
+    }
+    return ok && started == nb;
+}
+
+static void test_wcache(void) {
+    static cu_wcache c;
+    memset(&c, 0, sizeof c);
+    c.version = 1;
+    float w[4];
+    int fresh = -1;
+    int i = cu_wcache_find(&c, &w[0], 8, 16, 3, &fresh);
+    CHECK(i == 0 && fresh == 1 && c.n == 1 && c.e[0].version != c.version && !c.e[0].packed,
+          "a new weight: fresh and stale");
+    c.e[0].packed = &w[3];
+    c.e[0].version = c.version; /* packed now */
+    i = cu_wcache_find(&c, &w[0], 8, 16, 3, &fresh);
+    CHECK(i == 0 && fresh == 0 && c.e[0].version == c.version, "found again: current");
+    c.version++; /* the parameters changed */
+    i = cu_wcache_find(&c, &w[0], 8, 16, 3, &fresh);
+    CHECK(i == 0 && fresh == 0 && c.e[0].version != c.version, "after a change: stale, kept");
+    i = cu_wcache_find(&c, &w[1], 16, 8, 2, &fresh);
+    CHECK(i == 1 && fresh == 1 && c.n == 2, "a second weight");
+    c.e[0].version = c.version;
+    i = cu_wcache_find(&c, &w[0], 8, 32, 3, &fresh);
+    CHECK(i == 0 && fresh == 1 && c.e[0].packed == &w[3] && c.e[0].cout == 32 &&
+              c.e[0].version != c.version,
+          "the same address with another shape: remade (old buffer handed back)");
+    static float many[CU_WCACHE_MAX + 1];
+    memset(&c, 0, sizeof c);
+    for (int k = 0; k < CU_WCACHE_MAX; k++)
+        cu_wcache_find(&c, &many[k], 1, 1, 3, &fresh);
+    CHECK(c.n == CU_WCACHE_MAX && cu_wcache_find(&c, &many[CU_WCACHE_MAX], 1, 1, 3, &fresh) ==
+                                      ERR_RANGE && strstr(err_msg(), "CU_WCACHE_MAX"),
+          "full: %s", err_msg());
+}
+
 static void test_buckets(void) {
     size_t off[64], num[64];
     cu_bucket b[64];
@@ -199,6 +255,8 @@ static void test_buckets(void) {
         int nb = cu_bucket_plan(off, num, nt, cap, b);
         CHECK(nb >= 1 && nb <= nt && check_plan(off, num, nt, cap, b, nb),
               "trial %d: %d tensors, cap %zu, %d buckets", trial, nt, cap, nb);
+        CHECK(check_starts(b, nb, nt), "trial %d: buckets start as their tensors finish",
+              trial);
     }
     /* cap above the total: one bucket; cap 1: one bucket per tensor */
     size_t o2[3] = {0, 10, 30}, n2[3] = {10, 20, 5};
@@ -348,19 +406,26 @@ static void test_ws_plans(void) {
           "packed bytes");
 }
 
-/* The real selection on this machine: `routed` 0 (the U-Net is not on the backend yet), so auto
- * is the CPU whatever the machine has, and an explicit cuda is refused on every rank. */
+/* The real selection on this machine. With a reason to stay on the CPU, auto is the CPU whatever
+ * the machine has and an explicit cuda is refused on every rank; without one, auto takes a GPU
+ * exactly when the probe finds one. */
 static void test_select(void) {
     int g = 5;
-    int rc = cu_device_select("cpu", MPI_COMM_WORLD, 0, &g);
+    const char *why = "this test keeps the CPU";
+    int rc = cu_device_select("cpu", MPI_COMM_WORLD, NULL, &g);
     CHECK(rc == 0 && g == -1, "cpu");
-    rc = cu_device_select("auto", MPI_COMM_WORLD, 0, &g);
-    CHECK(rc == 0 && g == -1, "auto: CPU (rc %d: %s)", rc, err_msg());
-    rc = cu_device_select("cuda", MPI_COMM_WORLD, 0, &g);
+    rc = cu_device_select("auto", MPI_COMM_WORLD, why, &g);
+    CHECK(rc == 0 && g == -1, "auto, CPU only: CPU (rc %d: %s)", rc, err_msg());
+    rc = cu_device_select("cuda", MPI_COMM_WORLD, why, &g);
     CHECK(rc == ERR_CONFIG && g == -1 && strstr(err_msg(), "key 'device'"), "cuda: %s",
           err_msg());
-    rc = cu_device_select("bogus", MPI_COMM_WORLD, 0, &g);
+    rc = cu_device_select("bogus", MPI_COMM_WORLD, NULL, &g);
     CHECK(rc == ERR_CONFIG, "bad value");
+    char probe[256];
+    const int ndev = cu_probe(probe, sizeof probe);
+    rc = cu_device_select("auto", MPI_COMM_WORLD, NULL, &g);
+    CHECK(rc == 0 && (ndev > 0 ? g >= 0 : g == -1), "auto with %d GPUs: GPU %d (%s)", ndev, g,
+          ndev < 0 ? probe : "probe ok");
 }
 
 int main(int argc, char **argv) {
@@ -371,6 +436,7 @@ int main(int argc, char **argv) {
     test_decide();
     test_algo_cache();
     test_buckets();
+    test_wcache();
     test_slab();
     test_shapes();
     test_ws_plans();

@@ -181,7 +181,7 @@ static void test_conv3d(int N, int D, int H, int W, int ca, int cb, int cout) {
     float *gout = dfl(NULL, P * cout), *gdin = dfl(NULL, P * cin);
     void *wp = packed(dwt, cin, cout, 3);
     TRY(cu_conv3d_forward(ctx, gout, da, ca, db, cb, wp, cout, N, D, H, W));
-    TRY(cu_conv3d_backward(ctx, gdin, ddw, dd, da, ca, db, cb, wp, cout, N, D, H, W));
+    TRY(cu_conv3d_backward(ctx, gdin, NULL, ddw, dd, da, ca, db, cb, wp, cout, N, D, H, W));
     char name[160];
     snprintf(name, sizeof name, "%s out", tag);
     close_to(name, gout, out, P * cout, RTOL);
@@ -192,16 +192,28 @@ static void test_conv3d(int N, int D, int H, int W, int ca, int cb, int cout) {
     /* deterministic: a second backward from the same state gives the same bits */
     float *h1 = hfl(gdin, P * cin), *w1 = hfl(ddw, nw);
     TRY(cu_upload(ctx, ddw, dw0, nw * sizeof(float)));
-    TRY(cu_conv3d_backward(ctx, gdin, ddw, dd, da, ca, db, cb, wp, cout, N, D, H, W));
+    TRY(cu_conv3d_backward(ctx, gdin, NULL, ddw, dd, da, ca, db, cb, wp, cout, N, D, H, W));
     float *h2 = hfl(gdin, P * cin), *w2 = hfl(ddw, nw);
     snprintf(name, sizeof name, "%s backward repeats", tag);
     same_bits(name, h1, h2, P * cin * sizeof(float));
     same_bits(name, w1, w2, nw * sizeof(float));
     /* din may be NULL: only dw */
     TRY(cu_upload(ctx, ddw, dw0, nw * sizeof(float)));
-    TRY(cu_conv3d_backward(ctx, NULL, ddw, dd, da, ca, db, cb, wp, cout, N, D, H, W));
+    TRY(cu_conv3d_backward(ctx, NULL, NULL, ddw, dd, da, ca, db, cb, wp, cout, N, D, H, W));
     snprintf(name, sizeof name, "%s dw without din", tag);
     close_to(name, ddw, dw, nw, RTOL);
+    if (cb) {
+        /* the two inputs' gradients written apart (the U-Net's up blocks) */
+        float *ga = dfl(NULL, P * ca), *gb = dfl(NULL, P * cb);
+        float *wa = malloc(sizeof(float) * P * ca), *wb = malloc(sizeof(float) * P * cb);
+        nn_concat_backward(wa, wb, din, ca, cb, (long)P);
+        TRY(cu_conv3d_backward(ctx, ga, gb, ddw, dd, da, ca, db, cb, wp, cout, N, D, H, W));
+        snprintf(name, sizeof name, "%s din split: first input", tag);
+        close_to(name, ga, wa, P * ca, RTOL);
+        snprintf(name, sizeof name, "%s din split: second input", tag);
+        close_to(name, gb, wb, P * cb, RTOL);
+        free(wa), free(wb);
+    }
     free(h1), free(h2), free(w1), free(w2);
     free(a), free(b), free(w), free(dout), free(dw0), free(ws), free(out), free(din), free(dw);
     dfree_all();
@@ -643,7 +655,7 @@ int main(int argc, char **argv) {
     bf16 = !strcmp(argv[1], "bf16");
     RTOL = bf16 ? 1.0f / 128 : 1e-4f;
     int gpu = -1;
-    if (cu_device_select("cuda", MPI_COMM_WORLD, 1, &gpu) != 0 || gpu < 0) {
+    if (cu_device_select("cuda", MPI_COMM_WORLD, NULL, &gpu) != 0 || gpu < 0) {
         fprintf(stderr, "FAIL device selection: %s\n", err_msg());
         MPI_Finalize();
         return 1;

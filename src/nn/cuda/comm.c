@@ -116,3 +116,72 @@ int cu_allreduce_wait(cu_comm *m) {
     CU_TRY(cudaStreamWaitEvent(m->c->stream, m->done, 0));
     return 0;
 }
+
+/* ---- the bucketed gradient all-reduce of a model (cu.h cu_grad_*) ---------------------------- */
+
+struct cu_grad {
+    cu_comm *m;
+    float *grads;
+    float scale;
+    int nb, started;
+    int status;
+    cu_bucket *b;
+};
+
+int cu_grad_create(cu_grad **out, cu_comm *m, float *grads, const size_t *offset,
+                   const size_t *numel, int ntensors, size_t cap, float scale) {
+    *out = NULL;
+    cu_grad *g = calloc(1, sizeof *g);
+    cu_bucket *b = malloc((size_t)(ntensors > 0 ? ntensors : 1) * sizeof *b);
+    if (!g || !b) {
+        free(g);
+        free(b);
+        return err_set(ERR_NOMEM, "gradient buckets: out of host memory");
+    }
+    int nb = cu_bucket_plan(offset, numel, ntensors, cap, b);
+    if (nb < 0) {
+        free(g);
+        free(b);
+        return nb;
+    }
+    g->m = m;
+    g->grads = grads;
+    g->scale = scale;
+    g->nb = nb;
+    g->b = b;
+    *out = g;
+    return 0;
+}
+
+void cu_grad_free(cu_grad *g) {
+    if (!g)
+        return;
+    free(g->b);
+    free(g);
+}
+
+void cu_grad_begin(cu_grad *g) {
+    g->started = 0;
+    g->status = 0;
+}
+
+/* Starts the buckets whose tensors (>= first) are all final, in plan order. */
+static void grad_start(cu_grad *g, int first) {
+    const int upto = cu_buckets_startable(g->b, g->nb, g->started, first);
+    for (; g->started < upto; g->started++) {
+        /* every bucket is issued even after a failure: the other ranks wait for it */
+        int rc = cu_allreduce_bucket(g->m, g->grads, &g->b[g->started], g->scale);
+        if (g->status == 0)
+            g->status = rc;
+    }
+}
+
+void cu_grad_ready(void *ctx, int first) {
+    grad_start(ctx, first);
+}
+
+int cu_grad_finish(cu_grad *g) {
+    grad_start(g, 0);
+    int rc = cu_allreduce_wait(g->m);
+    return g->status ? g->status : rc;
+}

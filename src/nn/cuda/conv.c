@@ -236,11 +236,14 @@ int cu_conv3d_forward(cu_ctx *c, float *out, const float *inA, int ca, const flo
     return 0;
 }
 
-int cu_conv3d_backward(cu_ctx *c, float *din, float *dw, const float *dout, const float *inA,
-                       int ca, const float *inB, int cb, const void *wp, int cout, int N, int D,
-                       int H, int W) {
+int cu_conv3d_backward(cu_ctx *c, float *din, float *dinB, float *dw, const float *dout,
+                       const float *inA, int ca, const float *inB, int cb, const void *wp,
+                       int cout, int N, int D, int H, int W) {
     const long long P = (long long)N * D * H * W;
     const int cin = ca + cb;
+    if (dinB && !inB)
+        return err_set(ERR_RANGE, "conv3d backward: a second input gradient without a second "
+                                  "input");
     cu_ws_plan pl;
     int slot, rc = conv3d_begin(c, &pl, &slot, N, D, H, W, cin, cout, "conv3d backward");
     const void *x;
@@ -256,13 +259,17 @@ int cu_conv3d_backward(cu_ctx *c, float *din, float *dw, const float *dout, cons
     if ((rc = conv_run(c, slot, CU_OP_BWD_FILTER, x, dy, dW)))
         return rc;
     CU_TRY(cuk_unpack_add(c->stream, dw, dW, c->bf16, cout, cin, 27));
-    if (!din)
+    if (!din && !dinB)
         return 0;
-    void *dx = c->bf16 ? cu_ws_at(c, &pl, 3) : (void *)din;
+    /* cuDNN writes the whole input gradient: into din itself (fp32, one destination), else into
+     * the workspace (bf16: region 3; fp32: region 0, whose x the backward-filter queued above
+     * has read), then split and converted. */
+    const int split = dinB != NULL;
+    void *dx = c->bf16 ? cu_ws_at(c, &pl, 3) : split ? cu_ws_at(c, &pl, 0) : (void *)din;
     if ((rc = conv_run(c, slot, CU_OP_BWD_DATA, wp, dy, dx)))
         return rc;
-    if (c->bf16)
-        CU_TRY(cuk_convert(c->stream, din, dx, 1, NULL, cin, P * cin, 0, 0));
+    if (c->bf16 || split)
+        CU_TRY(cuk_split(c->stream, din, split ? ca : cin, dinB, split ? cb : 0, dx, c->bf16, P));
     return 0;
 }
 
@@ -328,7 +335,7 @@ int cu_convt3d_backward(cu_ctx *c, float *din, float *dw, float *db, const float
         double *part = cu_ws_at(c, &pl, 4), *sums = cu_ws_at(c, &pl, 5);
         CU_TRY(cuk_chan_sums(c->stream, sums, part, CUK_SUM, dout, ldo, NULL, NULL, NULL, NULL,
                              NULL, 0, 1, Po, cout, cu_slices((long)Po)));
-        CU_TRY(cuk_add_sums(c->stream, db, sums, cout));
+        CU_TRY(cuk_add_sums(c->stream, db, sums, cout, c->bf16));
     }
     void *dW = cu_ws_at(c, &pl, 2);
     if ((rc = conv_run(c, slot, CU_OP_BWD_FILTER, g, xin, dW)))
@@ -398,7 +405,7 @@ int cu_conv1_backward(cu_ctx *c, float *din, float *dw, float *db, const float *
         double *part = cu_ws_at(c, &pl, 5), *sums = cu_ws_at(c, &pl, 6);
         CU_TRY(cuk_chan_sums(c->stream, sums, part, CUK_SUM, dout, cout, NULL, NULL, NULL, NULL,
                              NULL, 0, 1, P, cout, cu_slices(P)));
-        CU_TRY(cuk_add_sums(c->stream, db, sums, cout));
+        CU_TRY(cuk_add_sums(c->stream, db, sums, cout, c->bf16));
     }
     if (!c->bf16) {
         if ((rc = gemm(c, CUBLAS_OP_N, CUBLAS_OP_T, cin, cout, (int)P, in, cin, dout, cout, 1.0f,

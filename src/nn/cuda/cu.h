@@ -16,7 +16,7 @@
  *    GroupNorm, loss, Dice and optimizer stay fp32 with double statistics.
  *  - Weight and bias gradients ACCUMULATE, input gradients are OVERWRITTEN (as on the CPU).
  *  - Ops are asynchronous on the context's compute stream and never allocate: scratch comes from
- *    the context's workspace, sized at creation from the *_ws_bytes() functions. Every reduction
+ *    the context's workspace, sized from the cu_*_ws_plan totals. Every reduction
  *    has a fixed partition combined in a fixed order, and cuDNN algorithms are chosen among the
  *    deterministic ones, so a run repeats bit for bit on the same GPU.
  *  - Functions return 0 or a negative ERR_* code with a message (core/err.h); a CUDA, cuDNN,
@@ -50,12 +50,13 @@ int cu_local_rank_from_env(cu_getenv_fn get, int *local_rank, const char **var);
  * ERR_CONFIG when the local rank has no GPU of its own (local_rank >= ndev > 1). */
 int cu_pick_gpu(int ndev, int local_rank, int *gpu);
 
-/* One rank's decision. ndev < 0 means the probe failed (probe_msg says why). `routed`: the caller
- * can run the U-Net on a GPU. *gpu = -1 means the CPU; `note` receives the one line to print
- * (empty when there is nothing to say). ERR_CONFIG (naming the key 'device' and the fix) when
- * `cuda` was asked for and cannot be honoured. */
-int cu_device_decide(cu_want want, int ndev, const char *probe_msg, int local_rank, int routed,
-                     int *gpu, char *note, size_t note_len);
+/* One rank's decision. ndev < 0 means the probe failed (probe_msg says why). cpu_only: NULL when
+ * the run can use a GPU, else why it cannot (e.g. spatial sharding runs on the CPU backend
+ * only). *gpu = -1 means the CPU; `note` receives the one line to print (empty when there is
+ * nothing to say). ERR_CONFIG (naming the key 'device' and the fix) when `cuda` was asked for
+ * and cannot be honoured. */
+int cu_device_decide(cu_want want, int ndev, const char *probe_msg, int local_rank,
+                     const char *cpu_only, int *gpu, char *note, size_t note_len);
 
 /* ---- Algorithm cache -------------------------------------------------------------------------
  * One entry per cuDNN convolution problem: the cuDNN convolution's input x (N, C, D, H, W), its
@@ -94,6 +95,28 @@ int cu_algo_slot(cu_algo_cache *c, const cu_conv_key *k);
 /* "conv3d k3 bf16 N1 C128 D64 H64 W64 K64" for logs and the benchmark. */
 void cu_conv_key_str(const cu_conv_key *k, char *buf, size_t n);
 
+/* ---- Packed-weight cache ---------------------------------------------------------------------
+ * The backend table's packed copies of convolution weights (cu_pack_*), found by the weight's
+ * device address. An entry is current while its version equals the cache's, which the owner
+ * advances whenever parameters may change (upload, optimizer step, allocation), so each weight
+ * is packed once per change however many passes read it. */
+#define CU_WCACHE_MAX 128
+typedef struct cu_wcache_entry {
+    const float *w; /* the weight in PyTorch layout */
+    void *packed;   /* its packed copy (owned by the cache's user) */
+    int cin, cout, k;
+    long version;   /* of the packed copy */
+} cu_wcache_entry;
+typedef struct cu_wcache {
+    int n;
+    long version;
+    cu_wcache_entry e[CU_WCACHE_MAX];
+} cu_wcache;
+/* Index of w's entry. *fresh = 1 when the entry was added now or w now has another shape: its
+ * packed buffer (NULL when new, else the old one for the caller to free) must be (re)made, and
+ * its version is stale. ERR_RANGE when the cache is full. */
+int cu_wcache_find(cu_wcache *c, const float *w, int cin, int cout, int k, int *fresh);
+
 /* ---- Bucketed all-reduce plan ----------------------------------------------------------------
  * Gradient tensors (state_dict order, contiguous in the slab) grouped into buckets exactly as
  * the CPU path's all-reduce does (src/dist/grad.c): from the LAST tensor backwards (the order in
@@ -108,6 +131,9 @@ typedef struct cu_bucket {
 } cu_bucket;
 int cu_bucket_plan(const size_t *offset, const size_t *numel, int ntensors, size_t cap,
                    cu_bucket *out);
+/* With buckets 0..started-1 of a plan started and tensors >= first final: how many buckets may
+ * have started (the plan's order, each once every tensor of it is final). */
+int cu_buckets_startable(const cu_bucket *b, int nb, int started, int first);
 
 /* ---- The slab: one device allocation for parameters, gradients and optimizer state ----------
  * Byte offsets of each region (256-byte aligned) and the total. */
@@ -124,7 +150,7 @@ int cu_check_conv_shape(int N, int D, int H, int W, int cin, int cout, int trans
 /* ---- Workspace plans ---------------------------------------------------------------------------
  * Each op carves its scratch from the context's workspace as fixed regions (offsets in bytes,
  * 256-byte aligned; a region an op does not need in a precision has size 0). The op and the
- * sizing share the plan, so the context sized from cu_*_ws_bytes() always fits. Regions:
+ * sizing share the plan, so a workspace sized from the plan totals always fits. Regions:
  *  conv3d:  0 x = cat(inA, inB) in the compute type, 1 dW (cuDNN layout), 2 y or dy in bf16,
  *           3 dx in bf16
  *  convt3d: 0 dout packed (compute type), 1 in as bf16, 2 dW, 3 out or din in bf16,
@@ -163,14 +189,18 @@ int cu_probe(char *why, size_t n);
  * from the environment, else from MPI's shared-memory split), and the ranks agree: the GPU on
  * every rank or the CPU on every rank. Rank 0 logs the note once. *gpu = -1 means the CPU. A
  * rank's error is returned on that rank only (the caller agrees on it with dist_agree). */
-int cu_device_select(const char *want, MPI_Comm comm, int routed, int *gpu);
+int cu_device_select(const char *want, MPI_Comm comm, const char *cpu_only, int *gpu);
 
 typedef struct cu_ctx cu_ctx;
 
-/* Context on GPU `gpu`: streams, handles, `ws_bytes` of op workspace and `algo_ws_bytes` for
- * cuDNN's algorithms (both allocated here, once). bf16: the torch_amp: 1 precision. */
+/* Context on GPU `gpu`: streams, handles, `ws_bytes` of op workspace (0: none until
+ * cu_ctx_set_workspace) and `algo_ws_bytes` for cuDNN's algorithms (allocated here, once).
+ * bf16: the torch_amp: 1 precision. */
 int cu_ctx_create(cu_ctx **out, int gpu, int bf16, size_t ws_bytes, size_t algo_ws_bytes);
 void cu_ctx_free(cu_ctx *c);
+/* Points the op workspace at `bytes` of the caller's device memory (freeing the context's own),
+ * e.g. the workspace region of the U-Net's activation slab. The caller keeps it alive. */
+void cu_ctx_set_workspace(cu_ctx *c, void *ws, size_t bytes);
 int cu_ctx_bf16(const cu_ctx *c);
 /* The algorithm cache (read-only; for the benchmark and logs). */
 const cu_algo_cache *cu_ctx_algos(const cu_ctx *c);
@@ -204,9 +234,12 @@ int cu_pack_convt3d(cu_ctx *c, void *wp, const float *w, int cin, int cout); /* 
 /* ---- Conv3d k3 p1, no bias (layers.h nn_conv3d_*), wp packed by cu_pack_conv3d ------------- */
 int cu_conv3d_forward(cu_ctx *c, float *out, const float *inA, int ca, const float *inB, int cb,
                       const void *wp, int cout, int N, int D, int H, int W);
-int cu_conv3d_backward(cu_ctx *c, float *din, float *dw, const float *dout, const float *inA,
-                       int ca, const float *inB, int cb, const void *wp, int cout, int N, int D,
-                       int H, int W);
+/* dw accumulates. The input gradient is overwritten as nn_conv3d_backward_p writes it: with
+ * dinB NULL, din (N,D,H,W,ca+cb) receives all of it (skipped when din is NULL); with dinB (a
+ * second input is required), din (N,D,H,W,ca) and dinB (N,D,H,W,cb) receive the two parts. */
+int cu_conv3d_backward(cu_ctx *c, float *din, float *dinB, float *dw, const float *dout,
+                       const float *inA, int ca, const float *inB, int cb, const void *wp,
+                       int cout, int N, int D, int H, int W);
 
 /* ---- ConvTranspose3d k2 s2 + bias (layers.h nn_convt3d_*), wp packed by cu_pack_convt3d ---- */
 int cu_convt3d_forward(cu_ctx *c, float *out, const float *in, const void *wp, const float *b,
@@ -262,6 +295,8 @@ int cu_optim_step(cu_ctx *c, nn_optim *o, float *params, const float *grads, flo
  * the norm before clipping). */
 int cu_clip_grad_norm(cu_ctx *c, float *grads, size_t n, double max_norm, double *norm);
 int cu_scale(cu_ctx *c, float *x, size_t n, float s);
+/* x rounded in place to bf16 values (nn_round_bf16). */
+int cu_round_bf16(cu_ctx *c, float *x, size_t n);
 
 /* ---- Loader staging: pinned host slots and asynchronous host-to-device copies -------------
  * A ring of `nslots` slots of `bytes`. The loader fills cu_stage_host(slot) (which first waits
@@ -290,5 +325,20 @@ void cu_comm_free(cu_comm *m);
 int cu_allreduce_bucket(cu_comm *m, float *grads, const cu_bucket *b, float scale);
 /* Makes the compute stream wait for every bucket started so far. */
 int cu_allreduce_wait(cu_comm *m);
+
+/* A model's bucketed gradient all-reduce (the device twin of src/dist/grad.h): the buckets of
+ * cu_bucket_plan over the gradient tensors (offsets and sizes in floats, state_dict order,
+ * contiguous in `grads`, a device array), each summed and scaled by `scale` (1/replicas).
+ * cu_grad_ready is the model's grad_ready callback (ctx = the cu_grad): it starts every bucket
+ * whose tensors are all final. cu_grad_finish starts the rest and makes the compute stream wait
+ * for all of them; every rank issues every bucket in the same order whatever happened before
+ * (a failure is agreed afterwards), so no rank waits forever. */
+typedef struct cu_grad cu_grad;
+int cu_grad_create(cu_grad **out, cu_comm *m, float *grads, const size_t *offset,
+                   const size_t *numel, int ntensors, size_t cap, float scale);
+void cu_grad_free(cu_grad *g);
+void cu_grad_begin(cu_grad *g);
+void cu_grad_ready(void *ctx, int first);
+int cu_grad_finish(cu_grad *g);
 
 #endif

@@ -31,6 +31,7 @@ struct cu_ctx {
     cublasHandle_t blas;
     char *ws; /* op workspace (cu_*_ws_plan regions) */
     size_t ws_bytes;
+    int ws_owned; /* allocated by the context (else the caller's, cu_ctx_set_workspace) */
     void *algo_ws; /* cuDNN algorithms' workspace */
     size_t algo_ws_bytes;
     void *host; /* pinned, CU_HOST_SCRATCH bytes */

@@ -53,7 +53,7 @@ int cu_probe(char *why, size_t n) {
     return ndev;
 }
 
-int cu_device_select(const char *want_s, MPI_Comm comm, int routed, int *gpu) {
+int cu_device_select(const char *want_s, MPI_Comm comm, const char *cpu_only, int *gpu) {
     int rank, size;
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
@@ -80,7 +80,7 @@ int cu_device_select(const char *want_s, MPI_Comm comm, int routed, int *gpu) {
                 rc = err_prefix("key 'device': %s", want_s);
         }
         if (rc == 0)
-            rc = cu_device_decide(want, ndev, probe, lr, routed, &g, note, sizeof note);
+            rc = cu_device_decide(want, ndev, probe, lr, cpu_only, &g, note, sizeof note);
     }
     /* The GPU on every rank, or the CPU on every rank (one all-reduce path for gradients). */
     const int mine = rc == 0 && g >= 0;
@@ -110,8 +110,10 @@ static int ctx_init(cu_ctx *c, size_t ws_bytes, size_t algo_ws_bytes) {
     BLAS_TRY(cublasSetStream(c->blas, c->stream));
     /* Default math with an explicit CUBLAS_COMPUTE_32F in every GEMM: never TF32. */
     BLAS_TRY(cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH));
-    if (ws_bytes)
+    if (ws_bytes) {
         CU_TRY(cudaMalloc((void **)&c->ws, ws_bytes));
+        c->ws_owned = 1;
+    }
     c->ws_bytes = ws_bytes;
     if (algo_ws_bytes)
         CU_TRY(cudaMalloc(&c->algo_ws, algo_ws_bytes));
@@ -154,7 +156,8 @@ void cu_ctx_free(cu_ctx *c) {
         cublasDestroy(c->blas);
     if (c->dnn)
         cudnnDestroy(c->dnn);
-    cudaFree(c->ws);
+    if (c->ws_owned)
+        cudaFree(c->ws);
     cudaFree(c->algo_ws);
     if (c->host)
         cudaFreeHost(c->host);
@@ -163,6 +166,16 @@ void cu_ctx_free(cu_ctx *c) {
     if (c->stream)
         cudaStreamDestroy(c->stream);
     free(c);
+}
+
+void cu_ctx_set_workspace(cu_ctx *c, void *ws, size_t bytes) {
+    if (c->ws_owned) {
+        cudaStreamSynchronize(c->stream);
+        cudaFree(c->ws);
+    }
+    c->ws = ws;
+    c->ws_bytes = bytes;
+    c->ws_owned = 0;
 }
 
 int cu_ctx_bf16(const cu_ctx *c) {

@@ -65,8 +65,8 @@ int cu_pick_gpu(int ndev, int local_rank, int *gpu) {
     return 0;
 }
 
-int cu_device_decide(cu_want want, int ndev, const char *probe_msg, int local_rank, int routed,
-                     int *gpu, char *note, size_t note_len) {
+int cu_device_decide(cu_want want, int ndev, const char *probe_msg, int local_rank,
+                     const char *cpu_only, int *gpu, char *note, size_t note_len) {
     *gpu = -1;
     note[0] = '\0';
     if (want == CU_WANT_CPU)
@@ -90,16 +90,12 @@ int cu_device_decide(cu_want want, int ndev, const char *probe_msg, int local_ra
     int rc = cu_pick_gpu(ndev, local_rank, &g);
     if (rc)
         return err_prefix("key 'device': %s", name);
-    if (!routed) {
+    if (cpu_only) {
         if (want == CU_WANT_CUDA)
-            return err_set(ERR_CONFIG,
-                           "key 'device': cuda: this version does not run the U-Net on the CUDA "
-                           "backend yet (the device library is built, the model is not routed "
-                           "through it); use device: auto or cpu");
-        snprintf(note, note_len,
-                 "device auto: GPU %d visible, but this version does not run the U-Net on the "
-                 "CUDA backend yet; using the CPU",
-                 g);
+            return err_set(ERR_CONFIG, "key 'device': cuda: %s; use device: auto or cpu",
+                           cpu_only);
+        snprintf(note, note_len, "device auto: GPU %d visible, but %s; using the CPU", g,
+                 cpu_only);
         return 0;
     }
     *gpu = g;
@@ -135,6 +131,34 @@ void cu_conv_key_str(const cu_conv_key *k, char *buf, size_t n) {
              k->bf16 ? "bf16" : "fp32", k->N, k->C, k->D, k->H, k->W, k->K);
 }
 
+int cu_wcache_find(cu_wcache *c, const float *w, int cin, int cout, int k, int *fresh) {
+    *fresh = 0;
+    int i = 0;
+    while (i < c->n && c->e[i].w != w)
+        i++;
+    if (i == c->n) {
+        if (c->n >= CU_WCACHE_MAX)
+            return err_set(ERR_RANGE,
+                           "packed-weight cache full (%d convolution weights): a U-Net has far "
+                           "fewer; raise CU_WCACHE_MAX",
+                           CU_WCACHE_MAX);
+        memset(&c->e[i], 0, sizeof c->e[i]);
+        c->e[i].w = w;
+        c->n++;
+        *fresh = 1;
+    }
+    cu_wcache_entry *e = &c->e[i];
+    if (e->cin != cin || e->cout != cout || e->k != k) {
+        e->cin = cin;
+        e->cout = cout;
+        e->k = k;
+        *fresh = 1;
+    }
+    if (*fresh)
+        e->version = c->version - 1;
+    return i;
+}
+
 int cu_bucket_plan(const size_t *offset, const size_t *numel, int ntensors, size_t cap,
                    cu_bucket *out) {
     if (cap == 0)
@@ -166,6 +190,12 @@ int cu_bucket_plan(const size_t *offset, const size_t *numel, int ntensors, size
         last = t - 1;
     }
     return nb;
+}
+
+int cu_buckets_startable(const cu_bucket *b, int nb, int started, int first) {
+    while (started < nb && b[started].first >= first)
+        started++;
+    return started;
 }
 
 static size_t align256(size_t b) {

@@ -28,9 +28,15 @@ cudaError_t cuk_gather(cudaStream_t st, void *dst, int dst_bf16, const float *a,
                        int ca, const float *b, long long ldb, int cb, long long P);
 
 /* dst[i] = (accumulate ? dst[i] : 0) + src[i] (+ bias[i % C]), optionally rounded to a bf16
- * value; src is float or bf16 and may equal dst. */
+ * value (then the bias is rounded first, as autocast's bf16 bias); src is float or bf16 and may
+ * equal dst. */
 cudaError_t cuk_convert(cudaStream_t st, float *dst, const void *src, int src_bf16,
                         const float *bias, int C, long long n, int accumulate, int round_bf16);
+
+/* The reverse of a concatenation: src (P, ca+cb), float or bf16, into da (P, ca) and db (P, cb)
+ * as float; either destination may be NULL (then its channels are dropped). */
+cudaError_t cuk_split(cudaStream_t st, float *da, int ca, float *db, int cb, const void *src,
+                      int src_bf16, long long P);
 
 /* Weights: dst (K, S, C) in float or bf16 from src (K, C, S) float (PyTorch -> cuDNN NHWC
  * filter layout), and the gradient's way back: dst (K, C, S) float += src (K, S, C). */
@@ -52,8 +58,9 @@ cudaError_t cuk_chan_sums(cudaStream_t st, double *sums, double *part, int mode,
                           const float *mean, const float *rstd, int G, int N, long long S, int C,
                           int slices);
 
-/* dst[c] += (float)sums[c] for c < C (bias gradients from mode-0 sums). */
-cudaError_t cuk_add_sums(cudaStream_t st, float *dst, const double *sums, int C);
+/* dst[c] += (float)sums[c] for c < C, rounded to a bf16 value first when round_bf16 (bias
+ * gradients from mode-0 sums). */
+cudaError_t cuk_add_sums(cudaStream_t st, float *dst, const double *sums, int C, int round_bf16);
 
 /* GroupNorm statistics from channel sums (mode 0 then mode 1): pass 0 writes mean[n*G+g],
  * pass 1 writes rstd[n*G+g] = 1/sqrt(var + eps). */

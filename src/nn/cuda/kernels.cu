@@ -45,7 +45,7 @@ static __global__ void k_convert(float *dst, const void *src, int src_bf16, cons
         float v = src_bf16 ? __bfloat162float(((const __nv_bfloat16 *)src)[i])
                            : ((const float *)src)[i];
         if (bias)
-            v += bias[i % C];
+            v += round_bf16 ? bf16_round(bias[i % C]) : bias[i % C];
         if (round_bf16)
             v = bf16_round(v);
         dst[i] = accumulate ? dst[i] + v : v;
@@ -56,6 +56,29 @@ extern "C" cudaError_t cuk_convert(cudaStream_t st, float *dst, const void *src,
                                    const float *bias, int C, long long n, int accumulate,
                                    int round_bf16) {
     k_convert<<<cuk_grid(n), T, 0, st>>>(dst, src, src_bf16, bias, C, n, accumulate, round_bf16);
+    return cudaGetLastError();
+}
+
+static __global__ void k_split(float *da, int ca, float *db, int cb, const void *src,
+                               int src_bf16, long long P) {
+    const int cc = ca + cb;
+    GRID_LOOP(i, P * cc) {
+        const long long p = i / cc;
+        const int c = (int)(i - p * cc);
+        const float v = src_bf16 ? __bfloat162float(((const __nv_bfloat16 *)src)[i])
+                                 : ((const float *)src)[i];
+        if (c < ca) {
+            if (da)
+                da[p * ca + c] = v;
+        } else if (db) {
+            db[p * cb + (c - ca)] = v;
+        }
+    }
+}
+
+extern "C" cudaError_t cuk_split(cudaStream_t st, float *da, int ca, float *db, int cb,
+                                 const void *src, int src_bf16, long long P) {
+    k_split<<<cuk_grid(P * (ca + cb)), T, 0, st>>>(da, ca, db, cb, src, src_bf16, P);
     return cudaGetLastError();
 }
 
@@ -187,12 +210,16 @@ extern "C" cudaError_t cuk_chan_sums(cudaStream_t st, double *sums, double *part
     return cudaGetLastError();
 }
 
-static __global__ void k_add_sums(float *dst, const double *sums, int C) {
-    GRID_LOOP(c, C) dst[c] += (float)sums[c];
+static __global__ void k_add_sums(float *dst, const double *sums, int C, int round_bf16) {
+    GRID_LOOP(c, C) {
+        const float v = (float)sums[c];
+        dst[c] += round_bf16 ? bf16_round(v) : v;
+    }
 }
 
-extern "C" cudaError_t cuk_add_sums(cudaStream_t st, float *dst, const double *sums, int C) {
-    k_add_sums<<<cuk_grid(C), T, 0, st>>>(dst, sums, C);
+extern "C" cudaError_t cuk_add_sums(cudaStream_t st, float *dst, const double *sums, int C,
+                                    int round_bf16) {
+    k_add_sums<<<cuk_grid(C), T, 0, st>>>(dst, sums, C, round_bf16);
     return cudaGetLastError();
 }
 

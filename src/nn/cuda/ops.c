@@ -263,3 +263,8 @@ int cu_scale(cu_ctx *c, float *x, size_t n, float s) {
     CU_TRY(cuk_scale(c->stream, x, (long long)n, s));
     return 0;
 }
+
+int cu_round_bf16(cu_ctx *c, float *x, size_t n) {
+    CU_TRY(cuk_convert(c->stream, x, x, 0, NULL, 1, (long long)n, 0, 1));
+    return 0;
+}
