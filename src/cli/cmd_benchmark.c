@@ -5,11 +5,6 @@
 #include "core/log.h"
 #include "dist/dist.h"
 #include "train/bench.h"
-#ifdef SCAFFOLD_CUDA
-#include "core/fsutil.h"
-#include "nn/cuda/cu.h"
-#include "train/train.h"
-#endif
 
 #include <stdio.h>
 
@@ -25,28 +20,6 @@ int cmd_benchmark(int argc, char **argv) {
         "figures/). Resume with --restart --run-dir DIR.");
     if (st >= 0)
         return st;
-#ifdef SCAFFOLD_CUDA
-    /* The `device` key (cpu|cuda|auto), resolved after the checks that precede the run folder
-     * (train_check, run quietly here, and --run-dir naming a folder; bench_run runs and reports
-     * them) so that bad input stays one line. The U-Net does not run on the CUDA backend yet
-     * (routed = 0): auto trains on the CPU, saying why once on rank 0; cuda is refused. */
-    const int verbosity = log_verbosity();
-    log_set_verbosity(-1);
-    int gpu, ok = train_check(&c, &w) == 0;
-    log_set_verbosity(verbosity);
-    if (ok && c.run_dir[0]) {
-        ok = w.rank != 0 || fs_is_dir(c.run_dir);
-        dist_bcast(&w, &ok, sizeof ok, 0);
-    }
-    if (ok) {
-        int drc = dist_agree(&w, cu_device_select(c.device, w.comm,
-                                                   "this version does not run the U-Net on "
-                                                   "the CUDA backend yet",
-                                                   &gpu));
-        if (drc)
-            return cli_fail(&w, "benchmark", drc);
-    }
-#endif
     bench_result r;
     int rc = bench_run(&c, &w, argc, argv, &r);
     if (rc)

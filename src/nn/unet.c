@@ -11,6 +11,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/rng.h"
+#include "nn/backend.h"
 #include "nn/layers.h"
 #include "nn/loss.h"
 #include "nn/optim.h"
@@ -32,6 +33,7 @@ typedef struct dc_block {
 } dc_block;
 
 struct nn_unet_plan {
+    nn_backend *be; /* every layer runs through it (backend.h) */
     int L, K, G;
     nn_prec prec;
     int ckpt; /* activation checkpointing: only block outputs (and GN statistics) are kept */
@@ -53,8 +55,10 @@ struct nn_unet_plan {
     float *cs, *pools;
     uint8_t *pidxs;
     float *ws;
+    size_t ws_floats;
     float *slab;
     uint8_t *islab;
+    void *pslab; /* device backends: parameters, gradients and optimizer state */
     int batch; /* samples in the last forward */
     double t_fwd, t_loss, t_bwd;
 };
@@ -98,6 +102,17 @@ static int opts_check(const nn_unet_opts *o) {
                        o->checkpointing);
     if (o->sharded != 0 && o->sharded != 1)
         return err_set(ERR_CONFIG, "U-Net option sharded = %d: it must be 0 or 1", o->sharded);
+    if (o->optimizer < NN_OPT_ADAM || o->optimizer > NN_OPT_RMSPROP)
+        return err_set(ERR_CONFIG, "U-Net option optimizer = %d: unknown", o->optimizer);
+    const nn_backend *be = o->backend;
+    if (be && be->device && !be->host_access && o->sharded)
+        return err_set(ERR_CONFIG, "the %s backend does not run spatially sharded models "
+                                   "(dc_num_shards): use device: cpu",
+                       be->name);
+    if (be && be->device && !be->host_access && (nn_prec)o->precision != be->prec)
+        return err_set(ERR_INTERNAL, "the %s backend computes in %s, the model asks for %s",
+                       be->name, be->prec == NN_BF16 ? "bf16" : "fp32",
+                       o->precision == NN_BF16 ? "bf16" : "fp32");
     return 0;
 }
 
@@ -231,12 +246,16 @@ void nn_unet_free(nn_unet *m) {
     free(m->tensors);
     free(m->params);
     free(m->grads);
-    if (m->plan) {
-        free(m->plan->ws_sh);
-        free(m->plan->slab);
-        free(m->plan->islab);
-        free(m->plan);
+    struct nn_unet_plan *p = m->plan;
+    if (p && p->be) {
+        nn_backend *be = p->be;
+        be->free(be, p->ws_sh);
+        be->free(be, p->slab);
+        be->free(be, p->islab);
+        be->free(be, p->pslab);
+        nn_backend_status(be); /* a failure of the freed model is no concern of the next */
     }
+    free(p);
     memset(m, 0, sizeof *m);
 }
 
@@ -244,6 +263,7 @@ void nn_unet_free(nn_unet *m) {
 static void plan_dims(struct nn_unet_plan *p, const nn_unet_spec *s, const nn_unet_opts *o, int d,
                       int h, int w) {
     const int L = s->layers;
+    p->be = o->backend ? o->backend : nn_backend_cpu();
     p->L = L;
     p->K = s->n_classes;
     p->G = s->groups;
@@ -264,8 +284,7 @@ static void plan_dims(struct nn_unet_plan *p, const nn_unet_spec *s, const nn_un
 
 /* Workspace floats of a Conv3d at level l, for a sharded or unsharded call. */
 static size_t conv3d_ws(const struct nn_unet_plan *p, int N, int l, int cin, int cout, int sh) {
-    return sh ? nn_conv3d_ws_floats_sh(N, p->dd[l], p->hh[l], p->ww[l], cin, cout)
-              : nn_conv3d_ws_floats(N, p->dd[l], p->hh[l], p->ww[l], cin, cout);
+    return p->be->conv3d_ws(N, p->dd[l], p->hh[l], p->ww[l], cin, cout, sh);
 }
 
 /* The largest workspace any layer needs when the model is sharded. */
@@ -349,20 +368,21 @@ static void plan_slabs(struct nn_unet_plan *p, const nn_unet_spec *s, int N, siz
     TAKE(p->gT, top);
     TAKE(p->gH, top);
     /* Workspace: the largest any layer needs. */
-    size_t ws = nn_loss_ws_floats(N, p->K);
+    const nn_backend *be = p->be;
+    size_t ws = be->loss_ws(N, p->S[0], p->K);
     for (int b = 0; b < 2 * L + 1; b++) {
         const dc_block *blk = b <= L ? &p->down[b] : &p->up[b - L - 1];
         const int l = blk->level;
         ws = maxz(ws, conv3d_ws(p, N, l, blk->cin, blk->cout, p->sharded));
         ws = maxz(ws, conv3d_ws(p, N, l, blk->cout, blk->cout, p->sharded));
-        ws = maxz(ws, nn_groupnorm_ws_floats(blk->cout));
+        ws = maxz(ws, be->groupnorm_ws(N, p->S[l], blk->cout));
     }
     for (int j = 0; j < L; j++) {
         const int l = L - 1 - j;
-        ws = maxz(ws, nn_convt3d_ws_floats_p(N, p->dd[l + 1], p->hh[l + 1], p->ww[l + 1],
-                                             p->ch[l + 1], p->ch[l], p->prec));
+        ws = maxz(ws, be->convt3d_ws(N, p->dd[l + 1], p->hh[l + 1], p->ww[l + 1], p->ch[l + 1],
+                                     p->ch[l], p->prec));
     }
-    ws = maxz(ws, nn_conv1_ws_floats_p((long)N * p->S[0], p->ch[0], p->K, p->prec));
+    ws = maxz(ws, be->conv1_ws((long)N * p->S[0], p->ch[0], p->K, p->prec));
     ws = (ws + 15) & ~(size_t)15;
     TAKE(p->ws, ws);
 #undef TAKE
@@ -370,6 +390,24 @@ static void plan_slabs(struct nn_unet_plan *p, const nn_unet_spec *s, int N, siz
     *floats = off;
     *ibytes = ioff;
     *ws_floats = ws;
+}
+
+/* A device backend's slab: parameters, gradients and the optimizer state of opts.optimizer,
+ * zeroed, in one allocation. */
+static int param_slab(nn_unet *m) {
+    nn_backend *be = m->plan->be;
+    const size_t pb = (m->nparams * sizeof(float) + 255) & ~(size_t)255;
+    const size_t ns = nn_optim_state_floats((nn_optim_kind)m->opts.optimizer, m->nparams);
+    const size_t bytes = 2 * pb + ns * sizeof(float);
+    if (be->alloc(be, &m->plan->pslab, bytes))
+        return err_prefix("U-Net parameters, gradients and optimizer state (%.2f GiB on %s)",
+                          (double)bytes / (1u << 30), be->name);
+    char *b = m->plan->pslab;
+    m->dparams = (float *)b;
+    m->dgrads = (float *)(b + pb);
+    m->dstate = ns ? (float *)(b + 2 * pb) : NULL;
+    be->zero(be, b, bytes);
+    return nn_backend_status(be);
 }
 
 int nn_unet_create(nn_unet *m, const nn_unet_spec *s, int max_batch, int d, int h, int w) {
@@ -412,22 +450,40 @@ int nn_unet_create_opts(nn_unet *m, const nn_unet_spec *s, const nn_unet_opts *o
     memset(m->params, 0, m->nparams * sizeof(float));
     memset(m->grads, 0, m->nparams * sizeof(float));
     plan_dims(p, s, o, d, h, w);
+    nn_backend *be = p->be;
+    if (be->device && (rc = param_slab(m))) {
+        nn_unet_free(m);
+        return rc;
+    }
+    if (!be->device) {
+        m->dparams = m->params;
+        m->dgrads = m->grads;
+    }
     size_t floats, ibytes, wsf;
     plan_slabs(p, s, N, &floats, &ibytes, &wsf);
     m->activation_floats = floats;
     m->activation_index_bytes = ibytes;
-    p->slab = alloc64(floats * sizeof(float));
-    p->islab = alloc64(ibytes);
-    if (!p->slab || !p->islab) {
+    void *slab = NULL, *islab = NULL;
+    rc = be->alloc(be, &slab, floats * sizeof(float));
+    if (rc == 0 && (rc = be->alloc(be, &islab, ibytes)))
+        be->free(be, slab);
+    if (rc) {
         const size_t bytes = floats * sizeof(float) + ibytes;
         nn_unet_free(m);
+        if (rc != ERR_NOMEM)
+            return err_prefix("U-Net activations");
         return err_set(ERR_NOMEM,
-                       "U-Net activations: cannot allocate %.2f GiB for batch %d at %dx%dx%d; "
+                       "U-Net activations: cannot allocate %.2f GiB for batch %d at %dx%dx%d%s%s; "
                        "lower local_batch_size, problem_scale or unet_base_channels, or turn on "
                        "activation_checkpointing",
-                       (double)bytes / (1u << 30), max_batch, d, h, w);
+                       (double)bytes / (1u << 30), max_batch, d, h, w, be->device ? " on " : "",
+                       be->device ? be->name : "");
     }
+    p->slab = slab;
+    p->islab = islab;
     plan_slabs(p, s, N, &floats, &ibytes, &wsf);
+    p->ws_floats = wsf;
+    be->workspace(be, p->ws, wsf);
     return 0;
 }
 
@@ -464,7 +520,7 @@ int nn_unet_memory_estimate(const nn_unet_spec *s, const nn_unet_opts *o, int ba
     return 0;
 }
 
-void nn_unet_init_params(nn_unet *m, uint64_t seed) {
+int nn_unet_init_params(nn_unet *m, uint64_t seed) {
     for (int i = 0; i < m->ntensors; i++) {
         const nn_tensor_info *t = &m->tensors[i];
         float *x = m->params + t->offset;
@@ -488,10 +544,66 @@ void nn_unet_init_params(nn_unet *m, uint64_t seed) {
         for (size_t k = 0; k < t->numel; k++)
             x[k] = (float)((2.0 * rng_uniform(&r) - 1.0) * bound);
     }
+    return nn_unet_upload(m, NULL);
 }
 
 void nn_unet_zero_grad(nn_unet *m) {
-    memset(m->grads, 0, m->nparams * sizeof(float));
+    nn_backend *be = m->plan->be;
+    be->zero(be, m->dgrads, m->nparams * sizeof(float));
+}
+
+/* The optimizer's state floats, or ERR_CONFIG when the device slab holds another kind's. */
+static int state_floats(const nn_unet *m, const nn_optim *o, size_t *ns) {
+    *ns = nn_optim_state_floats(o->kind, m->nparams);
+    if (m->plan->be->device && o->kind != (nn_optim_kind)m->opts.optimizer)
+        return err_set(ERR_CONFIG, "optimizer %s on a model whose %s slab holds %s state: "
+                                   "create the model with nn_unet_opts.optimizer = its kind",
+                       nn_optim_name(o->kind), m->plan->be->name,
+                       nn_optim_name((nn_optim_kind)m->opts.optimizer));
+    if (o->n != m->nparams)
+        return err_set(ERR_CONFIG, "optimizer for %zu parameters on a model of %zu", o->n,
+                       m->nparams);
+    return 0;
+}
+
+int nn_unet_upload(nn_unet *m, const nn_optim *o) {
+    nn_backend *be = m->plan->be;
+    if (!be->device)
+        return 0;
+    size_t ns = 0;
+    int rc = o ? state_floats(m, o, &ns) : 0;
+    if (rc == 0)
+        rc = be->upload(be, m->dparams, m->params, m->nparams * sizeof(float));
+    if (rc == 0 && ns)
+        rc = be->upload(be, m->dstate, o->state, ns * sizeof(float));
+    return rc;
+}
+
+int nn_unet_download(nn_unet *m, nn_optim *o) {
+    nn_backend *be = m->plan->be;
+    if (!be->device)
+        return 0;
+    size_t ns = 0;
+    int rc = o ? state_floats(m, o, &ns) : 0;
+    if (rc == 0)
+        rc = be->download(be, m->params, m->dparams, m->nparams * sizeof(float));
+    if (rc == 0)
+        rc = be->download(be, m->grads, m->dgrads, m->nparams * sizeof(float));
+    if (rc == 0 && ns)
+        rc = be->download(be, o->state, m->dstate, ns * sizeof(float));
+    return rc;
+}
+
+int nn_unet_step(nn_unet *m, nn_optim *o, double lr, double max_norm) {
+    nn_backend *be = m->plan->be;
+    size_t ns;
+    int rc = state_floats(m, o, &ns);
+    if (rc)
+        return rc;
+    if (max_norm > 0)
+        be->clip_grad_norm(be, m->dgrads, m->nparams, max_norm);
+    be->optim_step(be, o, m->dparams, m->dgrads, be->device ? m->dstate : o->state, lr);
+    return nn_backend_status(be);
 }
 
 const float *nn_unet_logits(const nn_unet *m) {
@@ -506,8 +618,11 @@ void nn_unet_last_times(const nn_unet *m, double *fwd, double *loss, double *bwd
 
 /* ---- forward / backward ----------------------------------------------------------------- */
 
-#define P_(m, idx) ((m)->params + (m)->tensors[idx].offset)
-#define G_(m, idx) ((m)->grads + (m)->tensors[idx].offset)
+/* The backend's parameters and gradients of tensor idx, and one operation of the backend's
+ * table (backend.h) with the plan `p` in scope: every layer below runs through it. */
+#define P_(m, idx) ((m)->dparams + (m)->tensors[idx].offset)
+#define G_(m, idx) ((m)->dgrads + (m)->tensors[idx].offset)
+#define OP(name, ...) p->be->name(p->be, __VA_ARGS__)
 
 /* The workspace of a Conv3d k3: the slab's, or for a sharded model created unsharded the
  * whole-block one allocated at its first step (ensure_ws). */
@@ -526,7 +641,7 @@ static void grad_ready(nn_unet *m, int first) {
  * sees bf16 values), and so are the gradients arriving at them. Rounds in place. */
 static void to_prec(const struct nn_unet_plan *p, float *x, size_t n) {
     if (p->prec == NN_BF16)
-        nn_round_bf16(x, n);
+        OP(round_bf16, x, n);
 }
 
 /* Forward of one DoubleConv: c1 = conv(in), a1 = relu(gn(c1)), c2 = conv(a1), and (unless
@@ -544,20 +659,20 @@ static void dc_forward(nn_unet *m, dc_block *b, const float *inA, int ca, const 
     const int D = p->dd[l], H = p->hh[l], W = p->ww[l];
     const size_t n = (size_t)N * p->S[l] * b->cout;
     const nn_shard *sh = m->shard;
-    nn_conv3d_forward_p(c1, inA, ca, inB, cb, P_(m, b->w1), b->cout, N, D, H, W, p->prec, sh,
-                        conv_ws(m));
+    OP(conv3d_forward, c1, inA, ca, inB, cb, P_(m, b->w1), b->cout, N, D, H, W, p->prec, sh,
+       conv_ws(m));
     if (recompute)
-        nn_groupnorm_apply(a1, c1, b->m1, b->r1, P_(m, b->g1w), P_(m, b->g1b), N, p->S[l],
-                           b->cout, p->G, 1, p->ws);
+        OP(groupnorm_apply, a1, c1, b->m1, b->r1, P_(m, b->g1w), P_(m, b->g1b), N, p->S[l], b->cout,
+           p->G, 1, p->ws);
     else
-        nn_groupnorm_forward_sh(a1, b->m1, b->r1, c1, P_(m, b->g1w), P_(m, b->g1b), N, p->S[l],
-                                b->cout, p->G, 1, p->ws, sh);
+        OP(groupnorm_forward, a1, b->m1, b->r1, c1, P_(m, b->g1w), P_(m, b->g1b), N, p->S[l],
+           b->cout, p->G, 1, p->ws, sh);
     to_prec(p, a1, n);
-    nn_conv3d_forward_p(c2, a1, b->cout, NULL, 0, P_(m, b->w2), b->cout, N, D, H, W, p->prec, sh,
-                        conv_ws(m));
+    OP(conv3d_forward, c2, a1, b->cout, NULL, 0, P_(m, b->w2), b->cout, N, D, H, W, p->prec, sh,
+       conv_ws(m));
     if (!recompute) {
-        nn_groupnorm_forward_sh(b->a2, b->m2, b->r2, c2, P_(m, b->g2w), P_(m, b->g2b), N,
-                                p->S[l], b->cout, p->G, 1, p->ws, sh);
+        OP(groupnorm_forward, b->a2, b->m2, b->r2, c2, P_(m, b->g2w), P_(m, b->g2b), N, p->S[l],
+           b->cout, p->G, 1, p->ws, sh);
         to_prec(p, b->a2, n);
     }
 }
@@ -577,21 +692,21 @@ static void dc_backward_tail(nn_unet *m, dc_block *b, float *dY, int N) {
     float *a1 = p->gH, *tmp = p->gT;
     const float *c1 = p->ckpt ? p->cs : b->c1, *c2 = p->ckpt ? p->gT : b->c2;
     if (!p->ckpt) {
-        nn_groupnorm_apply(a1, c1, b->m1, b->r1, P_(m, b->g1w), P_(m, b->g1b), N, p->S[l],
-                           b->cout, p->G, 1, p->ws);
+        OP(groupnorm_apply, a1, c1, b->m1, b->r1, P_(m, b->g1w), P_(m, b->g1b), N, p->S[l], b->cout,
+           p->G, 1, p->ws);
         to_prec(p, a1, n);
     }
     to_prec(p, dY, n); /* e.g. skip + pool gradients, summed in bf16 by autograd */
     const nn_shard *sh = m->shard;
-    nn_groupnorm_backward_sh(dY, G_(m, b->g2w), G_(m, b->g2b), dY, c2, b->a2, b->m2, b->r2,
-                             P_(m, b->g2w), N, p->S[l], b->cout, p->G, 1, p->ws, sh);
+    OP(groupnorm_backward, dY, G_(m, b->g2w), G_(m, b->g2b), dY, c2, b->a2, b->m2, b->r2,
+       P_(m, b->g2w), N, p->S[l], b->cout, p->G, 1, p->ws, sh);
     grad_ready(m, b->g2w);
     to_prec(p, dY, n);
-    nn_conv3d_backward_p(tmp, NULL, G_(m, b->w2), dY, a1, b->cout, NULL, 0, P_(m, b->w2),
-                         b->cout, N, D, H, W, p->prec, sh, conv_ws(m));
+    OP(conv3d_backward, tmp, NULL, G_(m, b->w2), dY, a1, b->cout, NULL, 0, P_(m, b->w2), b->cout, N,
+       D, H, W, p->prec, sh, conv_ws(m));
     grad_ready(m, b->w2);
-    nn_groupnorm_backward_sh(tmp, G_(m, b->g1w), G_(m, b->g1b), tmp, c1, a1, b->m1, b->r1,
-                             P_(m, b->g1w), N, p->S[l], b->cout, p->G, 1, p->ws, sh);
+    OP(groupnorm_backward, tmp, G_(m, b->g1w), G_(m, b->g1b), tmp, c1, a1, b->m1, b->r1,
+       P_(m, b->g1w), N, p->S[l], b->cout, p->G, 1, p->ws, sh);
     grad_ready(m, b->g1w);
     to_prec(p, tmp, n);
 }
@@ -602,8 +717,8 @@ static void dc_backward_conv1(nn_unet *m, dc_block *b, const float *inA, int ca,
                               const float *inB, int cb, float *din, float *dinB, int N) {
     struct nn_unet_plan *p = m->plan;
     const int l = b->level;
-    nn_conv3d_backward_p(din, dinB, G_(m, b->w1), p->gT, inA, ca, inB, cb, P_(m, b->w1),
-                         b->cout, N, p->dd[l], p->hh[l], p->ww[l], p->prec, m->shard, conv_ws(m));
+    OP(conv3d_backward, din, dinB, G_(m, b->w1), p->gT, inA, ca, inB, cb, P_(m, b->w1), b->cout, N,
+       p->dd[l], p->hh[l], p->ww[l], p->prec, m->shard, conv_ws(m));
     grad_ready(m, b->w1);
 }
 
@@ -616,16 +731,15 @@ static const float *up_input(const struct nn_unet_plan *p, int j) {
  * (into p->upt[j], which checkpointing points at a scratch buffer before each call). */
 static void pool_forward(nn_unet *m, int i, int N) {
     struct nn_unet_plan *p = m->plan;
-    nn_maxpool3d_forward(p->pool[i], p->pidx[i], p->down[i - 1].a2, N, p->dd[i - 1], p->hh[i - 1],
-                         p->ww[i - 1], p->ch[i - 1]);
+    OP(maxpool3d_forward, p->pool[i], p->pidx[i], p->down[i - 1].a2, N, p->dd[i - 1], p->hh[i - 1],
+       p->ww[i - 1], p->ch[i - 1]);
 }
 
 static void up_forward(nn_unet *m, int j, int N) {
     struct nn_unet_plan *p = m->plan;
     const int l = p->L - 1 - j;
-    nn_convt3d_forward_p(p->upt[j], up_input(p, j), P_(m, p->upw[j]), P_(m, p->upb[j]),
-                       p->ch[l + 1], p->ch[l], N, p->dd[l + 1], p->hh[l + 1], p->ww[l + 1],
-                       p->prec, p->ws);
+    OP(convt3d_forward, p->upt[j], up_input(p, j), P_(m, p->upw[j]), P_(m, p->upb[j]), p->ch[l + 1],
+       p->ch[l], N, p->dd[l + 1], p->hh[l + 1], p->ww[l + 1], p->prec, p->ws);
 }
 
 /* Block b's conv input (first operand, channels; second operand, channels). */
@@ -670,13 +784,13 @@ static void block_forward(nn_unet *m, dc_block *b, int is_up, int j, int N, int 
 static void forward(nn_unet *m, const float *x, int N) {
     struct nn_unet_plan *p = m->plan;
     const int L = p->L;
-    nn_to_channels_last(p->xin, x, N, m->spec.in_channels, p->S[0]);
+    OP(to_channels_last, p->xin, x, N, m->spec.in_channels, p->S[0]);
     for (int i = 0; i <= L; i++)
         block_forward(m, &p->down[i], 0, 0, N, 0);
     for (int j = 0; j < L; j++)
         block_forward(m, &p->up[j], 1, j, N, 0);
-    nn_conv1_forward_p(p->logits, p->up[L - 1].a2, P_(m, p->outw), P_(m, p->outb), p->ch[0], p->K,
-                     (long)N * p->S[0], p->prec, p->ws);
+    OP(conv1_forward, p->logits, p->up[L - 1].a2, P_(m, p->outw), P_(m, p->outb), p->ch[0], p->K,
+       (long)N * p->S[0], p->prec, p->ws);
     p->batch = N;
 }
 
@@ -690,8 +804,8 @@ static void backward(nn_unet *m, int N) {
     const float *inA, *inB;
     int ca, cb;
     to_prec(p, p->dlogits, (size_t)N * S0 * p->K);
-    nn_conv1_backward_p(p->gG, G_(m, p->outw), G_(m, p->outb), p->dlogits, p->up[L - 1].a2,
-                        P_(m, p->outw), p->ch[0], p->K, (long)N * S0, p->prec, p->ws);
+    OP(conv1_backward, p->gG, G_(m, p->outw), G_(m, p->outb), p->dlogits, p->up[L - 1].a2,
+       P_(m, p->outw), p->ch[0], p->K, (long)N * S0, p->prec, p->ws);
     grad_ready(m, p->outw);
     for (int j = L - 1; j >= 0; j--) {
         const int l = L - 1 - j;
@@ -711,9 +825,9 @@ static void backward(nn_unet *m, int N) {
         block_input(m, b, 1, j, &inA, &ca, &inB, &cb);
         dc_backward_conv1(m, b, inA, ca, inB, cb, p->dr[l], dup, N);
         float *du = j == 0 ? p->dr[L] : p->gG;
-        nn_convt3d_backward_p(du, G_(m, p->upw[j]), G_(m, p->upb[j]), dup, c, up_input(p, j),
-                              P_(m, p->upw[j]), p->ch[l + 1], c, N, p->dd[l + 1], p->hh[l + 1],
-                              p->ww[l + 1], p->prec, p->ws);
+        OP(convt3d_backward, du, G_(m, p->upw[j]), G_(m, p->upb[j]), dup, c, up_input(p, j),
+           P_(m, p->upw[j]), p->ch[l + 1], c, N, p->dd[l + 1], p->hh[l + 1], p->ww[l + 1], p->prec,
+           p->ws);
         grad_ready(m, p->upw[j]);
     }
     for (int i = L; i >= 0; i--) {
@@ -724,8 +838,8 @@ static void backward(nn_unet *m, int N) {
         block_input(m, b, 0, 0, &inA, &ca, &inB, &cb);
         dc_backward_conv1(m, b, inA, ca, inB, cb, i == 0 ? NULL : p->gH, NULL, N);
         if (i > 0)
-            nn_maxpool3d_backward(p->dr[i - 1], p->gH, p->pidx[i], N, p->dd[i - 1], p->hh[i - 1],
-                                  p->ww[i - 1], p->ch[i - 1]);
+            OP(maxpool3d_backward, p->dr[i - 1], p->gH, p->pidx[i], N, p->dd[i - 1], p->hh[i - 1],
+               p->ww[i - 1], p->ch[i - 1]);
     }
 }
 
@@ -736,66 +850,102 @@ static int check_batch(nn_unet *m, int n) {
         return err_set(ERR_RANGE, "batch of %d samples: the model was built for 1..%d", n,
                        m->max_batch);
     struct nn_unet_plan *p = m->plan;
+    if (m->shard && p->be->device && !p->be->host_access)
+        return err_set(ERR_CONFIG, "the %s backend does not run spatially sharded models "
+                                   "(dc_num_shards): use device: cpu",
+                       p->be->name);
     if (m->shard && !p->sharded && !p->ws_sh) {
         const size_t fl = ws_sharded(p, m->max_batch);
-        p->ws_sh = alloc64(fl * sizeof(float));
-        if (!p->ws_sh)
+        void *ws = NULL;
+        if (p->be->alloc(p->be, &ws, fl * sizeof(float)))
             return err_set(ERR_NOMEM, "U-Net: cannot allocate the %.2f GiB workspace of a sharded "
                                       "model (create it with nn_unet_opts.sharded to plan it)",
                            (double)fl * sizeof(float) / (1u << 30));
+        p->ws_sh = ws;
     }
     return 0;
 }
 
+/* The batch as the backend reads it: x (n volumes) and y (n masks, may be NULL) staged into its
+ * memory (the same pointers on the CPU). */
+static int stage_batch(nn_unet *m, int n, const float *x, const uint16_t *y, const float **xd,
+                       const uint16_t **yd) {
+    struct nn_unet_plan *p = m->plan;
+    const size_t S0 = (size_t)p->S[0];
+    return p->be->stage(p->be, x, (size_t)n * m->spec.in_channels * S0, y, y ? (size_t)n * S0 : 0,
+                        xd, yd);
+}
+
+/* The end of a pass: rc, else the failure the backend recorded during it (cleared either way,
+ * so the next pass starts clean). */
+static int pass_done(struct nn_unet_plan *p, int rc) {
+    const int st = nn_backend_status(p->be);
+    return rc ? rc : st;
+}
+
 int nn_unet_forward_backward(nn_unet *m, const float *x, const uint16_t *y, int n,
                              const float *ce_weight, double *loss, double *dice) {
-    int rc = check_batch(m, n);
-    if (rc)
-        return rc;
     struct nn_unet_plan *p = m->plan;
+    const float *xd = NULL;
+    const uint16_t *yd = NULL;
+    int rc = check_batch(m, n);
+    if (rc || (rc = stage_batch(m, n, x, y, &xd, &yd)))
+        return pass_done(p, rc);
     double t0 = time_now();
-    forward(m, x, n);
+    forward(m, xd, n);
     double t1 = time_now();
-    rc = nn_loss_sh(p->dlogits, p->logits, y, ce_weight, n, p->S[0], p->K, loss, NULL, dice, p->ws,
-                    m->shard);
+    rc = OP(loss, p->dlogits, p->logits, yd, ce_weight, n, p->S[0], p->K, loss, NULL, dice, p->ws,
+            m->shard);
     if (rc)
-        return rc;
+        return pass_done(p, rc);
     if (!isfinite(*loss))
-        return err_set(ERR_NUMERIC, "training loss is %g: the model diverged (lower the learning "
-                                    "rate)",
-                       *loss);
+        return pass_done(p, err_set(ERR_NUMERIC, "training loss is %g: the model diverged (lower "
+                                                 "the learning rate)",
+                                    *loss));
     double t2 = time_now();
     backward(m, n);
     double t3 = time_now();
     p->t_fwd = t1 - t0;
     p->t_loss = t2 - t1;
     p->t_bwd = t3 - t2;
-    return 0;
+    return pass_done(p, 0);
 }
 
 int nn_unet_evaluate(nn_unet *m, const float *x, const uint16_t *y, int n,
                      const float *ce_weight, double *loss, float *dice) {
-    int rc = check_batch(m, n);
-    if (rc)
-        return rc;
     struct nn_unet_plan *p = m->plan;
-    forward(m, x, n);
-    rc = nn_loss_sh(NULL, p->logits, y, ce_weight, n, p->S[0], p->K, loss, NULL, NULL, p->ws,
-                    m->shard);
-    if (rc)
-        return rc;
-    return nn_hard_dice_sh(dice, p->logits, y, n, p->S[0], p->K, m->shard);
+    const float *xd = NULL;
+    const uint16_t *yd = NULL;
+    int rc = check_batch(m, n);
+    if (rc || (rc = stage_batch(m, n, x, y, &xd, &yd)))
+        return pass_done(p, rc);
+    forward(m, xd, n);
+    rc = OP(loss, NULL, p->logits, yd, ce_weight, n, p->S[0], p->K, loss, NULL, NULL, p->ws,
+            m->shard);
+    if (rc == 0)
+        rc = OP(hard_dice, dice, p->logits, yd, n, p->S[0], p->K, m->shard);
+    return pass_done(p, rc);
 }
 
+/* The outputs go through dlogits (unused by a forward-only pass) and a download, which on the
+ * CPU is a copy. */
 int nn_unet_predict(nn_unet *m, const float *x, int n, float *logits, uint16_t *mask) {
-    int rc = check_batch(m, n);
-    if (rc)
-        return rc;
     struct nn_unet_plan *p = m->plan;
-    forward(m, x, n);
-    if (logits)
-        nn_to_channels_first(logits, p->logits, n, p->K, p->S[0]);
-    if (mask)
-        nn_argmax(mask, p->logits, (long)n * p->S[0], p->K);
-    return 0;
+    const float *xd = NULL;
+    int rc = check_batch(m, n);
+    if (rc || (rc = stage_batch(m, n, x, NULL, &xd, NULL)))
+        return pass_done(p, rc);
+    forward(m, xd, n);
+    const size_t P = (size_t)n * p->S[0];
+    if (logits) {
+        OP(to_channels_first, p->dlogits, p->logits, n, p->K, p->S[0]);
+        if (!p->be->status)
+            rc = p->be->download(p->be, logits, p->dlogits, P * p->K * sizeof(float));
+    }
+    if (mask && rc == 0) {
+        OP(argmax, (uint16_t *)p->dlogits, p->logits, (long)P, p->K);
+        if (!p->be->status)
+            rc = p->be->download(p->be, mask, p->dlogits, P * sizeof(uint16_t));
+    }
+    return pass_done(p, rc);
 }

@@ -14,8 +14,8 @@
  *   per batch:  nn_unet_zero_grad(&m);
  *               nn_unet_forward_backward(&m, x, y, n, ce_w, &loss, &dice);
  *               MPI_Allreduce(MPI_IN_PLACE, m.grads, m.nparams, MPI_FLOAT, MPI_SUM, comm);
- *               (scale m.grads by 1/ranks), nn_clip_grad_norm(m.grads, m.nparams, 1.0);
- *               nn_optim_step(&o, m.params, m.grads, lr);
+ *               (scale m.grads by 1/ranks; a device backend reduces m.dgrads with NCCL)
+ *               nn_unet_step(&m, &o, lr, 1.0);   (clip_grad_norm_ 1.0, then the update)
  *   per epoch:  lr = nn_lr_cosine_warm(lr0, T_0, T_mult, eta_min, epochs_done);
  *   validation: nn_unet_evaluate(&m, x, y, n, ce_w, &val_loss, dice_per_sample);
  *
@@ -28,6 +28,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+struct nn_backend;
+struct nn_optim;
 
 typedef struct nn_unet_spec {
     int in_channels;   /* 3 */
@@ -46,11 +49,19 @@ typedef struct nn_unet_spec {
  *    torch.utils.checkpoint per block; gradients are bit-identical to the plain run.
  *  - sharded: the model will be given an nn_shard (spatial parallelism); the workspace then
  *    holds a whole block's padded copy, which the halo exchange fills. A model created without
- *    it allocates that workspace at its first sharded step instead. */
+ *    it allocates that workspace at its first sharded step instead.
+ *  - backend: the operation table every pass runs through (backend.h); NULL: the CPU engine.
+ *    On a device backend (the CUDA one) the parameters, gradients, optimizer state and
+ *    activations live in its memory: see "Device backends" below. The model does not own it.
+ *  - optimizer (nn_optim_kind): on a device backend, the optimizer whose state the model's
+ *    device slab holds (nn_unet_step refuses another); ignored on the CPU, where the state is
+ *    nn_optim's. */
 typedef struct nn_unet_opts {
     int precision;
     int checkpointing;
     int sharded;
+    struct nn_backend *backend;
+    int optimizer;
 } nn_unet_opts;
 
 typedef struct nn_tensor_info {
@@ -71,6 +82,10 @@ typedef struct nn_unet {
     size_t nparams;
     float *params; /* one slab, nparams floats */
     float *grads;  /* one slab, same layout; the benchmark all-reduces it directly */
+    /* The backend's parameters, gradients and optimizer state (one allocation): params and
+     * grads themselves and no state on the CPU; device memory on a device backend, where
+     * params and grads above are host mirrors (nn_unet_upload, nn_unet_download). */
+    float *dparams, *dgrads, *dstate;
     nn_unet_opts opts;             /* precision and checkpointing, from nn_unet_create_opts */
     size_t activation_floats;      /* size of the activation + workspace slab (floats) */
     size_t activation_index_bytes; /* size of the index slab (MaxPool argmax) */
@@ -115,10 +130,29 @@ void nn_unet_free(nn_unet *m);
 
 /* PyTorch's default initialisation (reference §9.6) from our RNG (purpose RNG_MODEL_INIT,
  * a = tensor index): conv weights and biases U(-1/sqrt(fan_in), 1/sqrt(fan_in)), GroupNorm
- * weight 1 and bias 0. Identical on every rank for the same seed. */
-void nn_unet_init_params(nn_unet *m, uint64_t seed);
+ * weight 1 and bias 0. Identical on every rank for the same seed. On a device backend the
+ * values are uploaded too: 0 or the upload's error. */
+int nn_unet_init_params(nn_unet *m, uint64_t seed);
 
+/* Zeroes the backend's gradients (m->grads itself on the CPU). */
 void nn_unet_zero_grad(nn_unet *m);
+
+/* ---- Device backends ------------------------------------------------------------------------
+ * The passes and nn_unet_step compute on dparams, dgrads and dstate. The host side sees them
+ * through copies, made only when asked for (no-ops on the CPU backend):
+ *  - nn_unet_upload: m->params (and o->state, o->step's state, when o is not NULL) to the
+ *    backend, after writing parameters on the host (a checkpoint load, a broadcast, a restored
+ *    snapshot). nn_unet_init_params does it itself.
+ *  - nn_unet_download: the backend's parameters, gradients and (o not NULL) optimizer state to
+ *    m->params, m->grads and o->state, before reading them on the host (checkpoints, tests).
+ * 0 or the backend's error. */
+int nn_unet_upload(nn_unet *m, const struct nn_optim *o);
+int nn_unet_download(nn_unet *m, struct nn_optim *o);
+
+/* One optimizer step on the backend: clip_grad_norm_(max_norm) when max_norm > 0, then o's
+ * update (nn_optim_step's formulas) of the parameters with learning rate lr. 0, ERR_CONFIG (o's
+ * kind is not the one the device slab was made for) or the backend's error. */
+int nn_unet_step(nn_unet *m, struct nn_optim *o, double lr, double max_norm);
 
 /* Index of a tensor by state_dict name, or -1. */
 int nn_unet_find_tensor(const nn_unet *m, const char *name);
@@ -139,7 +173,8 @@ int nn_unet_evaluate(nn_unet *m, const float *x, const uint16_t *y, int n,
  * labels; either may be NULL. 0 or ERR_RANGE. */
 int nn_unet_predict(nn_unet *m, const float *x, int n, float *logits, uint16_t *mask);
 
-/* Channels-last logits (n, D, H, W, n_classes) of the last forward pass (tests). */
+/* Channels-last logits (n, D, H, W, n_classes) of the last forward pass (tests); backend
+ * memory (download it on a device backend). */
 const float *nn_unet_logits(const nn_unet *m);
 
 /* Seconds spent in the last forward_backward, split (forward, loss, backward). */

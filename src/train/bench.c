@@ -67,6 +67,9 @@ static int resume_or_clean(const scaffold_config *c, train_state *s, const char 
     if (c->restart || !c->train_from_scratch) {
         int resumed = 0;
         rc = ckpt_resume(ckdir, w, c->restart, &s->model, &s->opt, cs, &resumed);
+        /* the loaded state is on the host: to the device the model computes on */
+        if (rc == 0 && resumed)
+            rc = dist_agree(w, nn_unet_upload(&s->model, &s->opt));
         if (rc == 0 && resumed && w->rank == 0)
             rc = run_stats_truncate(c->run_dir, cs->epoch + 1);
     } else if (w->rank == 0) {
@@ -157,7 +160,11 @@ static int save_epoch(ckpt_writer *ck, train_state *s, ckpt_state *cs, const run
     cs->val_dice = row->val_dice;
     cs->total_optimizer_steps = cs->global_step = row->total_optimizer_steps;
     cs->lr = lr;
-    return s->w->rank == 0 ? ckpt_save(ck, &s->model, &s->opt, cs, best) : 0;
+    if (s->w->rank != 0)
+        return 0;
+    /* the checkpoint is written from the host mirrors (a copy from the device's) */
+    int rc = nn_unet_download(&s->model, &s->opt);
+    return rc ? rc : ckpt_save(ck, &s->model, &s->opt, cs, best);
 }
 
 /* Sum of epoch durations over the whole run (all invocations) from train_stats.csv, the
@@ -266,13 +273,21 @@ int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv, be
     int rc = train_check(c, w);
     if (rc)
         return rc;
-    /* Run folder first: an unwritable base_run_dir fails before any expensive work. */
-    rc = run_folder_setup(c, w, argc, argv);
+    /* The device before anything is written (device: cuda without a GPU is bad input); its note
+     * comes with the model, after the run folder's checks. */
+    train_device dev;
+    rc = train_device_open(c, w, &dev);
     if (rc)
         return rc;
+    /* Run folder first: an unwritable base_run_dir fails before any expensive work. */
+    rc = run_folder_setup(c, w, argc, argv);
+    if (rc) {
+        train_device_close(&dev);
+        return rc;
+    }
     log_info("run folder: %s", c->run_dir);
     train_state s;
-    rc = train_setup(c, w, &s);
+    rc = train_setup(c, w, &dev, &s);
     if (rc)
         return rc;
     char ckdir[FS_PATH_MAX + 64];

@@ -88,7 +88,7 @@ int train_check(const scaffold_config *c, const dist_world *w) {
 }
 
 void train_state_free(train_state *s) {
-    dist_grad_free(&s->grad);
+    train_grad_free(s);
     dist_grid_free(&s->grid);
     ds_loader_destroy(s->train);
     ds_loader_destroy(s->val);
@@ -96,6 +96,7 @@ void train_state_free(train_state *s) {
     dataset_close(s->ds);
     nn_unet_free(&s->model);
     nn_optim_free(&s->opt);
+    train_device_close(&s->dev); /* after the model that used it */
     free(s->ce_w);
     free(s->dice_buf);
     memset(s, 0, sizeof *s);
@@ -177,14 +178,16 @@ static int build_model(const scaffold_config *c, train_state *s) {
                          c->group_norm_groups};
     const int64_t *e = s->ds->ext;
     int rc = nn_unet_spec_check(&spec, (int)e[0], (int)e[1], (int)e[2]);
-    if (rc == 0)
-        rc = nn_unet_create_opts(&s->model, &spec,
-                                 &(nn_unet_opts){.precision = c->torch_amp ? NN_BF16 : NN_FP32,
-                                                 .checkpointing = c->activation_checkpointing},
-                                 c->local_batch_size, (int)e[0], (int)e[1], (int)e[2]);
     nn_optim_kind kind = config_optimizer(c) == CFG_OPT_SGD       ? NN_OPT_SGD
                          : config_optimizer(c) == CFG_OPT_RMSPROP ? NN_OPT_RMSPROP
                                                                   : NN_OPT_ADAM;
+    if (rc == 0)
+        rc = nn_unet_create_opts(&s->model, &spec,
+                                 &(nn_unet_opts){.precision = c->torch_amp ? NN_BF16 : NN_FP32,
+                                                 .checkpointing = c->activation_checkpointing,
+                                                 .backend = s->dev.be,
+                                                 .optimizer = kind},
+                                 c->local_batch_size, (int)e[0], (int)e[1], (int)e[2]);
     if (rc == 0)
         rc = nn_optim_init(&s->opt, kind, s->model.nparams);
     s->ce_w = malloc((size_t)spec.n_classes * sizeof *s->ce_w);
@@ -229,10 +232,14 @@ static int build_grid(const scaffold_config *c, const dist_world *w, train_state
     return rc;
 }
 
-int train_setup(scaffold_config *c, const dist_world *w, train_state *s) {
+int train_setup(scaffold_config *c, const dist_world *w, train_device *dev, train_state *s) {
     memset(s, 0, sizeof *s);
     s->cfg = c;
     s->w = w;
+    s->dev = *dev;
+    memset(dev, 0, sizeof *dev);
+    if (w->rank == 0 && s->dev.note[0])
+        log_info("%s", s->dev.note);
     int rc = build_grid(c, w, s);
     if (rc == 0)
         rc = open_data(c, s);
@@ -243,21 +250,26 @@ int train_setup(scaffold_config *c, const dist_world *w, train_state *s) {
         s->model.shard = &s->sp.ops;
     }
     if (rc == 0)
-        rc = dist_grad_init(&s->grad, w, &s->model, 1.0 / s->replicas);
+        rc = train_grad_init(s, 1.0 / s->replicas);
     if (rc == 0)
         rc = build_loaders(c, s);
+    if (rc == 0)
+        rc = dist_agree(w, nn_unet_init_params(&s->model, (uint64_t)c->seed));
     if (rc == 0) {
-        nn_unet_init_params(&s->model, (uint64_t)c->seed);
         char shards[64];
         snprintf(shards, sizeof shards, "%d x %d x %d", s->grid.counts[0], s->grid.counts[1],
                  s->grid.counts[2]);
-        log_info("model: U-Net with %d levels, base %d channels, %zu parameters (%.1f MiB), %s%s; %s; "
+        char on[32] = "CPU";
+        if (s->dev.gpu >= 0)
+            snprintf(on, sizeof on, "GPU %d", s->dev.gpu);
+        log_info("model: U-Net with %d levels, base %d channels, %zu parameters (%.1f MiB), %s%s "
+                 "on the %s; %s; "
                  "%d replica(s) x batch %d; %s spatial shard(s) of %lldx%lldx%lld (%s GroupNorm "
                  "statistics); %lld training / %lld validation samples",
                  s->model.spec.layers, s->model.spec.base_channels, s->model.nparams,
                  s->model.nparams * 4.0 / 1048576.0,
                  s->model.opts.precision == NN_BF16 ? "bf16 compute" : "fp32",
-                 s->model.opts.checkpointing ? ", activation checkpointing" : "",
+                 s->model.opts.checkpointing ? ", activation checkpointing" : "", on,
                  nn_optim_name(s->opt.kind), s->replicas,
                  c->local_batch_size, shards, (long long)s->ds->ext[0],
                  (long long)s->ds->ext[1], (long long)s->ds->ext[2],

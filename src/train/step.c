@@ -61,7 +61,7 @@ int train_step(train_state *s, double lr, double acc[3]) {
     if (rc)
         return rc;
     nn_unet_zero_grad(&s->model);
-    dist_grad_begin(&s->grad);
+    train_grad_begin(s);
     /* One region for the fused forward + loss + backward pass of the engine; the gradient
      * buckets start inside it as the backward pass finishes them. */
     scaffold_trace_region tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_FORWARD,
@@ -74,7 +74,8 @@ int train_step(train_state *s, double lr, double acc[3]) {
     /* Every rank completes the gradient all-reduce (the same buckets, whether its backward pass
      * ran or not), then the outcome is agreed. */
     tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_ALL_REDUCE, SCAFFOLD_TRACE_CAT_COMM);
-    dist_grad_finish(&s->grad);
+    int grc = train_grad_finish(s);
+    rc = rc ? rc : grc;
     SCAFFOLD_TRACE_REGION_INT(tr, "bytes", (int64_t)(s->model.nparams * sizeof(float)));
     SCAFFOLD_TRACE_REGION_END(tr);
     if (s->w->size > 1)
@@ -82,9 +83,13 @@ int train_step(train_state *s, double lr, double acc[3]) {
     if (rc)
         return rc;
     tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_STEP, SCAFFOLD_TRACE_CAT_COMPUTE);
-    nn_clip_grad_norm(s->model.grads, s->model.nparams, 1.0);
-    nn_optim_step(&s->opt, s->model.params, s->model.grads, lr);
+    /* clip_grad_norm_ 1.0, then the update, where the model computes */
+    rc = nn_unet_step(&s->model, &s->opt, lr, 1.0);
     SCAFFOLD_TRACE_REGION_END(tr);
+    if (s->w->size > 1)
+        rc = dist_agree(s->w, rc);
+    if (rc)
+        return rc;
     acc[0] += loss * n;
     acc[1] += dice * n;
     acc[2] += n;
@@ -131,6 +136,8 @@ int train_warmup(train_state *s) {
     size_t np = s->model.nparams, ns = nn_optim_state_floats(s->opt.kind, np);
     float *p = malloc(np * sizeof *p), *st = malloc((ns ? ns : 1) * sizeof *st);
     int rc = p && st ? 0 : err_set(ERR_NOMEM, "out of memory for the warmup snapshot");
+    if (rc == 0) /* the snapshot is taken from the host mirrors */
+        rc = nn_unet_download(&s->model, &s->opt);
     rc = dist_agree(s->w, rc);
     if (rc) {
         free(p);
@@ -161,6 +168,8 @@ int train_warmup(train_state *s) {
     s->opt.step = step0;
     free(p);
     free(st);
+    int urc = dist_agree(s->w, nn_unet_upload(&s->model, &s->opt)); /* the restored state */
+    rc = rc ? rc : urc;
     dist_barrier(s->w);
     if (rc == 0)
         log_info("warmup: %d training and up to %d validation batches per rank in %.2f s "

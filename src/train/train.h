@@ -1,6 +1,8 @@
 /* train: the pieces of `scaffold benchmark` below the epoch loop (bench.c), for a reader who
  * starts at bench_run:
  *
+ *   device.c train_device_open: the `device` key (CPU, or one GPU per rank with the CUDA
+ *            backend), and the gradient all-reduce that goes with it (MPI or NCCL).
  *   setup.c  train_setup: layout check, process grid, fractals and dataset (generated or
  *            reused), the dataset opened for this rank's shard, model (on the shard's block,
  *            with the sharding hooks and the gradient all-reduce attached), optimizer, loaders
@@ -20,11 +22,28 @@
 #include "dist/dist.h"
 #include "dist/grad.h"
 #include "dist/grid.h"
+#include "nn/backend.h"
 #include "nn/optim.h"
 #include "nn/unet.h"
 #include "train/memsource.h"
 
 #include <stdint.h>
+
+/* Where the model computes. */
+typedef struct train_device {
+    nn_backend *be;  /* the model's backend; NULL: the CPU engine */
+    int gpu;         /* the GPU in use, -1: the CPU */
+    char note[512];  /* what rank 0 says about the choice (empty: nothing) */
+    void *comm;      /* CUDA: the NCCL communicator (cu_comm) */
+    void *grad;      /* CUDA: the model's bucketed all-reduce (cu_grad) */
+} train_device;
+
+/* Collective: the `device` key decided on every rank alike (cpu; cuda or auto: a GPU per rank
+ * when every rank has one and the run is not spatially sharded, else auto stays on the CPU and
+ * cuda is refused naming the reason), and the backend made for it. Called before anything is
+ * written (device: cuda without a GPU is bad input). 0 or an agreed error. */
+int train_device_open(const scaffold_config *c, const dist_world *w, train_device *d);
+void train_device_close(train_device *d);
 
 /* Everything one training run holds; freed by train_state_free. */
 typedef struct train_state {
@@ -33,6 +52,7 @@ typedef struct train_state {
     dist_grid grid;      /* replicas x spatial shards; grid.replicas sums the epoch statistics */
     dist_spatial sp;     /* the model's sharding hooks when the volume is split (T > 1) */
     dist_grad grad;      /* the bucketed, overlapped gradient all-reduce (world size > 1) */
+    train_device dev;    /* the backend; on a GPU its NCCL all-reduce replaces grad */
     int replicas, replica;
     dataset *ds;
     ds_loader *train, *val;
@@ -71,10 +91,19 @@ int train_preflight(const scaffold_config *c, const ds_layout *l, const dist_wor
 int train_memory_check(const scaffold_config *c, const ds_layout *l, const dist_world *w,
                        int ranks_on_node);
 
-/* Collective. Builds everything listed above; `c->run_dir` must be set up. On error the state
+/* Collective. Builds everything listed above on the device `dev` (train_device_open; the state
+ * takes it over, and rank 0 prints its note); `c->run_dir` must be set up. On error the state
  * is freed and the agreed error returned. */
-int train_setup(scaffold_config *c, const dist_world *w, train_state *s);
+int train_setup(scaffold_config *c, const dist_world *w, train_device *dev, train_state *s);
 void train_state_free(train_state *s);
+
+/* The gradient all-reduce of the model's gradients (device.c): init attaches it as the model's
+ * grad_ready hook (collective); begin before the step's forward pass; finish (collective) after
+ * the backward pass, returning a local error (the caller agrees). */
+int train_grad_init(train_state *s, double scale);
+void train_grad_begin(train_state *s);
+int train_grad_finish(train_state *s);
+void train_grad_free(train_state *s);
 
 /* One optimizer step on the next training batch at learning rate lr; adds loss*n, dice*n and n
  * to acc. Returns 1 with a step, 0 at the end of the epoch (seen on every rank at once), or an

@@ -411,19 +411,21 @@ static void test_ws_plans(void) {
  * exactly when the probe finds one. */
 static void test_select(void) {
     int g = 5;
+    char note[512];
     const char *why = "this test keeps the CPU";
-    int rc = cu_device_select("cpu", MPI_COMM_WORLD, NULL, &g);
+    int rc = cu_device_select("cpu", MPI_COMM_WORLD, NULL, &g, note, sizeof note);
     CHECK(rc == 0 && g == -1, "cpu");
-    rc = cu_device_select("auto", MPI_COMM_WORLD, why, &g);
-    CHECK(rc == 0 && g == -1, "auto, CPU only: CPU (rc %d: %s)", rc, err_msg());
-    rc = cu_device_select("cuda", MPI_COMM_WORLD, why, &g);
+    rc = cu_device_select("auto", MPI_COMM_WORLD, why, &g, note, sizeof note);
+    CHECK(rc == 0 && g == -1 && strstr(note, "using the CPU"), "auto, CPU only: CPU (rc %d: %s)",
+          rc, note);
+    rc = cu_device_select("cuda", MPI_COMM_WORLD, why, &g, note, sizeof note);
     CHECK(rc == ERR_CONFIG && g == -1 && strstr(err_msg(), "key 'device'"), "cuda: %s",
           err_msg());
-    rc = cu_device_select("bogus", MPI_COMM_WORLD, NULL, &g);
+    rc = cu_device_select("bogus", MPI_COMM_WORLD, NULL, &g, note, sizeof note);
     CHECK(rc == ERR_CONFIG, "bad value");
     char probe[256];
     const int ndev = cu_probe(probe, sizeof probe);
-    rc = cu_device_select("auto", MPI_COMM_WORLD, NULL, &g);
+    rc = cu_device_select("auto", MPI_COMM_WORLD, NULL, &g, note, sizeof note);
     CHECK(rc == 0 && (ndev > 0 ? g >= 0 : g == -1), "auto with %d GPUs: GPU %d (%s)", ndev, g,
           ndev < 0 ? probe : "probe ok");
 }

@@ -6,6 +6,11 @@
 #    selection, local rank variables, algorithm cache, bucket plan, slab, shape limits,
 #    workspace plans) on 1 and 2 ranks, and the benchmark on a machine without a usable GPU says
 #    so once and trains on the CPU, while device: cuda is refused with exit status 2.
+#  - in every build, the training loop on a device backend's discipline (SCAFFOLD_DEVMEM=1: the
+#    CPU engine with memory of its own, so every upload, download and staging of the loop is
+#    exercised): 1 and 2 ranks, bf16 with activation checkpointing, and a resume, each equal to
+#    the plain CPU run (statistics and checkpoint tensors bit for bit);
+#  - tests/cuda/test_backend: the operation table and the model's copies (any build).
 # The op-by-op GPU tests are tests/gpu/run.sh (skipped where no GPU is visible).
 cd "$(dirname "$0")/../.." && source tests/lib.sh
 export OMP_NUM_THREADS=1
@@ -53,5 +58,36 @@ else
         fi
     fi
 fi
+# The training loop on a device backend's discipline against the plain CPU run.
+t_cbin "$root/$BUILD/tests/cuda/test_backend"
+stats() { cut -d, -f1-7,9- "$1"/train_stats.csv; } # all but epoch_duration
+same_run() { # NAME DIR_A DIR_B
+    local a=$2 b=$3 ok=1
+    [ "$(stats "$a")" = "$(stats "$b")" ] && [ -n "$(stats "$a")" ] || ok=0
+    for f in "$a"/checkpoints/*.safetensors; do
+        [ -e "$f" ] && "$PYTHON" "$root/tests/cuda/stcmp.py" "$f" "$b/checkpoints/${f##*/}" || ok=0
+    done
+    [ $ok = 1 ] && t_ok "$1" || t_fail "$1" "$(diff <(stats "$a") <(stats "$b") | head -5)"
+}
+dm=(--epochs 2 --checkpoint-interval 1)
+for v in "1 fp32" "2 fp32" "1 bf16"; do
+    set -- $v
+    extra=()
+    [ "$2" = bf16 ] && extra=(--torch-amp 1 --activation-checkpointing 1)
+    $MPIRUN -n "$1" "$SCAFFOLD" benchmark $cfg "${dm[@]}" "${extra[@]}" --base-run-dir "cpu$1$2" \
+        >/dev/null 2>&1
+    out=$(SCAFFOLD_DEVMEM=1 $MPIRUN -n "$1" "$SCAFFOLD" benchmark $cfg "${dm[@]}" "${extra[@]}" \
+        --base-run-dir "dev$1$2" 2>&1)
+    n=$(grep -c "SCAFFOLD_DEVMEM=1" <<<"$out")
+    [ "$n" = 1 ] || t_fail "devmem $1 rank(s) $2: one note" "$n notes"
+    same_run "devmem backend = CPU engine: $1 rank(s), $2${extra:+, activation checkpointing}" \
+        cpu$1$2/benchmark_* dev$1$2/benchmark_*
+done
+# A resume on the device: the loaded state must be uploaded before training goes on.
+SCAFFOLD_DEVMEM=1 "$SCAFFOLD" benchmark $cfg --epochs 1 --checkpoint-interval 1 \
+    --base-run-dir devr >/dev/null 2>&1
+r=$(echo devr/benchmark_*)
+SCAFFOLD_DEVMEM=1 "$SCAFFOLD" benchmark $cfg "${dm[@]}" --restart --run-dir "$r" >/dev/null 2>&1
+same_run "devmem backend: a resumed run = the uninterrupted CPU run" cpu1fp32/benchmark_* "$r"
 cd "$root" && rm -rf "$d"
 t_report

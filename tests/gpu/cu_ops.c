@@ -655,7 +655,8 @@ int main(int argc, char **argv) {
     bf16 = !strcmp(argv[1], "bf16");
     RTOL = bf16 ? 1.0f / 128 : 1e-4f;
     int gpu = -1;
-    if (cu_device_select("cuda", MPI_COMM_WORLD, NULL, &gpu) != 0 || gpu < 0) {
+    char note[512];
+    if (cu_device_select("cuda", MPI_COMM_WORLD, NULL, &gpu, note, sizeof note) != 0 || gpu < 0) {
         fprintf(stderr, "FAIL device selection: %s\n", err_msg());
         MPI_Finalize();
         return 1;

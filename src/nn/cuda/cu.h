@@ -187,9 +187,11 @@ int cu_probe(char *why, size_t n);
 
 /* Collective over comm: every rank probes its GPUs, picks one (cu_pick_gpu with the local rank
  * from the environment, else from MPI's shared-memory split), and the ranks agree: the GPU on
- * every rank or the CPU on every rank. Rank 0 logs the note once. *gpu = -1 means the CPU. A
- * rank's error is returned on that rank only (the caller agrees on it with dist_agree). */
-int cu_device_select(const char *want, MPI_Comm comm, const char *cpu_only, int *gpu);
+ * every rank or the CPU on every rank. *gpu = -1 means the CPU; `note` receives the one line
+ * for rank 0 to print (empty when there is nothing to say). A rank's error is returned on that
+ * rank only (the caller agrees on it with dist_agree). */
+int cu_device_select(const char *want, MPI_Comm comm, const char *cpu_only, int *gpu, char *note,
+                     size_t note_len);
 
 typedef struct cu_ctx cu_ctx;
 
@@ -312,6 +314,16 @@ void *cu_stage_device(cu_stage *s, int slot);
 /* Marks the slot's device data consumed by everything queued so far on the compute stream (the
  * next cu_stage_send to that slot waits for it on the copy stream). */
 int cu_stage_release(cu_stage *s, int slot);
+
+/* ---- The U-Net's operation table (src/nn/backend.h) on GPU `gpu` --------------------------
+ * A context in the precision of bf16 (torch_amp) with `algo_ws_bytes` of cuDNN algorithm
+ * workspace; the op workspace is the model's (the table's workspace entry). Packed convolution
+ * weights are cached per weight and remade after each change of the parameters (cu_wcache).
+ * Free with (*out)->destroy(*out). */
+struct nn_backend;
+int cu_backend_create(struct nn_backend **out, int gpu, int bf16, size_t algo_ws_bytes);
+/* The context of a table made by cu_backend_create (tests, benchmark). */
+cu_ctx *cu_backend_ctx(struct nn_backend *b);
 
 /* ---- NCCL: one communicator per process, bootstrapped over MPI ------------------------------
  * Collective over comm (every rank with its own GPU): rank 0 creates the NCCL id, MPI_Bcast

@@ -3,7 +3,6 @@
  * device memory and copies, the parameter slab, and the loader's pinned staging ring. */
 #include "nn/cuda/cu_int.h"
 
-#include "core/log.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,14 +52,15 @@ int cu_probe(char *why, size_t n) {
     return ndev;
 }
 
-int cu_device_select(const char *want_s, MPI_Comm comm, const char *cpu_only, int *gpu) {
+int cu_device_select(const char *want_s, MPI_Comm comm, const char *cpu_only, int *gpu, char *note,
+                     size_t note_len) {
     int rank, size;
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
     *gpu = -1;
+    note[0] = '\0';
     cu_want want;
     int rc = cu_want_parse(want_s, &want);
-    char note[512] = "";
     int g = -1;
     /* The same `want` on every rank (the configuration is agreed), so the collective split
      * below runs on all ranks or on none. */
@@ -80,7 +80,7 @@ int cu_device_select(const char *want_s, MPI_Comm comm, const char *cpu_only, in
                 rc = err_prefix("key 'device': %s", want_s);
         }
         if (rc == 0)
-            rc = cu_device_decide(want, ndev, probe, lr, cpu_only, &g, note, sizeof note);
+            rc = cu_device_decide(want, ndev, probe, lr, cpu_only, &g, note, note_len);
     }
     /* The GPU on every rank, or the CPU on every rank (one all-reduce path for gradients). */
     const int mine = rc == 0 && g >= 0;
@@ -88,12 +88,10 @@ int cu_device_select(const char *want_s, MPI_Comm comm, const char *cpu_only, in
     MPI_Allreduce(MPI_IN_PLACE, &without, 1, MPI_INT, MPI_SUM, comm);
     if (mine && without > 0) {
         g = -1;
-        snprintf(note, sizeof note,
+        snprintf(note, note_len,
                  "device %s: %d of %d ranks have no usable GPU; using the CPU on every rank",
                  want_s, without, size);
     }
-    if (rank == 0 && note[0])
-        log_info("%s", note);
     *gpu = g;
     return rc;
 }
