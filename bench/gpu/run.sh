@@ -1,16 +1,28 @@
 #!/usr/bin/env bash
-# GPU benchmark of the CUDA backend (issue 12). For the U-Net's convolutions at scale 5, 6 and 7
-# (base 64, batch 1), fp32 (TF32 off) and bf16: each layer's forward and backward through our
-# ops against the bare cuDNN call with cuDNN's fastest algorithm for the same shape, measured in
-# the same run (median of REPS interleaved repeats; bench/gpu/cu_conv.c), in TFLOP/s and as
-# ours/best per layer and per step (target >= 0.70).
-# Runs only where a GPU is visible; elsewhere it prints one SKIP line.
-# On a GPU machine:   make -j CUDA=1 && bash bench/gpu/run.sh [REPS]   (SCALES="5 6" for fewer)
+# GPU benchmark of the CUDA backend (issue 12), three parts, all measured in the same run:
+#   1. convolutions: for the U-Net's convolutions at scale 5, 6 and 7 (base 64, batch 1), fp32
+#      (TF32 off) and bf16, each layer's forward and backward through our ops against the bare
+#      cuDNN call with cuDNN's fastest algorithm for the same shape (median of REPS interleaved
+#      repeats; bench/gpu/cu_conv.c), in TFLOP/s and as ours/best per layer and per step
+#      (target >= 0.70);
+#   2. whole training steps (bench/gpu/cu_step.c: forward, loss, backward, clip, Adam through
+#      the backend table, batch 1, the input staged from host memory each step) at the same
+#      scales and precisions: median step time, and the step's convolution FLOPs (from part 1)
+#      over it in TFLOP/s against cuDNN's best throughput on those convolutions
+#      (target at 7/64 bf16 on one H200: <= 40 ms);
+#   3. time to Dice 0.95: scaffold benchmark with the default configuration (scale 7, 5
+#      classes, torch_amp 1) on one GPU, fractal library generated first (not timed); its
+#      summary line. PART3=0 leaves it out (it trains until the target).
+# Runs only where a GPU is visible; elsewhere it prints one SKIP line and measures nothing.
+# On a GPU machine:   make -j CUDA=1 && bash bench/gpu/run.sh [REPS]
+#   SCALES="5 6" for fewer scales; output: RESULT lines (and the benchmark's summary line).
 cd "$(dirname "$0")/../.." || exit 1
+root=$PWD
 BUILD=${BUILD:-build-cuda}
 REPS=${1:-5}
 BIN=$BUILD/bench/gpu/cu_conv
-if [ ! -x "$BIN" ] || [ ! -x "$BUILD/tests/gpu/cu_ops" ]; then
+STEP=$BUILD/bench/gpu/cu_step
+if [ ! -x "$BIN" ] || [ ! -x "$STEP" ] || [ ! -x "$BUILD/tests/gpu/cu_ops" ]; then
     echo "SKIP bench gpu: $BUILD has no CUDA backend (build it with make CUDA=1); nothing measured"
     exit 0
 fi
@@ -22,9 +34,33 @@ echo "== bench gpu: $probe; $(nvidia-smi --query-gpu=name,driver_version --forma
 rc=0
 for scale in ${SCALES:-5 6 7}; do
     for prec in "" --bf16; do
-        "$BIN" --scale "$scale" --base 64 --reps "$REPS" $prec || rc=1
+        conv=$("$BIN" --scale "$scale" --base 64 --reps "$REPS" $prec) || rc=1
+        echo "$conv"
+        step=$("$STEP" --scale "$scale" --base 64 --reps $((REPS < 10 ? 10 : REPS)) $prec) || rc=1
+        echo "$step"
+        # the step's convolution TFLOP and cuDNN's best throughput on them, from cu_conv's total
+        awk -v step="$step" -v prec="${prec:+bf16}" '
+            /^RESULT scale .* convolutions of one step/ {
+                for (i = 1; i <= NF; i++) {
+                    if ($(i + 1) == "TFLOP:") tf = $i
+                    if ($i == "best" && $(i + 3) == "=") best = $(i + 4)
+                }
+                split(step, s, " "); for (i = 1; i in s; i++) if (s[i] == "median_ms") ms = s[i + 1]
+                if (ms > 0 && tf > 0)
+                    printf "RESULT step %s %s: %.2f ms, %.1f TFLOP/s on its convolutions (%.2f TFLOP) vs cuDNN best %.1f TFLOP/s: %.2f of it\n",
+                        $3 "/" $5, prec ? prec : "fp32", ms, tf / (ms / 1e3), tf, best, tf / (ms / 1e3) / best
+            }' <<<"$conv"
     done
 done
-echo "NOT MEASURED YET: step time at scale 5/6/7 (fp32, bf16) and time to Dice 0.95 on one GPU:"
-echo "  they need the U-Net routed through the CUDA backend (issue 12, next phase)."
+if [ "${PART3:-1}" = 1 ]; then
+    d=$(mktemp -d "${TMPDIR:-/tmp}/scaffold-gpu-bench.XXXXXX")
+    cfg="$root/configs/benchmark_default.yml" exe="$(cd "$BUILD" && pwd)/scaffold"
+    (cd "$d" && "$exe" generate_fractals -c "$cfg" >gen.log 2>&1) || {
+        tail -5 "$d/gen.log"; rc=1; }
+    out=$(cd "$d" && "$exe" benchmark -c "$cfg" --device cuda 2>&1) || rc=1
+    grep -E '^(device|benchmark:)' <<<"$out" || tail -5 <<<"$out"
+    grep -q '^benchmark: reached' <<<"$out" &&
+        echo "RESULT time to Dice 0.95 (default configuration, one GPU): $(sed -n 's/.*time to target \([0-9.]*\) s.*/\1/p' <<<"$out") s"
+    rm -rf "$d"
+fi
 exit $rc

@@ -4,8 +4,10 @@
 #    other bad value, and accepts cpu and auto;
 #  - a CUDA build (make CUDA=1): the host-side unit tests (tests/cuda/cu_host.c: device
 #    selection, local rank variables, algorithm cache, bucket plan, slab, shape limits,
-#    workspace plans) on 1 and 2 ranks, and the benchmark on a machine without a usable GPU says
-#    so once and trains on the CPU, while device: cuda is refused with exit status 2.
+#    workspace plans) on 1 and 2 ranks, tests/gpu/cu_unet --devmem (the GPU whole-U-Net test
+#    with the CPU engine in place of CUDA: a check of the test itself), and the benchmark on a
+#    machine without a usable GPU says so once and trains on the CPU, while device: cuda is
+#    refused with exit status 2.
 #  - in every build, the training loop on a device backend's discipline (SCAFFOLD_DEVMEM=1: the
 #    CPU engine with memory of its own, so every upload, download and staging of the loop is
 #    exercised): 1 and 2 ranks, bf16 with activation checkpointing, and a resume, each equal to
@@ -37,6 +39,8 @@ if [ ! -x "$root/$BUILD/tests/cuda/cu_host" ]; then
 else
     t_cbin "$root/$BUILD/tests/cuda/cu_host"
     t_cbin $MPIRUN -n 2 "$root/$BUILD/tests/cuda/cu_host"
+    # The GPU's whole-U-Net test program on the CPU engine in its place: its own flow checked.
+    t_cbin "$root/$BUILD/tests/gpu/cu_unet" fp32 --devmem
     if "$root/$BUILD/tests/gpu/cu_ops" --probe >/dev/null 2>&1; then
         echo "note: a GPU is visible: the no-GPU fallback checks below are NOT run here"
     else

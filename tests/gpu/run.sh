@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# GPU tests of the CUDA backend: every op against the CPU engine (tests/gpu/cu_ops.c: convs,
-# GroupNorm, ReLU, MaxPool, concat, layout, loss, Dice, 10 Adam steps, SGD, RMSprop, clipping,
-# the loader's staging ring, the NCCL all-reduce), in fp32 (TF32 off) and bf16, plus
-# compute-sanitizer when the toolkit has it.
+# GPU tests of the CUDA backend, in fp32 (TF32 off) and bf16: every op against the CPU engine
+# (tests/gpu/cu_ops.c: convs, GroupNorm, ReLU, MaxPool, concat, layout, loss, Dice, 10 Adam
+# steps, SGD, RMSprop, clipping, the loader's staging ring, the NCCL all-reduce), the whole U-Net
+# on the backend table against the CPU backend (tests/gpu/cu_unet.c: logits, loss, every
+# gradient, 10 Adam steps, evaluation, prediction, a GPU checkpoint loaded on the CPU), and
+# compute-sanitizer on the op tests when the toolkit has it.
 #
 # It runs only where a GPU is visible. Anywhere else it prints one SKIP line and
 # "0 passed, 0 failed": a skip is never counted as a pass (tests/run.sh adds 0 to the total).
@@ -24,9 +26,12 @@ fi
 echo "$probe"
 ngpu=$(awk '/^gpus/ {print $2}' <<<"$probe")
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -4
+tmp=$(t_tmpdir) # cu_unet writes its checkpoints in the current folder
 for prec in fp32 bf16; do
     t_cbin "$BIN" "$prec"
+    t_cbin env -C "$tmp" "$(cd "$BUILD" && pwd)/tests/gpu/cu_unet" "$prec"
 done
+rm -rf "$tmp"
 # NCCL across ranks needs a GPU per rank.
 if [ "${ngpu:-1}" -ge 2 ]; then
     t_cbin $MPIRUN -n 2 "$BIN" fp32

@@ -28,7 +28,8 @@ CU_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(wildcard src/nn/cuda/*.c)) \
            $(patsubst src/%.cu,$(BUILD)/obj/%.o,$(wildcard src/nn/cuda/*.cu))
 # C programs of the backend's tests and benchmark, built with the library (not test_*.c or
 # bench_*.c, which every build compiles).
-CU_PROGS := $(BUILD)/tests/cuda/cu_host $(BUILD)/tests/gpu/cu_ops $(BUILD)/bench/gpu/cu_conv
+CU_PROGS := $(BUILD)/tests/cuda/cu_host $(BUILD)/tests/gpu/cu_ops $(BUILD)/tests/gpu/cu_unet \
+            $(BUILD)/bench/gpu/cu_conv $(BUILD)/bench/gpu/cu_step
 
 .DEFAULT_GOAL := all
 all: $(CU_PROGS)
