@@ -22,10 +22,7 @@
  *   SCLOSE  fclose/pclose (fp):                      op
  *   FRW     fread/fwrite (p, size, n, fp):           op
  *   SONE    one-item stream call (fp):               op, success condition, position step
- *   SSEEK   fseek family (fp, off, whence):          op
- *   STELL   ftell/fgetpos family (fp):               op
- *   SSETPOS fsetpos family (fp):                     op
- *   SSTATE  other stream call returning int (fp):    op, a1, a2
+ *   SCALL   other stream call (fp):                  op, resync condition, offset, a1, a2
  *   SVOID   stream call returning nothing (fp):      op */
 #ifndef SCAFFOLD_TRACE_CALLS_H
 #define SCAFFOLD_TRACE_CALLS_H
@@ -261,24 +258,28 @@ int __isoc99_vfscanf(FILE *fp, const char *fmt, va_list ap);
     X(SPECIAL, int, vfprintf, (FILE *fp, const char *fmt, va_list ap), (fp, fmt, ap), -1, 0)        \
     X(SPECIAL, int, __isoc99_vfscanf, (FILE *fp, const char *fmt, va_list ap), (fp, fmt, ap), EOF,  \
       0)                                                                                            \
-    X(SSEEK, int, fseek, (FILE *fp, long off, int whence), (fp, off, whence), -1, TRC_OP_fseek)     \
-    X(SSEEK, int, fseeko, (FILE *fp, off_t off, int whence), (fp, off, whence), -1, TRC_OP_fseeko)  \
-    X(SSEEK, int, fseeko64, (FILE *fp, off64_t off, int whence), (fp, off, whence), -1,             \
-      TRC_OP_fseeko)                                                                                \
-    X(STELL, long, ftell, (FILE *fp), (fp), -1, TRC_OP_ftell)                                       \
-    X(STELL, off_t, ftello, (FILE *fp), (fp), -1, TRC_OP_ftello)                                    \
-    X(STELL, off64_t, ftello64, (FILE *fp), (fp), -1, TRC_OP_ftello)                                \
-    X(STELL, int, fgetpos, (FILE *fp, fpos_t *pos), (fp, pos), -1, TRC_OP_fgetpos)                  \
-    X(STELL, int, fgetpos64, (FILE *fp, fpos64_t *pos), (fp, pos), -1, TRC_OP_fgetpos)              \
-    X(SSETPOS, int, fsetpos, (FILE *fp, const fpos_t *pos), (fp, pos), -1, TRC_OP_fsetpos)          \
-    X(SSETPOS, int, fsetpos64, (FILE *fp, const fpos64_t *pos), (fp, pos), -1, TRC_OP_fsetpos)      \
+    X(SCALL, int, fseek, (FILE *fp, long off, int whence), (fp, off, whence), -1, TRC_OP_fseek,     \
+      ret == 0, (int64_t)off, whence, 0)                                                            \
+    X(SCALL, int, fseeko, (FILE *fp, off_t off, int whence), (fp, off, whence), -1, TRC_OP_fseeko,  \
+      ret == 0, (int64_t)off, whence, 0)                                                            \
+    X(SCALL, int, fseeko64, (FILE *fp, off64_t off, int whence), (fp, off, whence), -1,             \
+      TRC_OP_fseeko, ret == 0, (int64_t)off, whence, 0)                                             \
+    X(SCALL, long, ftell, (FILE *fp), (fp), -1, TRC_OP_ftell, 0, -1, 0, 0)                          \
+    X(SCALL, off_t, ftello, (FILE *fp), (fp), -1, TRC_OP_ftello, 0, -1, 0, 0)                       \
+    X(SCALL, off64_t, ftello64, (FILE *fp), (fp), -1, TRC_OP_ftello, 0, -1, 0, 0)                   \
+    X(SCALL, int, fgetpos, (FILE *fp, fpos_t *pos), (fp, pos), -1, TRC_OP_fgetpos, 0, -1, 0, 0)     \
+    X(SCALL, int, fgetpos64, (FILE *fp, fpos64_t *pos), (fp, pos), -1, TRC_OP_fgetpos, 0, -1, 0, 0) \
+    X(SCALL, int, fsetpos, (FILE *fp, const fpos_t *pos), (fp, pos), -1, TRC_OP_fsetpos, ret == 0,  \
+      -1, 0, 0)                                                                                     \
+    X(SCALL, int, fsetpos64, (FILE *fp, const fpos64_t *pos), (fp, pos), -1, TRC_OP_fsetpos,        \
+      ret == 0, -1, 0, 0)                                                                           \
     X(SPECIAL, void, rewind, (FILE *fp), (fp), , 0)                                                 \
-    X(SSTATE, int, fflush, (FILE *fp), (fp), EOF, TRC_OP_fflush, 0, 0)                              \
-    X(SSTATE, int, setvbuf, (FILE *fp, char *buf, int mode, size_t size), (fp, buf, mode, size),    \
-      -1, TRC_OP_setvbuf, mode, (int64_t)size)                                                      \
-    X(SSTATE, int, feof, (FILE *fp), (fp), 0, TRC_OP_feof, 0, 0)                                    \
-    X(SSTATE, int, ferror, (FILE *fp), (fp), 0, TRC_OP_ferror, 0, 0)                                \
-    X(SSTATE, int, ftrylockfile, (FILE *fp), (fp), -1, TRC_OP_ftrylockfile, 0, 0)                   \
+    X(SCALL, int, fflush, (FILE *fp), (fp), EOF, TRC_OP_fflush, 0, -1, 0, 0)                        \
+    X(SCALL, int, setvbuf, (FILE *fp, char *buf, int mode, size_t size), (fp, buf, mode, size),     \
+      -1, TRC_OP_setvbuf, 0, -1, mode, (int64_t)size)                                               \
+    X(SCALL, int, feof, (FILE *fp), (fp), 0, TRC_OP_feof, 0, -1, 0, 0)                              \
+    X(SCALL, int, ferror, (FILE *fp), (fp), 0, TRC_OP_ferror, 0, -1, 0, 0)                          \
+    X(SCALL, int, ftrylockfile, (FILE *fp), (fp), -1, TRC_OP_ftrylockfile, 0, -1, 0, 0)             \
     X(SVOID, void, clearerr, (FILE *fp), (fp), , TRC_OP_clearerr)                                   \
     X(SVOID, void, flockfile, (FILE *fp), (fp), , TRC_OP_flockfile)                                 \
     X(SVOID, void, funlockfile, (FILE *fp), (fp), , TRC_OP_funlockfile)

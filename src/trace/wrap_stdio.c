@@ -120,7 +120,9 @@ static void resync(trc_fd *s, FILE *fp) {
         return ret;                                                                                \
     }
 
-#define GEN_SSEEK(ret_t, sym, params, args, fail, op)                                              \
+/* Other stream calls (fseek, ftell, fgetpos/fsetpos, fflush, setvbuf, feof, ...): the position is
+ * asked from stdio again when `resync_if` holds (after a successful seek or fsetpos). */
+#define GEN_SCALL(ret_t, sym, params, args, fail, op, resync_if, offset, a1v, a2v)                 \
     TRC_API ret_t sym params {                                                                     \
         if (TRC_UNLIKELY(!TRC_REAL_OK(sym))) {                                                     \
             set_nosys();                                                                           \
@@ -133,65 +135,9 @@ static void resync(trc_fd *s, FILE *fp) {
         ret_t ret = trc_real_##sym args;                                                           \
         uint64_t t1 = trc_clock();                                                                 \
         int err = errno;                                                                           \
-        if (ret == 0)                                                                              \
+        if (resync_if)                                                                             \
             resync(s, fp);                                                                         \
-        trc_emit_io(op, sfd(fp), trc_fd_hash(s), t0, t1, (int64_t)off, 0, ret, whence, 0, 0);     \
-        trc_call_end(err);                                                                         \
-        return ret;                                                                                \
-    }
-
-#define GEN_STELL(ret_t, sym, params, args, fail, op)                                              \
-    TRC_API ret_t sym params {                                                                     \
-        if (TRC_UNLIKELY(!TRC_REAL_OK(sym))) {                                                     \
-            set_nosys();                                                                           \
-            return fail;                                                                           \
-        }                                                                                          \
-        trc_fd *s = stream_traced(fp);                                                             \
-        if (TRC_LIKELY(!s))                                                                        \
-            return trc_real_##sym args;                                                            \
-        uint64_t t0 = trc_call_begin();                                                            \
-        ret_t ret = trc_real_##sym args;                                                           \
-        uint64_t t1 = trc_clock();                                                                 \
-        int err = errno;                                                                           \
-        trc_emit_io(op, sfd(fp), trc_fd_hash(s), t0, t1, -1, 0, (int64_t)ret, 0, 0, 0);            \
-        trc_call_end(err);                                                                         \
-        return ret;                                                                                \
-    }
-
-#define GEN_SSETPOS(ret_t, sym, params, args, fail, op)                                            \
-    TRC_API ret_t sym params {                                                                     \
-        if (TRC_UNLIKELY(!TRC_REAL_OK(sym))) {                                                     \
-            set_nosys();                                                                           \
-            return fail;                                                                           \
-        }                                                                                          \
-        trc_fd *s = stream_traced(fp);                                                             \
-        if (TRC_LIKELY(!s))                                                                        \
-            return trc_real_##sym args;                                                            \
-        uint64_t t0 = trc_call_begin();                                                            \
-        ret_t ret = trc_real_##sym args;                                                           \
-        uint64_t t1 = trc_clock();                                                                 \
-        int err = errno;                                                                           \
-        if (ret == 0)                                                                              \
-            resync(s, fp);                                                                         \
-        trc_emit_io(op, sfd(fp), trc_fd_hash(s), t0, t1, -1, 0, ret, 0, 0, 0);                     \
-        trc_call_end(err);                                                                         \
-        return ret;                                                                                \
-    }
-
-#define GEN_SSTATE(ret_t, sym, params, args, fail, op, a1v, a2v)                                   \
-    TRC_API ret_t sym params {                                                                     \
-        if (TRC_UNLIKELY(!TRC_REAL_OK(sym))) {                                                     \
-            set_nosys();                                                                           \
-            return fail;                                                                           \
-        }                                                                                          \
-        trc_fd *s = stream_traced(fp);                                                             \
-        if (TRC_LIKELY(!s))                                                                        \
-            return trc_real_##sym args;                                                            \
-        uint64_t t0 = trc_call_begin();                                                            \
-        ret_t ret = trc_real_##sym args;                                                           \
-        uint64_t t1 = trc_clock();                                                                 \
-        int err = errno;                                                                           \
-        trc_emit_io(op, sfd(fp), trc_fd_hash(s), t0, t1, -1, 0, ret, a1v, a2v, 0);                 \
+        trc_emit_io(op, sfd(fp), trc_fd_hash(s), t0, t1, offset, 0, (int64_t)ret, a1v, a2v, 0);   \
         trc_call_end(err);                                                                         \
         return ret;                                                                                \
     }
