@@ -229,13 +229,12 @@ static int fs_allows(const an_strategy *s, const an_trace *t, const an_metrics *
         return 1;
     char fsl[64], org[128];
     an_strategy_fs(s, fsl, sizeof fsl);
-    fs_origin(t, m, org, sizeof org);
-    if (m->fs == AN_FS_UNKNOWN)
+    if (m->fs == AN_FS_UNKNOWN) {
+        fs_origin(t, m, org, sizeof org);
         snprintf(why, cap, "%s needs a %s file system and the I/O's is unknown (%s; give "
                  "--fs-type PREFIX=TYPE)", s->name, fsl, org);
-    else
-        snprintf(why, cap, "%s applies to %s; the I/O is on %s (%s)", s->name, fsl,
-                 an_fs_names[m->fs], org);
+    } else /* the dimension's facts say where the file system was learnt */
+        snprintf(why, cap, "%s applies to %s, not %s", s->name, fsl, an_fs_names[m->fs]);
     return 0;
 }
 
@@ -564,10 +563,9 @@ static void build_checklist(an_report *r, const an_catalog *cat) {
             c->verdict = AN_V_MEASURED;
             c->lever = l;
             char gain[64] = "";
-            if (!isnan(l->gain))
-                snprintf(gain, sizeof gain, ", gain %+.1f%%%s", 100 * l->gain,
-                         isnan(l->band) ? "" : "");
-            if (!isnan(l->gain) && !isnan(l->band))
+            if (!isnan(l->gain) && isnan(l->band))
+                snprintf(gain, sizeof gain, ", gain %+.1f%%", 100 * l->gain);
+            else if (!isnan(l->gain))
                 snprintf(gain, sizeof gain, ", gain %+.1f%% (noise band %.1f%%)", 100 * l->gain,
                          100 * l->band);
             snprintf(c->reason, sizeof c->reason, "%s %s=%s%s: %s (trace: %s)", l->verdict, l->name,
