@@ -9,7 +9,8 @@
 #
 # Knobs (environment): EPOCHS (runs capped at this many epochs, default 5: four steady epochs
 # per run), REPEATS (runs per side and trial, default 3), OBJECTIVE (throughput), NOISE (band
-# floor in percent, default 1), LEVERS (a levers file instead of the built-in catalog), BUILD.
+# floor in percent, default 1), BUDGET (seconds: start no trial that would end later; default
+# none), LEVERS (a levers file instead of the built-in catalog), BUILD.
 # Writes OUT/tune/{tune.json,lever_catalog.yaml,best.yml,report.html,tune.svg}, OUT/progress.log;
 # the fractal library, the dataset and the runs stay under OUT. Prints the verdict of every
 # trial and the summary line.
@@ -27,6 +28,7 @@ OUT=$(cd "$OUT" && pwd)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 levers=()
 [ -n "${LEVERS:-}" ] && levers=(--levers "$LEVERS")
+[ -n "${BUDGET:-}" ] && levers+=(--budget-s "$BUDGET")
 echo "bench/tune: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) CPUs," \
     "load average $(cut -d' ' -f1-3 /proc/loadavg); out $OUT"
 rc=0
