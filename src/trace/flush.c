@@ -2,8 +2,9 @@
  * thread, and at exit, exec and a signal, the flusher drains every ring, formats the records
  * (format.c) and writes complete gzip members: each member is compressed whole in memory
  * (libdeflate when built with it, zlib otherwise) and reaches the file in one write(), so a
- * killed process leaves whole members only (at most the last flush interval is lost) and gzip,
- * zcat and dftracer's readers accept the file. The tracer's own file I/O goes through raw
+ * killed process leaves whole members (at most the last flush interval is lost) and gzip, zcat
+ * and dftracer's readers accept the file; only a SIGKILL landing during that write's copy can
+ * cut the last member, which the analyzer reads up to the cut. The tracer's own file I/O goes through raw
  * system calls, never through its own wrappers. */
 #include "trace_int.h"
 
