@@ -70,8 +70,8 @@ awk -v peak="$peak" '
             pg = go > 0 ? sprintf("%.0f", 100 * go / peak) : "-"
             pt = gt > 0 ? sprintf("%.0f", 100 * gt / peak) : "-"
             printf "| %s | %s^3 | %s->%s | %.4f | %s | %s | %.4f | %s | %s | %.2fx |\n",
-                k[1], k[2], k[3], k[4], t["ours", order[i]], go > 0 ? go : "-", pg,
-                t["torch", order[i]], gt > 0 ? gt : "-", pt,
+                k[1], k[2], k[3], k[4], t["ours", order[i]], (go > 0 ? go : "-"), pg,
+                t["torch", order[i]], (gt > 0 ? gt : "-"), pt,
                 t["torch", order[i]] / t["ours", order[i]]
             if (go > 0) { sum += 100 * go / peak; cnt++; if (100 * go / peak < mn || cnt == 1) mn = 100 * go / peak }
         }
@@ -111,10 +111,10 @@ for s in $STEPS; do
             n = split(t, c, " "); for (i = 1; i < n; i++) T[c[i]] = c[i + 1]
             ts = T["torch_step_s"] + 0
             printf "| scale %s, base %s | %s | %.3f | %.0f | %.2f GiB | %s | %s | %s |\n", sc, b,
-                prec == "ckpt" ? "fp32, checkpointing" : prec, A["scaffold_step_s"], A["gflops"],
-                A["maxrss_mib"] / 1024, ts > 0 ? sprintf("%.3f", ts) : "-",
-                ts > 0 ? sprintf("%.2f GiB", T["maxrss_mib"] / 1024) : "-",
-                ts > 0 ? sprintf("%.2fx", ts / A["scaffold_step_s"]) : "-"
+                (prec == "ckpt" ? "fp32, checkpointing" : prec), A["scaffold_step_s"], A["gflops"],
+                A["maxrss_mib"] / 1024, (ts > 0 ? sprintf("%.3f", ts) : "-"),
+                (ts > 0 ? sprintf("%.2f GiB", T["maxrss_mib"] / 1024) : "-"),
+                (ts > 0 ? sprintf("%.2fx", ts / A["scaffold_step_s"]) : "-")
         }' >>/tmp/nn_steps.$$
         echo "$o" >>/tmp/nn_steps_raw.$$
     done
