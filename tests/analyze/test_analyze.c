@@ -533,7 +533,7 @@ static void test_fs(void) {
           "file-system classes of mount-table names");
     CHECK(an_fs_infer("/p/lustre3/x/y.h5") == AN_FS_LUSTRE && an_fs_infer("/gpfs/a") == AN_FS_GPFS &&
               an_fs_infer("/dev/shm/x") == AN_FS_TMPFS && an_fs_infer("/home/u/x") == AN_FS_NFS &&
-              an_fs_infer("/work/x") == AN_FS_UNKNOWN,
+              an_fs_infer("/data/x") == AN_FS_UNKNOWN,
           "classes guessed from paths");
     CHECK(an_fs_override_check("/p/lustre3=lustre") == 0 && an_fs_override_check("lustre") != 0 &&
               an_fs_override_check("/x=zork") != 0 && strstr(err_msg(), "zork"),
