@@ -4,13 +4,16 @@
  * loss, backward with the bucketed gradient all-reduce, Adam), and rank 0 prints one line:
  *
  *   dist ranks R replicas P shards a,b,c volume DxHxW threads T step_s S compute_s C
- *        halo_wait_s H gn_sum_s G grad_exposed_s E grad_blocking_s B grad_hidden H%
+ *        halo_wait_s H gn_sum_s G skew_s K grad_exposed_s E grad_blocking_s B grad_hidden H%
  *        act_mib_per_rank M params P
  *
- * Times are medians over the steps of the per-step maximum over ranks. compute = step - halo
- * wait - sums - exposed gradient wait (what the rank spent computing, including the progress
- * thread's share). grad_blocking is a blocking all-reduce of the same gradient after the steps
- * (median of STEPS); hidden = 1 - exposed / blocking. act_mib is the activation + workspace slab
+ * Times are medians over the steps of the per-step maximum over ranks. A barrier between the
+ * backward pass and dist_grad_finish separates the ranks' skew (skew_s: waiting for the slowest
+ * rank's backward pass, which no overlap can hide) from the exposed gradient wait (what is left
+ * of the all-reduce once every rank has finished computing). compute = step - halo wait - sums
+ * - skew - exposed (what the rank spent computing, including the progress thread's share).
+ * grad_blocking is a blocking all-reduce of the same gradient after the steps (median of
+ * STEPS); hidden = 1 - exposed / blocking. act_mib is the activation + workspace slab
  * of one rank (nn_unet.activation_floats); halo_mib_per_step what the busiest rank sent per step;
  * sums_bytes_per_step / sums_per_step the GroupNorm and loss sums rank 0 contributed per step. */
 #include "core/err.h"
@@ -112,6 +115,7 @@ int main(int argc, char **argv) {
     double *ts = calloc((size_t)steps, sizeof *ts), *th = calloc((size_t)steps, sizeof *th);
     double *tg = calloc((size_t)steps, sizeof *tg), *te = calloc((size_t)steps, sizeof *te);
     double *tc = calloc((size_t)steps, sizeof *tc), *tb = calloc((size_t)steps, sizeof *tb);
+    double *tk = calloc((size_t)steps, sizeof *tk);
     for (int k = -warm; k < steps && rc == 0; k++) {
         double h0 = g.T > 1 ? sp.halo_wait_s : 0, s0 = g.T > 1 ? sp.sum_s : 0,
                e0 = gr.exposed_s, loss, dice;
@@ -120,6 +124,9 @@ int main(int argc, char **argv) {
         nn_unet_zero_grad(&m);
         dist_grad_begin(&gr);
         rc = nn_unet_forward_backward(&m, x, y, batch, cw, &loss, &dice);
+        double k0 = time_now();
+        dist_barrier(&w);
+        double sk = time_now() - k0;
         dist_grad_finish(&gr);
         nn_clip_grad_norm(m.grads, m.nparams, 1.0);
         nn_optim_step(&o, m.params, m.grads, 1e-3);
@@ -132,7 +139,8 @@ int main(int argc, char **argv) {
         th[k] = dist_max_double(&w, hw);
         tg[k] = dist_max_double(&w, sw_);
         te[k] = dist_max_double(&w, ex);
-        tc[k] = dist_max_double(&w, t - hw - sw_ - ex);
+        tk[k] = dist_max_double(&w, sk);
+        tc[k] = dist_max_double(&w, t - hw - sw_ - ex - sk);
     }
     rc = dist_agree(&w, rc);
     /* The blocking all-reduce of the same gradient: what the overlap hides. */
@@ -149,11 +157,12 @@ int main(int argc, char **argv) {
     if (w.rank == 0 && rc == 0) {
         double step = median(ts, steps), ex = median(te, steps), bl = median(tb, steps);
         printf("dist ranks %d replicas %d shards %d,%d,%d volume %dx%dx%d threads %d step_s %.4f "
-               "compute_s %.4f halo_wait_s %.4f gn_sum_s %.4f grad_exposed_s %.4f "
+               "compute_s %.4f halo_wait_s %.4f gn_sum_s %.4f skew_s %.4f grad_exposed_s %.4f "
                "grad_blocking_s %.4f grad_hidden %.0f%% act_mib_per_rank %.1f params %zu "
                "halo_mib_per_step %.2f sums_bytes_per_step %.0f sums_per_step %.0f\n",
                w.size, g.nrep, sd, shh, sw, D, H, Wd, omp_get_max_threads(), step,
-               median(tc, steps), median(th, steps), median(tg, steps), ex, bl,
+               median(tc, steps), median(th, steps), median(tg, steps), median(tk, steps), ex,
+               bl,
                bl > 0 ? 100.0 * (1.0 - ex / bl) : 0.0, m.activation_floats * 4.0 / 1048576.0,
                m.nparams, halo_mib, sums_b, sums_n);
     }
@@ -163,7 +172,7 @@ int main(int argc, char **argv) {
     dist_grid_free(&g);
     nn_unet_free(&m);
     nn_optim_free(&o);
-    free(x), free(y), free(ts), free(th), free(tg), free(te), free(tc), free(tb);
+    free(x), free(y), free(ts), free(th), free(tg), free(te), free(tc), free(tb), free(tk);
     dist_finalize(&w);
     return rc ? 1 : 0;
 }

@@ -40,9 +40,9 @@ run() {
 }
 med() { field "$2" < "$d/$1" | median; }
 split_line() { # NAME LABEL
-    printf '%-34s step %6.3f s = compute %6.3f + halo wait %6.3f + GN/loss sums %6.3f + grad exposed %6.3f s; act %7.1f MiB/rank; halo %6.2f MiB/step\n' \
+    printf '%-34s step %6.3f s = compute %6.3f + halo wait %6.3f + GN/loss sums %6.3f + skew %6.3f + grad exposed %6.3f s; act %7.1f MiB/rank; halo %6.2f MiB/step\n' \
         "$2" "$(med "$1" step_s)" "$(med "$1" compute_s)" "$(med "$1" halo_wait_s)" "$(med "$1" gn_sum_s)" \
-        "$(med "$1" grad_exposed_s)" "$(med "$1" act_mib_per_rank)" "$(med "$1" halo_mib_per_step)"
+        "$(med "$1" skew_s)" "$(med "$1" grad_exposed_s)" "$(med "$1" act_mib_per_rank)" "$(med "$1" halo_mib_per_step)"
 }
 echo "bench/dist on $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(getconf _NPROCESSORS_ONLN) cores; $REPS repeats x $STEPS steps"
 

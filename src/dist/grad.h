@@ -6,9 +6,9 @@
  * them. The model's grad_ready callback (nn_unet.grad_ready) starts an MPI_Iallreduce (sum over
  * the world) of every bucket whose tensors are all final, while the rest of the backward pass
  * computes. Open MPI progresses non-blocking operations only inside MPI calls, so a background
- * thread calls MPI_Iprobe every 100 us between dist_grad_begin and dist_grad_finish (when MPI
- * provides MPI_THREAD_MULTIPLE; otherwise the callbacks test the requests). It also progresses
- * the halo exchanges of the forward and backward passes.
+ * thread calls MPI_Iprobe every millisecond (SCAFFOLD_PROGRESS_US) between dist_grad_begin and
+ * dist_grad_finish (when MPI provides MPI_THREAD_MULTIPLE; otherwise the callbacks test the
+ * requests). It also progresses the halo exchanges of the forward and backward passes.
  *
  * dist_grad_finish starts the buckets not started yet, waits for all of them and scales the sum
  * by `scale` (1/replicas: the gradient is the sum over spatial shards averaged over replicas,
