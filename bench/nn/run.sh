@@ -12,6 +12,7 @@
 #   quick (default): layers at 32^3 and below, steps at scale 5/64 and 6/32
 #   full: every layer, steps also at 6/64 and one step at 7/64 (~10 GiB each: run it alone)
 #   NN_STEPS="5:64 6:64" (scale:base pairs) replaces the mode's list of steps
+#   NN_PRECS="fp32 ckpt" replaces the precisions of each step (default fp32 bf16 ckpt)
 # Output: tables on stdout; RESULT lines carry the ratios.
 cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build}
@@ -95,7 +96,7 @@ for s in $STEPS; do
     IFS=: read -r sc b <<<"$s"
     r=$REPS
     [ "$sc" -ge 7 ] && r=1
-    for prec in fp32 bf16 ckpt; do
+    for prec in ${NN_PRECS:-fp32 bf16 ckpt}; do
         fl=""; tf=""
         [ "$prec" = bf16 ] && fl="--bf16" && tf="--bf16"
         [ "$prec" = ckpt ] && fl="--ckpt"
@@ -125,7 +126,9 @@ awk '{ n = split($0, a, " "); for (i = 1; i < n; i++) A[a[i]] = a[i + 1]
        if (A["precision"] == "bf16") tb[key] = A["scaffold_step_s"]
        if (A["ckpt"] == 1) { tc[key] = A["scaffold_step_s"]; rc[key] = A["maxrss_mib"] }
        if (!(key in seen)) { seen[key] = 1; order[++m] = key } }
-     END { for (i = 1; i <= m; i++) { k = order[i]
-           printf "RESULT %s params: bf16 step %.2fx faster than fp32; checkpointing %.2fx the time at %.0f%% of the peak RSS\n",
-                  k, t0[k] / tb[k], tc[k] / t0[k], 100 * rc[k] / r0[k] } }' /tmp/nn_steps_raw.$$
+     END { for (i = 1; i <= m; i++) { k = order[i]; if (!(t0[k] > 0)) continue
+           s = ""
+           if (tb[k] > 0) s = s sprintf("; bf16 step %.2fx faster than fp32", t0[k] / tb[k])
+           if (tc[k] > 0) s = s sprintf("; checkpointing %.2fx the time at %.0f%% of the peak RSS", tc[k] / t0[k], 100 * rc[k] / r0[k])
+           if (s != "") printf "RESULT %s params%s\n", k, s } }' /tmp/nn_steps_raw.$$
 rm -f /tmp/nn_steps.$$ /tmp/nn_steps_raw.$$

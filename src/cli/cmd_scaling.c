@@ -573,9 +573,11 @@ int cmd_scaling(int argc, char **argv) {
         }
     if (best)
         printf("scaling: %d points (%d ok, %d failed), %s mode; best %.3g samples/s at %d "
-               "rank(s), shards %dx%dx%d; efficiency at %d ranks %.0f%% of %d rank(s); %s, %s\n",
+               "rank(s), shards %dx%dx%d; efficiency at %d ranks, shards %dx%dx%d: %.0f%% of %d "
+               "rank(s); %s, %s\n",
                np, done, failed, o.mode, best->sps, best->ranks, best->shards[0], best->shards[1],
-               best->shards[2], last->ranks, 100.0 * last->eff, base->ranks, path, png);
+               best->shards[2], last->ranks, last->shards[0], last->shards[1], last->shards[2],
+               100.0 * last->eff, base->ranks, path, png);
     else
         printf("scaling: %d points, all failed (see %s/points/*/log.txt); %s\n", np, out, path);
     fflush(stdout);
