@@ -19,16 +19,19 @@ step exactly what src/dist sends:
   grad    the gradient all-reduce over all ranks: a ring all-reduce moves 2 (n-1)/n x 4P bytes
           per rank (P parameters), whatever the layout.
 
-and the activation memory of one rank (the model's activation slab: the tensors the backward
-pass keeps, the gradient buffers and the zero-padded convolution buffer; without the packed
-weight copies of the workspace).
+and the activation memory of one rank: nn_unet.activation_floats, the engine's activation slab
+(the tensors the backward pass keeps, the gradient buffers, and the workspace of the largest
+layer: a convolution's zero-padded input, plus its weight-gradient copies and thread panels),
+mirrored from src/nn/unet.c and src/nn/conv.c, split into what shrinks with the block and what
+does not.
 
   python3 tools/dist_model.py table              the docs/dist.md tables (scales 7-11, 8 to 4,096
                                                  ranks)
   python3 tools/dist_model.py point D H W C0 L KD KH KW
                                                  halo MiB per step of the busiest rank, params,
-                                                 activation MiB per rank (checked by
-                                                 bench/dist/run.sh against bench_dist's counters)
+                                                 activation MiB per rank and its bound (checked
+                                                 by bench/dist/run.sh against bench_dist's
+                                                 counters)
 """
 import math
 import sys
@@ -87,35 +90,131 @@ def valid(V, L, sh):
     return all(V % (s << L) == 0 and (V // s) >> L >= 2 for s in sh)
 
 
-def act_floats(D, H, W, c0, L, n=1):
-    """The activation slab of src/nn/unet.c for a block of D x H x W (without weight packing)."""
+# The engine's workspace constants (src/nn/conv.c): slab budget of an unsharded convolution's
+# padded copy, weight-gradient copies budget and cap, per-thread panel budget, thread slots.
+SLAB_BYTES = 48 << 20
+DW_REPLICA_BUDGET, DW_REPLICAS_MAX = 64 << 20, 8
+TW_SCRATCH, TW_ROWS_MAX, MAX_THREADS = 65536, 256, 64
+
+
+def up16(n):
+    return (n + 15) & ~15
+
+
+def ncol_max(n):
+    """nn_gemm_ncol_max: columns padded to the kernels' widest block (16 on AVX2/AVX-512)."""
+    return -(-n // 16) * 16
+
+
+def tw_chunk_rows(W, ncol):
+    vox = min(256, TW_SCRATCH // ncol_max(ncol))
+    return max(1, min(vox // W, TW_ROWS_MAX))
+
+
+def weight_grad_ws(T, K, ncol, nrows, W):
+    """Weight gradient: the packed gradient and its per-thread copies, and every thread slot's
+    packed panels. Depends on the layer, not on how the volume is split."""
+    dw = T * K * ncol_max(ncol)
+    chunks = -(-nrows // tw_chunk_rows(W, ncol))
+    r = min(DW_REPLICA_BUDGET // (4 * dw), DW_REPLICAS_MAX, chunks // 4)
+    panel = up16(min(tw_chunk_rows(W, ncol), nrows) * W * ncol_max(ncol))
+    return dw * (r + 1 if r > 1 else 1) + MAX_THREADS * panel
+
+
+def slab_depth(D, H, W, C, sharded):
+    """Planes of a convolution's padded copy: the whole block when sharded (the halo exchange
+    fills its border), else slabs of about SLAB_BYTES."""
+    if sharded:
+        return D
+    return max(1, min(D, SLAB_BYTES // ((H + 2) * (W + 2) * C * 4) - 2))
+
+
+def pad_floats(D, H, W, C, sharded):
+    return (slab_depth(D, H, W, C, sharded) + 2) * (H + 2) * (W + 2) * ((C + 1) & ~1)
+
+
+def conv3d_ws(D, H, W, cin, cout, sharded):
+    """(padded copy, the rest) of a Conv3d k3's workspace (nn_conv3d_ws_floats[_sh])."""
+    pad = max(pad_floats(D, H, W, cin, sharded), pad_floats(D, H, W, cout, sharded))
+    rest = max(ncol_max(cout) * (cin + 1) * 27, ncol_max(cin) * (cout + 1) * 27,
+               weight_grad_ws(27, cin, cout, slab_depth(D, H, W, cin, sharded) * H, W))
+    return pad, rest + 80
+
+
+def act_parts(D, H, W, c0, L, sharded, n=1):
+    """nn_unet.activation_floats of src/nn/unet.c (plan_slabs: fp32, no checkpointing, batch n)
+    for a block of D x H x W, as (the voxel tensors and the padded copy, the rest) in floats.
+    The rest does not shrink with the block: GroupNorm statistics, and the workspace beyond its
+    padded copy (weight-gradient copies, thread panels, packed weights). The workspace is the
+    largest layer's: a Conv3d's or a ConvTranspose3d's (the loss, GroupNorm and 1x1 convolution
+    workspaces, under 1 MiB, are never the largest at these sizes)."""
     ch = [c0 << i for i in range(L + 1)]
     S = [(D >> i) * (H >> i) * (W >> i) for i in range(L + 1)]
     f = 0
-    for i in range(L + 1):                    # down blocks: c1, c2, a2 (+ GN stats)
-        f += 3 * n * S[i] * ch[i] + 4 * n * G
-    for lvl in range(L):                       # up blocks
-        f += 3 * n * S[lvl] * ch[lvl] + 4 * n * G
+    stats = 4 * up16(n * G) * (2 * L + 1)      # per DoubleConv block: 4 GroupNorm statistics
+    for lvl, _, cout, _ in convs(c0, L)[::2]:  # and c1, c2, a2
+        f += 3 * up16(n * S[lvl] * cout)
     for i in range(1, L + 1):                  # pooled inputs
-        f += n * S[i] * ch[i - 1]
-    for lvl in range(L):                       # convT outputs
-        f += n * S[lvl] * ch[lvl]
-    for i in range(L + 1):                     # skip gradients
-        f += n * S[i] * ch[i]
-    top = n * S[0] * ch[0]
-    f += n * S[0] * (C_IN + 2 * K) + 4 * top   # input, logits, dlogits, gG, gT, gH (2x)
-    f += n * (D + 2) * (H + 2) * (W + 2) * 2 * ch[0]  # padded buffer of the widest convolution
-    return f
+        f += up16(n * S[i] * ch[i - 1])
+    for lvl in range(L):                       # ConvTranspose outputs
+        f += up16(n * S[lvl] * ch[lvl])
+    f += up16(n * S[L] * ch[L])                # the bottleneck's gradient (the others reuse a2)
+    f += up16(n * S[0] * C_IN) + 2 * up16(n * S[0] * K)  # input, logits and their gradient
+    f += 3 * up16(n * S[0] * ch[0])                         # three top-level scratch tensors
+    best = (0, 0)
+    for lvl, cin, cout, _ in convs(c0, L):
+        best = max(best, conv3d_ws(D >> lvl, H >> lvl, W >> lvl, cin, cout, sharded), key=sum)
+    for lvl in range(L):
+        d, h, w = D >> (lvl + 1), H >> (lvl + 1), W >> (lvl + 1)
+        ct = max(ncol_max(ch[lvl]) * ch[lvl + 1] * 8, ncol_max(ch[lvl + 1]) * ch[lvl] * 8,
+                 weight_grad_ws(8, ch[lvl + 1], ch[lvl], n * d * h, w), 64 * ch[lvl])
+        best = max(best, (0, ct + ncol_max(ch[lvl]) + 64), key=sum)
+    pad = best[0]
+    return f + pad, stats + up16(pad + best[1]) - pad
+
+
+def act_floats(D, H, W, c0, L, sharded=False, n=1):
+    return sum(act_parts(D, H, W, c0, L, sharded, n))
+
+
+def index_bytes(D, H, W, c0, L, n=1):
+    """MaxPool argmax bytes (nn_unet.activation_index_bytes): one per pooled value."""
+    return sum((n * (D >> i) * (H >> i) * (W >> i) * (c0 << (i - 1)) + 63) & ~63
+               for i in range(1, L + 1))
+
+
+def act_split(D, H, W, c0, L, sh):
+    """Activation MiB per rank of the layout sh, and its parts against the unsharded model's:
+    unsharded / T; the halo the rank holds (the faces its neighbours send into the padded copy
+    of the widest convolution, one per neighbour: two on an axis of three or more shards, one
+    with two); the part that does not shrink with the block (act_parts) beyond its 1/T share.
+    bound = the sum of those three."""
+    T = sh[0] * sh[1] * sh[2]
+    ext = [D // sh[0], H // sh[1], W // sh[2]]
+    vox, rest = act_parts(*ext, c0, L, T > 1)
+    one = act_floats(D, H, W, c0, L, False) / T
+    # The convolution with the largest padded copy (the top up block's, at these sizes).
+    _, lvl, C = max((pad_floats(ext[0] >> l, ext[1] >> l, ext[2] >> l, cin, True), l, cin)
+                    for l, cin, _, _ in convs(c0, L))
+    halo = 0
+    for a in range(3):
+        if sh[a] > 1:
+            o = [(ext[b] >> lvl) + 2 for b in range(3) if b != a]
+            halo += min(2, sh[a] - 1) * o[0] * o[1] * ((C + 1) & ~1)
+    fixed = rest - act_parts(D, H, W, c0, L, False)[1] / T
+    mib = lambda f: 4 * f / 2**20
+    return mib(vox + rest), mib(one), mib(halo), mib(fixed), mib(one + halo + fixed)
 
 
 def point(args):
     D, H, W, c0, L, kd, kh, kw = map(int, args)
     sh = (kd, kh, kw)
-    ext = (D // kd, H // kh, W // kw)
+    act, one, halo, fixed, bound = act_split(D, H, W, c0, L, sh)
     print(f"model D {D} H {H} W {W} C0 {c0} L {L} shards {kd},{kh},{kw} "
           f"halo_mib_per_step {4 * halo_floats(D, H, W, c0, L, sh) / 2**20:.2f} "
           f"sums_bytes_per_step {sums(kd * kh * kw, c0, L)[0]} "
-          f"params {params(c0, L)} act_mib_per_rank {4 * act_floats(*ext, c0, L) / 2**20:.1f}")
+          f"params {params(c0, L)} act_mib_per_rank {act:.2f} act_unsharded_per_shard_mib "
+          f"{one:.2f} act_halo_mib {halo:.2f} act_fixed_mib {fixed:.2f} act_bound_mib {bound:.2f}")
 
 
 def flops(D, H, W, c0, L):
@@ -163,8 +262,10 @@ def step_model(V, c0, L, n, sh):
     T = sh[0] * sh[1] * sh[2]
     R = n // T
     P = params(c0, L)
-    mem = 4 * act_floats(V // sh[0], V // sh[1], V // sh[2], c0, L) + 16 * P
-    if mem > MEM or R > N_TRAIN or R < 1 or not valid(V, L, sh):
+    if R > N_TRAIN or R < 1 or not valid(V, L, sh):
+        return None
+    ext = (V // sh[0], V // sh[1], V // sh[2])
+    if 4 * act_floats(*ext, c0, L, T > 1) + index_bytes(*ext, c0, L) + 16 * P > MEM:
         return None
     halo = 4 * halo_floats(V, V, V, c0, L, sh)
     sb, ns = sums(T, c0, L)
@@ -191,7 +292,7 @@ def table():
         V, L = 1 << s, s - 3
         P = params(c0, L)
         print(f"| {s} | {V}^3 | {L} | {P / 1e6:.1f} M | {fmt_bytes(16 * P)} | "
-              f"{fmt_bytes(4 * act_floats(V, V, V, c0, L))} | "
+              f"{fmt_bytes(4 * act_floats(V, V, V, c0, L) + index_bytes(V, V, V, c0, L))} | "
               f"{3 * flops(V, V, V, c0, L) / 1e12:.3g} T | "
               f"{fmt_bytes(4 * halo_floats(V, V, V, c0, L, (2, 1, 1)))} | "
               f"{fmt_bytes(4 * halo_floats(V, V, V, c0, L, (4, 4, 4)))} | "

@@ -13,9 +13,11 @@
  * of the all-reduce once every rank has finished computing). compute = step - halo wait - sums
  * - skew - exposed (what the rank spent computing, including the progress thread's share).
  * grad_blocking is a blocking all-reduce of the same gradient after the steps (median of
- * STEPS); hidden = 1 - exposed / blocking. act_mib is the activation + workspace slab
- * of one rank (nn_unet.activation_floats); halo_mib_per_step what the busiest rank sent per step;
- * sums_bytes_per_step / sums_per_step the GroupNorm and loss sums rank 0 contributed per step. */
+ * STEPS); hidden = 1 - exposed / blocking. act_mib is the activation + workspace slab of one
+ * rank (nn_unet.activation_floats; the model is created with nn_unet_opts.sharded, so the slab
+ * holds the whole-block workspace of its sharded convolutions); halo_mib_per_step what the
+ * busiest rank sent per step; sums_bytes_per_step / sums_per_step the GroupNorm and loss sums
+ * rank 0 contributed per step. */
 #include "core/err.h"
 #include "core/log.h"
 #include "core/opt.h"
@@ -86,7 +88,8 @@ int main(int argc, char **argv) {
     nn_optim o;
     dist_spatial sp;
     dist_grad gr;
-    rc = nn_unet_create(&m, &spec, batch, ext[0], ext[1], ext[2]);
+    rc = nn_unet_create_opts(&m, &spec, &(nn_unet_opts){.sharded = g.T > 1}, batch, ext[0],
+                             ext[1], ext[2]);
     if (rc == 0)
         rc = nn_optim_init(&o, NN_OPT_ADAM, m.nparams);
     rc = dist_agree(&w, rc);
@@ -158,7 +161,7 @@ int main(int argc, char **argv) {
         double step = median(ts, steps), ex = median(te, steps), bl = median(tb, steps);
         printf("dist ranks %d replicas %d shards %d,%d,%d volume %dx%dx%d threads %d step_s %.4f "
                "compute_s %.4f halo_wait_s %.4f gn_sum_s %.4f skew_s %.4f grad_exposed_s %.4f "
-               "grad_blocking_s %.4f grad_hidden %.0f%% act_mib_per_rank %.1f params %zu "
+               "grad_blocking_s %.4f grad_hidden %.0f%% act_mib_per_rank %.2f params %zu "
                "halo_mib_per_step %.2f sums_bytes_per_step %.0f sums_per_step %.0f\n",
                w.size, g.nrep, sd, shh, sw, D, H, Wd, omp_get_max_threads(), step,
                median(tc, steps), median(th, steps), median(tg, steps), median(tk, steps), ex,

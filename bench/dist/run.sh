@@ -5,7 +5,8 @@
 #  1. strong scaling, fixed volume (64^3, base 16, 3 levels): 2 ranks [2,1,1] and 4 ranks
 #     [4,1,1] / [2,2,1] against 1 rank x 1 thread; the step split into compute, halo wait,
 #     GroupNorm/loss sums and exposed gradient all-reduce; activation memory per rank against
-#     the unsharded slab / shards (+ halos) and against tools/dist_model.py
+#     the unsharded slab / shards, against its bound (that + the halo faces the rank holds + the
+#     share of the slab that does not shrink with the block) and against tools/dist_model.py
 #  2. weak scaling, fixed block per rank (32x64x64): 1, 2 [2,1,1], 4 [4,1,1] ranks
 #  3. the gradient all-reduce of 2 replicas (scale 5, base 64: 5.4 M parameters) overlapped with
 #     the backward pass: exposed time against the blocking all-reduce of the same gradient and
@@ -62,13 +63,16 @@ if has 1; then
     t1=$(med s1 step_s) t2=$(med s2 step_s)
     echo "   2-rank [2,1,1] step vs 1-rank 1-thread step: $(awk -v a="$t1" -v b="$t2" 'BEGIN{printf "%.2f", a/b}')x faster (target >= 1.7x)"
     a1=$(med s1 act_mib_per_rank)
+    m1=$(python3 tools/dist_model.py point 64 64 64 16 3 1 1 1 | field act_mib_per_rank)
+    echo "   activation memory, 1 rank: $a1 MiB (model $m1 MiB)"
     for x in "s2 2 2 1 1" "s4 4 4 1 1" "s4b 4 2 2 1"; do
         set -- $x
         aT=$(med "$1" act_mib_per_rank)
-        m=$(python3 tools/dist_model.py point 64 64 64 16 3 "$3" "$4" "$5" | field act_mib_per_rank)
-        mh=$(python3 tools/dist_model.py point 64 64 64 16 3 "$3" "$4" "$5" | field halo_mib_per_step)
-        ms=$(python3 tools/dist_model.py point 64 64 64 16 3 "$3" "$4" "$5" | field sums_bytes_per_step)
-        echo "   activation memory per rank, $2 shards [$3,$4,$5]: $aT MiB vs unsharded/$2 = $(awk -v a="$a1" -v t="$2" 'BEGIN{printf "%.1f", a/t}') MiB (+$(awk -v a="$a1" -v b="$aT" -v t="$2" 'BEGIN{printf "%.1f", b-a/t}') MiB: a sharded convolution pads its whole block, halo border included, where the unsharded one pads slabs of planes); model $m MiB"
+        pt=$(python3 tools/dist_model.py point 64 64 64 16 3 "$3" "$4" "$5")
+        m=$(field act_mib_per_rank <<< "$pt") mh=$(field halo_mib_per_step <<< "$pt")
+        ms=$(field sums_bytes_per_step <<< "$pt") ah=$(field act_halo_mib <<< "$pt")
+        af=$(field act_fixed_mib <<< "$pt")
+        echo "   activation memory per rank, $2 shards [$3,$4,$5]: $aT MiB vs unsharded/$2 = $(awk -v a="$a1" -v t="$2" 'BEGIN{printf "%.2f", a/t}') MiB (+$(awk -v a="$a1" -v b="$aT" -v t="$2" 'BEGIN{printf "%.2f", b-a/t}')); bound $(awk -v a="$a1" -v t="$2" -v h="$ah" -v f="$af" 'BEGIN{printf "%.2f", a/t+h+f}') MiB = unsharded/$2 + halo faces held $ah (in the widest convolution's padded input) + non-shrinking part $af (weight-gradient copies, thread panels, GroupNorm statistics: beyond the 1/$2 share): $(awk -v a="$a1" -v b="$aT" -v t="$2" -v h="$ah" -v f="$af" 'BEGIN{print (b <= a/t+h+f+0.02) ? "within" : "ABOVE"}'); model $m MiB"
         echo "   bytes per step, $2 shards [$3,$4,$5]: halo $(med "$1" halo_mib_per_step) MiB (model $mh); GroupNorm + loss sums $(med "$1" sums_bytes_per_step) B in $(med "$1" sums_per_step) all-reduces (model $ms B)"
     done
 fi

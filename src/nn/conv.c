@@ -388,7 +388,7 @@ static void tw_row(const tw_src *r, long row, int t, long *ao, long *go) {
 
 #define DW_REPLICAS_MAX 8
 #define DW_REPLICA_BUDGET (64u << 20) /* bytes of per-thread weight-gradient copies */
-#define TW_SCRATCH 65536                /* floats of packed G panels per thread */
+#define TW_SCRATCH 65536                /* at most this many floats of packed G panels per chunk */
 #define TW_ROWS_MAX 256
 
 /* Rows per chunk: about 256 voxels, fewer when the packed G panels (ncol padded floats per
@@ -401,6 +401,18 @@ static int tw_chunk_rows(int W, int ncol) {
     if (R > TW_ROWS_MAX)
         R = TW_ROWS_MAX;
     return R < 1 ? 1 : (int)R;
+}
+
+/* Floats of one thread's packed G panels for the chunks of a (W, ncol) layer of nrows rows: a
+ * chunk's voxels times the widest padded columns, rounded to 64 bytes (no shared cache line).
+ * Sized per layer, not TW_SCRATCH per thread: with NN_MAX_THREADS slots the fixed size cost
+ * 16 MiB in every workspace, the largest part of it that does not shrink with spatial shards
+ * (a 16-channel level needs 16 KiB per thread); and a row wider than the chunk budget
+ * (W > TW_SCRATCH / ncol) fits. */
+static size_t tw_scratch_floats(int W, int ncol, long nrows) {
+    const long R = tw_chunk_rows(W, ncol);
+    const size_t f = (size_t)(R < nrows ? R : nrows) * W * nn_gemm_ncol_max(ncol);
+    return (f + 15) & ~(size_t)15;
 }
 
 /* Per-thread weight-gradient copies used for a (T, K, ncol) gradient: as many as fit the budget
@@ -433,7 +445,7 @@ static size_t dw_floats(int T, int K, int ncol) {
 static size_t weight_grad_ws(int T, int K, int ncol, long nrows, int W) {
     const int r = dw_replicas(T, K, ncol, nrows, W);
     return dw_floats(T, K, ncol) * (size_t)(r > 1 ? r + 1 : 1) +
-           (size_t)NN_MAX_THREADS * TW_SCRATCH;
+           (size_t)NN_MAX_THREADS * tw_scratch_floats(W, ncol, nrows);
 }
 
 /* Tiles [t_lo, t_hi) (tile = (t, k block, column block), column block fastest) of the chunk of
@@ -507,6 +519,7 @@ static void weight_grad(float *dWp, const tw_src *r, long nrows, int T, int accu
     const int CR = tw_chunk_rows(r->W, ncol);
     const long nchunks = (nrows + CR - 1) / CR;
     const int nth = nn_threads();
+    const size_t nsc = tw_scratch_floats(r->W, ncol, nrows);
     int reps = dw_replicas(T, K, ncol, nrows, r->W);
     if (reps < 1)
         reps = 1;
@@ -526,7 +539,7 @@ static void weight_grad(float *dWp, const tw_src *r, long nrows, int T, int accu
         const int cp = (int)(it / parts);
         const long part = it % parts;
         const long lo = ntiles * part / parts, hi = ntiles * (part + 1) / parts;
-        float *sc = scr + (size_t)omp_get_thread_num() * TW_SCRATCH;
+        float *sc = scr + (size_t)omp_get_thread_num() * nsc;
         for (long c = cp; c < nchunks; c += reps) {
             const long r0 = c * CR;
             const int nrr = (int)(nrows - r0 < CR ? nrows - r0 : CR);

@@ -39,7 +39,7 @@ struct nn_unet_plan {
     int ckpt; /* activation checkpointing: only block outputs (and GN statistics) are kept */
     int sharded; /* ws sized for whole-block padded copies (sharded convolutions) */
     float *ws_sh; /* a sharded model created unsharded: its whole-block workspace, allocated at
-                   * the first step (NULL until then) */
+                   * the first step when ws is smaller (NULL until then, or if ws suffices) */
     int dd[MAXL + 1], hh[MAXL + 1], ww[MAXL + 1], ch[MAXL + 1];
     long S[MAXL + 1];
     dc_block down[MAXL + 1], up[MAXL];
@@ -844,7 +844,7 @@ static void backward(nn_unet *m, int N) {
 }
 
 /* Checks the batch, and gives a sharded model created without nn_unet_opts.sharded its
- * whole-block convolution workspace (once). */
+ * whole-block convolution workspace (once), unless the planned one is already large enough. */
 static int check_batch(nn_unet *m, int n) {
     if (n < 1 || n > m->max_batch)
         return err_set(ERR_RANGE, "batch of %d samples: the model was built for 1..%d", n,
@@ -854,7 +854,7 @@ static int check_batch(nn_unet *m, int n) {
         return err_set(ERR_CONFIG, "the %s backend does not run spatially sharded models "
                                    "(dc_num_shards): use device: cpu",
                        p->be->name);
-    if (m->shard && !p->sharded && !p->ws_sh) {
+    if (m->shard && !p->sharded && !p->ws_sh && ws_sharded(p, m->max_batch) > p->ws_floats) {
         const size_t fl = ws_sharded(p, m->max_batch);
         void *ws = NULL;
         if (p->be->alloc(p->be, &ws, fl * sizeof(float)))

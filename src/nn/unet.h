@@ -48,8 +48,9 @@ typedef struct nn_unet_spec {
  *    GroupNorm statistics) and recompute the block's internals in backward, as upstream's
  *    torch.utils.checkpoint per block; gradients are bit-identical to the plain run.
  *  - sharded: the model will be given an nn_shard (spatial parallelism); the workspace then
- *    holds a whole block's padded copy, which the halo exchange fills. A model created without
- *    it allocates that workspace at its first sharded step instead.
+ *    holds a whole block's padded copy, which the halo exchange fills, and activation_floats
+ *    counts it. A model created without it allocates that workspace beside its own at its first
+ *    sharded step (unless its own is large enough), outside activation_floats: set it.
  *  - backend: the operation table every pass runs through (backend.h); NULL: the CPU engine.
  *    On a device backend (the CUDA one) the parameters, gradients, optimizer state and
  *    activations live in its memory: see "Device backends" below. The model does not own it.

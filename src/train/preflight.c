@@ -11,13 +11,14 @@
  *   per level l >= 1 a pooled tensor N*S_l*C_(l-1) and as many index bytes;
  *   per decoder level the transposed-convolution output N*S_l*C_l;
  *   per level a gradient buffer N*S_l*C_l; the input, the logits and their gradient;
- *   four top-level scratch tensors (4 N*S_0*C_0) and the largest layer workspace.
+ *   four top-level scratch tensors (4 N*S_0*C_0) and the largest layer workspace (with
+ *   spatial shards, a convolution's holds the whole padded block, halo border included).
  * Parameters and gradients are nn_unet_param_count floats each, the optimizer state
  * nn_optim_state_floats, and the data buffers the loader's prefetch slots (two batches per
  * worker, at least two) plus, with data_store: memory, this rank's share of the training and
  * validation samples. The warmup (warmup_batches > 0) and asynchronous checkpoints keep a copy
  * of the parameters and the optimizer state (one at a time: the warmup's is freed before the
- * first save). Halo planes of spatial shards are not counted (a few percent). */
+ * first save). */
 #include "train/train.h"
 
 #include "core/err.h"
@@ -39,8 +40,10 @@ static size_t maxz(size_t a, size_t b) {
 }
 
 /* Floats and index bytes of the activation slab (see the header comment). */
-static void activation_size(const nn_unet_spec *s, int N, const int ext[3], size_t *floats,
-                            size_t *bytes) {
+static void activation_size(const nn_unet_spec *s, int N, const int ext[3], int sharded,
+                            size_t *floats, size_t *bytes) {
+    size_t (*conv_ws)(int, int, int, int, int, int) =
+        sharded ? nn_conv3d_ws_floats_sh : nn_conv3d_ws_floats;
     const int L = s->layers, G = s->groups;
     size_t off = 0, ioff = 0, S[16];
     int ch[16], dd[16], hh[16], ww[16];
@@ -69,8 +72,8 @@ static void activation_size(const nn_unet_spec *s, int N, const int ext[3], size
     for (int b = 0; b < 2 * L + 1; b++) {
         int l = b <= L ? b : 2 * L - b;
         int cin = b == 0 ? s->in_channels : b <= L ? ch[l - 1] : 2 * ch[l];
-        ws = maxz(ws, nn_conv3d_ws_floats(N, dd[l], hh[l], ww[l], cin, ch[l]));
-        ws = maxz(ws, nn_conv3d_ws_floats(N, dd[l], hh[l], ww[l], ch[l], ch[l]));
+        ws = maxz(ws, conv_ws(N, dd[l], hh[l], ww[l], cin, ch[l]));
+        ws = maxz(ws, conv_ws(N, dd[l], hh[l], ww[l], ch[l], ch[l]));
         ws = maxz(ws, nn_groupnorm_ws_floats(ch[l]));
     }
     for (int l = 0; l < L; l++)
@@ -116,7 +119,7 @@ int train_memory_plan(const scaffold_config *c, const ds_layout *l, train_mem_pl
     }
     const int N = c->local_batch_size;
     size_t P = nn_unet_param_count(&spec), af = 0, ab = 0;
-    activation_size(&spec, N, p->ext, &af, &ab);
+    activation_size(&spec, N, p->ext, ds_layout_total(l) > 1, &af, &ab);
     nn_optim_kind kind = config_optimizer(c) == CFG_OPT_SGD       ? NN_OPT_SGD
                          : config_optimizer(c) == CFG_OPT_RMSPROP ? NN_OPT_RMSPROP
                                                                   : NN_OPT_ADAM;

@@ -185,6 +185,7 @@ static int build_model(const scaffold_config *c, train_state *s) {
         rc = nn_unet_create_opts(&s->model, &spec,
                                  &(nn_unet_opts){.precision = c->torch_amp ? NN_BF16 : NN_FP32,
                                                  .checkpointing = c->activation_checkpointing,
+                                                 .sharded = s->grid.T > 1,
                                                  .backend = s->dev.be,
                                                  .optimizer = kind},
                                  c->local_batch_size, (int)e[0], (int)e[1], (int)e[2]);

@@ -22,6 +22,22 @@ t_cbin $T $MPIRUN -n 8 $B/test_spatial 2 2 2
 t_cbin $T $MPIRUN -n 4 $B/test_spatial 2 1 1
 t_cbin $T $MPIRUN -n 2 $B/test_spatial 2 1 1 --fixture tests/dist/fixtures/shard_gn.safetensors
 
+# tools/dist_model.py's activation memory per rank is the engine's plan (nn_unet_memory_estimate,
+# activation + workspace + argmax slabs) within 1%: unsharded and the bench's sharded layouts at
+# 64^3 / base 16 / 3 levels, and [2,1,1] and [4,2,2] at scale 7 / base 64.
+for pt in "64 16 3 1 1 1" "64 16 3 2 1 1" "64 16 3 4 1 1" "64 16 3 2 2 1" "128 64 4 2 1 1" "128 64 4 4 2 2"; do
+    set -- $pt
+    sharded=$(( $4 * $5 * $6 > 1 ))
+    e=$("$BUILD/tests/nn/test_unet" --activation-mib $(($1 / $4)) $(($1 / $5)) $(($1 / $6)) $2 $3 $sharded)
+    m=$("$PYTHON" -c "
+import sys; sys.path.insert(0, 'tools'); import dist_model as m
+e = [$1 // $4, $1 // $5, $1 // $6]
+print((4 * m.act_floats(*e, $2, $3, $sharded) + m.index_bytes(*e, $2, $3)) / 2**20)")
+    awk -v e="$e" -v m="$m" 'BEGIN{d=e-m; if(d<0)d=-d; exit !(e > 0 && d <= 0.01*e)}' &&
+        t_ok "dist_model activation memory, ${1}^3 base $2 [$4,$5,$6]: model $m MiB = engine $e MiB within 1%" ||
+        t_fail "dist_model activation memory, ${1}^3 base $2 [$4,$5,$6]" "model $m MiB, engine $e MiB"
+done
+
 # The ASan/UBSan build of the same programs when present (make test-asan builds it): halos,
 # sums, the overlapped gradient all-reduce and its progress thread. (Not TSan: Open MPI is not
 # instrumented, so every hand-over through a completed request, e.g. a halo received by the

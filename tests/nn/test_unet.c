@@ -15,6 +15,7 @@
 
 #include <math.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -655,9 +656,25 @@ static int write_ckpt(const char *path) {
     return rc ? 1 : 0;
 }
 
+/* --activation-mib D H W C0 L SHARDED: the engine's planned activation + index slab in MiB
+ * (fp32, batch 1, 6 classes, 8 groups), for tools/dist_model.py's check (tests/dist/run.sh). */
+static int print_activation_mib(char **a) {
+    nn_unet_spec s = {3, 6, atoi(a[4]), atoi(a[3]), 8};
+    const nn_unet_opts o = {.sharded = atoi(a[5])};
+    nn_unet_memory e;
+    if (nn_unet_memory_estimate(&s, &o, 1, atoi(a[0]), atoi(a[1]), atoi(a[2]), NN_OPT_ADAM, &e)) {
+        fprintf(stderr, "test_unet: %s\n", err_msg());
+        return 2;
+    }
+    printf("%.3f\n", (double)(e.activations + e.workspace) / 1048576.0);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc > 2 && !strcmp(argv[1], "--write-ckpt"))
         return write_ckpt(argv[2]);
+    if (argc == 8 && !strcmp(argv[1], "--activation-mib"))
+        return print_activation_mib(argv + 2);
     if (fx_isa_setup(argc, argv))
         return 0;
     const char *dir = argc > 1 ? argv[1] : "tests/nn/fixtures";
