@@ -90,6 +90,7 @@ STEPS=${NN_STEPS:-$STEPS}
 echo
 echo "## Training step ($cpu, $THREADS threads, batch 1, median of $REPS after a warm-up step; scale 7: one step)"
 echo
+raw=$(mktemp) # the rows print as each step finishes (scale 7 takes minutes per step)
 echo "| model | precision | scaffold s | scaffold GFLOP/s | scaffold peak RSS | PyTorch s | PyTorch peak RSS | PyTorch/scaffold |"
 echo "|---|---|---|---|---|---|---|---|"
 for s in $STEPS; do
@@ -116,11 +117,10 @@ for s in $STEPS; do
                 A["maxrss_mib"] / 1024, (ts > 0 ? sprintf("%.3f", ts) : "-"),
                 (ts > 0 ? sprintf("%.2f GiB", T["maxrss_mib"] / 1024) : "-"),
                 (ts > 0 ? sprintf("%.2fx", ts / A["scaffold_step_s"]) : "-")
-        }' >>/tmp/nn_steps.$$
-        echo "$o" >>/tmp/nn_steps_raw.$$
+        }'
+        echo "$o" >>"$raw"
     done
 done
-cat /tmp/nn_steps.$$
 awk '{ n = split($0, a, " "); for (i = 1; i < n; i++) A[a[i]] = a[i + 1]
        key = A["params"]; if (A["precision"] == "fp32" && A["ckpt"] == 0) { t0[key] = A["scaffold_step_s"]; r0[key] = A["maxrss_mib"] }
        if (A["precision"] == "bf16") tb[key] = A["scaffold_step_s"]
@@ -130,5 +130,5 @@ awk '{ n = split($0, a, " "); for (i = 1; i < n; i++) A[a[i]] = a[i + 1]
            s = ""
            if (tb[k] > 0) s = s sprintf("; bf16 step %.2fx faster than fp32", t0[k] / tb[k])
            if (tc[k] > 0) s = s sprintf("; checkpointing %.2fx the time at %.0f%% of the peak RSS", tc[k] / t0[k], 100 * rc[k] / r0[k])
-           if (s != "") printf "RESULT %s params%s\n", k, s } }' /tmp/nn_steps_raw.$$
-rm -f /tmp/nn_steps.$$ /tmp/nn_steps_raw.$$
+           if (s != "") printf "RESULT %s params%s\n", k, s } }' "$raw"
+rm -f "$raw"
