@@ -399,7 +399,7 @@ int cmd_scaling(int argc, char **argv) {
                  "dc_num_shards layouts, ';'-separated [\"1 1 1\"]"),
         OPT_STR_(0, "launcher", &o.launcher, "CMD",
                  "launcher prefix; {n} is replaced by the rank count, else -n N is appended "
-                 "[mpirun --oversubscribe, with --allow-run-as-root as root]"),
+                 "[mpirun --bind-to none --oversubscribe, with --allow-run-as-root as root]"),
         OPT_STR_(0, "mode", &o.mode, "weak|strong",
                  "weak: local_batch_size per replica fixed; strong: the configuration's "
                  "local_batch_size is the global batch, split over the replicas [weak]"),
@@ -460,8 +460,11 @@ int cmd_scaling(int argc, char **argv) {
     signal(SIGINT, sc_on_signal);
     signal(SIGHUP, sc_on_signal);
     const char *launcher = o.launcher ? o.launcher
-                           : geteuid() == 0 ? "mpirun --allow-run-as-root --oversubscribe"
-                                            : "mpirun --oversubscribe";
+                           /* No binding: Open MPI binds each of up to 2 ranks to one core, where
+                            * a rank's --threads would share it. */
+                           : geteuid() == 0
+                               ? "mpirun --allow-run-as-root --bind-to none --oversubscribe"
+                               : "mpirun --bind-to none --oversubscribe";
     /* The points, in order: layouts, then rank counts. */
     sc_point pts[SC_MAX_POINTS];
     int np = 0;
