@@ -1,7 +1,8 @@
 /* cmd_trace: `scaffold trace [options] -- CMD ARGS...` runs a command (and everything it forks
  * or execs) under libscaffold_trace.so and reports the trace files it wrote. It owns only the
  * launching: locating the library, setting LD_PRELOAD and the SCAFFOLD_TRACE_* variables,
- * forwarding SIGINT/SIGTERM to the child, and the closing summary line. */
+ * forwarding SIGINT/SIGTERM to the child, waiting for orphaned descendants (so their trace
+ * files are complete when it returns), and the closing summary line. */
 #include "cli/cli.h"
 #include "core/err.h"
 #include "core/fsutil.h"
@@ -15,11 +16,16 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
-static volatile sig_atomic_t trace_child_pid;
+static volatile sig_atomic_t trace_child_pid, trace_signalled;
 
 static void trace_forward(int sig) {
+    trace_signalled = 1; /* also ends the wait for orphans */
     if (trace_child_pid > 0)
         kill((pid_t)trace_child_pid, sig);
 }
@@ -120,9 +126,32 @@ static int trace_abs_list(const char *in, char *out, size_t cap) {
     return 0;
 }
 
+/* Reaps the descendants reparented to us after CMD exited, polling for up to wait_s seconds.
+ * Returns 1 when some are still running at the deadline, 0 when none are left. */
+static int trace_reap_orphans(int wait_s) {
+    struct timespec t0, now, nap = {0, 10 * 1000 * 1000};
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (!trace_signalled) {
+        int st;
+        pid_t r = waitpid(-1, &st, WNOHANG);
+        if (r > 0)
+            continue;
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) /* ECHILD: nothing left */
+            return 0;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if ((double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec) >=
+            (double)wait_s)
+            return 1;
+        nanosleep(&nap, NULL);
+    }
+    return waitpid(-1, NULL, WNOHANG) < 0 ? 0 : 1;
+}
+
 int cmd_trace(int argc, char **argv) {
     const char *out = "traces", *data_dirs = NULL, *exclude = NULL, *lib = NULL;
-    int flush_ms = 0;
+    int flush_ms = 0, wait_s = 30;
     const opt_spec opts[] = {
         OPT_STR_(0, "out", &out, "DIR", "directory for the traces (default: ./traces; created)"),
         OPT_STR_(0, "data-dirs", &data_dirs, "A:B",
@@ -131,6 +160,9 @@ int cmd_trace(int argc, char **argv) {
         OPT_INT_(0, "flush-ms", &flush_ms, 1, 3600000, "N",
                  "flush interval in milliseconds (default 1000): the most a killed process can "
                  "lose"),
+        OPT_INT_(0, "wait", &wait_s, 0, 86400, "S",
+                 "after CMD exits, wait up to S seconds (default 30) for processes it left "
+                 "running, such as an MPI singleton's daemon, so their traces are complete"),
         OPT_STR_(0, "lib", &lib, "PATH",
                  "the tracer library (default: libscaffold_trace.so next to this executable, or "
                  "$SCAFFOLD_TRACE_LIB)"),
@@ -202,6 +234,11 @@ int cmd_trace(int argc, char **argv) {
     size_t nknown;
     trace_known(outabs, &known, &nknown);
     fflush(NULL);
+#ifdef __linux__
+    /* Descendants that outlive CMD (Open MPI's singleton daemon, anything daemonised) are
+     * reparented to us instead of init, so we can wait for them to write their traces. */
+    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+#endif
     pid_t pid = fork();
     if (pid < 0) {
         fprintf(stderr, "scaffold trace: fork failed: %s\n", strerror(errno));
@@ -227,6 +264,17 @@ int cmd_trace(int argc, char **argv) {
         }
     }
     int rc = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1;
+    trace_child_pid = 0;
+    trace_signalled = 0;
+    int left = trace_reap_orphans(wait_s);
+    if (left > 0 && trace_signalled)
+        fprintf(stderr, "scaffold trace: interrupted while waiting for processes the command "
+                        "started; their trace files are written when they exit\n");
+    else if (left > 0)
+        fprintf(stderr,
+                "scaffold trace: processes the command started still run after %d s; their "
+                "trace files are written when they exit (--wait S waits longer)\n",
+                wait_s);
 
     /* Summary: trace files written during this run. */
     long files = 0;

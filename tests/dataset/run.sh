@@ -108,9 +108,9 @@ t_cbin $MPIRUN -n 2 "$T/test_loader" files "$full" -c "$cfg" --local-batch-size 
 t_cbin $MPIRUN -n 2 "$T/test_loader" files "$s211" -c "$cfg" --dc-num-shards 1 2 1 --dc-shard-dims 3 2 4 --dataloader-num-workers 1
 t_cbin $MPIRUN -n 4 "$T/test_loader" files "$s221" -c "$cfg" --dc-num-shards 2 2 1 --local-batch-size 3 --dataloader-num-workers 0
 if [ -f "$BUILD/libscaffold_trace.so" ]; then  # per-sample "item" events from the file source
-    "$SCAFFOLD" trace --out "$d/tr" -- "$T/test_loader" files "$full" -c "$cfg" --dataloader-num-workers 2 >/dev/null 2>&1
+    "$SCAFFOLD" trace --out "$d/tr" -- "$T/test_loader" files "$full" -c "$cfg" --dataloader-num-workers 2 >"$d/tr.log" 2>&1
     n=$(zcat "$d"/tr/*.pfw.gz 2>/dev/null | grep -c '"name":"item","cat":"data"')
-    [ "$n" -eq 12 ] && t_ok "traced loader: one dftracer item event per sample read (12)" || t_fail "trace item events" "$n"
+    [ "$n" -eq 12 ] && t_ok "traced loader: one dftracer item event per sample read (12)" || t_fail "trace item events" "$n: $(tail -n 5 "$d/tr.log")"
 fi
 t_expect_fail "layout mismatch is refused" 1 "does not match the config's dc_num_shards" $MPIRUN -n 2 "$T/test_loader" files "$s211" -c "$cfg"
 

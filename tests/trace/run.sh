@@ -290,6 +290,16 @@ t_expect_fail "scaffold trace --lib missing" 2 "not readable" "$SCAFFOLD" trace 
 t_expect_fail "scaffold trace of a missing program" 127 "cannot run" "$SCAFFOLD" trace --out "$T/cli/o3" -- /nonexistent-prog
 out=$(SCAFFOLD_TRACE_PREFIX="$T/cli/o4/trace" "$SCAFFOLD" trace --out "$T/cli/o4" -- sh -c 'exit 7' 2>&1)
 t_check "scaffold trace passes the exit status through" test $? -eq 7
+# Processes that outlive the command (an MPI singleton's daemon) are waited for, so their trace
+# files are complete when `scaffold trace` returns; --wait 0 does not wait and says so.
+mkdir -p "$T/cli/o5"
+out=$("$SCAFFOLD" trace --out "$T/cli/o5" -- sh -c "(sleep 1; echo x > '$T/cli/o5/late') &" 2>&1)
+if [ -f "$T/cli/o5/late" ] && zcat "$T/cli/o5"/trace-*.pfw.gz | grep -q "o5/late"; then
+    t_ok "scaffold trace waits for orphaned descendants and their traces"
+else t_fail "scaffold trace waits for orphans" "$out"; fi
+t_expect_fail "scaffold trace --wait 0 reports what still runs" 0 "still run after 0 s" \
+    "$SCAFFOLD" trace --out "$T/cli/o6" --wait 0 -- sh -c "sleep 2 &"
+t_expect_fail "scaffold trace --wait bad" 2 "wait" "$SCAFFOLD" trace --wait -1 -- true
 
 # An existing dftracer reader (pip dftracer-utils), when installed.
 if command -v dftracer_validate >/dev/null 2>&1 && command -v dftracer_event_count >/dev/null 2>&1; then
