@@ -4,19 +4,12 @@
  * needs per rank, estimated from the configuration, and the refusal of a run that cannot fit in
  * its node's memory.
  *
- * Until the engine exposes its own estimate, the activation term mirrors the slab plan of
- * nn_unet_create (src/nn/unet.c) from nn's public sizes, for N = local_batch_size samples of
- * this rank's shard extent and L levels with C_l = base << l channels at S_l voxels:
- *   per DoubleConv block (2L + 1 of them) 3 N*S*C_out floats + 4 N*G statistics;
- *   per level l >= 1 a pooled tensor N*S_l*C_(l-1) and as many index bytes;
- *   per decoder level the transposed-convolution output N*S_l*C_l;
- *   per level a gradient buffer N*S_l*C_l; the input, the logits and their gradient;
- *   four top-level scratch tensors (4 N*S_0*C_0) and the largest layer workspace (with
- *   spatial shards, a convolution's holds the whole padded block, halo border included).
- * Parameters and gradients are nn_unet_param_count floats each, the optimizer state
- * nn_optim_state_floats, and the data buffers the loader's prefetch slots (two batches per
- * worker, at least two) plus, with data_store: memory, this rank's share of the training and
- * validation samples. The warmup (warmup_batches > 0) and asynchronous checkpoints keep a copy
+ * The model's terms are the engine's own plan (nn_unet_memory_estimate: exactly what
+ * nn_unet_create_opts allocates, with this run's precision, checkpointing and sharding) for N =
+ * local_batch_size samples of this rank's shard extent; the activation term includes the
+ * largest layer workspace and the pooling index bytes. The data buffers are the loader's
+ * prefetch slots (two batches per worker, at least two) plus, with data_store: memory, this
+ * rank's share of the training and validation samples. The warmup (warmup_batches > 0) and asynchronous checkpoints keep a copy
  * of the parameters and the optimizer state (one at a time: the warmup's is freed before the
  * first save). */
 #include "train/train.h"
@@ -25,63 +18,9 @@
 #include "core/fsutil.h"
 #include "core/log.h"
 #include "dataset/compose.h"
-#include "nn/layers.h"
-#include "nn/loss.h"
 
 #include <stdio.h>
 #include <string.h>
-
-static size_t up16(size_t n) {
-    return (n + 15) & ~(size_t)15;
-}
-
-static size_t maxz(size_t a, size_t b) {
-    return a > b ? a : b;
-}
-
-/* Floats and index bytes of the activation slab (see the header comment). */
-static void activation_size(const nn_unet_spec *s, int N, const int ext[3], int sharded,
-                            size_t *floats, size_t *bytes) {
-    size_t (*conv_ws)(int, int, int, int, int, int) =
-        sharded ? nn_conv3d_ws_floats_sh : nn_conv3d_ws_floats;
-    const int L = s->layers, G = s->groups;
-    size_t off = 0, ioff = 0, S[16];
-    int ch[16], dd[16], hh[16], ww[16];
-    for (int i = 0; i <= L; i++) {
-        dd[i] = ext[0] >> i, hh[i] = ext[1] >> i, ww[i] = ext[2] >> i;
-        S[i] = (size_t)dd[i] * hh[i] * ww[i];
-        ch[i] = s->base_channels << i;
-    }
-    for (int b = 0; b < 2 * L + 1; b++) {
-        int level = b <= L ? b : 2 * L - b, cout = ch[level];
-        off += 3 * up16((size_t)N * S[level] * cout) + 4 * up16((size_t)N * G);
-    }
-    for (int i = 1; i <= L; i++) {
-        size_t n = (size_t)N * S[i] * ch[i - 1];
-        off += up16(n);
-        ioff += (n + 63) & ~(size_t)63;
-    }
-    for (int l = 0; l < L; l++)
-        off += up16((size_t)N * S[l] * ch[l]);
-    for (int i = 0; i <= L; i++)
-        off += up16((size_t)N * S[i] * ch[i]);
-    const size_t top = (size_t)N * S[0] * ch[0];
-    off += up16((size_t)N * S[0] * s->in_channels) + 2 * up16((size_t)N * S[0] * s->n_classes);
-    off += 2 * up16(top) + up16(2 * top);
-    size_t ws = nn_loss_ws_floats(N, s->n_classes);
-    for (int b = 0; b < 2 * L + 1; b++) {
-        int l = b <= L ? b : 2 * L - b;
-        int cin = b == 0 ? s->in_channels : b <= L ? ch[l - 1] : 2 * ch[l];
-        ws = maxz(ws, conv_ws(N, dd[l], hh[l], ww[l], cin, ch[l]));
-        ws = maxz(ws, conv_ws(N, dd[l], hh[l], ww[l], ch[l], ch[l]));
-        ws = maxz(ws, nn_groupnorm_ws_floats(ch[l]));
-    }
-    for (int l = 0; l < L; l++)
-        ws = maxz(ws, nn_convt3d_ws_floats(N, dd[l + 1], hh[l + 1], ww[l + 1], ch[l + 1], ch[l]));
-    ws = maxz(ws, nn_conv1_ws_floats((long)N * (long)S[0], ch[0], s->n_classes));
-    *floats = off + up16(ws);
-    *bytes = ioff;
-}
 
 /* The node's memory: MemTotal, or a smaller cgroup limit (containers, batch jobs). */
 static double node_memory_bytes(void) {
@@ -111,25 +50,26 @@ static double node_memory_bytes(void) {
 
 int train_memory_plan(const scaffold_config *c, const ds_layout *l, train_mem_plan *p) {
     memset(p, 0, sizeof *p);
-    nn_unet_spec spec = {3, c->n_categories + 1, c->unet_layers, c->unet_base_channels,
-                         c->group_norm_groups};
+    nn_unet_spec spec;
+    nn_unet_opts o;
+    train_model_of(c, ds_layout_total(l) > 1, &spec, &o);
     for (int a = 0; a < 3; a++) {
         int n = ds_layout_count_of(l, a);
         p->ext[a] = (c->vol_size + n - 1) / n;
     }
     const int N = c->local_batch_size;
-    size_t P = nn_unet_param_count(&spec), af = 0, ab = 0;
-    activation_size(&spec, N, p->ext, ds_layout_total(l) > 1, &af, &ab);
-    nn_optim_kind kind = config_optimizer(c) == CFG_OPT_SGD       ? NN_OPT_SGD
-                         : config_optimizer(c) == CFG_OPT_RMSPROP ? NN_OPT_RMSPROP
-                                                                  : NN_OPT_ADAM;
-    p->params = 4.0 * (double)P;
-    p->grads = 4.0 * (double)P;
-    p->optim = 4.0 * (double)nn_optim_state_floats(kind, P);
+    nn_unet_memory e;
+    int rc =
+        nn_unet_memory_estimate(&spec, &o, N, p->ext[0], p->ext[1], p->ext[2], o.optimizer, &e);
+    if (rc)
+        return rc;
+    p->params = (double)e.params;
+    p->grads = (double)e.grads;
+    p->optim = (double)e.optimizer;
     /* The warmup's snapshot (restored after it) or the async writer's. */
     if (c->warmup_batches > 0 || c->async_save)
         p->snapshot = p->params + p->optim;
-    p->activations = 4.0 * (double)af + (double)ab;
+    p->activations = (double)e.activations + (double)e.workspace;
     const double voxels = (double)p->ext[0] * p->ext[1] * p->ext[2];
     const double sample = voxels * (3 * 4 + 2); /* float32 volume (3 channels) + uint16 mask */
     int slots = 2 * (c->dataloader_num_workers > 1 ? c->dataloader_num_workers : 1);
@@ -163,7 +103,9 @@ static const char *gib(double b, char *buf, size_t n) {
 int train_memory_check(const scaffold_config *c, const ds_layout *l, const dist_world *w,
                        int ranks_on_node) {
     train_mem_plan p;
-    train_memory_plan(c, l, &p);
+    int rc = train_memory_plan(c, l, &p);
+    if (rc)
+        return rc;
     char a[32], b[32], o[32], d[32], t[32], nt[32], nm[32], mem[32], sn[32];
     double node = p.total * (ranks_on_node > 0 ? ranks_on_node : 1);
     const int fits = p.node_memory <= 0 || node <= p.node_memory;
@@ -183,14 +125,14 @@ int train_memory_check(const scaffold_config *c, const ds_layout *l, const dist_
                    "%dx%dx%d voxels, parameters, gradients and optimizer %s), %s for the %d "
                    "rank(s) on this node, more than its %s of memory; lower local_batch_size, "
                    "unet_base_channels or problem_scale, split each volume over more ranks with "
-                   "spatial shards (dc_num_shards)%s%s",
+                   "spatial shards (dc_num_shards)%s",
                    gib(p.total, nt, sizeof nt), gib(p.activations, d, sizeof d),
                    c->local_batch_size, p.ext[0], p.ext[1], p.ext[2],
                    gib(p.params + p.grads + p.optim + p.snapshot, o, sizeof o), gib(node, nm, sizeof nm),
                    ranks_on_node, gib(p.node_memory, mem, sizeof mem),
+                   /* not bf16: activations stay fp32 (rounded), its packed copies add */
                    c->activation_checkpointing ? "" : ", or recompute activations "
-                                                      "(activation_checkpointing: 1)",
-                   c->torch_amp ? "" : " or use bf16 (torch_amp: 1)");
+                                                      "(activation_checkpointing: 1)");
 }
 
 /* The checkpoint pair a resume would read (either tag), for the check before writing. */
@@ -244,14 +186,11 @@ int train_preflight(const scaffold_config *c, const ds_layout *l, const dist_wor
                          global_batch > plan.n_train ? plan.n_train : plan.n_val);
         ds_plan_free(&plan);
     }
-    /* The model against this rank's shard extent, then the memory it all needs. */
+    /* The model against this rank's shard extent (the engine's estimate checks it), then the
+     * memory it all needs. */
     train_mem_plan mp;
     if (rc == 0)
         rc = train_memory_plan(c, l, &mp);
-    nn_unet_spec spec = {3, c->n_categories + 1, c->unet_layers, c->unet_base_channels,
-                         c->group_norm_groups};
-    if (rc == 0)
-        rc = nn_unet_spec_check(&spec, mp.ext[0], mp.ext[1], mp.ext[2]);
     if (rc == 0)
         rc = train_memory_check(c, l, w, ranks_on_node);
     return rc;

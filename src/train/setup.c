@@ -172,23 +172,30 @@ static int open_data(scaffold_config *c, train_state *s) {
     return dist_agree(s->w, rc);
 }
 
+void train_model_of(const scaffold_config *c, int sharded, nn_unet_spec *spec, nn_unet_opts *o) {
+    *spec = (nn_unet_spec){3, c->n_categories + 1, c->unet_layers, c->unet_base_channels,
+                           c->group_norm_groups};
+    const int k = config_optimizer(c);
+    *o = (nn_unet_opts){.precision = c->torch_amp ? NN_BF16 : NN_FP32,
+                        .checkpointing = c->activation_checkpointing,
+                        .sharded = sharded,
+                        .optimizer = k == CFG_OPT_SGD       ? NN_OPT_SGD
+                                     : k == CFG_OPT_RMSPROP ? NN_OPT_RMSPROP
+                                                            : NN_OPT_ADAM};
+}
+
 /* Model, optimizer, batch buffers. Local; the caller agrees. */
 static int build_model(const scaffold_config *c, train_state *s) {
-    nn_unet_spec spec = {3, c->n_categories + 1, c->unet_layers, c->unet_base_channels,
-                         c->group_norm_groups};
+    nn_unet_spec spec;
+    nn_unet_opts o;
+    train_model_of(c, s->grid.T > 1, &spec, &o);
+    o.backend = s->dev.be;
+    const nn_optim_kind kind = (nn_optim_kind)o.optimizer;
     const int64_t *e = s->ds->ext;
     int rc = nn_unet_spec_check(&spec, (int)e[0], (int)e[1], (int)e[2]);
-    nn_optim_kind kind = config_optimizer(c) == CFG_OPT_SGD       ? NN_OPT_SGD
-                         : config_optimizer(c) == CFG_OPT_RMSPROP ? NN_OPT_RMSPROP
-                                                                  : NN_OPT_ADAM;
     if (rc == 0)
-        rc = nn_unet_create_opts(&s->model, &spec,
-                                 &(nn_unet_opts){.precision = c->torch_amp ? NN_BF16 : NN_FP32,
-                                                 .checkpointing = c->activation_checkpointing,
-                                                 .sharded = s->grid.T > 1,
-                                                 .backend = s->dev.be,
-                                                 .optimizer = kind},
-                                 c->local_batch_size, (int)e[0], (int)e[1], (int)e[2]);
+        rc = nn_unet_create_opts(&s->model, &spec, &o, c->local_batch_size, (int)e[0], (int)e[1],
+                                 (int)e[2]);
     if (rc == 0)
         rc = nn_optim_init(&s->opt, kind, s->model.nparams);
     s->ce_w = malloc((size_t)spec.n_classes * sizeof *s->ce_w);

@@ -69,8 +69,13 @@ typedef struct train_state {
  * the fix. */
 int train_check(const scaffold_config *c, const dist_world *w);
 
+/* The model a run builds from its config (backend NULL), with sharded set for a spatially
+ * sharded layout: one definition for the trainer and the memory plan, so the plan estimates the
+ * model that runs. */
+void train_model_of(const scaffold_config *c, int sharded, nn_unet_spec *spec, nn_unet_opts *o);
+
 /* The memory a run needs per rank (bytes), estimated from the configuration before anything is
- * generated (memplan.c says how), for the shard extent of layout `l`. */
+ * generated (preflight.c says how), for the shard extent of layout `l`. */
 typedef struct train_mem_plan {
     int ext[3]; /* this rank's shard extent (D, H, W) */
     double params, grads, optim, activations, data, total;

@@ -43,6 +43,16 @@ t_expect_fail "memory plan: a run larger than the node refused" 2 \
 out=$("$SCAFFOLD" benchmark -c configs/benchmark_default.yml -c "$d/mp.yml" --activation-checkpointing 1 2>&1)
 grep -q "more than its" <<<"$out" && ! grep -q "activation_checkpointing" <<<"$out" \
     && t_ok "memory plan: activation_checkpointing not suggested when it is on" || t_fail "memory plan: suggestions" "$out"
+# The plan is the engine's: its activation figure (fp32) is nn_unet_memory_estimate's, and
+# activation checkpointing lowers it.
+act() { sed -n 's/.*(activations \([0-9.]*\) TiB for batch.*/\1/p' <<<"$1"; }
+plain=$(act "$("$SCAFFOLD" benchmark -c configs/benchmark_default.yml -c "$d/mp.yml" --torch-amp 0 2>&1)")
+ckpt=$(act "$("$SCAFFOLD" benchmark -c configs/benchmark_default.yml -c "$d/mp.yml" --torch-amp 0 --activation-checkpointing 1 2>&1)")
+eng=$("$BUILD/tests/nn/test_unet" --activation-mib 4096 4096 4096 64 9 0)
+t_check "memory plan: activations are the engine's estimate ($plain TiB)" "$PYTHON" -c \
+    "import sys; p, e = float(sys.argv[1]), float(sys.argv[2]) / 2**20; sys.exit(abs(p - e) > 0.005 * e)" "$plain" "$eng"
+t_check "memory plan: checkpointing lowers the activations ($ckpt < $plain TiB)" "$PYTHON" -c \
+    "import sys; sys.exit(not 0 < float(sys.argv[1]) < 0.6 * float(sys.argv[2]))" "$ckpt" "$plain"
 [ ! -e "$d/mp" ] && t_ok "memory plan: nothing written by a refused run" || t_fail "memory plan: nothing written" "$(ls -R "$d/mp")"
 # tools/setup.sh: building and running need no test tools (it used to install Chromium and
 # PyTorch for `make run`); --test adds them.
