@@ -3,8 +3,10 @@
 
 #include "core/err.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 static int dist_we_initialised;
 
@@ -61,6 +63,42 @@ int dist_node_size(const dist_world *w) {
         MPI_Comm_free(&node);
     }
     return n;
+}
+
+/* CPUs in pid's affinity mask, OR-ed into *set when set is not NULL; 0 if unknown. */
+static int affinity_cpus(pid_t pid, cpu_set_t *set) {
+    cpu_set_t s;
+    CPU_ZERO(&s);
+    if (sched_getaffinity(pid, sizeof s, &s) != 0)
+        return 0;
+    if (set)
+        CPU_OR(set, set, &s);
+    return CPU_COUNT(&s);
+}
+
+void dist_node_cpu_use(const dist_world *w, int threads, dist_node_cpu *out) {
+    memset(out, 0, sizeof *out);
+    cpu_set_t mask;
+    CPU_ZERO(&mask);
+    const int own = affinity_cpus(0, &mask);
+    /* The launcher's mask (mpirun's daemon, srun's step daemon, the shell): what binding took
+     * away from this rank. */
+    const int parent = affinity_cpus(getppid(), NULL);
+    /* bound: more threads than the mask, which a launcher narrowed (else: too many threads) */
+    long long v[4] = {1, threads, own > 0 && threads > own && own < parent, parent};
+    MPI_Comm node;
+    if (MPI_Comm_split_type(w->comm, MPI_COMM_TYPE_SHARED, w->rank, MPI_INFO_NULL, &node) ==
+        MPI_SUCCESS) {
+        MPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_LONG_LONG, MPI_SUM, node);
+        MPI_Allreduce(MPI_IN_PLACE, v + 3, 1, MPI_LONG_LONG, MPI_MAX, node);
+        MPI_Allreduce(MPI_IN_PLACE, &mask, (int)sizeof mask, MPI_BYTE, MPI_BOR, node);
+        MPI_Comm_free(&node);
+    }
+    out->ranks = (int)v[0];
+    out->threads = (int)v[1];
+    out->over_bound = (int)v[2];
+    out->cpus = own > 0 ? CPU_COUNT(&mask) : 0;
+    out->cpus_launcher = (int)v[3];
 }
 
 void dist_barrier(const dist_world *w) {

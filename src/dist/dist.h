@@ -32,6 +32,14 @@ int dist_agree(const dist_world *w, int rc);
 void dist_barrier(const dist_world *w);
 /* The number of ranks of `w` on this rank's node (sharing its memory). */
 int dist_node_size(const dist_world *w);
+/* Collective. This node's CPU use, each rank passing the threads it computes with: the ranks on
+ * the node, their threads, how many ranks run more threads than their affinity mask holds when
+ * a launcher's binding narrowed that mask, the CPUs their masks cover together, and the most
+ * CPUs a launcher process of theirs may use (what binding took away). 0 where unknown. */
+typedef struct dist_node_cpu {
+    int ranks, threads, over_bound, cpus, cpus_launcher;
+} dist_node_cpu;
+void dist_node_cpu_use(const dist_world *w, int threads, dist_node_cpu *out);
 void dist_bcast(const dist_world *w, void *buf, size_t n, int root);
 double dist_max_double(const dist_world *w, double v);
 double dist_sum_double(const dist_world *w, double v);

@@ -5,6 +5,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "fractal/library.h"
+#include "nn/layers.h"
 #include "nn/loss.h"
 
 #include <stdio.h>
@@ -84,7 +85,33 @@ int train_check(const scaffold_config *c, const dist_world *w) {
     int node_ranks = dist_node_size(w);
     if (rc == 0)
         rc = train_preflight(c, &l, w, node_ranks);
-    return dist_agree(w, rc);
+    rc = dist_agree(w, rc);
+    if (rc == 0)
+        train_cpu_report(w);
+    return rc;
+}
+
+void train_cpu_report(const dist_world *w) {
+    dist_node_cpu u;
+    dist_node_cpu_use(w, nn_threads(), &u);
+    if (w->rank != 0)
+        return;
+    const int fair = u.ranks > 0 && u.cpus_launcher / u.ranks > 1 ? u.cpus_launcher / u.ranks : 1;
+    if (u.over_bound > 0)
+        log_warn("%d of the %d rank(s) on this node run more OpenMP threads than the CPUs they "
+                 "are bound to (%d threads on %d CPU(s) in all), so threads share cores and "
+                 "every step is slower; launch with `mpirun --bind-to none` (Open MPI binds each "
+                 "of up to 2 ranks to one core) and OMP_NUM_THREADS=%d",
+                 u.over_bound, u.ranks, u.threads, u.cpus, fair);
+    else if (u.cpus > 0 && u.threads > u.cpus)
+        log_warn("the %d rank(s) on this node run %d OpenMP threads on %d CPU(s), so threads "
+                 "share cores and every step is slower; set OMP_NUM_THREADS=%d (CPUs / ranks)",
+                 u.ranks, u.threads, u.cpus, u.cpus / u.ranks > 1 ? u.cpus / u.ranks : 1);
+    else if (u.cpus > 0 && u.cpus_launcher > u.cpus && u.threads < u.cpus_launcher)
+        log_warn("the %d rank(s) on this node are bound to %d of the %d CPUs their launcher may "
+                 "use, so %d stay idle; launch with `mpirun --bind-to none` and "
+                 "OMP_NUM_THREADS=%d to use them",
+                 u.ranks, u.cpus, u.cpus_launcher, u.cpus_launcher - u.cpus, fair);
 }
 
 void train_state_free(train_state *s) {

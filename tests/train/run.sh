@@ -121,6 +121,24 @@ else
     t_fail "data_store memory losses" "$(diff <(cut -d, -f1-7 "$(lastrun runsm)/train_stats.csv") <(cut -d, -f1-7 "$(lastrun runsf)/train_stats.csv"))"
 fi
 
+# 7. CPU use: a warning when threads share cores (a launcher's binding, or more threads than
+# CPUs) or a binding leaves CPUs idle; none for a plain single-process run.
+ncpu=$(getconf _NPROCESSORS_ONLN)
+cpuwarn() { grep -E "OpenMP threads|stay idle" <<<"$1"; }
+out=$(OMP_NUM_THREADS=$ncpu "$SCAFFOLD" benchmark $cfg --base-run-dir runscpu --epochs 1 2>&1)
+[ -z "$(cpuwarn "$out")" ] && t_ok "cpu use: no warning for one process on all CPUs" || t_fail "cpu use: spurious warning" "$out"
+out=$(OMP_NUM_THREADS=$((2 * ncpu)) "$SCAFFOLD" benchmark $cfg --base-run-dir runscpu --epochs 1 2>&1)
+grep -q "run $((2 * ncpu)) OpenMP threads on $ncpu CPU(s).*OMP_NUM_THREADS=$ncpu" <<<"$out" \
+    && t_ok "cpu use: more threads than CPUs" || t_fail "cpu use: more threads than CPUs" "$out"
+if $MPIRUN --version 2>&1 | grep -q "Open MPI" && [ "$ncpu" -ge 2 ]; then
+    out=$(OMP_NUM_THREADS=2 $MPIRUN -n 1 --bind-to core "$SCAFFOLD" benchmark $cfg --base-run-dir runscpu --epochs 1 2>&1)
+    grep -q "1 of the 1 rank(s) on this node run more OpenMP threads than the CPUs they are bound to.*--bind-to none" <<<"$out" \
+        && t_ok "cpu use: threads over a bound core (Open MPI --bind-to core)" || t_fail "cpu use: bound threads" "$out"
+    out=$(OMP_NUM_THREADS=1 $MPIRUN -n 1 --bind-to core "$SCAFFOLD" benchmark $cfg --base-run-dir runscpu --epochs 1 2>&1)
+    grep -q "bound to 1 of the $ncpu CPUs their launcher may use, so $((ncpu - 1)) stay idle" <<<"$out" \
+        && t_ok "cpu use: a binding that leaves CPUs idle" || t_fail "cpu use: idle CPUs" "$out"
+fi
+
 # 6. Bad inputs at -n 2: one clear message, same exit status on all ranks, no hang.
 t_expect_fail "global batch larger than the validation set" 2 "global batch size 4 .* exceeds the validation set" \
     timeout 120 $MPIRUN -n 2 "$SCAFFOLD" benchmark $cfg --base-run-dir runsbad --local-batch-size 2
