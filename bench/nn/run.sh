@@ -11,7 +11,7 @@
 # Usage: bench/nn/run.sh [REPS] [THREADS] [quick|full]
 #   quick (default): layers at 32^3 and below, steps at scale 5/64 and 6/32
 #   full: every layer, steps also at 6/64 and one step at 7/64 (~10 GiB each: run it alone)
-#   NN_STEPS="5:64 6:64" (scale:base pairs) replaces the mode's list of steps
+#   NN_STEPS="5:64 6:64" (scale:base pairs) replaces the mode's list of steps (NN_STEPS="": none)
 #   NN_PRECS="fp32 ckpt" replaces the precisions of each step (default fp32 bf16 ckpt); PyTorch's
 #     CPU autocast-bf16 step takes minutes at scale 5/64 on a CPU without AVX512_BF16
 #   NN_LAYERS=0 skips the per-layer table
@@ -89,7 +89,7 @@ if [ "$MODE" = full ]; then
 else
     STEPS="5:64 6:32"
 fi
-STEPS=${NN_STEPS:-$STEPS}
+STEPS=${NN_STEPS-$STEPS} # set but empty: no steps
 echo
 echo "## Training step ($cpu, $THREADS threads, batch 1, median of $REPS after a warm-up step; scale 7: one step)"
 echo
