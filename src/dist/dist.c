@@ -54,17 +54,6 @@ int dist_agree(const dist_world *w, int rc) {
     return code;
 }
 
-int dist_node_size(const dist_world *w) {
-    MPI_Comm node;
-    int n = 1;
-    if (MPI_Comm_split_type(w->comm, MPI_COMM_TYPE_SHARED, w->rank, MPI_INFO_NULL, &node) ==
-        MPI_SUCCESS) {
-        MPI_Comm_size(node, &n);
-        MPI_Comm_free(&node);
-    }
-    return n;
-}
-
 /* CPUs in pid's affinity mask, OR-ed into *set when set is not NULL; 0 if unknown. */
 static int affinity_cpus(pid_t pid, cpu_set_t *set) {
     cpu_set_t s;

@@ -30,8 +30,6 @@ int dist_agree(const dist_world *w, int rc);
 
 /* Collective helpers that cannot fail in practice (MPI errors abort by default). */
 void dist_barrier(const dist_world *w);
-/* The number of ranks of `w` on this rank's node (sharing its memory). */
-int dist_node_size(const dist_world *w);
 /* Collective. This node's CPU use, each rank passing the threads it computes with: the ranks on
  * the node, their threads, how many ranks run more threads than their affinity mask holds when
  * a launcher's binding narrowed that mask, the CPUs their masks cover together, and the most

@@ -9,9 +9,9 @@
  * local_batch_size samples of this rank's shard extent; the activation term includes the
  * largest layer workspace and the pooling index bytes. The data buffers are the loader's
  * prefetch slots (two batches per worker, at least two) plus, with data_store: memory, this
- * rank's share of the training and validation samples. The warmup (warmup_batches > 0) and asynchronous checkpoints keep a copy
- * of the parameters and the optimizer state (one at a time: the warmup's is freed before the
- * first save). */
+ * rank's share of the training and validation samples. The warmup (warmup_batches > 0) and
+ * asynchronous checkpoints keep a copy of the parameters and the optimizer state (one at a time:
+ * the warmup's is freed before the first save). */
 #include "train/train.h"
 
 #include "core/err.h"

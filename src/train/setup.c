@@ -82,21 +82,24 @@ int train_check(const scaffold_config *c, const dist_world *w) {
         rc = check_cached_layout(c, &l);
     if (rc == 0 && c->restart && !c->run_dir[0])
         rc = err_set(ERR_USAGE, "--restart needs --run-dir DIR (the run folder to resume)");
-    int node_ranks = dist_node_size(w);
+    dist_node_cpu u; /* one node split gives the ranks per node and their CPU use */
+    dist_node_cpu_use(w, nn_threads(), &u);
     if (rc == 0)
-        rc = train_preflight(c, &l, w, node_ranks);
+        rc = train_preflight(c, &l, w, u.ranks);
     rc = dist_agree(w, rc);
-    if (rc == 0)
-        train_cpu_report(w);
+    if (rc == 0 && w->rank == 0)
+        train_cpu_report(&u);
     return rc;
 }
 
-void train_cpu_report(const dist_world *w) {
-    dist_node_cpu u;
-    dist_node_cpu_use(w, nn_threads(), &u);
-    if (w->rank != 0)
-        return;
-    const int fair = u.ranks > 0 && u.cpus_launcher / u.ranks > 1 ? u.cpus_launcher / u.ranks : 1;
+/* OMP_NUM_THREADS that shares cpus among ranks, at least 1. */
+static int threads_per_rank(int cpus, int ranks) {
+    return ranks > 0 && cpus / ranks > 1 ? cpus / ranks : 1;
+}
+
+void train_cpu_report(const dist_node_cpu *n) {
+    const dist_node_cpu u = *n;
+    const int fair = threads_per_rank(u.cpus_launcher, u.ranks);
     if (u.over_bound > 0)
         log_warn("%d of the %d rank(s) on this node run more OpenMP threads than the CPUs they "
                  "are bound to (%d threads on %d CPU(s) in all), so threads share cores and "
@@ -106,7 +109,7 @@ void train_cpu_report(const dist_world *w) {
     else if (u.cpus > 0 && u.threads > u.cpus)
         log_warn("the %d rank(s) on this node run %d OpenMP threads on %d CPU(s), so threads "
                  "share cores and every step is slower; set OMP_NUM_THREADS=%d (CPUs / ranks)",
-                 u.ranks, u.threads, u.cpus, u.cpus / u.ranks > 1 ? u.cpus / u.ranks : 1);
+                 u.ranks, u.threads, u.cpus, threads_per_rank(u.cpus, u.ranks));
     else if (u.cpus > 0 && u.cpus_launcher > u.cpus && u.threads < u.cpus_launcher)
         log_warn("the %d rank(s) on this node are bound to %d of the %d CPUs their launcher may "
                  "use, so %d stay idle; launch with `mpirun --bind-to none` and "

@@ -69,10 +69,10 @@ typedef struct train_state {
  * the fix. */
 int train_check(const scaffold_config *c, const dist_world *w);
 
-/* Collective; never fails. Warns (rank 0, about its node) when the ranks' OpenMP threads share
- * CPUs (more threads than the CPUs a rank is bound to, or than the node's ranks may use
- * together) or when a launcher's binding leaves CPUs idle. train_check calls it. */
-void train_cpu_report(const dist_world *w);
+/* Warns about a node's CPU use (dist_node_cpu_use) when the ranks' OpenMP threads share CPUs
+ * (more threads than the CPUs a rank is bound to, or than the node's ranks may use together) or
+ * when a launcher's binding leaves CPUs idle. train_check calls it on rank 0. */
+void train_cpu_report(const dist_node_cpu *u);
 
 /* The model a run builds from its config (backend NULL), with sharded set for a spatially
  * sharded layout: one definition for the trainer and the memory plan, so the plan estimates the
