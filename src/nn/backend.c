@@ -128,6 +128,13 @@ static void cpu_conv1_backward(nn_backend *b, float *din, float *dw, float *db, 
     nn_conv1_backward_p(din, dw, db, dout, in, w, cin, cout, P, prec, ws);
 }
 
+static void cpu_conv1_backward_relu(nn_backend *b, float *x, float *dw, float *db,
+                                    const float *dout, const float *w, int cin, int cout, long P,
+                                    nn_prec prec, float *ws) {
+    (void)b;
+    nn_conv1_backward_relu_p(x, dw, db, dout, w, cin, cout, P, prec, ws);
+}
+
 static void cpu_groupnorm_forward(nn_backend *b, float *y, float *mean, float *rstd,
                                   const float *x, const float *gamma, const float *beta, int N,
                                   long S, int C, int G, int relu, float *ws, const nn_shard *sh) {
@@ -233,6 +240,7 @@ static nn_backend cpu_table = {
     .convt3d_backward = cpu_convt3d_backward,
     .conv1_forward = cpu_conv1_forward,
     .conv1_backward = cpu_conv1_backward,
+    .conv1_backward_relu = cpu_conv1_backward_relu,
     .groupnorm_forward = cpu_groupnorm_forward,
     .groupnorm_apply = cpu_groupnorm_apply,
     .groupnorm_backward = cpu_groupnorm_backward,

@@ -83,6 +83,12 @@ struct nn_backend {
     void (*conv1_backward)(nn_backend *b, float *din, float *dw, float *db, const float *dout,
                            const float *in, const float *w, int cin, int cout, long P,
                            nn_prec prec, float *ws);
+    /* Optional (NULL where a backend lacks it): nn_conv1_backward_relu_p, the input gradient
+     * masked by the ReLU output x written over x. With it the model needs no top-level buffer
+     * for the gradient of its last block's output. */
+    void (*conv1_backward_relu)(nn_backend *b, float *x, float *dw, float *db, const float *dout,
+                                const float *w, int cin, int cout, long P, nn_prec prec,
+                                float *ws);
     void (*groupnorm_forward)(nn_backend *b, float *y, float *mean, float *rstd, const float *x,
                               const float *gamma, const float *beta, int N, long S, int C, int G,
                               int relu, float *ws, const nn_shard *sh);

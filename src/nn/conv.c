@@ -944,6 +944,35 @@ void nn_conv1_backward_p(float *din, float *dw, float *db, const float *dout, co
     gemm_rows(din, cin, dout, cout, Bp, NULL, P, NN_TG_ZERO | store_mode(prec));
 }
 
+void nn_conv1_backward_relu_p(float *x, float *dw, float *db, const float *dout, const float *w,
+                              int cin, int cout, long P, nn_prec prec, float *ws) {
+    nn_conv1_backward_p(NULL, dw, db, dout, x, w, cin, cout, P, prec, ws);
+    /* The input gradient per voxel, Σ_k dout[k]·w[k][c] in k order, into registers first: its
+     * few output channels make it a pass over x bound by memory, not by FMAs. */
+    float *wr = ws; /* the weights as the layer used them (bf16-rounded in bf16) */
+    for (size_t i = 0; i < (size_t)cin * cout; i++)
+        wr[i] = prec == NN_BF16 ? nn_bf16_round(w[i]) : w[i];
+    enum { CB = 64 };
+#pragma omp parallel for schedule(static) num_threads(nn_threads())
+    for (long p = 0; p < P; p++) {
+        float *xv = x + (size_t)p * cin;
+        const float *g = dout + (size_t)p * cout;
+        for (int c0 = 0; c0 < cin; c0 += CB) {
+            const int nc = cin - c0 < CB ? cin - c0 : CB;
+            float s[CB] = {0};
+            for (int k = 0; k < cout; k++) {
+                const float gk = g[k], *wk = wr + (size_t)k * cin + c0;
+                for (int c = 0; c < nc; c++)
+                    s[c] += gk * wk[c];
+            }
+            for (int c = 0; c < nc; c++) {
+                const float v = prec == NN_BF16 ? nn_bf16_round(s[c]) : s[c];
+                xv[c0 + c] = xv[c0 + c] > 0.0f ? v : 0.0f;
+            }
+        }
+    }
+}
+
 /* ---- fp32 short forms ------------------------------------------------------------------------ */
 
 size_t nn_convt3d_ws_floats(int N, int D, int H, int W, int cin, int cout) {

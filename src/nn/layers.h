@@ -132,6 +132,12 @@ void nn_conv1_forward_p(float *out, const float *in, const float *w, const float
                         int cout, long P, nn_prec prec, float *ws);
 void nn_conv1_backward_p(float *din, float *dw, float *db, const float *dout, const float *in,
                          const float *w, int cin, int cout, long P, nn_prec prec, float *ws);
+/* The same for an input x that is a ReLU's output, with the ReLU's backward folded in: the
+ * weight and bias gradients as above, then the input gradient masked by x > 0 written over x
+ * (each voxel's mask is read before its gradient replaces it), so the layer in front needs no
+ * buffer for it. Same workspace as nn_conv1_backward_p. */
+void nn_conv1_backward_relu_p(float *x, float *dw, float *db, const float *dout, const float *w,
+                              int cin, int cout, long P, nn_prec prec, float *ws);
 size_t nn_conv1_ws_floats(long P, int cin, int cout);
 void nn_conv1_forward(float *out, const float *in, const float *w, const float *b, int cin,
                       int cout, long P, float *ws);

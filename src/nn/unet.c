@@ -333,7 +333,7 @@ static void plan_slabs(struct nn_unet_plan *p, const nn_unet_spec *s, int N, siz
     const size_t top = (size_t)N * p->S[0] * p->ch[0];
     if (p->ckpt) {
         /* One block at a time: its conv output (the largest block's) and pool output (level
-         * 1's, the largest); the upsample output lives in gH or gG (see block_forward). */
+         * 1's, the largest); the upsample output lives in gH (see block_forward). */
         TAKE(p->cs, top);
         const size_t pool1 = L >= 1 ? (size_t)N * p->S[1] * p->ch[0] : 0;
         TAKE(p->pools, pool1);
@@ -364,7 +364,11 @@ static void plan_slabs(struct nn_unet_plan *p, const nn_unet_spec *s, int N, siz
     TAKE(p->xin, (size_t)N * p->S[0] * s->in_channels);
     TAKE(p->logits, (size_t)N * p->S[0] * p->K);
     TAKE(p->dlogits, (size_t)N * p->S[0] * p->K);
-    TAKE(p->gG, top);
+    /* gG: the gradient of an up block's output. The last block's arrives in place over its
+     * output when the backend folds the ReLU into the 1x1 conv's backward (conv1_backward_relu);
+     * then gG only carries the convT gradients, level 1's at most. */
+    const size_t lvl1 = L >= 1 ? (size_t)N * p->S[1] * p->ch[1] : 0;
+    TAKE(p->gG, p->be->conv1_backward_relu ? lvl1 : top);
     TAKE(p->gT, top);
     TAKE(p->gH, top);
     /* Workspace: the largest any layer needs. */
@@ -684,7 +688,7 @@ static void dc_forward(nn_unet *m, dc_block *b, const float *inA, int ca, const 
  * are the block's own and a1 is recomputed here into gH; with checkpointing the caller has just
  * recomputed c1 into cs, a1 into gH and c2 into gT (dead once GN2's backward has read it,
  * before gT is written). On return c1 (cs) and a1 (gH) are dead. */
-static void dc_backward_tail(nn_unet *m, dc_block *b, float *dY, int N) {
+static void dc_backward_tail(nn_unet *m, dc_block *b, float *dY, int masked, int N) {
     struct nn_unet_plan *p = m->plan;
     const int l = b->level;
     const int D = p->dd[l], H = p->hh[l], W = p->ww[l];
@@ -698,8 +702,9 @@ static void dc_backward_tail(nn_unet *m, dc_block *b, float *dY, int N) {
     }
     to_prec(p, dY, n); /* e.g. skip + pool gradients, summed in bf16 by autograd */
     const nn_shard *sh = m->shard;
-    OP(groupnorm_backward, dY, G_(m, b->g2w), G_(m, b->g2b), dY, c2, b->a2, b->m2, b->r2,
-       P_(m, b->g2w), N, p->S[l], b->cout, p->G, 1, p->ws, sh);
+    /* masked: dY already went through the ReLU's backward (and b->a2 may hold it) */
+    OP(groupnorm_backward, dY, G_(m, b->g2w), G_(m, b->g2b), dY, c2, masked ? NULL : b->a2, b->m2,
+       b->r2, P_(m, b->g2w), N, p->S[l], b->cout, p->G, !masked, p->ws, sh);
     grad_ready(m, b->g2w);
     to_prec(p, dY, n);
     OP(conv3d_backward, tmp, NULL, G_(m, b->w2), dY, a1, b->cout, NULL, 0, P_(m, b->w2), b->cout, N,
@@ -794,8 +799,8 @@ static void forward(nn_unet *m, const float *x, int N) {
     p->batch = N;
 }
 
-/* Gradient buffers: gG carries the gradient of the current up block's output (from conv1 or the
- * previous convT); dr[l] the gradient of down block l's output, which the skip connection
+/* Gradient buffers: gG carries the gradient of the current up block's output (from the 1x1 conv
+ * or the previous convT); dr[l] the gradient of down block l's output, which the skip connection
  * writes and the pool's backward adds to; gH and gT are scratch. */
 static void backward(nn_unet *m, int N) {
     struct nn_unet_plan *p = m->plan;
@@ -804,8 +809,17 @@ static void backward(nn_unet *m, int N) {
     const float *inA, *inB;
     int ca, cb;
     to_prec(p, p->dlogits, (size_t)N * S0 * p->K);
-    OP(conv1_backward, p->gG, G_(m, p->outw), G_(m, p->outb), p->dlogits, p->up[L - 1].a2,
-       P_(m, p->outw), p->ch[0], p->K, (long)N * S0, p->prec, p->ws);
+    /* The gradient of the last block's output: over that output, through its ReLU, where the
+     * backend can (the output is dead once the mask is read: GN2's backward then runs without
+     * the ReLU); else into gG. */
+    const int top_inplace = p->be->conv1_backward_relu != NULL;
+    float *dtop = top_inplace ? p->up[L - 1].a2 : p->gG;
+    if (top_inplace)
+        OP(conv1_backward_relu, dtop, G_(m, p->outw), G_(m, p->outb), p->dlogits, P_(m, p->outw),
+           p->ch[0], p->K, (long)N * S0, p->prec, p->ws);
+    else
+        OP(conv1_backward, dtop, G_(m, p->outw), G_(m, p->outb), p->dlogits, p->up[L - 1].a2,
+           P_(m, p->outw), p->ch[0], p->K, (long)N * S0, p->prec, p->ws);
     grad_ready(m, p->outw);
     for (int j = L - 1; j >= 0; j--) {
         const int l = L - 1 - j;
@@ -813,10 +827,11 @@ static void backward(nn_unet *m, int N) {
         dc_block *b = &p->up[j];
         if (p->ckpt)
             block_forward(m, b, 1, j, N, 1);
-        dc_backward_tail(m, b, p->gG, N);
+        const int last = j == L - 1;
+        dc_backward_tail(m, b, last ? dtop : p->gG, last && top_inplace, N);
         if (p->ckpt) {
-            /* the upsample again, into gG (dead since conv2's backward): conv1 needs it */
-            p->upt[j] = p->gG;
+            /* the upsample again, into gH (a1, dead since GN1's backward): conv1 needs it */
+            p->upt[j] = p->gH;
             up_forward(m, j, N);
         }
         /* conv1's input gradient: the skip part is the first contribution to dr[l], the
@@ -834,7 +849,7 @@ static void backward(nn_unet *m, int N) {
         dc_block *b = &p->down[i];
         if (p->ckpt)
             block_forward(m, b, 0, 0, N, 1);
-        dc_backward_tail(m, b, p->dr[i], N);
+        dc_backward_tail(m, b, p->dr[i], 0, N);
         block_input(m, b, 0, 0, &inA, &ca, &inB, &cb);
         dc_backward_conv1(m, b, inA, ca, inB, cb, i == 0 ? NULL : p->gH, NULL, N);
         if (i > 0)

@@ -143,6 +143,45 @@ static void test_conv1_fixture(const nn_st_file *st) {
         free(ws), free(y), free(dx), free(dw), free(db);
 }
 
+/* nn_conv1_backward_relu_p on a ReLU output (the fixture's input, with zeros where it was
+ * negative) against nn_conv1_backward_p followed by the ReLU's backward: the same weight and
+ * bias gradients bit for bit, the same input gradient, exact zeros where the ReLU was off. */
+static void test_conv1_relu(const nn_st_file *st, nn_prec prec) {
+    int64_t xs[5], wsh[5], ys[5];
+    float *x = fx_get_cl(st, "conv1.x", xs), *w = fx_get(st, "conv1.w", wsh, NULL);
+    float *dy = fx_get_cl(st, "conv1.dy", ys);
+    const int cin = (int)xs[1], cout = (int)wsh[0];
+    const long P = (long)xs[0] * xs[2] * xs[3] * xs[4];
+    const size_t nx = (size_t)P * cin;
+    size_t off = 0;
+    for (size_t i = 0; i < nx; i++) {
+        x[i] = x[i] > 0.0f ? (prec == NN_BF16 ? nn_bf16_round(x[i]) : x[i]) : 0.0f;
+        off += x[i] == 0.0f;
+    }
+    CHECK(off > nx / 4 && off < 3 * nx / 4, "conv1 relu: %zu of %zu inputs off", off, nx);
+    float *ws = ws_alloc(nn_conv1_ws_floats_p(P, cin, cout, prec));
+    float *dx = zeros(nx), *dw = zeros((size_t)cin * cout), *db = zeros(cout);
+    float *xo = zeros(nx), *dw2 = zeros((size_t)cin * cout), *db2 = zeros(cout);
+    nn_conv1_backward_p(dx, dw, db, dy, x, w, cin, cout, P, prec, ws);
+    nn_relu_backward(dx, dx, x, nx);
+    memcpy(xo, x, nx * sizeof(float));
+    nn_conv1_backward_relu_p(xo, dw2, db2, dy, w, cin, cout, P, prec, ws);
+    const char *pn = prec == NN_BF16 ? "bf16" : "fp32";
+    CHECK(!memcmp(dw, dw2, sizeof(float) * cin * cout) && !memcmp(db, db2, sizeof(float) * cout),
+          "conv1 relu %s: weight and bias gradients bit-identical", pn);
+    size_t zeros_ok = 0;
+    for (size_t i = 0; i < nx; i++)
+        zeros_ok += x[i] > 0.0f || xo[i] == 0.0f;
+    CHECK(zeros_ok == nx, "conv1 relu %s: zero where the ReLU was off (%zu of %zu)", pn, zeros_ok,
+          nx);
+    char nm[48];
+    snprintf(nm, sizeof nm, "conv1 relu %s dx", pn);
+    /* bf16: both round the same fp32 sum, whose order may differ by one ulp */
+    check_close(nm, xo, dx, nx, 1e-6f, prec == NN_BF16 ? 8e-3f : 1e-5f);
+    free(x), free(w), free(dy), free(ws), free(dx), free(dw), free(db), free(xo), free(dw2),
+        free(db2);
+}
+
 static void test_gn_fixture(const nn_st_file *st, const char *pfx, int G, int relu) {
     char nm[64];
     int64_t xs[5];
@@ -769,6 +808,8 @@ int main(int argc, char **argv) {
     test_conv3d_fixture(&st, "conv3d_wide");
     test_convt_fixture(&st);
     test_conv1_fixture(&st);
+    test_conv1_relu(&st, NN_FP32);
+    test_conv1_relu(&st, NN_BF16);
     test_gn_fixture(&st, "groupnorm", 4, 0);
     test_gn_fixture(&st, "gnrelu", 2, 1);
     test_small_fixtures(&st);
