@@ -167,11 +167,22 @@ static int pad_channels(int fmt, int C) {
 
 #define SLAB_BYTES (48u << 20) /* padded planes per slab: about this many bytes, at least 1 */
 
+/* SLAB_BYTES, or SCAFFOLD_NN_SLAB_BYTES (tests: several slabs on small volumes), read once. */
+static size_t slab_bytes(void) {
+    static size_t b;
+    if (!b) {
+        const char *e = getenv("SCAFFOLD_NN_SLAB_BYTES");
+        const size_t v = e ? (size_t)strtoull(e, NULL, 10) : 0;
+        b = v ? v : SLAB_BYTES;
+    }
+    return b;
+}
+
 /* Output planes per slab: depends on the shape only (so do results and workspace). A sharded
  * call pads the whole block (the halo exchange fills a block's border), see slab_depth. */
 static int slab_planes(int D, int H, int W, int C) {
     const size_t plane = (size_t)(H + 2) * (W + 2) * C * sizeof(float);
-    long z = (long)(SLAB_BYTES / (plane ? plane : 1)) - 2;
+    long z = (long)(slab_bytes() / (plane ? plane : 1)) - 2;
     return z < 1 ? 1 : z > D ? D : (int)z;
 }
 
@@ -354,6 +365,136 @@ static void conv27(float *out, int cdst, void *P, int csrc, int pairs, const voi
                                 last);
                 }
             }
+    }
+}
+
+/* ---- Winograd F(2x2x2, 3x3x3) ------------------------------------------------------------
+ * A stride-1 3x3x3 convolution computes each 2x2x2 block of outputs (a tile) from the 4x4x4
+ * block of padded input around it: with F(2,3) along each axis, V = B^T d B (per channel), U =
+ * G g G^T (per input and output channel), and for each of the 64 points xi of the transformed
+ * tile M[xi] = V[xi] U[xi], a GEMM over the input channels; the outputs are A^T M A. That is
+ * 64 products per tile and channel pair where the direct convolution does 8 * 27 = 216: 3.4x
+ * fewer FMAs, for three cheap transforms (additions, vectorised over channels) and an extra
+ * rounding error of a few fp32 ulps. Used by the fp32 forward and input-gradient passes of
+ * unsharded layers with even extents (conv3d_pass); the weight gradient stays direct.
+ * Tiles are taken in chunks whose V and M (64 rows each) stay in the last-level cache: the
+ * threads transform a chunk's inputs, run its 64 x column-block GEMMs with the microkernel
+ * (each GEMM's U panel is reused by every tile of the chunk), then transform its outputs. */
+#define WINO_CHUNK_BYTES (6u << 20) /* V and M of one chunk of tiles */
+#define WINO_KMAX (256 * 320)      /* K * ncol above this: U would not stay in cache; direct */
+/* Fewer voxels per sample: too few tiles to repay transforming the weights at every call (8^3
+ * at 256 -> 256 channels ran at half the direct speed) */
+#define WINO_VOX_MIN 4096
+
+/* SCAFFOLD_NN_WINOGRAD=0 turns it off (benchmarks and tests compare both). */
+static int wino_enabled(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("SCAFFOLD_NN_WINOGRAD");
+        on = !(e && e[0] == '0');
+    }
+    return on;
+}
+
+static int wino_applies(int D, int H, int W, int K, int ncol, nn_prec prec, const nn_shard *sh) {
+    return wino_enabled() && prec == NN_FP32 && !sh && D % 2 == 0 && H % 2 == 0 && W % 2 == 0 &&
+           K >= 8 && ncol >= 8 && (long)K * ncol <= WINO_KMAX && (long)D * H * W >= WINO_VOX_MIN &&
+           slab_depth(D, H, W, K, NULL) >= 2;
+}
+
+int nn_conv3d_winograd(int D, int H, int W, int cin, int cout, nn_prec prec) {
+    return wino_applies(D, H, W, cin, cout, prec, NULL);
+}
+
+/* Tiles per chunk for K input and ncp padded output channels. */
+static long wino_chunk_tiles(int K, int ncp) {
+    long t = WINO_CHUNK_BYTES / (64L * (K + ncp) * (long)sizeof(float));
+    return t < 16 ? 16 : t;
+}
+
+/* Floats of the Winograd workspace after the slab: U of one or two output parts (ncol columns
+ * in all, each part padded to whole blocks) and one chunk's V and M. */
+static size_t wino_ws_floats(int K, int ncol) {
+    const int ncp = nn_gemm_ncol_max(ncol) + 64; /* each part pads to whole blocks (< 32) */
+    /* a chunk of any part: about WINO_CHUNK_BYTES, or 16 tiles of the widest */
+    size_t vm = WINO_CHUNK_BYTES / sizeof(float), v16 = 16 * 64 * (size_t)(K + ncp);
+    return 64 * (size_t)K * ncp + (vm > v16 ? vm : v16) + 64;
+}
+
+/* U[xi][ob][k][j] (the packed B panels of the 64 GEMMs) for output column ob*nr + j: G g G^T of
+ * g[u] = w[col*sc + k*sk + tap(u)], tap(u) = u or, for the input gradient, 26 - u. */
+static void wino_weights(float *U, const float *w, int ncol, int K, long sc, long sk, int flip,
+                         int nr) {
+    const int nb = nblocks(ncol, nr);
+#pragma omp parallel for collapse(2) schedule(static) num_threads(nn_threads())
+    for (int col = 0; col < nb * nr; col++)
+        for (int k = 0; k < K; k++) {
+            float g[27], a[3][3][4], b[3][4][4], u[4][4][4];
+            for (int t = 0; t < 27; t++)
+                g[t] = col < ncol ? w[col * sc + k * sk + (flip ? 26 - t : t)] : 0.0f;
+            for (int z = 0; z < 3; z++)
+                for (int y = 0; y < 3; y++) {
+                    const float *r = g + z * 9 + y * 3;
+                    a[z][y][0] = r[0];
+                    a[z][y][1] = 0.5f * (r[0] + r[1] + r[2]);
+                    a[z][y][2] = 0.5f * (r[0] - r[1] + r[2]);
+                    a[z][y][3] = r[2];
+                }
+            for (int z = 0; z < 3; z++)
+                for (int x = 0; x < 4; x++) {
+                    b[z][0][x] = a[z][0][x];
+                    b[z][1][x] = 0.5f * (a[z][0][x] + a[z][1][x] + a[z][2][x]);
+                    b[z][2][x] = 0.5f * (a[z][0][x] - a[z][1][x] + a[z][2][x]);
+                    b[z][3][x] = a[z][2][x];
+                }
+            for (int y = 0; y < 4; y++)
+                for (int x = 0; x < 4; x++) {
+                    u[0][y][x] = b[0][y][x];
+                    u[1][y][x] = 0.5f * (b[0][y][x] + b[1][y][x] + b[2][y][x]);
+                    u[2][y][x] = 0.5f * (b[0][y][x] - b[1][y][x] + b[2][y][x]);
+                    u[3][y][x] = b[2][y][x];
+                }
+            const int ob = col / nr, j = col % nr;
+            for (int xi = 0; xi < 64; xi++)
+                U[(((size_t)xi * nb + ob) * K + k) * nr + j] = (&u[0][0][0])[xi];
+        }
+}
+
+/* out (Dz, H, W, ncol) = the convolution of padded slab P (Dz+2, H+2, W+2, C) with the
+ * transformed weights U (wino_weights, block width nr); Dz, H, W even. VM: one chunk's V and M. */
+static void wino_slab(float *out, int ncol, const float *P, int C, const float *U, int nr,
+                      int Dz, int H, int W, float *VM) {
+    const int nb = nblocks(ncol, nr), ncp = nb * nr;
+    const long Tz = Dz / 2, Ty = H / 2, Tx = W / 2, ntiles = Tz * Ty * Tx;
+    const long row = (long)(W + 2) * C, plane = (H + 2) * row;
+    const long oplane = (long)H * W * ncol, orow = (long)W * ncol;
+    const long chunk = wino_chunk_tiles(C, ncp);
+    const long aoff[1] = {0};
+    const nn_tg g = {.T = 1, .K = C, .aoff = aoff, .nr = nr};
+#pragma omp parallel num_threads(nn_threads())
+    for (long t0 = 0; t0 < ntiles; t0 += chunk) {
+        const long nt = ntiles - t0 < chunk ? ntiles - t0 : chunk;
+        float *V = VM, *M = VM + 64 * nt * C;
+#pragma omp for schedule(dynamic, 8)
+        for (long i = 0; i < nt; i++) {
+            const long t = t0 + i, tx = t % Tx, ty = (t / Tx) % Ty, tz = t / (Tx * Ty);
+            nn_wino_input(V + i * C, nt * C, P + 2 * tz * plane + 2 * ty * row + 2 * tx * C, plane,
+                       row, C);
+        }
+#pragma omp for collapse(2) schedule(dynamic, 1)
+        for (int xi = 0; xi < 64; xi++)
+            for (int ob = 0; ob < nb; ob++) {
+                const walk wk = {.a0 = V + (size_t)xi * nt * C, .a_row = 0, .a_col = C,
+                                 .c0 = M + (size_t)xi * nt * ncp + ob * nr, .c_row = 0,
+                                 .c_col = ncp, .Wr = (int)nt};
+                walk_run(&g, &wk, nt, U + ((size_t)xi * nb + ob) * C * nr, NULL, nr, NN_TG_ZERO);
+            }
+#pragma omp for schedule(dynamic, 8)
+        for (long i = 0; i < nt; i++) {
+            const long t = t0 + i, tx = t % Tx, ty = (t / Tx) % Ty, tz = t / (Tx * Ty);
+            nn_wino_output(out + 2 * tz * oplane + 2 * ty * orow + 2 * tx * ncol, oplane, orow, ncol,
+                        M + i * ncp, nt * ncp);
+        }
     }
 }
 
@@ -605,7 +746,14 @@ static size_t conv3d_ws(int D, int H, int W, int cin, int cout, const nn_shard *
     size_t pf = packed_floats(cout, cin + 1, 27), pb = packed_floats(cin, cout + 1, 27);
     size_t pw = weight_grad_ws(27, cin, cout, (long)slab_depth(D, H, W, cin, sh) * H, W);
     size_t p = pf > pb ? pf : pb;
-    return (sa > sb ? sa : sb) + 16 + (p > pw ? p : pw) + 64;
+    if (p < pw)
+        p = pw;
+    /* Winograd (forward: K = cin, input gradient: K = cout), whose slabs are no deeper */
+    if (wino_applies(D, H, W, cin, cout, NN_FP32, sh) && p < wino_ws_floats(cin, cout))
+        p = wino_ws_floats(cin, cout);
+    if (wino_applies(D, H, W, cout, cin, NN_FP32, sh) && p < wino_ws_floats(cout, cin))
+        p = wino_ws_floats(cout, cin);
+    return (sa > sb ? sa : sb) + 16 + p + 64;
 }
 
 /* The padded copy is made per sample (and per slab of planes), so N does not matter. */
@@ -639,12 +787,38 @@ static void conv3d_pass(float *out1, int n1, float *out2, int n2, const float *a
                         int D, int H, int W, nn_prec prec, const nn_shard *sh, float *ws) {
     const int K = ca + cb, pairs = use_pairs(prec) && !sh;
     const int fmt = pairs ? PAD_BF16 : prec == NN_BF16 ? PAD_F32R : PAD_F32;
-    const int Kp = pad_channels(fmt, K), Zc = slab_depth(D, H, W, K, sh);
+    const int wino = wino_applies(D, H, W, K, n1 + n2, prec, sh);
+    const int Kp = pad_channels(fmt, K);
+    /* Winograd tiles are two planes deep: even slabs (no deeper than the workspace's) */
+    const int Zc = slab_depth(D, H, W, K, sh) & (wino ? ~1 : ~0);
     void *P = ws;
     float *Bp = ws + ((slab_floats(D, H, W, K, sh) + 15) & ~(size_t)15);
     long aoff[27];
     taps27(aoff, H, W, Kp, flip);
     const int nparts = out2 ? 2 : 1;
+    if (wino) {
+        /* both parts' U once, then each slab: pad, and per part the tiles */
+        float *Up[2], *VM;
+        size_t at = 0;
+        for (int part = 0; part < nparts; part++) {
+            const int ncol = part ? n2 : n1, nr = nn_gemm_nr(ncol);
+            Up[part] = Bp + at;
+            wino_weights(Up[part], w + (part ? (long)n1 * sc : 0), ncol, K, sc, sk, flip, nr);
+            at += 64 * (size_t)K * nblocks(ncol, nr) * nr;
+        }
+        VM = Bp + ((at + 15) & ~(size_t)15);
+        for (int n = 0; n < N; n++)
+            for (int z0 = 0; z0 < D; z0 += Zc) {
+                const int z1 = z0 + Zc < D ? z0 + Zc : D;
+                pad_slab(P, fmt, a, ca, ca, b, cb, n, z0, z1, D, H, W);
+                for (int part = 0; part < nparts; part++) {
+                    const int ncol = part ? n2 : n1;
+                    float *out = (part ? out2 : out1) + (((size_t)n * D + z0) * H * W) * ncol;
+                    wino_slab(out, ncol, P, K, Up[part], nn_gemm_nr(ncol), z1 - z0, H, W, VM);
+                }
+            }
+        return;
+    }
     /* With one output part the weights are packed once; with two, per slab (cheap: a slab's
      * convolution does Zc*H*W times the packing's work). */
     for (int n = 0; n < N; n++)

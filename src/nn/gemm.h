@@ -65,6 +65,14 @@ int nn_gemm_nr(int n);
  * every supported path (so workspace sized with it fits whatever path runs). */
 int nn_gemm_ncol_max(int n);
 
+/* Winograd F(2x2x2, 3x3x3) transforms of one tile on the path in use, channels-last.
+ * nn_wino_input: V[xi*ldv + k] (xi = 16a + 4b + c, k < C) = B^T d B of the 4x4x4 input block
+ * whose point (a, b, c) is at P + a*plane + b*row + c*C. nn_wino_output: the 2x2x2 outputs
+ * A^T M A of M[xi*ldm + j] (rows readable to whole vectors past ncol) into out + a*oplane +
+ * b*orow + c*ncol, columns j < ncol. */
+void nn_wino_input(float *V, long ldv, const float *P, long plane, long row, int C);
+void nn_wino_output(float *out, long oplane, long orow, int ncol, const float *M, long ldm);
+
 /* Largest block of positions nn_tg_block takes for block width nr. */
 int nn_tg_mr(int nr);
 

@@ -142,6 +142,110 @@ kt_tw(int nrows, const float *const *arows, const float *const *grows, int X, lo
             KT_STORE(Wt + m * ldw + j * KT_VW, acc[m][j]);
 }
 
+/* ---- Winograd F(2x2x2, 3x3x3) transforms (conv.c) -------------------------------------------
+ * Input: V[xi * ldv + k] = (B^T d B)[xi] along x, y, z for the 4x4x4 block d at P (point
+ * (a, b, c) at P + a*plane + b*row + c*C), B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1].
+ * Output: the 2x2x2 outputs (A^T M A), A^T = [1 1 1 0; 0 1 -1 -1], from M[xi * ldm + j], the
+ * first ncol columns, to out + a*oplane + b*orow + c*ncol. One vector of channels at a time; a
+ * last partial vector goes through a zero-padded copy. */
+static inline __attribute__((always_inline)) void kt_wi_vec(float *V, long ldv, const float *P,
+                                                            long plane, long row, long C, int nk) {
+    kt_vf t[4][4][4];
+    for (int a = 0; a < 4; a++) {
+        kt_vf d[4][4];
+        for (int b = 0; b < 4; b++)
+            for (int c = 0; c < 4; c++) {
+                const float *s = P + a * plane + b * row + c * C;
+                if (nk == KT_VW) {
+                    d[b][c] = KT_LOAD(s);
+                } else {
+                    kt_vf v = {0};
+                    for (int k = 0; k < nk; k++)
+                        v[k] = s[k];
+                    d[b][c] = v;
+                }
+            }
+        kt_vf e[4][4];
+        for (int b = 0; b < 4; b++) {
+            e[b][0] = d[b][0] - d[b][2];
+            e[b][1] = d[b][1] + d[b][2];
+            e[b][2] = d[b][2] - d[b][1];
+            e[b][3] = d[b][1] - d[b][3];
+        }
+        for (int c = 0; c < 4; c++) {
+            t[a][0][c] = e[0][c] - e[2][c];
+            t[a][1][c] = e[1][c] + e[2][c];
+            t[a][2][c] = e[2][c] - e[1][c];
+            t[a][3][c] = e[1][c] - e[3][c];
+        }
+    }
+    for (int b = 0; b < 4; b++)
+        for (int c = 0; c < 4; c++) {
+            const kt_vf r[4] = {t[0][b][c] - t[2][b][c], t[1][b][c] + t[2][b][c],
+                                t[2][b][c] - t[1][b][c], t[1][b][c] - t[3][b][c]};
+            for (int a = 0; a < 4; a++) {
+                float *o = V + (a * 16 + b * 4 + c) * ldv;
+                if (nk == KT_VW)
+                    KT_STORE(o, r[a]);
+                else
+                    for (int k = 0; k < nk; k++)
+                        o[k] = r[a][k];
+            }
+        }
+}
+
+static void kt_wino_in(float *V, long ldv, const float *P, long plane, long row, int C) {
+    int k0 = 0;
+    for (; k0 + KT_VW <= C; k0 += KT_VW)
+        kt_wi_vec(V + k0, ldv, P + k0, plane, row, C, KT_VW);
+    if (k0 < C)
+        kt_wi_vec(V + k0, ldv, P + k0, plane, row, C, C - k0);
+}
+
+static inline __attribute__((always_inline)) void kt_wo_vec(float *out, long oplane, long orow,
+                                                            long ncol, const float *M, long ldm,
+                                                            int nc) {
+    kt_vf f[4][2][2];
+    for (int a = 0; a < 4; a++) {
+        kt_vf m[4][4];
+        for (int b = 0; b < 4; b++)
+            for (int c = 0; c < 4; c++)
+                m[b][c] = KT_LOAD(M + (a * 16 + b * 4 + c) * ldm);
+        kt_vf e[4][2];
+        for (int b = 0; b < 4; b++) {
+            e[b][0] = m[b][0] + m[b][1] + m[b][2];
+            e[b][1] = m[b][1] - m[b][2] - m[b][3];
+        }
+        for (int c = 0; c < 2; c++) {
+            f[a][0][c] = e[0][c] + e[1][c] + e[2][c];
+            f[a][1][c] = e[1][c] - e[2][c] - e[3][c];
+        }
+    }
+    for (int b = 0; b < 2; b++)
+        for (int c = 0; c < 2; c++) {
+            const kt_vf r[2] = {f[0][b][c] + f[1][b][c] + f[2][b][c],
+                                f[1][b][c] - f[2][b][c] - f[3][b][c]};
+            for (int a = 0; a < 2; a++) {
+                float *o = out + a * oplane + b * orow + c * ncol;
+                if (nc == KT_VW)
+                    KT_STORE(o, r[a]);
+                else
+                    for (int k = 0; k < nc; k++)
+                        o[k] = r[a][k];
+            }
+        }
+}
+
+/* M's rows are padded to whole column blocks (multiples of the vector width): the last vector
+ * may be read whole. */
+static void kt_wino_out(float *out, long oplane, long orow, int ncol, const float *M, long ldm) {
+    int c0 = 0;
+    for (; c0 + KT_VW <= ncol; c0 += KT_VW)
+        kt_wo_vec(out + c0, oplane, orow, ncol, M + c0, ldm, KT_VW);
+    if (c0 < ncol)
+        kt_wo_vec(out + c0, oplane, orow, ncol, M + c0, ldm, ncol - c0);
+}
+
 /* ---- FMA peak loop ------------------------------------------------------------------------- */
 
 /* 12 chains hide the FMA latency of every current core (4 cycles x 2 pipes needs 8; SSE2
@@ -219,4 +323,6 @@ const nn_kern KT_SYM = {
     .tg = {kt_tgt_1, kt_tgt_2, kt_tgt_3, KT_T4(kt_tgt_)},
     .tw = {kt_twt_1, kt_twt_2, kt_twt_3, KT_T4(kt_twt_)},
     .fma_chains = kt_fma_chains,
+    .wino_in = kt_wino_in,
+    .wino_out = kt_wino_out,
 };

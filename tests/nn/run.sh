@@ -17,6 +17,11 @@ out=$(SCAFFOLD_ISA=bogus "$BUILD/tests/nn/test_layers" --list-isas 2>&1)
 t_check "nn: SCAFFOLD_ISA=bogus is reported" grep -q "SCAFFOLD_ISA=bogus: unknown path" <<<"$out"
 # the weight gradient's second path (tile partition, used for layers too big for replicas)
 SCAFFOLD_NN_DW_REPLICAS=0 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
+# Winograd off (the direct kernels on every shape), and slabs of a few planes (odd depths, which
+# Winograd's two-plane tiles round down, and several slabs per volume on both paths).
+SCAFFOLD_NN_WINOGRAD=0 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
+SCAFFOLD_NN_WINOGRAD=0 t_cbin "$BUILD/tests/nn/test_unet" "$FIX"
+SCAFFOLD_NN_SLAB_BYTES=150000 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
 OMP_NUM_THREADS=3 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
 
 d=$(t_tmpdir)

@@ -224,13 +224,17 @@ static void test_checkpointing(void) {
         for (int k = 0; k < 2; k++) {
             nn_unet_spec s = {3, 4, 2, 16, 4};
             const nn_unet_opts o = {.precision = prec, .checkpointing = k};
-            if (nn_unet_create_opts(&m[k], &s, &o, 2, 16, 8, 16)) {
+            /* 16^3 with 16 channels: the top level's fp32 convolutions take the Winograd path */
+            if (nn_unet_create_opts(&m[k], &s, &o, 2, 16, 16, 16)) {
                 CHECK(0, "create: %s", err_msg());
                 return;
             }
             nn_unet_init_params(&m[k], 5);
         }
-        const size_t S = 16 * 8 * 16;
+        const size_t S = 16 * 16 * 16;
+        const char *wn = getenv("SCAFFOLD_NN_WINOGRAD");
+        CHECK(nn_conv3d_winograd(16, 16, 16, 16, 16, NN_FP32) == !(wn && wn[0] == '0'),
+              "the top level's fp32 convolution runs Winograd (unless SCAFFOLD_NN_WINOGRAD=0)");
         float *x = malloc(2 * 3 * S * sizeof(float)), w[4] = {0.5f, 2, 2, 2};
         uint16_t *y = malloc(2 * S * sizeof(uint16_t));
         rng r = rng_make(6, RNG_TEST, 0, 0);
