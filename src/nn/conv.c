@@ -398,7 +398,8 @@ static int wino_enabled(void) {
 
 static int wino_applies(int D, int H, int W, int K, int ncol, nn_prec prec, const nn_shard *sh) {
     return wino_enabled() && prec == NN_FP32 && !sh && D % 2 == 0 && H % 2 == 0 && W % 2 == 0 &&
-           K >= 8 && ncol >= 8 && (long)K * ncol <= WINO_KMAX && (long)D * H * W >= WINO_VOX_MIN &&
+           K >= 8 && ncol >= 8 && (long)K * ncol <= WINO_KMAX &&
+           (long)D * H * W >= WINO_VOX_MIN &&
            slab_depth(D, H, W, K, NULL) >= 2;
 }
 
@@ -478,8 +479,8 @@ static void wino_slab(float *out, int ncol, const float *P, int C, const float *
 #pragma omp for schedule(dynamic, 8)
         for (long i = 0; i < nt; i++) {
             const long t = t0 + i, tx = t % Tx, ty = (t / Tx) % Ty, tz = t / (Tx * Ty);
-            nn_wino_input(V + i * C, nt * C, P + 2 * tz * plane + 2 * ty * row + 2 * tx * C, plane,
-                       row, C);
+            nn_wino_input(V + i * C, nt * C, P + 2 * tz * plane + 2 * ty * row + 2 * tx * C,
+                          plane, row, C);
         }
 #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int xi = 0; xi < 64; xi++)
@@ -492,8 +493,8 @@ static void wino_slab(float *out, int ncol, const float *P, int C, const float *
 #pragma omp for schedule(dynamic, 8)
         for (long i = 0; i < nt; i++) {
             const long t = t0 + i, tx = t % Tx, ty = (t / Tx) % Ty, tz = t / (Tx * Ty);
-            nn_wino_output(out + 2 * tz * oplane + 2 * ty * orow + 2 * tx * ncol, oplane, orow, ncol,
-                        M + i * ncp, nt * ncp);
+            nn_wino_output(out + 2 * tz * oplane + 2 * ty * orow + 2 * tx * ncol, oplane, orow,
+                           ncol, M + i * ncp, nt * ncp);
         }
     }
 }
