@@ -499,6 +499,78 @@ static void wino_slab(float *out, int ncol, const float *P, int C, const float *
     }
 }
 
+/* Weight gradient by the same tiles: dU[xi] (K x ncp) += V[xi]^T dM[xi] over a slab's tiles,
+ * V the input transform (as in the forward pass) and dM = A dY A^T the output gradient's; at
+ * the end dW = G^T dU G per channel pair (wino_dw_finish). Each chunk's (xi, k block, column
+ * block) tiles of dU are taken by one thread and accumulate chunk after chunk, tiles in order
+ * within the kernel: the sums do not depend on the threads. */
+static void wino_dw_slab(float *dU, const float *P, int C, const float *dy, int ncol, int Dz,
+                         int H, int W, float *VM) {
+    const int nr = nn_gemm_nr(ncol), nb = nblocks(ncol, nr), ncp = nb * nr;
+    const int mk = nn_tw_mr(nr), nkb = (C + mk - 1) / mk;
+    const long Tz = Dz / 2, Ty = H / 2, Tx = W / 2, ntiles = Tz * Ty * Tx;
+    const long row = (long)(W + 2) * C, plane = (H + 2) * row;
+    const long gplane = (long)H * W * ncol, grow = (long)W * ncol;
+    const long chunk = wino_chunk_tiles(C, ncp);
+#pragma omp parallel num_threads(nn_threads())
+    for (long t0 = 0; t0 < ntiles; t0 += chunk) {
+        const long nt = ntiles - t0 < chunk ? ntiles - t0 : chunk;
+        float *V = VM, *Mo = VM + 64 * nt * C;
+#pragma omp for schedule(dynamic, 8)
+        for (long i = 0; i < nt; i++) {
+            const long t = t0 + i, tx = t % Tx, ty = (t / Tx) % Ty, tz = t / (Tx * Ty);
+            nn_wino_input(V + i * C, nt * C, P + 2 * tz * plane + 2 * ty * row + 2 * tx * C,
+                          plane, row, C);
+            nn_wino_grad_output(Mo + i * ncp, nt * ncp,
+                                dy + 2 * tz * gplane + 2 * ty * grow + 2 * tx * ncol, gplane,
+                                grow, ncol, ncol, ncp);
+        }
+#pragma omp for collapse(3) schedule(dynamic, 1)
+        for (int xi = 0; xi < 64; xi++)
+            for (int kb = 0; kb < nkb; kb++)
+                for (int ob = 0; ob < nb; ob++) {
+                    const int k0 = kb * mk, k1 = k0 + mk < C ? k0 + mk : C;
+                    const float *ar = V + (size_t)xi * nt * C + k0;
+                    const float *gr = Mo + (size_t)xi * nt * ncp + ob * nr;
+                    nn_tw_tile(1, &ar, &gr, (int)nt, C, ncp, k1 - k0, nr, nr,
+                               dU + ((size_t)xi * C + k0) * ncp + ob * nr, ncp);
+                }
+    }
+}
+
+/* dw (PyTorch layout, w[oc][ic][t]) += G^T dU G for each channel pair. */
+static void wino_dw_finish(float *dw, const float *dU, int cin, int cout) {
+    const int ncp = nblocks(cout, nn_gemm_nr(cout)) * nn_gemm_nr(cout);
+#pragma omp parallel for collapse(2) schedule(static) num_threads(nn_threads())
+    for (int oc = 0; oc < cout; oc++)
+        for (int ic = 0; ic < cin; ic++) {
+            float u[64], a[4][4][3], b[4][3][3];
+            for (int xi = 0; xi < 64; xi++)
+                u[xi] = dU[((size_t)xi * cin + ic) * ncp + oc];
+            /* G^T = [1 .5 .5 0; 0 .5 -.5 0; 0 .5 .5 1] along x, y, z */
+            for (int z = 0; z < 4; z++)
+                for (int y = 0; y < 4; y++) {
+                    const float *r = u + z * 16 + y * 4;
+                    a[z][y][0] = r[0] + 0.5f * (r[1] + r[2]);
+                    a[z][y][1] = 0.5f * (r[1] - r[2]);
+                    a[z][y][2] = 0.5f * (r[1] + r[2]) + r[3];
+                }
+            for (int z = 0; z < 4; z++)
+                for (int x = 0; x < 3; x++) {
+                    b[z][0][x] = a[z][0][x] + 0.5f * (a[z][1][x] + a[z][2][x]);
+                    b[z][1][x] = 0.5f * (a[z][1][x] - a[z][2][x]);
+                    b[z][2][x] = 0.5f * (a[z][1][x] + a[z][2][x]) + a[z][3][x];
+                }
+            float *d = dw + ((size_t)oc * cin + ic) * 27;
+            for (int y = 0; y < 3; y++)
+                for (int x = 0; x < 3; x++) {
+                    d[y * 3 + x] += b[0][y][x] + 0.5f * (b[1][y][x] + b[2][y][x]);
+                    d[9 + y * 3 + x] += 0.5f * (b[1][y][x] - b[2][y][x]);
+                    d[18 + y * 3 + x] += 0.5f * (b[1][y][x] + b[2][y][x]) + b[3][y][x];
+                }
+        }
+}
+
 /* ---- weight-gradient driver --------------------------------------------------------------
  * dWp[t][k][ncolpad] += sum over voxels v of A(v, t)[k] * G(v, t)[j]: for Conv3d, A is the
  * padded input at v shifted by tap t and G the output gradient at v; for ConvTranspose3d, A is
@@ -859,7 +931,24 @@ void nn_conv3d_backward_p(float *din, float *dinB, float *dw, const float *dout,
                           float *ws) {
     const int cin = ca + cb;
     /* Weight gradient: padded (halo'd) input x output gradient, reduced over voxels. */
-    if (dw) {
+    if (dw && wino_applies(D, H, W, cin, cout, prec, sh)) {
+        const int Zc = slab_depth(D, H, W, cin, sh) & ~1;
+        const int ncp = nblocks(cout, nn_gemm_nr(cout)) * nn_gemm_nr(cout);
+        float *P = ws, *dU = ws + ((slab_floats(D, H, W, cin, sh) + 15) & ~(size_t)15);
+        const size_t nu = 64 * (size_t)cin * ncp;
+        float *VM = dU + ((nu + 15) & ~(size_t)15);
+#pragma omp parallel for schedule(static) num_threads(nn_threads())
+        for (size_t i = 0; i < nu; i++)
+            dU[i] = 0.0f;
+        for (int n = 0; n < N; n++)
+            for (int z0 = 0; z0 < D; z0 += Zc) {
+                const int z1 = z0 + Zc < D ? z0 + Zc : D;
+                pad_slab(P, PAD_F32, inA, ca, ca, inB, cb, n, z0, z1, D, H, W);
+                wino_dw_slab(dU, P, cin, dout + (((size_t)n * D + z0) * H * W) * cout, cout,
+                             z1 - z0, H, W, VM);
+            }
+        wino_dw_finish(dw, dU, cin, cout);
+    } else if (dw) {
         const int Zc = slab_depth(D, H, W, cin, sh);
         float *P = ws, *Wp = ws + ((slab_floats(D, H, W, cin, sh) + 15) & ~(size_t)15);
         for (int n = 0; n < N; n++)
@@ -968,27 +1057,31 @@ void nn_convt3d_forward_p(float *out, const float *in, const float *w, const flo
     const long aoff[1] = {0};
     const nn_tg g = {.T = 1, .K = cin, .aoff = aoff, .nr = nr};
     const int mode = NN_TG_BIAS | store_mode(prec);
-#pragma omp parallel for collapse(3) schedule(dynamic, 1)
-    for (int ob = 0; ob < nb; ob++)
-        for (int n = 0; n < N; n++)
-            for (int z = 0; z < D; z++) {
-                const int n0 = ob * nr, nvalid = cout - n0 < nr ? cout - n0 : nr;
-                for (int t = 0; t < 8; t++) {
-                    const int az = t / 4, by = (t / 2) % 2, cx = t % 2;
-                    const walk wk = {
-                        .a0 = A + ((size_t)n * D + z) * H * W * cin,
-                        .a_row = (long)W * cin,
-                        .a_col = cin,
-                        .c0 = out + ((((size_t)n * 2 * D + 2 * z + az) * 2 * H + by) * 2 * W + cx) *
-                                        cout + n0,
-                        .c_row = 4L * W * cout,
-                        .c_col = 2L * cout,
-                        .Wr = W,
-                    };
-                    walk_run(&g, &wk, (long)H * W, Bp + ((size_t)ob * 8 + t) * cin * nr,
-                             bias + n0, nvalid, mode);
+    /* Work items are input rows: a row's channels stay in L1 while every column block and tap
+     * reads them (the weights, 8 * cin * cout floats, stay in L2). With the column blocks
+     * outermost each block re-read the whole input from memory: 37-56% of peak. */
+#pragma omp parallel for collapse(3) schedule(dynamic, 4)
+    for (int n = 0; n < N; n++)
+        for (int z = 0; z < D; z++)
+            for (int y = 0; y < H; y++)
+                for (int ob = 0; ob < nb; ob++) {
+                    const int n0 = ob * nr, nvalid = cout - n0 < nr ? cout - n0 : nr;
+                    for (int t = 0; t < 8; t++) {
+                        const int az = t / 4, by = (t / 2) % 2, cx = t % 2;
+                        const walk wk = {
+                            .a0 = A + (((size_t)n * D + z) * H + y) * W * cin,
+                            .a_row = 0,
+                            .a_col = cin,
+                            .c0 = out + ((((size_t)n * 2 * D + 2 * z + az) * 2 * H + 2 * y + by) *
+                                             2 * W + cx) * cout + n0,
+                            .c_row = 0,
+                            .c_col = 2L * cout,
+                            .Wr = W,
+                        };
+                        walk_run(&g, &wk, W, Bp + ((size_t)ob * 8 + t) * cin * nr, bias + n0,
+                                 nvalid, mode);
+                    }
                 }
-            }
 }
 
 void nn_convt3d_backward_p(float *din, float *dw, float *db, const float *dout, long ldo,
@@ -1015,23 +1108,26 @@ void nn_convt3d_backward_p(float *din, float *dw, float *db, const float *dout, 
     for (int t = 0; t < 8; t++)
         aoff[t] = (((long)(t / 4) * 2 * H + (t / 2) % 2) * 2 * W + t % 2) * ldo;
     const nn_tg g = {.T = 8, .K = cout, .aoff = aoff, .nr = nr};
-#pragma omp parallel for collapse(3) schedule(dynamic, 1)
-    for (int ob = 0; ob < nb; ob++)
-        for (int n = 0; n < N; n++)
-            for (int z = 0; z < D; z++) {
-                const int n0 = ob * nr, nvalid = cin - n0 < nr ? cin - n0 : nr;
-                const walk wk = {
-                    .a0 = dout + (((size_t)n * 2 * D + 2 * z) * 2 * H) * 2 * W * ldo,
-                    .a_row = 4L * W * ldo,
-                    .a_col = 2 * ldo,
-                    .c0 = din + ((size_t)n * D + z) * H * W * cin + n0,
-                    .c_row = (long)W * cin,
-                    .c_col = cin,
-                    .Wr = W,
-                };
-                walk_kblocks(g, wk, (long)H * W, Bp + (size_t)ob * 8 * cout * nr, cout, nkb,
-                             NULL, nvalid, NN_TG_ZERO, store_mode(prec));
-            }
+    /* Work items are rows of din: the four output-gradient rows they read stay in cache while
+     * every column block runs over them (as in the forward pass). */
+#pragma omp parallel for collapse(3) schedule(dynamic, 4)
+    for (int n = 0; n < N; n++)
+        for (int z = 0; z < D; z++)
+            for (int y = 0; y < H; y++)
+                for (int ob = 0; ob < nb; ob++) {
+                    const int n0 = ob * nr, nvalid = cin - n0 < nr ? cin - n0 : nr;
+                    const walk wk = {
+                        .a0 = dout + (((size_t)n * 2 * D + 2 * z) * 2 * H + 2 * y) * 2 * W * ldo,
+                        .a_row = 0,
+                        .a_col = 2 * ldo,
+                        .c0 = din + (((size_t)n * D + z) * H + y) * W * cin + n0,
+                        .c_row = 0,
+                        .c_col = cin,
+                        .Wr = W,
+                    };
+                    walk_kblocks(g, wk, W, Bp + (size_t)ob * 8 * cout * nr, cout, nkb, NULL,
+                                 nvalid, NN_TG_ZERO, store_mode(prec));
+                }
 }
 
 /* ---- Conv3d k1 (output layer) ----------------------------------------------------------- */

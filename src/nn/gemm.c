@@ -334,3 +334,8 @@ void nn_wino_input(float *V, long ldv, const float *P, long plane, long row, int
 void nn_wino_output(float *out, long oplane, long orow, int ncol, const float *M, long ldm) {
     K()->wino_out(out, oplane, orow, ncol, M, ldm);
 }
+
+void nn_wino_grad_output(float *Mo, long ldm, const float *dy, long plane, long row, long ldy,
+                         int ncol, int ncp) {
+    K()->wino_gout(Mo, ldm, dy, plane, row, ldy, ncol, ncp);
+}

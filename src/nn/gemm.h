@@ -72,6 +72,11 @@ int nn_gemm_ncol_max(int n);
  * b*orow + c*ncol, columns j < ncol. */
 void nn_wino_input(float *V, long ldv, const float *P, long plane, long row, int C);
 void nn_wino_output(float *out, long oplane, long orow, int ncol, const float *M, long ldm);
+/* The weight gradient's output-gradient transform: dM[xi*ldm + j] = (A dY A^T)[xi] of the 2x2x2
+ * block whose point (a, b, c) is at dy + a*plane + b*row + c*ldy, for j < ncol, and 0 for
+ * ncol <= j < ncp (ncp a multiple of the vector width). */
+void nn_wino_grad_output(float *Mo, long ldm, const float *dy, long plane, long row, long ldy,
+                         int ncol, int ncp);
 
 /* Largest block of positions nn_tg_block takes for block width nr. */
 int nn_tg_mr(int nr);

@@ -35,6 +35,8 @@ typedef struct nn_kern {
     /* Winograd F(2x2x2, 3x3x3) input and output transforms of one tile (gemm.h) */
     void (*wino_in)(float *V, long ldv, const float *P, long plane, long row, int C);
     void (*wino_out)(float *out, long oplane, long orow, int ncol, const float *M, long ldm);
+    void (*wino_gout)(float *Mo, long ldm, const float *dy, long plane, long row, long ldy,
+                      int ncol, int ncp);
 } nn_kern;
 
 extern const nn_kern nn_kern_portable;

@@ -246,6 +246,53 @@ static void kt_wino_out(float *out, long oplane, long orow, int ncol, const floa
         kt_wo_vec(out + c0, oplane, orow, ncol, M + c0, ldm, ncol - c0);
 }
 
+/* Output-gradient transform of the weight gradient: dM = A dY A^T along x, y, z (the adjoint of
+ * the output transform: dM0 = y0, dM1 = y0 + y1, dM2 = y0 - y1, dM3 = -y1) of the 2x2x2 block at
+ * dy (point (a, b, c) at dy + a*plane + b*row + c*ldy), columns [0, ncp): zero past ncol. */
+static void kt_wino_gout(float *Mo, long ldm, const float *dy, long plane, long row, long ldy,
+                         int ncol, int ncp) {
+    for (int c0 = 0; c0 < ncp; c0 += KT_VW) {
+        const int nc = ncol - c0 >= KT_VW ? KT_VW : ncol > c0 ? ncol - c0 : 0;
+        kt_vf y[2][2][2];
+        for (int a = 0; a < 2; a++)
+            for (int b = 0; b < 2; b++)
+                for (int c = 0; c < 2; c++) {
+                    const float *s = dy + a * plane + b * row + c * ldy + c0;
+                    if (nc == KT_VW) {
+                        y[a][b][c] = KT_LOAD(s);
+                    } else {
+                        kt_vf v = {0};
+                        for (int k = 0; k < nc; k++)
+                            v[k] = s[k];
+                        y[a][b][c] = v;
+                    }
+                }
+        kt_vf e[2][2][4], f[2][4][4];
+        for (int a = 0; a < 2; a++)
+            for (int b = 0; b < 2; b++) {
+                e[a][b][0] = y[a][b][0];
+                e[a][b][1] = y[a][b][0] + y[a][b][1];
+                e[a][b][2] = y[a][b][0] - y[a][b][1];
+                e[a][b][3] = -y[a][b][1];
+            }
+        for (int a = 0; a < 2; a++)
+            for (int c = 0; c < 4; c++) {
+                f[a][0][c] = e[a][0][c];
+                f[a][1][c] = e[a][0][c] + e[a][1][c];
+                f[a][2][c] = e[a][0][c] - e[a][1][c];
+                f[a][3][c] = -e[a][1][c];
+            }
+        for (int b = 0; b < 4; b++)
+            for (int c = 0; c < 4; c++) {
+                float *o = Mo + (b * 4 + c) * ldm + c0;
+                KT_STORE(o, f[0][b][c]);
+                KT_STORE(o + 16 * ldm, f[0][b][c] + f[1][b][c]);
+                KT_STORE(o + 32 * ldm, f[0][b][c] - f[1][b][c]);
+                KT_STORE(o + 48 * ldm, -f[1][b][c]);
+            }
+    }
+}
+
 /* ---- FMA peak loop ------------------------------------------------------------------------- */
 
 /* 12 chains hide the FMA latency of every current core (4 cycles x 2 pipes needs 8; SSE2
@@ -325,4 +372,5 @@ const nn_kern KT_SYM = {
     .fma_chains = kt_fma_chains,
     .wino_in = kt_wino_in,
     .wino_out = kt_wino_out,
+    .wino_gout = kt_wino_gout,
 };
