@@ -129,6 +129,22 @@ def slab_depth(D, H, W, C, sharded):
     return max(1, min(D, SLAB_BYTES // ((H + 2) * (W + 2) * C * 4) - 2))
 
 
+WINO_CHUNK_BYTES, WINO_KMAX, WINO_VOX_MIN = 6 << 20, 256 * 320, 4096
+
+
+def wino_applies(D, H, W, K, ncol, sharded):
+    """conv.c wino_applies (fp32): Winograd for unsharded, even, large enough layers."""
+    return (not sharded and D % 2 == 0 and H % 2 == 0 and W % 2 == 0 and K >= 8 and ncol >= 8
+            and K * ncol <= WINO_KMAX and D * H * W >= WINO_VOX_MIN
+            and slab_depth(D, H, W, K, False) >= 2)
+
+
+def wino_ws(K, ncol):
+    """conv.c wino_ws_floats: transformed weights of up to two parts and one chunk of tiles."""
+    ncp = ncol_max(ncol) + 64
+    return 64 * K * ncp + max(WINO_CHUNK_BYTES // 4, 16 * 64 * (K + ncp)) + 64
+
+
 def pad_floats(D, H, W, C, sharded):
     return (slab_depth(D, H, W, C, sharded) + 2) * (H + 2) * (W + 2) * ((C + 1) & ~1)
 
@@ -138,6 +154,10 @@ def conv3d_ws(D, H, W, cin, cout, sharded):
     pad = max(pad_floats(D, H, W, cin, sharded), pad_floats(D, H, W, cout, sharded))
     rest = max(ncol_max(cout) * (cin + 1) * 27, ncol_max(cin) * (cout + 1) * 27,
                weight_grad_ws(27, cin, cout, slab_depth(D, H, W, cin, sharded) * H, W))
+    if wino_applies(D, H, W, cin, cout, sharded):
+        rest = max(rest, wino_ws(cin, cout))
+    if wino_applies(D, H, W, cout, cin, sharded):
+        rest = max(rest, wino_ws(cout, cin))
     return pad, rest + 80
 
 
@@ -160,7 +180,8 @@ def act_parts(D, H, W, c0, L, sharded, n=1):
         f += up16(n * S[lvl] * ch[lvl])
     f += up16(n * S[L] * ch[L])                # the bottleneck's gradient (the others reuse a2)
     f += up16(n * S[0] * C_IN) + 2 * up16(n * S[0] * K)  # input, logits and their gradient
-    f += 3 * up16(n * S[0] * ch[0])                         # three top-level scratch tensors
+    f += 2 * up16(n * S[0] * ch[0])                         # two top-level scratch tensors
+    f += up16(n * S[1] * ch[1])  # the up blocks' incoming gradient (the top one's is in place)
     best = (0, 0)
     for lvl, cin, cout, _ in convs(c0, L):
         best = max(best, conv3d_ws(D >> lvl, H >> lvl, W >> lvl, cin, cout, sharded), key=sum)
