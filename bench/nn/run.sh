@@ -7,7 +7,8 @@
 #      ConvTranspose3d; GroupNorm+ReLU (median of REPS each, ours and PyTorch's interleaved
 #      layer by layer), GFLOP/s and % of the FMA peak;
 #   3. whole training steps (forward, loss, backward, clip, Adam; batch 1), fp32, bf16
-#      (torch_amp: 1 / PyTorch CPU autocast) and with activation checkpointing, with peak RSS.
+#      (torch_amp: 1 / PyTorch CPU autocast) and with activation checkpointing, with peak RSS;
+#      scaffold's and PyTorch's steps alternate, REPS rounds, the median of each engine's.
 # Usage: bench/nn/run.sh [REPS] [THREADS] [quick|full]
 #   quick (default): layers at 32^3 and below, steps at scale 5/64 and 6/32
 #   full: every layer, steps also at 6/64 and one step at 7/64 (~10 GiB each: run it alone)
@@ -91,8 +92,17 @@ else
 fi
 STEPS=${NN_STEPS-$STEPS} # set but empty: no steps
 echo
-echo "## Training step ($cpu, $THREADS threads, batch 1, median of $REPS after a warm-up step; scale 7: one step)"
+echo "## Training step ($cpu, $THREADS threads, batch 1; each engine a warm-up and one step per round, scaffold and PyTorch alternated, median of $REPS rounds; checkpointing: median of $REPS after a warm-up; scale 7: one step)"
 echo
+# median_of KEY LINE...: the line whose KEY value is the median (lower median for even counts)
+median_of() {
+    local key=$1; shift
+    printf '%s\n' "$@" | awk -v k="$key" '{for (i = 1; i < NF; i++) if ($i == k) print $(i + 1), NR}' |
+        sort -g | awk -v n="$#" 'NR == int((n + 1) / 2) {print $2}' | {
+        read -r idx
+        printf '%s\n' "$@" | sed -n "${idx}p"
+    }
+}
 raw=$(mktemp) # the rows print as each step finishes (scale 7 takes minutes per step)
 echo "| model | precision | scaffold s | scaffold GFLOP/s | scaffold peak RSS | PyTorch s | PyTorch peak RSS | PyTorch/scaffold |"
 echo "|---|---|---|---|---|---|---|---|"
@@ -104,12 +114,23 @@ for s in $STEPS; do
         fl=""; tf=""
         [ "$prec" = bf16 ] && fl="--bf16" && tf="--bf16"
         [ "$prec" = ckpt ] && fl="--ckpt"
-        o=$("$BIN" --scale "$sc" --base "$b" --reps "$r" $fl)
-        to=$o
-        if [ "$prec" != ckpt ]; then
-            t=$($TORCH bench "$sc" "$b" "$THREADS" "$r" $tf)
-        else
+        if [ "$prec" = ckpt ]; then
+            o=$("$BIN" --scale "$sc" --base "$b" --reps "$r" $fl)
             t="torch_step_s 0 maxrss_mib 0"
+        elif [ "$sc" -ge 7 ]; then
+            o=$("$BIN" --scale "$sc" --base "$b" --reps 1 $fl)
+            t=$($TORCH bench "$sc" "$b" "$THREADS" 1 $tf)
+        else
+            # Side by side: r rounds of (scaffold, PyTorch), each a warm-up and one timed step,
+            # the median of each engine's rounds: a drift of the machine's speed (a virtual
+            # machine's neighbours) hits both engines alike instead of one engine's block.
+            os=() ts=()
+            for ((i = 0; i < r; i++)); do
+                os+=("$("$BIN" --scale "$sc" --base "$b" --reps 1 $fl)")
+                ts+=("$($TORCH bench "$sc" "$b" "$THREADS" 1 $tf)")
+            done
+            o=$(median_of scaffold_step_s "${os[@]}")
+            t=$(median_of torch_step_s "${ts[@]}")
         fi
         awk -v o="$o" -v t="$t" -v sc="$sc" -v b="$b" -v prec="$prec" 'BEGIN {
             n = split(o, a, " "); for (i = 1; i < n; i++) A[a[i]] = a[i + 1]
