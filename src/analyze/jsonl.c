@@ -151,7 +151,12 @@ static inline const char *scan_number(const char *p, const char *e, int64_t *v, 
     }
     if (p == d0) /* not a number (null, true, ...): skip it */
         return skip_value(st, e);
-    *v = neg ? -(int64_t)x : (int64_t)x;
+    /* clamped to int64_t: "-9223372036854775808" is INT64_MIN (negating its int64_t would
+     * overflow), larger magnitudes (wrapped above) are out of any trace's range anyway */
+    if (neg)
+        *v = x > (uint64_t)INT64_MAX ? INT64_MIN : -(int64_t)x;
+    else
+        *v = x > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)x;
     *ok = 1;
     return p;
 }
