@@ -461,6 +461,12 @@ static void wino_weights(float *U, const float *w, int ncol, int K, long sc, lon
         }
 }
 
+/* Offset of tile t's first point (tiles numbered x fastest, Tx x Ty per plane) in a tensor with
+ * the given plane, row and voxel strides: tiles are two voxels apart on every axis. */
+static long wino_at(long t, long Tx, long Ty, long plane, long row, long vox) {
+    return 2 * ((t / (Tx * Ty)) * plane + ((t / Tx) % Ty) * row + (t % Tx) * vox);
+}
+
 /* out (Dz, H, W, ncol) = the convolution of padded slab P (Dz+2, H+2, W+2, C) with the
  * transformed weights U (wino_weights, block width nr); Dz, H, W even. VM: one chunk's V and M. */
 static void wino_slab(float *out, int ncol, const float *P, int C, const float *U, int nr,
@@ -478,9 +484,8 @@ static void wino_slab(float *out, int ncol, const float *P, int C, const float *
         float *V = VM, *M = VM + 64 * nt * C;
 #pragma omp for schedule(dynamic, 8)
         for (long i = 0; i < nt; i++) {
-            const long t = t0 + i, tx = t % Tx, ty = (t / Tx) % Ty, tz = t / (Tx * Ty);
-            nn_wino_input(V + i * C, nt * C, P + 2 * tz * plane + 2 * ty * row + 2 * tx * C,
-                          plane, row, C);
+            nn_wino_input(V + i * C, nt * C, P + wino_at(t0 + i, Tx, Ty, plane, row, C), plane,
+                          row, C);
         }
 #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int xi = 0; xi < 64; xi++)
@@ -492,9 +497,8 @@ static void wino_slab(float *out, int ncol, const float *P, int C, const float *
             }
 #pragma omp for schedule(dynamic, 8)
         for (long i = 0; i < nt; i++) {
-            const long t = t0 + i, tx = t % Tx, ty = (t / Tx) % Ty, tz = t / (Tx * Ty);
-            nn_wino_output(out + 2 * tz * oplane + 2 * ty * orow + 2 * tx * ncol, oplane, orow,
-                           ncol, M + i * ncp, nt * ncp);
+            nn_wino_output(out + wino_at(t0 + i, Tx, Ty, oplane, orow, ncol), oplane, orow, ncol,
+                           M + i * ncp, nt * ncp);
         }
     }
 }
@@ -518,12 +522,11 @@ static void wino_dw_slab(float *dU, const float *P, int C, const float *dy, int 
         float *V = VM, *Mo = VM + 64 * nt * C;
 #pragma omp for schedule(dynamic, 8)
         for (long i = 0; i < nt; i++) {
-            const long t = t0 + i, tx = t % Tx, ty = (t / Tx) % Ty, tz = t / (Tx * Ty);
-            nn_wino_input(V + i * C, nt * C, P + 2 * tz * plane + 2 * ty * row + 2 * tx * C,
-                          plane, row, C);
+            nn_wino_input(V + i * C, nt * C, P + wino_at(t0 + i, Tx, Ty, plane, row, C), plane,
+                          row, C);
             nn_wino_grad_output(Mo + i * ncp, nt * ncp,
-                                dy + 2 * tz * gplane + 2 * ty * grow + 2 * tx * ncol, gplane,
-                                grow, ncol, ncol, ncp);
+                                dy + wino_at(t0 + i, Tx, Ty, gplane, grow, ncol), gplane, grow,
+                                ncol, ncol, ncp);
         }
 #pragma omp for collapse(3) schedule(dynamic, 1)
         for (int xi = 0; xi < 64; xi++)
