@@ -129,7 +129,7 @@ def slab_depth(D, H, W, C, sharded):
     return max(1, min(D, SLAB_BYTES // ((H + 2) * (W + 2) * C * 4) - 2))
 
 
-WINO_CHUNK_BYTES, WINO_KMAX, WINO_VOX_MIN = 6 << 20, 256 * 320, 4096
+WINO_CHUNK_BYTES, WINO_KMAX, WINO_VOX_MIN, WINO_LDPAD = 6 << 20, 256 * 320, 4096, 16
 
 
 def wino_applies(D, H, W, K, ncol, sharded):
@@ -142,7 +142,7 @@ def wino_applies(D, H, W, K, ncol, sharded):
 def wino_ws(K, ncol):
     """conv.c wino_ws_floats: transformed weights of up to two parts and one chunk of tiles."""
     ncp = ncol_max(ncol) + 64
-    return 64 * K * ncp + max(WINO_CHUNK_BYTES // 4, 16 * 64 * (K + ncp)) + 64
+    return 64 * K * ncp + max(WINO_CHUNK_BYTES // 4, 64 * (16 * (K + ncp) + 2 * WINO_LDPAD)) + 64
 
 
 def pad_floats(D, H, W, C, sharded):

@@ -407,9 +407,15 @@ int nn_conv3d_winograd(int D, int H, int W, int cin, int cout, nn_prec prec) {
     return wino_applies(D, H, W, cin, cout, prec, NULL);
 }
 
+/* Floats between the 64 rows of V (and of M) past the chunk's nt*K: with rows a multiple of 4
+ * KiB apart (192 tiles of 64 channels: 48 KiB), the 64 streams the transforms write and read
+ * all fall in one L1 set and a few L2 sets. One cache line more per row spreads them over all
+ * sets; the input transform took 20% of a 128^3 64 -> 64 layer's time before. */
+#define WINO_LDPAD 16
+
 /* Tiles per chunk for K input and ncp padded output channels. */
 static long wino_chunk_tiles(int K, int ncp) {
-    long t = WINO_CHUNK_BYTES / (64L * (K + ncp) * (long)sizeof(float));
+    long t = (WINO_CHUNK_BYTES / (long)sizeof(float) - 128L * WINO_LDPAD) / (64L * (K + ncp));
     return t < 16 ? 16 : t;
 }
 
@@ -418,7 +424,7 @@ static long wino_chunk_tiles(int K, int ncp) {
 static size_t wino_ws_floats(int K, int ncol) {
     const int ncp = nn_gemm_ncol_max(ncol) + 64; /* each part pads to whole blocks (< 32) */
     /* a chunk of any part: about WINO_CHUNK_BYTES, or 16 tiles of the widest */
-    size_t vm = WINO_CHUNK_BYTES / sizeof(float), v16 = 16 * 64 * (size_t)(K + ncp);
+    size_t vm = WINO_CHUNK_BYTES / sizeof(float), v16 = 64 * (16 * (size_t)(K + ncp) + 2 * WINO_LDPAD);
     return 64 * (size_t)K * ncp + (vm > v16 ? vm : v16) + 64;
 }
 
@@ -481,24 +487,25 @@ static void wino_slab(float *out, int ncol, const float *P, int C, const float *
 #pragma omp parallel num_threads(nn_threads())
     for (long t0 = 0; t0 < ntiles; t0 += chunk) {
         const long nt = ntiles - t0 < chunk ? ntiles - t0 : chunk;
-        float *V = VM, *M = VM + 64 * nt * C;
+        const long ldv = nt * C + WINO_LDPAD, ldm = nt * ncp + WINO_LDPAD;
+        float *V = VM, *M = VM + 64 * ldv;
 #pragma omp for schedule(dynamic, 8)
         for (long i = 0; i < nt; i++) {
-            nn_wino_input(V + i * C, nt * C, P + wino_at(t0 + i, Tx, Ty, plane, row, C), plane,
+            nn_wino_input(V + i * C, ldv, P + wino_at(t0 + i, Tx, Ty, plane, row, C), plane,
                           row, C);
         }
 #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int xi = 0; xi < 64; xi++)
             for (int ob = 0; ob < nb; ob++) {
-                const walk wk = {.a0 = V + (size_t)xi * nt * C, .a_row = 0, .a_col = C,
-                                 .c0 = M + (size_t)xi * nt * ncp + ob * nr, .c_row = 0,
+                const walk wk = {.a0 = V + (size_t)xi * ldv, .a_row = 0, .a_col = C,
+                                 .c0 = M + (size_t)xi * ldm + ob * nr, .c_row = 0,
                                  .c_col = ncp, .Wr = (int)nt};
                 walk_run(&g, &wk, nt, U + ((size_t)xi * nb + ob) * C * nr, NULL, nr, NN_TG_ZERO);
             }
 #pragma omp for schedule(dynamic, 8)
         for (long i = 0; i < nt; i++) {
             nn_wino_output(out + wino_at(t0 + i, Tx, Ty, oplane, orow, ncol), oplane, orow, ncol,
-                           M + i * ncp, nt * ncp);
+                           M + i * ncp, ldm);
         }
     }
 }
@@ -519,12 +526,13 @@ static void wino_dw_slab(float *dU, const float *P, int C, const float *dy, int 
 #pragma omp parallel num_threads(nn_threads())
     for (long t0 = 0; t0 < ntiles; t0 += chunk) {
         const long nt = ntiles - t0 < chunk ? ntiles - t0 : chunk;
-        float *V = VM, *Mo = VM + 64 * nt * C;
+        const long ldv = nt * C + WINO_LDPAD, ldm = nt * ncp + WINO_LDPAD;
+        float *V = VM, *Mo = VM + 64 * ldv;
 #pragma omp for schedule(dynamic, 8)
         for (long i = 0; i < nt; i++) {
-            nn_wino_input(V + i * C, nt * C, P + wino_at(t0 + i, Tx, Ty, plane, row, C), plane,
+            nn_wino_input(V + i * C, ldv, P + wino_at(t0 + i, Tx, Ty, plane, row, C), plane,
                           row, C);
-            nn_wino_grad_output(Mo + i * ncp, nt * ncp,
+            nn_wino_grad_output(Mo + i * ncp, ldm,
                                 dy + wino_at(t0 + i, Tx, Ty, gplane, grow, ncol), gplane, grow,
                                 ncol, ncol, ncp);
         }
@@ -533,8 +541,8 @@ static void wino_dw_slab(float *dU, const float *P, int C, const float *dy, int 
             for (int kb = 0; kb < nkb; kb++)
                 for (int ob = 0; ob < nb; ob++) {
                     const int k0 = kb * mk, k1 = k0 + mk < C ? k0 + mk : C;
-                    const float *ar = V + (size_t)xi * nt * C + k0;
-                    const float *gr = Mo + (size_t)xi * nt * ncp + ob * nr;
+                    const float *ar = V + (size_t)xi * ldv + k0;
+                    const float *gr = Mo + (size_t)xi * ldm + ob * nr;
                     nn_tw_tile(1, &ar, &gr, (int)nt, C, ncp, k1 - k0, nr, nr,
                                dU + ((size_t)xi * C + k0) * ncp + ob * nr, ncp);
                 }
