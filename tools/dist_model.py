@@ -129,12 +129,13 @@ def slab_depth(D, H, W, C, sharded):
     return max(1, min(D, SLAB_BYTES // ((H + 2) * (W + 2) * C * 4) - 2))
 
 
-WINO_CHUNK_BYTES, WINO_KMAX, WINO_VOX_MIN, WINO_LDPAD = 6 << 20, 256 * 320, 4096, 16
+WINO_CHUNK_BYTES, WINO_KMAX, WINO_VOX_MIN, WINO_LDPAD, WINO_NXI = 6 << 20, 256 * 320, 4096, 16, 144
 
 
 def wino_applies(D, H, W, K, ncol, sharded):
-    """conv.c wino_applies (fp32): Winograd for unsharded, even, large enough layers."""
-    return (not sharded and D % 2 == 0 and H % 2 == 0 and W % 2 == 0 and K >= 8 and ncol >= 8
+    """conv.c wino_applies (fp32): Winograd for unsharded, large enough layers, D even, H and W
+    multiples of 4."""
+    return (not sharded and D % 2 == 0 and H % 4 == 0 and W % 4 == 0 and K >= 8 and ncol >= 8
             and K * ncol <= WINO_KMAX and D * H * W >= WINO_VOX_MIN
             and slab_depth(D, H, W, K, False) >= 2)
 
@@ -142,7 +143,8 @@ def wino_applies(D, H, W, K, ncol, sharded):
 def wino_ws(K, ncol):
     """conv.c wino_ws_floats: transformed weights of up to two parts and one chunk of tiles."""
     ncp = ncol_max(ncol) + 64
-    return 64 * K * ncp + max(WINO_CHUNK_BYTES // 4, 64 * (16 * (K + ncp) + 2 * WINO_LDPAD)) + 64
+    return (WINO_NXI * K * ncp
+            + max(WINO_CHUNK_BYTES // 4, WINO_NXI * (16 * (K + ncp) + 2 * WINO_LDPAD)) + 64)
 
 
 def pad_floats(D, H, W, C, sharded):

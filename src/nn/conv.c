@@ -368,19 +368,28 @@ static void conv27(float *out, int cdst, void *P, int csrc, int pairs, const voi
     }
 }
 
-/* ---- Winograd F(2x2x2, 3x3x3) ------------------------------------------------------------
- * A stride-1 3x3x3 convolution computes each 2x2x2 block of outputs (a tile) from the 4x4x4
- * block of padded input around it: with F(2,3) along each axis, V = B^T d B (per channel), U =
- * G g G^T (per input and output channel), and for each of the 64 points xi of the transformed
- * tile M[xi] = V[xi] U[xi], a GEMM over the input channels; the outputs are A^T M A. That is
- * 64 products per tile and channel pair where the direct convolution does 8 * 27 = 216: 3.4x
- * fewer FMAs, for three cheap transforms (additions, vectorised over channels) and an extra
- * rounding error of a few fp32 ulps. Used by the fp32 passes of unsharded layers with even
- * extents: forward and input gradient (conv3d_pass), weight gradient (wino_dw_slab).
- * Tiles are taken in chunks whose V and M (64 rows each) stay in the last-level cache: the
- * threads transform a chunk's inputs, run its 64 x column-block GEMMs with the microkernel
+/* ---- Winograd F(4x4x2, 3x3x3) ------------------------------------------------------------
+ * A stride-1 3x3x3 convolution computes each block of 2 x 4 x 4 outputs (a tile: z, y, x) from
+ * the 4 x 6 x 6 block of padded input around it: with F(2,3) along z and F(4,3) along y and x,
+ * V = B^T d B (per channel), U = G g G^T (per input and output channel), and for each of the 144
+ * points xi of the transformed tile M[xi] = V[xi] U[xi], a GEMM over the input channels; the
+ * outputs are A^T M A. That is 144 products per tile and channel pair where the direct
+ * convolution does 32 * 27 = 864: 6x fewer FMAs, for three transforms (additions and a few
+ * multiplications by 2, 4, 5, 8, vectorised over channels) and a larger rounding error than
+ * F(2,3)'s (F(4,3)'s points reach 2 and its transforms multiply by up to 8: about 1e-5 of a
+ * 64-channel sum, tested against the naive loops). F(2x2x2) was the first version: 3.4x fewer
+ * FMAs but 8 transformed points per output where this has 4.5, and its transforms' cache
+ * traffic (V and M are that many times the tile) bounded it. Used by the fp32 passes of
+ * unsharded layers whose extents are multiples of 2 (depth) and 4 (height, width): forward and
+ * input gradient (conv3d_pass), weight gradient (wino_dw_slab).
+ * Tiles are taken in chunks whose V and M (144 rows each) stay in the last-level cache: the
+ * threads transform a chunk's inputs, run its 144 x column-block GEMMs with the microkernel
  * (each GEMM's U panel is reused by every tile of the chunk), then transform its outputs. */
-#define WINO_CHUNK_BYTES (6u << 20) /* V and M of one chunk of tiles */
+#define WINO_NXI 144 /* transformed points per tile */
+#ifndef WINO_CHUNK_MIB
+#define WINO_CHUNK_MIB 6
+#endif
+#define WINO_CHUNK_BYTES ((unsigned)WINO_CHUNK_MIB << 20) /* V and M of one chunk of tiles */
 #define WINO_KMAX (256 * 320)      /* K * ncol above this: U would not stay in cache; direct */
 /* Fewer voxels per sample: too few tiles to repay transforming the weights at every call (8^3
  * at 256 -> 256 channels ran at half the direct speed) */
@@ -397,7 +406,7 @@ static int wino_enabled(void) {
 }
 
 static int wino_applies(int D, int H, int W, int K, int ncol, nn_prec prec, const nn_shard *sh) {
-    return wino_enabled() && prec == NN_FP32 && !sh && D % 2 == 0 && H % 2 == 0 && W % 2 == 0 &&
+    return wino_enabled() && prec == NN_FP32 && !sh && D % 2 == 0 && H % 4 == 0 && W % 4 == 0 &&
            K >= 8 && ncol >= 8 && (long)K * ncol <= WINO_KMAX &&
            (long)D * H * W >= WINO_VOX_MIN &&
            slab_depth(D, H, W, K, NULL) >= 2;
@@ -407,15 +416,17 @@ int nn_conv3d_winograd(int D, int H, int W, int cin, int cout, nn_prec prec) {
     return wino_applies(D, H, W, cin, cout, prec, NULL);
 }
 
-/* Floats between the 64 rows of V (and of M) past the chunk's nt*K: with rows a multiple of 4
- * KiB apart (192 tiles of 64 channels: 48 KiB), the 64 streams the transforms write and read
- * all fall in one L1 set and a few L2 sets. One cache line more per row spreads them over all
- * sets; the input transform took 20% of a 128^3 64 -> 64 layer's time before. */
+/* Floats between the rows of V (and of M) past the chunk's nt*K: with rows a multiple of 4 KiB
+ * apart (192 tiles of 64 channels: 48 KiB), the many streams the transforms write and read all
+ * fall in one L1 set and a few L2 sets. One cache line more per row spreads them over all sets
+ * (F(2x2x2)'s input transform took 20% of a 128^3 64 -> 64 layer's time before, and the passes
+ * ran 8-40% faster after). */
 #define WINO_LDPAD 16
 
 /* Tiles per chunk for K input and ncp padded output channels. */
 static long wino_chunk_tiles(int K, int ncp) {
-    long t = (WINO_CHUNK_BYTES / (long)sizeof(float) - 128L * WINO_LDPAD) / (64L * (K + ncp));
+    long t = (WINO_CHUNK_BYTES / (long)sizeof(float) - 2L * WINO_NXI * WINO_LDPAD) /
+             ((long)WINO_NXI * (K + ncp));
     return t < 16 ? 16 : t;
 }
 
@@ -424,78 +435,104 @@ static long wino_chunk_tiles(int K, int ncp) {
 static size_t wino_ws_floats(int K, int ncol) {
     const int ncp = nn_gemm_ncol_max(ncol) + 64; /* each part pads to whole blocks (< 32) */
     /* a chunk of any part: about WINO_CHUNK_BYTES, or 16 tiles of the widest */
-    size_t vm = WINO_CHUNK_BYTES / sizeof(float), v16 = 64 * (16 * (size_t)(K + ncp) + 2 * WINO_LDPAD);
-    return 64 * (size_t)K * ncp + (vm > v16 ? vm : v16) + 64;
+    size_t vm = WINO_CHUNK_BYTES / sizeof(float),
+           v16 = WINO_NXI * (16 * (size_t)(K + ncp) + 2 * WINO_LDPAD);
+    return WINO_NXI * (size_t)K * ncp + (vm > v16 ? vm : v16) + 64;
 }
 
-/* U[xi][ob][k][j] (the packed B panels of the 64 GEMMs) for output column ob*nr + j: G g G^T of
- * g[u] = w[col*sc + k*sk + tap(u)], tap(u) = u or, for the input gradient, 26 - u. */
+/* G of F(2,3) (3 -> 4 points, n = 4) or F(4,3) (3 -> 6 points, n = 6) on g[0], g[s], g[2s]
+ * into u[0], u[s], ... */
+static void wino_g(float *u, const float *g, long st, int n) {
+    const float g0 = g[0], g1 = g[st], g2 = g[2 * st];
+    if (n == 4) {
+        u[0] = g0;
+        u[st] = 0.5f * (g0 + g1 + g2);
+        u[2 * st] = 0.5f * (g0 - g1 + g2);
+        u[3 * st] = g2;
+    } else {
+        u[0] = 0.25f * g0;
+        u[st] = (g0 + g1 + g2) * (-1.0f / 6);
+        u[2 * st] = (g0 - g1 + g2) * (-1.0f / 6);
+        u[3 * st] = g0 * (1.0f / 24) + g1 * (1.0f / 12) + g2 * (1.0f / 6);
+        u[4 * st] = g0 * (1.0f / 24) - g1 * (1.0f / 12) + g2 * (1.0f / 6);
+        u[5 * st] = g2;
+    }
+}
+
+/* G^T, the adjoint of wino_g: n points u[0], u[s], ... -> 3 values added to w[0], w[ws],
+ * w[2ws]. */
+static void wino_gt(float *w, long ws, const float *u, long st, int n) {
+    if (n == 4) {
+        const float s12 = u[st] + u[2 * st];
+        w[0] += u[0] + 0.5f * s12;
+        w[ws] += 0.5f * (u[st] - u[2 * st]);
+        w[2 * ws] += 0.5f * s12 + u[3 * st];
+    } else {
+        const float s12 = u[st] + u[2 * st], s34 = u[3 * st] + u[4 * st];
+        w[0] += 0.25f * u[0] - s12 * (1.0f / 6) + s34 * (1.0f / 24);
+        w[ws] += (u[2 * st] - u[st]) * (1.0f / 6) + (u[3 * st] - u[4 * st]) * (1.0f / 12);
+        w[2 * ws] += (s34 - s12) * (1.0f / 6) + u[5 * st];
+    }
+}
+
+/* U[xi][ob][k][j] (the packed B panels of the 144 GEMMs) for output column ob*nr + j: G g G^T
+ * of g[u] = w[col*sc + k*sk + tap(u)], tap(u) = u or, for the input gradient, 26 - u. */
 static void wino_weights(float *U, const float *w, int ncol, int K, long sc, long sk, int flip,
                          int nr) {
     const int nb = nblocks(ncol, nr);
 #pragma omp parallel for collapse(2) schedule(static) num_threads(nn_threads())
     for (int col = 0; col < nb * nr; col++)
         for (int k = 0; k < K; k++) {
-            float g[27], a[3][3][4], b[3][4][4], u[4][4][4];
+            float g[27], a[3][3][6], b[3][6][6], u[4][6][6];
             for (int t = 0; t < 27; t++)
                 g[t] = col < ncol ? w[col * sc + k * sk + (flip ? 26 - t : t)] : 0.0f;
-            for (int z = 0; z < 3; z++)
-                for (int y = 0; y < 3; y++) {
-                    const float *r = g + z * 9 + y * 3;
-                    a[z][y][0] = r[0];
-                    a[z][y][1] = 0.5f * (r[0] + r[1] + r[2]);
-                    a[z][y][2] = 0.5f * (r[0] - r[1] + r[2]);
-                    a[z][y][3] = r[2];
-                }
-            for (int z = 0; z < 3; z++)
-                for (int x = 0; x < 4; x++) {
-                    b[z][0][x] = a[z][0][x];
-                    b[z][1][x] = 0.5f * (a[z][0][x] + a[z][1][x] + a[z][2][x]);
-                    b[z][2][x] = 0.5f * (a[z][0][x] - a[z][1][x] + a[z][2][x]);
-                    b[z][3][x] = a[z][2][x];
-                }
-            for (int y = 0; y < 4; y++)
-                for (int x = 0; x < 4; x++) {
-                    u[0][y][x] = b[0][y][x];
-                    u[1][y][x] = 0.5f * (b[0][y][x] + b[1][y][x] + b[2][y][x]);
-                    u[2][y][x] = 0.5f * (b[0][y][x] - b[1][y][x] + b[2][y][x]);
-                    u[3][y][x] = b[2][y][x];
-                }
+            for (int z = 0; z < 3; z++) /* x: F(4,3) */
+                for (int y = 0; y < 3; y++)
+                    wino_g(&a[z][y][0], g + z * 9 + y * 3, 1, 6);
+            for (int z = 0; z < 3; z++) /* y: F(4,3) */
+                for (int x = 0; x < 6; x++)
+                    wino_g(&b[z][0][x], &a[z][0][x], 6, 6);
+            for (int y = 0; y < 6; y++) /* z: F(2,3) */
+                for (int x = 0; x < 6; x++)
+                    wino_g(&u[0][y][x], &b[0][y][x], 36, 4);
             const int ob = col / nr, j = col % nr;
-            for (int xi = 0; xi < 64; xi++)
+            for (int xi = 0; xi < WINO_NXI; xi++)
                 U[(((size_t)xi * nb + ob) * K + k) * nr + j] = (&u[0][0][0])[xi];
         }
 }
 
 /* Offset of tile t's first point (tiles numbered x fastest, Tx x Ty per plane) in a tensor with
- * the given plane, row and voxel strides: tiles are two voxels apart on every axis. */
+ * the given plane, row and voxel strides: tiles are 2 planes, 4 rows and 4 voxels apart. */
 static long wino_at(long t, long Tx, long Ty, long plane, long row, long vox) {
-    return 2 * ((t / (Tx * Ty)) * plane + ((t / Tx) % Ty) * row + (t % Tx) * vox);
+    return 2 * (t / (Tx * Ty)) * plane + 4 * (((t / Tx) % Ty) * row + (t % Tx) * vox);
 }
 
 /* out (Dz, H, W, ncol) = the convolution of padded slab P (Dz+2, H+2, W+2, C) with the
- * transformed weights U (wino_weights, block width nr); Dz, H, W even. VM: one chunk's V and M. */
+ * transformed weights U (wino_weights, block width nr); Dz even, H and W multiples of 4. VM:
+ * one chunk's V and M. */
 static void wino_slab(float *out, int ncol, const float *P, int C, const float *U, int nr,
                       int Dz, int H, int W, float *VM) {
     const int nb = nblocks(ncol, nr), ncp = nb * nr;
-    const long Tz = Dz / 2, Ty = H / 2, Tx = W / 2, ntiles = Tz * Ty * Tx;
+    const long Tz = Dz / 2, Ty = H / 4, Tx = W / 4, ntiles = Tz * Ty * Tx;
     const long row = (long)(W + 2) * C, plane = (H + 2) * row;
     const long oplane = (long)H * W * ncol, orow = (long)W * ncol;
-    const long chunk = wino_chunk_tiles(C, ncp);
+    /* whole blocks of the microkernel's rows: 85 tiles ran a 5-row block in every GEMM */
+    const long mr = nn_tg_mr(nr), ct = wino_chunk_tiles(C, ncp);
+    const long chunk = ct > mr ? ct - ct % mr : ct;
     const long aoff[1] = {0};
     const nn_tg g = {.T = 1, .K = C, .aoff = aoff, .nr = nr};
 #pragma omp parallel num_threads(nn_threads())
     for (long t0 = 0; t0 < ntiles; t0 += chunk) {
         const long nt = ntiles - t0 < chunk ? ntiles - t0 : chunk;
         const long ldv = nt * C + WINO_LDPAD, ldm = nt * ncp + WINO_LDPAD;
-        float *V = VM, *M = VM + 64 * ldv;
+        float *V = VM, *M = VM + WINO_NXI * ldv;
 #pragma omp for schedule(dynamic, 8)
         for (long i = 0; i < nt; i++) {
             nn_wino_input(V + i * C, ldv, P + wino_at(t0 + i, Tx, Ty, plane, row, C), plane,
                           row, C);
         }
 #pragma omp for collapse(2) schedule(dynamic, 1)
-        for (int xi = 0; xi < 64; xi++)
+        for (int xi = 0; xi < WINO_NXI; xi++)
             for (int ob = 0; ob < nb; ob++) {
                 const walk wk = {.a0 = V + (size_t)xi * ldv, .a_row = 0, .a_col = C,
                                  .c0 = M + (size_t)xi * ldm + ob * nr, .c_row = 0,
@@ -519,7 +556,7 @@ static void wino_dw_slab(float *dU, const float *P, int C, const float *dy, int 
                          int H, int W, float *VM) {
     const int nr = nn_gemm_nr(ncol), nb = nblocks(ncol, nr), ncp = nb * nr;
     const int mk = nn_tw_mr(nr), nkb = (C + mk - 1) / mk;
-    const long Tz = Dz / 2, Ty = H / 2, Tx = W / 2, ntiles = Tz * Ty * Tx;
+    const long Tz = Dz / 2, Ty = H / 4, Tx = W / 4, ntiles = Tz * Ty * Tx;
     const long row = (long)(W + 2) * C, plane = (H + 2) * row;
     const long gplane = (long)H * W * ncol, grow = (long)W * ncol;
     const long chunk = wino_chunk_tiles(C, ncp);
@@ -527,7 +564,7 @@ static void wino_dw_slab(float *dU, const float *P, int C, const float *dy, int 
     for (long t0 = 0; t0 < ntiles; t0 += chunk) {
         const long nt = ntiles - t0 < chunk ? ntiles - t0 : chunk;
         const long ldv = nt * C + WINO_LDPAD, ldm = nt * ncp + WINO_LDPAD;
-        float *V = VM, *Mo = VM + 64 * ldv;
+        float *V = VM, *Mo = VM + WINO_NXI * ldv;
 #pragma omp for schedule(dynamic, 8)
         for (long i = 0; i < nt; i++) {
             nn_wino_input(V + i * C, ldv, P + wino_at(t0 + i, Tx, Ty, plane, row, C), plane,
@@ -540,7 +577,7 @@ static void wino_dw_slab(float *dU, const float *P, int C, const float *dy, int 
          * L1 while V[xi] streams past, and the items are large enough that handing them out
          * costs little (per k block, the dispatch cost up to a fifth of the kernel time) */
 #pragma omp for collapse(2) schedule(dynamic, 1)
-        for (int xi = 0; xi < 64; xi++)
+        for (int xi = 0; xi < WINO_NXI; xi++)
             for (int ob = 0; ob < nb; ob++) {
                 const float *gr = Mo + (size_t)xi * ldm + ob * nr;
                 for (int kb = 0; kb < nkb; kb++) {
@@ -559,30 +596,19 @@ static void wino_dw_finish(float *dw, const float *dU, int cin, int cout) {
 #pragma omp parallel for collapse(2) schedule(static) num_threads(nn_threads())
     for (int oc = 0; oc < cout; oc++)
         for (int ic = 0; ic < cin; ic++) {
-            float u[64], a[4][4][3], b[4][3][3];
-            for (int xi = 0; xi < 64; xi++)
-                u[xi] = dU[((size_t)xi * cin + ic) * ncp + oc];
-            /* G^T = [1 .5 .5 0; 0 .5 -.5 0; 0 .5 .5 1] along x, y, z */
-            for (int z = 0; z < 4; z++)
-                for (int y = 0; y < 4; y++) {
-                    const float *r = u + z * 16 + y * 4;
-                    a[z][y][0] = r[0] + 0.5f * (r[1] + r[2]);
-                    a[z][y][1] = 0.5f * (r[1] - r[2]);
-                    a[z][y][2] = 0.5f * (r[1] + r[2]) + r[3];
-                }
-            for (int z = 0; z < 4; z++)
-                for (int x = 0; x < 3; x++) {
-                    b[z][0][x] = a[z][0][x] + 0.5f * (a[z][1][x] + a[z][2][x]);
-                    b[z][1][x] = 0.5f * (a[z][1][x] - a[z][2][x]);
-                    b[z][2][x] = 0.5f * (a[z][1][x] + a[z][2][x]) + a[z][3][x];
-                }
+            float u[4][6][6], a[4][6][3] = {{{0}}}, b[4][3][3] = {{{0}}};
+            for (int xi = 0; xi < WINO_NXI; xi++)
+                (&u[0][0][0])[xi] = dU[((size_t)xi * cin + ic) * ncp + oc];
+            for (int z = 0; z < 4; z++) /* x: F(4,3) */
+                for (int y = 0; y < 6; y++)
+                    wino_gt(&a[z][y][0], 1, &u[z][y][0], 1, 6);
+            for (int z = 0; z < 4; z++) /* y: F(4,3) */
+                for (int x = 0; x < 3; x++)
+                    wino_gt(&b[z][0][x], 3, &a[z][0][x], 3, 6);
             float *d = dw + ((size_t)oc * cin + ic) * 27;
-            for (int y = 0; y < 3; y++)
-                for (int x = 0; x < 3; x++) {
-                    d[y * 3 + x] += b[0][y][x] + 0.5f * (b[1][y][x] + b[2][y][x]);
-                    d[9 + y * 3 + x] += 0.5f * (b[1][y][x] - b[2][y][x]);
-                    d[18 + y * 3 + x] += 0.5f * (b[1][y][x] + b[2][y][x]) + b[3][y][x];
-                }
+            for (int y = 0; y < 3; y++) /* z: F(2,3), added to dw */
+                for (int x = 0; x < 3; x++)
+                    wino_gt(d + y * 3 + x, 9, &b[0][y][x], 9, 4);
         }
 }
 
@@ -892,7 +918,7 @@ static void conv3d_pass(float *out1, int n1, float *out2, int n2, const float *a
             const int ncol = part ? n2 : n1, nr = nn_gemm_nr(ncol);
             Up[part] = Bp + at;
             wino_weights(Up[part], w + (part ? (long)n1 * sc : 0), ncol, K, sc, sk, flip, nr);
-            at += 64 * (size_t)K * nblocks(ncol, nr) * nr;
+            at += WINO_NXI * (size_t)K * nblocks(ncol, nr) * nr;
         }
         VM = Bp + ((at + 15) & ~(size_t)15);
         for (int n = 0; n < N; n++)
@@ -950,7 +976,7 @@ void nn_conv3d_backward_p(float *din, float *dinB, float *dw, const float *dout,
         const int Zc = slab_depth(D, H, W, cin, sh) & ~1;
         const int ncp = nblocks(cout, nn_gemm_nr(cout)) * nn_gemm_nr(cout);
         float *P = ws, *dU = ws + ((slab_floats(D, H, W, cin, sh) + 15) & ~(size_t)15);
-        const size_t nu = 64 * (size_t)cin * ncp;
+        const size_t nu = WINO_NXI * (size_t)cin * ncp;
         float *VM = dU + ((nu + 15) & ~(size_t)15);
 #pragma omp parallel for schedule(static) num_threads(nn_threads())
         for (size_t i = 0; i < nu; i++)

@@ -142,49 +142,70 @@ kt_tw(int nrows, const float *const *arows, const float *const *grows, int X, lo
             KT_STORE(Wt + m * ldw + j * KT_VW, acc[m][j]);
 }
 
-/* ---- Winograd F(2x2x2, 3x3x3) transforms (conv.c) -------------------------------------------
- * Input: V[xi * ldv + k] = (B^T d B)[xi] along x, y, z for the 4x4x4 block d at P (point
- * (a, b, c) at P + a*plane + b*row + c*C), B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1].
- * Output: the 2x2x2 outputs (A^T M A), A^T = [1 1 1 0; 0 1 -1 -1], from M[xi * ldm + j], the
- * first ncol columns, to out + a*oplane + b*orow + c*ncol. One vector of channels at a time; a
- * last partial vector goes through a zero-padded copy. */
+/* ---- Winograd F(4x4x2, 3x3x3) transforms (conv.c) -------------------------------------------
+ * A tile is 2 outputs along z (F(2,3)) by 4 along y and x (F(4,3)); its input block is 4 x 6 x 6
+ * points and its transform has 144 points xi = 36a + 6b + c (a along z, b along y, c along x).
+ *   F(2,3): B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], A^T = [1 1 1 0; 0 1 -1 -1];
+ *   F(4,3) (points 0, 1, -1, 2, -2, inf): B^T rows [4 0 -5 0 1 0], [0 -4 -4 1 1 0],
+ *   [0 4 -4 -1 1 0], [0 -2 -1 2 1 0], [0 2 -1 -2 1 0], [0 4 0 -5 0 1]; A^T rows
+ *   [1 1 1 1 1 0], [0 1 -1 2 -2 0], [0 1 1 4 4 0], [0 1 -1 8 -8 1].
+ * Input: V[xi * ldv + k] = (B^T d B)[xi] along x, y, z of the block d at P (point (a, b, c) at
+ * P + a*plane + b*row + c*C). Output: the 2x4x4 outputs A^T M A from M[xi * ldm + j], the first
+ * ncol columns, to out + a*oplane + b*orow + c*ncol. One vector of channels at a time; a last
+ * partial vector goes through a zero-padded copy. */
+static inline __attribute__((always_inline)) void kt_bt4(kt_vf r[6], const kt_vf d[6]) {
+    const kt_vf t1 = d[4] - 4.0f * d[2], t2 = d[3] - 4.0f * d[1];
+    const kt_vf t3 = d[4] - d[2], t4 = 2.0f * (d[3] - d[1]);
+    r[0] = 4.0f * d[0] - 5.0f * d[2] + d[4];
+    r[1] = t1 + t2;
+    r[2] = t1 - t2;
+    r[3] = t3 + t4;
+    r[4] = t3 - t4;
+    r[5] = 4.0f * d[1] - 5.0f * d[3] + d[5];
+}
+
+static inline __attribute__((always_inline)) void kt_at4(kt_vf o[4], const kt_vf m[6]) {
+    const kt_vf s12 = m[1] + m[2], d12 = m[1] - m[2], s34 = m[3] + m[4], d34 = m[3] - m[4];
+    o[0] = m[0] + s12 + s34;
+    o[1] = d12 + 2.0f * d34;
+    o[2] = s12 + 4.0f * s34;
+    o[3] = d12 + 8.0f * d34 + m[5];
+}
+
 static inline __attribute__((always_inline)) void kt_wi_vec(float *V, long ldv, const float *P,
                                                             long plane, long row, long C, int nk) {
-    kt_vf t[4][4][4];
+    kt_vf t[4][6][6];
     for (int a = 0; a < 4; a++) {
-        kt_vf d[4][4];
-        for (int b = 0; b < 4; b++)
-            for (int c = 0; c < 4; c++) {
+        for (int b = 0; b < 6; b++) {
+            kt_vf d[6];
+            for (int c = 0; c < 6; c++) {
                 const float *s = P + a * plane + b * row + c * C;
                 if (nk == KT_VW) {
-                    d[b][c] = KT_LOAD(s);
+                    d[c] = KT_LOAD(s);
                 } else {
                     kt_vf v = {0};
                     for (int k = 0; k < nk; k++)
                         v[k] = s[k];
-                    d[b][c] = v;
+                    d[c] = v;
                 }
             }
-        kt_vf e[4][4];
-        for (int b = 0; b < 4; b++) {
-            e[b][0] = d[b][0] - d[b][2];
-            e[b][1] = d[b][1] + d[b][2];
-            e[b][2] = d[b][2] - d[b][1];
-            e[b][3] = d[b][1] - d[b][3];
+            kt_bt4(t[a][b], d);
         }
-        for (int c = 0; c < 4; c++) {
-            t[a][0][c] = e[0][c] - e[2][c];
-            t[a][1][c] = e[1][c] + e[2][c];
-            t[a][2][c] = e[2][c] - e[1][c];
-            t[a][3][c] = e[1][c] - e[3][c];
+        for (int c = 0; c < 6; c++) {
+            kt_vf d[6], r[6];
+            for (int b = 0; b < 6; b++)
+                d[b] = t[a][b][c];
+            kt_bt4(r, d);
+            for (int b = 0; b < 6; b++)
+                t[a][b][c] = r[b];
         }
     }
-    for (int b = 0; b < 4; b++)
-        for (int c = 0; c < 4; c++) {
+    for (int b = 0; b < 6; b++)
+        for (int c = 0; c < 6; c++) {
             const kt_vf r[4] = {t[0][b][c] - t[2][b][c], t[1][b][c] + t[2][b][c],
                                 t[2][b][c] - t[1][b][c], t[1][b][c] - t[3][b][c]};
             for (int a = 0; a < 4; a++) {
-                float *o = V + (a * 16 + b * 4 + c) * ldv;
+                float *o = V + (a * 36 + b * 6 + c) * ldv;
                 if (nk == KT_VW)
                     KT_STORE(o, r[a]);
                 else
@@ -205,24 +226,26 @@ static void kt_wino_in(float *V, long ldv, const float *P, long plane, long row,
 static inline __attribute__((always_inline)) void kt_wo_vec(float *out, long oplane, long orow,
                                                             long ncol, const float *M, long ldm,
                                                             int nc) {
-    kt_vf f[4][2][2];
+    kt_vf f[4][4][4];
     for (int a = 0; a < 4; a++) {
-        kt_vf m[4][4];
-        for (int b = 0; b < 4; b++)
-            for (int c = 0; c < 4; c++)
-                m[b][c] = KT_LOAD(M + (a * 16 + b * 4 + c) * ldm);
-        kt_vf e[4][2];
-        for (int b = 0; b < 4; b++) {
-            e[b][0] = m[b][0] + m[b][1] + m[b][2];
-            e[b][1] = m[b][1] - m[b][2] - m[b][3];
+        kt_vf e[6][4];
+        for (int b = 0; b < 6; b++) {
+            kt_vf m[6];
+            for (int c = 0; c < 6; c++)
+                m[c] = KT_LOAD(M + (a * 36 + b * 6 + c) * ldm);
+            kt_at4(e[b], m);
         }
-        for (int c = 0; c < 2; c++) {
-            f[a][0][c] = e[0][c] + e[1][c] + e[2][c];
-            f[a][1][c] = e[1][c] - e[2][c] - e[3][c];
+        for (int c = 0; c < 4; c++) {
+            kt_vf m[6], o[4];
+            for (int b = 0; b < 6; b++)
+                m[b] = e[b][c];
+            kt_at4(o, m);
+            for (int b = 0; b < 4; b++)
+                f[a][b][c] = o[b];
         }
     }
-    for (int b = 0; b < 2; b++)
-        for (int c = 0; c < 2; c++) {
+    for (int b = 0; b < 4; b++)
+        for (int c = 0; c < 4; c++) {
             const kt_vf r[2] = {f[0][b][c] + f[1][b][c] + f[2][b][c],
                                 f[1][b][c] - f[2][b][c] - f[3][b][c]};
             for (int a = 0; a < 2; a++) {
@@ -246,49 +269,61 @@ static void kt_wino_out(float *out, long oplane, long orow, int ncol, const floa
         kt_wo_vec(out + c0, oplane, orow, ncol, M + c0, ldm, ncol - c0);
 }
 
-/* Output-gradient transform of the weight gradient: dM = A dY A^T along x, y, z (the adjoint of
- * the output transform: dM0 = y0, dM1 = y0 + y1, dM2 = y0 - y1, dM3 = -y1) of the 2x2x2 block at
- * dy (point (a, b, c) at dy + a*plane + b*row + c*ldy), columns [0, ncp): zero past ncol. */
+/* The adjoint of kt_at4: dm = A dy, dm0 = y0, dm1..4 = y0 + (±1)y1 + y2 + (±1)y3 and
+ * y0 + (±2)y1 + 4y2 + (±8)y3, dm5 = y3. */
+static inline __attribute__((always_inline)) void kt_a4(kt_vf r[6], const kt_vf y[4]) {
+    const kt_vf s02 = y[0] + y[2], s13 = y[1] + y[3];
+    const kt_vf p = y[0] + 4.0f * y[2], q = 2.0f * y[1] + 8.0f * y[3];
+    r[0] = y[0];
+    r[1] = s02 + s13;
+    r[2] = s02 - s13;
+    r[3] = p + q;
+    r[4] = p - q;
+    r[5] = y[3];
+}
+
+/* Output-gradient transform of the weight gradient: dM = A dY A^T along x, y (kt_a4) and z (the
+ * adjoint of F(2,3)'s output transform: dM0 = y0, dM1 = y0 + y1, dM2 = y0 - y1, dM3 = -y1) of
+ * the 2x4x4 block at dy (point (a, b, c) at dy + a*plane + b*row + c*ldy), columns [0, ncp):
+ * zero past ncol. */
 static void kt_wino_gout(float *Mo, long ldm, const float *dy, long plane, long row, long ldy,
                          int ncol, int ncp) {
     for (int c0 = 0; c0 < ncp; c0 += KT_VW) {
         const int nc = ncol - c0 >= KT_VW ? KT_VW : ncol > c0 ? ncol - c0 : 0;
-        kt_vf y[2][2][2];
-        for (int a = 0; a < 2; a++)
-            for (int b = 0; b < 2; b++)
-                for (int c = 0; c < 2; c++) {
+        kt_vf h[2][6][6];
+        for (int a = 0; a < 2; a++) {
+            kt_vf g[4][6];
+            for (int b = 0; b < 4; b++) {
+                kt_vf y[4];
+                for (int c = 0; c < 4; c++) {
                     const float *s = dy + a * plane + b * row + c * ldy + c0;
                     if (nc == KT_VW) {
-                        y[a][b][c] = KT_LOAD(s);
+                        y[c] = KT_LOAD(s);
                     } else {
                         kt_vf v = {0};
                         for (int k = 0; k < nc; k++)
                             v[k] = s[k];
-                        y[a][b][c] = v;
+                        y[c] = v;
                     }
                 }
-        kt_vf e[2][2][4], f[2][4][4];
-        for (int a = 0; a < 2; a++)
-            for (int b = 0; b < 2; b++) {
-                e[a][b][0] = y[a][b][0];
-                e[a][b][1] = y[a][b][0] + y[a][b][1];
-                e[a][b][2] = y[a][b][0] - y[a][b][1];
-                e[a][b][3] = -y[a][b][1];
+                kt_a4(g[b], y);
             }
-        for (int a = 0; a < 2; a++)
-            for (int c = 0; c < 4; c++) {
-                f[a][0][c] = e[a][0][c];
-                f[a][1][c] = e[a][0][c] + e[a][1][c];
-                f[a][2][c] = e[a][0][c] - e[a][1][c];
-                f[a][3][c] = -e[a][1][c];
+            for (int c = 0; c < 6; c++) {
+                kt_vf y[4], r[6];
+                for (int b = 0; b < 4; b++)
+                    y[b] = g[b][c];
+                kt_a4(r, y);
+                for (int b = 0; b < 6; b++)
+                    h[a][b][c] = r[b];
             }
-        for (int b = 0; b < 4; b++)
-            for (int c = 0; c < 4; c++) {
-                float *o = Mo + (b * 4 + c) * ldm + c0;
-                KT_STORE(o, f[0][b][c]);
-                KT_STORE(o + 16 * ldm, f[0][b][c] + f[1][b][c]);
-                KT_STORE(o + 32 * ldm, f[0][b][c] - f[1][b][c]);
-                KT_STORE(o + 48 * ldm, -f[1][b][c]);
+        }
+        for (int b = 0; b < 6; b++)
+            for (int c = 0; c < 6; c++) {
+                float *o = Mo + (b * 6 + c) * ldm + c0;
+                KT_STORE(o, h[0][b][c]);
+                KT_STORE(o + 36 * ldm, h[0][b][c] + h[1][b][c]);
+                KT_STORE(o + 72 * ldm, h[0][b][c] - h[1][b][c]);
+                KT_STORE(o + 108 * ldm, -h[1][b][c]);
             }
     }
 }
