@@ -386,10 +386,7 @@ static void conv27(float *out, int cdst, void *P, int csrc, int pairs, const voi
  * threads transform a chunk's inputs, run its 144 x column-block GEMMs with the microkernel
  * (each GEMM's U panel is reused by every tile of the chunk), then transform its outputs. */
 #define WINO_NXI 144 /* transformed points per tile */
-#ifndef WINO_CHUNK_MIB
-#define WINO_CHUNK_MIB 6
-#endif
-#define WINO_CHUNK_BYTES ((unsigned)WINO_CHUNK_MIB << 20) /* V and M of one chunk of tiles */
+#define WINO_CHUNK_BYTES (6u << 20) /* V and M of one chunk of tiles */
 #define WINO_KMAX (256 * 320)      /* K * ncol above this: U would not stay in cache; direct */
 /* Fewer voxels per sample: too few tiles to repay transforming the weights at every call (8^3
  * at 256 -> 256 channels ran at half the direct speed) */
@@ -425,7 +422,7 @@ int nn_conv3d_winograd(int D, int H, int W, int cin, int cout, nn_prec prec) {
 }
 
 /* Floats between the rows of V (and of M) past the chunk's nt*K: with rows a multiple of 4 KiB
- * apart (192 tiles of 64 channels: 48 KiB), the many streams the transforms write and read all
+ * apart (F(2x2x2)'s 192 tiles of 64 channels: 48 KiB), the many streams the transforms write and read all
  * fall in one L1 set and a few L2 sets. One cache line more per row spreads them over all sets
  * (F(2x2x2)'s input transform took 20% of a 128^3 64 -> 64 layer's time before, and the passes
  * ran 8-40% faster after). */

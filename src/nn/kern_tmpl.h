@@ -31,6 +31,25 @@ static inline __attribute__((always_inline)) kt_vf kt_round_bf16(kt_vf v) {
 
 #define KT_LOAD(p) (*(const kt_vf *)(p))
 #define KT_STORE(p, v) (*(kt_vf *)(p) = (v))
+
+/* The first n floats at p as a vector (zeros past n), and the first n lanes of v to p: the last
+ * partial vector of channels in the Winograd transforms. */
+static inline __attribute__((always_inline)) kt_vf kt_load_n(const float *p, int n) {
+    if (n == KT_VW)
+        return KT_LOAD(p);
+    kt_vf v = {0};
+    for (int k = 0; k < n; k++)
+        v[k] = p[k];
+    return v;
+}
+
+static inline __attribute__((always_inline)) void kt_store_n(float *p, kt_vf v, int n) {
+    if (n == KT_VW)
+        KT_STORE(p, v);
+    else
+        for (int k = 0; k < n; k++)
+            p[k] = v[k];
+}
 #define KT_MRMAX 16
 
 /* ---- tap GEMM ------------------------------------------------------------------------------ */
@@ -178,17 +197,8 @@ static inline __attribute__((always_inline)) void kt_wi_vec(float *V, long ldv, 
     for (int a = 0; a < 4; a++) {
         for (int b = 0; b < 6; b++) {
             kt_vf d[6];
-            for (int c = 0; c < 6; c++) {
-                const float *s = P + a * plane + b * row + c * C;
-                if (nk == KT_VW) {
-                    d[c] = KT_LOAD(s);
-                } else {
-                    kt_vf v = {0};
-                    for (int k = 0; k < nk; k++)
-                        v[k] = s[k];
-                    d[c] = v;
-                }
-            }
+            for (int c = 0; c < 6; c++)
+                d[c] = kt_load_n(P + a * plane + b * row + c * C, nk);
             kt_bt4(t[a][b], d);
         }
         for (int c = 0; c < 6; c++) {
@@ -204,14 +214,8 @@ static inline __attribute__((always_inline)) void kt_wi_vec(float *V, long ldv, 
         for (int c = 0; c < 6; c++) {
             const kt_vf r[4] = {t[0][b][c] - t[2][b][c], t[1][b][c] + t[2][b][c],
                                 t[2][b][c] - t[1][b][c], t[1][b][c] - t[3][b][c]};
-            for (int a = 0; a < 4; a++) {
-                float *o = V + (a * 36 + b * 6 + c) * ldv;
-                if (nk == KT_VW)
-                    KT_STORE(o, r[a]);
-                else
-                    for (int k = 0; k < nk; k++)
-                        o[k] = r[a][k];
-            }
+            for (int a = 0; a < 4; a++)
+                kt_store_n(V + (a * 36 + b * 6 + c) * ldv, r[a], nk);
         }
 }
 
@@ -248,14 +252,8 @@ static inline __attribute__((always_inline)) void kt_wo_vec(float *out, long opl
         for (int c = 0; c < 4; c++) {
             const kt_vf r[2] = {f[0][b][c] + f[1][b][c] + f[2][b][c],
                                 f[1][b][c] - f[2][b][c] - f[3][b][c]};
-            for (int a = 0; a < 2; a++) {
-                float *o = out + a * oplane + b * orow + c * ncol;
-                if (nc == KT_VW)
-                    KT_STORE(o, r[a]);
-                else
-                    for (int k = 0; k < nc; k++)
-                        o[k] = r[a][k];
-            }
+            for (int a = 0; a < 2; a++)
+                kt_store_n(out + a * oplane + b * orow + c * ncol, r[a], nc);
         }
 }
 
@@ -295,17 +293,8 @@ static void kt_wino_gout(float *Mo, long ldm, const float *dy, long plane, long 
             kt_vf g[4][6];
             for (int b = 0; b < 4; b++) {
                 kt_vf y[4];
-                for (int c = 0; c < 4; c++) {
-                    const float *s = dy + a * plane + b * row + c * ldy + c0;
-                    if (nc == KT_VW) {
-                        y[c] = KT_LOAD(s);
-                    } else {
-                        kt_vf v = {0};
-                        for (int k = 0; k < nc; k++)
-                            v[k] = s[k];
-                        y[c] = v;
-                    }
-                }
+                for (int c = 0; c < 4; c++)
+                    y[c] = kt_load_n(dy + a * plane + b * row + c * ldy + c0, nc);
                 kt_a4(g[b], y);
             }
             for (int c = 0; c < 6; c++) {
