@@ -159,6 +159,16 @@ static void cpu_groupnorm_backward(nn_backend *b, float *dx, float *dgamma, floa
                              ws, sh);
 }
 
+static void cpu_groupnorm_backward_x(nn_backend *b, float *dx, float *dgamma, float *dbeta,
+                                     const float *dy, const float *dz, const float *wz, int K,
+                                     const float *x, const float *mean, const float *rstd,
+                                     const float *gamma, const float *beta, int N, long S, int C,
+                                     int G, nn_prec prec, float *ws, const nn_shard *sh) {
+    (void)b;
+    nn_groupnorm_backward_x(dx, dgamma, dbeta, dy, dz, wz, K, x, mean, rstd, gamma, beta, N, S,
+                            C, G, prec, ws, sh);
+}
+
 static void cpu_maxpool3d_forward(nn_backend *b, float *out, uint8_t *idx, const float *in,
                                   int N, int D, int H, int W, int C) {
     (void)b;
@@ -244,6 +254,8 @@ static nn_backend cpu_table = {
     .groupnorm_forward = cpu_groupnorm_forward,
     .groupnorm_apply = cpu_groupnorm_apply,
     .groupnorm_backward = cpu_groupnorm_backward,
+    .groupnorm_backward_x = cpu_groupnorm_backward_x,
+    .groupnorm_x_ws = nn_groupnorm_x_ws_floats,
     .maxpool3d_forward = cpu_maxpool3d_forward,
     .maxpool3d_backward = cpu_maxpool3d_backward,
     .to_channels_last = cpu_to_channels_last,

@@ -99,6 +99,16 @@ struct nn_backend {
                                const float *dy, const float *x, const float *y, const float *mean,
                                const float *rstd, const float *gamma, int N, long S, int C, int G,
                                int relu, float *ws, const nn_shard *sh);
+    /* Optional: nn_groupnorm_backward_x, with its workspace at least groupnorm_x_ws(C, K)
+     * floats. With it (and conv3d_backward computing the weight gradient before the input
+     * gradient is written, so that din may be inA's buffer when dw is NULL) an activation-
+     * checkpointed model keeps two top-level buffers fewer (unet.c). */
+    void (*groupnorm_backward_x)(nn_backend *b, float *dx, float *dgamma, float *dbeta,
+                                 const float *dy, const float *dz, const float *wz, int K,
+                                 const float *x, const float *mean, const float *rstd,
+                                 const float *gamma, const float *beta, int N, long S, int C,
+                                 int G, nn_prec prec, float *ws, const nn_shard *sh);
+    size_t (*groupnorm_x_ws)(int C, int K);
     void (*maxpool3d_forward)(nn_backend *b, float *out, uint8_t *idx, const float *in, int N,
                               int D, int H, int W, int C);
     void (*maxpool3d_backward)(nn_backend *b, float *din, const float *dout, const uint8_t *idx,

@@ -72,21 +72,61 @@ static inline void gn_bwd_dx_voxel(float *restrict o, const float *restrict x,
     }
 }
 
+/* A GroupNorm backward whose ReLU output was not kept (nn_groupnorm_backward_x): the mask is
+ * recomputed from x with gn_apply's per-channel scale and bias (same float expression, so the
+ * same bits), and the output gradient is either given (dy) or made per voxel from the 1x1
+ * convolution after the layer (dz (S, K) times wz (K, C), as nn_conv1_backward_relu_p sums it). */
+typedef struct {
+    const float *scale, *bias; /* (C) of the sample */
+    const float *dy;           /* (S, C), or NULL: from dz and wz */
+    const float *dz, *wz;      /* (S, K); (K, C), bf16-rounded in bf16 */
+    int K, bf16;
+} gn_xsrc;
+
+enum { GN_XCB = 256 }; /* channels per block of the per-voxel dy */
+
+/* The masked output gradient of voxel p, channels [c0, c0 + nc), into d. */
+static inline void gn_x_dy(float *restrict d, const gn_xsrc *s, const float *restrict x, long p,
+                           int C, int c0, int nc) {
+    const float *xv = x + (size_t)p * C + c0;
+    if (s->dy) {
+        memcpy(d, s->dy + (size_t)p * C + c0, sizeof(float) * nc);
+    } else {
+        const float *g = s->dz + (size_t)p * s->K;
+        for (int c = 0; c < nc; c++)
+            d[c] = 0.0f;
+        for (int k = 0; k < s->K; k++) {
+            const float gk = g[k], *wk = s->wz + (size_t)k * C + c0;
+            for (int c = 0; c < nc; c++)
+                d[c] += gk * wk[c];
+        }
+        if (s->bf16)
+            for (int c = 0; c < nc; c++)
+                d[c] = nn_bf16_round(d[c]);
+    }
+    for (int c = 0; c < nc; c++) {
+        const float v = xv[c] * s->scale[c0 + c] + s->bias[c0 + c];
+        const int on = v > 0.0f && (!s->bf16 || nn_bf16_round(v) > 0.0f);
+        d[c] = on ? d[c] : 0.0f;
+    }
+}
+
 /* Per-channel sums over voxels [0,S) of f(x) for sample n, into dsum[c] (double) per thread. */
 static void gn_channel_sums(double *out1, double *out2, const float *x1, const float *x2,
                             const float *x3, long S, int C, const double *shift, float *ws,
-                            int mode) {
+                            int mode, const gn_xsrc *xs) {
     /* mode 0: out1 = sum x1.
      * mode 1: out1 = sum (x1 - shift[c])^2.
      * mode 2 (GN backward): dy = x2 * (x3 > 0 or x3 NULL); xhat = (x1 - shift[c]) * shift[C+c];
-     *         out1 = sum dy, out2 = sum dy * xhat. */
+     *         out1 = sum dy, out2 = sum dy * xhat.
+     * mode 3: as mode 2 with dy from xs (gn_x_dy). */
     const int nth = nn_threads();
     double *dacc = (double *)ws; /* NN_SLICES * 2C doubles */
     float *facc = ws + (size_t)NN_SLICES * C * 4;
     /* The shifts as floats, converted once rather than per voxel (same values). */
     float *fshift = facc + (size_t)NN_MAX_THREADS * 2 * C;
     if (shift)
-        for (int c = 0; c < (mode == 2 ? 2 * C : C); c++)
+        for (int c = 0; c < (mode >= 2 ? 2 * C : C); c++)
             fshift[c] = (float)shift[c];
     /* NN_SLICES fixed slices of voxels, taken dynamically (balanced when cores are shared); each
      * sums its blocks in order into its own slot, so the result is independent of the threads. */
@@ -109,9 +149,17 @@ static void gn_channel_sums(double *out1, double *out2, const float *x1, const f
                         float d = a[c] - fshift[c];
                         f1[c] += d * d;
                     }
-                } else {
+                } else if (mode == 2) {
                     gn_bwd_sums_voxel(f1, f2, a, x2 + p * C, x3 ? x3 + p * C : NULL, fshift,
                                       fshift + C, C);
+                } else {
+                    float d[GN_XCB];
+                    for (int c0 = 0; c0 < C; c0 += GN_XCB) {
+                        const int nc = C - c0 < GN_XCB ? C - c0 : GN_XCB;
+                        gn_x_dy(d, xs, x1, p, C, c0, nc);
+                        gn_bwd_sums_voxel(f1 + c0, f2 + c0, a + c0, d, NULL, fshift + c0,
+                                          fshift + C + c0, nc);
+                    }
                 }
             }
             for (int c = 0; c < C; c++) {
@@ -190,12 +238,12 @@ void nn_groupnorm_forward_sh(float *y, float *mean, float *rstd, const float *x,
     double *grp = sums + 2 * C; /* G + 1 <= 2C doubles, free in the forward pass */
     for (int n = 0; n < N; n++) {
         const float *xn = x + (size_t)n * S * C;
-        gn_channel_sums(sums, NULL, xn, NULL, NULL, S, C, NULL, ws, 0);
+        gn_channel_sums(sums, NULL, xn, NULL, NULL, S, C, NULL, ws, 0, NULL);
         gn_group_sums(grp, sums, S, C, G, sh);
         const double cnt = grp[G] * cg;
         for (int c = 0; c < C; c++)
             chm[c] = grp[c / cg] / cnt;
-        gn_channel_sums(sums, NULL, xn, NULL, NULL, S, C, chm, ws, 1);
+        gn_channel_sums(sums, NULL, xn, NULL, NULL, S, C, chm, ws, 1, NULL);
         gn_group_sums(grp, sums, S, C, G, sh);
         for (int g = 0; g < G; g++) {
             const double var = grp[g] / cnt;
@@ -222,21 +270,35 @@ void nn_groupnorm_backward(float *dx, float *dgamma, float *dbeta, const float *
                              NULL);
 }
 
-void nn_groupnorm_backward_sh(float *dx, float *dgamma, float *dbeta, const float *dy,
-                              const float *x, const float *y, const float *mean,
-                              const float *rstd, const float *gamma, int N, long S, int C, int G,
-                              int relu, float *ws, const nn_shard *sh) {
+/* The GroupNorm backward of nn_groupnorm_backward_sh and, with xo (beta, dz, wz, K, bf16 set),
+ * of nn_groupnorm_backward_x: then the mask comes from x and y is unused. */
+static void gn_backward(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
+                        const float *y, const float *mean, const float *rstd, const float *gamma,
+                        int N, long S, int C, int G, int relu, float *ws, const nn_shard *sh,
+                        const float *beta, const gn_xsrc *xo) {
     const int cg = C / G;
     double *sums = gn_channel_area(ws, C);
     double *sums2 = sums + C, *shift = sums2 + C; /* shift: 2C (mean, rstd per channel) */
+    float *xsb = ws + nn_groupnorm_ws_floats(C); /* x path: scale, bias (C each) */
     for (int n = 0; n < N; n++) {
-        const float *xn = x + (size_t)n * S * C, *dyn = dy + (size_t)n * S * C;
-        const float *yn = relu ? y + (size_t)n * S * C : NULL;
+        const float *xn = x + (size_t)n * S * C, *dyn = dy ? dy + (size_t)n * S * C : NULL;
+        const float *yn = relu && !xo ? y + (size_t)n * S * C : NULL;
+        gn_xsrc xs;
+        if (xo) {
+            for (int c = 0; c < C; c++) { /* as gn_apply */
+                const int g = c / cg;
+                xsb[c] = gamma[c] * rstd[n * G + g];
+                xsb[C + c] = beta[c] - mean[n * G + g] * xsb[c];
+            }
+            xs = *xo;
+            xs.scale = xsb, xs.bias = xsb + C, xs.dy = dyn;
+            xs.dz = dyn ? NULL : xo->dz + (size_t)n * S * xo->K;
+        }
         for (int c = 0; c < C; c++) {
             shift[c] = mean[n * G + c / cg];
             shift[C + c] = rstd[n * G + c / cg];
         }
-        gn_channel_sums(sums, sums2, xn, dyn, yn, S, C, shift, ws, 2);
+        gn_channel_sums(sums, sums2, xn, dyn, yn, S, C, shift, ws, xo ? 3 : 2, xo ? &xs : NULL);
         /* The parameter gradients are this shard's share (the gradient all-reduce sums them). */
         for (int c = 0; c < C; c++) {
             dgamma[c] += (float)sums2[c];
@@ -271,11 +333,55 @@ void nn_groupnorm_backward_sh(float *dx, float *dgamma, float *dbeta, const floa
             cb[c] = (float)(abp[G + c / cg] / cnt);
         }
         float *dxn = dx + (size_t)n * S * C;
+        if (!xo) {
 #pragma omp parallel for schedule(dynamic, 1024)
-        for (long p = 0; p < S; p++)
-            gn_bwd_dx_voxel(dxn + p * C, xn + p * C, dyn + p * C, yn ? yn + p * C : NULL, mc, rc,
-                            gr, ca, cb, C);
+            for (long p = 0; p < S; p++)
+                gn_bwd_dx_voxel(dxn + p * C, xn + p * C, dyn + p * C, yn ? yn + p * C : NULL, mc,
+                                rc, gr, ca, cb, C);
+            continue;
+        }
+        /* x path: dx may be x or dy; each channel block is read whole into registers' worth of
+         * scratch before its gradient is stored over it. */
+#pragma omp parallel for schedule(dynamic, 1024)
+        for (long p = 0; p < S; p++) {
+            float d[GN_XCB], o[GN_XCB];
+            for (int c0 = 0; c0 < C; c0 += GN_XCB) {
+                const int nc = C - c0 < GN_XCB ? C - c0 : GN_XCB;
+                gn_x_dy(d, &xs, xn, p, C, c0, nc);
+                gn_bwd_dx_voxel(o, xn + p * C + c0, d, NULL, mc + c0, rc + c0, gr + c0, ca + c0,
+                                cb + c0, nc);
+                memcpy(dxn + p * C + c0, o, sizeof(float) * nc);
+            }
+        }
     }
+}
+
+void nn_groupnorm_backward_sh(float *dx, float *dgamma, float *dbeta, const float *dy,
+                              const float *x, const float *y, const float *mean,
+                              const float *rstd, const float *gamma, int N, long S, int C, int G,
+                              int relu, float *ws, const nn_shard *sh) {
+    gn_backward(dx, dgamma, dbeta, dy, x, y, mean, rstd, gamma, N, S, C, G, relu, ws, sh, NULL,
+                NULL);
+}
+
+size_t nn_groupnorm_x_ws_floats(int C, int K) {
+    return nn_groupnorm_ws_floats(C) + (size_t)(2 + K) * C + 16;
+}
+
+void nn_groupnorm_backward_x(float *dx, float *dgamma, float *dbeta, const float *dy,
+                             const float *dz, const float *wz, int K, const float *x,
+                             const float *mean, const float *rstd, const float *gamma,
+                             const float *beta, int N, long S, int C, int G, nn_prec prec,
+                             float *ws, const nn_shard *sh) {
+    gn_xsrc xo = {.dz = dz, .K = K, .bf16 = prec == NN_BF16};
+    if (!dy) { /* the weights as the 1x1 convolution used them */
+        float *wr = ws + nn_groupnorm_ws_floats(C) + 2 * (size_t)C;
+        for (size_t i = 0; i < (size_t)K * C; i++)
+            wr[i] = xo.bf16 ? nn_bf16_round(wz[i]) : wz[i];
+        xo.wz = wr;
+    }
+    gn_backward(dx, dgamma, dbeta, dy, x, NULL, mean, rstd, gamma, N, S, C, G, 1, ws, sh, beta,
+                &xo);
 }
 
 void nn_relu_forward(float *y, const float *x, size_t n) {

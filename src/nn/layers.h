@@ -171,6 +171,20 @@ void nn_groupnorm_backward_sh(float *dx, float *dgamma, float *dbeta, const floa
                               const float *rstd, const float *gamma, int N, long S, int C, int G,
                               int relu, float *ws, const nn_shard *sh);
 
+/* The backward of a GroupNorm fused with ReLU whose output y was not kept: the mask is
+ * recomputed from x, mean, rstd, gamma and beta exactly as the forward computed y (in bf16, y
+ * rounded). The output gradient is dy, or when dy is NULL the input gradient of the 1x1
+ * convolution that followed (dz (N, S, K) times wz (K, C), PyTorch's (cout=K, cin=C) layout,
+ * summed as nn_conv1_backward_relu_p does). dx may equal dy or x. The results equal, bit for
+ * bit, nn_groupnorm_backward_sh given y (relu 1) and, for dz, the gradient that
+ * nn_conv1_backward_relu_p writes. Workspace: nn_groupnorm_x_ws_floats(C, K). */
+size_t nn_groupnorm_x_ws_floats(int C, int K);
+void nn_groupnorm_backward_x(float *dx, float *dgamma, float *dbeta, const float *dy,
+                             const float *dz, const float *wz, int K, const float *x,
+                             const float *mean, const float *rstd, const float *gamma,
+                             const float *beta, int N, long S, int C, int G, nn_prec prec,
+                             float *ws, const nn_shard *sh);
+
 /* ---- ReLU ------------------------------------------------------------------------------------
  * y = max(x, 0); dx = dy * (y > 0) (y is the forward output; dx may equal dy). */
 void nn_relu_forward(float *y, const float *x, size_t n);

@@ -37,6 +37,8 @@ struct nn_unet_plan {
     int L, K, G;
     nn_prec prec;
     int ckpt; /* activation checkpointing: only block outputs (and GN statistics) are kept */
+    int ck2;  /* checkpointing with the backend's groupnorm_backward_x: the top level's scratch
+               * is tX and tY, and the other levels' is carved from them (ckpt_roles) */
     int sharded; /* ws sized for whole-block padded copies (sharded convolutions) */
     float *ws_sh; /* a sharded model created unsharded: its whole-block workspace, allocated at
                    * the first step when ws is smaller (NULL until then, or if ws suffices) */
@@ -54,6 +56,8 @@ struct nn_unet_plan {
      * recomputed */
     float *cs, *pools;
     uint8_t *pidxs;
+    float *tX, *tY; /* ck2: the two top-level scratch tensors */
+    size_t q;       /* ck2: floats of a lower-level scratch slot (a quarter of a top tensor) */
     float *ws;
     size_t ws_floats;
     float *slab;
@@ -269,6 +273,7 @@ static void plan_dims(struct nn_unet_plan *p, const nn_unet_spec *s, const nn_un
     p->G = s->groups;
     p->prec = (nn_prec)o->precision;
     p->ckpt = o->checkpointing;
+    p->ck2 = p->ckpt && p->be->groupnorm_backward_x;
     p->sharded = o->sharded;
     for (int i = 0; i <= L; i++) {
         p->dd[i] = d >> i;
@@ -331,11 +336,24 @@ static void plan_slabs(struct nn_unet_plan *p, const nn_unet_spec *s, int N, siz
         TAKE(blk->r2, (size_t)N * G);
     }
     const size_t top = (size_t)N * p->S[0] * p->ch[0];
-    if (p->ckpt) {
+    const size_t pool1 = L >= 1 ? (size_t)N * p->S[1] * p->ch[0] : 0;
+    if (p->ck2) {
+        /* Two top-level tensors, tX and tY; the lower levels' scratch is carved from tX in
+         * quarters (a level-l tensor, l >= 1, is at most a quarter of a top one) and their pool
+         * output lives in the last up block's output, written only at the end of the forward
+         * pass and dead once the top up block's backward is done (ckpt_roles). */
+        TAKE(p->tX, top);
+        TAKE(p->tY, top);
+        p->q = (top / 4 + 15) & ~(size_t)15;
+        ITAKE(p->pidxs, pool1);
+        for (int i = 1; i <= L; i++) {
+            p->pool[i] = p->up[L - 1].a2;
+            p->pidx[i] = p->pidxs;
+        }
+    } else if (p->ckpt) {
         /* One block at a time: its conv output (the largest block's) and pool output (level
          * 1's, the largest); the upsample output lives in gH (see block_forward). */
         TAKE(p->cs, top);
-        const size_t pool1 = L >= 1 ? (size_t)N * p->S[1] * p->ch[0] : 0;
         TAKE(p->pools, pool1);
         ITAKE(p->pidxs, pool1);
         for (int i = 1; i <= L; i++) {
@@ -361,6 +379,8 @@ static void plan_slabs(struct nn_unet_plan *p, const nn_unet_spec *s, int N, siz
     TAKE(p->dr[L], (size_t)N * p->S[L] * p->ch[L]);
     for (int l = 0; l < L; l++)
         p->dr[l] = p->up[L - 1 - l].a2;
+    if (p->ck2) /* the top up block's output holds its own backward's tensors */
+        p->dr[0] = p->tY;
     TAKE(p->xin, (size_t)N * p->S[0] * s->in_channels);
     TAKE(p->logits, (size_t)N * p->S[0] * p->K);
     TAKE(p->dlogits, (size_t)N * p->S[0] * p->K);
@@ -368,9 +388,11 @@ static void plan_slabs(struct nn_unet_plan *p, const nn_unet_spec *s, int N, siz
      * output when the backend folds the ReLU into the 1x1 conv's backward (conv1_backward_relu);
      * then gG only carries the convT gradients, level 1's at most. */
     const size_t lvl1 = L >= 1 ? (size_t)N * p->S[1] * p->ch[1] : 0;
-    TAKE(p->gG, p->be->conv1_backward_relu ? lvl1 : top);
-    TAKE(p->gT, top);
-    TAKE(p->gH, top);
+    if (!p->ck2) {
+        TAKE(p->gG, p->be->conv1_backward_relu ? lvl1 : top);
+        TAKE(p->gT, top);
+        TAKE(p->gH, top);
+    }
     /* Workspace: the largest any layer needs. */
     const nn_backend *be = p->be;
     size_t ws = be->loss_ws(N, p->S[0], p->K);
@@ -387,6 +409,8 @@ static void plan_slabs(struct nn_unet_plan *p, const nn_unet_spec *s, int N, siz
                                      p->ch[l], p->prec));
     }
     ws = maxz(ws, be->conv1_ws((long)N * p->S[0], p->ch[0], p->K, p->prec));
+    if (p->ck2)
+        ws = maxz(ws, be->groupnorm_x_ws(p->ch[0], p->K));
     ws = (ws + 15) & ~(size_t)15;
     TAKE(p->ws, ws);
 #undef TAKE
@@ -761,6 +785,23 @@ static void block_input(nn_unet *m, const dc_block *b, int is_up, int j, const f
     }
 }
 
+/* ck2: the scratch roles of block_forward and dc_backward_tail for a block at the top level
+ * (c1 and c2 in tY, a1 over the upsample in tX) or below it (cs, gT, gH and gG the quarters of
+ * tX; the pool output is in the top up block's output, see plan_slabs). */
+static void ckpt_roles(struct nn_unet_plan *p, int top) {
+    if (!p->ck2)
+        return;
+    if (top) {
+        p->cs = p->tY;
+        p->gT = p->gH = p->tX;
+    } else {
+        p->cs = p->tX;
+        p->gT = p->tX + p->q;
+        p->gH = p->tX + 2 * p->q;
+        p->gG = p->tX + 3 * p->q;
+    }
+}
+
 /* Forward of block b (up block j when is_up), with the pool or upsample in front of it.
  * Without checkpointing every tensor has its own buffer. With it, only the block output and the
  * statistics are kept: the upsample goes to gH, c1 and c2 to cs, a1 to gT. recompute
@@ -770,6 +811,7 @@ static void block_forward(nn_unet *m, dc_block *b, int is_up, int j, int N, int 
     struct nn_unet_plan *p = m->plan;
     const float *inA, *inB;
     int ca, cb;
+    ckpt_roles(p, b->level == 0);
     if (is_up) {
         if (p->ckpt)
             p->upt[j] = p->gH;
@@ -799,6 +841,80 @@ static void forward(nn_unet *m, const float *x, int N) {
     p->batch = N;
 }
 
+/* ck2: the backward of the top up block (up block L - 1) in the four top-level tensors that
+ * remain: the skip A (down block 0's output), B (this block's output, read by the 1x1 conv's
+ * weight gradient before), tX and tY. The tensors of the plain run that do not fit are not
+ * kept: the gradient of B is made inside GN2's backward from dlogits, GN1's mask comes from c1,
+ * and conv2's and conv1's input gradients are written over their inputs once their weight
+ * gradients are done. Same kernels, same order of sums: the gradients are the plain run's. */
+static void top_up_backward_ck2(nn_unet *m, int N) {
+    struct nn_unet_plan *p = m->plan;
+    const int L = p->L, j = L - 1, c = p->ch[0], D = p->dd[0], H = p->hh[0], W = p->ww[0];
+    dc_block *b = &p->up[j];
+    float *A = p->down[0].a2, *B = b->a2, *X = p->tX, *Y = p->tY;
+    const size_t n = (size_t)N * p->S[0] * c;
+    const nn_shard *sh = m->shard;
+    /* recompute: the upsample into X, c1 into Y, a1 over the upsample, c2 into B */
+    p->upt[j] = X;
+    up_forward(m, j, N);
+    dc_forward(m, b, A, c, X, c, N, Y, X, B, 1);
+    OP(groupnorm_backward_x, B, G_(m, b->g2w), G_(m, b->g2b), NULL, p->dlogits, P_(m, p->outw),
+       p->K, B, b->m2, b->r2, P_(m, b->g2w), P_(m, b->g2b), N, p->S[0], c, p->G, p->prec, p->ws,
+       sh);
+    grad_ready(m, b->g2w);
+    to_prec(p, B, n);
+    OP(conv3d_backward, NULL, NULL, G_(m, b->w2), B, X, c, NULL, 0, P_(m, b->w2), c, N, D, H, W,
+       p->prec, sh, conv_ws(m));
+    grad_ready(m, b->w2);
+    OP(conv3d_backward, X, NULL, NULL, B, X, c, NULL, 0, P_(m, b->w2), c, N, D, H, W, p->prec, sh,
+       conv_ws(m));
+    OP(groupnorm_backward_x, X, G_(m, b->g1w), G_(m, b->g1b), X, NULL, NULL, 0, Y, b->m1, b->r1,
+       P_(m, b->g1w), P_(m, b->g1b), N, p->S[0], c, p->G, p->prec, p->ws, sh);
+    grad_ready(m, b->g1w);
+    to_prec(p, X, n);
+    /* conv1: the upsample again into B; its input gradient's skip part into Y (dr[0]), the
+     * upsample part over the upsample */
+    p->upt[j] = B;
+    up_forward(m, j, N);
+    OP(conv3d_backward, NULL, NULL, G_(m, b->w1), X, A, c, B, c, P_(m, b->w1), c, N, D, H, W,
+       p->prec, sh, conv_ws(m));
+    grad_ready(m, b->w1);
+    OP(conv3d_backward, Y, B, NULL, X, A, c, B, c, P_(m, b->w1), c, N, D, H, W, p->prec, sh,
+       conv_ws(m));
+    OP(convt3d_backward, j == 0 ? p->dr[L] : p->gG, G_(m, p->upw[j]), G_(m, p->upb[j]), B, c,
+       up_input(p, j), P_(m, p->upw[j]), p->ch[1], c, N, p->dd[1], p->hh[1], p->ww[1], p->prec,
+       p->ws);
+    grad_ready(m, p->upw[j]);
+}
+
+/* ck2: the backward of down block 0, with dY in tY (dr[0]): c1 into the last up block's output
+ * (dead), a1 into tX, c2 over this block's output (its mask then comes from c2). */
+static void down0_backward_ck2(nn_unet *m, int N) {
+    struct nn_unet_plan *p = m->plan;
+    const int c = p->ch[0], D = p->dd[0], H = p->hh[0], W = p->ww[0], ci = m->spec.in_channels;
+    dc_block *b = &p->down[0];
+    float *c1 = p->up[p->L - 1].a2, *a1 = p->tX, *c2 = b->a2, *dY = p->tY;
+    const size_t n = (size_t)N * p->S[0] * c;
+    const nn_shard *sh = m->shard;
+    dc_forward(m, b, p->xin, ci, NULL, 0, N, c1, a1, c2, 1);
+    to_prec(p, dY, n);
+    OP(groupnorm_backward_x, dY, G_(m, b->g2w), G_(m, b->g2b), dY, NULL, NULL, 0, c2, b->m2,
+       b->r2, P_(m, b->g2w), P_(m, b->g2b), N, p->S[0], c, p->G, p->prec, p->ws, sh);
+    grad_ready(m, b->g2w);
+    to_prec(p, dY, n);
+    /* conv2's input gradient over c2 (read by GN2's backward only) */
+    OP(conv3d_backward, c2, NULL, G_(m, b->w2), dY, a1, c, NULL, 0, P_(m, b->w2), c, N, D, H, W,
+       p->prec, sh, conv_ws(m));
+    grad_ready(m, b->w2);
+    OP(groupnorm_backward, c2, G_(m, b->g1w), G_(m, b->g1b), c2, c1, a1, b->m1, b->r1,
+       P_(m, b->g1w), N, p->S[0], c, p->G, 1, p->ws, sh);
+    grad_ready(m, b->g1w);
+    to_prec(p, c2, n);
+    OP(conv3d_backward, NULL, NULL, G_(m, b->w1), c2, p->xin, ci, NULL, 0, P_(m, b->w1), c, N, D,
+       H, W, p->prec, sh, conv_ws(m));
+    grad_ready(m, b->w1);
+}
+
 /* Gradient buffers: gG carries the gradient of the current up block's output (from the 1x1 conv
  * or the previous convT); dr[l] the gradient of down block l's output, which the skip connection
  * writes and the pool's backward adds to; gH and gT are scratch. */
@@ -814,7 +930,11 @@ static void backward(nn_unet *m, int N) {
      * the ReLU); else into gG. */
     const int top_inplace = p->be->conv1_backward_relu != NULL;
     float *dtop = top_inplace ? p->up[L - 1].a2 : p->gG;
-    if (top_inplace)
+    ckpt_roles(p, 0);
+    if (p->ck2) /* the input gradient is made again inside the top block's GN2 backward */
+        OP(conv1_backward, NULL, G_(m, p->outw), G_(m, p->outb), p->dlogits, p->up[L - 1].a2,
+           P_(m, p->outw), p->ch[0], p->K, (long)N * S0, p->prec, p->ws);
+    else if (top_inplace)
         OP(conv1_backward_relu, dtop, G_(m, p->outw), G_(m, p->outb), p->dlogits, P_(m, p->outw),
            p->ch[0], p->K, (long)N * S0, p->prec, p->ws);
     else
@@ -825,6 +945,10 @@ static void backward(nn_unet *m, int N) {
         const int l = L - 1 - j;
         const int c = p->ch[l];
         dc_block *b = &p->up[j];
+        if (p->ck2 && j == L - 1) {
+            top_up_backward_ck2(m, N);
+            continue;
+        }
         if (p->ckpt)
             block_forward(m, b, 1, j, N, 1);
         const int last = j == L - 1;
@@ -847,6 +971,10 @@ static void backward(nn_unet *m, int N) {
     }
     for (int i = L; i >= 0; i--) {
         dc_block *b = &p->down[i];
+        if (p->ck2 && i == 0) {
+            down0_backward_ck2(m, N);
+            break;
+        }
         if (p->ckpt)
             block_forward(m, b, 0, 0, N, 1);
         dc_backward_tail(m, b, p->dr[i], 0, N);

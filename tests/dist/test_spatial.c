@@ -118,12 +118,13 @@ static void make_job(job *j, int nrep, int N, int size) {
 
 /* The sharded model of this rank: block extent/offset from the grid; hooks attached. */
 static int make_sharded(nn_unet *m, const job *j, const dist_grid *g, dist_spatial *sp,
-                        dist_grad *gr, int gn_global, int d0[3], int ext[3]) {
+                        dist_grad *gr, int gn_global, int ckpt, int d0[3], int ext[3]) {
     for (int a = 0; a < 3; a++) {
         ext[a] = j->full[a] / g->counts[a];
         d0[a] = g->idx[a] * ext[a];
     }
-    if (nn_unet_create(m, &j->spec, j->N, ext[0], ext[1], ext[2]))
+    const nn_unet_opts o = {.checkpointing = ckpt};
+    if (nn_unet_create_opts(m, &j->spec, &o, j->N, ext[0], ext[1], ext[2]))
         return 1;
     dist_spatial_init(sp, g, gn_global);
     m->shard = &sp->ops;
@@ -171,7 +172,7 @@ static void test_global(const int counts[3]) {
     dist_spatial sp;
     dist_grad gr;
     int d0[3], ext[3];
-    CHECK(make_sharded(&m, &j, &g, &sp, &gr, 1, d0, ext) == 0, "%s", err_msg());
+    CHECK(make_sharded(&m, &j, &g, &sp, &gr, 1, 0, d0, ext) == 0, "%s", err_msg());
     memcpy(m.params, ref.params, ref.nparams * sizeof(float));
     const size_t Sb = (size_t)ext[0] * ext[1] * ext[2];
     float *xb = malloc((size_t)N * 3 * Sb * sizeof(float));
@@ -197,6 +198,23 @@ static void test_global(const int counts[3]) {
         bad += close_rel(nm, m.grads + t->offset, gsum + t->offset, t->numel, 1e-5f, 1e-5f);
     }
     CHECK(bad == 0, "%d gradients differ from the unsharded model's", bad);
+    /* The same shard with activation checkpointing: the same gradients, bit for bit. */
+    {
+        nn_unet mc;
+        dist_spatial spc;
+        dist_grad grc;
+        double lc, dc;
+        CHECK(make_sharded(&mc, &j, &g, &spc, &grc, 1, 1, d0, ext) == 0, "%s", err_msg());
+        memcpy(mc.params, ref.params, ref.nparams * sizeof(float));
+        CHECK(step(&mc, &grc, xb, ybl, N, j.w, &lc, &dc) == 0, "%s", err_msg());
+        CHECK(dist_spatial_status(&spc) == 0, "%s", err_msg());
+        CHECK(lc == loss && dc == dice &&
+                  !memcmp(mc.grads, m.grads, m.nparams * sizeof(float)),
+              "[%d,%d,%d] x %d: checkpointed shard's loss, Dice or gradients differ", counts[0],
+              counts[1], counts[2], g.nrep);
+        dist_grad_free(&grc);
+        nn_unet_free(&mc);
+    }
     /* Evaluation: loss and per-sample hard Dice over the whole volume. */
     double vloss;
     float hd[2];
@@ -242,7 +260,7 @@ static void test_shard_fixture(const char *path) {
     dist_spatial sp;
     dist_grad gr;
     int d0[3], ext[3];
-    CHECK(make_sharded(&m, &j, &g, &sp, &gr, 0, d0, ext) == 0, "%s", err_msg());
+    CHECK(make_sharded(&m, &j, &g, &sp, &gr, 0, 0, d0, ext) == 0, "%s", err_msg());
     for (int i = 0; i < m.ntensors; i++) {
         char nm[128];
         snprintf(nm, sizeof nm, "param.%s", m.tensors[i].name);

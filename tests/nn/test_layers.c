@@ -182,6 +182,53 @@ static void test_conv1_relu(const nn_st_file *st, nn_prec prec) {
         free(db2);
 }
 
+/* nn_groupnorm_backward_x (the ReLU output not kept) equals, bit for bit, the GroupNorm
+ * backward given that output, with dy given (in place over dy) and with dy made from a 1x1
+ * convolution's output gradient (in place over x); 320 channels: two channel blocks. */
+static void test_gn_backward_x(nn_prec prec) {
+    const int N = 2, C = 320, G = 8, K = 6;
+    const long S = 300;
+    const size_t n = (size_t)N * S * C;
+    const char *pn = prec == NN_BF16 ? "bf16" : "fp32";
+    float *x = randv(n, 71, 1.5f), *g = randv(C, 72, 1), *b = randv(C, 73, 0.5f);
+    float *y = zeros(n), *mean = zeros(N * G), *rstd = zeros(N * G);
+    float *ws = ws_alloc(nn_groupnorm_x_ws_floats(C, K) + nn_conv1_ws_floats_p(N * S, C, K, prec));
+    nn_groupnorm_forward(y, mean, rstd, x, g, b, N, S, C, G, 1, ws);
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        y[i] = prec == NN_BF16 ? nn_bf16_round(y[i]) : y[i];
+        off += y[i] == 0.0f;
+    }
+    CHECK(off > n / 4 && off < 3 * n / 4, "gn x %s: %zu of %zu outputs off", pn, off, n);
+    float *dy = randv(n, 74, 1), *dx = zeros(n), *dg = zeros(C), *db = zeros(C);
+    float *d2 = zeros(n), *dg2 = zeros(C), *db2 = zeros(C);
+    for (size_t i = 0; i < n; i++)
+        dy[i] = prec == NN_BF16 ? nn_bf16_round(dy[i]) : dy[i];
+    nn_groupnorm_backward(dx, dg, db, dy, x, y, mean, rstd, g, N, S, C, G, 1, ws);
+    memcpy(d2, dy, n * sizeof(float));
+    nn_groupnorm_backward_x(d2, dg2, db2, d2, NULL, NULL, 0, x, mean, rstd, g, b, N, S, C, G, prec,
+                            ws, NULL);
+    CHECK(!memcmp(dx, d2, n * sizeof(float)) && !memcmp(dg, dg2, C * sizeof(float)) &&
+              !memcmp(db, db2, C * sizeof(float)),
+          "gn x %s, dy given: gradients bit-identical to the backward given y", pn);
+    /* dy from a 1x1 convolution (cin C, cout K) whose input was y */
+    float *dz = randv((size_t)N * S * K, 75, 1), *wz = randv((size_t)K * C, 76, 0.2f);
+    float *dwz = zeros((size_t)K * C), *dbz = zeros(K);
+    memcpy(d2, y, n * sizeof(float));
+    nn_conv1_backward_relu_p(d2, dwz, dbz, dz, wz, C, K, (long)N * S, prec, ws);
+    memset(dg, 0, C * sizeof(float)), memset(db, 0, C * sizeof(float));
+    memset(dg2, 0, C * sizeof(float)), memset(db2, 0, C * sizeof(float));
+    nn_groupnorm_backward(dx, dg, db, d2, x, NULL, mean, rstd, g, N, S, C, G, 0, ws);
+    memcpy(d2, x, n * sizeof(float));
+    nn_groupnorm_backward_x(d2, dg2, db2, NULL, dz, wz, K, d2, mean, rstd, g, b, N, S, C, G, prec,
+                            ws, NULL);
+    CHECK(!memcmp(dx, d2, n * sizeof(float)) && !memcmp(dg, dg2, C * sizeof(float)) &&
+              !memcmp(db, db2, C * sizeof(float)),
+          "gn x %s, dy from the 1x1 conv: gradients bit-identical", pn);
+    free(x), free(g), free(b), free(y), free(mean), free(rstd), free(ws), free(dy), free(dx);
+    free(dg), free(db), free(d2), free(dg2), free(db2), free(dz), free(wz), free(dwz), free(dbz);
+}
+
 static void test_gn_fixture(const nn_st_file *st, const char *pfx, int G, int relu) {
     char nm[64];
     int64_t xs[5];
@@ -868,6 +915,8 @@ int main(int argc, char **argv) {
     test_conv1_fixture(&st);
     test_conv1_relu(&st, NN_FP32);
     test_conv1_relu(&st, NN_BF16);
+    test_gn_backward_x(NN_FP32);
+    test_gn_backward_x(NN_BF16);
     test_gn_fixture(&st, "groupnorm", 4, 0);
     test_gn_fixture(&st, "gnrelu", 2, 1);
     test_small_fixtures(&st);

@@ -4,6 +4,7 @@
  * Also: the parameter-count table of reference §9.4, initialisation bounds, the optimizers and
  * schedule against their formulas, CE weights, and checkpoint save/load including bad files. */
 #include "fixture.h"
+#include "nn/backend.h"
 #include "nn/checkpoint.h"
 #include "nn/loss.h"
 #include "nn/optim.h"
@@ -217,13 +218,19 @@ static void test_unet_bf16(const char *dir) {
 }
 
 /* Activation checkpointing recomputes each block from its saved input: logits, loss, Dice and
- * every gradient bit-identical to the plain model, in fp32 and bf16, with less memory. */
+ * every gradient bit-identical to the plain model, in fp32 and bf16, with less memory; also on
+ * a backend without groupnorm_backward_x (as the CUDA backend), which keeps more. */
 static void test_checkpointing(void) {
-    for (int prec = 0; prec < 2; prec++) {
-        nn_unet m[2];
-        for (int k = 0; k < 2; k++) {
-            nn_unet_spec s = {3, 4, 2, 16, 4};
-            const nn_unet_opts o = {.precision = prec, .checkpointing = k};
+    static nn_backend nox;
+    nox = *nn_backend_cpu();
+    nox.groupnorm_backward_x = NULL;
+    for (int pl = 0; pl < 4; pl++) { /* fp32, bf16; 2 levels, 1 (the top up block is up[0]) */
+        const int prec = pl & 1, levels = 2 - pl / 2;
+        nn_unet m[3];
+        for (int k = 0; k < 3; k++) {
+            nn_unet_spec s = {3, 4, levels, 16, 4};
+            const nn_unet_opts o = {.precision = prec, .checkpointing = k > 0,
+                                    .backend = k == 2 ? &nox : NULL};
             /* 16^3 with 16 channels: the top level's fp32 convolutions take the Winograd path */
             if (nn_unet_create_opts(&m[k], &s, &o, 2, 16, 16, 16)) {
                 CHECK(0, "create: %s", err_msg());
@@ -242,14 +249,17 @@ static void test_checkpointing(void) {
             x[i] = (float)rng_normal(&r);
         for (size_t i = 0; i < 2 * S; i++)
             y[i] = (uint16_t)(x[i] > 0.5f ? 1 + rng_below(&r, 3) : 0);
-        double l[2], d[2];
+        double l[3], d[3];
         for (int rep = 0; rep < 2; rep++) /* twice: the second step starts from used slabs */
-            for (int k = 0; k < 2; k++) {
+            for (int k = 0; k < 3; k++) {
                 nn_unet_zero_grad(&m[k]);
                 nn_unet_forward_backward(&m[k], x, y, 2, w, &l[k], &d[k]);
             }
-        CHECK(!memcmp(m[0].grads, m[1].grads, m[0].nparams * sizeof(float)),
-              "%s: checkpointed gradients differ from the plain run", prec ? "bf16" : "fp32");
+        for (int k = 1; k < 3; k++)
+            CHECK(!memcmp(m[0].grads, m[k].grads, m[0].nparams * sizeof(float)) &&
+                      l[0] == l[k] && d[0] == d[k],
+                  "%s: checkpointed gradients, loss or Dice differ from the plain run (%s)",
+                  prec ? "bf16" : "fp32", k == 2 ? "without groupnorm_backward_x" : "cpu");
         CHECK(l[0] == l[1] && d[0] == d[1], "%s: checkpointed loss %.17g / dice %.17g vs %.17g / "
                                             "%.17g",
               prec ? "bf16" : "fp32", l[1], d[1], l[0], d[0]);
@@ -260,13 +270,16 @@ static void test_checkpointing(void) {
         for (int k = 0; k < 2; k++)
             nn_unet_evaluate(&m[k], x, y, 2, w, &vl[k], hd[k]);
         CHECK(vl[0] == vl[1] && !memcmp(hd[0], hd[1], sizeof hd[0]), "checkpointed evaluate");
-        printf("checkpointing (%s): activations %.1f MiB -> %.1f MiB\n", prec ? "bf16" : "fp32",
-               m[0].activation_floats * 4.0 / (1 << 20), m[1].activation_floats * 4.0 / (1 << 20));
-        CHECK(m[1].activation_floats < m[0].activation_floats,
-              "checkpointing saves no activation memory");
+        printf("checkpointing (%s, %d levels): activations %.1f MiB -> %.1f MiB\n",
+               prec ? "bf16" : "fp32", levels, m[0].activation_floats * 4.0 / (1 << 20), m[1].activation_floats * 4.0 / (1 << 20));
+        CHECK(m[1].activation_floats < m[2].activation_floats &&
+                  m[2].activation_floats < m[0].activation_floats,
+              "checkpointing saves no activation memory (%zu, %zu without groupnorm_backward_x, "
+              "of %zu)",
+              m[1].activation_floats, m[2].activation_floats, m[0].activation_floats);
         free(x), free(y);
-        nn_unet_free(&m[0]);
-        nn_unet_free(&m[1]);
+        for (int k = 0; k < 3; k++)
+            nn_unet_free(&m[k]);
     }
 }
 
@@ -306,8 +319,8 @@ static void test_memory_estimate(void) {
                     nn_optim_free(&o);
                     nn_unet_free(&m);
                 }
-    /* At scale 7 / base 64 checkpointing keeps at most 60% of the activation memory (the
-     * planned figure is 56%; small models are dominated by the top level's scratch). */
+    /* At scale 7 / base 64 checkpointing keeps at most 45% of the activation memory (the
+     * planned figure is 42%; small models are dominated by the top level's scratch). */
     nn_unet_memory plain, ck;
     const nn_unet_spec s7 = {3, 6, 4, 64, 8};
     const nn_unet_opts ckpt = {.checkpointing = 1};
@@ -319,7 +332,7 @@ static void test_memory_estimate(void) {
            (ck.activations + ck.workspace) / 1048576.0,
            100.0 * (ck.activations + ck.workspace) / (plain.activations + plain.workspace),
            plain.total / 1048576.0, ck.total / 1048576.0);
-    CHECK(ck.activations + ck.workspace <= 0.6 * (plain.activations + plain.workspace),
+    CHECK(ck.activations + ck.workspace <= 0.45 * (plain.activations + plain.workspace),
           "checkpointing keeps %zu of %zu activation bytes", ck.activations + ck.workspace,
           plain.activations + plain.workspace);
     const nn_unet_spec ok = {3, 4, 2, 8, 4};
