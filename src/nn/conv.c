@@ -410,9 +410,10 @@ static int wino_applies(int D, int H, int W, int K, int ncol, nn_prec prec, cons
 }
 
 /* The weight gradient's dU (144 floats per channel pair) is zeroed and transformed back at every
- * call, in scalar code: with few voxels per channel pair that costs more than the FMAs saved
- * (16^3 at 256 -> 256: 0.16-0.27 s against 0.16-0.17 s direct; 16^3 at 128 -> 128 and 32^3 at
- * 256 -> 256 still win or tie, alternated). */
+ * call: with few voxels per channel pair that costs what the FMAs save (16^3 at 256 -> 256:
+ * 0.16-0.27 s against 0.16-0.17 s direct with the scalar transform; with wino_dw_finish taking
+ * 8 output channels at a time 0.156-0.160 s against 0.144-0.187 s, alternated: still no gain;
+ * 16^3 at 128 -> 128 and 32^3 at 256 -> 256 win or tie). */
 static int wino_dw_pays(int D, int H, int W, int cin, int cout) {
     return 4L * D * H * W >= (long)cin * cout;
 }
@@ -480,30 +481,56 @@ static void wino_gt(float *w, long ws, const float *u, long st, int n) {
     }
 }
 
+/* wino_g and wino_gt on WINO_WV columns side by side (element v of point i at i*st + v), so
+ * that the weight transforms read and write whole runs of U's and dU's rows instead of one
+ * float per cache line. Per element the same arithmetic as the scalar forms. */
+#define WINO_WV 8
+static void wino_gv(float *restrict u, const float *restrict g, long st, int n) {
+    for (int v = 0; v < WINO_WV; v++)
+        wino_g(u + v, g + v, st, n);
+}
+
+static void wino_gtv(float *restrict w, long ws, const float *restrict u, long st, int n) {
+    for (int v = 0; v < WINO_WV; v++)
+        wino_gt(w + v, ws, u + v, st, n);
+}
+
 /* U[xi][ob][k][j] (the packed B panels of the 144 GEMMs) for output column ob*nr + j: G g G^T
- * of g[u] = w[col*sc + k*sk + tap(u)], tap(u) = u or, for the input gradient, 26 - u. */
+ * of g[u] = w[col*sc + k*sk + tap(u)], tap(u) = u or, for the input gradient, 26 - u. Columns
+ * go WINO_WV at a time: each of the 144 points is then a run of U's row, where one column at a
+ * time scattered 144 single floats over a U larger than the L2 (a 16^3 layer's pass spent most
+ * of its time here). */
 static void wino_weights(float *U, const float *w, int ncol, int K, long sc, long sk, int flip,
                          int nr) {
-    const int nb = nblocks(ncol, nr);
-#pragma omp parallel for collapse(2) schedule(static) num_threads(nn_threads())
-    for (int col = 0; col < nb * nr; col++)
-        for (int k = 0; k < K; k++) {
-            float g[27], a[3][3][6], b[3][6][6], u[4][6][6];
-            for (int t = 0; t < 27; t++)
-                g[t] = col < ncol ? w[col * sc + k * sk + (flip ? 26 - t : t)] : 0.0f;
-            for (int z = 0; z < 3; z++) /* x: F(4,3) */
-                for (int y = 0; y < 3; y++)
-                    wino_g(&a[z][y][0], g + z * 9 + y * 3, 1, 6);
-            for (int z = 0; z < 3; z++) /* y: F(4,3) */
-                for (int x = 0; x < 6; x++)
-                    wino_g(&b[z][0][x], &a[z][0][x], 6, 6);
-            for (int y = 0; y < 6; y++) /* z: F(2,3) */
-                for (int x = 0; x < 6; x++)
-                    wino_g(&u[0][y][x], &b[0][y][x], 36, 4);
-            const int ob = col / nr, j = col % nr;
-            for (int xi = 0; xi < WINO_NXI; xi++)
-                U[(((size_t)xi * nb + ob) * K + k) * nr + j] = (&u[0][0][0])[xi];
-        }
+    const int nb = nblocks(ncol, nr), ng = (nr + WINO_WV - 1) / WINO_WV;
+#pragma omp parallel for collapse(3) schedule(static) num_threads(nn_threads())
+    for (int ob = 0; ob < nb; ob++)
+        for (int k = 0; k < K; k++)
+            for (int jg = 0; jg < ng; jg++) {
+                enum { V = WINO_WV };
+                const int j0 = jg * V, nj = nr - j0 < V ? nr - j0 : V;
+                float g[27][V], a[3][3][6][V], b[3][6][6][V], u[WINO_NXI][V];
+                for (int t = 0; t < 27; t++)
+                    for (int v = 0; v < V; v++) {
+                        const long col = (long)ob * nr + j0 + v;
+                        g[t][v] = v < nj && col < ncol ? w[col * sc + k * sk + (flip ? 26 - t : t)]
+                                                       : 0.0f;
+                    }
+                for (int z = 0; z < 3; z++) /* x: F(4,3) */
+                    for (int y = 0; y < 3; y++)
+                        wino_gv(a[z][y][0], g[z * 9 + y * 3], V, 6);
+                for (int z = 0; z < 3; z++) /* y: F(4,3) */
+                    for (int x = 0; x < 6; x++)
+                        wino_gv(b[z][0][x], a[z][0][x], 6 * V, 6);
+                for (int y = 0; y < 6; y++) /* z: F(2,3) */
+                    for (int x = 0; x < 6; x++)
+                        wino_gv(u[y * 6 + x], b[0][y][x], 36 * V, 4);
+                for (int xi = 0; xi < WINO_NXI; xi++) {
+                    float *dst = U + (((size_t)xi * nb + ob) * K + k) * nr + j0;
+                    for (int v = 0; v < nj; v++)
+                        dst[v] = u[xi][v];
+                }
+            }
 }
 
 /* Offset of tile t's first point (tiles numbered x fastest, Tx x Ty per plane) in a tensor with
@@ -595,25 +622,38 @@ static void wino_dw_slab(float *dU, const float *P, int C, const float *dy, int 
     }
 }
 
-/* dw (PyTorch layout, w[oc][ic][t]) += G^T dU G for each channel pair. */
+/* dw (PyTorch layout, w[oc][ic][t]) += G^T dU G for each channel pair, WINO_WV output
+ * channels at a time (runs of dU's rows, as in wino_weights; the groups of one input channel
+ * run one after the other, so the second half of each cache line read is still there). */
 static void wino_dw_finish(float *dw, const float *dU, int cin, int cout) {
     const int ncp = nblocks(cout, nn_gemm_nr(cout)) * nn_gemm_nr(cout);
+    const int ng = (cout + WINO_WV - 1) / WINO_WV;
 #pragma omp parallel for collapse(2) schedule(static) num_threads(nn_threads())
-    for (int oc = 0; oc < cout; oc++)
-        for (int ic = 0; ic < cin; ic++) {
-            float u[4][6][6], a[4][6][3] = {{{0}}}, b[4][3][3] = {{{0}}};
-            for (int xi = 0; xi < WINO_NXI; xi++)
-                (&u[0][0][0])[xi] = dU[((size_t)xi * cin + ic) * ncp + oc];
+    for (int ic = 0; ic < cin; ic++)
+        for (int og = 0; og < ng; og++) {
+            enum { V = WINO_WV };
+            const int oc0 = og * V, nv = cout - oc0 < V ? cout - oc0 : V;
+            float u[4][6][6][V], a[4][6][3][V], b[4][3][3][V], d[3][3][3][V];
+            memset(a, 0, sizeof a), memset(b, 0, sizeof b), memset(d, 0, sizeof d);
+            for (int xi = 0; xi < WINO_NXI; xi++) {
+                const float *src = dU + ((size_t)xi * cin + ic) * ncp + oc0;
+                for (int v = 0; v < V; v++)
+                    (&u[0][0][0][0])[xi * V + v] = v < nv ? src[v] : 0.0f;
+            }
             for (int z = 0; z < 4; z++) /* x: F(4,3) */
                 for (int y = 0; y < 6; y++)
-                    wino_gt(&a[z][y][0], 1, &u[z][y][0], 1, 6);
+                    wino_gtv(a[z][y][0], V, u[z][y][0], V, 6);
             for (int z = 0; z < 4; z++) /* y: F(4,3) */
                 for (int x = 0; x < 3; x++)
-                    wino_gt(&b[z][0][x], 3, &a[z][0][x], 3, 6);
-            float *d = dw + ((size_t)oc * cin + ic) * 27;
-            for (int y = 0; y < 3; y++) /* z: F(2,3), added to dw */
+                    wino_gtv(b[z][0][x], 3 * V, a[z][0][x], 3 * V, 6);
+            for (int y = 0; y < 3; y++) /* z: F(2,3) */
                 for (int x = 0; x < 3; x++)
-                    wino_gt(d + y * 3 + x, 9, &b[0][y][x], 9, 4);
+                    wino_gtv(d[0][y][x], 9 * V, b[0][y][x], 9 * V, 4);
+            for (int v = 0; v < nv; v++) {
+                float *o = dw + ((size_t)(oc0 + v) * cin + ic) * 27;
+                for (int t = 0; t < 27; t++)
+                    o[t] += (&d[0][0][0][0])[t * V + v];
+            }
         }
 }
 
