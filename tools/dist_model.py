@@ -129,7 +129,8 @@ def slab_depth(D, H, W, C, sharded):
     return max(1, min(D, SLAB_BYTES // ((H + 2) * (W + 2) * C * 4) - 2))
 
 
-WINO_CHUNK_BYTES, WINO_KMAX, WINO_VOX_MIN, WINO_LDPAD, WINO_NXI = 6 << 20, 256 * 320, 4096, 16, 144
+WINO_CHUNK_BYTES, WINO_DW_CHUNK_BYTES = 6 << 20, 24 << 20
+WINO_KMAX, WINO_VOX_MIN, WINO_LDPAD, WINO_NXI = 256 * 320, 4096, 16, 144
 
 
 def wino_applies(D, H, W, K, ncol, sharded):
@@ -140,11 +141,17 @@ def wino_applies(D, H, W, K, ncol, sharded):
             and slab_depth(D, H, W, K, False) >= 2)
 
 
+def wino_dw_chunk_bytes(K, ncp):
+    """conv.c wino_dw_chunk_bytes: 2.5 times dU, between 6 and 24 MiB."""
+    return min(max(4 * WINO_NXI * K * ncp * 5 // 2, WINO_CHUNK_BYTES), WINO_DW_CHUNK_BYTES)
+
+
 def wino_ws(K, ncol):
     """conv.c wino_ws_floats: transformed weights of up to two parts and one chunk of tiles."""
     ncp = ncol_max(ncol) + 64
     return (WINO_NXI * K * ncp
-            + max(WINO_CHUNK_BYTES // 4, WINO_NXI * (16 * (K + ncp) + 2 * WINO_LDPAD)) + 64)
+            + max(wino_dw_chunk_bytes(K, ncp) // 4, WINO_NXI * (16 * (K + ncp) + 2 * WINO_LDPAD))
+            + 64)
 
 
 def pad_floats(D, H, W, C, sharded):

@@ -387,6 +387,20 @@ static void conv27(float *out, int cdst, void *P, int csrc, int pairs, const voi
  * (each GEMM's U panel is reused by every tile of the chunk), then transform its outputs. */
 #define WINO_NXI 144 /* transformed points per tile */
 #define WINO_CHUNK_BYTES (6u << 20) /* V and M of one chunk of tiles */
+/* The weight gradient's chunks grow with dU: each chunk adds its tiles into all of dU (144 * K *
+ * ncp floats), so the longer the chunk, the fewer times dU is read and written and the longer
+ * the microkernel's reduction; but V and M then leave the last-level cache. 2.5 dU, between 6
+ * and 24 MiB: 128 -> 128 channels (dU 9 MiB) get 22.5 MiB, 64 -> 64 (2.25 MiB) keep 6.
+ * Measured with 24 against 6 MiB, alternated: 32^3 128 -> 128 0.11-0.13 s against 0.14-0.25 s,
+ * 16^3 128 -> 128 0.017-0.024 against 0.028-0.030 s, but 64^3 64 -> 64 0.34-0.40 s against
+ * 0.17-0.29 s and 32^3 64 -> 64 no change. */
+#define WINO_DW_CHUNK_BYTES (24u << 20)
+static long wino_dw_chunk_bytes(int K, int ncp) {
+    const long b = 4L * WINO_NXI * K * ncp * 5 / 2;
+    return b < (long)WINO_CHUNK_BYTES ? (long)WINO_CHUNK_BYTES
+           : b > (long)WINO_DW_CHUNK_BYTES ? (long)WINO_DW_CHUNK_BYTES
+                                           : b;
+}
 #define WINO_KMAX (256 * 320)      /* K * ncol above this: U would not stay in cache; direct */
 /* Fewer voxels per sample: too few tiles to repay transforming the weights at every call (8^3
  * at 256 -> 256 channels ran at half the direct speed) */
@@ -429,9 +443,9 @@ int nn_conv3d_winograd(int D, int H, int W, int cin, int cout, nn_prec prec) {
  * ran 8-40% faster after). */
 #define WINO_LDPAD 16
 
-/* Tiles per chunk for K input and ncp padded output channels. */
-static long wino_chunk_tiles(int K, int ncp) {
-    long t = (WINO_CHUNK_BYTES / (long)sizeof(float) - 2L * WINO_NXI * WINO_LDPAD) /
+/* Tiles per chunk of `bytes` for K input and ncp padded output channels. */
+static long wino_chunk_tiles(int K, int ncp, long bytes) {
+    long t = (bytes / (long)sizeof(float) - 2L * WINO_NXI * WINO_LDPAD) /
              ((long)WINO_NXI * (K + ncp));
     return t < 16 ? 16 : t;
 }
@@ -440,8 +454,9 @@ static long wino_chunk_tiles(int K, int ncp) {
  * in all, each part padded to whole blocks) and one chunk's V and M. */
 static size_t wino_ws_floats(int K, int ncol) {
     const int ncp = nn_gemm_ncol_max(ncol) + 64; /* each part pads to whole blocks (< 32) */
-    /* a chunk of any part: about WINO_CHUNK_BYTES, or 16 tiles of the widest */
-    size_t vm = WINO_CHUNK_BYTES / sizeof(float),
+    /* a chunk of any part or of the weight gradient (at least the forward's), or 16 tiles of
+     * the widest */
+    size_t vm = (size_t)wino_dw_chunk_bytes(K, ncp) / sizeof(float),
            v16 = WINO_NXI * (16 * (size_t)(K + ncp) + 2 * WINO_LDPAD);
     return WINO_NXI * (size_t)K * ncp + (vm > v16 ? vm : v16) + 64;
 }
@@ -549,7 +564,7 @@ static void wino_slab(float *out, int ncol, const float *P, int C, const float *
     const long row = (long)(W + 2) * C, plane = (H + 2) * row;
     const long oplane = (long)H * W * ncol, orow = (long)W * ncol;
     /* whole blocks of the microkernel's rows: 85 tiles ran a 5-row block in every GEMM */
-    const long mr = nn_tg_mr(nr), ct = wino_chunk_tiles(C, ncp);
+    const long mr = nn_tg_mr(nr), ct = wino_chunk_tiles(C, ncp, WINO_CHUNK_BYTES);
     const long chunk = ct > mr ? ct - ct % mr : ct;
     const long aoff[1] = {0};
     const nn_tg g = {.T = 1, .K = C, .aoff = aoff, .nr = nr};
@@ -591,7 +606,7 @@ static void wino_dw_slab(float *dU, const float *P, int C, const float *dy, int 
     const long Tz = Dz / 2, Ty = H / 4, Tx = W / 4, ntiles = Tz * Ty * Tx;
     const long row = (long)(W + 2) * C, plane = (H + 2) * row;
     const long gplane = (long)H * W * ncol, grow = (long)W * ncol;
-    const long chunk = wino_chunk_tiles(C, ncp);
+    const long chunk = wino_chunk_tiles(C, ncp, wino_dw_chunk_bytes(C, ncp));
 #pragma omp parallel num_threads(nn_threads())
     for (long t0 = 0; t0 < ntiles; t0 += chunk) {
         const long nt = ntiles - t0 < chunk ? ntiles - t0 : chunk;
