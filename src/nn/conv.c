@@ -1332,30 +1332,36 @@ void nn_conv1_backward_p(float *din, float *dw, float *db, const float *dout, co
 void nn_conv1_backward_relu_p(float *x, float *dw, float *db, const float *dout, const float *w,
                               int cin, int cout, long P, nn_prec prec, float *ws) {
     nn_conv1_backward_p(NULL, dw, db, dout, x, w, cin, cout, P, prec, ws);
-    /* The input gradient per voxel, Σ_k dout[k]·w[k][c] in k order, into registers first: its
-     * few output channels make it a pass over x bound by memory, not by FMAs. */
+    /* The input gradient per voxel, into registers first: its few output channels make it a
+     * pass over x bound by memory, not by FMAs. */
     float *wr = ws; /* the weights as the layer used them (bf16-rounded in bf16) */
-    for (size_t i = 0; i < (size_t)cin * cout; i++)
-        wr[i] = prec == NN_BF16 ? nn_bf16_round(w[i]) : w[i];
+    copy_prec(wr, w, (size_t)cin * cout, prec);
     enum { CB = 64 };
 #pragma omp parallel for schedule(static) num_threads(nn_threads())
     for (long p = 0; p < P; p++) {
         float *xv = x + (size_t)p * cin;
-        const float *g = dout + (size_t)p * cout;
         for (int c0 = 0; c0 < cin; c0 += CB) {
             const int nc = cin - c0 < CB ? cin - c0 : CB;
-            float s[CB] = {0};
-            for (int k = 0; k < cout; k++) {
-                const float gk = g[k], *wk = wr + (size_t)k * cin + c0;
-                for (int c = 0; c < nc; c++)
-                    s[c] += gk * wk[c];
-            }
-            for (int c = 0; c < nc; c++) {
-                const float v = prec == NN_BF16 ? nn_bf16_round(s[c]) : s[c];
-                xv[c0 + c] = xv[c0 + c] > 0.0f ? v : 0.0f;
-            }
+            float s[CB];
+            nn_conv1_dx_voxel(s, dout + (size_t)p * cout, wr, cin, cout, c0, nc, prec);
+            for (int c = 0; c < nc; c++)
+                xv[c0 + c] = xv[c0 + c] > 0.0f ? s[c] : 0.0f;
         }
     }
+}
+
+void nn_conv1_dx_voxel(float *restrict d, const float *restrict dout, const float *restrict wr,
+                       int cin, int cout, int c0, int nc, nn_prec prec) {
+    for (int c = 0; c < nc; c++)
+        d[c] = 0.0f;
+    for (int k = 0; k < cout; k++) {
+        const float gk = dout[k], *wk = wr + (size_t)k * cin + c0;
+        for (int c = 0; c < nc; c++)
+            d[c] += gk * wk[c];
+    }
+    if (prec == NN_BF16)
+        for (int c = 0; c < nc; c++)
+            d[c] = nn_bf16_round(d[c]);
 }
 
 /* ---- fp32 short forms ------------------------------------------------------------------------ */

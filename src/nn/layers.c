@@ -77,6 +77,7 @@ static inline void gn_bwd_dx_voxel(float *restrict o, const float *restrict x,
  * same bits), and the output gradient is either given (dy) or made per voxel from the 1x1
  * convolution after the layer (dz (S, K) times wz (K, C), as nn_conv1_backward_relu_p sums it). */
 typedef struct {
+    const float *beta;         /* (C) */
     const float *scale, *bias; /* (C) of the sample */
     const float *dy;           /* (S, C), or NULL: from dz and wz */
     const float *dz, *wz;      /* (S, K); (K, C), bf16-rounded in bf16 */
@@ -89,21 +90,11 @@ enum { GN_XCB = 256 }; /* channels per block of the per-voxel dy */
 static inline void gn_x_dy(float *restrict d, const gn_xsrc *s, const float *restrict x, long p,
                            int C, int c0, int nc) {
     const float *xv = x + (size_t)p * C + c0;
-    if (s->dy) {
+    if (s->dy)
         memcpy(d, s->dy + (size_t)p * C + c0, sizeof(float) * nc);
-    } else {
-        const float *g = s->dz + (size_t)p * s->K;
-        for (int c = 0; c < nc; c++)
-            d[c] = 0.0f;
-        for (int k = 0; k < s->K; k++) {
-            const float gk = g[k], *wk = s->wz + (size_t)k * C + c0;
-            for (int c = 0; c < nc; c++)
-                d[c] += gk * wk[c];
-        }
-        if (s->bf16)
-            for (int c = 0; c < nc; c++)
-                d[c] = nn_bf16_round(d[c]);
-    }
+    else
+        nn_conv1_dx_voxel(d, s->dz + (size_t)p * s->K, s->wz, C, s->K, c0, nc,
+                          s->bf16 ? NN_BF16 : NN_FP32);
     for (int c = 0; c < nc; c++) {
         const float v = xv[c] * s->scale[c0 + c] + s->bias[c0 + c];
         const int on = v > 0.0f && (!s->bf16 || nn_bf16_round(v) > 0.0f);
@@ -275,7 +266,7 @@ void nn_groupnorm_backward(float *dx, float *dgamma, float *dbeta, const float *
 static void gn_backward(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
                         const float *y, const float *mean, const float *rstd, const float *gamma,
                         int N, long S, int C, int G, int relu, float *ws, const nn_shard *sh,
-                        const float *beta, const gn_xsrc *xo) {
+                        const gn_xsrc *xo) {
     const int cg = C / G;
     double *sums = gn_channel_area(ws, C);
     double *sums2 = sums + C, *shift = sums2 + C; /* shift: 2C (mean, rstd per channel) */
@@ -288,7 +279,7 @@ static void gn_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
             for (int c = 0; c < C; c++) { /* as gn_apply */
                 const int g = c / cg;
                 xsb[c] = gamma[c] * rstd[n * G + g];
-                xsb[C + c] = beta[c] - mean[n * G + g] * xsb[c];
+                xsb[C + c] = xo->beta[c] - mean[n * G + g] * xsb[c];
             }
             xs = *xo;
             xs.scale = xsb, xs.bias = xsb + C, xs.dy = dyn;
@@ -360,8 +351,7 @@ void nn_groupnorm_backward_sh(float *dx, float *dgamma, float *dbeta, const floa
                               const float *x, const float *y, const float *mean,
                               const float *rstd, const float *gamma, int N, long S, int C, int G,
                               int relu, float *ws, const nn_shard *sh) {
-    gn_backward(dx, dgamma, dbeta, dy, x, y, mean, rstd, gamma, N, S, C, G, relu, ws, sh, NULL,
-                NULL);
+    gn_backward(dx, dgamma, dbeta, dy, x, y, mean, rstd, gamma, N, S, C, G, relu, ws, sh, NULL);
 }
 
 size_t nn_groupnorm_x_ws_floats(int C, int K) {
@@ -373,15 +363,14 @@ void nn_groupnorm_backward_x(float *dx, float *dgamma, float *dbeta, const float
                              const float *mean, const float *rstd, const float *gamma,
                              const float *beta, int N, long S, int C, int G, nn_prec prec,
                              float *ws, const nn_shard *sh) {
-    gn_xsrc xo = {.dz = dz, .K = K, .bf16 = prec == NN_BF16};
+    gn_xsrc xo = {.beta = beta, .dz = dz, .K = K, .bf16 = prec == NN_BF16};
     if (!dy) { /* the weights as the 1x1 convolution used them */
         float *wr = ws + nn_groupnorm_ws_floats(C) + 2 * (size_t)C;
         for (size_t i = 0; i < (size_t)K * C; i++)
             wr[i] = xo.bf16 ? nn_bf16_round(wz[i]) : wz[i];
         xo.wz = wr;
     }
-    gn_backward(dx, dgamma, dbeta, dy, x, NULL, mean, rstd, gamma, N, S, C, G, 1, ws, sh, beta,
-                &xo);
+    gn_backward(dx, dgamma, dbeta, dy, x, NULL, mean, rstd, gamma, N, S, C, G, 1, ws, sh, &xo);
 }
 
 void nn_relu_forward(float *y, const float *x, size_t n) {

@@ -138,6 +138,11 @@ void nn_conv1_backward_p(float *din, float *dw, float *db, const float *dout, co
  * buffer for it. Same workspace as nn_conv1_backward_p. */
 void nn_conv1_backward_relu_p(float *x, float *dw, float *db, const float *dout, const float *w,
                               int cin, int cout, long P, nn_prec prec, float *ws);
+/* The input gradient of one voxel, channels [c0, c0 + nc): d[c] = Σ_k dout[k]·wr[k][c0 + c] in
+ * k order (bf16-rounded in bf16), wr the weights as the layer used them. The one sum behind
+ * nn_conv1_backward_relu_p and nn_groupnorm_backward_x, which must agree bit for bit. */
+void nn_conv1_dx_voxel(float *restrict d, const float *restrict dout, const float *restrict wr,
+                       int cin, int cout, int c0, int nc, nn_prec prec);
 size_t nn_conv1_ws_floats(long P, int cin, int cout);
 void nn_conv1_forward(float *out, const float *in, const float *w, const float *b, int cin,
                       int cout, long P, float *ws);

@@ -707,18 +707,17 @@ static void dc_forward(nn_unet *m, dc_block *b, const float *inA, int ca, const 
 
 
 /* Backward of one DoubleConv up to its first convolution: GN2 (dY, the gradient of b->a2, in
- * place), conv2 (input gradient into gT, weight gradient) and GN1 (in place in gT), leaving the
- * gradient of c1 in gT for the caller's conv1 backward. Buffers: without checkpointing c1, c2
- * are the block's own and a1 is recomputed here into gH; with checkpointing the caller has just
- * recomputed c1 into cs, a1 into gH and c2 into gT (dead once GN2's backward has read it,
- * before gT is written). On return c1 (cs) and a1 (gH) are dead. */
-static void dc_backward_tail(nn_unet *m, dc_block *b, float *dY, int masked, int N) {
+ * place), conv2 (input gradient into tmp, weight gradient) and GN1 (in place in tmp), leaving
+ * the gradient of c1 in tmp for the caller's conv1 backward. Buffers (dc_backward_tail gives
+ * the usual ones): without checkpointing c1, c2 are the block's own and a1 is recomputed here;
+ * with checkpointing the caller has just recomputed c1, a1 and c2 (c2 may be tmp: dead once
+ * GN2's backward has read it). gn2_x: b->a2 is gone, GN2 takes its ReLU mask from c2. */
+static void dc_backward_bufs(nn_unet *m, dc_block *b, float *dY, int masked, int N,
+                             const float *c1, float *a1, const float *c2, float *tmp, int gn2_x) {
     struct nn_unet_plan *p = m->plan;
     const int l = b->level;
     const int D = p->dd[l], H = p->hh[l], W = p->ww[l];
     const size_t n = (size_t)N * p->S[l] * b->cout;
-    float *a1 = p->gH, *tmp = p->gT;
-    const float *c1 = p->ckpt ? p->cs : b->c1, *c2 = p->ckpt ? p->gT : b->c2;
     if (!p->ckpt) {
         OP(groupnorm_apply, a1, c1, b->m1, b->r1, P_(m, b->g1w), P_(m, b->g1b), N, p->S[l], b->cout,
            p->G, 1, p->ws);
@@ -727,8 +726,12 @@ static void dc_backward_tail(nn_unet *m, dc_block *b, float *dY, int masked, int
     to_prec(p, dY, n); /* e.g. skip + pool gradients, summed in bf16 by autograd */
     const nn_shard *sh = m->shard;
     /* masked: dY already went through the ReLU's backward (and b->a2 may hold it) */
-    OP(groupnorm_backward, dY, G_(m, b->g2w), G_(m, b->g2b), dY, c2, masked ? NULL : b->a2, b->m2,
-       b->r2, P_(m, b->g2w), N, p->S[l], b->cout, p->G, !masked, p->ws, sh);
+    if (gn2_x)
+        OP(groupnorm_backward_x, dY, G_(m, b->g2w), G_(m, b->g2b), dY, NULL, NULL, 0, c2, b->m2,
+           b->r2, P_(m, b->g2w), P_(m, b->g2b), N, p->S[l], b->cout, p->G, p->prec, p->ws, sh);
+    else
+        OP(groupnorm_backward, dY, G_(m, b->g2w), G_(m, b->g2b), dY, c2, masked ? NULL : b->a2,
+           b->m2, b->r2, P_(m, b->g2w), N, p->S[l], b->cout, p->G, !masked, p->ws, sh);
     grad_ready(m, b->g2w);
     to_prec(p, dY, n);
     OP(conv3d_backward, tmp, NULL, G_(m, b->w2), dY, a1, b->cout, NULL, 0, P_(m, b->w2), b->cout, N,
@@ -738,6 +741,14 @@ static void dc_backward_tail(nn_unet *m, dc_block *b, float *dY, int masked, int
        P_(m, b->g1w), N, p->S[l], b->cout, p->G, 1, p->ws, sh);
     grad_ready(m, b->g1w);
     to_prec(p, tmp, n);
+}
+
+/* dc_backward_bufs with the plan's buffers: c1, c2 the block's own or (checkpointing) cs, gT;
+ * a1 in gH; the gradient of c1 left in gT. On return c1 and a1 are dead. */
+static void dc_backward_tail(nn_unet *m, dc_block *b, float *dY, int masked, int N) {
+    struct nn_unet_plan *p = m->plan;
+    dc_backward_bufs(m, b, dY, masked, N, p->ckpt ? p->cs : b->c1, p->gH,
+                     p->ckpt ? p->gT : b->c2, p->gT, 0);
 }
 
 /* conv1's backward (gradient of c1 in gT): weight gradient, and the input gradient into din, or
@@ -893,25 +904,12 @@ static void down0_backward_ck2(nn_unet *m, int N) {
     struct nn_unet_plan *p = m->plan;
     const int c = p->ch[0], D = p->dd[0], H = p->hh[0], W = p->ww[0], ci = m->spec.in_channels;
     dc_block *b = &p->down[0];
-    float *c1 = p->up[p->L - 1].a2, *a1 = p->tX, *c2 = b->a2, *dY = p->tY;
-    const size_t n = (size_t)N * p->S[0] * c;
-    const nn_shard *sh = m->shard;
+    float *c1 = p->up[p->L - 1].a2, *a1 = p->tX, *c2 = b->a2;
     dc_forward(m, b, p->xin, ci, NULL, 0, N, c1, a1, c2, 1);
-    to_prec(p, dY, n);
-    OP(groupnorm_backward_x, dY, G_(m, b->g2w), G_(m, b->g2b), dY, NULL, NULL, 0, c2, b->m2,
-       b->r2, P_(m, b->g2w), P_(m, b->g2b), N, p->S[0], c, p->G, p->prec, p->ws, sh);
-    grad_ready(m, b->g2w);
-    to_prec(p, dY, n);
     /* conv2's input gradient over c2 (read by GN2's backward only) */
-    OP(conv3d_backward, c2, NULL, G_(m, b->w2), dY, a1, c, NULL, 0, P_(m, b->w2), c, N, D, H, W,
-       p->prec, sh, conv_ws(m));
-    grad_ready(m, b->w2);
-    OP(groupnorm_backward, c2, G_(m, b->g1w), G_(m, b->g1b), c2, c1, a1, b->m1, b->r1,
-       P_(m, b->g1w), N, p->S[0], c, p->G, 1, p->ws, sh);
-    grad_ready(m, b->g1w);
-    to_prec(p, c2, n);
+    dc_backward_bufs(m, b, p->tY, 0, N, c1, a1, c2, c2, 1);
     OP(conv3d_backward, NULL, NULL, G_(m, b->w1), c2, p->xin, ci, NULL, 0, P_(m, b->w1), c, N, D,
-       H, W, p->prec, sh, conv_ws(m));
+       H, W, p->prec, m->shard, conv_ws(m));
     grad_ready(m, b->w1);
 }
 
