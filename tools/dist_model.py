@@ -94,7 +94,7 @@ def valid(V, L, sh):
 # padded copy, weight-gradient copies budget and cap, per-thread panel budget, thread slots.
 SLAB_BYTES = 48 << 20
 DW_REPLICA_BUDGET, DW_REPLICAS_MAX = 64 << 20, 8
-TW_SCRATCH, TW_ROWS_MAX, MAX_THREADS = 65536, 256, 64
+TW_SCRATCH, TW_ROWS_MAX, MAX_THREADS, TG_MR_MAX = 65536, 256, 64, 16
 
 
 def up16(n):
@@ -117,7 +117,7 @@ def weight_grad_ws(T, K, ncol, nrows, W):
     dw = T * K * ncol_max(ncol)
     chunks = -(-nrows // tw_chunk_rows(W, ncol))
     r = min(DW_REPLICA_BUDGET // (4 * dw), DW_REPLICAS_MAX, chunks // 4)
-    panel = up16(min(tw_chunk_rows(W, ncol), nrows) * W * ncol_max(ncol))
+    panel = up16(min(tw_chunk_rows(W, ncol), nrows) * W * (ncol_max(ncol) + TG_MR_MAX))
     return dw * (r + 1 if r > 1 else 1) + MAX_THREADS * panel
 
 
