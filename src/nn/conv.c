@@ -283,23 +283,6 @@ static void walk_run(const nn_tg *g, const walk *w, long M, const void *Bp, cons
                 y++;
             }
         }
-        /* The next block's A rows at the last tap (the ones no earlier block touched) go to
-         * the cache while this block computes: a first touch from memory otherwise stalls
-         * the kernel, whose broadcasts have no other work to overlap with. */
-        if (b + 1 < nbk) {
-            const int m2 = (int)(nn_tg_block_start(M, nbk, b + 2) - nn_tg_block_start(M, nbk, b + 1));
-            const long off = g->aoff[g->T - 1] * (long)es, bytes = (long)g->K * (long)es;
-            long yy = y, xx = x;
-            for (int i = 0; i < m2; i++) {
-                const char *q = (const char *)w->a0 + (yy * w->a_row + xx * w->a_col) * (long)es + off;
-                for (long o = 0; o < bytes; o += 64)
-                    __builtin_prefetch(q + o, 0, 3);
-                if (++xx == w->Wr) {
-                    xx = 0;
-                    yy++;
-                }
-            }
-        }
         if (w->pairs)
             nn_tg_block_bf16(g, m, (const uint16_t *const *)a, Bp, c, bias, nvalid, mode);
         else
@@ -837,22 +820,26 @@ static void tw_chunk(float *Wp, const tw_src *r, long r0, int nrr, long t_lo, lo
             }
             a_tap = t;
         }
-        /* Conv3d: the k block's input channels of every voxel, packed once for all column
-         * blocks (RATIONALE as for G: in place, a voxel's few channels sit at a stride of cin
-         * floats, which for 256 or 512 channels maps the chunk onto 4 or 2 of the L1's 64
-         * sets; measured on Zen 3, weight gradients 8^3 and 16^3 1.1-1.2x faster).
-         * ConvTranspose3d reads in place: its taps share one A, which packing per tap would
-         * copy 8 times (32^3 128->64 measured 1.35x slower packed). */
+        /* The k block's input channels of every voxel, packed once for all column blocks
+         * (RATIONALE as for G: in place, a voxel's few channels sit at a stride of cin floats,
+         * which for 256 or 512 channels maps the chunk onto 4 or 2 of the L1's 64 sets;
+         * measured on Zen 3, Conv3d weight gradients at 8^3 and 16^3 1.1-1.3x faster).
+         * ConvTranspose3d's taps share one A, which this copies once per tap: worth it only
+         * with many column blocks to serve (8^3 512->256, 16 blocks: 1.15x faster; 32^3
+         * 128->64, 4 blocks: 1.2x slower packed). */
         const int mk = k1 - k0;
         const float *ar[TW_ROWS_MAX], *gr[TW_ROWS_MAX];
         int rows = nrr, X = W;
         long lda = K;
-        if (r->kind == 0) {
+        if (r->kind == 0 || nb >= 8) {
             if (a_key != (long)t * nkb + kb) {
+                float *d = Ap;
                 for (int i = 0; i < nrr; i++)
-                    for (int x = 0; x < W; x++)
-                        memcpy(Ap + ((size_t)i * W + x) * mk, arows[i] + (size_t)x * K + k0,
-                               sizeof(float) * mk);
+                    for (int x = 0; x < W; x++) {
+                        const float *src = arows[i] + (size_t)x * K + k0;
+                        for (int m = 0; m < mk; m++)
+                            *d++ = src[m];
+                    }
                 a_key = (long)t * nkb + kb;
             }
             rows = 1, X = (int)nv, lda = mk;
