@@ -64,10 +64,21 @@ static double unet_fwd_flops(const nn_unet_spec *s, int size) {
     return f;
 }
 
+/* n floats, zeroed and 64-byte aligned as the engine allocates its tensors and workspaces
+ * (backend.c): with malloc's 16-byte alignment the kernels' packed panels straddle cache
+ * lines, which cost the weight-gradient passes a third of their speed. */
+static float *lbuf(size_t n) {
+    void *p = NULL;
+    if (posix_memalign(&p, 64, (n + 16) * sizeof(float))) {
+        fprintf(stderr, "bench_step: out of memory (%zu floats)\n", n);
+        exit(1);
+    }
+    return memset(p, 0, (n + 16) * sizeof(float));
+}
+
 /* The tap-GEMM kernel as a plain SGEMM: C (M x N) = A (M x K) B (K x N), blocks of positions. */
 static double kernel_sgemm(int M, int N, int K) {
-    float *A = malloc(sizeof(float) * M * K), *B = malloc(sizeof(float) * K * N),
-          *C = malloc(sizeof(float) * M * N);
+    float *A = lbuf((size_t)M * K), *B = lbuf((size_t)K * N), *C = lbuf((size_t)M * N);
     for (long i = 0; i < (long)M * K; i++)
         A[i] = (float)(i % 7) * 0.1f;
     for (long i = 0; i < (long)K * N; i++)
@@ -96,12 +107,41 @@ static double kernel_sgemm(int M, int N, int K) {
     return 2.0 * (M / mr * mr) * N * K / best / 1e9;
 }
 
-static float *randbuf(size_t n, uint64_t seed, float scale) {
-    float *p = malloc((n + 16) * sizeof(float));
-    if (!p) {
-        fprintf(stderr, "bench_step: out of memory (%zu floats)\n", n);
-        exit(1);
+/* The same kernel with its operands in L1 (one block of positions, K = 256, per thread, called
+ * back to back for about `seconds`): the ceiling a convolution pass built on it can reach on this
+ * machine, to read the per-layer % of the FMA peak against. */
+static double kernel_l1(double seconds) {
+    const int K = 256, nr = nn_gemm_nr(16), mr = nn_tg_mr(nr);
+    const long aoff[1] = {0};
+    const nn_tg g = {.T = 1, .K = K, .aoff = aoff, .nr = nr};
+    long calls = 0;
+    double el = 0;
+#pragma omp parallel reduction(+ : calls)
+    {
+        float *A = lbuf((size_t)mr * K), *B = lbuf((size_t)K * nr), *C = lbuf((size_t)mr * nr);
+        const float *a[NN_TG_MR_MAX];
+        float *c[NN_TG_MR_MAX];
+        for (int i = 0; i < mr; i++)
+            a[i] = A + (size_t)i * K, c[i] = C + (size_t)i * nr;
+#pragma omp barrier
+        const double t0 = time_now();
+        double t = t0;
+        while (t - t0 < seconds) {
+            for (int r = 0; r < 1000; r++)
+                nn_tg_block(&g, mr, a, B, c, NULL, nr, NN_TG_ACCUM);
+            calls += 1000;
+            t = time_now();
+        }
+#pragma omp barrier
+#pragma omp master
+        el = time_now() - t0;
+        free(A), free(B), free(C);
     }
+    return 2.0 * mr * nr * K * (double)calls / el / 1e9;
+}
+
+static float *randbuf(size_t n, uint64_t seed, float scale) {
+    float *p = lbuf(n);
     rng r = rng_make(seed, RNG_TEST, 0, 0);
     for (size_t i = 0; i < n; i++)
         p[i] = (float)rng_normal(&r) * scale;
@@ -140,8 +180,8 @@ static int bench_layer(const char *op, int D, int cin, int cout, int reps) {
     if (!strcmp(op, "conv")) {
         const size_t nw = 27 * (size_t)cin * cout;
         float *x = randbuf(P * cin, 1, 1), *w = randbuf(nw, 2, 0.05f), *dy = randbuf(P * cout, 3, 1);
-        float *y = malloc(P * cout * 4), *dx = malloc(P * cin * 4), *dw = calloc(nw, 4);
-        float *ws = malloc(nn_conv3d_ws_floats(1, D, D, D, cin, cout) * 4);
+        float *y = lbuf(P * cout), *dx = lbuf(P * cin), *dw = lbuf(nw);
+        float *ws = lbuf(nn_conv3d_ws_floats(1, D, D, D, cin, cout));
         const double fl = 2.0 * P * 27 * cin * cout;
         for (int i = -1; i < reps; i++) { /* i = -1 warms up (page faults) */
             t0 = now_s();
@@ -161,9 +201,9 @@ static int bench_layer(const char *op, int D, int cin, int cout, int reps) {
     } else if (!strcmp(op, "convt")) {
         const size_t nw = 8 * (size_t)cin * cout;
         float *x = randbuf(P * cin, 1, 1), *w = randbuf(nw, 2, 0.05f), *b = randbuf(cout, 4, 1);
-        float *dy = randbuf(8 * P * cout, 3, 1), *y = malloc(8 * P * cout * 4);
-        float *dx = malloc(P * cin * 4), *dw = calloc(nw, 4), *db = calloc(cout, 4);
-        float *ws = malloc(nn_convt3d_ws_floats_p(1, D, D, D, cin, cout, NN_FP32) * 4);
+        float *dy = randbuf(8 * P * cout, 3, 1), *y = lbuf(8 * P * cout);
+        float *dx = lbuf(P * cin), *dw = lbuf(nw), *db = lbuf(cout);
+        float *ws = lbuf(nn_convt3d_ws_floats_p(1, D, D, D, cin, cout, NN_FP32));
         const double fl = 2.0 * P * 8 * cin * cout;
         for (int i = -1; i < reps; i++) {
             t0 = now_s();
@@ -182,10 +222,10 @@ static int bench_layer(const char *op, int D, int cin, int cout, int reps) {
         free(x), free(w), free(b), free(dy), free(y), free(dx), free(dw), free(db), free(ws);
     } else if (!strcmp(op, "gn")) {
         const int C = cout, G = 8;
-        float *x = randbuf(P * C, 1, 1), *dy = randbuf(P * C, 3, 1), *y = malloc(P * C * 4);
-        float *dx = malloc(P * C * 4), *g = randbuf(C, 5, 1), *bt = randbuf(C, 6, 1);
-        float *dg = calloc(C, 4), *dbt = calloc(C, 4), mean[8], rstd[8];
-        float *ws = malloc(nn_groupnorm_ws_floats(C) * 4);
+        float *x = randbuf(P * C, 1, 1), *dy = randbuf(P * C, 3, 1), *y = lbuf(P * C);
+        float *dx = lbuf(P * C), *g = randbuf(C, 5, 1), *bt = randbuf(C, 6, 1);
+        float *dg = lbuf(C), *dbt = lbuf(C), mean[8], rstd[8];
+        float *ws = lbuf(nn_groupnorm_ws_floats(C));
         for (int i = -1; i < reps; i++) {
             t0 = now_s();
             nn_groupnorm_forward(y, mean, rstd, x, g, bt, 1, (long)P, C, G, 1, ws);
@@ -238,6 +278,8 @@ int main(int argc, char **argv) {
                    omp_get_max_threads());
             printf("kernel_sgemm_gflops %.1f (M=4096 N=256 K=512)\n",
                    kernel_sgemm(4096, 256, 512));
+            printf("kernel_l1_gflops %.1f (one block per thread, operands in L1)\n",
+                   kernel_l1(sec > 0 ? sec / 2 : 0.5));
             return 0;
         } else if (!strcmp(argv[i], "--layer") && i + 4 < argc) {
             layer = argv[i + 1];
