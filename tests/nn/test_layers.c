@@ -776,6 +776,54 @@ static void convt_naive(float *y, const float *x, const float *w, const float *b
  * direct kernels' tolerance). A wrong transform gives errors of order 1. */
 #define WINO_ATOL 6e-5f
 
+/* ConvTranspose3d k2 s2 against naive loops, on shapes whose weight gradient packs the input
+ * per (tap, k block) (8 or more column blocks: 136 output channels, the last block partial)
+ * and an odd input channel count (k blocks of unequal size), and a small one that reads it in
+ * place. */
+static void test_convt_vs_naive(void) {
+    static const int shapes[][6] = {{1, 2, 3, 2, 7, 136}, {2, 2, 2, 3, 13, 20}};
+    char nm[96];
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int N = shapes[s][0], D = shapes[s][1], H = shapes[s][2], W = shapes[s][3];
+        const int cin = shapes[s][4], cout = shapes[s][5];
+        const size_t P = (size_t)N * D * H * W, nw = 8 * (size_t)cin * cout;
+        float *x = randv(P * cin, 400 + s, 1), *w = randv(nw, 500 + s, 0.3f);
+        float *b = randv((size_t)cout, 600 + s, 1), *dy = randv(8 * P * cout, 700 + s, 1);
+        float *ws = ws_alloc(nn_convt3d_ws_floats_p(N, D, H, W, cin, cout, NN_FP32));
+        float *y = zeros(8 * P * cout), *yr = zeros(8 * P * cout), *dx = zeros(P * cin),
+              *dxr = zeros(P * cin), *dw = zeros(nw), *dwr = zeros(nw), *db = zeros(cout);
+        for (int n = 0; n < N; n++)
+            for (int z = 0; z < D; z++)
+                for (int yy = 0; yy < H; yy++)
+                    for (int xx = 0; xx < W; xx++)
+                        for (int t = 0; t < 8; t++) {
+                            const size_t v = (((size_t)n * D + z) * H + yy) * W + xx;
+                            const size_t o = ((((size_t)n * 2 * D + 2 * z + t / 4) * 2 * H +
+                                               2 * yy + (t / 2) % 2) * 2 * W + 2 * xx + t % 2) * cout;
+                            for (int oc = 0; oc < cout; oc++) {
+                                double acc = b[oc];
+                                for (int ic = 0; ic < cin; ic++) {
+                                    const size_t wi = ((size_t)ic * cout + oc) * 8 + t;
+                                    acc += (double)x[v * cin + ic] * w[wi];
+                                    dxr[v * cin + ic] += dy[o + oc] * w[wi];
+                                    dwr[wi] += x[v * cin + ic] * dy[o + oc];
+                                }
+                                yr[o + oc] = (float)acc;
+                            }
+                        }
+        nn_convt3d_forward_p(y, x, w, b, cin, cout, N, D, H, W, NN_FP32, ws);
+        nn_convt3d_backward_p(dx, dw, db, dy, cout, x, w, cin, cout, N, D, H, W, NN_FP32, ws);
+        snprintf(nm, sizeof nm, "convt3d %dx%dx%dx%d %d->%d forward vs naive", N, D, H, W, cin, cout);
+        check_close(nm, y, yr, 8 * P * cout, 1e-5f, 1e-4f);
+        snprintf(nm, sizeof nm, "convt3d %dx%dx%dx%d %d->%d dx vs naive", N, D, H, W, cin, cout);
+        check_close(nm, dx, dxr, P * cin, 1e-4f, 1e-4f);
+        snprintf(nm, sizeof nm, "convt3d %dx%dx%dx%d %d->%d dw vs naive", N, D, H, W, cin, cout);
+        check_close(nm, dw, dwr, nw, 1e-4f, 1e-4f);
+        free(x), free(w), free(b), free(dy), free(ws), free(y), free(yr), free(dx), free(dxr),
+            free(dw), free(dwr), free(db);
+    }
+}
+
 static void test_conv_vs_naive(void) {
     static const int shapes[][6] = {
         /* N, D, H, W, cin, cout */
@@ -931,5 +979,6 @@ int main(int argc, char **argv) {
     nn_st_close(&st);
     test_finite_differences();
     test_conv_vs_naive();
+    test_convt_vs_naive();
     return test_report();
 }
