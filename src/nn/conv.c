@@ -683,10 +683,10 @@ static void wino_dw_finish(float *dw, const float *dU, int cin, int cout) {
 /* ---- weight-gradient driver --------------------------------------------------------------
  * dWp(k, t, j) += sum over voxels v of A(v, t)[k] * G(v, t)[j] (laid out by dw_tile): for
  * Conv3d, A is the padded input at v shifted by tap t and G the output gradient at v; for
- * ConvTranspose3d, A is the input at v and G the output gradient at 2v + t. Voxels are taken in chunks; a chunk's G
- * (per column block) and A (per tap and k block) are first packed into contiguous panels, so
- * the kernel streams through memory instead of reading 24 bytes of every voxel's channels
- * (whose power-of-two strides also fall into a quarter of the L1 sets). */
+ * ConvTranspose3d, A is the input at v and G the output gradient at 2v + t. Voxels are taken in
+ * chunks; a chunk's G (per column block) and A (per tap and k block) are first packed into
+ * contiguous panels, so the kernel streams through memory instead of reading 24 bytes of every
+ * voxel's channels (whose power-of-two strides also fall into a quarter of the L1 sets). */
 typedef struct tw_src {
     const float *A, *G;
     int kind; /* 0 = Conv3d (A padded, a slab of D planes), 1 = ConvTranspose3d */
@@ -726,15 +726,17 @@ static int tw_chunk_rows(int W, int ncol) {
     return R < 1 ? 1 : (int)R;
 }
 
-/* Floats of one thread's packed G and A panels for the chunks of a (W, ncol) layer of nrows rows: a
- * chunk's voxels times the widest padded columns, rounded to 64 bytes (no shared cache line).
+/* Floats of one thread's packed G and A panels for the chunks of a (W, ncol) layer of nrows
+ * rows: a chunk's voxels times the widest padded columns plus the widest k block, rounded to 64
+ * bytes (no shared cache line).
  * Sized per layer, not TW_SCRATCH per thread: with NN_MAX_THREADS slots the fixed size cost
  * 16 MiB in every workspace, the largest part of it that does not shrink with spatial shards
  * (a 16-channel level needs 16 KiB per thread); and a row wider than the chunk budget
  * (W > TW_SCRATCH / ncol) fits. */
 static size_t tw_scratch_floats(int W, int ncol, long nrows) {
     const long R = tw_chunk_rows(W, ncol);
-    const size_t f = (size_t)(R < nrows ? R : nrows) * W * (nn_gemm_ncol_max(ncol) + NN_TG_MR_MAX);
+    const size_t f =
+        (size_t)(R < nrows ? R : nrows) * W * (nn_gemm_ncol_max(ncol) + NN_TG_MR_MAX);
     return (f + 15) & ~(size_t)15;
 }
 
@@ -781,18 +783,25 @@ static size_t dw_tile(int k0, int mk, int t, int ob, int T, int nb, int nr) {
     return (size_t)k0 * T * nb * nr + ((size_t)ob * T + t) * mk * nr;
 }
 
+/* The weight gradient's k blocks for K input channels and nr-column blocks (k block kb is
+ * [split_at(K, nkb, kb), split_at(K, nkb, kb + 1))): one kernel tile's rows each. The tiles
+ * (tw_chunk) and the unpacking (unpack_dw) must agree on them. */
+static int dw_kblocks(int K, int nr) {
+    const int mkmax = nn_tw_mr(nr);
+    return (K + mkmax - 1) / mkmax;
+}
+
 /* Tiles [t_lo, t_hi) (tile = (t, k block, column block), column block fastest) of the chunk of
- * rows [r0, r0 + nrr) into Wp. G is first packed into contiguous zero-padded panels
- * [ob][voxel][nr] in scratch (once per chunk, or per tap for ConvTranspose3d); A is read in
- * place. RATIONALE: read in place, each voxel's G block is 64 bytes out of a power-of-two
- * stride, which maps a chunk onto a quarter of the L1 sets; packed, the kernel streams it
- * (measured on Zen 3: 58 -> 87 GFLOP/s for the 6x2 tile). */
-static void tw_chunk(float *Wp, const tw_src *r, long r0, int nrr, long t_lo, long t_hi,
+ * rows [r0, r0 + nrr) of a T-tap layer into Wp. G is first packed into contiguous zero-padded
+ * panels [ob][voxel][nr] in scratch (once per chunk, or per tap for ConvTranspose3d), then A
+ * per (tap, k block) after them (below). RATIONALE: read in place, each voxel's G block is 64
+ * bytes out of a power-of-two stride, which maps a chunk onto a quarter of the L1 sets; packed,
+ * the kernel streams it (measured on Zen 3: 58 -> 87 GFLOP/s for the 6x2 tile). */
+static void tw_chunk(float *Wp, const tw_src *r, int T, long r0, int nrr, long t_lo, long t_hi,
                      float *Gp) {
     const int K = r->cin, ncol = r->cout, W = r->W;
-    const int nr = nn_gemm_nr(ncol), nb = nblocks(ncol, nr);
+    const int nr = nn_gemm_nr(ncol), nb = nblocks(ncol, nr), nkb = dw_kblocks(K, nr);
     const long nv = (long)nrr * W;
-    const int mkmax = nn_tw_mr(nr), nkb = (K + mkmax - 1) / mkmax, T = r->kind == 0 ? 27 : 8;
     const float *arows[TW_ROWS_MAX];
     const long gx = r->kind == 0 ? r->ldg_vox : 2 * r->ldg_vox; /* G stride along x */
     float *Ap = Gp + (size_t)nv * nn_gemm_ncol_max(ncol);
@@ -875,7 +884,7 @@ static void tw_chunk(float *Wp, const tw_src *r, long r0, int nrr, long t_lo, lo
 static void weight_grad(float *dWp, const tw_src *r, long nrows, int T, int accumulate) {
     const int K = r->cin, ncol = r->cout;
     const int nr = nn_gemm_nr(ncol), nb = nblocks(ncol, nr);
-    const int mkmax = nn_tw_mr(nr), nkb = (K + mkmax - 1) / mkmax;
+    const int nkb = dw_kblocks(K, nr);
     const long ntiles = (long)T * nkb * nb;
     const size_t nw = dw_floats(T, K, ncol);
     const int CR = tw_chunk_rows(r->W, ncol);
@@ -905,7 +914,7 @@ static void weight_grad(float *dWp, const tw_src *r, long nrows, int T, int accu
         for (long c = cp; c < nchunks; c += reps) {
             const long r0 = c * CR;
             const int nrr = (int)(nrows - r0 < CR ? nrows - r0 : CR);
-            tw_chunk(rep + (size_t)cp * nw, r, r0, nrr, lo, hi, sc);
+            tw_chunk(rep + (size_t)cp * nw, r, T, r0, nrr, lo, hi, sc);
         }
     }
     if (reps > 1) {
@@ -947,8 +956,7 @@ static void bias_grad(float *db, const float *dout, long ldo, long P, int C, nn_
  * with (o, i) = (oc, ic) for Conv3d and (ic, oc) for ConvTranspose3d. */
 static void unpack_dw(float *dw, const float *Wp, int cin, int cout, int T, int oc_major,
                       nn_prec prec) {
-    const int nr = nn_gemm_nr(cout), nb = nblocks(cout, nr);
-    const int mkmax = nn_tw_mr(nr), nkb = (cin + mkmax - 1) / mkmax;
+    const int nr = nn_gemm_nr(cout), nb = nblocks(cout, nr), nkb = dw_kblocks(cin, nr);
 #pragma omp parallel for collapse(2) schedule(static)
     for (int kb = 0; kb < nkb; kb++)
         for (int ob = 0; ob < nb; ob++) {

@@ -798,8 +798,9 @@ static void test_convt_vs_naive(void) {
                     for (int xx = 0; xx < W; xx++)
                         for (int t = 0; t < 8; t++) {
                             const size_t v = (((size_t)n * D + z) * H + yy) * W + xx;
-                            const size_t o = ((((size_t)n * 2 * D + 2 * z + t / 4) * 2 * H +
-                                               2 * yy + (t / 2) % 2) * 2 * W + 2 * xx + t % 2) * cout;
+                            const size_t oz = (size_t)n * 2 * D + 2 * z + t / 4;
+                            const size_t oy = oz * 2 * H + 2 * yy + (t / 2) % 2;
+                            const size_t o = (oy * 2 * W + 2 * xx + t % 2) * cout;
                             for (int oc = 0; oc < cout; oc++) {
                                 double acc = b[oc];
                                 for (int ic = 0; ic < cin; ic++) {
@@ -813,7 +814,8 @@ static void test_convt_vs_naive(void) {
                         }
         nn_convt3d_forward_p(y, x, w, b, cin, cout, N, D, H, W, NN_FP32, ws);
         nn_convt3d_backward_p(dx, dw, db, dy, cout, x, w, cin, cout, N, D, H, W, NN_FP32, ws);
-        snprintf(nm, sizeof nm, "convt3d %dx%dx%dx%d %d->%d forward vs naive", N, D, H, W, cin, cout);
+        snprintf(nm, sizeof nm, "convt3d %dx%dx%dx%d %d->%d forward vs naive", N, D, H, W, cin,
+                 cout);
         check_close(nm, y, yr, 8 * P * cout, 1e-5f, 1e-4f);
         snprintf(nm, sizeof nm, "convt3d %dx%dx%dx%d %d->%d dx vs naive", N, D, H, W, cin, cout);
         check_close(nm, dx, dxr, P * cin, 1e-4f, 1e-4f);
