@@ -583,9 +583,20 @@ static void wino_slab(float *out, int ncol, const float *P, int C, const float *
     const long Tz = Dz / 2, Ty = H / 4, Tx = W / 4, ntiles = Tz * Ty * Tx;
     const long row = (long)(W + 2) * C, plane = (H + 2) * row;
     const long oplane = (long)H * W * ncol, orow = (long)W * ncol;
-    /* whole blocks of the microkernel's rows: 85 tiles ran a 5-row block in every GEMM */
-    const long mr = nn_tg_mr(nr), ct = wino_chunk_tiles(C, ncp, WINO_CHUNK_BYTES);
-    const long chunk = ct > mr ? ct - ct % mr : ct;
+    /* Every chunk reads all of U: a U larger than the last-level cache gets the weight
+     * gradient's largest chunks (16^3 and 32^3 256->256, U 36 MiB: 8 and 52 passes over it
+     * with 6 MiB chunks; 1.5x and 1.2x faster with 24). A U that stays in cache keeps 6 MiB
+     * (32^3 128->128, U 9 MiB: 0.88x with 24, V and M then leave the cache). As few as fit,
+     * near-equal (128 tiles in chunks of 18 left one of 2), and whole blocks of the
+     * microkernel's rows where that adds no chunk and leaves no short last one. */
+    const long ubytes = 4L * WINO_NXI * C * ncp;
+    const long mr = nn_tg_mr(nr),
+               ct = wino_chunk_tiles(C, ncp,
+                                     ubytes > (long)WINO_DW_CHUNK_BYTES ? wino_dw_chunk_bytes(C, ncp)
+                                                                        : WINO_CHUNK_BYTES);
+    const long nch = (ntiles + ct - 1) / ct, even = (ntiles + nch - 1) / nch;
+    const long up = (even + mr - 1) / mr * mr, tail = ntiles - (nch - 1) * up;
+    const long chunk = up <= ct && tail >= up / 2 ? up : even;
     const long aoff[1] = {0};
     const nn_tg g = {.T = 1, .K = C, .aoff = aoff, .nr = nr};
 #pragma omp parallel num_threads(nn_threads())
