@@ -106,18 +106,27 @@ def ncol_max(n):
     return -(-n // 16) * 16
 
 
-def tw_chunk_rows(W, ncol):
+def tw_chunk_rows(H, W, ncol):
     vox = min(256, TW_SCRATCH // ncol_max(ncol))
-    return max(1, min(vox // W, TW_ROWS_MAX))
+    R = max(1, min(vox // W, TW_ROWS_MAX))
+    if R >= H:
+        return R // H * H
+    while H % R:
+        R -= 1
+    return R
 
 
-def weight_grad_ws(T, K, ncol, nrows, W):
+def weight_grad_ws(T, K, ncol, nrows, H, W):
     """Weight gradient: the packed gradient and its per-thread copies, and every thread slot's
-    packed panels. Depends on the layer, not on how the volume is split."""
+    packed panels (a chunk's G, and the padded input block of one k block). Depends on the
+    layer, not on how the volume is split."""
     dw = T * K * ncol_max(ncol)
-    chunks = -(-nrows // tw_chunk_rows(W, ncol))
+    cr = tw_chunk_rows(H, W, ncol)
+    chunks = -(-nrows // cr)
     r = min(DW_REPLICA_BUDGET // (4 * dw), DW_REPLICAS_MAX, chunks // 4)
-    panel = up16(min(tw_chunk_rows(W, ncol), nrows) * W * (ncol_max(ncol) + TG_MR_MAX))
+    R = min(cr, nrows)
+    nz, ny = (R // H, H) if R >= H else (1, R)
+    panel = up16(R * W * ncol_max(ncol) + 3 * nz * (ny + 2) * (W + 2) * TG_MR_MAX)
     return dw * (r + 1 if r > 1 else 1) + MAX_THREADS * panel
 
 
@@ -162,7 +171,7 @@ def conv3d_ws(D, H, W, cin, cout, sharded):
     """(padded copy, the rest) of a Conv3d k3's workspace (nn_conv3d_ws_floats[_sh])."""
     pad = max(pad_floats(D, H, W, cin, sharded), pad_floats(D, H, W, cout, sharded))
     rest = max(ncol_max(cout) * (cin + 1) * 27, ncol_max(cin) * (cout + 1) * 27,
-               weight_grad_ws(27, cin, cout, slab_depth(D, H, W, cin, sharded) * H, W))
+               weight_grad_ws(27, cin, cout, slab_depth(D, H, W, cin, sharded) * H, H, W))
     if wino_applies(D, H, W, cin, cout, sharded):
         rest = max(rest, wino_ws(cin, cout))
     if wino_applies(D, H, W, cout, cin, sharded):
@@ -197,7 +206,7 @@ def act_parts(D, H, W, c0, L, sharded, n=1):
     for lvl in range(L):
         d, h, w = D >> (lvl + 1), H >> (lvl + 1), W >> (lvl + 1)
         ct = max(ncol_max(ch[lvl]) * ch[lvl + 1] * 8, ncol_max(ch[lvl + 1]) * ch[lvl] * 8,
-                 weight_grad_ws(8, ch[lvl + 1], ch[lvl], n * d * h, w), 64 * ch[lvl])
+                 weight_grad_ws(8, ch[lvl + 1], ch[lvl], n * d * h, h, w), 64 * ch[lvl])
         best = max(best, (0, ct + ncol_max(ch[lvl]) + 64), key=sum)
     pad = best[0]
     return f + pad, stats + up16(pad + best[1]) - pad

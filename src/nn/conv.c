@@ -738,28 +738,38 @@ static void tw_row(const tw_src *r, long row, int t, long *ao, long *go) {
 #define TW_ROWS_MAX 256
 
 /* Rows per chunk: about 256 voxels, fewer when the packed G panels (ncol padded floats per
- * voxel) would exceed TW_SCRATCH; at least one row. */
-static int tw_chunk_rows(int W, int ncol) {
+ * voxel) would exceed TW_SCRATCH; at least one row. Whole planes of H rows, or a divisor of H
+ * (tw_chunk_conv packs the padded input of a block of whole rows of one or more planes). */
+static int tw_chunk_rows(int H, int W, int ncol) {
     long vox = TW_SCRATCH / nn_gemm_ncol_max(ncol);
     if (vox > 256)
         vox = 256;
     long R = vox / W;
     if (R > TW_ROWS_MAX)
         R = TW_ROWS_MAX;
-    return R < 1 ? 1 : (int)R;
+    if (R < 1)
+        R = 1;
+    if (R >= H)
+        return (int)(R / H * H);
+    while (H % R)
+        R--;
+    return (int)R;
 }
 
-/* Floats of one thread's packed G and A panels for the chunks of a (W, ncol) layer of nrows
- * rows: a chunk's voxels times the widest padded columns plus the widest k block, rounded to 64
- * bytes (no shared cache line).
+/* Floats of one thread's packed G and A panels for the chunks of an (H, W, ncol) layer of
+ * nrows rows: a chunk's voxels times the widest padded columns, plus the widest k block of
+ * the padded input block of tw_chunk_conv (3 planes per plane of the chunk, 2 rows and 2
+ * voxels wider; more than ConvTranspose3d's chunk of voxels needs), rounded to 64 bytes (no
+ * shared cache line).
  * Sized per layer, not TW_SCRATCH per thread: with NN_MAX_THREADS slots the fixed size cost
  * 16 MiB in every workspace, the largest part of it that does not shrink with spatial shards
  * (a 16-channel level needs 16 KiB per thread); and a row wider than the chunk budget
  * (W > TW_SCRATCH / ncol) fits. */
-static size_t tw_scratch_floats(int W, int ncol, long nrows) {
-    const long R = tw_chunk_rows(W, ncol);
-    const size_t f =
-        (size_t)(R < nrows ? R : nrows) * W * (nn_gemm_ncol_max(ncol) + NN_TG_MR_MAX);
+static size_t tw_scratch_floats(int H, int W, int ncol, long nrows) {
+    const long R0 = tw_chunk_rows(H, W, ncol), R = R0 < nrows ? R0 : nrows;
+    const long nz = R >= H ? R / H : 1, ny = R >= H ? H : R;
+    const size_t f = (size_t)R * W * nn_gemm_ncol_max(ncol) +
+                     (size_t)3 * nz * (ny + 2) * (W + 2) * NN_TG_MR_MAX;
     return (f + 15) & ~(size_t)15;
 }
 
@@ -767,10 +777,10 @@ static size_t tw_scratch_floats(int W, int ncol, long nrows) {
  * (at most DW_REPLICAS_MAX, and at most a quarter of the chunks); 0 or 1 means "partition tiles
  * instead". Depends only on the shape, so workspace sizing and the call agree whatever the
  * thread count. */
-static int dw_replicas(int T, int K, int ncol, long nrows, int W) {
+static int dw_replicas(int T, int K, int ncol, long nrows, int H, int W) {
     const size_t bytes = (size_t)T * K * nn_gemm_ncol_max(ncol) * sizeof(float);
     size_t r = DW_REPLICA_BUDGET / (bytes ? bytes : 1);
-    const long cr = tw_chunk_rows(W, ncol), chunks = (nrows + cr - 1) / cr;
+    const long cr = tw_chunk_rows(H, W, ncol), chunks = (nrows + cr - 1) / cr;
     /* SCAFFOLD_NN_DW_REPLICAS lowers the cap (tests use 0 to exercise the tile partition). */
     const char *env = getenv("SCAFFOLD_NN_DW_REPLICAS");
     size_t cap = env ? (size_t)strtoul(env, NULL, 10) : DW_REPLICAS_MAX;
@@ -790,10 +800,10 @@ static size_t dw_floats(int T, int K, int ncol) {
 
 /* Workspace of weight_grad for nrows rows of W voxels: the gradient in packed layout, its
  * replicas, and every thread's packed panels. */
-static size_t weight_grad_ws(int T, int K, int ncol, long nrows, int W) {
-    const int r = dw_replicas(T, K, ncol, nrows, W);
+static size_t weight_grad_ws(int T, int K, int ncol, long nrows, int H, int W) {
+    const int r = dw_replicas(T, K, ncol, nrows, H, W);
     return dw_floats(T, K, ncol) * (size_t)(r > 1 ? r + 1 : 1) +
-           (size_t)NN_MAX_THREADS * tw_scratch_floats(W, ncol, nrows);
+           (size_t)NN_MAX_THREADS * tw_scratch_floats(H, W, ncol, nrows);
 }
 
 /* The packed weight gradient is stored tile by tile: the k block [k0, k0 + mk) holds, per
@@ -814,19 +824,92 @@ static int dw_kblocks(int K, int nr) {
     return (K + mkmax - 1) / mkmax;
 }
 
-/* Tiles [t_lo, t_hi) (tile = (t, k block, column block), column block fastest) of the chunk of
- * rows [r0, r0 + nrr) of a T-tap layer into Wp. G is first packed into contiguous zero-padded
- * panels [ob][voxel][nr] in scratch (once per chunk, or per tap for ConvTranspose3d), then A
- * per (tap, k block) after them (below). RATIONALE: read in place, each voxel's G block is 64
- * bytes out of a power-of-two stride, which maps a chunk onto a quarter of the L1 sets; packed,
- * the kernel streams it (measured on Zen 3: 58 -> 87 GFLOP/s for the 6x2 tile). */
-static void tw_chunk(float *Wp, const tw_src *r, int T, long r0, int nrr, long t_lo, long t_hi,
-                     float *Gp) {
+/* G of the chunk's rows [r0, r0 + nrr) for tap t (ConvTranspose3d; Conv3d's G does not depend
+ * on the tap) into contiguous zero-padded panels Gp[ob][voxel][nr]. RATIONALE: read in place,
+ * each voxel's G block is 64 bytes out of a power-of-two stride, which maps a chunk onto a
+ * quarter of the L1 sets; packed, the kernel streams it (measured on Zen 3: 58 -> 87 GFLOP/s
+ * for the 6x2 tile). */
+static void tw_pack_g(float *Gp, const tw_src *r, long r0, int nrr, int t) {
+    const int ncol = r->cout, W = r->W, nr = nn_gemm_nr(ncol), nb = nblocks(ncol, nr);
+    const long nv = (long)nrr * W;
+    const long gx = r->kind == 0 ? r->ldg_vox : 2 * r->ldg_vox; /* G stride along x */
+    for (int i = 0; i < nrr; i++) {
+        long ao, go;
+        tw_row(r, r0 + i, t, &ao, &go);
+        for (int x = 0; x < W; x++) {
+            const float *g = r->G + go + x * gx;
+            for (int b = 0; b < nb; b++) {
+                float *d = Gp + ((size_t)b * nv + (size_t)i * W + x) * nr;
+                const int n0 = b * nr;
+                if (n0 + nr <= ncol) {
+                    memcpy(d, g + n0, sizeof(float) * nr);
+                } else {
+                    for (int j = 0; j < nr; j++)
+                        d[j] = n0 + j < ncol ? g[n0 + j] : 0.0f;
+                }
+            }
+        }
+    }
+}
+
+/* Conv3d: tiles [t_lo, t_hi) (tile = (k block, column block, tap), tap fastest) of the chunk of
+ * rows [r0, r0 + nrr) into Wp. A chunk is nz whole planes or ny rows of one plane
+ * (tw_chunk_rows); G is packed once per chunk (tw_pack_g), and the padded input the chunk's
+ * taps read, 3 planes by ny + 2 rows by W + 2 voxels per plane of the chunk, is packed once
+ * per k block ([dz][plane][row][voxel][k]): every tap's A rows are windows of it. RATIONALE:
+ * with taps outermost and one packed A panel per (tap, k block), a 6x2 tile's G panel came
+ * from L2 and its weight-gradient tile from memory, and the packing copied each input float
+ * 27 times; with the taps of one (k block, column block) consecutive, the A block, the G panel
+ * and the 27 tiles they update stay in L1/L2 and each float is copied about 5 times. */
+static void tw_chunk_conv(float *Wp, const tw_src *r, long r0, int nrr, long t_lo, long t_hi,
+                          float *Gp) {
+    const int K = r->cin, ncol = r->cout, H = r->H, W = r->W;
+    const int nr = nn_gemm_nr(ncol), nb = nblocks(ncol, nr), nkb = dw_kblocks(K, nr);
+    const long nv = (long)nrr * W;
+    const int nz = nrr >= H ? nrr / H : 1, ny = nrr >= H ? H : nrr;
+    const long z0 = r0 / H, y0 = r0 % H, Wp2 = W + 2, prow = ny + 2;
+    float *Ap = Gp + (size_t)nv * nn_gemm_ncol_max(ncol);
+    long rowoff[TW_ROWS_MAX]; /* chunk row i's first voxel in the packed block (tap 0) */
+    for (int i = 0; i < nrr; i++)
+        rowoff[i] = ((long)(i / ny) * prow + i % ny) * Wp2;
+    tw_pack_g(Gp, r, r0, nrr, 0);
+    int a_kb = -1;
+    for (long tile = t_lo; tile < t_hi; tile++) {
+        const int t = (int)(tile % 27), ob = (int)((tile / 27) % nb), kb = (int)(tile / (27L * nb));
+        const int k0 = split_at(K, nkb, kb), mk = split_at(K, nkb, kb + 1) - k0;
+        if (a_kb != kb) {
+            float *d = Ap;
+            for (int dz = 0; dz < 3; dz++)
+                for (int iz = 0; iz < nz; iz++)
+                    for (long pr = 0; pr < prow; pr++) {
+                        const float *src =
+                            r->A + (((z0 + iz + dz) * (H + 2) + y0 + pr) * Wp2) * K + k0;
+                        for (long xp = 0; xp < Wp2; xp++, src += K)
+                            for (int m = 0; m < mk; m++)
+                                *d++ = src[m];
+                    }
+            a_kb = kb;
+        }
+        const long tapoff = ((long)(t / 9) * nz * prow + (t / 3) % 3) * Wp2 + t % 3;
+        const float *ar[TW_ROWS_MAX], *gr[TW_ROWS_MAX];
+        for (int i = 0; i < nrr; i++) {
+            ar[i] = Ap + (tapoff + rowoff[i]) * mk;
+            gr[i] = Gp + ((size_t)ob * nv + (size_t)i * W) * nr;
+        }
+        nn_tw_tile(nrr, ar, gr, W, mk, nr, mk, nr, nr, Wp + dw_tile(k0, mk, t, ob, 27, nb, nr),
+                   nr);
+    }
+}
+
+/* ConvTranspose3d: tiles [t_lo, t_hi) (tile = (t, k block, column block), column block
+ * fastest) of the chunk of rows [r0, r0 + nrr) of a T-tap layer into Wp. G is packed per tap
+ * (tw_pack_g); with many column blocks, A per (tap, k block) after it. */
+static void tw_chunk_convt(float *Wp, const tw_src *r, int T, long r0, int nrr, long t_lo,
+                           long t_hi, float *Gp) {
     const int K = r->cin, ncol = r->cout, W = r->W;
     const int nr = nn_gemm_nr(ncol), nb = nblocks(ncol, nr), nkb = dw_kblocks(K, nr);
     const long nv = (long)nrr * W;
     const float *arows[TW_ROWS_MAX];
-    const long gx = r->kind == 0 ? r->ldg_vox : 2 * r->ldg_vox; /* G stride along x */
     float *Ap = Gp + (size_t)nv * nn_gemm_ncol_max(ncol);
     int g_tap = -1, a_tap = -1;
     long a_key = -1;
@@ -834,24 +917,8 @@ static void tw_chunk(float *Wp, const tw_src *r, int T, long r0, int nrr, long t
         const int t = (int)(tile / ((long)nkb * nb));
         const int kb = (int)((tile / nb) % nkb), ob = (int)(tile % nb);
         const int k0 = split_at(K, nkb, kb), k1 = split_at(K, nkb, kb + 1);
-        if (g_tap < 0 || (r->kind == 1 && g_tap != t)) {
-            for (int i = 0; i < nrr; i++) {
-                long ao, go;
-                tw_row(r, r0 + i, t, &ao, &go);
-                for (int x = 0; x < W; x++) {
-                    const float *g = r->G + go + x * gx;
-                    for (int b = 0; b < nb; b++) {
-                        float *d = Gp + ((size_t)b * nv + (size_t)i * W + x) * nr;
-                        const int n0 = b * nr;
-                        if (n0 + nr <= ncol) {
-                            memcpy(d, g + n0, sizeof(float) * nr);
-                        } else {
-                            for (int j = 0; j < nr; j++)
-                                d[j] = n0 + j < ncol ? g[n0 + j] : 0.0f;
-                        }
-                    }
-                }
-            }
+        if (g_tap != t) {
+            tw_pack_g(Gp, r, r0, nrr, t);
             g_tap = t;
         }
         if (a_tap != t) {
@@ -864,16 +931,15 @@ static void tw_chunk(float *Wp, const tw_src *r, int T, long r0, int nrr, long t
         }
         /* The k block's input channels of every voxel, packed once for all column blocks
          * (RATIONALE as for G: in place, a voxel's few channels sit at a stride of cin floats,
-         * which for 256 or 512 channels maps the chunk onto 4 or 2 of the L1's 64 sets;
-         * measured on Zen 3, Conv3d weight gradients at 8^3 and 16^3 1.1-1.3x faster).
-         * ConvTranspose3d's taps share one A, which this copies once per tap: worth it only
-         * with many column blocks to serve (8^3 512->256, 16 blocks: 1.15x faster; 32^3
-         * 128->64, 4 blocks: 1.2x slower packed). */
+         * which for 256 or 512 channels maps the chunk onto 4 or 2 of the L1's 64 sets).
+         * The taps share one A, which this copies once per tap: worth it only with many
+         * column blocks to serve (8^3 512->256, 16 blocks: 1.15x faster; 32^3 128->64, 4
+         * blocks: 1.2x slower packed). */
         const int mk = k1 - k0;
         const float *ar[TW_ROWS_MAX], *gr[TW_ROWS_MAX];
         int rows = nrr, X = W;
         long lda = K;
-        if (r->kind == 0 || nb >= 8) {
+        if (nb >= 8) {
             if (a_key != (long)t * nkb + kb) {
                 float *d = Ap;
                 for (int i = 0; i < nrr; i++)
@@ -910,11 +976,11 @@ static void weight_grad(float *dWp, const tw_src *r, long nrows, int T, int accu
     const int nkb = dw_kblocks(K, nr);
     const long ntiles = (long)T * nkb * nb;
     const size_t nw = dw_floats(T, K, ncol);
-    const int CR = tw_chunk_rows(r->W, ncol);
+    const int CR = tw_chunk_rows(r->H, r->W, ncol);
     const long nchunks = (nrows + CR - 1) / CR;
     const int nth = nn_threads();
-    const size_t nsc = tw_scratch_floats(r->W, ncol, nrows);
-    int reps = dw_replicas(T, K, ncol, nrows, r->W);
+    const size_t nsc = tw_scratch_floats(r->H, r->W, ncol, nrows);
+    int reps = dw_replicas(T, K, ncol, nrows, r->H, r->W);
     if (reps < 1)
         reps = 1;
     float *rep = reps > 1 ? dWp + nw : dWp, *scr = dWp + nw * (reps > 1 ? reps + 1 : 1);
@@ -937,7 +1003,10 @@ static void weight_grad(float *dWp, const tw_src *r, long nrows, int T, int accu
         for (long c = cp; c < nchunks; c += reps) {
             const long r0 = c * CR;
             const int nrr = (int)(nrows - r0 < CR ? nrows - r0 : CR);
-            tw_chunk(rep + (size_t)cp * nw, r, T, r0, nrr, lo, hi, sc);
+            if (r->kind == 0)
+                tw_chunk_conv(rep + (size_t)cp * nw, r, r0, nrr, lo, hi, sc);
+            else
+                tw_chunk_convt(rep + (size_t)cp * nw, r, T, r0, nrr, lo, hi, sc);
         }
     }
     if (reps > 1) {
@@ -1008,7 +1077,7 @@ static void unpack_dw(float *dw, const float *Wp, int cin, int cout, int T, int 
 static size_t conv3d_ws(int D, int H, int W, int cin, int cout, const nn_shard *sh) {
     size_t sa = slab_floats(D, H, W, cin, sh), sb = slab_floats(D, H, W, cout, sh);
     size_t pf = packed_floats(cout, cin + 1, 27), pb = packed_floats(cin, cout + 1, 27);
-    size_t pw = weight_grad_ws(27, cin, cout, (long)slab_depth(D, H, W, cin, sh) * H, W);
+    size_t pw = weight_grad_ws(27, cin, cout, (long)slab_depth(D, H, W, cin, sh) * H, H, W);
     size_t p = pf > pb ? pf : pb;
     if (p < pw)
         p = pw;
@@ -1205,7 +1274,7 @@ void nn_conv3d_backward_sh(float *din, float *dw, const float *dout, const float
 
 size_t nn_convt3d_ws_floats_p(int N, int D, int H, int W, int cin, int cout, nn_prec prec) {
     size_t pf = packed_floats(cout, cin, 8), pb = packed_floats(cin, cout, 8);
-    size_t pw = weight_grad_ws(8, cin, cout, (long)N * D * H, W);
+    size_t pw = weight_grad_ws(8, cin, cout, (long)N * D * H, H, W);
     size_t p = pf > pb ? pf : pb;
     if (pw > p)
         p = pw;

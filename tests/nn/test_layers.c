@@ -831,6 +831,9 @@ static void test_conv_vs_naive(void) {
         /* N, D, H, W, cin, cout */
         {1, 4, 4, 4, 16, 16}, {1, 3, 5, 7, 32, 48}, {2, 4, 4, 4, 64, 64}, {1, 2, 6, 4, 80, 20},
         {1, 2, 2, 2, 3, 128}, {1, 4, 4, 8, 16, 32}, {1, 4, 2, 17, 24, 40}, {1, 2, 2, 2, 96, 96},
+        /* weight-gradient chunks (about 256 voxels, whole rows): one row of a prime height,
+         * two chunks per plane, and two planes per chunk with a last chunk of one */
+        {1, 3, 13, 24, 8, 16}, {1, 2, 12, 40, 8, 16}, {1, 5, 6, 20, 8, 16},
         /* Winograd (even depth, height and width multiples of 4, >= 4096 voxels, >= 8
          * channels); partial vectors of channels */
         {1, 16, 16, 16, 16, 24}, {2, 16, 16, 16, 8, 8}, {1, 8, 16, 32, 12, 20},
