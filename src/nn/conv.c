@@ -273,8 +273,20 @@ static void walk_run(const nn_tg *g, const walk *w, long M, const void *Bp, cons
     const char *a[NN_TG_MR_MAX];
     float *c[NN_TG_MR_MAX];
     long y = 0, x = 0;
+    /* Block b is [nn_tg_block_start(M, nbk, b), ...(b + 1)): q positions, one more when
+     * floor(rem * (b + 1) / nbk) steps, tracked without a division per block; the kernels of
+     * the two sizes are looked up once. */
+    const long q = M / nbk, rem = M % nbk;
+    const nn_tg_fn kq = w->pairs ? NULL : nn_tg_kernel(g->nr, (int)q),
+                   kq1 = w->pairs || !rem ? NULL : nn_tg_kernel(g->nr, (int)q + 1);
+    long err = 0;
     for (int b = 0; b < nbk; b++) {
-        const int m = (int)(nn_tg_block_start(M, nbk, b + 1) - nn_tg_block_start(M, nbk, b));
+        int m = (int)q;
+        err += rem;
+        if (err >= nbk) {
+            err -= nbk;
+            m++;
+        }
         for (int i = 0; i < m; i++) {
             a[i] = (const char *)w->a0 + (y * w->a_row + x * w->a_col) * (long)es;
             c[i] = w->c0 + y * w->c_row + x * w->c_col;
@@ -286,7 +298,7 @@ static void walk_run(const nn_tg *g, const walk *w, long M, const void *Bp, cons
         if (w->pairs)
             nn_tg_block_bf16(g, m, (const uint16_t *const *)a, Bp, c, bias, nvalid, mode);
         else
-            nn_tg_block(g, m, (const float *const *)a, Bp, c, bias, nvalid, mode);
+            (m == q ? kq : kq1)(g, (const float *const *)a, Bp, c, bias, nvalid, mode);
     }
 }
 
@@ -586,22 +598,26 @@ static void wino_slab(float *out, int ncol, const float *P, int C, const float *
     /* Every chunk reads all of U: a U larger than the last-level cache gets the weight
      * gradient's largest chunks (16^3 and 32^3 256->256, U 36 MiB: 8 and 52 passes over it
      * with 6 MiB chunks; 1.5x and 1.2x faster with 24). A U that stays in cache keeps 6 MiB
-     * (32^3 128->128, U 9 MiB: 0.88x with 24, V and M then leave the cache). As few as fit,
-     * near-equal (128 tiles in chunks of 18 left one of 2), and whole blocks of the
-     * microkernel's rows where that adds no chunk and leaves no short last one. */
+     * (32^3 128->128, U 9 MiB: 0.88x with 24, V and M then leave the cache). Chunks are whole
+     * blocks of the microkernel's rows (85 tiles ran a 5-row block in every GEMM), and a last
+     * chunk shorter than half of one is shared with the one before (128 tiles in chunks of
+     * 42 left one of 2). */
     const long ubytes = 4L * WINO_NXI * C * ncp;
     const long mr = nn_tg_mr(nr),
                ct = wino_chunk_tiles(C, ncp,
                                      ubytes > (long)WINO_DW_CHUNK_BYTES ? wino_dw_chunk_bytes(C, ncp)
                                                                         : WINO_CHUNK_BYTES);
-    const long nch = (ntiles + ct - 1) / ct, even = (ntiles + nch - 1) / nch;
-    const long up = (even + mr - 1) / mr * mr, tail = ntiles - (nch - 1) * up;
-    const long chunk = up <= ct && tail >= up / 2 ? up : even;
+    const long chunk = ct > mr ? ct - ct % mr : ct;
     const long aoff[1] = {0};
     const nn_tg g = {.T = 1, .K = C, .aoff = aoff, .nr = nr};
 #pragma omp parallel num_threads(nn_threads())
-    for (long t0 = 0; t0 < ntiles; t0 += chunk) {
-        const long nt = ntiles - t0 < chunk ? ntiles - t0 : chunk;
+    for (long t0 = 0, nt = 0; t0 < ntiles; t0 += nt) {
+        const long left = ntiles - t0;
+        nt = left <= chunk ? left
+             : left < chunk + chunk / 2 ? ((left + 1) / 2 + mr - 1) / mr * mr
+                                        : chunk;
+        if (nt > chunk) /* the workspace holds a chunk */
+            nt = chunk;
         const long ldv = nt * C + WINO_LDPAD, ldm = nt * ncp + WINO_LDPAD;
         float *V = VM, *M = VM + WINO_NXI * ldv;
 #pragma omp for schedule(dynamic, 8)

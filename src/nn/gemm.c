@@ -249,10 +249,14 @@ long nn_tg_block_start(long M, int nblocks, int b) {
 
 /* ---- kernels ----------------------------------------------------------------------------------- */
 
+nn_tg_fn nn_tg_kernel(int nr, int m) {
+    const nn_kern *k = K();
+    return k->tg[nr / k->vw - 1][m - 1];
+}
+
 void nn_tg_block(const nn_tg *g, int m, const float *const *a, const float *Bp, float *const *c,
                  const float *bias, int nvalid, int mode) {
-    const nn_kern *k = K();
-    k->tg[g->nr / k->vw - 1][m - 1](g, a, Bp, c, bias, nvalid, mode);
+    nn_tg_kernel(g->nr, m)(g, a, Bp, c, bias, nvalid, mode);
 }
 
 static float bf16_to_f32(uint16_t h) {

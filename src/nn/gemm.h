@@ -106,6 +106,13 @@ enum { NN_TG_ZERO = 0, NN_TG_ACCUM = 1, NN_TG_BIAS = 2 };
 void nn_tg_block(const nn_tg *g, int m, const float *const *a, const float *Bp, float *const *c,
                  const float *bias, int nvalid, int mode);
 
+/* The kernel nn_tg_block runs for blocks of m positions at width nr on the path in use, for
+ * callers that run many blocks: nn_tg_block's lookup (first-use check, a division) cost a
+ * fifth of a 64-channel Winograd GEMM's block. Valid until the next nn_isa_set. */
+typedef void (*nn_tg_fn)(const nn_tg *g, const float *const *a, const float *Bp, float *const *c,
+                         const float *bias, int nvalid, int mode);
+nn_tg_fn nn_tg_kernel(int nr, int m);
+
 /* The same on bf16 data (AVX512_BF16 paths only, see nn_isa_bf16dp): a[i] point to bf16 values
  * (K even, aoff in bf16 elements), Bp is packed [T][K/2][nr][2] (pairs of consecutive k), and
  * products accumulate in fp32 (vdpbf16ps). */

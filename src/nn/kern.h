@@ -10,9 +10,8 @@
 
 #include <stdint.h>
 
-/* One block of m output positions (m is the index into the per-NV table, plus one). */
-typedef void (*nn_tg_fn)(const nn_tg *g, const float *const *a, const float *Bp, float *const *c,
-                         const float *bias, int nvalid, int mode);
+/* nn_tg_fn (gemm.h): one block of m output positions (m is the index into the per-NV table,
+ * plus one). */
 typedef void (*nn_tw_fn)(int nrows, const float *const *arows, const float *const *grows, int X,
                          long lda, long ldg, float *Wt, long ldw);
 /* bf16 pair kernel (AVX512_BF16 only): as nn_tg_fn on bf16 data, see gemm.h. */
