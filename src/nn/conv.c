@@ -272,7 +272,11 @@ static void walk_run(const nn_tg *g, const walk *w, long M, const void *Bp, cons
     const size_t es = w->pairs ? sizeof(uint16_t) : sizeof(float);
     const char *a[NN_TG_MR_MAX];
     float *c[NN_TG_MR_MAX];
-    long y = 0, x = 0;
+    /* position offsets stepped along rows (bytes of A, floats of C): sa per position, ra and
+     * rc more per row */
+    const long sa = w->a_col * (long)es, ra = (w->a_row - w->Wr * w->a_col) * (long)es,
+               rc = w->c_row - w->Wr * w->c_col;
+    long oa = 0, oc = 0, x = 0;
     /* Block b is [nn_tg_block_start(M, nbk, b), ...(b + 1)): q positions, one more when
      * floor(rem * (b + 1) / nbk) steps, tracked without a division per block; the kernels of
      * the two sizes are looked up once. */
@@ -288,11 +292,12 @@ static void walk_run(const nn_tg *g, const walk *w, long M, const void *Bp, cons
             m++;
         }
         for (int i = 0; i < m; i++) {
-            a[i] = (const char *)w->a0 + (y * w->a_row + x * w->a_col) * (long)es;
-            c[i] = w->c0 + y * w->c_row + x * w->c_col;
-            if (++x == w->Wr) {
+            a[i] = (const char *)w->a0 + oa;
+            c[i] = w->c0 + oc;
+            oa += sa, oc += w->c_col;
+            if (++x == w->Wr) { /* next row */
                 x = 0;
-                y++;
+                oa += ra, oc += rc;
             }
         }
         if (w->pairs)
