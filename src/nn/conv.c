@@ -407,9 +407,10 @@ static void conv27(float *out, int cdst, void *P, int csrc, int pairs, const voi
  * traffic (V and M are that many times the tile) bounded it. Used by the fp32 passes of
  * unsharded layers whose extents are multiples of 2 (depth) and 4 (height, width): forward and
  * input gradient (conv3d_pass), weight gradient (wino_dw_slab).
- * Tiles are taken in chunks whose V and M (144 rows each) stay in the last-level cache: the
- * threads transform a chunk's inputs, run its 144 x column-block GEMMs with the microkernel
- * (each GEMM's U panel is reused by every tile of the chunk), then transform its outputs. */
+ * Tiles are taken in chunks whose V and M (144 rows each) stay in the last-level cache (unless
+ * U is larger still, see wino_slab): the threads transform a chunk's inputs, run its 144 x
+ * column-block GEMMs with the microkernel (each GEMM's U panel is reused by every tile of the
+ * chunk), then transform its outputs. */
 #define WINO_NXI 144 /* transformed points per tile */
 #define WINO_CHUNK_BYTES (6u << 20) /* V and M of one chunk of tiles */
 /* The weight gradient's chunks grow with dU: each chunk adds its tiles into all of dU (144 * K *
