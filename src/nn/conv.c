@@ -277,7 +277,7 @@ static void walk_run(const nn_tg *g, const walk *w, long M, const void *Bp, cons
     const long sa = w->a_col * (long)es, ra = (w->a_row - w->Wr * w->a_col) * (long)es,
                rc = w->c_row - w->Wr * w->c_col;
     long oa = 0, oc = 0, x = 0;
-    /* Block b is [nn_tg_block_start(M, nbk, b), ...(b + 1)): q positions, one more when
+    /* Block b is [floor(M * b / nbk), floor(M * (b + 1) / nbk)): q positions, one more when
      * floor(rem * (b + 1) / nbk) steps, tracked without a division per block; the kernels of
      * the two sizes are looked up once. */
     const long q = M / nbk, rem = M % nbk;
@@ -611,8 +611,8 @@ static void wino_slab(float *out, int ncol, const float *P, int C, const float *
     const long ubytes = 4L * WINO_NXI * C * ncp;
     const long mr = nn_tg_mr(nr),
                ct = wino_chunk_tiles(C, ncp,
-                                     ubytes > (long)WINO_DW_CHUNK_BYTES ? wino_dw_chunk_bytes(C, ncp)
-                                                                        : WINO_CHUNK_BYTES);
+                                     ubytes > (long)WINO_DW_CHUNK_BYTES ? (long)WINO_DW_CHUNK_BYTES
+                                                                        : (long)WINO_CHUNK_BYTES);
     const long chunk = ct > mr ? ct - ct % mr : ct;
     const long aoff[1] = {0};
     const nn_tg g = {.T = 1, .K = C, .aoff = aoff, .nr = nr};
@@ -778,6 +778,12 @@ static int tw_chunk_rows(int H, int W, int ncol) {
     return (int)R;
 }
 
+/* A chunk of nrr rows (tw_chunk_rows) is nz whole planes of H rows, or ny rows of one plane. */
+static void tw_chunk_dims(int H, long nrr, long *nz, long *ny) {
+    *nz = nrr >= H ? nrr / H : 1;
+    *ny = nrr >= H ? H : nrr;
+}
+
 /* Floats of one thread's packed G and A panels for the chunks of an (H, W, ncol) layer of
  * nrows rows: a chunk's voxels times the widest padded columns, plus the widest k block of
  * the padded input block of tw_chunk_conv (3 planes per plane of the chunk, 2 rows and 2
@@ -789,7 +795,8 @@ static int tw_chunk_rows(int H, int W, int ncol) {
  * (W > TW_SCRATCH / ncol) fits. */
 static size_t tw_scratch_floats(int H, int W, int ncol, long nrows) {
     const long R0 = tw_chunk_rows(H, W, ncol), R = R0 < nrows ? R0 : nrows;
-    const long nz = R >= H ? R / H : 1, ny = R >= H ? H : R;
+    long nz, ny;
+    tw_chunk_dims(H, R, &nz, &ny);
     const size_t f = (size_t)R * W * nn_gemm_ncol_max(ncol) +
                      (size_t)3 * nz * (ny + 2) * (W + 2) * NN_TG_MR_MAX;
     return (f + 15) & ~(size_t)15;
@@ -888,7 +895,8 @@ static void tw_chunk_conv(float *Wp, const tw_src *r, long r0, int nrr, long t_l
     const int K = r->cin, ncol = r->cout, H = r->H, W = r->W;
     const int nr = nn_gemm_nr(ncol), nb = nblocks(ncol, nr), nkb = dw_kblocks(K, nr);
     const long nv = (long)nrr * W;
-    const int nz = nrr >= H ? nrr / H : 1, ny = nrr >= H ? H : nrr;
+    long nz, ny;
+    tw_chunk_dims(H, nrr, &nz, &ny);
     const long z0 = r0 / H, y0 = r0 % H, Wp2 = W + 2, prow = ny + 2;
     float *Ap = Gp + (size_t)nv * nn_gemm_ncol_max(ncol);
     long rowoff[TW_ROWS_MAX]; /* chunk row i's first voxel in the packed block (tap 0) */
@@ -902,7 +910,7 @@ static void tw_chunk_conv(float *Wp, const tw_src *r, long r0, int nrr, long t_l
         if (a_kb != kb) {
             float *d = Ap;
             for (int dz = 0; dz < 3; dz++)
-                for (int iz = 0; iz < nz; iz++)
+                for (long iz = 0; iz < nz; iz++)
                     for (long pr = 0; pr < prow; pr++) {
                         const float *src =
                             r->A + (((z0 + iz + dz) * (H + 2) + y0 + pr) * Wp2) * K + k0;

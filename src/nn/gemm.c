@@ -243,10 +243,6 @@ int nn_tg_nblocks(long M, int nr) {
     return (int)((M + mr - 1) / mr);
 }
 
-long nn_tg_block_start(long M, int nblocks, int b) {
-    return M * b / nblocks;
-}
-
 /* ---- kernels ----------------------------------------------------------------------------------- */
 
 nn_tg_fn nn_tg_kernel(int nr, int m) {

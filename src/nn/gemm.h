@@ -119,10 +119,10 @@ nn_tg_fn nn_tg_kernel(int nr, int m);
 void nn_tg_block_bf16(const nn_tg *g, int m, const uint16_t *const *a, const uint16_t *Bp,
                       float *const *c, const float *bias, int nvalid, int mode);
 
-/* Number of position blocks nn_tg_block needs for M positions at width nr, and the start of
- * block b: near-equal blocks, so no slow remainder runs (M = 32 at most 6 -> 5,5,5,5,6,6). */
+/* Number of position blocks nn_tg_block needs for M positions at width nr. Callers split M
+ * into that many near-equal blocks (block b starts at floor(M * b / nblocks)), so no slow
+ * remainder runs (M = 32 at most 6 -> 5,5,5,5,6,6). */
 int nn_tg_nblocks(long M, int nr);
-long nn_tg_block_start(long M, int nblocks, int b);
 
 /* Weight-gradient tile over `nrows` rows of X positions each:
  *   Wt[k*ldw + j] += sum_r sum_x arows[r][x*lda + k] * grows[r][x*ldg + j]
