@@ -163,11 +163,42 @@ def wino_ws(K, ncol):
             + 64)
 
 
+WINO_SMALL_TILES, WINO_SMALL_MIN, WINO_SMALL_UBYTES = 32, 16, 448 << 10
+WINO_SMALL_SLOT = (WINO_SMALL_UBYTES // 4) // WINO_NXI * (WINO_NXI + 27)
+
+
+def wino_tiles(D, H, W):
+    return (D // 2) * (H // 4) * (W // 4)
+
+
+def wino_small_group(n, D, H, W):
+    """conv.c wino_small_group: whole samples per group of at most WINO_SMALL_TILES tiles."""
+    return max(1, min(n, WINO_SMALL_TILES // wino_tiles(D, H, W)))
+
+
+def wino_small_applies(n, D, H, W, K, ncol, sharded):
+    """conv.c wino_small_applies: Winograd on few tiles (16 to 32 per group of samples)."""
+    return (not sharded and D % 2 == 0 and H % 4 == 0 and W % 4 == 0 and K >= 8 and ncol >= 8
+            and D * H * W < WINO_VOX_MIN and 0 < wino_tiles(D, H, W) <= WINO_SMALL_TILES
+            and wino_small_group(n, D, H, W) * wino_tiles(D, H, W) >= WINO_SMALL_MIN)
+
+
+def wino_small_ws(n, D, H, W, K, ncol):
+    """conv.c wino_small_ws_floats: a padded sample, a group's V and M, and every thread slot's
+    chunk."""
+    nt = wino_small_group(n, D, H, W) * wino_tiles(D, H, W)
+    ncp = ncol_max(ncol) + 64
+    v = WINO_NXI * (nt * K + (K // 8 + 1) * WINO_LDPAD)
+    m = WINO_NXI * (nt * ncp + (ncp // 4) * WINO_LDPAD)
+    return (up16((D + 2) * (H + 2) * (W + 2) * K) + up16(v) + up16(m)
+            + MAX_THREADS * WINO_SMALL_SLOT + 64)
+
+
 def pad_floats(D, H, W, C, sharded):
     return (slab_depth(D, H, W, C, sharded) + 2) * (H + 2) * (W + 2) * ((C + 1) & ~1)
 
 
-def conv3d_ws(D, H, W, cin, cout, sharded):
+def conv3d_ws(D, H, W, cin, cout, sharded, n=1):
     """(padded copy, the rest) of a Conv3d k3's workspace (nn_conv3d_ws_floats[_sh])."""
     pad = max(pad_floats(D, H, W, cin, sharded), pad_floats(D, H, W, cout, sharded))
     rest = max(ncol_max(cout) * (cin + 1) * 27, ncol_max(cin) * (cout + 1) * 27,
@@ -176,6 +207,10 @@ def conv3d_ws(D, H, W, cin, cout, sharded):
         rest = max(rest, wino_ws(cin, cout))
     if wino_applies(D, H, W, cout, cin, sharded):
         rest = max(rest, wino_ws(cout, cin))
+    if wino_small_applies(n, D, H, W, cin, cout, sharded):
+        rest = max(rest, wino_small_ws(n, D, H, W, cin, cout))
+    if wino_small_applies(n, D, H, W, cout, cin, sharded):
+        rest = max(rest, wino_small_ws(n, D, H, W, cout, cin))
     return pad, rest + 80
 
 
@@ -202,7 +237,7 @@ def act_parts(D, H, W, c0, L, sharded, n=1):
     f += up16(n * S[1] * ch[1])  # the up blocks' incoming gradient (the top one's is in place)
     best = (0, 0)
     for lvl, cin, cout, _ in convs(c0, L):
-        best = max(best, conv3d_ws(D >> lvl, H >> lvl, W >> lvl, cin, cout, sharded), key=sum)
+        best = max(best, conv3d_ws(D >> lvl, H >> lvl, W >> lvl, cin, cout, sharded, n), key=sum)
     for lvl in range(L):
         d, h, w = D >> (lvl + 1), H >> (lvl + 1), W >> (lvl + 1)
         ct = max(ncol_max(ch[lvl]) * ch[lvl + 1] * 8, ncol_max(ch[lvl + 1]) * ch[lvl] * 8,

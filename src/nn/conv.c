@@ -458,8 +458,12 @@ static int wino_dw_pays(int D, int H, int W, int cin, int cout) {
     return 4L * D * H * W >= (long)cin * cout;
 }
 
-int nn_conv3d_winograd(int D, int H, int W, int cin, int cout, nn_prec prec) {
-    return wino_applies(D, H, W, cin, cout, prec, NULL);
+static int wino_small_applies(int N, int D, int H, int W, int K, int ncol, nn_prec prec,
+                              const nn_shard *sh);
+
+int nn_conv3d_winograd(int N, int D, int H, int W, int cin, int cout, nn_prec prec) {
+    return wino_applies(D, H, W, cin, cout, prec, NULL) ||
+           wino_small_applies(N, D, H, W, cin, cout, prec, NULL);
 }
 
 /* Floats between the rows of V (and of M) past the chunk's nt*K: with rows a multiple of 4 KiB
@@ -489,7 +493,8 @@ static size_t wino_ws_floats(int K, int ncol) {
 
 /* G of F(2,3) (3 -> 4 points, n = 4) or F(4,3) (3 -> 6 points, n = 6) on g[0], g[s], g[2s]
  * into u[0], u[s], ... */
-static void wino_g(float *u, const float *g, long st, int n) {
+static inline __attribute__((always_inline)) void wino_g(float *u, const float *g, long st,
+                                                         int n) {
     const float g0 = g[0], g1 = g[st], g2 = g[2 * st];
     if (n == 4) {
         u[0] = g0;
@@ -508,7 +513,8 @@ static void wino_g(float *u, const float *g, long st, int n) {
 
 /* G^T, the adjoint of wino_g: n points u[0], u[s], ... -> 3 values added to w[0], w[ws],
  * w[2ws]. */
-static void wino_gt(float *w, long ws, const float *u, long st, int n) {
+static inline __attribute__((always_inline)) void wino_gt(float *w, long ws, const float *u,
+                                                          long st, int n) {
     if (n == 4) {
         const float s12 = u[st] + u[2 * st];
         w[0] += u[0] + 0.5f * s12;
@@ -545,41 +551,56 @@ static void wino_gtv(float *restrict w, long ws, const float *restrict u, long s
  * and k wrote 144 pieces 32 bytes long, each in its own page of a U of tens of MiB, and the
  * transform took 18% of a 16^3 256->256 forward pass. */
 #define WINO_WROW 128
+
+/* The transform of columns [ob*nr, ob*nr + nr) (zero past ncol) and k in [k0, k1): point xi's
+ * run of (k1 - k0) * nr floats, k major, at ub + xi * (k1 - k0) * nr. */
+static void wino_wblock(float *restrict ub, const float *w, int ncol, long sc, long sk,
+                        int flip, int nr, int ob, int k0, int k1) {
+    enum { V = WINO_WV };
+    const int ng = (nr + V - 1) / V;
+    const size_t run = (size_t)(k1 - k0) * nr;
+    for (int k = k0; k < k1; k++)
+        for (int jg = 0; jg < ng; jg++) {
+            const int j0 = jg * V, nj = nr - j0 < V ? nr - j0 : V;
+            float g[27][V], a[3][3][6][V], b[3][6][6][V], u[WINO_NXI][V];
+            for (int t = 0; t < 27; t++)
+                for (int v = 0; v < V; v++) {
+                    const long col = (long)ob * nr + j0 + v;
+                    g[t][v] =
+                        v < nj && col < ncol ? w[col * sc + k * sk + (flip ? 26 - t : t)] : 0.0f;
+                }
+            for (int z = 0; z < 3; z++) /* x: F(4,3) */
+                for (int y = 0; y < 3; y++)
+                    wino_gv(a[z][y][0], g[z * 9 + y * 3], V, 6);
+            for (int z = 0; z < 3; z++) /* y: F(4,3) */
+                for (int x = 0; x < 6; x++)
+                    wino_gv(b[z][0][x], a[z][0][x], 6 * V, 6);
+            for (int y = 0; y < 6; y++) /* z: F(2,3) */
+                for (int x = 0; x < 6; x++)
+                    wino_gv(u[y * 6 + x], b[0][y][x], 36 * V, 4);
+            /* a whole group's copy is one constant-size store (a call per point cost a fifth
+             * of an 8^3 pass) */
+            float *dst = ub + (size_t)(k - k0) * nr + j0;
+            if (nj == V)
+                for (int xi = 0; xi < WINO_NXI; xi++)
+                    memcpy(dst + xi * run, u[xi], sizeof u[xi]);
+            else
+                for (int xi = 0; xi < WINO_NXI; xi++)
+                    memcpy(dst + xi * run, u[xi], sizeof(float) * nj);
+        }
+}
+
 static void wino_weights(float *U, const float *w, int ncol, int K, long sc, long sk, int flip,
                          int nr) {
-    const int nb = nblocks(ncol, nr), ng = (nr + WINO_WV - 1) / WINO_WV;
+    const int nb = nblocks(ncol, nr);
     const int kc = WINO_WROW / nr, nkc = (K + kc - 1) / kc;
 #pragma omp parallel for collapse(2) schedule(static) num_threads(nn_threads())
     for (int ob = 0; ob < nb; ob++)
         for (int c = 0; c < nkc; c++) {
-            enum { V = WINO_WV };
             const int k0 = c * kc, k1 = k0 + kc < K ? k0 + kc : K;
             const size_t run = (size_t)(k1 - k0) * nr; /* <= WINO_WROW: nr <= 64 */
             float ub[WINO_NXI * WINO_WROW];
-            for (int k = k0; k < k1; k++)
-                for (int jg = 0; jg < ng; jg++) {
-                    const int j0 = jg * V, nj = nr - j0 < V ? nr - j0 : V;
-                    float g[27][V], a[3][3][6][V], b[3][6][6][V], u[WINO_NXI][V];
-                    for (int t = 0; t < 27; t++)
-                        for (int v = 0; v < V; v++) {
-                            const long col = (long)ob * nr + j0 + v;
-                            g[t][v] = v < nj && col < ncol
-                                          ? w[col * sc + k * sk + (flip ? 26 - t : t)]
-                                          : 0.0f;
-                        }
-                    for (int z = 0; z < 3; z++) /* x: F(4,3) */
-                        for (int y = 0; y < 3; y++)
-                            wino_gv(a[z][y][0], g[z * 9 + y * 3], V, 6);
-                    for (int z = 0; z < 3; z++) /* y: F(4,3) */
-                        for (int x = 0; x < 6; x++)
-                            wino_gv(b[z][0][x], a[z][0][x], 6 * V, 6);
-                    for (int y = 0; y < 6; y++) /* z: F(2,3) */
-                        for (int x = 0; x < 6; x++)
-                            wino_gv(u[y * 6 + x], b[0][y][x], 36 * V, 4);
-                    for (int xi = 0; xi < WINO_NXI; xi++)
-                        memcpy(ub + xi * run + (size_t)(k - k0) * nr + j0, u[xi],
-                               sizeof(float) * nj);
-                }
+            wino_wblock(ub, w, ncol, sc, sk, flip, nr, ob, k0, k1);
             for (int xi = 0; xi < WINO_NXI; xi++)
                 memcpy(U + (((size_t)xi * nb + ob) * K + k0) * nr, ub + xi * run,
                        sizeof(float) * run);
@@ -629,7 +650,7 @@ static void wino_slab(float *out, int ncol, const float *P, int C, const float *
 #pragma omp for schedule(dynamic, 8)
         for (long i = 0; i < nt; i++) {
             nn_wino_input(V + i * C, ldv, P + wino_at(t0 + i, Tx, Ty, plane, row, C), plane,
-                          row, C);
+                          row, C, C);
         }
 #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int xi = 0; xi < WINO_NXI; xi++)
@@ -642,7 +663,7 @@ static void wino_slab(float *out, int ncol, const float *P, int C, const float *
 #pragma omp for schedule(dynamic, 8)
         for (long i = 0; i < nt; i++) {
             nn_wino_output(out + wino_at(t0 + i, Tx, Ty, oplane, orow, ncol), oplane, orow, ncol,
-                           M + i * ncp, ldm);
+                           ncol, M + i * ncp, ldm);
         }
     }
 }
@@ -668,7 +689,7 @@ static void wino_dw_slab(float *dU, const float *P, int C, const float *dy, int 
 #pragma omp for schedule(dynamic, 8)
         for (long i = 0; i < nt; i++) {
             nn_wino_input(V + i * C, ldv, P + wino_at(t0 + i, Tx, Ty, plane, row, C), plane,
-                          row, C);
+                          row, C, C);
             nn_wino_grad_output(Mo + i * ncp, ldm,
                                 dy + wino_at(t0 + i, Tx, Ty, gplane, grow, ncol), gplane, grow,
                                 ncol, ncol, ncp);
@@ -690,6 +711,35 @@ static void wino_dw_slab(float *dU, const float *P, int C, const float *dy, int 
     }
 }
 
+/* (G^T dU G)[t] of one input channel and nv <= WINO_WV output channels, whose 144 points are at
+ * src + xi * sxi + v: added to (acc) or stored in out[v * ov + t]. */
+static void wino_dw_pair(float *out, long ov, int acc, int nv, const float *src, long sxi) {
+    enum { V = WINO_WV };
+    float u[4][6][6][V], a[4][6][3][V], b[4][3][3][V], d[3][3][3][V];
+    memset(a, 0, sizeof a), memset(b, 0, sizeof b), memset(d, 0, sizeof d);
+    if (nv == V)
+        for (int xi = 0; xi < WINO_NXI; xi++)
+            memcpy(&u[0][0][0][0] + xi * V, src + xi * sxi, sizeof(float) * V);
+    else
+        for (int xi = 0; xi < WINO_NXI; xi++)
+            for (int v = 0; v < V; v++)
+                (&u[0][0][0][0])[xi * V + v] = v < nv ? src[xi * sxi + v] : 0.0f;
+    for (int z = 0; z < 4; z++) /* x: F(4,3) */
+        for (int y = 0; y < 6; y++)
+            wino_gtv(a[z][y][0], V, u[z][y][0], V, 6);
+    for (int z = 0; z < 4; z++) /* y: F(4,3) */
+        for (int x = 0; x < 3; x++)
+            wino_gtv(b[z][0][x], 3 * V, a[z][0][x], 3 * V, 6);
+    for (int y = 0; y < 3; y++) /* z: F(2,3) */
+        for (int x = 0; x < 3; x++)
+            wino_gtv(d[0][y][x], 9 * V, b[0][y][x], 9 * V, 4);
+    for (int v = 0; v < nv; v++) {
+        float *o = out + v * ov;
+        for (int t = 0; t < 27; t++)
+            o[t] = (acc ? o[t] : 0.0f) + (&d[0][0][0][0])[t * V + v];
+    }
+}
+
 /* dw (PyTorch layout, w[oc][ic][t]) += G^T dU G for each channel pair, WINO_WV output
  * channels at a time (runs of dU's rows, as in wino_weights; the groups of one input channel
  * run one after the other, so the second half of each cache line read is still there). */
@@ -699,30 +749,233 @@ static void wino_dw_finish(float *dw, const float *dU, int cin, int cout) {
 #pragma omp parallel for collapse(2) schedule(static) num_threads(nn_threads())
     for (int ic = 0; ic < cin; ic++)
         for (int og = 0; og < ng; og++) {
-            enum { V = WINO_WV };
-            const int oc0 = og * V, nv = cout - oc0 < V ? cout - oc0 : V;
-            float u[4][6][6][V], a[4][6][3][V], b[4][3][3][V], d[3][3][3][V];
-            memset(a, 0, sizeof a), memset(b, 0, sizeof b), memset(d, 0, sizeof d);
-            for (int xi = 0; xi < WINO_NXI; xi++) {
-                const float *src = dU + ((size_t)xi * cin + ic) * ncp + oc0;
-                for (int v = 0; v < V; v++)
-                    (&u[0][0][0][0])[xi * V + v] = v < nv ? src[v] : 0.0f;
+            const int oc0 = og * WINO_WV, nv = cout - oc0 < WINO_WV ? cout - oc0 : WINO_WV;
+            wino_dw_pair(dw + ((size_t)oc0 * cin + ic) * 27, (long)cin * 27, 1, nv,
+                         dU + (size_t)ic * ncp + oc0, (long)cin * ncp);
+        }
+}
+
+/* ---- Winograd on few tiles --------------------------------------------------------------
+ * Below WINO_VOX_MIN voxels a sample has too few tiles (8^3: 16) to repay writing the whole U
+ * (144 * K * ncol floats, 36 MiB at 256 -> 256) to memory and reading it back: that traffic
+ * took half of an 8^3 256->256 forward pass, and the direct kernels stayed faster. Here U never
+ * exists whole: the tiles of a few samples (at most WINO_SMALL_TILES) are transformed once into
+ * V, and each work item, one column block, transforms its weights WINO_SMALL_UBYTES at a time
+ * (k chunks, all 144 points) into a per-thread buffer that stays in L2 and runs the 144 GEMMs
+ * of that chunk from it at once, accumulating M chunk after chunk (the kernel adds in k order
+ * within a chunk and reloads what it stored, so the sums are the one-chunk sums: the results
+ * are bit-identical to wino_slab's). The weight gradient mirrors it: per (column block, k chunk)
+ * the chunk's dU is reduced over the tiles into the buffer and transformed back into dw at
+ * once. The weights are transformed per group of samples; a volume of one sample fits. */
+#define WINO_SMALL_TILES 32            /* tiles per group of samples, at most */
+#define WINO_SMALL_MIN 16              /* and at least (4^3, 4 tiles: 0.7-0.9x the direct) */
+#define WINO_SMALL_UBYTES (448u << 10) /* a thread's chunk of U (or dU): within the L2 */
+/* Floats of a thread's slot: the chunk, and the weight gradient's transformed chunk (27 taps
+ * where dU has 144 points) */
+#define WINO_SMALL_SLOT ((WINO_SMALL_UBYTES / sizeof(float)) / WINO_NXI * (WINO_NXI + 27))
+
+static long wino_ntiles(int D, int H, int W) {
+    return (long)(D / 2) * (H / 4) * (W / 4);
+}
+
+/* Samples per group: as many whole samples as WINO_SMALL_TILES holds (at least one). */
+static int wino_small_group(int N, int D, int H, int W) {
+    const long g = WINO_SMALL_TILES / wino_ntiles(D, H, W);
+    return g < 1 ? 1 : g > N ? N : (int)g;
+}
+
+static int wino_small_applies(int N, int D, int H, int W, int K, int ncol, nn_prec prec,
+                              const nn_shard *sh) {
+    return wino_enabled() && prec == NN_FP32 && !sh && D % 2 == 0 && H % 4 == 0 &&
+           W % 4 == 0 && K >= 8 && ncol >= 8 && (long)D * H * W < WINO_VOX_MIN &&
+           wino_ntiles(D, H, W) <= WINO_SMALL_TILES &&
+           wino_small_group(N, D, H, W) * wino_ntiles(D, H, W) >= WINO_SMALL_MIN;
+}
+
+/* Floats of a whole padded sample (the small path pads whole samples, whatever the slabs). */
+static size_t wino_small_pad(int D, int H, int W, int K) {
+    const size_t f = ((size_t)D + 2) * (H + 2) * (W + 2) * K;
+    return (f + 15) & ~(size_t)15;
+}
+
+/* k per chunk of U for block width nr: WINO_SMALL_UBYTES, whole 8s. */
+static int wino_small_kc(int nr) {
+    const int kc = (int)(WINO_SMALL_UBYTES / (sizeof(float) * WINO_NXI * nr)) & ~7;
+    return kc < 8 ? 8 : kc;
+}
+
+/* V of a group of nt tiles in k chunks of kc: chunk c, k in [k0, k1), holds point xi's rows
+ * (one per tile, k1 - k0 floats each) at wino_small_v(V, nt, kc, c) + xi * ldv, ldv = nt *
+ * (k1 - k0) + WINO_LDPAD. RATIONALE: the work items read one chunk of every point at a time;
+ * in one [xi][tile][K] array those are a few cache lines per tile K floats apart (at 512
+ * channels the GEMMs of an 8^3 pass ran at a third of the kernel's speed), here a chunk is one
+ * run. M (and dM) are kept per column block for the same reason: block ob's point xi holds nt
+ * rows of nr floats at M + ob * WINO_NXI * ldm + xi * ldm, ldm = nt * nr + WINO_LDPAD. */
+static float *wino_small_v(float *V, long nt, int kc, int c) {
+    return V + WINO_NXI * ((size_t)nt * kc * c + (size_t)c * WINO_LDPAD);
+}
+
+/* Floats of the workspace: a padded sample, one group's V (K channels) and M (ncol columns in
+ * at most two parts, each padded to whole blocks of at least 4 floats), and every thread slot's
+ * chunk of U. */
+static size_t wino_small_ws_floats(int N, int D, int H, int W, int K, int ncol) {
+    const size_t nt = (size_t)wino_small_group(N, D, H, W) * wino_ntiles(D, H, W);
+    const size_t ncp = (size_t)nn_gemm_ncol_max(ncol) + 64;
+    const size_t v = WINO_NXI * (nt * K + (size_t)(K / 8 + 1) * WINO_LDPAD),
+                 m = WINO_NXI * (nt * ncp + (ncp / 4) * WINO_LDPAD);
+    return wino_small_pad(D, H, W, K) + ((v + 15) & ~(size_t)15) + ((m + 15) & ~(size_t)15) +
+           (size_t)NN_MAX_THREADS * WINO_SMALL_SLOT + 64;
+}
+
+/* V (k chunks of kc) of samples [n0, n0 + ns) (their tiles one after another) of cat(a, b):
+ * each sample padded into P, then transformed; with dy (the weight gradient), also the output
+ * gradient's dM per column block of nr. */
+static void wino_small_in(float *V, int kc, float *P, const float *a, int ca, const float *b,
+                          int cb, float *dM, const float *dy, int ncol, int nr, int n0, int ns,
+                          int D, int H, int W) {
+    const int K = ca + cb, nkc = (K + kc - 1) / kc, nb = nblocks(ncol, nr);
+    const long nt1 = wino_ntiles(D, H, W), nt = ns * nt1, Tx = W / 4, Ty = H / 4;
+    const long row = (long)(W + 2) * K, plane = (H + 2) * row, ldm = nt * nr + WINO_LDPAD;
+    const long gplane = (long)H * W * ncol, grow = (long)W * ncol;
+    for (int s = 0; s < ns; s++) {
+        pad_slab(P, PAD_F32, a, ca, ca, b, cb, n0 + s, 0, D, D, H, W);
+        const float *g = dy ? dy + (size_t)(n0 + s) * D * H * W * ncol : NULL;
+#pragma omp parallel for schedule(dynamic, 2) num_threads(nn_threads())
+        for (long i = 0; i < nt1; i++) {
+            const long t = s * nt1 + i;
+            const float *pt = P + wino_at(i, Tx, Ty, plane, row, K);
+            for (int c = 0; c < nkc; c++) {
+                const int k0 = c * kc, nk = K - k0 < kc ? K - k0 : kc;
+                nn_wino_input(wino_small_v(V, nt, kc, c) + t * nk, nt * nk + WINO_LDPAD, pt + k0,
+                              plane, row, K, nk);
             }
-            for (int z = 0; z < 4; z++) /* x: F(4,3) */
-                for (int y = 0; y < 6; y++)
-                    wino_gtv(a[z][y][0], V, u[z][y][0], V, 6);
-            for (int z = 0; z < 4; z++) /* y: F(4,3) */
-                for (int x = 0; x < 3; x++)
-                    wino_gtv(b[z][0][x], 3 * V, a[z][0][x], 3 * V, 6);
-            for (int y = 0; y < 3; y++) /* z: F(2,3) */
-                for (int x = 0; x < 3; x++)
-                    wino_gtv(d[0][y][x], 9 * V, b[0][y][x], 9 * V, 4);
-            for (int v = 0; v < nv; v++) {
-                float *o = dw + ((size_t)(oc0 + v) * cin + ic) * 27;
-                for (int t = 0; t < 27; t++)
-                    o[t] += (&d[0][0][0][0])[t * V + v];
+            if (g)
+                for (int ob = 0; ob < nb; ob++) {
+                    const int n0c = ob * nr, nv = ncol - n0c < nr ? ncol - n0c : nr;
+                    nn_wino_grad_output(dM + (size_t)ob * WINO_NXI * ldm + t * nr, ldm,
+                                        g + wino_at(i, Tx, Ty, gplane, grow, ncol) + n0c, gplane,
+                                        grow, ncol, nv, nr);
+                }
+        }
+    }
+}
+
+/* conv3d_pass's Winograd on few tiles (wino_small_applies): outputs as conv3d_pass's. Per work
+ * item (column block): per k chunk, the chunk of U into the thread's buffer and the 144 GEMMs
+ * from it; then the block's output transform. */
+static void wino_small_pass(float *out1, int n1, float *out2, int n2, const float *a, int ca,
+                            const float *b, int cb, const float *w, long sc, long sk, int flip,
+                            int N, int D, int H, int W, float *ws) {
+    const int K = ca + cb, grp = wino_small_group(N, D, H, W);
+    const long nt1 = wino_ntiles(D, H, W), Tx = W / 4, Ty = H / 4;
+    float *P = ws, *V = ws + wino_small_pad(D, H, W, K);
+    const size_t vf = WINO_NXI * ((size_t)grp * nt1 * K + (size_t)(K / 8 + 1) * WINO_LDPAD);
+    float *M = V + ((vf + 15) & ~(size_t)15);
+    const size_t ncp = (size_t)nn_gemm_ncol_max(n1 > n2 ? n1 : n2) + 64,
+                 mf = WINO_NXI * (grp * nt1 * ncp + (ncp / 4) * WINO_LDPAD);
+    float *Ub = M + ((mf + 15) & ~(size_t)15);
+    const long aoff[1] = {0};
+    for (int n0 = 0; n0 < N; n0 += grp) {
+        const int ns = N - n0 < grp ? N - n0 : grp;
+        const long nt = ns * nt1;
+        for (int part = 0; part < (out2 ? 2 : 1); part++) {
+            const int ncol = part ? n2 : n1, nr = nn_gemm_nr(ncol), nb = nblocks(ncol, nr);
+            const int kc = wino_small_kc(nr);
+            const long ldm = nt * nr + WINO_LDPAD;
+            const long oplane = (long)H * W * ncol, orow = (long)W * ncol;
+            const float *wp = w + (part ? (long)n1 * sc : 0);
+            float *out = part ? out2 : out1;
+            /* V is chunked for the part's kc (the same for both parts but on odd widths) */
+            if (part == 0 || kc != wino_small_kc(nn_gemm_nr(n1)))
+                wino_small_in(V, kc, P, a, ca, b, cb, NULL, NULL, 0, nr, n0, ns, D, H, W);
+#pragma omp parallel num_threads(nn_threads())
+            {
+                float *U = Ub + (size_t)omp_get_thread_num() * WINO_SMALL_SLOT;
+#pragma omp for schedule(dynamic, 1)
+                for (int ob = 0; ob < nb; ob++) {
+                    float *Mb = M + (size_t)ob * WINO_NXI * ldm;
+                    for (int c = 0, k0 = 0; k0 < K; c++, k0 += kc) {
+                        const int k1 = k0 + kc < K ? k0 + kc : K, nk = k1 - k0;
+                        wino_wblock(U, wp, ncol, sc, sk, flip, nr, ob, k0, k1);
+                        const nn_tg g = {.T = 1, .K = nk, .aoff = aoff, .nr = nr};
+                        const float *Vc = wino_small_v(V, nt, kc, c);
+                        for (int xi = 0; xi < WINO_NXI; xi++) {
+                            const walk wk = {.a0 = Vc + (size_t)xi * (nt * nk + WINO_LDPAD),
+                                             .a_row = 0, .a_col = nk,
+                                             .c0 = Mb + (size_t)xi * ldm, .c_row = 0,
+                                             .c_col = nr, .Wr = (int)nt};
+                            walk_run(&g, &wk, nt, U + (size_t)xi * nk * nr, NULL, nr,
+                                     k0 ? NN_TG_ACCUM : NN_TG_ZERO);
+                        }
+                    }
+                    const int nv = ncol - ob * nr < nr ? ncol - ob * nr : nr;
+                    for (long i = 0; i < nt; i++) {
+                        float *o = out + (size_t)(n0 + i / nt1) * D * H * W * ncol + ob * nr;
+                        nn_wino_output(o + wino_at(i % nt1, Tx, Ty, oplane, orow, ncol), oplane,
+                                       orow, ncol, nv, Mb + i * nr, ldm);
+                    }
+                }
             }
         }
+    }
+}
+
+/* dw += the weight gradient of a Conv3d k3 on few tiles (wino_small_applies), per group of
+ * samples: V and dM of the group's tiles, then per (column block, k chunk) dU of the chunk
+ * reduced over the tiles (tiles in order: the sums do not depend on the threads) and
+ * transformed back. */
+static void wino_small_dw(float *dw, const float *a, int ca, const float *b, int cb,
+                          const float *dy, int cout, int N, int D, int H, int W, float *ws) {
+    const int K = ca + cb, grp = wino_small_group(N, D, H, W);
+    const int nr = nn_gemm_nr(cout), nb = nblocks(cout, nr);
+    const int mk = nn_tw_mr(nr), kc = wino_small_kc(nr), nkc = (K + kc - 1) / kc;
+    const long nt1 = wino_ntiles(D, H, W);
+    float *P = ws, *V = ws + wino_small_pad(D, H, W, K);
+    const size_t vf = WINO_NXI * ((size_t)grp * nt1 * K + (size_t)(K / 8 + 1) * WINO_LDPAD);
+    float *dM = V + ((vf + 15) & ~(size_t)15);
+    const size_t ncp = (size_t)nn_gemm_ncol_max(cout) + 64,
+                 mf = WINO_NXI * (grp * nt1 * ncp + (ncp / 4) * WINO_LDPAD);
+    float *Ub = dM + ((mf + 15) & ~(size_t)15);
+    for (int n0 = 0; n0 < N; n0 += grp) {
+        const int ns = N - n0 < grp ? N - n0 : grp;
+        const long nt = ns * nt1, ldm = nt * nr + WINO_LDPAD;
+        wino_small_in(V, kc, P, a, ca, b, cb, dM, dy, cout, nr, n0, ns, D, H, W);
+#pragma omp parallel num_threads(nn_threads())
+        {
+            float *dU = Ub + (size_t)omp_get_thread_num() * WINO_SMALL_SLOT,
+                  *dT = dU + WINO_SMALL_UBYTES / sizeof(float);
+#pragma omp for collapse(2) schedule(dynamic, 1)
+            for (int ob = 0; ob < nb; ob++)
+                for (int c = 0; c < nkc; c++) {
+                    const int k0 = c * kc, k1 = k0 + kc < K ? k0 + kc : K, nk = k1 - k0;
+                    const float *Vc = wino_small_v(V, nt, kc, c);
+                    memset(dU, 0, sizeof(float) * WINO_NXI * nk * nr);
+                    for (int xi = 0; xi < WINO_NXI; xi++) {
+                        const float *gr = dM + ((size_t)ob * WINO_NXI + xi) * ldm;
+                        for (int kk = 0; kk < nk; kk += mk) {
+                            const float *ar = Vc + (size_t)xi * (nt * nk + WINO_LDPAD) + kk;
+                            nn_tw_tile(1, &ar, &gr, (int)nt, nk, nr, nk - kk < mk ? nk - kk : mk,
+                                       nr, nr, dU + ((size_t)xi * nk + kk) * nr, nr);
+                        }
+                    }
+                    /* transformed into dT[oc - ob * nr][ic - k0][t], then added to dw one
+                     * output channel's run at a time (added pair by pair, the scattered
+                     * read-modify-writes of dw took a third of an 8^3 pass) */
+                    const int nv = cout - ob * nr < nr ? cout - ob * nr : nr;
+                    for (int ic = 0; ic < nk; ic++)
+                        for (int j = 0; j < nv; j += WINO_WV)
+                            wino_dw_pair(dT + ((size_t)j * nk + ic) * 27, (long)nk * 27, 0,
+                                         nv - j < WINO_WV ? nv - j : WINO_WV,
+                                         dU + (size_t)ic * nr + j, (long)nk * nr);
+                    for (int j = 0; j < nv; j++) {
+                        float *restrict o = dw + ((size_t)(ob * nr + j) * K + k0) * 27;
+                        const float *restrict d = dT + (size_t)j * nk * 27;
+                        for (int i = 0; i < nk * 27; i++)
+                            o[i] += d[i];
+                    }
+                }
+        }
+    }
 }
 
 /* ---- weight-gradient driver --------------------------------------------------------------
@@ -1104,7 +1357,7 @@ static void unpack_dw(float *dw, const float *Wp, int cin, int cout, int T, int 
 
 /* ---- Conv3d k3 -------------------------------------------------------------------------- */
 
-static size_t conv3d_ws(int D, int H, int W, int cin, int cout, const nn_shard *sh) {
+static size_t conv3d_ws(int N, int D, int H, int W, int cin, int cout, const nn_shard *sh) {
     size_t sa = slab_floats(D, H, W, cin, sh), sb = slab_floats(D, H, W, cout, sh);
     size_t pf = packed_floats(cout, cin + 1, 27), pb = packed_floats(cin, cout + 1, 27);
     size_t pw = weight_grad_ws(27, cin, cout, (long)slab_depth(D, H, W, cin, sh) * H, H, W);
@@ -1116,19 +1369,25 @@ static size_t conv3d_ws(int D, int H, int W, int cin, int cout, const nn_shard *
         p = wino_ws_floats(cin, cout);
     if (wino_applies(D, H, W, cout, cin, NN_FP32, sh) && p < wino_ws_floats(cout, cin))
         p = wino_ws_floats(cout, cin);
+    /* Winograd on few tiles: forward and weight gradient (K = cin), input gradient (K = cout) */
+    if (wino_small_applies(N, D, H, W, cin, cout, NN_FP32, sh) &&
+        p < wino_small_ws_floats(N, D, H, W, cin, cout))
+        p = wino_small_ws_floats(N, D, H, W, cin, cout);
+    if (wino_small_applies(N, D, H, W, cout, cin, NN_FP32, sh) &&
+        p < wino_small_ws_floats(N, D, H, W, cout, cin))
+        p = wino_small_ws_floats(N, D, H, W, cout, cin);
     return (sa > sb ? sa : sb) + 16 + p + 64;
 }
 
-/* The padded copy is made per sample (and per slab of planes), so N does not matter. */
+/* The padded copy is made per sample (and per slab of planes); N matters only to Winograd on
+ * few tiles, which transforms the tiles of a few samples together. */
 size_t nn_conv3d_ws_floats(int N, int D, int H, int W, int cin, int cout) {
-    (void)N;
-    return conv3d_ws(D, H, W, cin, cout, NULL);
+    return conv3d_ws(N, D, H, W, cin, cout, NULL);
 }
 
 size_t nn_conv3d_ws_floats_sh(int N, int D, int H, int W, int cin, int cout) {
     static const nn_shard whole = {0};
-    (void)N;
-    return conv3d_ws(D, H, W, cin, cout, &whole);
+    return conv3d_ws(N, D, H, W, cin, cout, &whole);
 }
 
 /* Tap offsets in a padded (D+2, H+2, W+2, C) tensor; flip: the input gradient's reversed taps. */
@@ -1149,6 +1408,10 @@ static void conv3d_pass(float *out1, int n1, float *out2, int n2, const float *a
                         const float *b, int cb, const float *w, long sc, long sk, int flip, int N,
                         int D, int H, int W, nn_prec prec, const nn_shard *sh, float *ws) {
     const int K = ca + cb, pairs = use_pairs(prec) && !sh;
+    if (wino_small_applies(N, D, H, W, K, n1 + n2, prec, sh)) {
+        wino_small_pass(out1, n1, out2, n2, a, ca, b, cb, w, sc, sk, flip, N, D, H, W, ws);
+        return;
+    }
     const int fmt = pairs ? PAD_BF16 : prec == NN_BF16 ? PAD_F32R : PAD_F32;
     const int wino = wino_applies(D, H, W, K, n1 + n2, prec, sh);
     const int Kp = pad_channels(fmt, K);
@@ -1221,7 +1484,10 @@ void nn_conv3d_backward_p(float *din, float *dinB, float *dw, const float *dout,
                           float *ws) {
     const int cin = ca + cb;
     /* Weight gradient: padded (halo'd) input x output gradient, reduced over voxels. */
-    if (dw && wino_applies(D, H, W, cin, cout, prec, sh) && wino_dw_pays(D, H, W, cin, cout)) {
+    if (dw && wino_small_applies(N, D, H, W, cin, cout, prec, sh)) {
+        wino_small_dw(dw, inA, ca, inB, cb, dout, cout, N, D, H, W, ws);
+    } else if (dw && wino_applies(D, H, W, cin, cout, prec, sh) &&
+               wino_dw_pays(D, H, W, cin, cout)) {
         const int Zc = slab_depth(D, H, W, cin, sh) & ~1;
         const int ncp = nblocks(cout, nn_gemm_nr(cout)) * nn_gemm_nr(cout);
         float *P = ws, *dU = ws + ((slab_floats(D, H, W, cin, sh) + 15) & ~(size_t)15);

@@ -327,12 +327,13 @@ void nn_tw_tile(int nrows, const float *const *arows, const float *const *grows,
     k->tw[nr / k->vw - 1][mk - 1](nrows, arows, grows, X, lda, ldg, Wt, ldw);
 }
 
-void nn_wino_input(float *V, long ldv, const float *P, long plane, long row, int C) {
-    K()->wino_in(V, ldv, P, plane, row, C);
+void nn_wino_input(float *V, long ldv, const float *P, long plane, long row, long vox, int C) {
+    K()->wino_in(V, ldv, P, plane, row, vox, C);
 }
 
-void nn_wino_output(float *out, long oplane, long orow, int ncol, const float *M, long ldm) {
-    K()->wino_out(out, oplane, orow, ncol, M, ldm);
+void nn_wino_output(float *out, long oplane, long orow, long ovox, int ncol, const float *M,
+                    long ldm) {
+    K()->wino_out(out, oplane, orow, ovox, ncol, M, ldm);
 }
 
 void nn_wino_grad_output(float *Mo, long ldm, const float *dy, long plane, long row, long ldy,

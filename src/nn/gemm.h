@@ -67,11 +67,13 @@ int nn_gemm_ncol_max(int n);
 
 /* Winograd F(4x4x2, 3x3x3) transforms of one tile on the path in use, channels-last (conv.c).
  * nn_wino_input: V[xi*ldv + k] (xi = 36a + 6b + c, k < C) = B^T d B of the 4x6x6 input block
- * whose point (a, b, c) is at P + a*plane + b*row + c*C. nn_wino_output: the 2x4x4 outputs
- * A^T M A of M[xi*ldm + j] (rows readable to whole vectors past ncol) into out + a*oplane +
- * b*orow + c*ncol, columns j < ncol. */
-void nn_wino_input(float *V, long ldv, const float *P, long plane, long row, int C);
-void nn_wino_output(float *out, long oplane, long orow, int ncol, const float *M, long ldm);
+ * whose point (a, b, c) is at P + a*plane + b*row + c*vox (channels k < C of each point: a
+ * slice of a wider tensor when C < vox). nn_wino_output: the 2x4x4 outputs A^T M A of
+ * M[xi*ldm + j] (rows readable to whole vectors past ncol) into out + a*oplane + b*orow +
+ * c*ovox, columns j < ncol. */
+void nn_wino_input(float *V, long ldv, const float *P, long plane, long row, long vox, int C);
+void nn_wino_output(float *out, long oplane, long orow, long ovox, int ncol, const float *M,
+                    long ldm);
 /* The weight gradient's output-gradient transform: dM[xi*ldm + j] = (A dY A^T)[xi] of the 2x4x4
  * block whose point (a, b, c) is at dy + a*plane + b*row + c*ldy, for j < ncol, and 0 for
  * ncol <= j < ncp (ncp a multiple of the vector width). */

@@ -32,8 +32,9 @@ typedef struct nn_kern {
      * peak loop); returns a value that depends on the result, so nothing is optimised away. */
     float (*fma_chains)(long iters);
     /* Winograd F(4x4x2, 3x3x3) input and output transforms of one tile (gemm.h) */
-    void (*wino_in)(float *V, long ldv, const float *P, long plane, long row, int C);
-    void (*wino_out)(float *out, long oplane, long orow, int ncol, const float *M, long ldm);
+    void (*wino_in)(float *V, long ldv, const float *P, long plane, long row, long vox, int C);
+    void (*wino_out)(float *out, long oplane, long orow, long ovox, int ncol, const float *M,
+                     long ldm);
     void (*wino_gout)(float *Mo, long ldm, const float *dy, long plane, long row, long ldy,
                       int ncol, int ncp);
 } nn_kern;

@@ -219,12 +219,13 @@ static inline __attribute__((always_inline)) void kt_wi_vec(float *V, long ldv, 
         }
 }
 
-static void kt_wino_in(float *V, long ldv, const float *P, long plane, long row, int C) {
+static void kt_wino_in(float *V, long ldv, const float *P, long plane, long row, long vox,
+                       int C) {
     int k0 = 0;
     for (; k0 + KT_VW <= C; k0 += KT_VW)
-        kt_wi_vec(V + k0, ldv, P + k0, plane, row, C, KT_VW);
+        kt_wi_vec(V + k0, ldv, P + k0, plane, row, vox, KT_VW);
     if (k0 < C)
-        kt_wi_vec(V + k0, ldv, P + k0, plane, row, C, C - k0);
+        kt_wi_vec(V + k0, ldv, P + k0, plane, row, vox, C - k0);
 }
 
 static inline __attribute__((always_inline)) void kt_wo_vec(float *out, long oplane, long orow,
@@ -259,12 +260,13 @@ static inline __attribute__((always_inline)) void kt_wo_vec(float *out, long opl
 
 /* M's rows are padded to whole column blocks (multiples of the vector width): the last vector
  * may be read whole. */
-static void kt_wino_out(float *out, long oplane, long orow, int ncol, const float *M, long ldm) {
+static void kt_wino_out(float *out, long oplane, long orow, long ovox, int ncol, const float *M,
+                        long ldm) {
     int c0 = 0;
     for (; c0 + KT_VW <= ncol; c0 += KT_VW)
-        kt_wo_vec(out + c0, oplane, orow, ncol, M + c0, ldm, KT_VW);
+        kt_wo_vec(out + c0, oplane, orow, ovox, M + c0, ldm, KT_VW);
     if (c0 < ncol)
-        kt_wo_vec(out + c0, oplane, orow, ncol, M + c0, ldm, ncol - c0);
+        kt_wo_vec(out + c0, oplane, orow, ovox, M + c0, ldm, ncol - c0);
 }
 
 /* The adjoint of kt_at4: dm = A dy, dm0 = y0, dm1..4 = y0 + (±1)y1 + y2 + (±1)y3 and

@@ -219,11 +219,12 @@ void nn_to_channels_last(float *dst, const float *src, int N, int C, long S);
 void nn_to_channels_first(float *dst, const float *src, int N, int C, long S);
 
 /* ---- Naive references (tests and benchmarks): same contracts, plain loops, no workspace ---- */
-/* 1 when a Conv3d k3 of this shape computes its forward and input-gradient passes with
- * Winograd F(4x4x2, 3x3x3) (fp32, unsharded, even depth, height and width multiples of 4, at
- * least 4096 voxels, 8+ channels, cin * cout <= 81920; SCAFFOLD_NN_WINOGRAD=0 turns it off), 0
- * when directly. Its weight gradient too when also 4 * voxels >= cin * cout. */
-int nn_conv3d_winograd(int D, int H, int W, int cin, int cout, nn_prec prec);
+/* 1 when a Conv3d k3 of this shape (batch N) computes its forward and input-gradient passes
+ * with Winograd F(4x4x2, 3x3x3) (fp32, unsharded, even depth, height and width multiples of 4,
+ * 8+ channels, and either at least 4096 voxels and cin * cout <= 81920, or 16 to 32 tiles of
+ * 2x4x4 voxels per group of samples; SCAFFOLD_NN_WINOGRAD=0 turns it off), 0 when directly.
+ * Its weight gradient too on few tiles, and on 4096+ voxels when 4 * voxels >= cin * cout. */
+int nn_conv3d_winograd(int N, int D, int H, int W, int cin, int cout, nn_prec prec);
 void nn_conv3d_forward_ref(float *out, const float *in, const float *w, int cin, int cout, int N,
                            int D, int H, int W);
 void nn_conv3d_backward_ref(float *din, float *dw, const float *dout, const float *in,

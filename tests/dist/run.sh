@@ -96,7 +96,9 @@ run m211 4 --dc-num-shards 2 1 1 --data-store memory &&
     t_fail "data_store memory sharded" "$(tail -n 5 m211.log; diff <(stats m211) <(stats r2s211))"
 
 # 4. Checkpoints are the same files whatever the layout; resume across layouts.
-run c1 1 --checkpoint-interval 1 --epochs 1 || t_fail "1-epoch run" "$(tail c1.log)"
+# The unsharded run on the kernels the shards run (Winograd is unsharded only: its rounding,
+# amplified by an epoch of training, moved the weights by 1.5e-3 of their largest value).
+SCAFFOLD_NN_WINOGRAD=0 run c1 1 --checkpoint-interval 1 --epochs 1 || t_fail "1-epoch run" "$(tail c1.log)"
 run c2 2 --checkpoint-interval 1 --epochs 1 --dc-num-shards 2 1 1 || t_fail "1-epoch sharded run" "$(tail c2.log)"
 "$PYTHON" - "$(lastrun c1)" "$(lastrun c2)" <<'PY' && t_ok "checkpoint of [2,1,1] = checkpoint of [1,1,1]: same tensors, shapes, values within 1e-3" || t_fail "checkpoints across layouts"
 import json, struct, sys
@@ -111,8 +113,8 @@ assert list(a) == list(b)
 for k in a:
     assert a[k].shape == b[k].shape, k
     # 1e-3 of the tensor's largest value, as the loss comparisons: an epoch of training
-    # amplifies last-bit differences (sums in another order, Winograd on the unsharded run's
-    # top level) to 1e-4 and beyond (measured 3.6e-4; 8e-5 before Winograd), a wrong halo to O(1)
+    # amplifies last-bit differences (sums in another order) to 1e-4 (measured 1.7e-4), a wrong
+    # halo to O(1)
     assert np.abs(a[k] - b[k]).max() <= 1e-3 * max(np.abs(a[k]).max(), 1e-6), k
 PY
 for spec in "c1 2 2 1 1" "c2 1 1 1 1"; do

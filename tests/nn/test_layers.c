@@ -834,9 +834,14 @@ static void test_conv_vs_naive(void) {
         /* weight-gradient chunks (about 256 voxels, whole rows): one row of a prime height,
          * two chunks per plane, and two planes per chunk with a last chunk of one */
         {1, 3, 13, 24, 8, 16}, {1, 2, 12, 40, 8, 16}, {1, 5, 6, 20, 8, 16},
-        /* Winograd (even depth, height and width multiples of 4, >= 4096 voxels, >= 8
-         * channels); partial vectors of channels */
+        /* Winograd (even depth, height and width multiples of 4, >= 8 channels); partial
+         * vectors of channels */
         {1, 16, 16, 16, 16, 24}, {2, 16, 16, 16, 8, 8}, {1, 8, 16, 32, 12, 20},
+        /* Winograd on few tiles (under 4096 voxels, 16 to 32 tiles per group of samples):
+         * three samples in groups of two; k chunks with a short last one (100 and 72 input
+         * channels; 48 per chunk on AVX2, 24 on AVX-512), a partial column block; 32 tiles;
+         * 17 4^3 samples (2 tiles each) in groups of 16 and 1 (which runs alone) */
+        {3, 8, 8, 8, 16, 24}, {1, 8, 8, 8, 100, 72}, {2, 4, 8, 16, 24, 8}, {17, 4, 4, 4, 16, 8},
     };
     char nm[96];
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -854,7 +859,7 @@ static void test_conv_vs_naive(void) {
         nn_conv3d_backward_ref(dxr, dwr, dy, x, w, cin, cout, N, D, H, W);
         snprintf(nm, sizeof nm, "conv3d %dx%dx%dx%d %d->%d forward vs naive", N, D, H, W, cin,
                  cout);
-        const float atol = nn_conv3d_winograd(D, H, W, cin, cout, NN_FP32) ? WINO_ATOL : 1e-5f;
+        const float atol = nn_conv3d_winograd(N, D, H, W, cin, cout, NN_FP32) ? WINO_ATOL : 1e-5f;
         check_close(nm, y, yr, P * cout, atol, 1e-4f);
         snprintf(nm, sizeof nm, "conv3d %dx%dx%dx%d %d->%d dx vs naive", N, D, H, W, cin, cout);
         check_close(nm, dx, dxr, P * cin, atol, 1e-4f);
@@ -868,20 +873,25 @@ static void test_conv_vs_naive(void) {
     {
         const char *wn = getenv("SCAFFOLD_NN_WINOGRAD");
         const int on = !(wn && wn[0] == '0');
-        CHECK(nn_conv3d_winograd(16, 16, 16, 16, 24, NN_FP32) == on &&
-                  nn_conv3d_winograd(16, 16, 16, 24, 16, NN_FP32) == on &&
-                  !nn_conv3d_winograd(16, 16, 16, 16, 24, NN_BF16) &&
-                  !nn_conv3d_winograd(8, 8, 8, 256, 256, NN_FP32) &&
-                  !nn_conv3d_winograd(3, 16, 16, 16, 16, NN_FP32) &&
-                  !nn_conv3d_winograd(16, 18, 16, 16, 16, NN_FP32) &&
-                  !nn_conv3d_winograd(16, 16, 14, 16, 16, NN_FP32) &&
-                  !nn_conv3d_winograd(16, 16, 16, 3, 16, NN_FP32),
+        CHECK(nn_conv3d_winograd(1, 16, 16, 16, 16, 24, NN_FP32) == on &&
+                  nn_conv3d_winograd(1, 16, 16, 16, 24, 16, NN_FP32) == on &&
+                  !nn_conv3d_winograd(1, 16, 16, 16, 16, 24, NN_BF16) &&
+                  nn_conv3d_winograd(1, 8, 8, 8, 256, 256, NN_FP32) == on &&
+                  nn_conv3d_winograd(1, 8, 8, 8, 512, 512, NN_FP32) == on &&
+                  !nn_conv3d_winograd(1, 8, 16, 16, 16, 16, NN_FP32) &&
+                  !nn_conv3d_winograd(7, 4, 4, 4, 16, 16, NN_FP32) &&
+                  nn_conv3d_winograd(8, 4, 4, 4, 16, 16, NN_FP32) == on &&
+                  !nn_conv3d_winograd(1, 3, 16, 16, 16, 16, NN_FP32) &&
+                  !nn_conv3d_winograd(1, 16, 18, 16, 16, 16, NN_FP32) &&
+                  !nn_conv3d_winograd(1, 16, 16, 14, 16, 16, NN_FP32) &&
+                  !nn_conv3d_winograd(1, 16, 16, 16, 3, 16, NN_FP32),
               "Winograd taken exactly where it applies (SCAFFOLD_NN_WINOGRAD=%s)", wn ? wn : "");
     }
     /* A concatenated input (fused into the padding) and its input gradient written into its two
-     * parts, on a Winograd shape: against the naive loops on the concatenated tensor. */
-    {
-        const int N = 1, D = 16, H = 16, W = 16, ca = 8, cb = 16, cin = ca + cb, cout = 16;
+     * parts, on Winograd shapes (16^3; 8^3, few tiles): against the naive loops on the
+     * concatenated tensor. */
+    for (int side = 16; side >= 8; side /= 2) {
+        const int N = 1, D = side, H = side, W = side, ca = 8, cb = 16, cin = ca + cb, cout = 16;
         const size_t P = (size_t)N * D * H * W, nw = 27 * (size_t)cin * cout;
         float *xa = randv(P * ca, 401, 1), *xb = randv(P * cb, 402, 1), *x = zeros(P * cin);
         float *w = randv(nw, 403, 1.0f / sqrtf(27 * cin)), *dy = randv(P * cout, 404, 1);
@@ -895,8 +905,8 @@ static void test_conv_vs_naive(void) {
               *dw = zeros(nw);
         nn_conv3d_forward_p(y, xa, ca, xb, cb, w, cout, N, D, H, W, NN_FP32, NULL, ws);
         nn_conv3d_forward_ref(yr, x, w, cin, cout, N, D, H, W);
-        check_close("conv3d concat 16^3 8+16->16 forward vs naive", y, yr, P * cout, WINO_ATOL,
-                    1e-4f);
+        snprintf(nm, sizeof nm, "conv3d concat %d^3 8+16->16 forward vs naive", side);
+        check_close(nm, y, yr, P * cout, WINO_ATOL, 1e-4f);
         nn_conv3d_backward_p(da, db, dw, dy, xa, ca, xb, cb, w, cout, N, D, H, W, NN_FP32, NULL,
                              ws);
         nn_conv3d_backward_ref(dxr, dwr, dy, x, w, cin, cout, N, D, H, W);
@@ -904,10 +914,11 @@ static void test_conv_vs_naive(void) {
             memcpy(dg + v * cin, da + v * ca, sizeof(float) * ca);
             memcpy(dg + v * cin + ca, db + v * cb, sizeof(float) * cb);
         }
-        check_close("conv3d concat 16^3 8+16->16 dx (two parts) vs naive", dg, dxr, P * cin,
-                    WINO_ATOL, 1e-4f);
+        snprintf(nm, sizeof nm, "conv3d concat %d^3 8+16->16 dx (two parts) vs naive", side);
+        check_close(nm, dg, dxr, P * cin, WINO_ATOL, 1e-4f);
         /* a sum over 4096 voxels: the naive loops' own rounding is ~5e-4 (as above) */
-        check_close("conv3d concat 16^3 8+16->16 dw vs naive", dw, dwr, nw, 2e-3f, 1e-4f);
+        snprintf(nm, sizeof nm, "conv3d concat %d^3 8+16->16 dw vs naive", side);
+        check_close(nm, dw, dwr, nw, 2e-3f, 1e-4f);
         free(xa), free(xb), free(x), free(w), free(dy), free(ws), free(y), free(yr), free(da),
             free(db), free(dxr), free(dwr), free(dg), free(dw);
     }
