@@ -491,60 +491,13 @@ static size_t wino_ws_floats(int K, int ncol) {
     return WINO_NXI * (size_t)K * ncp + (vm > v16 ? vm : v16) + 64;
 }
 
-/* G of F(2,3) (3 -> 4 points, n = 4) or F(4,3) (3 -> 6 points, n = 6) on g[0], g[s], g[2s]
- * into u[0], u[s], ... */
-static inline __attribute__((always_inline)) void wino_g(float *u, const float *g, long st,
-                                                         int n) {
-    const float g0 = g[0], g1 = g[st], g2 = g[2 * st];
-    if (n == 4) {
-        u[0] = g0;
-        u[st] = 0.5f * (g0 + g1 + g2);
-        u[2 * st] = 0.5f * (g0 - g1 + g2);
-        u[3 * st] = g2;
-    } else {
-        u[0] = 0.25f * g0;
-        u[st] = (g0 + g1 + g2) * (-1.0f / 6);
-        u[2 * st] = (g0 - g1 + g2) * (-1.0f / 6);
-        u[3 * st] = g0 * (1.0f / 24) + g1 * (1.0f / 12) + g2 * (1.0f / 6);
-        u[4 * st] = g0 * (1.0f / 24) - g1 * (1.0f / 12) + g2 * (1.0f / 6);
-        u[5 * st] = g2;
-    }
-}
-
-/* G^T, the adjoint of wino_g: n points u[0], u[s], ... -> 3 values added to w[0], w[ws],
- * w[2ws]. */
-static inline __attribute__((always_inline)) void wino_gt(float *w, long ws, const float *u,
-                                                          long st, int n) {
-    if (n == 4) {
-        const float s12 = u[st] + u[2 * st];
-        w[0] += u[0] + 0.5f * s12;
-        w[ws] += 0.5f * (u[st] - u[2 * st]);
-        w[2 * ws] += 0.5f * s12 + u[3 * st];
-    } else {
-        const float s12 = u[st] + u[2 * st], s34 = u[3 * st] + u[4 * st];
-        w[0] += 0.25f * u[0] - s12 * (1.0f / 6) + s34 * (1.0f / 24);
-        w[ws] += (u[2 * st] - u[st]) * (1.0f / 6) + (u[3 * st] - u[4 * st]) * (1.0f / 12);
-        w[2 * ws] += (s34 - s12) * (1.0f / 6) + u[5 * st];
-    }
-}
-
-/* wino_g and wino_gt on WINO_WV columns side by side (element v of point i at i*st + v), so
- * that the weight transforms read and write whole runs of U's and dU's rows instead of one
- * float per cache line. Per element the same arithmetic as the scalar forms. */
-#define WINO_WV 8
-static void wino_gv(float *restrict u, const float *restrict g, long st, int n) {
-    for (int v = 0; v < WINO_WV; v++)
-        wino_g(u + v, g + v, st, n);
-}
-
-static void wino_gtv(float *restrict w, long ws, const float *restrict u, long st, int n) {
-    for (int v = 0; v < WINO_WV; v++)
-        wino_gt(w + v, ws, u + v, st, n);
-}
+/* Widest group of columns the weight transforms take side by side (nn_gemm_vw()). */
+#define WINO_WV_MAX 16
 
 /* U[xi][ob][k][j] (the packed B panels of the 144 GEMMs) for output column ob*nr + j: G g G^T
  * of g[u] = w[col*sc + k*sk + tap(u)], tap(u) = u or, for the input gradient, 26 - u. Columns
- * go WINO_WV at a time: each of the 144 points is then a run of U's row, where one column at a
+ * go a vector at a time (nn_wino_weights): each of the 144 points is then a run of U's row, where
+ * one column at a
  * time scattered 144 single floats over a U larger than the L2 (a 16^3 layer's pass spent most
  * of its time here). A work item takes WINO_WROW floats of consecutive k (a few k times all nr
  * columns) and writes each point's run of them in one piece: one run of WV columns per point
@@ -556,37 +509,15 @@ static void wino_gtv(float *restrict w, long ws, const float *restrict u, long s
  * run of (k1 - k0) * nr floats, k major, at ub + xi * (k1 - k0) * nr. */
 static void wino_wblock(float *restrict ub, const float *w, int ncol, long sc, long sk,
                         int flip, int nr, int ob, int k0, int k1) {
-    enum { V = WINO_WV };
-    const int ng = (nr + V - 1) / V;
-    const size_t run = (size_t)(k1 - k0) * nr;
+    const int V = nn_gemm_vw(), ng = nr / V; /* nr: whole vectors */
+    const long run = (long)(k1 - k0) * nr;
     for (int k = k0; k < k1; k++)
         for (int jg = 0; jg < ng; jg++) {
-            const int j0 = jg * V, nj = nr - j0 < V ? nr - j0 : V;
-            float g[27][V], a[3][3][6][V], b[3][6][6][V], u[WINO_NXI][V];
-            for (int t = 0; t < 27; t++)
-                for (int v = 0; v < V; v++) {
-                    const long col = (long)ob * nr + j0 + v;
-                    g[t][v] =
-                        v < nj && col < ncol ? w[col * sc + k * sk + (flip ? 26 - t : t)] : 0.0f;
-                }
-            for (int z = 0; z < 3; z++) /* x: F(4,3) */
-                for (int y = 0; y < 3; y++)
-                    wino_gv(a[z][y][0], g[z * 9 + y * 3], V, 6);
-            for (int z = 0; z < 3; z++) /* y: F(4,3) */
-                for (int x = 0; x < 6; x++)
-                    wino_gv(b[z][0][x], a[z][0][x], 6 * V, 6);
-            for (int y = 0; y < 6; y++) /* z: F(2,3) */
-                for (int x = 0; x < 6; x++)
-                    wino_gv(u[y * 6 + x], b[0][y][x], 36 * V, 4);
-            /* a whole group's copy is one constant-size store (a call per point cost a fifth
-             * of an 8^3 pass) */
-            float *dst = ub + (size_t)(k - k0) * nr + j0;
-            if (nj == V)
-                for (int xi = 0; xi < WINO_NXI; xi++)
-                    memcpy(dst + xi * run, u[xi], sizeof u[xi]);
-            else
-                for (int xi = 0; xi < WINO_NXI; xi++)
-                    memcpy(dst + xi * run, u[xi], sizeof(float) * nj);
+            const long col0 = (long)ob * nr + jg * V;
+            /* columns < ncol (none: any valid pointer, nothing is read) */
+            const int nc = ncol - col0 < V ? (ncol > col0 ? (int)(ncol - col0) : 0) : V;
+            nn_wino_weights(ub + (size_t)(k - k0) * nr + jg * V, run,
+                            nc ? w + col0 * sc + k * sk : w, sc, flip, nc);
         }
 }
 
@@ -711,45 +642,30 @@ static void wino_dw_slab(float *dU, const float *P, int C, const float *dy, int 
     }
 }
 
-/* (G^T dU G)[t] of one input channel and nv <= WINO_WV output channels, whose 144 points are at
- * src + xi * sxi + v: added to (acc) or stored in out[v * ov + t]. */
+/* (G^T dU G)[t] of one input channel and nv <= nn_gemm_vw() output channels, whose 144 points
+ * are at src + xi * sxi + v (whole vectors readable): added to (acc) or stored in
+ * out[v * ov + t]. */
 static void wino_dw_pair(float *out, long ov, int acc, int nv, const float *src, long sxi) {
-    enum { V = WINO_WV };
-    float u[4][6][6][V], a[4][6][3][V], b[4][3][3][V], d[3][3][3][V];
-    memset(a, 0, sizeof a), memset(b, 0, sizeof b), memset(d, 0, sizeof d);
-    if (nv == V)
-        for (int xi = 0; xi < WINO_NXI; xi++)
-            memcpy(&u[0][0][0][0] + xi * V, src + xi * sxi, sizeof(float) * V);
-    else
-        for (int xi = 0; xi < WINO_NXI; xi++)
-            for (int v = 0; v < V; v++)
-                (&u[0][0][0][0])[xi * V + v] = v < nv ? src[xi * sxi + v] : 0.0f;
-    for (int z = 0; z < 4; z++) /* x: F(4,3) */
-        for (int y = 0; y < 6; y++)
-            wino_gtv(a[z][y][0], V, u[z][y][0], V, 6);
-    for (int z = 0; z < 4; z++) /* y: F(4,3) */
-        for (int x = 0; x < 3; x++)
-            wino_gtv(b[z][0][x], 3 * V, a[z][0][x], 3 * V, 6);
-    for (int y = 0; y < 3; y++) /* z: F(2,3) */
-        for (int x = 0; x < 3; x++)
-            wino_gtv(d[0][y][x], 9 * V, b[0][y][x], 9 * V, 4);
+    const int V = nn_gemm_vw();
+    float d[27 * WINO_WV_MAX];
+    nn_wino_weights_grad(d, src, sxi);
     for (int v = 0; v < nv; v++) {
         float *o = out + v * ov;
         for (int t = 0; t < 27; t++)
-            o[t] = (acc ? o[t] : 0.0f) + (&d[0][0][0][0])[t * V + v];
+            o[t] = (acc ? o[t] : 0.0f) + d[t * V + v];
     }
 }
 
-/* dw (PyTorch layout, w[oc][ic][t]) += G^T dU G for each channel pair, WINO_WV output
+/* dw (PyTorch layout, w[oc][ic][t]) += G^T dU G for each channel pair, a vector of output
  * channels at a time (runs of dU's rows, as in wino_weights; the groups of one input channel
  * run one after the other, so the second half of each cache line read is still there). */
 static void wino_dw_finish(float *dw, const float *dU, int cin, int cout) {
     const int ncp = nblocks(cout, nn_gemm_nr(cout)) * nn_gemm_nr(cout);
-    const int ng = (cout + WINO_WV - 1) / WINO_WV;
+    const int V = nn_gemm_vw(), ng = (cout + V - 1) / V;
 #pragma omp parallel for collapse(2) schedule(static) num_threads(nn_threads())
     for (int ic = 0; ic < cin; ic++)
         for (int og = 0; og < ng; og++) {
-            const int oc0 = og * WINO_WV, nv = cout - oc0 < WINO_WV ? cout - oc0 : WINO_WV;
+            const int oc0 = og * V, nv = cout - oc0 < V ? cout - oc0 : V;
             wino_dw_pair(dw + ((size_t)oc0 * cin + ic) * 27, (long)cin * 27, 1, nv,
                          dU + (size_t)ic * ncp + oc0, (long)cin * ncp);
         }
@@ -929,6 +845,7 @@ static void wino_small_dw(float *dw, const float *a, int ca, const float *b, int
     const int K = ca + cb, grp = wino_small_group(N, D, H, W);
     const int nr = nn_gemm_nr(cout), nb = nblocks(cout, nr);
     const int mk = nn_tw_mr(nr), kc = wino_small_kc(nr), nkc = (K + kc - 1) / kc;
+    const int vw = nn_gemm_vw();
     const long nt1 = wino_ntiles(D, H, W);
     float *P = ws, *V = ws + wino_small_pad(D, H, W, K);
     const size_t vf = WINO_NXI * ((size_t)grp * nt1 * K + (size_t)(K / 8 + 1) * WINO_LDPAD);
@@ -963,9 +880,9 @@ static void wino_small_dw(float *dw, const float *a, int ca, const float *b, int
                      * read-modify-writes of dw took a third of an 8^3 pass) */
                     const int nv = cout - ob * nr < nr ? cout - ob * nr : nr;
                     for (int ic = 0; ic < nk; ic++)
-                        for (int j = 0; j < nv; j += WINO_WV)
+                        for (int j = 0; j < nv; j += vw)
                             wino_dw_pair(dT + ((size_t)j * nk + ic) * 27, (long)nk * 27, 0,
-                                         nv - j < WINO_WV ? nv - j : WINO_WV,
+                                         nv - j < vw ? nv - j : vw,
                                          dU + (size_t)ic * nr + j, (long)nk * nr);
                     for (int j = 0; j < nv; j++) {
                         float *restrict o = dw + ((size_t)(ob * nr + j) * K + k0) * 27;

@@ -336,6 +336,14 @@ void nn_wino_output(float *out, long oplane, long orow, long ovox, int ncol, con
     K()->wino_out(out, oplane, orow, ovox, ncol, M, ldm);
 }
 
+void nn_wino_weights(float *u, long su, const float *w, long sc, int flip, int nc) {
+    K()->wino_w(u, su, w, sc, flip, nc);
+}
+
+void nn_wino_weights_grad(float *d, const float *u, long su) {
+    K()->wino_wgt(d, u, su);
+}
+
 void nn_wino_grad_output(float *Mo, long ldm, const float *dy, long plane, long row, long ldy,
                          int ncol, int ncp) {
     K()->wino_gout(Mo, ldm, dy, plane, row, ldy, ncol, ncp);

@@ -35,6 +35,8 @@ typedef struct nn_kern {
     void (*wino_in)(float *V, long ldv, const float *P, long plane, long row, long vox, int C);
     void (*wino_out)(float *out, long oplane, long orow, long ovox, int ncol, const float *M,
                      long ldm);
+    void (*wino_w)(float *u, long su, const float *w, long sc, int flip, int nc);
+    void (*wino_wgt)(float *d, const float *u, long su);
     void (*wino_gout)(float *Mo, long ldm, const float *dy, long plane, long row, long ldy,
                       int ncol, int ncp);
 } nn_kern;

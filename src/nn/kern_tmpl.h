@@ -319,6 +319,90 @@ static void kt_wino_gout(float *Mo, long ldm, const float *dy, long plane, long 
     }
 }
 
+/* ---- Winograd weight transforms (conv.c) ---------------------------------------------------
+ * U = G g G^T of KT_VW columns side by side (lane v = column v), F(4,3) along x and y and F(2,3)
+ * along z, G the 6x3 (4x3) matrix of the points 0, 1, -1, 2, -2, inf (0, 1, -1, inf). The paths
+ * with FMA may fuse a product and a sum, so their last bits differ from the others' (as the
+ * GEMM kernels' do). */
+static inline __attribute__((always_inline)) void kt_g6(kt_vf r[6], kt_vf g0, kt_vf g1,
+                                                         kt_vf g2) {
+    r[0] = 0.25f * g0;
+    r[1] = (g0 + g1 + g2) * (-1.0f / 6);
+    r[2] = (g0 - g1 + g2) * (-1.0f / 6);
+    r[3] = g0 * (1.0f / 24) + g1 * (1.0f / 12) + g2 * (1.0f / 6);
+    r[4] = g0 * (1.0f / 24) - g1 * (1.0f / 12) + g2 * (1.0f / 6);
+    r[5] = g2;
+}
+
+/* Column v (< nc; zeros past it) of the kernels at w + v * sc, tap t = 9z + 3y + x at [t] (or
+ * [26 - t] when flip) -> u[xi * su + v] (xi = 36a + 6b + c), whole vectors. */
+static void kt_wino_w(float *u, long su, const float *w, long sc, int flip, int nc) {
+    float g[27 * KT_VW];
+    /* column by column: each reads its 27 taps in one run */
+    if (nc == KT_VW && !flip)
+        for (int v = 0; v < KT_VW; v++)
+            for (int t = 0; t < 27; t++)
+                g[t * KT_VW + v] = w[v * sc + t];
+    else
+        for (int v = 0; v < KT_VW; v++)
+            for (int t = 0; t < 27; t++)
+                g[t * KT_VW + v] = v < nc ? w[v * sc + (flip ? 26 - t : t)] : 0.0f;
+    kt_vf a[3][3][6]; /* [z][y][x point] */
+    for (int z = 0; z < 3; z++)
+        for (int y = 0; y < 3; y++) {
+            const float *p = g + (z * 9 + y * 3) * KT_VW;
+            kt_g6(a[z][y], KT_LOAD(p), KT_LOAD(p + KT_VW), KT_LOAD(p + 2 * KT_VW));
+        }
+    for (int c = 0; c < 6; c++) {
+        kt_vf b[3][6]; /* [z][y point] */
+        for (int z = 0; z < 3; z++)
+            kt_g6(b[z], a[z][0][c], a[z][1][c], a[z][2][c]);
+        for (int bb = 0; bb < 6; bb++) {
+            const kt_vf g0 = b[0][bb], g1 = b[1][bb], g2 = b[2][bb];
+            const kt_vf r[4] = {g0, 0.5f * (g0 + g1 + g2), 0.5f * (g0 - g1 + g2), g2};
+            for (int aa = 0; aa < 4; aa++)
+                KT_STORE(u + (aa * 36 + bb * 6 + c) * su, r[aa]);
+        }
+    }
+}
+
+/* G^T of kt_g6 (6 points -> 3 values). */
+static inline __attribute__((always_inline)) void kt_gt6(kt_vf w[3], const kt_vf u[6]) {
+    const kt_vf s12 = u[1] + u[2], s34 = u[3] + u[4];
+    w[0] = 0.25f * u[0] - s12 * (1.0f / 6) + s34 * (1.0f / 24);
+    w[1] = (u[2] - u[1]) * (1.0f / 6) + (u[3] - u[4]) * (1.0f / 12);
+    w[2] = (s34 - s12) * (1.0f / 6) + u[5];
+}
+
+/* The weight gradient's G^T dU G: u[xi * su + v] (whole vectors readable) -> d[t * KT_VW + v]
+ * for the 27 taps. */
+static void kt_wino_wgt(float *d, const float *u, long su) {
+    kt_vf a[4][6][3]; /* [z point][y point][x] */
+    for (int aa = 0; aa < 4; aa++)
+        for (int bb = 0; bb < 6; bb++) {
+            kt_vf m[6];
+            for (int c = 0; c < 6; c++)
+                m[c] = KT_LOAD(u + (aa * 36 + bb * 6 + c) * su);
+            kt_gt6(a[aa][bb], m);
+        }
+    for (int x = 0; x < 3; x++) {
+        kt_vf b[4][3]; /* [z point][y] */
+        for (int aa = 0; aa < 4; aa++) {
+            kt_vf m[6];
+            for (int bb = 0; bb < 6; bb++)
+                m[bb] = a[aa][bb][x];
+            kt_gt6(b[aa], m);
+        }
+        for (int y = 0; y < 3; y++) {
+            const kt_vf u0 = b[0][y], u1 = b[1][y], u2 = b[2][y], u3 = b[3][y];
+            const kt_vf s12 = u1 + u2;
+            KT_STORE(d + (0 * 9 + y * 3 + x) * KT_VW, u0 + 0.5f * s12);
+            KT_STORE(d + (1 * 9 + y * 3 + x) * KT_VW, 0.5f * (u1 - u2));
+            KT_STORE(d + (2 * 9 + y * 3 + x) * KT_VW, 0.5f * s12 + u3);
+        }
+    }
+}
+
 /* ---- FMA peak loop ------------------------------------------------------------------------- */
 
 /* 12 chains hide the FMA latency of every current core (4 cycles x 2 pipes needs 8; SSE2
@@ -398,5 +482,7 @@ const nn_kern KT_SYM = {
     .fma_chains = kt_fma_chains,
     .wino_in = kt_wino_in,
     .wino_out = kt_wino_out,
+    .wino_w = kt_wino_w,
+    .wino_wgt = kt_wino_wgt,
     .wino_gout = kt_wino_gout,
 };
