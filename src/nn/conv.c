@@ -449,15 +449,6 @@ static int wino_applies(int D, int H, int W, int K, int ncol, nn_prec prec, cons
            slab_depth(D, H, W, K, NULL) >= 2;
 }
 
-/* The weight gradient's dU (144 floats per channel pair) is zeroed and transformed back at every
- * call: with few voxels per channel pair that costs what the FMAs save (16^3 at 256 -> 256:
- * 0.16-0.27 s against 0.16-0.17 s direct with the scalar transform; with wino_dw_finish taking
- * 8 output channels at a time 0.156-0.160 s against 0.144-0.187 s, alternated: still no gain;
- * 16^3 at 128 -> 128 and 32^3 at 256 -> 256 win or tie). */
-static int wino_dw_pays(int D, int H, int W, int cin, int cout) {
-    return 4L * D * H * W >= (long)cin * cout;
-}
-
 static int wino_small_applies(int N, int D, int H, int W, int K, int ncol, nn_prec prec,
                               const nn_shard *sh);
 
@@ -1403,8 +1394,7 @@ void nn_conv3d_backward_p(float *din, float *dinB, float *dw, const float *dout,
     /* Weight gradient: padded (halo'd) input x output gradient, reduced over voxels. */
     if (dw && wino_small_applies(N, D, H, W, cin, cout, prec, sh)) {
         wino_small_dw(dw, inA, ca, inB, cb, dout, cout, N, D, H, W, ws);
-    } else if (dw && wino_applies(D, H, W, cin, cout, prec, sh) &&
-               wino_dw_pays(D, H, W, cin, cout)) {
+    } else if (dw && wino_applies(D, H, W, cin, cout, prec, sh)) {
         const int Zc = slab_depth(D, H, W, cin, sh) & ~1;
         const int ncp = nblocks(cout, nn_gemm_nr(cout)) * nn_gemm_nr(cout);
         float *P = ws, *dU = ws + ((slab_floats(D, H, W, cin, sh) + 15) & ~(size_t)15);

@@ -223,7 +223,7 @@ void nn_to_channels_first(float *dst, const float *src, int N, int C, long S);
  * with Winograd F(4x4x2, 3x3x3) (fp32, unsharded, even depth, height and width multiples of 4,
  * 8+ channels, and either at least 4096 voxels and cin * cout <= 81920, or 16 to 32 tiles of
  * 2x4x4 voxels per group of samples; SCAFFOLD_NN_WINOGRAD=0 turns it off), 0 when directly.
- * Its weight gradient too on few tiles, and on 4096+ voxels when 4 * voxels >= cin * cout. */
+ * Its weight gradient too. */
 int nn_conv3d_winograd(int N, int D, int H, int W, int cin, int cout, nn_prec prec);
 void nn_conv3d_forward_ref(float *out, const float *in, const float *w, int cin, int cout, int N,
                            int D, int H, int W);
