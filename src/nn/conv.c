@@ -850,8 +850,9 @@ static void wino_small_dw(float *dw, const float *a, int ca, const float *b, int
         wino_small_in(V, kc, P, a, ca, b, cb, dM, dy, cout, nr, n0, ns, D, H, W);
 #pragma omp parallel num_threads(nn_threads())
         {
+            /* the slot holds 171 * kc * nr floats: kc * nr <= WINO_SMALL_UBYTES / 4 / 144 */
             float *dU = Ub + (size_t)omp_get_thread_num() * WINO_SMALL_SLOT,
-                  *dT = dU + WINO_SMALL_UBYTES / sizeof(float);
+                  *dT = dU + (size_t)WINO_NXI * kc * nr;
 #pragma omp for collapse(2) schedule(dynamic, 1)
             for (int ob = 0; ob < nb; ob++)
                 for (int c = 0; c < nkc; c++) {
