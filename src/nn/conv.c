@@ -722,16 +722,29 @@ static float *wino_small_v(float *V, long nt, int kc, int c) {
     return V + WINO_NXI * ((size_t)nt * kc * c + (size_t)c * WINO_LDPAD);
 }
 
-/* Floats of the workspace: a padded sample, one group's V (K channels) and M (ncol columns in
- * at most two parts, each padded to whole blocks of at least 4 floats), and every thread slot's
- * chunk of U. */
-static size_t wino_small_ws_floats(int N, int D, int H, int W, int K, int ncol) {
+/* The small path's workspace for a group of N samples, K channels and ncol columns (at most
+ * two parts, each padded to whole blocks of at least 4 floats): a padded sample P, the group's
+ * V, its M (or dM), and every thread slot's chunk of U. Returns its floats; with ws, points
+ * P, V, M and the slots into it (the one layout workspace sizing and the passes share). */
+typedef struct wino_small_ws {
+    float *P, *V, *M, *slots;
+} wino_small_ws;
+
+static size_t wino_small_layout(float *ws, int N, int D, int H, int W, int K, int ncol,
+                                wino_small_ws *L) {
     const size_t nt = (size_t)wino_small_group(N, D, H, W) * wino_ntiles(D, H, W);
     const size_t ncp = (size_t)nn_gemm_ncol_max(ncol) + 64;
     const size_t v = WINO_NXI * (nt * K + (size_t)(K / 8 + 1) * WINO_LDPAD),
                  m = WINO_NXI * (nt * ncp + (ncp / 4) * WINO_LDPAD);
-    return wino_small_pad(D, H, W, K) + ((v + 15) & ~(size_t)15) + ((m + 15) & ~(size_t)15) +
-           (size_t)NN_MAX_THREADS * WINO_SMALL_SLOT + 64;
+    const size_t at_v = wino_small_pad(D, H, W, K), at_m = at_v + ((v + 15) & ~(size_t)15),
+                 at_s = at_m + ((m + 15) & ~(size_t)15);
+    if (ws)
+        *L = (wino_small_ws){.P = ws, .V = ws + at_v, .M = ws + at_m, .slots = ws + at_s};
+    return at_s + (size_t)NN_MAX_THREADS * WINO_SMALL_SLOT + 64;
+}
+
+static size_t wino_small_ws_floats(int N, int D, int H, int W, int K, int ncol) {
+    return wino_small_layout(NULL, N, D, H, W, K, ncol, NULL);
 }
 
 /* V (k chunks of kc) of samples [n0, n0 + ns) (their tiles one after another) of cat(a, b):
@@ -775,12 +788,9 @@ static void wino_small_pass(float *out1, int n1, float *out2, int n2, const floa
                             int N, int D, int H, int W, float *ws) {
     const int K = ca + cb, grp = wino_small_group(N, D, H, W);
     const long nt1 = wino_ntiles(D, H, W), Tx = W / 4, Ty = H / 4;
-    float *P = ws, *V = ws + wino_small_pad(D, H, W, K);
-    const size_t vf = WINO_NXI * ((size_t)grp * nt1 * K + (size_t)(K / 8 + 1) * WINO_LDPAD);
-    float *M = V + ((vf + 15) & ~(size_t)15);
-    const size_t ncp = (size_t)nn_gemm_ncol_max(n1 > n2 ? n1 : n2) + 64,
-                 mf = WINO_NXI * (grp * nt1 * ncp + (ncp / 4) * WINO_LDPAD);
-    float *Ub = M + ((mf + 15) & ~(size_t)15);
+    wino_small_ws L;
+    wino_small_layout(ws, N, D, H, W, K, n1 + n2, &L);
+    float *P = L.P, *V = L.V, *M = L.M, *Ub = L.slots;
     const long aoff[1] = {0};
     for (int n0 = 0; n0 < N; n0 += grp) {
         const int ns = N - n0 < grp ? N - n0 : grp;
@@ -838,12 +848,9 @@ static void wino_small_dw(float *dw, const float *a, int ca, const float *b, int
     const int mk = nn_tw_mr(nr), kc = wino_small_kc(nr), nkc = (K + kc - 1) / kc;
     const int vw = nn_gemm_vw();
     const long nt1 = wino_ntiles(D, H, W);
-    float *P = ws, *V = ws + wino_small_pad(D, H, W, K);
-    const size_t vf = WINO_NXI * ((size_t)grp * nt1 * K + (size_t)(K / 8 + 1) * WINO_LDPAD);
-    float *dM = V + ((vf + 15) & ~(size_t)15);
-    const size_t ncp = (size_t)nn_gemm_ncol_max(cout) + 64,
-                 mf = WINO_NXI * (grp * nt1 * ncp + (ncp / 4) * WINO_LDPAD);
-    float *Ub = dM + ((mf + 15) & ~(size_t)15);
+    wino_small_ws L;
+    wino_small_layout(ws, N, D, H, W, K, cout, &L);
+    float *P = L.P, *V = L.V, *dM = L.M, *Ub = L.slots;
     for (int n0 = 0; n0 < N; n0 += grp) {
         const int ns = N - n0 < grp ? N - n0 : grp;
         const long nt = ns * nt1, ldm = nt * nr + WINO_LDPAD;
