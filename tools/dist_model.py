@@ -95,6 +95,7 @@ def valid(V, L, sh):
 SLAB_BYTES = 48 << 20
 DW_REPLICA_BUDGET, DW_REPLICAS_MAX = 64 << 20, 8
 TW_SCRATCH, TW_ROWS_MAX, MAX_THREADS, TG_MR_MAX = 65536, 256, 64, 16
+TW_CT_SCRATCH = 196608
 
 
 def up16(n):
@@ -106,7 +107,11 @@ def ncol_max(n):
     return -(-n // 16) * 16
 
 
-def tw_chunk_rows(H, W, ncol):
+def tw_chunk_rows(H, W, ncol, T=27, K=0):
+    """Rows per chunk: T = 27 Conv3d, T = 8 ConvTranspose3d (K input channels)."""
+    if T == 8:
+        vox = min(256, TW_CT_SCRATCH // (K + 2 * ncol_max(ncol)))
+        return max(1, min(vox // W, TW_ROWS_MAX))
     vox = min(256, TW_SCRATCH // ncol_max(ncol))
     R = max(1, min(vox // W, TW_ROWS_MAX))
     if R >= H:
@@ -121,12 +126,15 @@ def weight_grad_ws(T, K, ncol, nrows, H, W):
     packed panels (a chunk's G, and the padded input block of one k block). Depends on the
     layer, not on how the volume is split."""
     dw = T * K * ncol_max(ncol)
-    cr = tw_chunk_rows(H, W, ncol)
+    cr = tw_chunk_rows(H, W, ncol, T, K)
     chunks = -(-nrows // cr)
     r = min(DW_REPLICA_BUDGET // (4 * dw), DW_REPLICAS_MAX, chunks // 4)
     R = min(cr, nrows)
-    nz, ny = (R // H, H) if R >= H else (1, R)
-    panel = up16(R * W * ncol_max(ncol) + 3 * nz * (ny + 2) * (W + 2) * TG_MR_MAX)
+    if T == 8:  # the chunk's input and two taps' G panels
+        panel = up16(R * W * (K + 2 * ncol_max(ncol)))
+    else:  # G panels and the padded input block of one k block
+        nz, ny = (R // H, H) if R >= H else (1, R)
+        panel = up16(R * W * ncol_max(ncol) + 3 * nz * (ny + 2) * (W + 2) * TG_MR_MAX)
     return dw * (r + 1 if r > 1 else 1) + MAX_THREADS * panel
 
 

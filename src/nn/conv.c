@@ -926,13 +926,19 @@ static void tw_row(const tw_src *r, long row, int t, long *ao, long *go) {
 #define DW_REPLICAS_MAX 8
 #define DW_REPLICA_BUDGET (64u << 20) /* bytes of per-thread weight-gradient copies */
 #define TW_SCRATCH 65536                /* at most this many floats of packed G panels per chunk */
+#define TW_CT_SCRATCH 196608 /* ConvTranspose3d: floats of a chunk's packed input and G */
 #define TW_ROWS_MAX 256
 
-/* Rows per chunk: about 256 voxels, fewer when the packed G panels (ncol padded floats per
- * voxel) would exceed TW_SCRATCH; at least one row. Whole planes of H rows, or a divisor of H
- * (tw_chunk_conv packs the padded input of a block of whole rows of one or more planes). */
-static int tw_chunk_rows(int H, int W, int ncol) {
-    long vox = TW_SCRATCH / nn_gemm_ncol_max(ncol);
+/* Rows per chunk of a T-tap weight gradient (T = 27: Conv3d, T = 8: ConvTranspose3d) with K
+ * input and ncol output channels: about 256 voxels, at least one row.
+ * Conv3d: fewer when the packed G panels (ncol padded floats per voxel) would exceed
+ * TW_SCRATCH; whole planes of H rows, or a divisor of H (tw_chunk_conv packs the padded input
+ * of a block of whole rows of one or more planes).
+ * ConvTranspose3d: fewer when the packed input (K floats per voxel) and one G panel would
+ * exceed TW_CT_SCRATCH; any number of rows. */
+static int tw_chunk_rows(int T, int H, int W, int K, int ncol) {
+    long vox = T == 8 ? TW_CT_SCRATCH / (K + 2 * nn_gemm_ncol_max(ncol))
+                      : TW_SCRATCH / nn_gemm_ncol_max(ncol);
     if (vox > 256)
         vox = 256;
     long R = vox / W;
@@ -940,6 +946,8 @@ static int tw_chunk_rows(int H, int W, int ncol) {
         R = TW_ROWS_MAX;
     if (R < 1)
         R = 1;
+    if (T == 8)
+        return (int)R;
     if (R >= H)
         return (int)(R / H * H);
     while (H % R)
@@ -953,21 +961,26 @@ static void tw_chunk_dims(int H, long nrr, long *nz, long *ny) {
     *ny = nrr >= H ? H : nrr;
 }
 
-/* Floats of one thread's packed G and A panels for the chunks of an (H, W, ncol) layer of
- * nrows rows: a chunk's voxels times the widest padded columns, plus the widest k block of
- * the padded input block of tw_chunk_conv (3 planes per plane of the chunk, 2 rows and 2
- * voxels wider; more than ConvTranspose3d's chunk of voxels needs), rounded to 64 bytes (no
- * shared cache line).
+/* Floats of one thread's packed panels for the chunks of a T-tap (H, W, K -> ncol) layer of
+ * nrows rows, rounded to 64 bytes (no shared cache line). Conv3d: a chunk's voxels times the
+ * widest padded columns, plus the widest k block of the padded input block of tw_chunk_conv
+ * (3 planes per plane of the chunk, 2 rows and 2 voxels wider). ConvTranspose3d: the chunk's
+ * input (K floats per voxel) and one G panel of the widest column block.
  * Sized per layer, not TW_SCRATCH per thread: with NN_MAX_THREADS slots the fixed size cost
  * 16 MiB in every workspace, the largest part of it that does not shrink with spatial shards
  * (a 16-channel level needs 16 KiB per thread); and a row wider than the chunk budget
  * (W > TW_SCRATCH / ncol) fits. */
-static size_t tw_scratch_floats(int H, int W, int ncol, long nrows) {
-    const long R0 = tw_chunk_rows(H, W, ncol), R = R0 < nrows ? R0 : nrows;
-    long nz, ny;
-    tw_chunk_dims(H, R, &nz, &ny);
-    const size_t f = (size_t)R * W * nn_gemm_ncol_max(ncol) +
-                     (size_t)3 * nz * (ny + 2) * (W + 2) * NN_TG_MR_MAX;
+static size_t tw_scratch_floats(int T, int H, int W, int K, int ncol, long nrows) {
+    const long R0 = tw_chunk_rows(T, H, W, K, ncol), R = R0 < nrows ? R0 : nrows;
+    size_t f;
+    if (T == 8) {
+        f = (size_t)R * W * (K + 2 * nn_gemm_ncol_max(ncol));
+    } else {
+        long nz, ny;
+        tw_chunk_dims(H, R, &nz, &ny);
+        f = (size_t)R * W * nn_gemm_ncol_max(ncol) +
+            (size_t)3 * nz * (ny + 2) * (W + 2) * NN_TG_MR_MAX;
+    }
     return (f + 15) & ~(size_t)15;
 }
 
@@ -978,7 +991,7 @@ static size_t tw_scratch_floats(int H, int W, int ncol, long nrows) {
 static int dw_replicas(int T, int K, int ncol, long nrows, int H, int W) {
     const size_t bytes = (size_t)T * K * nn_gemm_ncol_max(ncol) * sizeof(float);
     size_t r = DW_REPLICA_BUDGET / (bytes ? bytes : 1);
-    const long cr = tw_chunk_rows(H, W, ncol), chunks = (nrows + cr - 1) / cr;
+    const long cr = tw_chunk_rows(T, H, W, K, ncol), chunks = (nrows + cr - 1) / cr;
     /* SCAFFOLD_NN_DW_REPLICAS lowers the cap (tests use 0 to exercise the tile partition). */
     const char *env = getenv("SCAFFOLD_NN_DW_REPLICAS");
     size_t cap = env ? (size_t)strtoul(env, NULL, 10) : DW_REPLICAS_MAX;
@@ -1001,7 +1014,7 @@ static size_t dw_floats(int T, int K, int ncol) {
 static size_t weight_grad_ws(int T, int K, int ncol, long nrows, int H, int W) {
     const int r = dw_replicas(T, K, ncol, nrows, H, W);
     return dw_floats(T, K, ncol) * (size_t)(r > 1 ? r + 1 : 1) +
-           (size_t)NN_MAX_THREADS * tw_scratch_floats(H, W, ncol, nrows);
+           (size_t)NN_MAX_THREADS * tw_scratch_floats(T, H, W, K, ncol, nrows);
 }
 
 /* The packed weight gradient is stored tile by tile: the k block [k0, k0 + mk) holds, per
@@ -1022,25 +1035,41 @@ static int dw_kblocks(int K, int nr) {
     return (K + mkmax - 1) / mkmax;
 }
 
-/* G of the chunk's rows [r0, r0 + nrr) for tap t (ConvTranspose3d; Conv3d's G does not depend
- * on the tap) into contiguous zero-padded panels Gp[ob][voxel][nr]. RATIONALE: read in place,
- * each voxel's G block is 64 bytes out of a power-of-two stride, which maps a chunk onto a
- * quarter of the L1 sets; packed, the kernel streams it (measured on Zen 3: 58 -> 87 GFLOP/s
- * for the 6x2 tile). */
-static void tw_pack_g(float *Gp, const tw_src *r, long r0, int nrr, int t) {
+/* n floats from s to d, the packing's few-float runs (a column block's nr, a k block's mk): a
+ * fixed-size copy for the common sizes, which the compiler turns into a few vector moves
+ * instead of a call (a libc memcpy of 64 bytes per voxel took a fifth of a ConvTranspose3d
+ * weight gradient). */
+static inline void copy_run(float *restrict d, const float *restrict s, int n) {
+    switch (n) {
+    case 5: memcpy(d, s, 5 * sizeof(float)); break;
+    case 6: memcpy(d, s, 6 * sizeof(float)); break;
+    case 16: memcpy(d, s, 16 * sizeof(float)); break;
+    case 32: memcpy(d, s, 32 * sizeof(float)); break;
+    default: memcpy(d, s, (size_t)n * sizeof(float)); break;
+    }
+}
+
+/* G of the chunk's rows [r0, r0 + nrr) into contiguous zero-padded panels
+ * Gp[c][ob][voxel][nr] for nt taps: Conv3d's G (nt = 1, t = 0: it does not depend on the tap),
+ * or ConvTranspose3d's taps t and t + 1 (nt = 2, t even: the two x offsets, whose voxels
+ * alternate along an output row, so the row is read in order). RATIONALE: read in place, each
+ * voxel's G block is 64 bytes out of a power-of-two stride, which maps a chunk onto a quarter
+ * of the L1 sets; packed, the kernel streams it (measured on Zen 3: 58 -> 87 GFLOP/s for the
+ * 6x2 tile). */
+static void tw_pack_g(float *Gp, const tw_src *r, long r0, int nrr, int t, int nt) {
     const int ncol = r->cout, W = r->W, nr = nn_gemm_nr(ncol), nb = nblocks(ncol, nr);
     const long nv = (long)nrr * W;
-    const long gx = r->kind == 0 ? r->ldg_vox : 2 * r->ldg_vox; /* G stride along x */
     for (int i = 0; i < nrr; i++) {
         long ao, go;
         tw_row(r, r0 + i, t, &ao, &go);
-        for (int x = 0; x < W; x++) {
-            const float *g = r->G + go + x * gx;
+        for (long xs = 0; xs < (long)nt * W; xs++) {
+            const float *g = r->G + go + xs * r->ldg_vox;
+            const long c = xs % nt, x = xs / nt;
             for (int b = 0; b < nb; b++) {
-                float *d = Gp + ((size_t)b * nv + (size_t)i * W + x) * nr;
+                float *d = Gp + (((size_t)c * nb + b) * nv + (size_t)i * W + x) * nr;
                 const int n0 = b * nr;
                 if (n0 + nr <= ncol) {
-                    memcpy(d, g + n0, sizeof(float) * nr);
+                    copy_run(d, g + n0, nr);
                 } else {
                     for (int j = 0; j < nr; j++)
                         d[j] = n0 + j < ncol ? g[n0 + j] : 0.0f;
@@ -1071,7 +1100,7 @@ static void tw_chunk_conv(float *Wp, const tw_src *r, long r0, int nrr, long t_l
     long rowoff[TW_ROWS_MAX]; /* chunk row i's first voxel in the packed block (tap 0) */
     for (int i = 0; i < nrr; i++)
         rowoff[i] = ((long)(i / ny) * prow + i % ny) * Wp2;
-    tw_pack_g(Gp, r, r0, nrr, 0);
+    tw_pack_g(Gp, r, r0, nrr, 0, 1);
     int a_kb = -1;
     for (long tile = t_lo; tile < t_hi; tile++) {
         const int t = (int)(tile % 27), ob = (int)((tile / 27) % nb), kb = (int)(tile / (27L * nb));
@@ -1100,65 +1129,76 @@ static void tw_chunk_conv(float *Wp, const tw_src *r, long r0, int nrr, long t_l
     }
 }
 
-/* ConvTranspose3d: tiles [t_lo, t_hi) (tile = (t, k block, column block), column block
- * fastest) of the chunk of rows [r0, r0 + nrr) of a T-tap layer into Wp. G is packed per tap
- * (tw_pack_g); with many column blocks, A per (tap, k block) after it. */
+/* ConvTranspose3d's packed weight gradient: per tap t and column block ob, the K x nr tile
+ * column, k blocks one after another (dwt_tile), so a (tap, column block)'s tiles are one
+ * sequential stream for tw_chunk_convt. */
+static size_t dwt_tile(int k0, int t, int ob, int K, int nb, int nr) {
+    return (((size_t)t * nb + ob) * K + k0) * nr;
+}
+
+/* ConvTranspose3d: tiles [t_lo, t_hi) (tile = (t, column block, k block), k block fastest) of
+ * the chunk of rows [r0, r0 + nrr) of a T-tap layer into Wp (dwt_tile). The chunk's input,
+ * which every tap reads at the same voxels, is packed once per call by k block
+ * (Ap[kb][voxel][mk], contiguous panels); a (tap, column block)'s G panel, packed when the
+ * tiles reach it, stays in L1 while the k blocks' input panels stream past it.
+ * RATIONALE: with taps outermost, G packed per tap for every column block and the input
+ * re-packed (or read in place, 6 floats out of every voxel's cin) per (tap, k block), the
+ * kernels read G from L2 and spent a quarter of the time packing: 44-51% of the FMA peak on
+ * Zen 3 at the upstream widths. */
+static void tw_prefetch_g(const tw_src *r, long r0, int t, long l0, long l1) {
+    const long lpv = (r->cout + 15) / 16, per_row = 2L * r->W * lpv;
+    for (long l = l0; l < l1; l++) {
+        const long i = l / per_row, xs = l % per_row / lpv, c = l % lpv;
+        long ao, go;
+        tw_row(r, r0 + i, t, &ao, &go);
+        __builtin_prefetch(r->G + go + xs * r->ldg_vox + c * 16, 0, 2);
+    }
+}
+
 static void tw_chunk_convt(float *Wp, const tw_src *r, int T, long r0, int nrr, long t_lo,
-                           long t_hi, float *Gp) {
+                           long t_hi, float *Gp, long next_r0, int next_nrr) {
     const int K = r->cin, ncol = r->cout, W = r->W;
     const int nr = nn_gemm_nr(ncol), nb = nblocks(ncol, nr), nkb = dw_kblocks(K, nr);
     const long nv = (long)nrr * W;
-    const float *arows[TW_ROWS_MAX];
-    float *Ap = Gp + (size_t)nv * nn_gemm_ncol_max(ncol);
-    int g_tap = -1, a_tap = -1;
-    long a_key = -1;
+    float *Ap = Gp + (size_t)2 * nv * nn_gemm_ncol_max(ncol);
+    (void)T;
+    for (int i = 0; i < nrr; i++) {
+        long ao, go;
+        tw_row(r, r0 + i, 0, &ao, &go);
+        for (int kb = 0; kb < nkb; kb++) {
+            const int k0 = split_at(K, nkb, kb), mk = split_at(K, nkb, kb + 1) - k0;
+            float *d = Ap + ((size_t)k0 * nv + (size_t)i * W * mk);
+            for (int x = 0; x < W; x++, d += mk)
+                copy_run(d, r->A + ao + (size_t)x * K + k0, mk);
+        }
+    }
+    int g_pair = -1;
+    const long per_pair = 2L * nb * nkb, lg = (long)nrr * 2 * W * ((ncol + 15) / 16);
+    const long la = next_r0 < 0 ? 0 : ((long)next_nrr * W * K + 15) / 16;
+    const long a_step = (la + (t_hi - t_lo) - 1) / (t_hi - t_lo);
+    const float *a_next = next_r0 < 0 ? NULL : r->A + (size_t)next_r0 * W * K;
+    long g_step = 0, gl = 0, al = 0;
     for (long tile = t_lo; tile < t_hi; tile++) {
-        const int t = (int)(tile / ((long)nkb * nb));
-        const int kb = (int)((tile / nb) % nkb), ob = (int)(tile % nb);
-        const int k0 = split_at(K, nkb, kb), k1 = split_at(K, nkb, kb + 1);
-        if (g_tap != t) {
-            tw_pack_g(Gp, r, r0, nrr, t);
-            g_tap = t;
+        const long tob = tile / nkb;
+        const int t = (int)(tob / nb), ob = (int)(tob % nb), kb = (int)(tile % nkb);
+        if (g_pair != t / 2) {
+            tw_pack_g(Gp, r, r0, nrr, t & ~1, 2);
+            g_pair = t / 2;
+            const long end = (g_pair + 1) * per_pair < t_hi ? (g_pair + 1) * per_pair : t_hi;
+            g_step = end < t_hi ? (lg + (end - tile) - 1) / (end - tile) : 0;
+            gl = 0;
         }
-        if (a_tap != t) {
-            for (int i = 0; i < nrr; i++) {
-                long ao, go;
-                tw_row(r, r0 + i, t, &ao, &go);
-                arows[i] = r->A + ao;
-            }
-            a_tap = t;
+        if (g_step) {
+            const long l1 = gl + g_step < lg ? gl + g_step : lg;
+            tw_prefetch_g(r, r0, 2 * g_pair + 2, gl, l1);
+            gl = l1;
         }
-        /* The k block's input channels of every voxel, packed once for all column blocks
-         * (RATIONALE as for G: in place, a voxel's few channels sit at a stride of cin floats,
-         * which for 256 or 512 channels maps the chunk onto 4 or 2 of the L1's 64 sets).
-         * The taps share one A, which this copies once per tap: worth it only with many
-         * column blocks to serve (8^3 512->256, 16 blocks: 1.15x faster; 32^3 128->64, 4
-         * blocks: 1.2x slower packed). */
-        const int mk = k1 - k0;
-        const float *ar[TW_ROWS_MAX], *gr[TW_ROWS_MAX];
-        int rows = nrr, X = W;
-        long lda = K;
-        if (nb >= 8) {
-            if (a_key != (long)t * nkb + kb) {
-                float *d = Ap;
-                for (int i = 0; i < nrr; i++)
-                    for (int x = 0; x < W; x++) {
-                        const float *src = arows[i] + (size_t)x * K + k0;
-                        for (int m = 0; m < mk; m++)
-                            *d++ = src[m];
-                    }
-                a_key = (long)t * nkb + kb;
-            }
-            rows = 1, X = (int)nv, lda = mk;
-            ar[0] = Ap;
-            gr[0] = Gp + (size_t)ob * nv * nr;
-        } else {
-            for (int i = 0; i < nrr; i++) {
-                ar[i] = arows[i] + k0;
-                gr[i] = Gp + ((size_t)ob * nv + (size_t)i * W) * nr;
-            }
-        }
-        nn_tw_tile(rows, ar, gr, X, lda, nr, mk, nr, nr, Wp + dw_tile(k0, mk, t, ob, T, nb, nr),
+        for (long l = al; l < al + a_step && l < la; l++)
+            __builtin_prefetch(a_next + l * 16, 0, 2);
+        al += a_step;
+        const int k0 = split_at(K, nkb, kb), mk = split_at(K, nkb, kb + 1) - k0;
+        const float *ar = Ap + (size_t)k0 * nv, *gr = Gp + ((size_t)(t & 1) * nb + ob) * nv * nr;
+        nn_tw_tile(1, &ar, &gr, (int)nv, mk, nr, mk, nr, nr, Wp + dwt_tile(k0, t, ob, K, nb, nr),
                    nr);
     }
 }
@@ -1175,10 +1215,10 @@ static void weight_grad(float *dWp, const tw_src *r, long nrows, int T, int accu
     const int nkb = dw_kblocks(K, nr);
     const long ntiles = (long)T * nkb * nb;
     const size_t nw = dw_floats(T, K, ncol);
-    const int CR = tw_chunk_rows(r->H, r->W, ncol);
+    const int CR = tw_chunk_rows(T, r->H, r->W, K, ncol);
     const long nchunks = (nrows + CR - 1) / CR;
     const int nth = nn_threads();
-    const size_t nsc = tw_scratch_floats(r->H, r->W, ncol, nrows);
+    const size_t nsc = tw_scratch_floats(T, r->H, r->W, K, ncol, nrows);
     int reps = dw_replicas(T, K, ncol, nrows, r->H, r->W);
     if (reps < 1)
         reps = 1;
@@ -1204,8 +1244,11 @@ static void weight_grad(float *dWp, const tw_src *r, long nrows, int T, int accu
             const int nrr = (int)(nrows - r0 < CR ? nrows - r0 : CR);
             if (r->kind == 0)
                 tw_chunk_conv(rep + (size_t)cp * nw, r, r0, nrr, lo, hi, sc);
-            else
-                tw_chunk_convt(rep + (size_t)cp * nw, r, T, r0, nrr, lo, hi, sc);
+            else {
+                const long n0 = (c + reps) * CR;
+                tw_chunk_convt(rep + (size_t)cp * nw, r, T, r0, nrr, lo, hi, sc,
+                               n0 < nrows ? n0 : -1, (int)(nrows - n0 < CR ? nrows - n0 : CR));
+            }
         }
     }
     if (reps > 1) {
@@ -1242,32 +1285,48 @@ static void bias_grad(float *db, const float *dout, long ldo, long P, int C, nn_
     }
 }
 
-/* dW (PyTorch layout) += the packed gradient (dw_tile), rounded to bf16 in bf16 mode (PyTorch
- * autocast computes the weight gradient of the bf16 weight copy in bf16). dw index (o, i, t)
- * with (o, i) = (oc, ic) for Conv3d and (ic, oc) for ConvTranspose3d. */
-static void unpack_dw(float *dw, const float *Wp, int cin, int cout, int T, int oc_major,
-                      nn_prec prec) {
-    const int nr = nn_gemm_nr(cout), nb = nblocks(cout, nr), nkb = dw_kblocks(cin, nr);
+/* dW (PyTorch layout, w[oc][ic][t]) += the packed Conv3d gradient (dw_tile), rounded to bf16
+ * in bf16 mode (PyTorch autocast computes the weight gradient of the bf16 weight copy in
+ * bf16). */
+static void unpack_dw(float *dw, const float *Wp, int cin, int cout, nn_prec prec) {
+    const int T = 27, nr = nn_gemm_nr(cout), nb = nblocks(cout, nr), nkb = dw_kblocks(cin, nr);
 #pragma omp parallel for collapse(2) schedule(static)
     for (int kb = 0; kb < nkb; kb++)
         for (int ob = 0; ob < nb; ob++) {
             const int k0 = split_at(cin, nkb, kb), mk = split_at(cin, nkb, kb + 1) - k0;
             const int n0 = ob * nr, nvalid = cout - n0 < nr ? cout - n0 : nr;
             const float *blk = Wp + dw_tile(k0, mk, 0, ob, T, nb, nr);
-            /* the loop whose dw floats are consecutive innermost */
-            const int jo = oc_major ? nvalid : mk, io = oc_major ? mk : nvalid;
-            for (int u = 0; u < jo; u++)
-                for (int v = 0; v < io; v++) {
-                    const int j = oc_major ? u : v, m = oc_major ? v : u;
-                    const int oc = n0 + j, ic = k0 + m;
-                    float *d = dw + (oc_major ? ((size_t)oc * cin + ic) * T
-                                              : ((size_t)ic * cout + oc) * T);
+            for (int j = 0; j < nvalid; j++)
+                for (int m = 0; m < mk; m++) {
+                    float *d = dw + ((size_t)(n0 + j) * cin + k0 + m) * T;
                     const float *src = blk + (size_t)m * nr + j;
                     for (int t = 0; t < T; t++) {
                         const float g = src[(size_t)t * mk * nr];
                         d[t] += prec == NN_BF16 ? nn_bf16_round(g) : g;
                     }
                 }
+        }
+}
+
+/* dW (PyTorch layout, w[ic][oc][t]) += the packed ConvTranspose3d gradient (dwt_tile), rounded
+ * as unpack_dw. One input channel's cout * 8 floats are written as one run; they gather one
+ * nr-float row per (tap, column block). */
+static void unpack_dwt(float *dw, const float *Wp, int cin, int cout, nn_prec prec) {
+    const int nr = nn_gemm_nr(cout), nb = nblocks(cout, nr);
+#pragma omp parallel for schedule(static)
+    for (int ic = 0; ic < cin; ic++)
+        for (int ob = 0; ob < nb; ob++) {
+            const int n0 = ob * nr, nvalid = cout - n0 < nr ? cout - n0 : nr;
+            float *d = dw + ((size_t)ic * cout + n0) * 8;
+            for (int t = 0; t < 8; t++) {
+                const float *src = Wp + dwt_tile(ic, t, ob, cin, nb, nr);
+                if (prec == NN_BF16)
+                    for (int j = 0; j < nvalid; j++)
+                        d[j * 8 + t] += nn_bf16_round(src[j]);
+                else
+                    for (int j = 0; j < nvalid; j++)
+                        d[j * 8 + t] += src[j];
+            }
         }
 }
 
@@ -1442,7 +1501,7 @@ void nn_conv3d_backward_p(float *din, float *dinB, float *dw, const float *dout,
                                   .ldg_vox = cout};
                 weight_grad(Wp, &r, (long)(z1 - z0) * H, 27, n > 0 || z0 > 0);
             }
-        unpack_dw(dw, Wp, cin, cout, 27, 1, prec);
+        unpack_dw(dw, Wp, cin, cout, prec);
     }
     /* Input gradient: the padded (halo'd) output gradient convolved with the flipped,
      * transposed kernel (tap t of the packed weights pairs with the reversed tap 26 - t of the
@@ -1577,7 +1636,7 @@ void nn_convt3d_backward_p(float *din, float *dw, float *db, const float *dout, 
         const tw_src r = {.A = A, .G = dout, .kind = 1, .D = D, .H = H, .W = W, .cin = cin,
                           .cout = cout, .ldg_vox = ldo};
         weight_grad(rest, &r, rows, 8, 0);
-        unpack_dw(dw, rest, cin, cout, 8, 0, prec);
+        unpack_dwt(dw, rest, cin, cout, prec);
     }
     if (!din)
         return;
