@@ -1586,6 +1586,7 @@ static const float *input_prec(const float *in, size_t n, nn_prec prec, float *w
 
 /* Rows per ConvTranspose3d work item: at least CT_POS positions (whole planes when small). */
 #define CT_POS 64
+#define CT_STREAM_BYTES (32u << 20) /* outputs larger than this are streamed (an L3's size) */
 static int ct_rows(int H, int W) {
     const int r = (CT_POS + W - 1) / W;
     return r < H ? r : H;
@@ -1603,7 +1604,12 @@ void nn_convt3d_forward_p(float *out, const float *in, const float *w, const flo
     pack_b(Bp, w, cout, cin, 8, 8, (long)cout * 8, 1, nr, 1, prec);
     const long aoff[1] = {0};
     const nn_tg g = {.T = 1, .K = cin, .aoff = aoff, .nr = nr};
-    const int mode = NN_TG_BIAS | store_mode(prec);
+    /* An output far larger than the last-level cache is written with non-temporal stores: a
+     * cached store first reads every line it fills, and the next layer reads it from memory
+     * anyway (32^3 128->64, 67 MB: ...). */
+    const size_t obytes = (size_t)8 * N * D * H * W * cout * sizeof(float);
+    const int stream = obytes > CT_STREAM_BYTES && cout % 16 == 0 && (uintptr_t)out % 64 == 0;
+    const int mode = NN_TG_BIAS | store_mode(prec) | (stream ? NN_TG_STREAM : 0);
     /* Work items are a few input rows (YR: >= CT_POS positions, so the kernel gets full
      * blocks): their channels stay in cache while every column block and tap reads them (the
      * weights, 8 * cin * cout floats, stay in L2). With the column blocks outermost each block
@@ -1631,6 +1637,8 @@ void nn_convt3d_forward_p(float *out, const float *in, const float *w, const flo
                         walk_run(&g, &wk, (long)nyr * W, Bp + ((size_t)ob * 8 + t) * cin * nr,
                                  bias + n0, nvalid, mode);
                     }
+                    if (stream)
+                        nn_stream_fence();
                 }
 }
 

@@ -245,6 +245,12 @@ int nn_tg_nblocks(long M, int nr) {
 
 /* ---- kernels ----------------------------------------------------------------------------------- */
 
+void nn_stream_fence(void) {
+#if defined(__x86_64__)
+    __builtin_ia32_sfence();
+#endif
+}
+
 nn_tg_fn nn_tg_kernel(int nr, int m) {
     const nn_kern *k = K();
     return k->tg[nr / k->vw - 1][m - 1];

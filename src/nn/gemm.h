@@ -107,6 +107,14 @@ typedef struct nn_tg {
 enum { NN_TG_ZERO = 0, NN_TG_ACCUM = 1, NN_TG_BIAS = 2 };
 /* Mode bit: round the results to bf16 (nearest, ties to even) before storing them. */
 #define NN_TG_RBF16 4
+/* Mode bit: store whole blocks (nvalid == nr) with non-temporal stores, bypassing the caches
+ * (AVX2 and AVX-512 paths; plain stores elsewhere). Each c[i] must be 64-byte aligned, and
+ * nn_stream_fence() must run before another thread reads the results. For outputs far larger
+ * than the last-level cache: they skip the read a cached store makes of every line. */
+#define NN_TG_STREAM 8
+
+/* Orders this thread's non-temporal stores before its later stores (sfence on x86-64). */
+void nn_stream_fence(void);
 
 /* One block of m <= nn_tg_mr(nr) positions for one column block (nvalid <= nr valid columns):
  *   c[i][j] = init + sum_t sum_k a[i][aoff[t] + k] * Bp[(t*K + k)*nr + j]

@@ -11,6 +11,8 @@
 #define KT_MR3 8
 #define KT_MR4 6
 #define KT_PREFNV 2
+#include <immintrin.h>
+#define KT_STREAM(p, v) _mm512_stream_ps((float *)(p), (__m512)(v))
 #include "nn/kern_tmpl.h"
 #else
 typedef int nn_kern_avx512_unused; /* not an x86-64 build: nothing to compile */

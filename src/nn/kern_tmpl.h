@@ -31,6 +31,9 @@ static inline __attribute__((always_inline)) kt_vf kt_round_bf16(kt_vf v) {
 
 #define KT_LOAD(p) (*(const kt_vf *)(p))
 #define KT_STORE(p, v) (*(kt_vf *)(p) = (v))
+#ifndef KT_STREAM /* the includer's non-temporal store of a vector to an aligned address */
+#define KT_STREAM(p, v) KT_STORE(p, v)
+#endif
 
 /* The first n floats at p as a vector (zeros past n), and the first n lanes of v to p: the last
  * partial vector of channels in the Winograd transforms. */
@@ -58,7 +61,7 @@ static inline __attribute__((always_inline)) void
 kt_tg(const nn_tg *restrict g, const float *const *ap, const float *restrict Bp,
       float *const *cp, const float *restrict bias, int nvalid, int mode, const int MR,
       const int NV) {
-    const int nr = NV * KT_VW, rnd = mode & NN_TG_RBF16;
+    const int nr = NV * KT_VW, rnd = mode & NN_TG_RBF16, stream = mode & NN_TG_STREAM;
     mode &= 3;
     kt_vf acc[KT_MRMAX][NN_KERN_MAXNV];
     float tmp[NN_KERN_MAXNV * KT_VW];
@@ -109,7 +112,13 @@ kt_tg(const nn_tg *restrict g, const float *const *ap, const float *restrict Bp,
             for (int j = 0; j < NV; j++)
                 acc[m][j] = kt_round_bf16(acc[m][j]);
     }
-    if (nvalid == nr) {
+    if (nvalid == nr && stream) {
+#pragma GCC unroll 16
+        for (int m = 0; m < MR; m++)
+#pragma GCC unroll 4
+            for (int j = 0; j < NV; j++)
+                KT_STREAM(cp[m] + j * KT_VW, acc[m][j]);
+    } else if (nvalid == nr) {
 #pragma GCC unroll 16
         for (int m = 0; m < MR; m++)
 #pragma GCC unroll 4
