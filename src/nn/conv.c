@@ -121,6 +121,13 @@ static void pack_b(float *Bp, const float *w, int ncol, int K, int T, long sc, l
                 for (int t = 0; t < T; t++)
                     for (int k = kc; k < kce; k++) {
                         float *dst = blk + ((size_t)t * (k1 - k0) + (k - k0)) * nr;
+                        if (prec == NN_FP32 && (ob + 1) * nr <= ncol) {
+                            /* a whole fp32 block: no per-float tests (a third of the time) */
+                            const float *src = w + (long)ob * nr * sc + k * sk + t * st;
+                            for (int j = 0; j < nr; j++)
+                                dst[j] = src[j * sc];
+                            continue;
+                        }
                         for (int j = 0; j < nr; j++) {
                             const int col = ob * nr + j;
                             const float v = col < ncol ? w[col * sc + k * sk + t * st] : 0.0f;
@@ -264,6 +271,11 @@ typedef struct walk {
     long c_row, c_col;
     int Wr;
     int pairs; /* A and B in bf16 (nn_tg_block_bf16) */
+    /* optional: pf_bytes from pf prefetched into L2 during the walk, a share before each
+     * block (data the caller reads next; spread out, the prefetches never wait for a free
+     * miss buffer) */
+    const char *pf;
+    long pf_bytes;
 } walk;
 
 static void walk_run(const nn_tg *g, const walk *w, long M, const void *Bp, const float *bias,
@@ -284,7 +296,11 @@ static void walk_run(const nn_tg *g, const walk *w, long M, const void *Bp, cons
     const nn_tg_fn kq = w->pairs ? NULL : nn_tg_kernel(g->nr, (int)q),
                    kq1 = w->pairs || !rem ? NULL : nn_tg_kernel(g->nr, (int)q + 1);
     long err = 0;
+    const long pf_step = (w->pf_bytes / 64 + nbk - 1) / nbk * 64;
+    long pf_at = 0;
     for (int b = 0; b < nbk; b++) {
+        for (long e = pf_at + pf_step; pf_at < e && pf_at < w->pf_bytes; pf_at += 64)
+            __builtin_prefetch(w->pf + pf_at, 0, 2);
         int m = (int)q;
         err += rem;
         if (err >= nbk) {
@@ -1584,6 +1600,17 @@ static const float *input_prec(const float *in, size_t n, nn_prec prec, float *w
     return ws;
 }
 
+/* Column-block groups per ConvTranspose3d row item: with fewer than 8 items per thread (8^3:
+ * 8 planes), the items' column blocks are split into groups, so that the threads end together
+ * (a tenth of an 8^3 512->256 pass was spent waiting). The results do not depend on it. */
+static int ct_groups(long items, int nb) {
+    const long want = 8L * nn_threads();
+    if (items >= want)
+        return 1;
+    const long g = (want + items - 1) / items;
+    return g < nb ? (int)g : nb;
+}
+
 /* Rows per ConvTranspose3d work item: at least CT_POS positions (whole planes when small). */
 #define CT_POS 64
 #define CT_STREAM_BYTES (32u << 20) /* outputs larger than this are streamed (an L3's size) */
@@ -1614,32 +1641,32 @@ void nn_convt3d_forward_p(float *out, const float *in, const float *w, const flo
      * blocks): their channels stay in cache while every column block and tap reads them (the
      * weights, 8 * cin * cout floats, stay in L2). With the column blocks outermost each block
      * re-read the whole input from memory: 36-60 GFLOP/s at 32^3 128->64, 75-94 this way. */
-    const int YR = ct_rows(H, W), ny = (H + YR - 1) / YR;
-#pragma omp parallel for collapse(3) schedule(dynamic, 2)
-    for (int n = 0; n < N; n++)
-        for (int z = 0; z < D; z++)
-            for (int yb = 0; yb < ny; yb++)
-                for (int ob = 0; ob < nb; ob++) {
-                    const int n0 = ob * nr, nvalid = cout - n0 < nr ? cout - n0 : nr;
-                    const int y = yb * YR, nyr = H - y < YR ? H - y : YR;
-                    for (int t = 0; t < 8; t++) {
-                        const int az = t / 4, by = (t / 2) % 2, cx = t % 2;
-                        const walk wk = {
-                            .a0 = A + (((size_t)n * D + z) * H + y) * W * cin,
-                            .a_row = (long)W * cin,
-                            .a_col = cin,
-                            .c0 = out + ((((size_t)n * 2 * D + 2 * z + az) * 2 * H + 2 * y + by) *
-                                             2 * W + cx) * cout + n0,
-                            .c_row = 4L * W * cout,
-                            .c_col = 2L * cout,
-                            .Wr = W,
-                        };
-                        walk_run(&g, &wk, (long)nyr * W, Bp + ((size_t)ob * 8 + t) * cin * nr,
-                                 bias + n0, nvalid, mode);
-                    }
-                    if (stream)
-                        nn_stream_fence();
-                }
+    const int YR = ct_rows(H, W), ny = (H + YR - 1) / YR, ng = ct_groups((long)N * D * ny, nb);
+#pragma omp parallel for schedule(dynamic, 2)
+    for (long it = 0; it < (long)N * D * ny * ng; it++) {
+        const int og = (int)(it % ng), yb = (int)(it / ng % ny), z = (int)(it / ng / ny % D);
+        const int n = (int)(it / ng / ny / D), y = yb * YR, nyr = H - y < YR ? H - y : YR;
+        for (int ob = og * nb / ng; ob < (og + 1) * nb / ng; ob++) {
+            const int n0 = ob * nr, nvalid = cout - n0 < nr ? cout - n0 : nr;
+            for (int t = 0; t < 8; t++) {
+                const int az = t / 4, by = (t / 2) % 2, cx = t % 2;
+                const walk wk = {
+                    .a0 = A + (((size_t)n * D + z) * H + y) * W * cin,
+                    .a_row = (long)W * cin,
+                    .a_col = cin,
+                    .c0 = out + ((((size_t)n * 2 * D + 2 * z + az) * 2 * H + 2 * y + by) * 2 * W +
+                                 cx) * cout + n0,
+                    .c_row = 4L * W * cout,
+                    .c_col = 2L * cout,
+                    .Wr = W,
+                };
+                walk_run(&g, &wk, (long)nyr * W, Bp + ((size_t)ob * 8 + t) * cin * nr, bias + n0,
+                         nvalid, mode);
+            }
+            if (stream)
+                nn_stream_fence();
+        }
+    }
 }
 
 void nn_convt3d_backward_p(float *din, float *dw, float *db, const float *dout, long ldo,
@@ -1670,25 +1697,45 @@ void nn_convt3d_backward_p(float *din, float *dw, float *db, const float *dout, 
      * read stay in cache while every column block runs over them (36 -> 79-94 GFLOP/s at 32^3
      * 128->64). */
     const int YR = ct_rows(H, W), ny = (H + YR - 1) / YR;
-#pragma omp parallel for collapse(3) schedule(dynamic, 2)
-    for (int n = 0; n < N; n++)
-        for (int z = 0; z < D; z++)
-            for (int yb = 0; yb < ny; yb++)
-                for (int ob = 0; ob < nb; ob++) {
-                    const int n0 = ob * nr, nvalid = cin - n0 < nr ? cin - n0 : nr;
-                    const int y = yb * YR, nyr = H - y < YR ? H - y : YR;
-                    const walk wk = {
-                        .a0 = dout + (((size_t)n * 2 * D + 2 * z) * 2 * H + 2 * y) * 2 * W * ldo,
-                        .a_row = 4L * W * ldo,
-                        .a_col = 2 * ldo,
-                        .c0 = din + (((size_t)n * D + z) * H + y) * W * cin + n0,
-                        .c_row = (long)W * cin,
-                        .c_col = cin,
-                        .Wr = W,
-                    };
-                    walk_kblocks(g, wk, (long)nyr * W, Bp + (size_t)ob * 8 * cout * nr, cout, nkb,
-                                 NULL, nvalid, NN_TG_ZERO, store_mode(prec));
-                }
+    /* The output gradient an item reads (its 2 planes' rows) comes from memory at the first
+     * column block, through 6 positions x 8 taps of streams, more than the hardware prefetchers
+     * follow: the item prefetches the next item's rows (the next item in the same order,
+     * often its own next) over its column blocks. */
+    const long prow = 2L * W * ldo; /* floats of one output-gradient row */
+    const int ng = ct_groups((long)N * D * ny, nb);
+#pragma omp parallel for schedule(dynamic, 2)
+    for (long it = 0; it < (long)N * D * ny * ng; it++) {
+        const int og = (int)(it % ng), yb = (int)(it / ng % ny), z = (int)(it / ng / ny % D);
+        const int n = (int)(it / ng / ny / D), y = yb * YR, nyr = H - y < YR ? H - y : YR;
+        /* the next row item, (n, z, yb + 1) or the next plane's first rows: 2 spans of
+         * 2 * nyx rows (its planes 2z', 2z' + 1), the first half of the column blocks
+         * prefetching the first, the second half the second */
+        const long nx = ((long)n * D + z) * ny + yb + 1;
+        const long xn = nx / ((long)D * ny), xz = nx / ny % D, xy = nx % ny * YR;
+        const long span = 2 * (H - xy < YR ? H - xy : YR) * prow;
+        const int h0 = nb > 1 ? nb / 2 : 1;
+        for (int ob = og * nb / ng; ob < (og + 1) * nb / ng; ob++) {
+            const int n0 = ob * nr, nvalid = cin - n0 < nr ? cin - n0 : nr;
+            walk wk = {
+                .a0 = dout + (((size_t)n * 2 * D + 2 * z) * 2 * H + 2 * y) * 2 * W * ldo,
+                .a_row = 4L * W * ldo,
+                .a_col = 2 * ldo,
+                .c0 = din + (((size_t)n * D + z) * H + y) * W * cin + n0,
+                .c_row = (long)W * cin,
+                .c_col = cin,
+                .Wr = W,
+            };
+            const int half = ob >= h0, sh = half ? nb - h0 : h0, i = half ? ob - h0 : ob;
+            if (xn < N && sh > 0) {
+                const float *p =
+                    dout + (((size_t)xn * 2 * D + 2 * xz + half) * 2 * H + 2 * xy) * prow;
+                wk.pf = (const char *)(p + span * i / sh);
+                wk.pf_bytes = (span * (i + 1) / sh - span * i / sh) * (long)sizeof(float);
+            }
+            walk_kblocks(g, wk, (long)nyr * W, Bp + (size_t)ob * 8 * cout * nr, cout, nkb, NULL,
+                         nvalid, NN_TG_ZERO, store_mode(prec));
+        }
+    }
 }
 
 /* ---- Conv3d k1 (output layer) ----------------------------------------------------------- */
