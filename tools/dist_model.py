@@ -249,7 +249,7 @@ def act_parts(D, H, W, c0, L, sharded, n=1):
     for lvl in range(L):
         d, h, w = D >> (lvl + 1), H >> (lvl + 1), W >> (lvl + 1)
         ct = max(ncol_max(ch[lvl]) * ch[lvl + 1] * 8, ncol_max(ch[lvl + 1]) * ch[lvl] * 8,
-                 weight_grad_ws(8, ch[lvl + 1], ch[lvl], n * d * h, h, w), 64 * ch[lvl])
+                 weight_grad_ws(8, ch[lvl + 1] + 1, ch[lvl], n * d * h, h, w), 64 * ch[lvl])
         best = max(best, (0, ct + ncol_max(ch[lvl]) + 64), key=sum)
     pad = best[0]
     return f + pad, stats + up16(pad + best[1]) - pad

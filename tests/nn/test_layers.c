@@ -799,7 +799,7 @@ static void test_convt_vs_naive(void) {
               *dxr = zeros(P * cin), *dw = zeros(nw), *dwr = zeros(nw), *db = zeros(cout);
         /* the reference weight gradient sums up to 16384 voxels: in double (float sums of
          * that many terms are themselves off by ~1e-3) */
-        double *dwd = calloc(nw, sizeof(double));
+        double *dwd = calloc(nw, sizeof(double)), *dbd = calloc((size_t)cout, sizeof(double));
         for (int n = 0; n < N; n++)
             for (int z = 0; z < D; z++)
                 for (int yy = 0; yy < H; yy++)
@@ -818,10 +818,14 @@ static void test_convt_vs_naive(void) {
                                     dwd[wi] += (double)x[v * cin + ic] * dy[o + oc];
                                 }
                                 yr[o + oc] = (float)acc;
+                                dbd[oc] += dy[o + oc];
                             }
                         }
         for (size_t i = 0; i < nw; i++)
             dwr[i] = (float)dwd[i];
+        float *dbr = zeros(cout);
+        for (int oc = 0; oc < cout; oc++)
+            dbr[oc] = (float)dbd[oc];
         nn_convt3d_forward_p(y, x, w, b, cin, cout, N, D, H, W, NN_FP32, ws);
         nn_convt3d_backward_p(dx, dw, db, dy, cout, x, w, cin, cout, N, D, H, W, NN_FP32, ws);
         snprintf(nm, sizeof nm, "convt3d %dx%dx%dx%d %d->%d forward vs naive", N, D, H, W, cin,
@@ -834,8 +838,11 @@ static void test_convt_vs_naive(void) {
         const float dw_atol = P > 256 ? 1e-4f * sqrtf((float)P / 256.0f) : 1e-4f;
         snprintf(nm, sizeof nm, "convt3d %dx%dx%dx%d %d->%d dw vs naive", N, D, H, W, cin, cout);
         check_close(nm, dw, dwr, nw, dw_atol, 1e-4f);
+        /* the bias gradient sums 8 * P values (the weight gradient's channel of ones) */
+        snprintf(nm, sizeof nm, "convt3d %dx%dx%dx%d %d->%d db vs naive", N, D, H, W, cin, cout);
+        check_close(nm, db, dbr, cout, 2 * dw_atol, 1e-4f);
         free(x), free(w), free(b), free(dy), free(ws), free(y), free(yr), free(dx), free(dxr),
-            free(dw), free(dwr), free(db), free(dwd);
+            free(dw), free(dwr), free(db), free(dwd), free(dbd), free(dbr);
     }
 }
 
