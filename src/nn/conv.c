@@ -121,13 +121,6 @@ static void pack_b(float *Bp, const float *w, int ncol, int K, int T, long sc, l
                 for (int t = 0; t < T; t++)
                     for (int k = kc; k < kce; k++) {
                         float *dst = blk + ((size_t)t * (k1 - k0) + (k - k0)) * nr;
-                        if (prec == NN_FP32 && (ob + 1) * nr <= ncol) {
-                            /* a whole fp32 block: no per-float tests (a third of the time) */
-                            const float *src = w + (long)ob * nr * sc + k * sk + t * st;
-                            for (int j = 0; j < nr; j++)
-                                dst[j] = src[j * sc];
-                            continue;
-                        }
                         for (int j = 0; j < nr; j++) {
                             const int col = ob * nr + j;
                             const float v = col < ncol ? w[col * sc + k * sk + t * st] : 0.0f;
