@@ -946,8 +946,8 @@ static void tw_row(const tw_src *r, long row, int t, long *ao, long *go) {
  * Conv3d: fewer when the packed G panels (ncol padded floats per voxel) would exceed
  * TW_SCRATCH; whole planes of H rows, or a divisor of H (tw_chunk_conv packs the padded input
  * of a block of whole rows of one or more planes).
- * ConvTranspose3d: fewer when the packed input (K floats per voxel) and one G panel would
- * exceed TW_CT_SCRATCH; any number of rows. */
+ * ConvTranspose3d: fewer when the packed input (K floats per voxel) and a tap pair's G (two
+ * taps' padded columns) would exceed TW_CT_SCRATCH; any number of rows. */
 static int tw_chunk_rows(int T, int H, int W, int K, int ncol) {
     long vox = T == 8 ? TW_CT_SCRATCH / (K + 2 * nn_gemm_ncol_max(ncol))
                       : TW_SCRATCH / nn_gemm_ncol_max(ncol);
@@ -977,7 +977,7 @@ static void tw_chunk_dims(int H, long nrr, long *nz, long *ny) {
  * nrows rows, rounded to 64 bytes (no shared cache line). Conv3d: a chunk's voxels times the
  * widest padded columns, plus the widest k block of the padded input block of tw_chunk_conv
  * (3 planes per plane of the chunk, 2 rows and 2 voxels wider). ConvTranspose3d: the chunk's
- * input (K floats per voxel) and one G panel of the widest column block.
+ * input (K floats per voxel) and a tap pair's G (twice the widest padded columns).
  * Sized per layer, not TW_SCRATCH per thread: with NN_MAX_THREADS slots the fixed size cost
  * 16 MiB in every workspace, the largest part of it that does not shrink with spatial shards
  * (a 16-channel level needs 16 KiB per thread); and a row wider than the chunk budget
@@ -1148,15 +1148,6 @@ static size_t dwt_tile(int k0, int t, int ob, int K, int nb, int nr) {
     return (((size_t)t * nb + ob) * K + k0) * nr;
 }
 
-/* ConvTranspose3d: tiles [t_lo, t_hi) (tile = (t, column block, k block), k block fastest) of
- * the chunk of rows [r0, r0 + nrr) of a T-tap layer into Wp (dwt_tile). The chunk's input,
- * which every tap reads at the same voxels, is packed once per call by k block
- * (Ap[kb][voxel][mk], contiguous panels); a (tap, column block)'s G panel, packed when the
- * tiles reach it, stays in L1 while the k blocks' input panels stream past it.
- * RATIONALE: with taps outermost, G packed per tap for every column block and the input
- * re-packed (or read in place, 6 floats out of every voxel's cin) per (tap, k block), the
- * kernels read G from L2 and spent a quarter of the time packing: 44-51% of the FMA peak on
- * Zen 3 at the upstream widths. */
 /* Prefetch into L2 the cache lines [l0, l1) of the G that ConvTranspose3d's tap pair from tap t
  * reads for the chunk at row r0, in tw_pack_g's order (row by row, the voxels of each output
  * row, ceil(cout / 16) lines a voxel). */
@@ -1170,6 +1161,16 @@ static void tw_prefetch_g(const tw_src *r, long r0, int t, long l0, long l1) {
     }
 }
 
+/* ConvTranspose3d: tiles [t_lo, t_hi) (tile = (t, column block, k block), k block fastest) of
+ * the chunk of rows [r0, r0 + nrr) of a T-tap layer into Wp (dwt_tile). The chunk's input,
+ * which every tap reads at the same voxels, is packed once per call by k block
+ * (Ap[kb][voxel][mk], contiguous panels); a (tap, column block)'s G panel, packed when the
+ * tiles reach it, stays in L1 while the k blocks' input panels stream past it.
+ * RATIONALE: with taps outermost, G packed per tap for every column block and the input
+ * re-packed (or read in place, 6 floats out of every voxel's cin) per (tap, k block), the
+ * kernels read G from L2 and spent a quarter of the time packing: 44-51% of the FMA peak on
+ * Zen 3 at the upstream widths. With r->ones the packed input has one more channel, of ones.
+ * next_r0, next_nrr: the chunk this thread takes next (next_r0 < 0: none), prefetched. */
 static void tw_chunk_convt(float *Wp, const tw_src *r, int T, long r0, int nrr, long t_lo,
                            long t_hi, float *Gp, long next_r0, int next_nrr) {
     const int C = r->cin, K = C + r->ones, ncol = r->cout, W = r->W;
@@ -1202,9 +1203,9 @@ static void tw_chunk_convt(float *Wp, const tw_src *r, int T, long r0, int nrr, 
     const int pf = (size_t)nv * (K + 4 * nn_gemm_ncol_max(ncol)) * sizeof(float) <= TW_PF_BYTES;
     int g_pair = -1;
     const long per_pair = 2L * nb * nkb, lg = pf ? (long)nrr * 2 * W * ((ncol + 15) / 16) : 0;
-    const long la = next_r0 < 0 || !pf ? 0 : ((long)next_nrr * W * K + 15) / 16;
+    const long la = next_r0 < 0 || !pf ? 0 : ((long)next_nrr * W * C + 15) / 16;
     const long a_step = (la + (t_hi - t_lo) - 1) / (t_hi - t_lo);
-    const float *a_next = next_r0 < 0 ? NULL : r->A + (size_t)next_r0 * W * K;
+    const float *a_next = next_r0 < 0 ? NULL : r->A + (size_t)next_r0 * W * C;
     long g_step = 0, gl = 0, al = 0;
     for (long tile = t_lo; tile < t_hi; tile++) {
         const long tob = tile / nkb;
