@@ -1162,7 +1162,7 @@ static void tw_prefetch_g(const tw_src *r, long r0, int t, long l0, long l1) {
 }
 
 /* ConvTranspose3d: tiles [t_lo, t_hi) (tile = (t, column block, k block), k block fastest) of
- * the chunk of rows [r0, r0 + nrr) of a T-tap layer into Wp (dwt_tile). The chunk's input,
+ * the chunk of rows [r0, r0 + nrr) of the 8-tap layer into Wp (dwt_tile). The chunk's input,
  * which every tap reads at the same voxels, is packed once per call by k block
  * (Ap[kb][voxel][mk], contiguous panels); a (tap, column block)'s G panel, packed when the
  * tiles reach it, stays in L1 while the k blocks' input panels stream past it.
@@ -1171,13 +1171,12 @@ static void tw_prefetch_g(const tw_src *r, long r0, int t, long l0, long l1) {
  * kernels read G from L2 and spent a quarter of the time packing: 44-51% of the FMA peak on
  * Zen 3 at the upstream widths. With r->ones the packed input has one more channel, of ones.
  * next_r0, next_nrr: the chunk this thread takes next (next_r0 < 0: none), prefetched. */
-static void tw_chunk_convt(float *Wp, const tw_src *r, int T, long r0, int nrr, long t_lo,
-                           long t_hi, float *Gp, long next_r0, int next_nrr) {
+static void tw_chunk_convt(float *Wp, const tw_src *r, long r0, int nrr, long t_lo, long t_hi,
+                           float *Gp, long next_r0, int next_nrr) {
     const int C = r->cin, K = C + r->ones, ncol = r->cout, W = r->W;
     const int nr = nn_gemm_nr(ncol), nb = nblocks(ncol, nr), nkb = dw_kblocks(K, nr);
     const long nv = (long)nrr * W;
     float *Ap = Gp + (size_t)2 * nv * nn_gemm_ncol_max(ncol);
-    (void)T;
     for (int i = 0; i < nrr; i++) {
         long ao, go;
         tw_row(r, r0 + i, 0, &ao, &go);
@@ -1275,7 +1274,7 @@ static void weight_grad(float *dWp, const tw_src *r, long nrows, int T, int accu
                 tw_chunk_conv(rep + (size_t)cp * nw, r, r0, nrr, lo, hi, sc);
             else {
                 const long n0 = (c + reps) * CR;
-                tw_chunk_convt(rep + (size_t)cp * nw, r, T, r0, nrr, lo, hi, sc,
+                tw_chunk_convt(rep + (size_t)cp * nw, r, r0, nrr, lo, hi, sc,
                                n0 < nrows ? n0 : -1, (int)(nrows - n0 < CR ? nrows - n0 : CR));
             }
         }
@@ -1646,7 +1645,7 @@ void nn_convt3d_forward_p(float *out, const float *in, const float *w, const flo
     const nn_tg g = {.T = 1, .K = cin, .aoff = aoff, .nr = nr};
     /* An output far larger than the last-level cache is written with non-temporal stores: a
      * cached store first reads every line it fills, and the next layer reads it from memory
-     * anyway (32^3 128->64, 67 MB: ...). */
+     * anyway (32^3 128->64, 67 MB: 1.07x). */
     const size_t obytes = (size_t)8 * N * D * H * W * cout * sizeof(float);
     const int stream = obytes > CT_STREAM_BYTES && cout % 16 == 0 && (uintptr_t)out % 64 == 0;
     const int mode = NN_TG_BIAS | store_mode(prec) | (stream ? NN_TG_STREAM : 0);
