@@ -108,10 +108,11 @@ static double kernel_sgemm(int M, int N, int K) {
 }
 
 /* The same kernel with its operands in L1 (one block of positions, K = 256, per thread, called
- * back to back for about `seconds`): the ceiling a convolution pass built on it can reach on this
- * machine, to read the per-layer % of the FMA peak against. */
+ * back to back for about `seconds`) at the block shape the layers use for 64 or more output
+ * channels: the ceiling a convolution pass built on it can reach on this machine, to read the
+ * per-layer % of the FMA peak against. */
 static double kernel_l1(double seconds) {
-    const int K = 256, nr = nn_gemm_nr(16), mr = nn_tg_mr(nr);
+    const int K = 256, nr = nn_gemm_nr(64), mr = nn_tg_mr(nr);
     const long aoff[1] = {0};
     const nn_tg g = {.T = 1, .K = K, .aoff = aoff, .nr = nr};
     long calls = 0;
