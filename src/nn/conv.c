@@ -80,21 +80,27 @@ static int use_pairs(nn_prec prec) {
 /* ---- packing ---------------------------------------------------------------------------- */
 
 /* Reduction blocks: the packed weights of one (column block, k block) pair, T*klen*nr floats,
- * stay in L2 while every position of a work item streams past them. Block edges fall on even
- * k (the bf16 kernels take k in pairs). */
+ * stay in L2 while every position of a work item streams past them. Block edges fall on
+ * multiples of `unit` k: 2 (the bf16 kernels take k in pairs), 32 on AMX (kunit). */
 #define KBLOCK_BYTES (160u << 10)
 
-static int kblocks(int K, int T, int nr) {
+static int kblocks(int K, int T, int nr, int unit) {
     const size_t bytes = (size_t)T * K * nr * sizeof(float);
-    const int pairs = (K + 1) / 2;
+    const int units = (K + unit - 1) / unit;
     int nkb = (int)((bytes + KBLOCK_BYTES - 1) / KBLOCK_BYTES);
-    return nkb < 1 ? 1 : nkb > pairs ? pairs : nkb;
+    return nkb < 1 ? 1 : nkb > units ? units : nkb;
 }
 
-static void kb_range(int K, int nkb, int kb, int *k0, int *k1) {
-    const int pairs = (K + 1) / 2;
-    *k0 = 2 * split_at(pairs, nkb, kb);
-    *k1 = 2 * split_at(pairs, nkb, kb + 1);
+/* The k granularity of a bf16 pair layer with K (even) channels: 32 when its tap GEMM runs on
+ * AMX tiles (32 k per A tile), else 2. */
+static int kunit(int K, int pairs) {
+    return pairs && nn_isa_amx() && K % 32 == 0 ? 32 : 2;
+}
+
+static void kb_range(int K, int nkb, int kb, int unit, int *k0, int *k1) {
+    const int units = (K + unit - 1) / unit;
+    *k0 = unit * split_at(units, nkb, kb);
+    *k1 = unit * split_at(units, nkb, kb + 1);
     if (*k1 > K)
         *k1 = K;
 }
@@ -109,7 +115,7 @@ static void pack_b(float *Bp, const float *w, int ncol, int K, int T, long sc, l
     for (int ob = 0; ob < nb; ob++)
         for (int kb = 0; kb < nkb; kb++) {
             int k0, k1;
-            kb_range(K, nkb, kb, &k0, &k1);
+            kb_range(K, nkb, kb, 2, &k0, &k1);
             float *blk = Bp + ((size_t)ob * T * K + (size_t)T * k0) * nr;
             /* A few k at a time, all taps: the source lines they touch (nr columns x PACK_KB
              * x T floats, 14 KiB at 27 taps) stay in L1 while every tap reads them. Taps
@@ -140,7 +146,7 @@ static void pack_b16(uint16_t *Bp, const float *w, int ncol, int K, int T, long 
     for (int ob = 0; ob < nb; ob++)
         for (int kb = 0; kb < nkb; kb++) {
             int k0, k1;
-            kb_range(Kp, nkb, kb, &k0, &k1);
+            kb_range(Kp, nkb, kb, kunit(Kp, 1), &k0, &k1);
             uint16_t *blk = Bp + ((size_t)ob * T * Kp + (size_t)T * k0) * nr;
             for (int t = 0; t < T; t++)
                 for (int k = k0; k < k1; k++) {
@@ -264,6 +270,10 @@ typedef struct walk {
     long c_row, c_col;
     int Wr;
     int pairs; /* A and B in bf16 (nn_tg_block_bf16) */
+    /* pairs on AMX tiles (nn_tg_amx): A rows a_row = Lp * a_col apart (a padded row of Lp
+     * positions), readable up to a_end; K blocks in multiples of 32 */
+    int amx;
+    const void *a_end;
     /* optional: pf_bytes from pf prefetched into L2 during the walk, a share before each
      * block (data the caller reads next; spread out, the prefetches never wait for a free
      * miss buffer) */
@@ -316,6 +326,45 @@ static void walk_run(const nn_tg *g, const walk *w, long M, const void *Bp, cons
     }
 }
 
+/* walk_run on AMX: the positions taken as the padded rows they sit in (position x of row y
+ * at padded position q = y*Lp + x, so A is one fixed stride apart), 32 padded positions per
+ * call, the padding columns' results dropped (2 of Lp: 6% at 32 columns). A block whose last
+ * row's reads would pass the slab's end runs on the pair kernels instead. */
+static void walk_amx(const nn_tg *g, const walk *w, long M, const void *Bp, const float *bias,
+                     int nvalid, int mode) {
+    const long Lp = w->a_row / w->a_col, Q = (M / w->Wr - 1) * Lp + w->Wr;
+    long maxoff = 0;
+    for (int t = 0; t < g->T; t++)
+        maxoff = g->aoff[t] > maxoff ? g->aoff[t] : maxoff;
+    const uint16_t *a0 = w->a0, *end = w->a_end;
+    const int mr = nn_tg_mr(g->nr);
+    float *c[32];
+    long y = 0, x = 0;
+    for (long q0 = 0; q0 < Q; q0 += 32) {
+        for (int r = 0; r < 32; r++) {
+            c[r] = q0 + r < Q && x < w->Wr ? w->c0 + y * w->c_row + x * w->c_col : NULL;
+            if (++x == Lp)
+                x = 0, y++;
+        }
+        const uint16_t *a = a0 + q0 * w->a_col;
+        if (a + 31 * w->a_col + maxoff + g->K <= end) {
+            nn_tg_amx(g, a, w->a_col, Bp, c, bias, nvalid, mode);
+            continue;
+        }
+        const uint16_t *ap[NN_TG_MR_MAX];
+        float *cp[NN_TG_MR_MAX];
+        int m = 0;
+        for (int r = 0; r < 32; r++) {
+            if (c[r])
+                ap[m] = a + r * w->a_col, cp[m++] = c[r];
+            if (m && (m == mr || r == 31)) {
+                nn_tg_block_bf16(g, m, ap, Bp, cp, bias, nvalid, mode);
+                m = 0;
+            }
+        }
+    }
+}
+
 /* One work item over all k blocks of K (packed weights Bob of its column block): the first
  * block initialises C (mode0), the others add; `last` bits (rounding) apply to the last. */
 static void walk_kblocks(nn_tg g, walk w, long M, const void *Bob, int K, int nkb,
@@ -324,19 +373,22 @@ static void walk_kblocks(nn_tg g, walk w, long M, const void *Bob, int K, int nk
     const size_t es = w.pairs ? sizeof(uint16_t) : sizeof(float);
     for (int kb = 0; kb < nkb; kb++) {
         int k0, k1;
-        kb_range(K, nkb, kb, &k0, &k1);
+        kb_range(K, nkb, kb, w.amx ? 32 : 2, &k0, &k1);
         g.K = k1 - k0;
         w.a0 = a0 + (size_t)k0 * es;
         const int mode = (kb ? NN_TG_ACCUM : mode0) | (kb == nkb - 1 ? last : 0);
-        walk_run(&g, &w, M, (const char *)Bob + (size_t)g.T * k0 * g.nr * es, bias, nvalid,
-                 mode);
+        const void *B = (const char *)Bob + (size_t)g.T * k0 * g.nr * es;
+        if (w.amx)
+            walk_amx(&g, &w, M, B, bias, nvalid, mode);
+        else
+            walk_run(&g, &w, M, B, bias, nvalid, mode);
     }
 }
 
 /* Output rows [y0, y1) of plane z of a work item: the kernel walk over them. */
 static void conv27_rows(const nn_tg *g0, float *out, int cdst, const void *P, int csrc,
-                        int pairs, const void *Bob, int nr, int nkb, int ob, int z, int y0,
-                        int y1, int H, int W, int last) {
+                        int pairs, const void *Pend, const void *Bob, int nr, int nkb, int ob,
+                        int z, int y0, int y1, int H, int W, int last) {
     if (y1 <= y0)
         return;
     const long Hp = H + 2, Wp = W + 2;
@@ -351,6 +403,8 @@ static void conv27_rows(const nn_tg *g0, float *out, int cdst, const void *P, in
         .c_col = cdst,
         .Wr = W,
         .pairs = pairs,
+        .amx = kunit(csrc, pairs) == 32,
+        .a_end = Pend,
     };
     walk_kblocks(*g0, w, (long)(y1 - y0) * W, Bob, csrc, nkb, NULL, nvalid, NN_TG_ZERO, last);
 }
@@ -366,6 +420,7 @@ static void conv27(float *out, int cdst, void *P, int csrc, int pairs, const voi
     const int nb = nblocks(cdst, nr);
     const size_t es = pairs ? sizeof(uint16_t) : sizeof(float);
     const nn_tg g0 = {.T = 27, .K = csrc, .aoff = aoff, .nr = nr};
+    const void *Pend = (const char *)P + (size_t)(D + 2) * (H + 2) * (W + 2) * csrc * es;
     if (sh)
         sh->halo_start(sh->ctx, P, 1, D, H, W, csrc);
     /* Rows [ya, yb) of plane z read no received border (none of them when W is sharded). */
@@ -379,7 +434,7 @@ static void conv27(float *out, int cdst, void *P, int csrc, int pairs, const voi
             for (int z = 0; z < D; z++) {
                 const void *Bob = (const char *)Bp + (size_t)ob * 27 * csrc * nr * es;
                 if (!sh) {
-                    conv27_rows(&g0, out, cdst, P, csrc, pairs, Bob, nr, nkb, ob, z, 0, H, H, W,
+                    conv27_rows(&g0, out, cdst, P, csrc, pairs, Pend, Bob, nr, nkb, ob, z, 0, H, H, W,
                                 last);
                     continue;
                 }
@@ -387,15 +442,15 @@ static void conv27(float *out, int cdst, void *P, int csrc, int pairs, const voi
                 const int inner = !zb && !xsh; /* plane with rows [ya, yb) off the border */
                 if (phase == 0) {
                     if (inner)
-                        conv27_rows(&g0, out, cdst, P, csrc, pairs, Bob, nr, nkb, ob, z, ya, yb,
+                        conv27_rows(&g0, out, cdst, P, csrc, pairs, Pend, Bob, nr, nkb, ob, z, ya, yb,
                                     H, W, last);
                 } else if (inner) {
-                    conv27_rows(&g0, out, cdst, P, csrc, pairs, Bob, nr, nkb, ob, z, 0, ya, H, W,
+                    conv27_rows(&g0, out, cdst, P, csrc, pairs, Pend, Bob, nr, nkb, ob, z, 0, ya, H, W,
                                 last);
-                    conv27_rows(&g0, out, cdst, P, csrc, pairs, Bob, nr, nkb, ob, z, yb, H, H, W,
+                    conv27_rows(&g0, out, cdst, P, csrc, pairs, Pend, Bob, nr, nkb, ob, z, yb, H, H, W,
                                 last);
                 } else {
-                    conv27_rows(&g0, out, cdst, P, csrc, pairs, Bob, nr, nkb, ob, z, 0, H, H, W,
+                    conv27_rows(&g0, out, cdst, P, csrc, pairs, Pend, Bob, nr, nkb, ob, z, 0, H, H, W,
                                 last);
                 }
             }
@@ -1466,7 +1521,7 @@ static void conv3d_pass(float *out1, int n1, float *out2, int n2, const float *a
             pad_slab(P, fmt, a, ca, ca, b, cb, n, z0, z1, D, H, W);
             for (int part = 0; part < nparts; part++) {
                 const int ncol = part ? n2 : n1;
-                const int nr = nn_gemm_nr(ncol), nkb = kblocks(Kp, 27, nr);
+                const int nr = nn_gemm_nr(ncol), nkb = kblocks(Kp, 27, nr, kunit(Kp, pairs));
                 if (nparts == 2 || (n == 0 && z0 == 0)) {
                     const float *wp = w + (part ? (long)n1 * sc : 0);
                     if (pairs)
@@ -1700,7 +1755,7 @@ void nn_convt3d_backward_p(float *din, float *dw, float *db, const float *dout, 
     if (!din)
         return;
     /* din[ic] = sum_t sum_oc dout(2p + t)[oc] w[ic][oc][t]: column ic stride cout*8, k = oc. */
-    const int nr = nn_gemm_nr(cin), nb = nblocks(cin, nr), nkb = kblocks(cout, 8, nr);
+    const int nr = nn_gemm_nr(cin), nb = nblocks(cin, nr), nkb = kblocks(cout, 8, nr, 2);
     float *Bp = ws;
     pack_b(Bp, w, cin, cout, 8, (long)cout * 8, 8, 1, nr, nkb, prec);
     long aoff[8];
@@ -1771,7 +1826,7 @@ size_t nn_conv1_ws_floats_p(long P, int cin, int cout, nn_prec prec) {
 /* out (P, ncol) (op)= in (P, K) x packed B, items of C1_ROW voxels per column block. */
 static void gemm_rows(float *out, int ncol, const float *in, int K, const float *Bp,
                       const float *bias, long P, int mode) {
-    const int nr = nn_gemm_nr(ncol), nb = nblocks(ncol, nr), nkb = kblocks(K, 1, nr);
+    const int nr = nn_gemm_nr(ncol), nb = nblocks(ncol, nr), nkb = kblocks(K, 1, nr, 2);
     const long aoff[1] = {0};
     const nn_tg g = {.T = 1, .K = K, .aoff = aoff, .nr = nr};
     const long items = (P + C1_ROW - 1) / C1_ROW;
@@ -1793,7 +1848,7 @@ void nn_conv1_forward_p(float *out, const float *in, const float *w, const float
     float *rest;
     const float *A = input_prec(in, (size_t)P * cin, prec, ws, &rest);
     float *Bp = rest, *bias = bias_padded(rest + packed_floats(cout, cin, 1), b, cout, nr, prec);
-    pack_b(Bp, w, cout, cin, 1, cin, 1, 0, nr, kblocks(cin, 1, nr), prec);
+    pack_b(Bp, w, cout, cin, 1, cin, 1, 0, nr, kblocks(cin, 1, nr, 2), prec);
     gemm_rows(out, cout, A, cin, Bp, bias, P, NN_TG_BIAS | store_mode(prec));
 }
 
@@ -1833,7 +1888,7 @@ void nn_conv1_backward_p(float *din, float *dw, float *db, const float *dout, co
         return;
     const int nr = nn_gemm_nr(cin);
     float *Bp = ws;
-    pack_b(Bp, w, cin, cout, 1, 1, cin, 0, nr, kblocks(cout, 1, nr), prec);
+    pack_b(Bp, w, cin, cout, 1, 1, cin, 0, nr, kblocks(cout, 1, nr, 2), prec);
     gemm_rows(din, cin, dout, cout, Bp, NULL, P, NN_TG_ZERO | store_mode(prec));
 }
 

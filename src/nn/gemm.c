@@ -18,6 +18,7 @@
 static const nn_kern *cur;      /* the path in use */
 static int cur_isa = -1;
 static int cur_bf16dp;          /* 0 off, 1 vdpbf16ps kernels, 2 plain C stand-in (tests) */
+static int cur_amx;             /* 1: the bf16 Conv3d passes on AMX tiles (cur_bf16dp == 1) */
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static const char *const isa_names[NN_ISA_COUNT] = {"portable", "avx2", "avx512"};
@@ -70,6 +71,21 @@ static int cpu_has_bf16dp(void) {
 #endif
 }
 
+/* AMX-BF16 usable: the CPU reports it and Linux granted the tile state (asked once). */
+static int cpu_has_amx(void) {
+#if defined(__x86_64__) && defined(__linux__)
+    static int granted = -1;
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16"))
+        return 0;
+    if (granted < 0)
+        granted = nn_amx_request();
+    return granted;
+#else
+    return 0;
+#endif
+}
+
 static void select_isa(int isa) {
     cur_isa = isa;
     cur = isa_table(isa);
@@ -78,6 +94,8 @@ static void select_isa(int isa) {
         cur_bf16dp = 2;
     else
         cur_bf16dp = isa == NN_ISA_AVX512 && cpu_has_bf16dp() && !(e && !strcmp(e, "0"));
+    const char *x = getenv("SCAFFOLD_AMX");
+    cur_amx = cur_bf16dp == 1 && cpu_has_amx() && !(x && !strcmp(x, "0"));
 }
 
 static void init_once(void) {
@@ -120,6 +138,11 @@ int nn_isa(void) {
 int nn_isa_bf16dp(void) {
     K();
     return cur_bf16dp != 0;
+}
+
+int nn_isa_amx(void) {
+    K();
+    return cur_amx;
 }
 
 int nn_isa_set(int isa) {
@@ -305,6 +328,24 @@ void nn_tg_block_bf16(const nn_tg *g, int m, const uint16_t *const *a, const uin
 #endif
     (void)k;
     tgb_emulated(g, m, a, Bp, c, bias, nvalid, mode);
+}
+
+void nn_tg_amx(const nn_tg *g, const uint16_t *a, long sa, const uint16_t *Bp, float *const *c,
+               const float *bias, int nvalid, int mode) {
+#if defined(__x86_64__) && defined(__linux__)
+    if (cur_amx) {
+        nn_amx_tg(g, a, sa, Bp, c, bias, nvalid, mode);
+        return;
+    }
+#endif
+    /* not reached while nn_isa_amx() is 0; kept correct all the same */
+    const uint16_t *ap[32];
+    float *cp[32];
+    int m = 0;
+    for (int r = 0; r < 32; r++)
+        if (c[r])
+            ap[m] = a + (size_t)r * sa, cp[m++] = c[r];
+    tgb_emulated(g, m, ap, Bp, cp, bias, nvalid, mode);
 }
 
 /* Partial-width tiles (fewer valid columns than a vector block: the 1x1 output convolution

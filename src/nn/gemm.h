@@ -44,6 +44,9 @@ int nn_isa_set(int isa);
  * plain C stand-in for vdpbf16ps, so the pair packing is tested where the instruction is
  * missing (slow: tests only). */
 int nn_isa_bf16dp(void);
+/* 1 when, on top of that, the Conv3d bf16 passes run on AMX tiles (nn_tg_amx): the CPU reports
+ * AMX-BF16 and the OS granted the tile state. SCAFFOLD_AMX=0 turns it off (vdpbf16ps only). */
+int nn_isa_amx(void);
 /* CPU model name as the OS reports it ("unknown" when it cannot be read). */
 const char *nn_cpu_name(void);
 
@@ -135,6 +138,14 @@ nn_tg_fn nn_tg_kernel(int nr, int m);
  * products accumulate in fp32 (vdpbf16ps). */
 void nn_tg_block_bf16(const nn_tg *g, int m, const uint16_t *const *a, const uint16_t *Bp,
                       float *const *c, const float *bias, int nvalid, int mode);
+
+/* AMX (nn_isa_amx() only): 32 positions whose A rows are a + r*sa (uint16 elements, r < 32),
+ * the taps g->aoff, g->K a multiple of 32, Bp in the pair layout [t][K/2][g->nr][2]:
+ *   c[r][j] = init + sum_t sum_k a[r*sa + aoff[t] + k] * B[t][k][j], j < nvalid,
+ * init and rounding as nn_tg_block; rows with c[r] NULL are computed and dropped (the padding
+ * columns of a padded row). Reads all 32 rows' A whatever c says. */
+void nn_tg_amx(const nn_tg *g, const uint16_t *a, long sa, const uint16_t *Bp, float *const *c,
+               const float *bias, int nvalid, int mode);
 
 /* Number of position blocks nn_tg_block needs for M positions at width nr. Callers split M
  * into that many near-equal blocks (block b starts at floor(M * b / nblocks)), so no slow

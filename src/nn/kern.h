@@ -47,5 +47,12 @@ extern const nn_kern nn_kern_avx2, nn_kern_avx512;
 /* The AVX512_BF16 pair kernels, [NV-1][m-1] for the nn_kern_avx512 block shapes. */
 extern const nn_tgb_fn *const nn_tgb_avx512bf16[NN_KERN_MAXNV];
 #endif
+#if defined(__x86_64__) && defined(__linux__)
+/* Asks Linux for the AMX tile data state for this process (kern_amx.c); 1 when granted. */
+int nn_amx_request(void);
+/* nn_tg_amx (gemm.h) on AMX tiles; only after nn_amx_request() returned 1. */
+void nn_amx_tg(const nn_tg *g, const uint16_t *a, long sa, const uint16_t *Bp, float *const *c,
+               const float *bias, int nvalid, int mode);
+#endif
 
 #endif

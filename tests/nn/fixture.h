@@ -86,8 +86,9 @@ static inline int fx_isa_setup(int argc, char **argv) {
         return 1;
     }
     const char *want = getenv("SCAFFOLD_ISA");
-    printf("kernel path %s (%d floats per vector, bf16 dot products %s) on %s\n",
-           nn_isa_name(nn_isa()), nn_gemm_vw(), nn_isa_bf16dp() ? "yes" : "no", nn_cpu_name());
+    printf("kernel path %s (%d floats per vector, bf16 dot products %s, AMX %s) on %s\n",
+           nn_isa_name(nn_isa()), nn_gemm_vw(), nn_isa_bf16dp() ? "yes" : "no",
+           nn_isa_amx() ? "yes" : "no", nn_cpu_name());
     if (want && *want && strcmp(want, "sse2"))
         CHECK(!strcmp(want, nn_isa_name(nn_isa())), "SCAFFOLD_ISA=%s but the path is %s", want,
               nn_isa_name(nn_isa()));

@@ -13,6 +13,11 @@ for isa in $ISAS; do
     SCAFFOLD_ISA=$isa t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
     SCAFFOLD_ISA=$isa t_cbin "$BUILD/tests/nn/test_unet" "$FIX"
 done
+# bf16 on the vdpbf16ps kernels where the AVX-512 path would take AMX tiles
+if grep -qw avx512 <<<"$ISAS"; then
+    SCAFFOLD_ISA=avx512 SCAFFOLD_AMX=0 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
+    SCAFFOLD_ISA=avx512 SCAFFOLD_AMX=0 t_cbin "$BUILD/tests/nn/test_unet" "$FIX"
+fi
 out=$(SCAFFOLD_ISA=bogus "$BUILD/tests/nn/test_layers" --list-isas 2>&1)
 t_check "nn: SCAFFOLD_ISA=bogus is reported" grep -q "SCAFFOLD_ISA=bogus: unknown path" <<<"$out"
 # the weight gradient's second path (tile partition, used for layers too big for replicas)

@@ -685,6 +685,60 @@ static void fp32_differs(const char *name, const float *got, const float *want, 
           name, same, n);
 }
 
+/* bf16 Conv3d on shapes whose channel counts are multiples of 32 (the AMX tiles where the CPU
+ * has them, the vdpbf16ps kernels under SCAFFOLD_AMX=0, the fp32 kernels elsewhere), against
+ * the ideal result: bf16 operands, sums in double (nn_conv3d_forward_ref; the input gradient
+ * as the forward pass of the flipped, transposed weights over dy), one rounding. Widths that
+ * leave a partial last tile of 32 padded positions, a 16-column block, two k blocks, and a
+ * concatenated input. */
+static void test_conv_bf16_vs_ideal(void) {
+    static const int shapes[][7] = {
+        /* N, D, H, W, ca, cb, cout */
+        {1, 3, 5, 7, 32, 0, 48},   {2, 4, 6, 18, 32, 0, 64}, {1, 2, 3, 40, 96, 0, 16},
+        {1, 4, 4, 4, 64, 64, 32},  {1, 2, 5, 9, 160, 0, 32}, {1, 3, 4, 5, 30, 2, 32},
+    };
+    char nm[112];
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int N = shapes[s][0], D = shapes[s][1], H = shapes[s][2], W = shapes[s][3];
+        const int ca = shapes[s][4], cb = shapes[s][5], cin = ca + cb, cout = shapes[s][6];
+        const size_t P = (size_t)N * D * H * W, nw = 27 * (size_t)cin * cout;
+        float *x = randv(P * cin, 700 + s, 1), *w = randv(nw, 710 + s, 1.0f / sqrtf(27 * cin));
+        float *dy = randv(P * cout, 720 + s, 1);
+        nn_round_bf16(x, P * cin);
+        nn_round_bf16(w, nw);
+        nn_round_bf16(dy, P * cout);
+        float *wt = zeros(nw); /* wt[ic][oc][t] = w[oc][ic][26 - t] */
+        for (int oc = 0; oc < cout; oc++)
+            for (int ic = 0; ic < cin; ic++)
+                for (int t = 0; t < 27; t++)
+                    wt[((size_t)ic * cout + oc) * 27 + t] = w[((size_t)oc * cin + ic) * 27 + 26 - t];
+        float *xa = zeros(P * ca), *xb = zeros(P * cb + 1);
+        for (size_t v = 0; v < P; v++) {
+            memcpy(xa + v * ca, x + v * cin, sizeof(float) * ca);
+            memcpy(xb + v * cb, x + v * cin + ca, sizeof(float) * cb);
+        }
+        float *ws = ws_alloc(nn_conv3d_ws_floats(N, D, H, W, cin, cout));
+        float *y = zeros(P * cout), *yi = zeros(P * cout), *dx = zeros(P * cin),
+              *dxi = zeros(P * cin);
+        nn_conv3d_forward_ref(yi, x, w, cin, cout, N, D, H, W);
+        nn_round_bf16(yi, P * cout);
+        nn_conv3d_forward_ref(dxi, dy, wt, cout, cin, N, D, H, W);
+        nn_round_bf16(dxi, P * cin);
+        nn_conv3d_forward_p(y, xa, ca, cb ? xb : NULL, cb, w, cout, N, D, H, W, NN_BF16, NULL,
+                            ws);
+        snprintf(nm, sizeof nm, "bf16 conv3d %dx%dx%dx%d %d+%d->%d forward vs ideal", N, D, H, W,
+                 ca, cb, cout);
+        bf16_check(nm, y, yi, P * cout);
+        nn_conv3d_backward_p(dx, NULL, NULL, dy, x, cin, NULL, 0, w, cout, N, D, H, W, NN_BF16,
+                             NULL, ws);
+        snprintf(nm, sizeof nm, "bf16 conv3d %dx%dx%dx%d %d->%d dx vs ideal", N, D, H, W, cin,
+                 cout);
+        bf16_check(nm, dx, dxi, P * cin);
+        free(x), free(w), free(dy), free(wt), free(xa), free(xb), free(ws), free(y), free(yi),
+            free(dx), free(dxi);
+    }
+}
+
 static void test_bf16_fixtures(const nn_st_file *st) {
     int64_t xs[5], wsh[5], ys[5];
     /* Conv3d k3 */
@@ -1015,6 +1069,7 @@ int main(int argc, char **argv) {
     nn_st_close(&st);
     test_finite_differences();
     test_conv_vs_naive();
+    test_conv_bf16_vs_ideal();
     test_convt_vs_naive();
     return test_report();
 }
