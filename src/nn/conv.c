@@ -698,30 +698,33 @@ static void wino_dw_slab(float *dU, const float *P, int C, const float *dy, int 
 }
 
 /* (G^T dU G)[t] of one input channel and nv <= nn_gemm_vw() output channels, whose 144 points
- * are at src + xi * sxi + v (whole vectors readable): added to (acc) or stored in
- * out[v * ov + t]. */
+ * are at src + xi * sxi + v (whole vectors readable): stored in out[v * ov + t] (acc 0), added
+ * to it (1), or added rounded to bf16 (2: the gradient of the bf16 weight copy). */
 static void wino_dw_pair(float *out, long ov, int acc, int nv, const float *src, long sxi) {
     const int V = nn_gemm_vw();
     float d[27 * WINO_WV_MAX];
     nn_wino_weights_grad(d, src, sxi);
     for (int v = 0; v < nv; v++) {
         float *o = out + v * ov;
-        for (int t = 0; t < 27; t++)
-            o[t] = (acc ? o[t] : 0.0f) + d[t * V + v];
+        for (int t = 0; t < 27; t++) {
+            const float g = d[t * V + v];
+            o[t] = acc == 0 ? g : o[t] + (acc == 2 ? nn_bf16_round(g) : g);
+        }
     }
 }
 
 /* dw (PyTorch layout, w[oc][ic][t]) += G^T dU G for each channel pair, a vector of output
  * channels at a time (runs of dU's rows, as in wino_weights; the groups of one input channel
  * run one after the other, so the second half of each cache line read is still there). */
-static void wino_dw_finish(float *dw, const float *dU, int cin, int cout) {
+static void wino_dw_finish(float *dw, const float *dU, int cin, int cout, nn_prec prec) {
     const int ncp = nblocks(cout, nn_gemm_nr(cout)) * nn_gemm_nr(cout);
     const int V = nn_gemm_vw(), ng = (cout + V - 1) / V;
 #pragma omp parallel for collapse(2) schedule(static) num_threads(nn_threads())
     for (int ic = 0; ic < cin; ic++)
         for (int og = 0; og < ng; og++) {
             const int oc0 = og * V, nv = cout - oc0 < V ? cout - oc0 : V;
-            wino_dw_pair(dw + ((size_t)oc0 * cin + ic) * 27, (long)cin * 27, 1, nv,
+            wino_dw_pair(dw + ((size_t)oc0 * cin + ic) * 27, (long)cin * 27,
+                         prec == NN_BF16 ? 2 : 1, nv,
                          dU + (size_t)ic * ncp + oc0, (long)cin * ncp);
         }
 }
@@ -814,15 +817,15 @@ static size_t wino_small_ws_floats(int N, int D, int H, int W, int K, int ncol) 
 /* V (k chunks of kc) of samples [n0, n0 + ns) (their tiles one after another) of cat(a, b):
  * each sample padded into P, then transformed; with dy (the weight gradient), also the output
  * gradient's dM per column block of nr. */
-static void wino_small_in(float *V, int kc, float *P, const float *a, int ca, const float *b,
-                          int cb, float *dM, const float *dy, int ncol, int nr, int n0, int ns,
-                          int D, int H, int W) {
+static void wino_small_in(float *V, int kc, float *P, int fmt, const float *a, int ca,
+                          const float *b, int cb, float *dM, const float *dy, int ncol, int nr,
+                          int n0, int ns, int D, int H, int W) {
     const int K = ca + cb, nkc = (K + kc - 1) / kc, nb = nblocks(ncol, nr);
     const long nt1 = wino_ntiles(D, H, W), nt = ns * nt1, Tx = W / 4, Ty = H / 4;
     const long row = (long)(W + 2) * K, plane = (H + 2) * row, ldm = nt * nr + WINO_LDPAD;
     const long gplane = (long)H * W * ncol, grow = (long)W * ncol;
     for (int s = 0; s < ns; s++) {
-        pad_slab(P, PAD_F32, a, ca, ca, b, cb, n0 + s, 0, D, D, H, W);
+        pad_slab(P, fmt, a, ca, ca, b, cb, n0 + s, 0, D, D, H, W);
         const float *g = dy ? dy + (size_t)(n0 + s) * D * H * W * ncol : NULL;
 #pragma omp parallel for schedule(dynamic, 2) num_threads(nn_threads())
         for (long i = 0; i < nt1; i++) {
@@ -868,7 +871,8 @@ static void wino_small_pass(float *out1, int n1, float *out2, int n2, const floa
             float *out = part ? out2 : out1;
             /* V is chunked for the part's kc (the same for both parts but on odd widths) */
             if (part == 0 || kc != wino_small_kc(nn_gemm_nr(n1)))
-                wino_small_in(V, kc, P, a, ca, b, cb, NULL, NULL, 0, nr, n0, ns, D, H, W);
+                wino_small_in(V, kc, P, PAD_F32, a, ca, b, cb, NULL, NULL, 0, nr, n0, ns, D, H,
+                              W);
 #pragma omp parallel num_threads(nn_threads())
             {
                 float *U = Ub + (size_t)omp_get_thread_num() * WINO_SMALL_SLOT;
@@ -906,7 +910,8 @@ static void wino_small_pass(float *out1, int n1, float *out2, int n2, const floa
  * reduced over the tiles (tiles in order: the sums do not depend on the threads) and
  * transformed back. */
 static void wino_small_dw(float *dw, const float *a, int ca, const float *b, int cb,
-                          const float *dy, int cout, int N, int D, int H, int W, float *ws) {
+                          const float *dy, int cout, int N, int D, int H, int W, nn_prec prec,
+                          float *ws) {
     const int K = ca + cb, grp = wino_small_group(N, D, H, W);
     const int nr = nn_gemm_nr(cout), nb = nblocks(cout, nr);
     const int mk = nn_tw_mr(nr), kc = wino_small_kc(nr), nkc = (K + kc - 1) / kc;
@@ -918,7 +923,8 @@ static void wino_small_dw(float *dw, const float *a, int ca, const float *b, int
     for (int n0 = 0; n0 < N; n0 += grp) {
         const int ns = N - n0 < grp ? N - n0 : grp;
         const long nt = ns * nt1, ldm = nt * nr + WINO_LDPAD;
-        wino_small_in(V, kc, P, a, ca, b, cb, dM, dy, cout, nr, n0, ns, D, H, W);
+        wino_small_in(V, kc, P, prec == NN_BF16 ? PAD_F32R : PAD_F32, a, ca, b, cb, dM, dy, cout,
+                      nr, n0, ns, D, H, W);
 #pragma omp parallel num_threads(nn_threads())
         {
             /* the slot holds 171 * kc * nr floats: kc * nr <= WINO_SMALL_UBYTES / 4 / 144 */
@@ -950,8 +956,12 @@ static void wino_small_dw(float *dw, const float *a, int ca, const float *b, int
                     for (int j = 0; j < nv; j++) {
                         float *restrict o = dw + ((size_t)(ob * nr + j) * K + k0) * 27;
                         const float *restrict d = dT + (size_t)j * nk * 27;
-                        for (int i = 0; i < nk * 27; i++)
-                            o[i] += d[i];
+                        if (prec == NN_BF16)
+                            for (int i = 0; i < nk * 27; i++)
+                                o[i] += nn_bf16_round(d[i]);
+                        else
+                            for (int i = 0; i < nk * 27; i++)
+                                o[i] += d[i];
                     }
                 }
         }
@@ -1551,10 +1561,14 @@ void nn_conv3d_backward_p(float *din, float *dinB, float *dw, const float *dout,
                           int cout, int N, int D, int H, int W, nn_prec prec, const nn_shard *sh,
                           float *ws) {
     const int cin = ca + cb;
-    /* Weight gradient: padded (halo'd) input x output gradient, reduced over voxels. */
-    if (dw && wino_small_applies(N, D, H, W, cin, cout, prec, sh)) {
-        wino_small_dw(dw, inA, ca, inB, cb, dout, cout, N, D, H, W, ws);
-    } else if (dw && wino_applies(D, H, W, cin, cout, prec, sh)) {
+    /* Weight gradient: padded (halo'd) input x output gradient, reduced over voxels. In bf16
+     * too on Winograd where it applies: the operands are bf16 values, and the transforms' fp32
+     * error (~1e-5 of the sum, tested) is far below the one bf16 rounding of the result, so
+     * the result is the bf16 weight copy's gradient as a direct sum gives it, to the same one
+     * ulp that the order of fp32 additions already moves. */
+    if (dw && wino_small_applies(N, D, H, W, cin, cout, NN_FP32, sh)) {
+        wino_small_dw(dw, inA, ca, inB, cb, dout, cout, N, D, H, W, prec, ws);
+    } else if (dw && wino_applies(D, H, W, cin, cout, NN_FP32, sh)) {
         const int Zc = slab_depth(D, H, W, cin, sh) & ~1;
         const int ncp = nblocks(cout, nn_gemm_nr(cout)) * nn_gemm_nr(cout);
         float *P = ws, *dU = ws + ((slab_floats(D, H, W, cin, sh) + 15) & ~(size_t)15);
@@ -1566,11 +1580,12 @@ void nn_conv3d_backward_p(float *din, float *dinB, float *dw, const float *dout,
         for (int n = 0; n < N; n++)
             for (int z0 = 0; z0 < D; z0 += Zc) {
                 const int z1 = z0 + Zc < D ? z0 + Zc : D;
-                pad_slab(P, PAD_F32, inA, ca, ca, inB, cb, n, z0, z1, D, H, W);
+                pad_slab(P, prec == NN_BF16 ? PAD_F32R : PAD_F32, inA, ca, ca, inB, cb, n, z0, z1,
+                         D, H, W);
                 wino_dw_slab(dU, P, cin, dout + (((size_t)n * D + z0) * H * W) * cout, cout,
                              z1 - z0, H, W, VM);
             }
-        wino_dw_finish(dw, dU, cin, cout);
+        wino_dw_finish(dw, dU, cin, cout, prec);
     } else if (dw) {
         const int Zc = slab_depth(D, H, W, cin, sh);
         float *P = ws, *Wp = ws + ((slab_floats(D, H, W, cin, sh) + 15) & ~(size_t)15);

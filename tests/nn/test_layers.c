@@ -626,7 +626,8 @@ static void test_finite_differences(void) {
  *    without oneDNN bf16 kernels (this one) go through bf16 im2col/col2im buffers that round
  *    partial sums, up to ~1% of the tensor's largest value off the ideal (measured 0.93%): we
  *    accept one ulp plus 2% of the largest value. */
-static int bf16_check(const char *name, const float *got, const float *want, size_t n) {
+static int bf16_check_floor(const char *name, const float *got, const float *want, size_t n,
+                            double floor) {
     size_t same = 0, bad = 0;
     double scale = 0;
     for (size_t i = 0; i < n; i++)
@@ -634,7 +635,7 @@ static int bf16_check(const char *name, const float *got, const float *want, siz
     for (size_t i = 0; i < n; i++) {
         same += got[i] == want[i];
         const double d = fabs((double)got[i] - want[i]);
-        if (!(d <= fabs(want[i]) / 128.0 + 1e-7 * scale)) {
+        if (!(d <= fabs(want[i]) / 128.0 + floor * scale)) {
             if (bad < 3)
                 fprintf(stderr, "  %s[%zu]: got %.9g want %.9g\n", name, i, (double)got[i],
                         (double)want[i]);
@@ -645,6 +646,10 @@ static int bf16_check(const char *name, const float *got, const float *want, siz
     CHECK(bad == 0 && frac >= 0.9, "%s: %zu of %zu beyond one bf16 ulp, %.1f%% bit-identical",
           name, bad, n, 100 * frac);
     return bad == 0 && frac >= 0.9;
+}
+
+static int bf16_check(const char *name, const float *got, const float *want, size_t n) {
+    return bf16_check_floor(name, got, want, n, 1e-7);
 }
 
 static void torch_bf16_close(const char *name, const float *got, const float *want, size_t n) {
@@ -696,6 +701,8 @@ static void test_conv_bf16_vs_ideal(void) {
         /* N, D, H, W, ca, cb, cout */
         {1, 3, 5, 7, 32, 0, 48},   {2, 4, 6, 18, 32, 0, 64}, {1, 2, 3, 40, 96, 0, 16},
         {1, 4, 4, 4, 64, 64, 32},  {1, 2, 5, 9, 160, 0, 32}, {1, 3, 4, 5, 30, 2, 32},
+        /* the weight gradient on Winograd (4096 voxels; few tiles, two samples) */
+        {1, 16, 16, 16, 16, 0, 16}, {2, 4, 8, 8, 16, 0, 24},
     };
     char nm[112];
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -734,8 +741,37 @@ static void test_conv_bf16_vs_ideal(void) {
         snprintf(nm, sizeof nm, "bf16 conv3d %dx%dx%dx%d %d->%d dx vs ideal", N, D, H, W, cin,
                  cout);
         bf16_check(nm, dx, dxi, P * cin);
+        /* the weight gradient: sums in double over the voxels; Winograd's transforms add an
+         * fp32 error of ~1e-5 of the largest value (the fp32 tests' bound), which can move a
+         * near-zero sum by more than its own ulp */
+        float *dw = zeros(nw), *dwi = zeros(nw);
+        nn_conv3d_backward_p(NULL, NULL, dw, dy, x, cin, NULL, 0, w, cout, N, D, H, W, NN_BF16,
+                             NULL, ws);
+        for (int n = 0; n < N; n++)
+            for (int oc = 0; oc < cout; oc++)
+                for (int ic = 0; ic < cin; ic++)
+                    for (int t = 0; t < 27; t++) {
+                        double sum = 0;
+                        for (int z = 0; z < D; z++)
+                            for (int yy = 0; yy < H; yy++)
+                                for (int xx = 0; xx < W; xx++) {
+                                    const int iz = z + t / 9 - 1, iy = yy + (t / 3) % 3 - 1,
+                                              ix = xx + t % 3 - 1;
+                                    if (iz < 0 || iz >= D || iy < 0 || iy >= H || ix < 0 ||
+                                        ix >= W)
+                                        continue;
+                                    const size_t vo = (((size_t)n * D + z) * H + yy) * W + xx,
+                                                 vi = (((size_t)n * D + iz) * H + iy) * W + ix;
+                                    sum += (double)x[vi * cin + ic] * dy[vo * cout + oc];
+                                }
+                        dwi[((size_t)oc * cin + ic) * 27 + t] += (float)sum;
+                    }
+        nn_round_bf16(dwi, nw);
+        snprintf(nm, sizeof nm, "bf16 conv3d %dx%dx%dx%d %d->%d dw vs ideal%s", N, D, H, W, cin,
+                 cout, nn_conv3d_winograd(N, D, H, W, cin, cout, NN_FP32) ? " (Winograd)" : "");
+        bf16_check_floor(nm, dw, dwi, nw, 3e-5);
         free(x), free(w), free(dy), free(wt), free(xa), free(xb), free(ws), free(y), free(yi),
-            free(dx), free(dxi);
+            free(dx), free(dxi), free(dw), free(dwi);
     }
 }
 
