@@ -1556,6 +1556,126 @@ void nn_conv3d_forward_p(float *out, const float *inA, int ca, const float *inB,
                 sh, ws);
 }
 
+/* ---- bf16 weight gradient on AMX tiles ------------------------------------------------------
+ * dW[t][ic][oc] = sum over voxels v of x(v + tap t)[ic] * dy(v)[oc], as tile products over the
+ * positions (TDPBF16PS reduces over 32 of them per instruction): the input transposed into one
+ * row of positions per channel over the padded slab (xT, bf16), where output voxel (z, y, x)
+ * has the corner position q = (z*Hp + y)*Wp + x and tap (dz, dy, dx) reads q + dz*Hp*Wp +
+ * dy*Wp + dx, so every tap is an offset into the same rows; the output gradient as position
+ * pairs (dyP, bf16, the B-tile layout), zero at the corner positions that are padding (y >= H
+ * or x >= W), which therefore add nothing; fp32 accumulators per (tap, 32 input x 32 output
+ * channels) kept in four tiles over a chunk of positions whose dyP stays in L2, stored
+ * between chunks. The sum is over bf16 operands in fp32, rounded to bf16 once at the end, as
+ * the direct kernels do. Layout in the layer's workspace: acc [27][cin][cout] fp32, xT
+ * [cin][ldx], dyP [qs/2][cout][2]; the slab depth is the deepest that fits. */
+#define AMX_DW_CHUNK_BYTES (1u << 20)
+
+static long amx_round32(long v) {
+    return (v + 31) & ~31L;
+}
+
+/* Floats of the layout for slabs of Zc planes (ldx, qs: xT's row pitch, dyP's positions). */
+static size_t amx_dw_floats(int Zc, int H, int W, int cin, int cout, long *ldx, long *qs) {
+    const long HW = (long)(H + 2) * (W + 2);
+    /* A tiles read 32 positions from q + the largest tap offset, q < qs */
+    *ldx = amx_round32((Zc + 2) * HW + 2 * (W + 2) + 2 + 32);
+    *qs = amx_round32((long)Zc * HW);
+    return 27 * (size_t)cin * cout + 16 + ((size_t)cin * *ldx + (size_t)*qs * cout) / 2;
+}
+
+static size_t conv3d_ws(int N, int D, int H, int W, int cin, int cout, const nn_shard *sh);
+
+/* The slab depth for amx_dw within the layer's workspace; 0 when AMX does not apply. */
+static int amx_dw_depth(int N, int D, int H, int W, int cin, int cout, nn_prec prec,
+                        const nn_shard *sh) {
+    if (!use_pairs(prec) || sh || !nn_isa_amx() || cin % 16 || cout % 16)
+        return 0;
+    const size_t cap = conv3d_ws(N, D, H, W, cin, cout, NULL);
+    long ldx, qs;
+    for (int Zc = D; Zc >= 1; Zc--)
+        if (amx_dw_floats(Zc, H, W, cin, cout, &ldx, &qs) <= cap)
+            return Zc;
+    return 0;
+}
+
+static void amx_dw(float *dw, const float *a, int ca, const float *b, int cb, const float *dy,
+                   int cout, int N, int D, int H, int W, int Zc, float *ws) {
+    const int cin = ca + cb, Hp = H + 2, Wp = W + 2;
+    const long HW = (long)Hp * Wp;
+    long ldx, qs;
+    amx_dw_floats(Zc, H, W, cin, cout, &ldx, &qs);
+    float *acc = ws;
+    uint16_t *xT = (uint16_t *)(((uintptr_t)(acc + 27 * (size_t)cin * cout) + 63) & ~(uintptr_t)63);
+    uint16_t *dyP = xT + (size_t)cin * ldx;
+    const int nig = (cin / 16 + 1) / 2, nog = (cout / 16 + 1) / 2, ng = 27 * nig * nog;
+    /* positions per chunk: the chunk's dyP (read by every tile group) within L2; the A rows of
+     * one (tap, input block) are reused by the output blocks that follow it */
+    long qc = (long)(AMX_DW_CHUNK_BYTES / (2 * (size_t)cout)) & ~31L;
+    qc = qc < 256 ? 256 : qc;
+    int first = 1;
+    for (int n = 0; n < N; n++)
+        for (int z0 = 0; z0 < D; z0 += Zc) {
+            const int nz = z0 + Zc < D ? Zc : D - z0;
+            const long q_end = amx_round32(nz * HW), tail = (nz + 2) * HW;
+            /* xT: the padded planes z0 - 1 .. z0 + nz, then zeros to the row's end (read by the
+             * last tiles, times zero gradients: stale values could be NaN patterns) */
+#pragma omp parallel for collapse(2) schedule(static)
+            for (long zs = 0; zs < nz + 2; zs++)
+                for (long yp = 0; yp < Hp; yp++) {
+                    const long p0 = (zs * Hp + yp) * Wp, z = z0 - 1 + zs, y = yp - 1;
+                    if (z < 0 || z >= D || y < 0 || y >= H) {
+                        for (int ic = 0; ic < cin; ic++)
+                            memset(xT + ic * ldx + p0, 0, sizeof(uint16_t) * Wp);
+                        continue;
+                    }
+                    for (int ic = 0; ic < cin; ic++)
+                        xT[ic * ldx + p0] = 0, xT[ic * ldx + p0 + Wp - 1] = 0;
+                    const size_t src = (((size_t)n * D + z) * H + y) * W;
+                    nn_amx_pack_t(xT + p0 + 1, ldx, a + src * ca, ca, W, ca);
+                    if (cb)
+                        nn_amx_pack_t(xT + (size_t)ca * ldx + p0 + 1, ldx, b + src * cb, cb, W,
+                                      cb);
+                }
+            for (int ic = 0; ic < cin; ic++)
+                memset(xT + ic * ldx + tail, 0, sizeof(uint16_t) * (ldx - tail));
+            /* dyP: the pairs of corner positions below q_end */
+#pragma omp parallel for schedule(static)
+            for (long pp = 0; pp < q_end / 2; pp++) {
+                const float *sp[2];
+                for (int i = 0; i < 2; i++) {
+                    const long q = 2 * pp + i, zs = q / HW, y = q % HW / Wp, x = q % Wp;
+                    sp[i] = zs < nz && y < H && x < W
+                                ? dy + ((((size_t)n * D + z0 + zs) * H + y) * W + x) * cout
+                                : NULL;
+                }
+                nn_amx_pack_pair(dyP + pp * 2 * cout, sp[0], sp[1], cout);
+            }
+#pragma omp parallel
+            for (long q0 = 0; q0 < q_end; q0 += qc) {
+                const long nq = q_end - q0 < qc ? q_end - q0 : qc;
+#pragma omp for schedule(dynamic, 1)
+                for (int g = 0; g < ng; g++) {
+                    const int t = g / (nig * nog), ic0 = 32 * (g / nog % nig), oc0 = 32 * (g % nog);
+                    const long aoff = t / 9 * HW + t / 3 % 3 * Wp + t % 3;
+                    nn_amx_dw(xT + ic0 * ldx + q0 + aoff, ldx, dyP + q0 * cout + 2 * oc0, cout,
+                              nq, cin - ic0 > 16 ? 2 : 1, cout - oc0 > 16 ? 2 : 1,
+                              acc + ((size_t)t * cin + ic0) * cout + oc0, cout, first && !q0);
+                }
+            }
+            first = 0;
+        }
+    /* dw[oc][ic][t] += bf16(acc[t][ic][oc]): the gradient of the bf16 weight copy. Per input
+     * channel, its 27 rows of acc are read along oc (by output channel, the reads strided by
+     * cout took a tenth of the pass) */
+#pragma omp parallel for schedule(static)
+    for (int ic = 0; ic < cin; ic++)
+        for (int oc = 0; oc < cout; oc++) {
+            float *d = dw + ((size_t)oc * cin + ic) * 27;
+            for (int t = 0; t < 27; t++)
+                d[t] += nn_bf16_round(acc[((size_t)t * cin + ic) * cout + oc]);
+        }
+}
+
 void nn_conv3d_backward_p(float *din, float *dinB, float *dw, const float *dout,
                           const float *inA, int ca, const float *inB, int cb, const float *w,
                           int cout, int N, int D, int H, int W, nn_prec prec, const nn_shard *sh,
@@ -1566,7 +1686,10 @@ void nn_conv3d_backward_p(float *din, float *dinB, float *dw, const float *dout,
      * error (~1e-5 of the sum, tested) is far below the one bf16 rounding of the result, so
      * the result is the bf16 weight copy's gradient as a direct sum gives it, to the same one
      * ulp that the order of fp32 additions already moves. */
-    if (dw && wino_small_applies(N, D, H, W, cin, cout, NN_FP32, sh)) {
+    const int amx_zc = dw ? amx_dw_depth(N, D, H, W, cin, cout, prec, sh) : 0;
+    if (amx_zc) {
+        amx_dw(dw, inA, ca, inB, cb, dout, cout, N, D, H, W, amx_zc, ws);
+    } else if (dw && wino_small_applies(N, D, H, W, cin, cout, NN_FP32, sh)) {
         wino_small_dw(dw, inA, ca, inB, cb, dout, cout, N, D, H, W, prec, ws);
     } else if (dw && wino_applies(D, H, W, cin, cout, NN_FP32, sh)) {
         const int Zc = slab_depth(D, H, W, cin, sh) & ~1;

@@ -147,6 +147,19 @@ void nn_tg_block_bf16(const nn_tg *g, int m, const uint16_t *const *a, const uin
 void nn_tg_amx(const nn_tg *g, const uint16_t *a, long sa, const uint16_t *Bp, float *const *c,
                const float *bias, int nvalid, int mode);
 
+/* AMX weight-gradient pieces (nn_isa_amx() only; conv.c):
+ * nn_amx_pack_t: dst[c*ldd + v] = bf16(src[v*lds + c]), v < nv, c < nc (the transposed
+ *   operand: one row of positions per channel);
+ * nn_amx_pack_pair: dst[2j + i] = bf16(s_i[j]), j < nc (a multiple of 16), s_i NULL = zeros
+ *   (two positions' channels interleaved: the pair layout of a B tile);
+ * nn_amx_dw: the 16 or 32 (nit = 1, 2 tiles) rows x 16 or 32 (not_ tiles) columns of acc (fp32,
+ *   row stride ldacc) = (init ? 0 : acc) + sum over q < nq (a multiple of 32) of
+ *   xT[i*ldx + q] * dyP[(q/2)*2*cout + 2j + q%2]. */
+void nn_amx_pack_t(uint16_t *dst, long ldd, const float *src, long lds, int nv, int nc);
+void nn_amx_pack_pair(uint16_t *dst, const float *s0, const float *s1, int nc);
+void nn_amx_dw(const uint16_t *xT, long ldx, const uint16_t *dyP, int cout, long nq, int nit,
+               int not_, float *acc, long ldacc, int init);
+
 /* Number of position blocks nn_tg_block needs for M positions at width nr. Callers split M
  * into that many near-equal blocks (block b starts at floor(M * b / nblocks)), so no slow
  * remainder runs (M = 32 at most 6 -> 5,5,5,5,6,6). */

@@ -5,10 +5,10 @@
  * 6-7 two B tiles (16 k pairs x 16 columns x 2, the pair layout of pack_b16 read at its row
  * stride). The results go through a small buffer to the caller's rows, with the mode's
  * initial value and rounding applied there (AVX-512).
- * Compiled for AMX-BF16 whatever the build's flags; gemm.c uses it only where the CPU reports
+ * Compiled for AMX-BF16 (and AVX512_BF16, which every AMX CPU has) whatever the build's flags; gemm.c uses it only where the CPU reports
  * AMX and the OS granted this process the tile state (arch_prctl). */
 #if defined(__x86_64__) && defined(__linux__)
-#pragma GCC target("amx-tile,amx-bf16,avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")
+#pragma GCC target("amx-tile,amx-bf16,avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx2,fma")
 #include "nn/kern.h"
 
 #include <immintrin.h>
@@ -106,6 +106,126 @@ void nn_amx_tg(const nn_tg *g, const uint16_t *a, long sa, const uint16_t *Bp, f
         }
     }
 }
+
+/* ---- weight gradient (conv.c amx_dw) ------------------------------------------------------ */
+
+void nn_amx_pack_t(uint16_t *dst, long ldd, const float *src, long lds, int nv, int nc) {
+    const __m512i idx = _mm512_mullo_epi32(
+        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+        _mm512_set1_epi32((int)lds));
+    for (int v0 = 0; v0 < nv; v0 += 16) {
+        const int n = nv - v0 < 16 ? nv - v0 : 16;
+        const __mmask16 mk = n == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
+        const float *s = src + (size_t)v0 * lds;
+        for (int c = 0; c < nc; c++) {
+            const __m512 g = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mk, idx, s + c, 4);
+            _mm256_mask_storeu_epi16(dst + (size_t)c * ldd + v0, mk,
+                                     (__m256i)_mm512_cvtneps_pbh(g));
+        }
+    }
+}
+
+void nn_amx_pack_pair(uint16_t *dst, const float *s0, const float *s1, int nc) {
+    /* cvtne2ps_pbh(b, a) holds a's 16 values then b's: interleave them into (a[j], b[j]) */
+    const __m512i perm = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
+                                          24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
+                                          16, 0);
+    for (int c = 0; c < nc; c += 16) {
+        const __m512 a = s0 ? _mm512_loadu_ps(s0 + c) : _mm512_setzero_ps();
+        const __m512 b = s1 ? _mm512_loadu_ps(s1 + c) : _mm512_setzero_ps();
+        const __m512i ab = (__m512i)_mm512_cvtne2ps_pbh(b, a);
+        _mm512_storeu_si512(dst + 2 * c, _mm512_permutexvar_epi16(perm, ab));
+    }
+}
+
+void nn_amx_dw(const uint16_t *xT, long ldx, const uint16_t *dyP, int cout, long nq, int nit,
+               int not_, float *acc, long ldacc, int init) {
+    if (!amx_configured)
+        amx_configure();
+    const long sx = ldx * (long)sizeof(uint16_t), sy = (long)cout * 2 * sizeof(uint16_t),
+               sc = ldacc * (long)sizeof(float);
+    float *acc1 = acc + 16 * ldacc;
+    if (init) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    } else {
+        _tile_loadd(0, acc, sc);
+        if (not_ > 1)
+            _tile_loadd(1, acc + 16, sc);
+        if (nit > 1) {
+            _tile_loadd(2, acc1, sc);
+            if (not_ > 1)
+                _tile_loadd(3, acc1 + 16, sc);
+        }
+    }
+    const char *a0 = (const char *)xT, *a1 = a0 + 16 * sx, *b = (const char *)dyP;
+    for (long q = 0; q < nq; q += 32, a0 += 64, a1 += 64, b += 16 * sy) {
+        _tile_loadd(4, a0, sx);
+        _tile_loadd(6, b, sy);
+        _tile_dpbf16ps(0, 4, 6);
+        if (not_ > 1) {
+            _tile_loadd(7, b + 64, sy);
+            _tile_dpbf16ps(1, 4, 7);
+        }
+        if (nit > 1) {
+            _tile_loadd(5, a1, sx);
+            _tile_dpbf16ps(2, 5, 6);
+            if (not_ > 1)
+                _tile_dpbf16ps(3, 5, 7);
+        }
+    }
+    _tile_stored(0, acc, sc);
+    if (not_ > 1)
+        _tile_stored(1, acc + 16, sc);
+    if (nit > 1) {
+        _tile_stored(2, acc1, sc);
+        if (not_ > 1)
+            _tile_stored(3, acc1 + 16, sc);
+    }
+}
 #else
-typedef int nn_kern_amx_unused; /* not an x86-64 Linux build: nothing to compile */
+/* Not an x86-64 Linux build: nn_isa_amx() is 0 and these are never called; plain C so that
+ * they stay correct all the same. */
+#include "nn/kern.h"
+
+#include <string.h>
+
+static uint16_t amx_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static float amx_val(uint16_t b) {
+    const uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+void nn_amx_pack_t(uint16_t *dst, long ldd, const float *src, long lds, int nv, int nc) {
+    for (int v = 0; v < nv; v++)
+        for (int c = 0; c < nc; c++)
+            dst[(size_t)c * ldd + v] = amx_bits(src[(size_t)v * lds + c]);
+}
+
+void nn_amx_pack_pair(uint16_t *dst, const float *s0, const float *s1, int nc) {
+    for (int j = 0; j < nc; j++) {
+        dst[2 * j] = s0 ? amx_bits(s0[j]) : 0;
+        dst[2 * j + 1] = s1 ? amx_bits(s1[j]) : 0;
+    }
+}
+
+void nn_amx_dw(const uint16_t *xT, long ldx, const uint16_t *dyP, int cout, long nq, int nit,
+               int not_, float *acc, long ldacc, int init) {
+    for (int i = 0; i < 16 * nit; i++)
+        for (int j = 0; j < 16 * not_; j++) {
+            float s = init ? 0.0f : acc[i * ldacc + j];
+            for (long q = 0; q < nq; q++)
+                s += amx_val(xT[i * ldx + q]) * amx_val(dyP[(q / 2) * 2 * cout + 2 * j + q % 2]);
+            acc[i * ldacc + j] = s;
+        }
+}
 #endif

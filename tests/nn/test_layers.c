@@ -745,8 +745,8 @@ static void test_conv_bf16_vs_ideal(void) {
          * fp32 error of ~1e-5 of the largest value (the fp32 tests' bound), which can move a
          * near-zero sum by more than its own ulp */
         float *dw = zeros(nw), *dwi = zeros(nw);
-        nn_conv3d_backward_p(NULL, NULL, dw, dy, x, cin, NULL, 0, w, cout, N, D, H, W, NN_BF16,
-                             NULL, ws);
+        nn_conv3d_backward_p(NULL, NULL, dw, dy, xa, ca, cb ? xb : NULL, cb, w, cout, N, D, H, W,
+                             NN_BF16, NULL, ws);
         for (int n = 0; n < N; n++)
             for (int oc = 0; oc < cout; oc++)
                 for (int ic = 0; ic < cin; ic++)
@@ -767,8 +767,8 @@ static void test_conv_bf16_vs_ideal(void) {
                         dwi[((size_t)oc * cin + ic) * 27 + t] += (float)sum;
                     }
         nn_round_bf16(dwi, nw);
-        snprintf(nm, sizeof nm, "bf16 conv3d %dx%dx%dx%d %d->%d dw vs ideal%s", N, D, H, W, cin,
-                 cout, nn_conv3d_winograd(N, D, H, W, cin, cout, NN_FP32) ? " (Winograd)" : "");
+        snprintf(nm, sizeof nm, "bf16 conv3d %dx%dx%dx%d %d+%d->%d dw vs ideal", N, D, H, W, ca,
+                 cb, cout);
         bf16_check_floor(nm, dw, dwi, nw, 3e-5);
         free(x), free(w), free(dy), free(wt), free(xa), free(xb), free(ws), free(y), free(yi),
             free(dx), free(dxi), free(dw), free(dwi);
