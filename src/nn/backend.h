@@ -38,6 +38,7 @@ struct nn_backend {
     int device;       /* 1: ops take memory from alloc, host data moves through copies */
     int host_access;  /* 1: that memory is host memory (MPI may read it): the CPU backends */
     nn_prec prec;     /* the only precision a device backend computes in (CPU: both) */
+    int gn_round;     /* 1: the GroupNorm forward, apply and backward ops take NN_GN_RBF16 */
     int status;       /* first recorded error, 0 if none (nn_backend_status) */
 
     void (*destroy)(nn_backend *b);

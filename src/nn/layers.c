@@ -187,7 +187,7 @@ static void gn_apply(float *yn, const float *xn, const float *mean, const float 
     for (long p = 0; p < S; p++) {
         const float *a = xn + p * C;
         float *o = yn + p * C;
-        if (relu) {
+        if (relu & 1) {
             for (int c = 0; c < C; c++) {
                 float v = a[c] * scale[c] + bias[c];
                 o[c] = v > 0.0f ? v : 0.0f;
@@ -196,6 +196,9 @@ static void gn_apply(float *yn, const float *xn, const float *mean, const float 
             for (int c = 0; c < C; c++)
                 o[c] = a[c] * scale[c] + bias[c];
         }
+        if (relu & NN_GN_RBF16)
+            for (int c = 0; c < C; c++)
+                o[c] = nn_bf16_round(o[c]);
     }
 }
 
@@ -273,7 +276,7 @@ static void gn_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
     float *xsb = ws + nn_groupnorm_ws_floats(C); /* x path: scale, bias (C each) */
     for (int n = 0; n < N; n++) {
         const float *xn = x + (size_t)n * S * C, *dyn = dy ? dy + (size_t)n * S * C : NULL;
-        const float *yn = relu && !xo ? y + (size_t)n * S * C : NULL;
+        const float *yn = (relu & 1) && !xo ? y + (size_t)n * S * C : NULL;
         gn_xsrc xs;
         if (xo) {
             for (int c = 0; c < C; c++) { /* as gn_apply */
@@ -326,9 +329,13 @@ static void gn_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
         float *dxn = dx + (size_t)n * S * C;
         if (!xo) {
 #pragma omp parallel for schedule(dynamic, 1024)
-            for (long p = 0; p < S; p++)
+            for (long p = 0; p < S; p++) {
                 gn_bwd_dx_voxel(dxn + p * C, xn + p * C, dyn + p * C, yn ? yn + p * C : NULL, mc,
                                 rc, gr, ca, cb, C);
+                if (relu & NN_GN_RBF16)
+                    for (int c = 0; c < C; c++)
+                        dxn[p * C + c] = nn_bf16_round(dxn[p * C + c]);
+            }
             continue;
         }
         /* x path: dx may be x or dy; each channel block is read whole into registers' worth of

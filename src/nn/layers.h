@@ -151,8 +151,11 @@ void nn_conv1_backward(float *din, float *dw, float *db, const float *dout, cons
 
 /* ---- GroupNorm (eps 1e-5, affine), optionally fused with the ReLU that follows it ----------
  * x (N, S, C) with S voxels per sample, G groups of C/G channels. y = relu?(gn(x)); mean and
- * rstd (N, G) are saved for the backward pass. Statistics are accumulated in double. */
+ * rstd (N, G) are saved for the backward pass. Statistics are accumulated in double.
+ * `relu` is a set of bits: 1 the ReLU; NN_GN_RBF16 rounds what the pass writes (y, or dx in
+ * the backward pass) to bf16, as autocast's bf16 tensors (saves a pass over the tensor). */
 #define NN_GN_EPS 1e-5
+#define NN_GN_RBF16 2
 size_t nn_groupnorm_ws_floats(int C);
 void nn_groupnorm_forward(float *y, float *mean, float *rstd, const float *x, const float *gamma,
                           const float *beta, int N, long S, int C, int G, int relu, float *ws);
@@ -160,7 +163,7 @@ void nn_groupnorm_forward(float *y, float *mean, float *rstd, const float *x, co
 void nn_groupnorm_apply(float *y, const float *x, const float *mean, const float *rstd,
                         const float *gamma, const float *beta, int N, long S, int C, int G,
                         int relu, float *ws);
-/* dy: gradient w.r.t. y; y is the forward output (used for the ReLU mask when relu != 0).
+/* dy: gradient w.r.t. y; y is the forward output (used for the ReLU mask when relu & 1).
  * dx may equal dy (in place). dgamma, dbeta (C) accumulate. */
 void nn_groupnorm_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
                            const float *x, const float *y, const float *mean, const float *rstd,

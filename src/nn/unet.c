@@ -672,6 +672,17 @@ static void to_prec(const struct nn_unet_plan *p, float *x, size_t n) {
         OP(round_bf16, x, n);
 }
 
+/* The GroupNorm ops' relu argument: the ReLU bit, plus the rounding to bf16 when the backend
+ * does it inside the op (then gn_to_prec, the pass that would follow, does nothing). */
+static int gn_bits(const struct nn_unet_plan *p, int relu) {
+    return relu | (p->prec == NN_BF16 && p->be->gn_round ? NN_GN_RBF16 : 0);
+}
+
+static void gn_to_prec(const struct nn_unet_plan *p, float *x, size_t n) {
+    if (!p->be->gn_round)
+        to_prec(p, x, n);
+}
+
 /* Forward of one DoubleConv: c1 = conv(in), a1 = relu(gn(c1)), c2 = conv(a1), and (unless
  * recompute) b->a2 = relu(gn(c2)) with the statistics saved. The caller chooses where c1, a1 and
  * c2 live: without checkpointing c1 and c2 are the block's own (kept for backward) and a1 goes
@@ -691,17 +702,17 @@ static void dc_forward(nn_unet *m, dc_block *b, const float *inA, int ca, const 
        conv_ws(m));
     if (recompute)
         OP(groupnorm_apply, a1, c1, b->m1, b->r1, P_(m, b->g1w), P_(m, b->g1b), N, p->S[l], b->cout,
-           p->G, 1, p->ws);
+           p->G, gn_bits(p, 1), p->ws);
     else
         OP(groupnorm_forward, a1, b->m1, b->r1, c1, P_(m, b->g1w), P_(m, b->g1b), N, p->S[l],
-           b->cout, p->G, 1, p->ws, sh);
-    to_prec(p, a1, n);
+           b->cout, p->G, gn_bits(p, 1), p->ws, sh);
+    gn_to_prec(p, a1, n);
     OP(conv3d_forward, c2, a1, b->cout, NULL, 0, P_(m, b->w2), b->cout, N, D, H, W, p->prec, sh,
        conv_ws(m));
     if (!recompute) {
         OP(groupnorm_forward, b->a2, b->m2, b->r2, c2, P_(m, b->g2w), P_(m, b->g2b), N, p->S[l],
-           b->cout, p->G, 1, p->ws, sh);
-        to_prec(p, b->a2, n);
+           b->cout, p->G, gn_bits(p, 1), p->ws, sh);
+        gn_to_prec(p, b->a2, n);
     }
 }
 
@@ -720,27 +731,30 @@ static void dc_backward_bufs(nn_unet *m, dc_block *b, float *dY, int masked, int
     const size_t n = (size_t)N * p->S[l] * b->cout;
     if (!p->ckpt) {
         OP(groupnorm_apply, a1, c1, b->m1, b->r1, P_(m, b->g1w), P_(m, b->g1b), N, p->S[l], b->cout,
-           p->G, 1, p->ws);
-        to_prec(p, a1, n);
+           p->G, gn_bits(p, 1), p->ws);
+        gn_to_prec(p, a1, n);
     }
     to_prec(p, dY, n); /* e.g. skip + pool gradients, summed in bf16 by autograd */
     const nn_shard *sh = m->shard;
     /* masked: dY already went through the ReLU's backward (and b->a2 may hold it) */
-    if (gn2_x)
+    if (gn2_x) {
         OP(groupnorm_backward_x, dY, G_(m, b->g2w), G_(m, b->g2b), dY, NULL, NULL, 0, c2, b->m2,
            b->r2, P_(m, b->g2w), P_(m, b->g2b), N, p->S[l], b->cout, p->G, p->prec, p->ws, sh);
-    else
+        to_prec(p, dY, n);
+    } else {
         OP(groupnorm_backward, dY, G_(m, b->g2w), G_(m, b->g2b), dY, c2, masked ? NULL : b->a2,
-           b->m2, b->r2, P_(m, b->g2w), N, p->S[l], b->cout, p->G, !masked, p->ws, sh);
+           b->m2, b->r2, P_(m, b->g2w), N, p->S[l], b->cout, p->G, gn_bits(p, !masked), p->ws,
+           sh);
+        gn_to_prec(p, dY, n);
+    }
     grad_ready(m, b->g2w);
-    to_prec(p, dY, n);
     OP(conv3d_backward, tmp, NULL, G_(m, b->w2), dY, a1, b->cout, NULL, 0, P_(m, b->w2), b->cout, N,
        D, H, W, p->prec, sh, conv_ws(m));
     grad_ready(m, b->w2);
     OP(groupnorm_backward, tmp, G_(m, b->g1w), G_(m, b->g1b), tmp, c1, a1, b->m1, b->r1,
-       P_(m, b->g1w), N, p->S[l], b->cout, p->G, 1, p->ws, sh);
+       P_(m, b->g1w), N, p->S[l], b->cout, p->G, gn_bits(p, 1), p->ws, sh);
     grad_ready(m, b->g1w);
-    to_prec(p, tmp, n);
+    gn_to_prec(p, tmp, n);
 }
 
 /* dc_backward_bufs with the plan's buffers: c1, c2 the block's own or (checkpointing) cs, gT;

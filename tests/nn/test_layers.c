@@ -186,6 +186,36 @@ static void test_conv1_relu(const nn_st_file *st, nn_prec prec) {
 /* nn_groupnorm_backward_x (the ReLU output not kept) equals, bit for bit, the GroupNorm
  * backward given that output, with dy given (in place over dy) and with dy made from a 1x1
  * convolution's output gradient (in place over x); 320 channels: two channel blocks. */
+/* NN_GN_RBF16: GroupNorm forward, apply and backward rounding their output to bf16 inside the
+ * op equal the op followed by a rounding pass, bit for bit (with and without the ReLU). */
+static void test_gn_round(void) {
+    const int N = 2, C = 48, G = 4;
+    const long S = 333;
+    const size_t n = (size_t)N * S * C;
+    float *x = randv(n, 81, 1.5f), *g = randv(C, 82, 1), *b = randv(C, 83, 0.5f);
+    float *dy = randv(n, 84, 1), *y1 = zeros(n), *y2 = zeros(n), *d2 = zeros(n), *mean = zeros(N * G),
+          *rstd = zeros(N * G), *dg = zeros(C), *db = zeros(C);
+    float *ws = ws_alloc(nn_groupnorm_ws_floats(C));
+    for (int relu = 0; relu < 2; relu++) {
+        nn_groupnorm_forward(y1, mean, rstd, x, g, b, N, S, C, G, relu | NN_GN_RBF16, ws);
+        nn_groupnorm_forward(y2, mean, rstd, x, g, b, N, S, C, G, relu, ws);
+        nn_round_bf16(y2, n);
+        CHECK(!memcmp(y1, y2, n * sizeof(float)), "gn forward relu=%d: rounded inside = after",
+              relu);
+        nn_groupnorm_apply(y1, x, mean, rstd, g, b, N, S, C, G, relu | NN_GN_RBF16, ws);
+        CHECK(!memcmp(y1, y2, n * sizeof(float)), "gn apply relu=%d: rounded inside = after",
+              relu);
+        nn_groupnorm_backward(y1, dg, db, dy, x, y2, mean, rstd, g, N, S, C, G,
+                              relu | NN_GN_RBF16, ws);
+        nn_groupnorm_backward(d2, dg, db, dy, x, y2, mean, rstd, g, N, S, C, G, relu, ws);
+        nn_round_bf16(d2, n);
+        CHECK(!memcmp(y1, d2, n * sizeof(float)), "gn backward relu=%d: rounded inside = after",
+              relu);
+    }
+    free(x), free(g), free(b), free(dy), free(y1), free(y2), free(d2), free(mean), free(rstd), free(dg),
+        free(db), free(ws);
+}
+
 static void test_gn_backward_x(nn_prec prec) {
     const int N = 2, C = 320, G = 8, K = 6;
     const long S = 300;
@@ -1091,6 +1121,7 @@ int main(int argc, char **argv) {
     test_conv1_relu(&st, NN_BF16);
     test_gn_backward_x(NN_FP32);
     test_gn_backward_x(NN_BF16);
+    test_gn_round();
     test_gn_fixture(&st, "groupnorm", 4, 0);
     test_gn_fixture(&st, "gnrelu", 2, 1);
     test_small_fixtures(&st);
