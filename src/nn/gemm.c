@@ -330,6 +330,39 @@ void nn_tg_block_bf16(const nn_tg *g, int m, const uint16_t *const *a, const uin
     tgb_emulated(g, m, a, Bp, c, bias, nvalid, mode);
 }
 
+static uint16_t bf16_of(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40u) /* quiet NaN */
+                                           : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+void nn_bf16_pack(uint16_t *dst, const float *src, long n) {
+    K();
+#if defined(__x86_64__)
+    if (cur_bf16dp == 1) {
+        nn_kb_pack(dst, src, n);
+        return;
+    }
+#endif
+    for (long i = 0; i < n; i++)
+        dst[i] = bf16_of(src[i]);
+}
+
+void nn_bf16_pack_pairs(uint16_t *dst, const float *src, long sj, long sk, int two, int n) {
+    K();
+#if defined(__x86_64__)
+    if (cur_bf16dp == 1) {
+        nn_kb_pack_pairs(dst, src, sj, sk, two, n);
+        return;
+    }
+#endif
+    for (int j = 0; j < n; j++) {
+        dst[2 * j] = bf16_of(src[j * sj]);
+        dst[2 * j + 1] = two ? bf16_of(src[j * sj + sk]) : 0;
+    }
+}
+
 void nn_tg_amx(const nn_tg *g, const uint16_t *a, long sa, const uint16_t *Bp, float *const *c,
                const float *bias, int nvalid, int mode) {
 #if defined(__x86_64__) && defined(__linux__)

@@ -46,6 +46,10 @@ extern const nn_kern nn_kern_portable;
 extern const nn_kern nn_kern_avx2, nn_kern_avx512;
 /* The AVX512_BF16 pair kernels, [NV-1][m-1] for the nn_kern_avx512 block shapes. */
 extern const nn_tgb_fn *const nn_tgb_avx512bf16[NN_KERN_MAXNV];
+/* nn_bf16_pack (gemm.h) with vcvtneps2bf16. */
+void nn_kb_pack(uint16_t *dst, const float *src, long n);
+/* nn_bf16_pack_pairs (gemm.h) with gathers and vcvtne2ps2bf16. */
+void nn_kb_pack_pairs(uint16_t *dst, const float *src, long sj, long sk, int two, int n);
 #endif
 #if defined(__x86_64__) && defined(__linux__)
 /* Asks Linux for the AMX tile data state for this process (kern_amx.c); 1 when granted. */

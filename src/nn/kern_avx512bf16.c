@@ -95,6 +95,35 @@ KB_SEQ_6(KB_INST, 4)
 static const nn_tgb_fn kb_t1[] = {KB_SEQ_16(KB_E, 1)}, kb_t2[] = {KB_SEQ_14(KB_E, 2)},
                        kb_t3[] = {KB_SEQ_8(KB_E, 3)}, kb_t4[] = {KB_SEQ_6(KB_E, 4)};
 const nn_tgb_fn *const nn_tgb_avx512bf16[NN_KERN_MAXNV] = {kb_t1, kb_t2, kb_t3, kb_t4};
+
+void nn_kb_pack(uint16_t *dst, const float *src, long n) {
+    long i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(dst + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i)));
+    if (i < n) {
+        const __mmask16 mk = (__mmask16)((1u << (n - i)) - 1);
+        _mm256_mask_storeu_epi16(dst + i, mk,
+                                 (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mk, src + i)));
+    }
+}
+
+void nn_kb_pack_pairs(uint16_t *dst, const float *src, long sj, long sk, int two, int n) {
+    const __m512i idx = _mm512_mullo_epi32(
+        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+        _mm512_set1_epi32((int)sj));
+    const __m512i perm = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
+                                          24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
+                                          16, 0);
+    for (int j = 0; j < n; j += 16) {
+        const __mmask16 mk = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1);
+        const float *s = src + (size_t)j * sj;
+        const __m512 a = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mk, idx, s, 4);
+        const __m512 b = two ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mk, idx, s + sk, 4)
+                             : _mm512_setzero_ps();
+        const __m512i ab = _mm512_permutexvar_epi16(perm, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+        _mm512_mask_storeu_epi32(dst + 2 * j, mk, ab);
+    }
+}
 #else
 typedef int nn_kern_avx512bf16_unused; /* not an x86-64 build: nothing to compile */
 #endif
