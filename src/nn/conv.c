@@ -34,22 +34,6 @@ static int split_at(int n, int nb, int b) {
 
 /* ---- bf16 ------------------------------------------------------------------------------------ */
 
-static uint16_t bf16_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it a (quiet) NaN */
-        return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
-    return (uint16_t)(u >> 16);
-}
-
-float nn_bf16_round(float f) {
-    const uint32_t u = (uint32_t)bf16_bits(f) << 16;
-    float r;
-    memcpy(&r, &u, sizeof r);
-    return r;
-}
-
 void nn_round_bf16(float *x, size_t n) {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++)

@@ -23,6 +23,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Precision of the convolutions. NN_BF16 follows PyTorch's CPU autocast: inputs, weights and
  * bias are rounded to bf16, products accumulate in fp32, outputs (forward results, input,
@@ -32,8 +33,16 @@
  * the loss stay fp32. */
 typedef enum { NN_FP32 = 0, NN_BF16 = 1 } nn_prec;
 
-/* x rounded to the nearest bf16 (ties to even), as fp32; the same in place over n floats. */
-float nn_bf16_round(float x);
+/* x rounded to the nearest bf16 (ties to even), as fp32 (a NaN stays a quiet NaN); the same in
+ * place over n floats. Inline: the element loops that round (GroupNorm's output) vectorise. */
+static inline float nn_bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    u = (u & 0x7fffffffu) > 0x7f800000u ? (u | 0x400000u) & 0xffff0000u
+                                         : (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
 void nn_round_bf16(float *x, size_t n);
 
 #define NN_MAX_THREADS 64
