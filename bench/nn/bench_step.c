@@ -3,11 +3,12 @@
  *   bench_step --peak [SECONDS]
  *       CPU model, the kernel path in use, the FP32 FMA peak of that path (register-only loop on
  *       every thread) and the tap-GEMM kernel as a plain SGEMM (cache-resident).
- *   bench_step --layer conv|convt|gn D CIN COUT [--reps R]
+ *   bench_step --layer conv|convt|gn D CIN COUT [--reps R] [--bf16]
  *       one layer at the U-Net's shapes, median of R: conv = Conv3d k3 (D^3 volume, forward,
  *       backward-data, backward-weights); convt = ConvTranspose3d k2 s2 (D^3 input, forward,
  *       backward-data, backward-weights); gn = GroupNorm(8)+ReLU over COUT channels (forward,
- *       backward). One line per pass: "layer NAME D CIN COUT time_s T gflops G".
+ *       backward). One line per pass: "layer NAME D CIN COUT time_s T gflops G". --bf16: the
+ *       convolutions as torch_amp: 1 runs them (operands rounded to bf16; names end in _bf16).
  *   bench_step [--scale S] [--base B] [--classes K] [--reps R] [--bf16] [--ckpt]
  *       one U-Net training step (zero grad, forward, loss, backward, clip, Adam) at batch 1,
  *       median of R after a warm-up step, with the forward/loss/backward split, the model's
@@ -174,8 +175,17 @@ static void report(const char *name, int D, int cin, int cout, double *t, int re
 
 #define REPS_MAX 64
 
-static int bench_layer(const char *op, int D, int cin, int cout, int reps) {
+/* bf16: the operands rounded to bf16 first (what the layers receive in a torch_amp: 1 model) */
+static void to_bf16(float *x, size_t n, int bf16) {
+    if (bf16)
+        nn_round_bf16(x, n);
+}
+
+static int bench_layer(const char *op, int D, int cin, int cout, int reps, int bf16) {
     const size_t P = (size_t)D * D * D;
+    const nn_prec pr = bf16 ? NN_BF16 : NN_FP32;
+    const char *sfx = bf16 ? "_bf16" : "";
+    char nm[64];
     double t0, t1[REPS_MAX], t2[REPS_MAX], t3[REPS_MAX];
     reps = reps < 1 ? 1 : reps > REPS_MAX ? REPS_MAX : reps;
     if (!strcmp(op, "conv")) {
@@ -184,42 +194,50 @@ static int bench_layer(const char *op, int D, int cin, int cout, int reps) {
         float *y = lbuf(P * cout), *dx = lbuf(P * cin), *dw = lbuf(nw);
         float *ws = lbuf(nn_conv3d_ws_floats(1, D, D, D, cin, cout));
         const double fl = 2.0 * P * 27 * cin * cout;
+        to_bf16(x, P * cin, bf16), to_bf16(w, nw, bf16), to_bf16(dy, P * cout, bf16);
         for (int i = -1; i < reps; i++) { /* i = -1 warms up (page faults) */
             t0 = now_s();
-            nn_conv3d_forward_p(y, x, cin, NULL, 0, w, cout, 1, D, D, D, NN_FP32, NULL, ws);
+            nn_conv3d_forward_p(y, x, cin, NULL, 0, w, cout, 1, D, D, D, pr, NULL, ws);
             const double a = now_s();
-            nn_conv3d_backward_p(dx, NULL, NULL, dy, x, cin, NULL, 0, w, cout, 1, D, D, D, NN_FP32, NULL, ws);
+            nn_conv3d_backward_p(dx, NULL, NULL, dy, x, cin, NULL, 0, w, cout, 1, D, D, D, pr, NULL, ws);
             const double b = now_s();
-            nn_conv3d_backward_p(NULL, NULL, dw, dy, x, cin, NULL, 0, w, cout, 1, D, D, D, NN_FP32, NULL, ws);
+            nn_conv3d_backward_p(NULL, NULL, dw, dy, x, cin, NULL, 0, w, cout, 1, D, D, D, pr, NULL, ws);
             const double c = now_s();
             if (i >= 0)
                 t1[i] = a - t0, t2[i] = b - a, t3[i] = c - b;
         }
-        report("conv3d_fwd", D, cin, cout, t1, reps, fl);
-        report("conv3d_bwd_data", D, cin, cout, t2, reps, fl);
-        report("conv3d_bwd_weight", D, cin, cout, t3, reps, fl);
+        snprintf(nm, sizeof nm, "conv3d_fwd%s", sfx);
+        report(nm, D, cin, cout, t1, reps, fl);
+        snprintf(nm, sizeof nm, "conv3d_bwd_data%s", sfx);
+        report(nm, D, cin, cout, t2, reps, fl);
+        snprintf(nm, sizeof nm, "conv3d_bwd_weight%s", sfx);
+        report(nm, D, cin, cout, t3, reps, fl);
         free(x), free(w), free(dy), free(y), free(dx), free(dw), free(ws);
     } else if (!strcmp(op, "convt")) {
         const size_t nw = 8 * (size_t)cin * cout;
         float *x = randbuf(P * cin, 1, 1), *w = randbuf(nw, 2, 0.05f), *b = randbuf(cout, 4, 1);
         float *dy = randbuf(8 * P * cout, 3, 1), *y = lbuf(8 * P * cout);
         float *dx = lbuf(P * cin), *dw = lbuf(nw), *db = lbuf(cout);
-        float *ws = lbuf(nn_convt3d_ws_floats_p(1, D, D, D, cin, cout, NN_FP32));
+        float *ws = lbuf(nn_convt3d_ws_floats_p(1, D, D, D, cin, cout, pr));
         const double fl = 2.0 * P * 8 * cin * cout;
+        to_bf16(x, P * cin, bf16), to_bf16(w, nw, bf16), to_bf16(dy, 8 * P * cout, bf16);
         for (int i = -1; i < reps; i++) {
             t0 = now_s();
-            nn_convt3d_forward_p(y, x, w, b, cin, cout, 1, D, D, D, NN_FP32, ws);
+            nn_convt3d_forward_p(y, x, w, b, cin, cout, 1, D, D, D, pr, ws);
             const double a = now_s();
-            nn_convt3d_backward_p(dx, NULL, NULL, dy, cout, x, w, cin, cout, 1, D, D, D, NN_FP32, ws);
+            nn_convt3d_backward_p(dx, NULL, NULL, dy, cout, x, w, cin, cout, 1, D, D, D, pr, ws);
             const double bb = now_s();
-            nn_convt3d_backward_p(NULL, dw, db, dy, cout, x, w, cin, cout, 1, D, D, D, NN_FP32, ws);
+            nn_convt3d_backward_p(NULL, dw, db, dy, cout, x, w, cin, cout, 1, D, D, D, pr, ws);
             const double c = now_s();
             if (i >= 0)
                 t1[i] = a - t0, t2[i] = bb - a, t3[i] = c - bb;
         }
-        report("convt3d_fwd", D, cin, cout, t1, reps, fl);
-        report("convt3d_bwd_data", D, cin, cout, t2, reps, fl);
-        report("convt3d_bwd_weight", D, cin, cout, t3, reps, fl);
+        snprintf(nm, sizeof nm, "convt3d_fwd%s", sfx);
+        report(nm, D, cin, cout, t1, reps, fl);
+        snprintf(nm, sizeof nm, "convt3d_bwd_data%s", sfx);
+        report(nm, D, cin, cout, t2, reps, fl);
+        snprintf(nm, sizeof nm, "convt3d_bwd_weight%s", sfx);
+        report(nm, D, cin, cout, t3, reps, fl);
         free(x), free(w), free(b), free(dy), free(y), free(dx), free(dw), free(db), free(ws);
     } else if (!strcmp(op, "gn")) {
         const int C = cout, G = 8;
@@ -248,7 +266,7 @@ static int bench_layer(const char *op, int D, int cin, int cout, int reps) {
 
 static int usage(void) {
     fprintf(stderr, "usage: bench_step --peak [SECONDS]\n"
-                    "       bench_step --layer conv|convt|gn D CIN COUT [--reps R]\n"
+                    "       bench_step --layer conv|convt|gn D CIN COUT [--reps R] [--bf16]\n"
                     "       bench_step [--scale S] [--base B] [--classes K] [--reps R] [--bf16] "
                     "[--ckpt]\n");
     return 2;
@@ -273,8 +291,8 @@ int main(int argc, char **argv) {
             ckpt = 1;
         else if (!strcmp(argv[i], "--peak")) {
             const double sec = i + 1 < argc ? atof(argv[i + 1]) : 1.0;
-            printf("cpu %s\npath %s bf16dp %d\n", nn_cpu_name(), nn_isa_name(nn_isa()),
-                   nn_isa_bf16dp());
+            printf("cpu %s\npath %s bf16dp %d amx %d\n", nn_cpu_name(), nn_isa_name(nn_isa()),
+                   nn_isa_bf16dp(), nn_isa_amx());
             printf("fma_peak_gflops %.1f threads %d\n", nn_fma_peak_gflops(sec > 0 ? sec : 1.0),
                    omp_get_max_threads());
             printf("kernel_sgemm_gflops %.1f (M=4096 N=256 K=512)\n",
@@ -294,7 +312,7 @@ int main(int argc, char **argv) {
     if (layer) {
         if (ld < 1 || lcin < 1 || lcout < 1)
             return usage();
-        return bench_layer(layer, ld, lcin, lcout, reps);
+        return bench_layer(layer, ld, lcin, lcout, reps, bf16);
     }
     const int size = 1 << scale;
     nn_unet_spec s = {3, classes, scale - 3, base, 8};

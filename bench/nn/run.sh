@@ -15,7 +15,8 @@
 #   NN_STEPS="5:64 6:64" (scale:base pairs) replaces the mode's list of steps (NN_STEPS="": none)
 #   NN_PRECS="fp32 ckpt" replaces the precisions of each step (default fp32 bf16 ckpt); PyTorch's
 #     CPU autocast-bf16 step takes minutes at scale 5/64 on a CPU without AVX512_BF16
-#   NN_LAYERS=0 skips the per-layer table
+#   NN_LAYERS=0 skips the per-layer tables; NN_LAYERS_BF16=0|1 skips or forces the bf16 one (by
+#     default it runs where the CPU has AVX512_BF16)
 # Output: tables on stdout; RESULT lines carry the ratios.
 cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build}
@@ -56,6 +57,18 @@ run_layer() { # op D cin cout
 for s in $CONVS; do IFS=: read -r d ci co <<<"$s"; run_layer conv "$d" "$ci" "$co"; done
 for s in $CONVTS; do IFS=: read -r d ci co <<<"$s"; run_layer convt "$d" "$ci" "$co"; done
 for s in $GNS; do IFS=: read -r d c <<<"$s"; run_layer gn "$d" "$c" "$c"; done
+# bf16 (torch_amp: 1 / PyTorch CPU autocast) convolutions, where the CPU has AVX512_BF16 (without
+# it PyTorch's bf16 layers take minutes); NN_LAYERS_BF16=0 skips them, =1 forces them
+bf16dp=$(awk '/^path /{print $4}' <<<"$peak1")
+layers16=$(mktemp)
+if [ "${NN_LAYERS_BF16:-$bf16dp}" = 1 ]; then
+    run_layer16() { # op D cin cout
+        "$BIN" --layer "$1" "$2" "$3" "$4" --reps "$REPS" --bf16 | sed 's/^/ours /; s/_bf16 / /' >>"$layers16"
+        $TORCH layer "$1" "$2" "$3" "$4" "$THREADS" "$REPS" --bf16 | sed 's/^/torch /' >>"$layers16"
+    }
+    for s in $CONVS; do IFS=: read -r d ci co <<<"$s"; run_layer16 conv "$d" "$ci" "$co"; done
+    for s in $CONVTS; do IFS=: read -r d ci co <<<"$s"; run_layer16 convt "$d" "$ci" "$co"; done
+fi
 
 peak2=$("$BIN" --peak 1 | awk '/fma_peak_gflops/ {print $2}')
 peak=$(awk -v a="$(awk '/fma_peak_gflops/ {print $2}' <<<"$peak1")" -v b="$peak2" \
@@ -65,24 +78,36 @@ echo "## Per layer ($cpu, $THREADS threads, median of $REPS; FMA peak $peak GFLO
 echo
 echo "| layer | volume | channels | scaffold s | GFLOP/s | % peak | PyTorch s | GFLOP/s | % peak | PyTorch/scaffold |"
 echo "|---|---|---|---|---|---|---|---|---|---|"
-awk -v peak="$peak" '
+# layer_table FILE PEAK (0: no % of peak columns)
+layer_table() {
+awk -v peak="$2" '
     { who = $1; key = $3 " " $4 " " $5 " " $6; t[who, key] = $8; g[who, key] = $10;
       if (!(key in seen)) { seen[key] = 1; order[++n] = key } }
     END {
         for (i = 1; i <= n; i++) {
             split(order[i], k, " ")
             go = g["ours", order[i]]; gt = g["torch", order[i]]
-            pg = go > 0 ? sprintf("%.0f", 100 * go / peak) : "-"
-            pt = gt > 0 ? sprintf("%.0f", 100 * gt / peak) : "-"
+            pg = go > 0 && peak > 0 ? sprintf("%.0f", 100 * go / peak) : "-"
+            pt = gt > 0 && peak > 0 ? sprintf("%.0f", 100 * gt / peak) : "-"
             printf "| %s | %s^3 | %s->%s | %.4f | %s | %s | %.4f | %s | %s | %.2fx |\n",
                 k[1], k[2], k[3], k[4], t["ours", order[i]], (go > 0 ? go : "-"), pg,
                 t["torch", order[i]], (gt > 0 ? gt : "-"), pt,
                 t["torch", order[i]] / t["ours", order[i]]
-            if (go > 0) { sum += 100 * go / peak; cnt++; if (100 * go / peak < mn || cnt == 1) mn = 100 * go / peak }
+            if (go > 0 && peak > 0) { sum += 100 * go / peak; cnt++; if (100 * go / peak < mn || cnt == 1) mn = 100 * go / peak }
         }
         if (cnt) printf "\nRESULT layers: scaffold convolution passes %.0f%%..., lowest %.0f%% of the FMA peak\n", sum / cnt, mn
-    }' "$layers" | sed 's/%\.\.\./% on average/'
-rm -f "$layers"
+    }' "$1" | sed 's/%\.\.\./% on average/'
+}
+layer_table "$layers" "$peak"
+if [ -s "$layers16" ]; then
+    echo
+    echo "## Per layer, bf16 ($cpu, $THREADS threads, median of $REPS; scaffold torch_amp: 1, PyTorch CPU autocast to bfloat16; GFLOP/s counted as fp32's, no % of the fp32 FMA peak)"
+    echo
+    echo "| layer | volume | channels | scaffold s | GFLOP/s | % peak | PyTorch s | GFLOP/s | % peak | PyTorch/scaffold |"
+    echo "|---|---|---|---|---|---|---|---|---|---|"
+    layer_table "$layers16" 0
+fi
+rm -f "$layers" "$layers16"
 
 # ---- whole steps -------------------------------------------------------------------------
 if [ "$MODE" = full ]; then
