@@ -346,15 +346,17 @@ static void write_csv(FILE *f, const result *r, int n, int ranks) {
         const result *g = find(r, n, r[i].what, r[i].row_bytes, 1);
         const result *mc = find(r, n, "memcpy", r[i].row_bytes, r[i].batch);
         int base = !strcmp(r[i].what, "memcpy");
-        fprintf(f, "%s,%d,%lld,%lld,%d,%lld,%.4f,%.2f,", r[i].what, ranks,
+        /* rates and ratios with significant digits, not fixed decimals: a slow run (MPICH
+         * polling on oversubscribed cores: 0.19 MB/s against memcpy's GB/s) must not print 0 */
+        fprintf(f, "%s,%d,%lld,%lld,%d,%lld,%.4f,%.6g,", r[i].what, ranks,
                 (long long)r[i].row_bytes, (long long)r[i].batch, r[i].threads,
                 (long long)r[i].nget, r[i].us_row, r[i].mbs);
         if (g && !base)
-            fprintf(f, "%.4f,", g->us_row / r[i].us_row);
+            fprintf(f, "%.6g,", g->us_row / r[i].us_row);
         else
             fprintf(f, ",");
         if (mc && !base)
-            fprintf(f, "%.4f,", r[i].mbs / mc->mbs);
+            fprintf(f, "%.6g,", r[i].mbs / mc->mbs);
         else
             fprintf(f, ",");
         if (r[i].prof)
