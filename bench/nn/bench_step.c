@@ -175,6 +175,18 @@ static void report(const char *name, int D, int cin, int cout, double *t, int re
 
 #define REPS_MAX 64
 
+/* The three passes of a convolution: OP_fwd, OP_bwd_data, OP_bwd_weight (+ "_bf16"). */
+static void report3(const char *op, int bf16, int D, int cin, int cout, double *t1, double *t2,
+                    double *t3, int reps, double flops) {
+    static const char *const pass[3] = {"fwd", "bwd_data", "bwd_weight"};
+    double *t[3] = {t1, t2, t3};
+    char nm[64];
+    for (int i = 0; i < 3; i++) {
+        snprintf(nm, sizeof nm, "%s_%s%s", op, pass[i], bf16 ? "_bf16" : "");
+        report(nm, D, cin, cout, t[i], reps, flops);
+    }
+}
+
 /* bf16: the operands rounded to bf16 first (what the layers receive in a torch_amp: 1 model) */
 static void to_bf16(float *x, size_t n, int bf16) {
     if (bf16)
@@ -184,8 +196,6 @@ static void to_bf16(float *x, size_t n, int bf16) {
 static int bench_layer(const char *op, int D, int cin, int cout, int reps, int bf16) {
     const size_t P = (size_t)D * D * D;
     const nn_prec pr = bf16 ? NN_BF16 : NN_FP32;
-    const char *sfx = bf16 ? "_bf16" : "";
-    char nm[64];
     double t0, t1[REPS_MAX], t2[REPS_MAX], t3[REPS_MAX];
     reps = reps < 1 ? 1 : reps > REPS_MAX ? REPS_MAX : reps;
     if (!strcmp(op, "conv")) {
@@ -206,12 +216,7 @@ static int bench_layer(const char *op, int D, int cin, int cout, int reps, int b
             if (i >= 0)
                 t1[i] = a - t0, t2[i] = b - a, t3[i] = c - b;
         }
-        snprintf(nm, sizeof nm, "conv3d_fwd%s", sfx);
-        report(nm, D, cin, cout, t1, reps, fl);
-        snprintf(nm, sizeof nm, "conv3d_bwd_data%s", sfx);
-        report(nm, D, cin, cout, t2, reps, fl);
-        snprintf(nm, sizeof nm, "conv3d_bwd_weight%s", sfx);
-        report(nm, D, cin, cout, t3, reps, fl);
+        report3("conv3d", bf16, D, cin, cout, t1, t2, t3, reps, fl);
         free(x), free(w), free(dy), free(y), free(dx), free(dw), free(ws);
     } else if (!strcmp(op, "convt")) {
         const size_t nw = 8 * (size_t)cin * cout;
@@ -232,12 +237,7 @@ static int bench_layer(const char *op, int D, int cin, int cout, int reps, int b
             if (i >= 0)
                 t1[i] = a - t0, t2[i] = bb - a, t3[i] = c - bb;
         }
-        snprintf(nm, sizeof nm, "convt3d_fwd%s", sfx);
-        report(nm, D, cin, cout, t1, reps, fl);
-        snprintf(nm, sizeof nm, "convt3d_bwd_data%s", sfx);
-        report(nm, D, cin, cout, t2, reps, fl);
-        snprintf(nm, sizeof nm, "convt3d_bwd_weight%s", sfx);
-        report(nm, D, cin, cout, t3, reps, fl);
+        report3("convt3d", bf16, D, cin, cout, t1, t2, t3, reps, fl);
         free(x), free(w), free(b), free(dy), free(y), free(dx), free(dw), free(db), free(ws);
     } else if (!strcmp(op, "gn")) {
         const int C = cout, G = 8;

@@ -419,24 +419,24 @@ static void conv27(float *out, int cdst, void *P, int csrc, int pairs, const voi
             for (int z = 0; z < D; z++) {
                 const void *Bob = (const char *)Bp + (size_t)ob * 27 * csrc * nr * es;
                 if (!sh) {
-                    conv27_rows(&g0, out, cdst, P, csrc, pairs, Pend, Bob, nr, nkb, ob, z, 0, H, H, W,
-                                last);
+                    conv27_rows(&g0, out, cdst, P, csrc, pairs, Pend, Bob, nr, nkb, ob, z,
+                                0, H, H, W, last);
                     continue;
                 }
                 const int zb = (sh->recv[0][0] && z == 0) || (sh->recv[0][1] && z == D - 1);
                 const int inner = !zb && !xsh; /* plane with rows [ya, yb) off the border */
                 if (phase == 0) {
                     if (inner)
-                        conv27_rows(&g0, out, cdst, P, csrc, pairs, Pend, Bob, nr, nkb, ob, z, ya, yb,
-                                    H, W, last);
+                        conv27_rows(&g0, out, cdst, P, csrc, pairs, Pend, Bob, nr, nkb, ob, z,
+                                    ya, yb, H, W, last);
                 } else if (inner) {
-                    conv27_rows(&g0, out, cdst, P, csrc, pairs, Pend, Bob, nr, nkb, ob, z, 0, ya, H, W,
-                                last);
-                    conv27_rows(&g0, out, cdst, P, csrc, pairs, Pend, Bob, nr, nkb, ob, z, yb, H, H, W,
-                                last);
+                    conv27_rows(&g0, out, cdst, P, csrc, pairs, Pend, Bob, nr, nkb, ob, z,
+                                0, ya, H, W, last);
+                    conv27_rows(&g0, out, cdst, P, csrc, pairs, Pend, Bob, nr, nkb, ob, z,
+                                yb, H, H, W, last);
                 } else {
-                    conv27_rows(&g0, out, cdst, P, csrc, pairs, Pend, Bob, nr, nkb, ob, z, 0, H, H, W,
-                                last);
+                    conv27_rows(&g0, out, cdst, P, csrc, pairs, Pend, Bob, nr, nkb, ob, z,
+                                0, H, H, W, last);
                 }
             }
     }

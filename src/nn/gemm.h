@@ -133,9 +133,6 @@ typedef void (*nn_tg_fn)(const nn_tg *g, const float *const *a, const float *Bp,
                          const float *bias, int nvalid, int mode);
 nn_tg_fn nn_tg_kernel(int nr, int m);
 
-/* The same on bf16 data (AVX512_BF16 paths only, see nn_isa_bf16dp): a[i] point to bf16 values
- * (K even, aoff in bf16 elements), Bp is packed [T][K/2][nr][2] (pairs of consecutive k), and
- * products accumulate in fp32 (vdpbf16ps). */
 /* dst[i] = the bf16 bits of src[i], nearest, ties to even (vcvtneps2bf16 where the path has
  * AVX512_BF16: it reads denormal inputs as zero, as the bf16 kernels do in their products). */
 void nn_bf16_pack(uint16_t *dst, const float *src, long n);
@@ -143,6 +140,9 @@ void nn_bf16_pack(uint16_t *dst, const float *src, long n);
  * bf16(src[j*sj + sk]) (0 unless two), j < n. */
 void nn_bf16_pack_pairs(uint16_t *dst, const float *src, long sj, long sk, int two, int n);
 
+/* nn_tg_block on bf16 data (AVX512_BF16 paths only, see nn_isa_bf16dp): a[i] point to bf16 values
+ * (K even, aoff in bf16 elements), Bp is packed [T][K/2][nr][2] (pairs of consecutive k), and
+ * products accumulate in fp32 (vdpbf16ps). */
 void nn_tg_block_bf16(const nn_tg *g, int m, const uint16_t *const *a, const uint16_t *Bp,
                       float *const *c, const float *bias, int nvalid, int mode);
 

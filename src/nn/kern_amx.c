@@ -1,12 +1,13 @@
-/* kern_amx: the bf16 tap GEMM on AMX tiles (gemm.h nn_tg_amx, through nn_amx_tg): 32 positions at a fixed stride
- * times the column block, accumulated in four 16x16 fp32 tiles over taps and k (TDPBF16PS:
+/* kern_amx: the bf16 tap GEMM on AMX tiles (gemm.h nn_tg_amx, through nn_amx_tg): 32 positions
+ * at a fixed stride times the column block, accumulated in four 16x16 fp32 tiles over taps and k (TDPBF16PS:
  * 16x16x32 products per instruction, where vdpbf16ps does 16x2). Tiles 0-3 hold C (positions
  * 0-15 / 16-31 x columns j..j+15 / j+16..j+31), 4-5 the two A tiles (16 positions x 32 k),
  * 6-7 two B tiles (16 k pairs x 16 columns x 2, the pair layout of pack_b16 read at its row
  * stride). The results go through a small buffer to the caller's rows, with the mode's
  * initial value and rounding applied there (AVX-512).
- * Compiled for AMX-BF16 (and AVX512_BF16, which every AMX CPU has) whatever the build's flags; gemm.c uses it only where the CPU reports
- * AMX and the OS granted this process the tile state (arch_prctl). */
+ * Compiled for AMX-BF16 (and AVX512_BF16, which every AMX CPU has) whatever the build's flags;
+ * gemm.c uses it only where the CPU reports AMX and the OS granted this process the tile state
+ * (arch_prctl). */
 #if defined(__x86_64__) && defined(__linux__)
 #pragma GCC target("amx-tile,amx-bf16,avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx2,fma")
 #include "nn/kern.h"
@@ -193,9 +194,9 @@ void nn_amx_dw(const uint16_t *xT, long ldx, const uint16_t *dyP, int cout, long
 #include <string.h>
 
 static uint16_t amx_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    uint16_t b;
+    nn_bf16_pack(&b, &f, 1);
+    return b;
 }
 
 static float amx_val(uint16_t b) {

@@ -99,7 +99,8 @@ const nn_tgb_fn *const nn_tgb_avx512bf16[NN_KERN_MAXNV] = {kb_t1, kb_t2, kb_t3, 
 void nn_kb_pack(uint16_t *dst, const float *src, long n) {
     long i = 0;
     for (; i + 16 <= n; i += 16)
-        _mm256_storeu_si256((__m256i *)(dst + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i)));
+        _mm256_storeu_si256((__m256i *)(dst + i),
+                            (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i)));
     if (i < n) {
         const __mmask16 mk = (__mmask16)((1u << (n - i)) - 1);
         _mm256_mask_storeu_epi16(dst + i, mk,
