@@ -240,6 +240,7 @@ static nn_backend cpu_table = {
     .workspace = cpu_workspace,
     .stage = cpu_stage,
     .gn_round = 1,
+    .conv_round = 1,
     .conv3d_ws = cpu_conv3d_ws,
     .convt3d_ws = nn_convt3d_ws_floats_p,
     .conv1_ws = nn_conv1_ws_floats_p,

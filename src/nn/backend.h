@@ -39,6 +39,8 @@ struct nn_backend {
     int host_access;  /* 1: that memory is host memory (MPI may read it): the CPU backends */
     nn_prec prec;     /* the only precision a device backend computes in (CPU: both) */
     int gn_round;     /* 1: the GroupNorm forward, apply and backward ops take NN_GN_RBF16 */
+    int conv_round;   /* 1: in bf16 the convolution ops (3x3x3, transposed, 1x1) write results
+                       * already rounded to bf16, so their gradients need no rounding pass */
     int status;       /* first recorded error, 0 if none (nn_backend_status) */
 
     void (*destroy)(nn_backend *b);

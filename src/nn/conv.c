@@ -1554,10 +1554,11 @@ void nn_conv3d_forward_p(float *out, const float *inA, int ca, const float *inB,
  * the direct kernels do. Layout in the layer's workspace: acc [27][cin][cout] fp32, xT
  * [cin][ldx], dyP [qs/2][cout][2]; the slab depth is the deepest that fits. */
 #define AMX_DW_CHUNK_BYTES (1u << 20)
-/* Fewer voxels per call and the accumulators' traffic (27*cin*cout floats stored per tile group
- * and reduced at the end) outweighs the tile products: at 8^3 (512 voxels) 1024->1024 the AMX
- * pass took 89 ms against 55 for the fp32 one; from 16^3 up it runs about twice as fast */
-#define AMX_DW_VOX_MIN 1024
+/* Fewer voxels per call, or fewer voxels than channels, and the accumulators' traffic (27*cin*cout
+ * floats stored per tile group and reduced at the end) outweighs the tile products: at 8^3 (512
+ * voxels) 1024->1024 the AMX pass took 89 ms against 55 for the fp32 one, 512->512 the same
+ * (14 ms), 256->256 3.5 against 4.8 ms; from 16^3 up it runs about twice as fast */
+#define AMX_DW_VOX_MIN 512
 
 static long amx_round32(long v) {
     return (v + 31) & ~31L;
@@ -1578,7 +1579,7 @@ static size_t conv3d_ws(int N, int D, int H, int W, int cin, int cout, const nn_
 static int amx_dw_depth(int N, int D, int H, int W, int cin, int cout, nn_prec prec,
                         const nn_shard *sh) {
     if (!use_pairs(prec) || sh || !nn_isa_amx() || cin % 16 || cout % 16 ||
-        (long)N * D * H * W < AMX_DW_VOX_MIN)
+        (long)N * D * H * W < AMX_DW_VOX_MIN || (long)N * D * H * W < (cin > cout ? cin : cout))
         return 0;
     const size_t cap = conv3d_ws(N, D, H, W, cin, cout, NULL);
     long ldx, qs;
@@ -1955,7 +1956,8 @@ size_t nn_conv1_ws_floats_p(long P, int cin, int cout, nn_prec prec) {
     if (bias > m)
         m = bias;
     const size_t rin = prec == NN_BF16 ? (size_t)P * cin + 16 : 0;
-    return rin + m + (size_t)nn_gemm_ncol_max(cout) + 64;
+    const size_t wr = (size_t)cin * cout + 16; /* the rounded weights beside the dw tiles */
+    return rin + wr + m + (size_t)nn_gemm_ncol_max(cout) + 64;
 }
 
 /* out (P, ncol) (op)= in (P, K) x packed B, items of C1_ROW voxels per column block. */
@@ -1987,38 +1989,57 @@ void nn_conv1_forward_p(float *out, const float *in, const float *w, const float
     gemm_rows(out, cout, A, cin, Bp, bias, P, NN_TG_BIAS | store_mode(prec));
 }
 
+/* The weight gradient of the 1x1 convolution, and where dxr is not NULL (it is x) its input
+ * gradient masked by the ReLU of x, written over x: one pass over x. Few output channels, so each of NN_SLICES fixed
+ * voxel slices reduces into its own (cout, cin) tile (vectors over the input channels), then
+ * the tiles are summed in order. The input is rounded to bf16 on the fly in bf16 mode. */
+static void c1_dw(float *dw, const float *x, float *dxr, const float *dout, const float *wr,
+                  int cin, int cout, long P, nn_prec prec, float *acc0) {
+    enum { CB = 64 };
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nn_threads())
+    for (int sl = 0; sl < NN_SLICES; sl++) {
+        float *acc = acc0 + (size_t)sl * cin * cout;
+        memset(acc, 0, sizeof(float) * cin * cout);
+        const long lo = P * sl / NN_SLICES, hi = P * (sl + 1) / NN_SLICES;
+        for (long p = lo; p < hi; p++) {
+            const float *xv = x + (size_t)p * cin, *g = dout + p * cout;
+            for (int c0 = 0; c0 < cin; c0 += CB) {
+                const int nc = cin - c0 < CB ? cin - c0 : CB;
+                float av[CB], s[CB];
+                int on[CB];
+                for (int c = 0; c < nc; c++) {
+                    on[c] = xv[c0 + c] > 0.0f;
+                    av[c] = prec == NN_BF16 ? nn_bf16_round(xv[c0 + c]) : xv[c0 + c];
+                }
+                for (int oc = 0; oc < cout; oc++) {
+                    const float go = g[oc];
+                    float *accr = acc + (size_t)oc * cin + c0;
+                    for (int c = 0; c < nc; c++)
+                        accr[c] += av[c] * go;
+                }
+                if (dxr) { /* after the reads of this voxel's x */
+                    nn_conv1_dx_voxel(s, g, wr, cin, cout, c0, nc, prec);
+                    for (int c = 0; c < nc; c++)
+                        dxr[(size_t)p * cin + c0 + c] = on[c] ? s[c] : 0.0f;
+                }
+            }
+        }
+    }
+    for (int oc = 0; oc < cout; oc++)
+        for (int ic = 0; ic < cin; ic++) {
+            float s = 0;
+            for (int sl = 0; sl < NN_SLICES; sl++)
+                s += acc0[((size_t)sl * cout + oc) * cin + ic];
+            dw[(size_t)oc * cin + ic] += prec == NN_BF16 ? nn_bf16_round(s) : s;
+        }
+}
+
 void nn_conv1_backward_p(float *din, float *dw, float *db, const float *dout, const float *in,
                          const float *w, int cin, int cout, long P, nn_prec prec, float *ws) {
     if (db)
         bias_grad(db, dout, cout, P, cout, prec, ws);
-    if (dw) {
-        float *rest;
-        const float *A = input_prec(in, (size_t)P * cin, prec, ws, &rest);
-        /* Few output channels: each of NN_SLICES fixed voxel slices reduces into its own
-         * (cin, cout) tile, then the tiles are summed in order (cin*cout floats per slice). */
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nn_threads())
-        for (int sl = 0; sl < NN_SLICES; sl++) {
-            float *acc = rest + (size_t)sl * cin * cout;
-            memset(acc, 0, sizeof(float) * cin * cout);
-            const long lo = P * sl / NN_SLICES, hi = P * (sl + 1) / NN_SLICES;
-            for (long p = lo; p < hi; p++) {
-                const float *a = A + p * cin, *g = dout + p * cout;
-                for (int ic = 0; ic < cin; ic++) {
-                    const float av = a[ic];
-                    float *accr = acc + (size_t)ic * cout;
-                    for (int oc = 0; oc < cout; oc++)
-                        accr[oc] += av * g[oc];
-                }
-            }
-        }
-        for (int ic = 0; ic < cin; ic++)
-            for (int oc = 0; oc < cout; oc++) {
-                float s = 0;
-                for (int sl = 0; sl < NN_SLICES; sl++)
-                    s += rest[((size_t)sl * cin + ic) * cout + oc];
-                dw[(size_t)oc * cin + ic] += prec == NN_BF16 ? nn_bf16_round(s) : s;
-            }
-    }
+    if (dw)
+        c1_dw(dw, in, NULL, dout, NULL, cin, cout, P, prec, ws);
     if (!din)
         return;
     const int nr = nn_gemm_nr(cin);
@@ -2029,11 +2050,17 @@ void nn_conv1_backward_p(float *din, float *dw, float *db, const float *dout, co
 
 void nn_conv1_backward_relu_p(float *x, float *dw, float *db, const float *dout, const float *w,
                               int cin, int cout, long P, nn_prec prec, float *ws) {
-    nn_conv1_backward_p(NULL, dw, db, dout, x, w, cin, cout, P, prec, ws);
-    /* The input gradient per voxel, into registers first: its few output channels make it a
-     * pass over x bound by memory, not by FMAs. */
+    if (db)
+        bias_grad(db, dout, cout, P, cout, prec, ws);
+    /* The input gradient per voxel, into registers: its few output channels make it a pass
+     * over x bound by memory, not by FMAs, so it shares the weight gradient's pass. */
     float *wr = ws; /* the weights as the layer used them (bf16-rounded in bf16) */
     copy_prec(wr, w, (size_t)cin * cout, prec);
+    float *scratch = ws + (((size_t)cin * cout + 15) & ~(size_t)15);
+    if (dw) {
+        c1_dw(dw, x, x, dout, wr, cin, cout, P, prec, scratch);
+        return;
+    }
     enum { CB = 64 };
 #pragma omp parallel for schedule(static) num_threads(nn_threads())
     for (long p = 0; p < P; p++) {

@@ -722,8 +722,10 @@ static void dc_forward(nn_unet *m, dc_block *b, const float *inA, int ca, const 
  * the gradient of c1 in tmp for the caller's conv1 backward. Buffers (dc_backward_tail gives
  * the usual ones): without checkpointing c1, c2 are the block's own and a1 is recomputed here;
  * with checkpointing the caller has just recomputed c1, a1 and c2 (c2 may be tmp: dead once
- * GN2's backward has read it). gn2_x: b->a2 is gone, GN2 takes its ReLU mask from c2. */
-static void dc_backward_bufs(nn_unet *m, dc_block *b, float *dY, int masked, int N,
+ * GN2's backward has read it). gn2_x: b->a2 is gone, GN2 takes its ReLU mask from c2. single:
+ * dY is one convolution op's input gradient, not a sum (rounded already where the backend's
+ * convolutions round). */
+static void dc_backward_bufs(nn_unet *m, dc_block *b, float *dY, int masked, int single, int N,
                              const float *c1, float *a1, const float *c2, float *tmp, int gn2_x) {
     struct nn_unet_plan *p = m->plan;
     const int l = b->level;
@@ -734,7 +736,8 @@ static void dc_backward_bufs(nn_unet *m, dc_block *b, float *dY, int masked, int
            p->G, gn_bits(p, 1), p->ws);
         gn_to_prec(p, a1, n);
     }
-    to_prec(p, dY, n); /* e.g. skip + pool gradients, summed in bf16 by autograd */
+    if (!single || !p->be->conv_round)
+        to_prec(p, dY, n); /* e.g. skip + pool gradients, summed in bf16 by autograd */
     const nn_shard *sh = m->shard;
     /* masked: dY already went through the ReLU's backward (and b->a2 may hold it) */
     if (gn2_x) {
@@ -759,9 +762,9 @@ static void dc_backward_bufs(nn_unet *m, dc_block *b, float *dY, int masked, int
 
 /* dc_backward_bufs with the plan's buffers: c1, c2 the block's own or (checkpointing) cs, gT;
  * a1 in gH; the gradient of c1 left in gT. On return c1 and a1 are dead. */
-static void dc_backward_tail(nn_unet *m, dc_block *b, float *dY, int masked, int N) {
+static void dc_backward_tail(nn_unet *m, dc_block *b, float *dY, int masked, int single, int N) {
     struct nn_unet_plan *p = m->plan;
-    dc_backward_bufs(m, b, dY, masked, N, p->ckpt ? p->cs : b->c1, p->gH,
+    dc_backward_bufs(m, b, dY, masked, single, N, p->ckpt ? p->cs : b->c1, p->gH,
                      p->ckpt ? p->gT : b->c2, p->gT, 0);
 }
 
@@ -921,7 +924,7 @@ static void down0_backward_ck2(nn_unet *m, int N) {
     float *c1 = p->up[p->L - 1].a2, *a1 = p->tX, *c2 = b->a2;
     dc_forward(m, b, p->xin, ci, NULL, 0, N, c1, a1, c2, 1);
     /* conv2's input gradient over c2 (read by GN2's backward only) */
-    dc_backward_bufs(m, b, p->tY, 0, N, c1, a1, c2, c2, 1);
+    dc_backward_bufs(m, b, p->tY, 0, 0, N, c1, a1, c2, c2, 1);
     OP(conv3d_backward, NULL, NULL, G_(m, b->w1), c2, p->xin, ci, NULL, 0, P_(m, b->w1), c, N, D,
        H, W, p->prec, m->shard, conv_ws(m));
     grad_ready(m, b->w1);
@@ -964,7 +967,7 @@ static void backward(nn_unet *m, int N) {
         if (p->ckpt)
             block_forward(m, b, 1, j, N, 1);
         const int last = j == L - 1;
-        dc_backward_tail(m, b, last ? dtop : p->gG, last && top_inplace, N);
+        dc_backward_tail(m, b, last ? dtop : p->gG, last && top_inplace, 1, N);
         if (p->ckpt) {
             /* the upsample again, into gH (a1, dead since GN1's backward): conv1 needs it */
             p->upt[j] = p->gH;
@@ -989,7 +992,7 @@ static void backward(nn_unet *m, int N) {
         }
         if (p->ckpt)
             block_forward(m, b, 0, 0, N, 1);
-        dc_backward_tail(m, b, p->dr[i], 0, N);
+        dc_backward_tail(m, b, p->dr[i], 0, i == L, N); /* below L: skip + pool */
         block_input(m, b, 0, 0, &inA, &ca, &inB, &cb);
         dc_backward_conv1(m, b, inA, ca, inB, cb, i == 0 ? NULL : p->gH, NULL, N);
         if (i > 0)

@@ -731,7 +731,7 @@ static void test_conv_bf16_vs_ideal(void) {
         /* N, D, H, W, ca, cb, cout */
         {1, 3, 5, 7, 32, 0, 48},   {2, 4, 6, 18, 32, 0, 64}, {1, 2, 3, 40, 96, 0, 16},
         {1, 4, 4, 4, 64, 64, 32},  {1, 2, 5, 9, 160, 0, 32}, {1, 3, 4, 5, 30, 2, 32},
-        /* the weight gradient on AMX tiles (from 1024 voxels: a concatenation split 30 | 2, a
+        /* the weight gradient on AMX tiles (from 512 voxels: a concatenation split 30 | 2, a
          * partial last tile of positions; two samples, a single 16-channel output tile), and
          * on Winograd (4096 voxels; few tiles, two samples) elsewhere */
         {1, 4, 8, 33, 30, 2, 32},  {2, 4, 6, 22, 32, 0, 48},
