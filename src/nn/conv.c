@@ -1771,6 +1771,8 @@ void nn_conv3d_backward_sh(float *din, float *dw, const float *dout, const float
 
 /* ---- ConvTranspose3d k2 s2 -------------------------------------------------------------- */
 
+static size_t ct_amx_ws_floats(int D, int H, int W, int cin, int cout);
+
 size_t nn_convt3d_ws_floats_p(int N, int D, int H, int W, int cin, int cout, nn_prec prec) {
     size_t pf = packed_floats(cout, cin, 8), pb = packed_floats(cin, cout, 8);
     size_t pw = weight_grad_ws(8, cin + 1, cout, (long)N * D * H, H, W); /* + the ones */
@@ -1780,7 +1782,13 @@ size_t nn_convt3d_ws_floats_p(int N, int D, int H, int W, int cin, int cout, nn_
     size_t bias = (size_t)NN_SLICES * cout;
     /* bf16: the input rounded to bf16 (the A operand of forward and weight gradient). */
     const size_t rin = prec == NN_BF16 ? (size_t)N * D * H * W * cin + 16 : 0;
-    return rin + (p > bias ? p : bias) + (size_t)nn_gemm_ncol_max(cout) + 64;
+    const size_t all = rin + (p > bias ? p : bias) + (size_t)nn_gemm_ncol_max(cout) + 64;
+    /* bf16 on AMX: the forward pass's bf16 input and packed weights fit in the above; the
+     * backward pass's slabs may not */
+    if (prec != NN_BF16)
+        return all;
+    const size_t amx = ct_amx_ws_floats(D, H, W, cin, cout);
+    return amx > all ? amx : all;
 }
 
 /* Bias padded to whole column blocks (the kernels read nr floats of it), rounded in bf16. */
@@ -1822,8 +1830,213 @@ static int ct_rows(int H, int W) {
     return r < H ? r : H;
 }
 
+/* ---- bf16 ConvTranspose3d on AMX tiles -------------------------------------------------------
+ * Tap t = (dz, dy, dx) of a k2 s2 transposed convolution joins input voxel v = (z, y, x) to
+ * output voxel (2z + dz, 2y + dy, 2x + dx): eight 1x1 products. Forward: per tap a 1-tap GEMM
+ * over the input (packed to bf16 once) writing every other output voxel. Input gradient: the
+ * output gradient regrouped by tap into bf16 planes indexed like the input ([t][v][c]), so
+ * the eight taps are offsets into one buffer and 32 consecutive voxels are one fixed stride
+ * apart (an A tile). Weight gradient: dW_t = sum over v of x(v)^T dout_t(v), on nn_amx_dw with
+ * the input transposed (one row of voxels per channel) and each tap's output gradient as voxel
+ * pairs. The last two go slab by slab of input planes, so the packed copies stay within half
+ * of slab_bytes() (24 MiB) whatever the volume. Sums in fp32 over bf16 operands, one rounding,
+ * as the other bf16 kernels. */
+
+static int ct_amx(int cin, int cout, nn_prec prec) {
+    return use_pairs(prec) && nn_isa_amx() && cin % 32 == 0 && cout % 32 == 0;
+}
+
+/* Input planes per slab of the backward pass, and its voxel rows' pitch (a multiple of 32). */
+static int ct_amx_slab(int D, int H, int W, int cin, int cout, long *ldv) {
+    const size_t plane = (size_t)H * W * (cin + 16 * (size_t)cout) * sizeof(uint16_t);
+    int Zc = (int)(slab_bytes() / 2 / plane);
+    Zc = Zc < 1 ? 1 : Zc > D ? D : Zc;
+    *ldv = amx_round32((long)Zc * H * W);
+    return Zc;
+}
+
+/* uint16 elements of the backward pass's layout (at most: both of its phases). */
+static size_t ct_amx_ws_floats(int D, int H, int W, int cin, int cout) {
+    long ldv;
+    ct_amx_slab(D, H, W, cin, cout, &ldv);
+    const size_t acc = 8 * (size_t)cin * cout + 16;
+    const size_t dwp = (size_t)cin * ldv + 8 * (size_t)ldv * cout; /* xT, dyP (uint16) */
+    const size_t dxp = 8 * (size_t)ldv * cout;                      /* dout by tap */
+    const size_t bp = 8 * (size_t)nn_gemm_ncol_max(cin > cout ? cin : cout) *
+                      (cin > cout ? cin : cout);
+    return acc + ((dwp > dxp ? dwp : dxp) + bp) / 2 + 64;
+}
+
+static void ct_amx_forward(float *out, const float *in, const float *w, const float *b, int cin,
+                           int cout, int N, int D, int H, int W, float *ws) {
+    const int nr = nn_gemm_nr(cout), nb = nblocks(cout, nr);
+    const size_t V = (size_t)N * D * H * W;
+    uint16_t *A = (uint16_t *)ws, *Bp = A + ((V * cin + 31) & ~(size_t)31);
+    float *bias = (float *)(Bp + 8 * (size_t)nb * nr * cin);
+    bias = bias_padded(bias, b, cout, nr, NN_BF16);
+    const long chunk = 1L << 14;
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < (long)((V * cin + chunk - 1) / chunk); i++) {
+        const long lo = i * chunk, n = (long)(V * cin) - lo < chunk ? (long)(V * cin) - lo : chunk;
+        nn_bf16_pack(A + lo, in + lo, n);
+    }
+    pack_b16(Bp, w, cout, cin, 8, 8, (long)cout * 8, 1, nr, 1);
+    const long aoff[1] = {0};
+    const nn_tg g = {.T = 1, .K = cin, .aoff = aoff, .nr = nr};
+    const int YR = ct_rows(H, W), ny = (H + YR - 1) / YR, ng = ct_groups((long)N * D * ny, nb);
+#pragma omp parallel for schedule(dynamic, 2)
+    for (long it = 0; it < (long)N * D * ny * ng; it++) {
+        const int og = (int)(it % ng), yb = (int)(it / ng % ny), z = (int)(it / ng / ny % D);
+        const int n = (int)(it / ng / ny / D), y = yb * YR, nyr = H - y < YR ? H - y : YR;
+        for (int ob = og * nb / ng; ob < (og + 1) * nb / ng; ob++) {
+            const int n0 = ob * nr, nvalid = cout - n0 < nr ? cout - n0 : nr;
+            for (int t = 0; t < 8; t++) {
+                const walk wk = {
+                    .a0 = A + (((size_t)n * D + z) * H + y) * W * cin,
+                    .a_row = (long)W * cin,
+                    .a_col = cin,
+                    .c0 = out + ((((size_t)n * 2 * D + 2 * z + t / 4) * 2 * H + 2 * y + t / 2 % 2) *
+                                     2 * W + t % 2) * cout + n0,
+                    .c_row = 4L * W * cout,
+                    .c_col = 2L * cout,
+                    .Wr = W,
+                    .pairs = 1,
+                    .amx = 1,
+                    .a_end = A + V * cin,
+                };
+                walk_amx(&g, &wk, (long)nyr * W, Bp + ((size_t)ob * 8 + t) * cin * nr,
+                         bias + n0, nvalid, NN_TG_BIAS | NN_TG_RBF16);
+            }
+        }
+    }
+}
+
+/* The output gradient of input planes [z0, z0 + nz) of sample n, by tap: dst[t*ldv + v][c],
+ * v the voxel's index in the slab; with pairs, as voxel pairs instead
+ * (dst[t*ldv*cout + (v/2)*2*cout + 2c + v%2], zero beyond the slab's voxels). */
+static void ct_amx_pack_dout(uint16_t *dst, const float *dout, long ldo, int cout, int n, int z0,
+                             int nz, int D, int H, int W, long ldv, int pairs) {
+    const long HW = (long)H * W, nv = nz * HW;
+    if (!pairs) {
+#pragma omp parallel for collapse(2) schedule(static)
+        for (int zo = 0; zo < 2 * nz; zo++)
+            for (int yo = 0; yo < 2 * H; yo++) {
+                const float *src =
+                    dout + ((((size_t)n * 2 * D + 2 * z0 + zo) * 2 * H + yo) * 2 * W) * ldo;
+                const long v0 = (long)zo / 2 * HW + (long)(yo / 2) * W;
+                for (int xo = 0; xo < 2 * W; xo++) {
+                    const int t = zo % 2 * 4 + yo % 2 * 2 + xo % 2;
+                    nn_bf16_pack(dst + ((size_t)t * ldv + v0 + xo / 2) * cout, src + xo * ldo,
+                                 cout);
+                }
+            }
+        return;
+    }
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int t = 0; t < 8; t++)
+        for (long pp = 0; pp < ldv / 2; pp++) {
+            const float *sp[2];
+            for (int i = 0; i < 2; i++) {
+                const long v = 2 * pp + i, z = v / HW, y = v % HW / W, x = v % W;
+                sp[i] = v < nv ? dout + ((((size_t)n * 2 * D + 2 * (z0 + z) + t / 4) * 2 * H +
+                                          2 * y + t / 2 % 2) * 2 * W + 2 * x + t % 2) * ldo
+                               : NULL;
+            }
+            nn_amx_pack_pair(dst + ((size_t)t * ldv + 2 * pp) * cout, sp[0], sp[1], cout);
+        }
+}
+
+/* dw (PyTorch layout [ic][oc][t]) += bf16(sum over voxels of x^T dout_t); db from a pass of
+ * its own over dout. */
+static void ct_amx_dw(float *dw, float *db, const float *dout, long ldo, const float *in, int cin,
+                      int cout, int N, int D, int H, int W, float *ws) {
+    long ldv;
+    const int Zc = ct_amx_slab(D, H, W, cin, cout, &ldv);
+    float *acc = ws;
+    uint16_t *xT = (uint16_t *)(((uintptr_t)(acc + 8 * (size_t)cin * cout) + 63) & ~(uintptr_t)63);
+    uint16_t *dyP = xT + (size_t)cin * ldv;
+    const long HW = (long)H * W;
+    const int nig = (cin / 16 + 1) / 2, nog = (cout / 16 + 1) / 2, ng = 8 * nig * nog;
+    int first = 1;
+    for (int n = 0; n < N; n++)
+        for (int z0 = 0; z0 < D; z0 += Zc) {
+            const int nz = z0 + Zc < D ? Zc : D - z0;
+            const long nv = nz * HW;
+#pragma omp parallel for schedule(static)
+            for (long v0 = 0; v0 < nv; v0 += 256)
+                nn_amx_pack_t(xT + v0, ldv, in + (((size_t)n * D + z0) * HW + v0) * cin, cin,
+                              (int)(nv - v0 < 256 ? nv - v0 : 256), cin);
+            for (int ic = 0; ic < cin; ic++) /* zeros after the slab's voxels */
+                memset(xT + (size_t)ic * ldv + nv, 0, sizeof(uint16_t) * (ldv - nv));
+            ct_amx_pack_dout(dyP, dout, ldo, cout, n, z0, nz, D, H, W, ldv, 1);
+#pragma omp parallel for schedule(dynamic, 1)
+            for (int g = 0; g < ng; g++) {
+                const int t = g / (nig * nog), ic0 = 32 * (g / nog % nig), oc0 = 32 * (g % nog);
+                nn_amx_dw(xT + (size_t)ic0 * ldv, ldv, dyP + (size_t)t * ldv * cout + 2 * oc0,
+                          cout, ldv, cin - ic0 > 16 ? 2 : 1, cout - oc0 > 16 ? 2 : 1,
+                          acc + ((size_t)t * cin + ic0) * cout + oc0, cout, first);
+            }
+            first = 0;
+        }
+#pragma omp parallel for schedule(static)
+    for (int ic = 0; ic < cin; ic++)
+        for (int oc = 0; oc < cout; oc++)
+            for (int t = 0; t < 8; t++)
+                dw[((size_t)ic * cout + oc) * 8 + t] +=
+                    nn_bf16_round(acc[((size_t)t * cin + ic) * cout + oc]);
+    if (db)
+        bias_grad(db, dout, ldo, 8L * N * D * HW, cout, NN_BF16, ws);
+}
+
+/* din = sum over taps of dout_t W_t^T, slab by slab of input planes. */
+static void ct_amx_dx(float *din, const float *dout, long ldo, const float *w, int cin, int cout,
+                      int N, int D, int H, int W, float *ws) {
+    long ldv;
+    const int Zc = ct_amx_slab(D, H, W, cin, cout, &ldv);
+    const int nr = nn_gemm_nr(cin), nb = nblocks(cin, nr), nkb = kblocks(cout, 8, nr, 32);
+    uint16_t *Dt = (uint16_t *)ws, *Bp = Dt + 8 * (size_t)ldv * cout;
+    pack_b16(Bp, w, cin, cout, 8, (long)cout * 8, 8, 1, nr, nkb);
+    long aoff[8];
+    for (int t = 0; t < 8; t++)
+        aoff[t] = (long)t * ldv * cout;
+    const nn_tg g = {.T = 8, .K = cout, .aoff = aoff, .nr = nr};
+    const int YR = ct_rows(H, W), ny = (H + YR - 1) / YR;
+    for (int n = 0; n < N; n++)
+        for (int z0 = 0; z0 < D; z0 += Zc) {
+            const int nz = z0 + Zc < D ? Zc : D - z0;
+            ct_amx_pack_dout(Dt, dout, ldo, cout, n, z0, nz, D, H, W, ldv, 0);
+            const int ng = ct_groups((long)nz * ny, nb);
+#pragma omp parallel for schedule(dynamic, 2)
+            for (long it = 0; it < (long)nz * ny * ng; it++) {
+                const int og = (int)(it % ng), yb = (int)(it / ng % ny), z = (int)(it / ng / ny);
+                const int y = yb * YR, nyr = H - y < YR ? H - y : YR;
+                for (int ob = og * nb / ng; ob < (og + 1) * nb / ng; ob++) {
+                    const int n0 = ob * nr, nvalid = cin - n0 < nr ? cin - n0 : nr;
+                    const walk wk = {
+                        .a0 = Dt + ((size_t)z * H + y) * W * cout,
+                        .a_row = (long)W * cout,
+                        .a_col = cout,
+                        .c0 = din + ((((size_t)n * D + z0 + z) * H + y) * W) * cin + n0,
+                        .c_row = (long)W * cin,
+                        .c_col = cin,
+                        .Wr = W,
+                        .pairs = 1,
+                        .amx = 1,
+                        .a_end = Dt + 8 * (size_t)ldv * cout,
+                    };
+                    walk_kblocks(g, wk, (long)nyr * W, Bp + (size_t)ob * 8 * cout * nr, cout, nkb,
+                                 NULL, nvalid, NN_TG_ZERO, NN_TG_RBF16);
+                }
+            }
+        }
+}
+
 void nn_convt3d_forward_p(float *out, const float *in, const float *w, const float *b, int cin,
                           int cout, int N, int D, int H, int W, nn_prec prec, float *ws) {
+    if (ct_amx(cin, cout, prec)) {
+        ct_amx_forward(out, in, w, b, cin, cout, N, D, H, W, ws);
+        return;
+    }
     const int nr = nn_gemm_nr(cout), nb = nblocks(cout, nr);
     float *rest;
     const float *A = input_prec(in, (size_t)N * D * H * W * cin, prec, ws, &rest);
@@ -1876,6 +2089,15 @@ void nn_convt3d_backward_p(float *din, float *dw, float *db, const float *dout, 
                            const float *in, const float *w, int cin, int cout, int N, int D,
                            int H, int W, nn_prec prec, float *ws) {
     const long rows = (long)N * D * H;
+    if (ct_amx(cin, cout, prec)) {
+        if (dw)
+            ct_amx_dw(dw, db, dout, ldo, in, cin, cout, N, D, H, W, ws);
+        else if (db)
+            bias_grad(db, dout, ldo, 8 * rows * W, cout, prec, ws);
+        if (din)
+            ct_amx_dx(din, dout, ldo, w, cin, cout, N, D, H, W, ws);
+        return;
+    }
     if (db && !dw)
         bias_grad(db, dout, ldo, 8 * rows * W, cout, prec, ws);
     if (dw) {

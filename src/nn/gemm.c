@@ -428,3 +428,7 @@ void nn_wino_grad_output(float *Mo, long ldm, const float *dy, long plane, long 
                          int ncol, int ncp) {
     K()->wino_gout(Mo, ldm, dy, plane, row, ldy, ncol, ncp);
 }
+
+void nn_adam_span(float *p, float *m, float *v, const float *g, long n, const nn_adam_coef *c) {
+    K()->adam(p, m, v, g, n, c);
+}

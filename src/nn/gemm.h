@@ -90,6 +90,14 @@ void nn_wino_weights_grad(float *d, const float *u, long su);
 void nn_wino_grad_output(float *Mo, long ldm, const float *dy, long plane, long row, long ldy,
                          int ncol, int ncp);
 
+/* The Adam update of n parameters p with moments m and v from gradients g (optim.c holds the
+ * algorithm; this is its vector loop): m = b1*m + (1-b1)*g, v = b2*v + (1-b2)*g^2,
+ * p -= step_size*m / (sqrt(v)/bc2s + eps). */
+typedef struct {
+    float b1, b2, eps, step_size, bc2s;
+} nn_adam_coef;
+void nn_adam_span(float *p, float *m, float *v, const float *g, long n, const nn_adam_coef *c);
+
 /* Largest block of positions nn_tg_block takes for block width nr. */
 int nn_tg_mr(int nr);
 

@@ -39,6 +39,7 @@ typedef struct nn_kern {
     void (*wino_wgt)(float *d, const float *u, long su);
     void (*wino_gout)(float *Mo, long ldm, const float *dy, long plane, long row, long ldy,
                       int ncol, int ncp);
+    void (*adam)(float *p, float *m, float *v, const float *g, long n, const nn_adam_coef *c);
 } nn_kern;
 
 extern const nn_kern nn_kern_portable;

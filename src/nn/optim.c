@@ -3,8 +3,10 @@
 #include "nn/optim.h"
 
 #include "core/err.h"
+#include "nn/gemm.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <strings.h>
 
@@ -81,16 +83,17 @@ void nn_optim_step(nn_optim *o, float *params, const float *grads, double lr) {
     } else {
         const double bc1 = 1.0 - pow(o->beta1, (double)o->step);
         const double bc2 = 1.0 - pow(o->beta2, (double)o->step);
-        const float step_size = (float)(lr / bc1), bc2s = (float)sqrt(bc2);
-        const float b1 = (float)o->beta1, b2 = (float)o->beta2, eps = (float)o->eps;
+        const nn_adam_coef c = {(float)o->beta1, (float)o->beta2, (float)o->eps,
+                                (float)(lr / bc1), (float)sqrt(bc2)};
         float *m = o->state, *v = o->state + n;
+        /* spans of whole cache lines per thread, through the vector kernel */
+        const int nt = omp_get_max_threads();
 #pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < n; i++) {
-            const float g = grads[i];
-            m[i] = b1 * m[i] + (1.0f - b1) * g;
-            v[i] = b2 * v[i] + (1.0f - b2) * g * g;
-            const float denom = sqrtf(v[i]) / bc2s + eps;
-            params[i] -= step_size * m[i] / denom;
+        for (int t = 0; t < nt; t++) {
+            const size_t lo = (n * t / nt) & ~(size_t)15;
+            const size_t hi = t == nt - 1 ? n : (n * (t + 1) / nt) & ~(size_t)15;
+            if (hi > lo)
+                nn_adam_span(params + lo, m + lo, v + lo, grads + lo, (long)(hi - lo), &c);
         }
     }
 }

@@ -808,6 +808,91 @@ static void test_conv_bf16_vs_ideal(void) {
     }
 }
 
+/* bf16 ConvTranspose3d k2 s2 on channel counts that are multiples of 32 (AMX tiles where the
+ * CPU has them, else the fp32 kernels on bf16 operands), against the ideal result (bf16
+ * operands, sums in double, one rounding): a partial last tile of 32 voxels and rows shorter
+ * than a tile, two samples, an output gradient with a voxel stride beyond its channels (ldo),
+ * and with SCAFFOLD_NN_SLAB_BYTES (tests/nn/run.sh) several backward slabs. */
+static void test_convt_bf16_vs_ideal(void) {
+    static const int shapes[][7] = {
+        /* N, D, H, W, cin, cout, ldo - cout */
+        {1, 2, 3, 5, 32, 64, 0}, {2, 3, 4, 4, 64, 32, 16}, {1, 4, 6, 20, 96, 32, 0},
+    };
+    char nm[112];
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int N = shapes[s][0], D = shapes[s][1], H = shapes[s][2], W = shapes[s][3];
+        const int cin = shapes[s][4], cout = shapes[s][5];
+        const long ldo = cout + shapes[s][6];
+        const size_t P = (size_t)N * D * H * W, nw = 8 * (size_t)cin * cout;
+        float *x = randv(P * cin, 730 + s, 1), *w = randv(nw, 740 + s, 1.0f / sqrtf(cin));
+        float *b = randv((size_t)cout, 750 + s, 1), *dy = randv(8 * P * ldo, 760 + s, 1);
+        nn_round_bf16(x, P * cin);
+        nn_round_bf16(w, nw);
+        nn_round_bf16(b, (size_t)cout);
+        nn_round_bf16(dy, 8 * P * ldo);
+        float *yi = zeros(8 * P * cout), *dxi = zeros(P * cin), *dwi = zeros(nw),
+              *dbi = zeros(cout);
+        double *dxd = calloc(P * cin, sizeof(double)), *dwd = calloc(nw, sizeof(double)),
+               *dbd = calloc((size_t)cout, sizeof(double));
+        for (int n = 0; n < N; n++)
+            for (int z = 0; z < D; z++)
+                for (int yy = 0; yy < H; yy++)
+                    for (int xx = 0; xx < W; xx++)
+                        for (int t = 0; t < 8; t++) {
+                            const size_t v = (((size_t)n * D + z) * H + yy) * W + xx;
+                            const size_t oz = (size_t)n * 2 * D + 2 * z + t / 4;
+                            const size_t o = (oz * 2 * H + 2 * yy + (t / 2) % 2) * 2 * W + 2 * xx +
+                                             t % 2;
+                            for (int oc = 0; oc < cout; oc++) {
+                                const double g = dy[o * ldo + oc];
+                                double acc = b[oc];
+                                for (int ic = 0; ic < cin; ic++) {
+                                    const size_t wi = ((size_t)ic * cout + oc) * 8 + t;
+                                    acc += (double)x[v * cin + ic] * w[wi];
+                                    dxd[v * cin + ic] += g * w[wi];
+                                    dwd[wi] += (double)x[v * cin + ic] * g;
+                                }
+                                yi[o * cout + oc] = (float)acc;
+                                dbd[oc] += g;
+                            }
+                        }
+        for (size_t i = 0; i < P * cin; i++)
+            dxi[i] = (float)dxd[i];
+        for (size_t i = 0; i < nw; i++)
+            dwi[i] = (float)dwd[i];
+        for (int oc = 0; oc < cout; oc++)
+            dbi[oc] = (float)dbd[oc];
+        nn_round_bf16(yi, 8 * P * cout);
+        nn_round_bf16(dxi, P * cin);
+        nn_round_bf16(dwi, nw);
+        nn_round_bf16(dbi, (size_t)cout);
+        float *ws = ws_alloc(nn_convt3d_ws_floats_p(N, D, H, W, cin, cout, NN_BF16));
+        float *y = zeros(8 * P * cout), *dx = zeros(P * cin), *dw = zeros(nw), *db = zeros(cout);
+        nn_convt3d_forward_p(y, x, w, b, cin, cout, N, D, H, W, NN_BF16, ws);
+        snprintf(nm, sizeof nm, "bf16 convt3d %dx%dx%dx%d %d->%d forward vs ideal", N, D, H, W,
+                 cin, cout);
+        bf16_check(nm, y, yi, 8 * P * cout);
+        nn_convt3d_backward_p(dx, dw, db, dy, ldo, x, w, cin, cout, N, D, H, W, NN_BF16, ws);
+        snprintf(nm, sizeof nm, "bf16 convt3d %dx%dx%dx%d %d->%d dx vs ideal", N, D, H, W, cin,
+                 cout);
+        bf16_check(nm, dx, dxi, P * cin);
+        snprintf(nm, sizeof nm, "bf16 convt3d %dx%dx%dx%d %d->%d dw vs ideal", N, D, H, W, cin,
+                 cout);
+        bf16_check(nm, dw, dwi, nw);
+        snprintf(nm, sizeof nm, "bf16 convt3d %dx%dx%dx%d %d->%d db vs ideal", N, D, H, W, cin,
+                 cout);
+        bf16_check(nm, db, dbi, (size_t)cout);
+        /* the input gradient alone (no weight gradient before it) */
+        memset(dx, 0, sizeof(float) * P * cin);
+        nn_convt3d_backward_p(dx, NULL, NULL, dy, ldo, x, w, cin, cout, N, D, H, W, NN_BF16, ws);
+        snprintf(nm, sizeof nm, "bf16 convt3d %dx%dx%dx%d %d->%d dx alone vs ideal", N, D, H, W,
+                 cin, cout);
+        bf16_check(nm, dx, dxi, P * cin);
+        free(x), free(w), free(b), free(dy), free(yi), free(dxi), free(dwi), free(dbi), free(dxd),
+            free(dwd), free(dbd), free(ws), free(y), free(dx), free(dw), free(db);
+    }
+}
+
 static void test_bf16_fixtures(const nn_st_file *st) {
     int64_t xs[5], wsh[5], ys[5];
     /* Conv3d k3 */
@@ -1140,6 +1225,7 @@ int main(int argc, char **argv) {
     test_finite_differences();
     test_conv_vs_naive();
     test_conv_bf16_vs_ideal();
+    test_convt_bf16_vs_ideal();
     test_convt_vs_naive();
     return test_report();
 }
