@@ -58,7 +58,10 @@ static inline __attribute__((always_inline)) void amx_store(float *c, const floa
         u = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
         v = _mm512_castsi512_ps(_mm512_and_si512(u, _mm512_set1_epi32((int)0xffff0000u)));
     }
-    _mm512_mask_storeu_ps(c, mk, v);
+    if ((mode & NN_TG_STREAM) && nv >= 16) /* a whole line of a 64-byte aligned row */
+        _mm512_stream_ps(c, v);
+    else
+        _mm512_mask_storeu_ps(c, mk, v);
 }
 
 void nn_amx_tg(const nn_tg *g, const uint16_t *a, long sa, const uint16_t *Bp, float *const *c,
