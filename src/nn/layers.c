@@ -95,10 +95,14 @@ static inline void gn_x_dy(float *restrict d, const gn_xsrc *s, const float *res
     else
         nn_conv1_dx_voxel(d, s->dz + (size_t)p * s->K, s->wz, C, s->K, c0, nc,
                           s->bf16 ? NN_BF16 : NN_FP32);
+    /* y > 0: v > 0, and in bf16 also bf16(v) > 0, i.e. v above 2^-134 (below it a positive v
+     * rounds to zero); as one comparison, so that the loop vectorizes (it ran scalar, 5x the
+     * time of the backward pass given y) */
+    const float thr = s->bf16 ? 0x1p-134f : 0.0f;
+    const float *restrict sc = s->scale + c0, *restrict bi = s->bias + c0;
     for (int c = 0; c < nc; c++) {
-        const float v = xv[c] * s->scale[c0 + c] + s->bias[c0 + c];
-        const int on = v > 0.0f && (!s->bf16 || nn_bf16_round(v) > 0.0f);
-        d[c] = on ? d[c] : 0.0f;
+        const float v = xv[c] * sc[c] + bi[c];
+        d[c] = v > thr ? d[c] : 0.0f;
     }
 }
 
