@@ -2198,14 +2198,18 @@ size_t nn_conv1_ws_floats_p(long P, int cin, int cout, nn_prec prec) {
         m = pw;
     if (bias > m)
         m = bias;
-    const size_t rin = prec == NN_BF16 ? (size_t)P * cin + 16 : 0;
+    /* bf16: each thread's rows of the input, rounded (the forward pass's A operand) */
+    const size_t rin = prec == NN_BF16 ? (size_t)NN_MAX_THREADS * C1_ROW * cin + 16 : 0;
+    (void)P; /* the same for any volume */
     const size_t wr = (size_t)cin * cout + 16; /* the rounded weights beside the dw tiles */
     return rin + wr + m + (size_t)nn_gemm_ncol_max(cout) + 64;
 }
 
-/* out (P, ncol) (op)= in (P, K) x packed B, items of C1_ROW voxels per column block. */
+/* out (P, ncol) (op)= in (P, K) x packed B, items of C1_ROW voxels per column block. With rt
+ * (bf16), each item's rows of in are first rounded into the thread's C1_ROW * K floats of rt
+ * (a pass over the item in cache, not a rounded copy of the whole input). */
 static void gemm_rows(float *out, int ncol, const float *in, int K, const float *Bp,
-                      const float *bias, long P, int mode) {
+                      const float *bias, long P, int mode, float *rt) {
     const int nr = nn_gemm_nr(ncol), nb = nblocks(ncol, nr), nkb = kblocks(K, 1, nr, 2);
     const long aoff[1] = {0};
     const nn_tg g = {.T = 1, .K = K, .aoff = aoff, .nr = nr};
@@ -2215,7 +2219,14 @@ static void gemm_rows(float *out, int ncol, const float *in, int K, const float 
         for (long it = 0; it < items; it++) {
             const long p0 = it * C1_ROW, M = P - p0 < C1_ROW ? P - p0 : C1_ROW;
             const int n0 = ob * nr, nvalid = ncol - n0 < nr ? ncol - n0 : nr;
-            const walk wk = {.a0 = in + p0 * K, .a_row = 0, .a_col = K,
+            const float *a = in + p0 * K;
+            if (rt) {
+                float *r = rt + (size_t)omp_get_thread_num() * C1_ROW * K;
+                for (long i = 0; i < M * K; i++)
+                    r[i] = nn_bf16_round(a[i]);
+                a = r;
+            }
+            const walk wk = {.a0 = a, .a_row = 0, .a_col = K,
                              .c0 = out + p0 * ncol + n0, .c_row = 0, .c_col = ncol, .Wr = 0};
             walk_kblocks(g, wk, M, Bp + (size_t)ob * K * nr, K, nkb, bias ? bias + n0 : NULL,
                          nvalid, mode & 3, mode & ~3);
@@ -2225,11 +2236,11 @@ static void gemm_rows(float *out, int ncol, const float *in, int K, const float 
 void nn_conv1_forward_p(float *out, const float *in, const float *w, const float *b, int cin,
                         int cout, long P, nn_prec prec, float *ws) {
     const int nr = nn_gemm_nr(cout);
-    float *rest;
-    const float *A = input_prec(in, (size_t)P * cin, prec, ws, &rest);
-    float *Bp = rest, *bias = bias_padded(rest + packed_floats(cout, cin, 1), b, cout, nr, prec);
+    float *rt = prec == NN_BF16 ? ws : NULL;
+    float *Bp = ws + (rt ? (size_t)NN_MAX_THREADS * C1_ROW * cin + 16 : 0);
+    float *bias = bias_padded(Bp + packed_floats(cout, cin, 1), b, cout, nr, prec);
     pack_b(Bp, w, cout, cin, 1, cin, 1, 0, nr, kblocks(cin, 1, nr, 2), prec);
-    gemm_rows(out, cout, A, cin, Bp, bias, P, NN_TG_BIAS | store_mode(prec));
+    gemm_rows(out, cout, in, cin, Bp, bias, P, NN_TG_BIAS | store_mode(prec), rt);
 }
 
 /* The weight gradient of the 1x1 convolution, and where dxr is not NULL (it is x) its input
@@ -2288,7 +2299,7 @@ void nn_conv1_backward_p(float *din, float *dw, float *db, const float *dout, co
     const int nr = nn_gemm_nr(cin);
     float *Bp = ws;
     pack_b(Bp, w, cin, cout, 1, 1, cin, 0, nr, kblocks(cout, 1, nr, 2), prec);
-    gemm_rows(din, cin, dout, cout, Bp, NULL, P, NN_TG_ZERO | store_mode(prec));
+    gemm_rows(din, cin, dout, cout, Bp, NULL, P, NN_TG_ZERO | store_mode(prec), NULL);
 }
 
 void nn_conv1_backward_relu_p(float *x, float *dw, float *db, const float *dout, const float *w,
