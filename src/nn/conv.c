@@ -1774,6 +1774,7 @@ void nn_conv3d_backward_sh(float *din, float *dw, const float *dout, const float
 
 /* ---- ConvTranspose3d k2 s2 -------------------------------------------------------------- */
 
+static int ct_amx(int cin, int cout, nn_prec prec);
 static size_t ct_amx_ws_floats(int D, int H, int W, int cin, int cout);
 
 size_t nn_convt3d_ws_floats_p(int N, int D, int H, int W, int cin, int cout, nn_prec prec) {
@@ -1788,7 +1789,7 @@ size_t nn_convt3d_ws_floats_p(int N, int D, int H, int W, int cin, int cout, nn_
     const size_t all = rin + (p > bias ? p : bias) + (size_t)nn_gemm_ncol_max(cout) + 64;
     /* bf16 on AMX: the forward pass's bf16 input and packed weights fit in the above; the
      * backward pass's slabs may not */
-    if (prec != NN_BF16)
+    if (!ct_amx(cin, cout, prec))
         return all;
     const size_t amx = ct_amx_ws_floats(D, H, W, cin, cout);
     return amx > all ? amx : all;
@@ -2214,7 +2215,8 @@ static void gemm_rows(float *out, int ncol, const float *in, int K, const float 
     const long aoff[1] = {0};
     const nn_tg g = {.T = 1, .K = K, .aoff = aoff, .nr = nr};
     const long items = (P + C1_ROW - 1) / C1_ROW;
-#pragma omp parallel for collapse(2) schedule(dynamic, 4)
+    /* at most NN_MAX_THREADS threads: rt has that many slots */
+#pragma omp parallel for collapse(2) schedule(dynamic, 4) num_threads(nn_threads())
     for (int ob = 0; ob < nb; ob++)
         for (long it = 0; it < items; it++) {
             const long p0 = it * C1_ROW, M = P - p0 < C1_ROW ? P - p0 : C1_ROW;
