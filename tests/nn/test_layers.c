@@ -183,9 +183,6 @@ static void test_conv1_relu(const nn_st_file *st, nn_prec prec) {
         free(db2);
 }
 
-/* nn_groupnorm_backward_x (the ReLU output not kept) equals, bit for bit, the GroupNorm
- * backward given that output, with dy given (in place over dy) and with dy made from a 1x1
- * convolution's output gradient (in place over x); 320 channels: two channel blocks. */
 /* NN_GN_RBF16: GroupNorm forward, apply and backward rounding their output to bf16 inside the
  * op equal the op followed by a rounding pass, bit for bit (with and without the ReLU). */
 static void test_gn_round(void) {
@@ -216,6 +213,11 @@ static void test_gn_round(void) {
         free(db), free(ws);
 }
 
+/* nn_groupnorm_backward_x (the ReLU output not kept) equals, bit for bit, the GroupNorm
+ * backward given that output, with dy given (in place over dy) and with dy made from a 1x1
+ * convolution's output gradient (in place over x); 320 channels: two channel blocks. Five
+ * channels have gamma 0, so their pre-ReLU value is beta exactly, set to the edges of the
+ * recomputed mask: in bf16, 2^-134 rounds to zero (off) and the next float above it does not. */
 static void test_gn_backward_x(nn_prec prec) {
     const int N = 2, C = 320, G = 8, K = 6;
     const long S = 300;
@@ -224,6 +226,9 @@ static void test_gn_backward_x(nn_prec prec) {
     float *x = randv(n, 71, 1.5f), *g = randv(C, 72, 1), *b = randv(C, 73, 0.5f);
     float *y = zeros(n), *mean = zeros(N * G), *rstd = zeros(N * G);
     float *ws = ws_alloc(nn_groupnorm_x_ws_floats(C, K) + nn_conv1_ws_floats_p(N * S, C, K, prec));
+    const float edge[5] = {0x1p-134f, nextafterf(0x1p-134f, 1.0f), 0x1p-135f, -0x1p-134f, 0.0f};
+    for (int i = 0; i < 5; i++)
+        g[7 + 61 * i] = 0.0f, b[7 + 61 * i] = edge[i];
     nn_groupnorm_forward(y, mean, rstd, x, g, b, N, S, C, G, 1, ws);
     size_t off = 0;
     for (size_t i = 0; i < n; i++) {
