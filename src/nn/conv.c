@@ -1836,8 +1836,9 @@ static int ct_rows(int H, int W) {
 
 /* ---- bf16 ConvTranspose3d on AMX tiles -------------------------------------------------------
  * Tap t = (dz, dy, dx) of a k2 s2 transposed convolution joins input voxel v = (z, y, x) to
- * output voxel (2z + dz, 2y + dy, 2x + dx): eight 1x1 products. Forward: per tap a 1-tap GEMM
- * over the input (packed to bf16 once) writing every other output voxel. Input gradient: the
+ * output voxel (2z + dz, 2y + dy, 2x + dx): eight 1x1 products. Forward (in
+ * nn_convt3d_forward_p): per tap a 1-tap GEMM over the input (packed to bf16 once) writing
+ * every other output voxel. Input gradient: the
  * output gradient regrouped by tap into bf16 planes indexed like the input ([t][v][c]), so
  * the eight taps are offsets into one buffer and 32 consecutive voxels are one fixed stride
  * apart (an A tile). Weight gradient: dW_t = sum over v of x(v)^T dout_t(v), on nn_amx_dw with
@@ -1870,56 +1871,6 @@ static size_t ct_amx_ws_floats(int D, int H, int W, int cin, int cout) {
     const size_t u16 = ((size_t)cin + 16) * ldv + 16 * (size_t)ldv * cout +
                        8 * (size_t)nn_gemm_ncol_max(cin) * cout + 32;
     return acc + u16 / 2 + 64;
-}
-
-static void ct_amx_forward(float *out, const float *in, const float *w, const float *b, int cin,
-                           int cout, int N, int D, int H, int W, float *ws) {
-    const int nr = nn_gemm_nr(cout), nb = nblocks(cout, nr);
-    const size_t V = (size_t)N * D * H * W;
-    uint16_t *A = (uint16_t *)ws, *Bp = A + ((V * cin + 31) & ~(size_t)31);
-    float *bias = (float *)(Bp + 8 * (size_t)nb * nr * cin);
-    bias = bias_padded(bias, b, cout, nr, NN_BF16);
-    const long chunk = 1L << 14;
-#pragma omp parallel for schedule(static)
-    for (long i = 0; i < (long)((V * cin + chunk - 1) / chunk); i++) {
-        const long lo = i * chunk, n = (long)(V * cin) - lo < chunk ? (long)(V * cin) - lo : chunk;
-        nn_bf16_pack(A + lo, in + lo, n);
-    }
-    pack_b16(Bp, w, cout, cin, 8, 8, (long)cout * 8, 1, nr, 1);
-    const long aoff[1] = {0};
-    const nn_tg g = {.T = 1, .K = cin, .aoff = aoff, .nr = nr};
-    /* non-temporal stores as nn_convt3d_forward_p */
-    const size_t obytes = (size_t)8 * V * cout * sizeof(float);
-    const int stream = obytes > CT_STREAM_BYTES && (uintptr_t)out % 64 == 0;
-    const int mode = NN_TG_BIAS | NN_TG_RBF16 | (stream ? NN_TG_STREAM : 0);
-    const int YR = ct_rows(H, W), ny = (H + YR - 1) / YR, ng = ct_groups((long)N * D * ny, nb);
-#pragma omp parallel for schedule(dynamic, 2)
-    for (long it = 0; it < (long)N * D * ny * ng; it++) {
-        const int og = (int)(it % ng), yb = (int)(it / ng % ny), z = (int)(it / ng / ny % D);
-        const int n = (int)(it / ng / ny / D), y = yb * YR, nyr = H - y < YR ? H - y : YR;
-        for (int ob = og * nb / ng; ob < (og + 1) * nb / ng; ob++) {
-            const int n0 = ob * nr, nvalid = cout - n0 < nr ? cout - n0 : nr;
-            for (int t = 0; t < 8; t++) {
-                const walk wk = {
-                    .a0 = A + (((size_t)n * D + z) * H + y) * W * cin,
-                    .a_row = (long)W * cin,
-                    .a_col = cin,
-                    .c0 = out + ((((size_t)n * 2 * D + 2 * z + t / 4) * 2 * H + 2 * y + t / 2 % 2) *
-                                     2 * W + t % 2) * cout + n0,
-                    .c_row = 4L * W * cout,
-                    .c_col = 2L * cout,
-                    .Wr = W,
-                    .pairs = 1,
-                    .amx = 1,
-                    .a_end = A + V * cin,
-                };
-                walk_amx(&g, &wk, (long)nyr * W, Bp + ((size_t)ob * 8 + t) * cin * nr,
-                         bias + n0, nvalid, mode);
-            }
-        }
-        if (stream)
-            nn_stream_fence();
-    }
 }
 
 /* The output gradient of input planes [z0, z0 + nz) of sample n, once: by tap into Dt
@@ -2057,26 +2008,41 @@ static void ct_amx_backward(float *din, float *dw, float *db, const float *dout,
 
 void nn_convt3d_forward_p(float *out, const float *in, const float *w, const float *b, int cin,
                           int cout, int N, int D, int H, int W, nn_prec prec, float *ws) {
-    if (ct_amx(cin, cout, prec)) {
-        ct_amx_forward(out, in, w, b, cin, cout, N, D, H, W, ws);
-        return;
-    }
-    const int nr = nn_gemm_nr(cout), nb = nblocks(cout, nr);
-    float *rest;
-    const float *A = input_prec(in, (size_t)N * D * H * W * cin, prec, ws, &rest);
-    float *Bp = rest, *bias = bias_padded(rest + packed_floats(cout, cin, 8), b, cout, nr, prec);
+    const int nr = nn_gemm_nr(cout), nb = nblocks(cout, nr), amx = ct_amx(cin, cout, prec);
+    const size_t V = (size_t)N * D * H * W, es = amx ? sizeof(uint16_t) : sizeof(float);
     /* Each tap t is its own 1-tap GEMM writing every other voxel: w[ic][oc][t] packed with
      * T = 8 (column oc stride 8, k = ic stride cout*8), so tap t's panel of column block ob is
-     * at (ob*8 + t)*cin*nr. */
-    pack_b(Bp, w, cout, cin, 8, 8, (long)cout * 8, 1, nr, 1, prec);
+     * at (ob*8 + t)*cin*nr. On AMX the input is a bf16 copy and the weights bf16 pairs. */
+    const void *A;
+    void *Bp;
+    float *bias;
+    if (amx) {
+        uint16_t *A16 = (uint16_t *)ws;
+        const long chunk = 1L << 14, nA = (long)(V * cin);
+#pragma omp parallel for schedule(static)
+        for (long i = 0; i < (nA + chunk - 1) / chunk; i++)
+            nn_bf16_pack(A16 + i * chunk, in + i * chunk,
+                         nA - i * chunk < chunk ? nA - i * chunk : chunk);
+        A = A16;
+        Bp = A16 + ((V * cin + 31) & ~(size_t)31);
+        pack_b16(Bp, w, cout, cin, 8, 8, (long)cout * 8, 1, nr, 1);
+        bias = (float *)((uint16_t *)Bp + 8 * (size_t)nb * nr * cin);
+    } else {
+        float *rest;
+        A = input_prec(in, V * cin, prec, ws, &rest);
+        Bp = rest;
+        pack_b(Bp, w, cout, cin, 8, 8, (long)cout * 8, 1, nr, 1, prec);
+        bias = rest + packed_floats(cout, cin, 8);
+    }
+    bias = bias_padded(bias, b, cout, nr, prec);
     const long aoff[1] = {0};
     const nn_tg g = {.T = 1, .K = cin, .aoff = aoff, .nr = nr};
     /* An output far larger than the last-level cache is written with non-temporal stores: a
      * cached store first reads every line it fills, and the next layer reads it from memory
      * anyway (32^3 128->64, 67 MB: 1.07x). */
-    const size_t obytes = (size_t)8 * N * D * H * W * cout * sizeof(float);
+    const size_t obytes = (size_t)8 * V * cout * sizeof(float);
     const int stream = obytes > CT_STREAM_BYTES && cout % 16 == 0 && (uintptr_t)out % 64 == 0;
-    const int mode = NN_TG_BIAS | store_mode(prec) | (stream ? NN_TG_STREAM : 0);
+    const int last = store_mode(prec) | (stream ? NN_TG_STREAM : 0);
     /* Work items are a few input rows (YR: >= CT_POS positions, so the kernel gets full
      * blocks): their channels stay in cache while every column block and tap reads them (the
      * weights, 8 * cin * cout floats, stay in L2). With the column blocks outermost each block
@@ -2091,7 +2057,7 @@ void nn_convt3d_forward_p(float *out, const float *in, const float *w, const flo
             for (int t = 0; t < 8; t++) {
                 const int az = t / 4, by = (t / 2) % 2, cx = t % 2;
                 const walk wk = {
-                    .a0 = A + (((size_t)n * D + z) * H + y) * W * cin,
+                    .a0 = (const char *)A + (((size_t)n * D + z) * H + y) * W * cin * es,
                     .a_row = (long)W * cin,
                     .a_col = cin,
                     .c0 = out + ((((size_t)n * 2 * D + 2 * z + az) * 2 * H + 2 * y + by) * 2 * W +
@@ -2099,9 +2065,13 @@ void nn_convt3d_forward_p(float *out, const float *in, const float *w, const flo
                     .c_row = 4L * W * cout,
                     .c_col = 2L * cout,
                     .Wr = W,
+                    .pairs = amx,
+                    .amx = amx,
+                    .a_end = amx ? (const char *)A + V * cin * es : NULL,
                 };
-                walk_run(&g, &wk, (long)nyr * W, Bp + ((size_t)ob * 8 + t) * cin * nr, bias + n0,
-                         nvalid, mode);
+                walk_kblocks(g, wk, (long)nyr * W,
+                             (const char *)Bp + ((size_t)ob * 8 + t) * cin * nr * es, cin, 1,
+                             bias + n0, nvalid, NN_TG_BIAS, last);
             }
             if (stream)
                 nn_stream_fence();
@@ -2244,17 +2214,19 @@ void nn_conv1_forward_p(float *out, const float *in, const float *w, const float
     gemm_rows(out, cout, in, cin, Bp, bias, P, NN_TG_BIAS | store_mode(prec), rt);
 }
 
-/* The weight gradient of the 1x1 convolution, and where dxr is not NULL (it is x) its input
- * gradient masked by the ReLU of x, written over x: one pass over x. Few output channels, so each of NN_SLICES fixed
- * voxel slices reduces into its own (cout, cin) tile (vectors over the input channels), then
- * the tiles are summed in order. The input is rounded to bf16 on the fly in bf16 mode. */
-static void c1_dw(float *dw, const float *x, float *dxr, const float *dout, const float *wr,
+/* The gradients of the 1x1 convolution in one pass over x: where dw is not NULL its weight
+ * gradient, where dxr is not NULL (it is x) its input gradient masked by the ReLU of x, written
+ * over x. Few output channels, so each of NN_SLICES fixed voxel slices reduces into its own
+ * (cout, cin) tile (vectors over the input channels), then the tiles are summed in order. The
+ * input is rounded to bf16 on the fly in bf16 mode. */
+static void c1_grads(float *dw, const float *x, float *dxr, const float *dout, const float *wr,
                   int cin, int cout, long P, nn_prec prec, float *acc0) {
     enum { CB = 64 };
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nn_threads())
     for (int sl = 0; sl < NN_SLICES; sl++) {
         float *acc = acc0 + (size_t)sl * cin * cout;
-        memset(acc, 0, sizeof(float) * cin * cout);
+        if (dw)
+            memset(acc, 0, sizeof(float) * cin * cout);
         const long lo = P * sl / NN_SLICES, hi = P * (sl + 1) / NN_SLICES;
         for (long p = lo; p < hi; p++) {
             const float *xv = x + (size_t)p * cin, *g = dout + p * cout;
@@ -2266,7 +2238,7 @@ static void c1_dw(float *dw, const float *x, float *dxr, const float *dout, cons
                     on[c] = xv[c0 + c] > 0.0f;
                     av[c] = prec == NN_BF16 ? nn_bf16_round(xv[c0 + c]) : xv[c0 + c];
                 }
-                for (int oc = 0; oc < cout; oc++) {
+                for (int oc = 0; oc < cout && dw; oc++) {
                     const float go = g[oc];
                     float *accr = acc + (size_t)oc * cin + c0;
                     for (int c = 0; c < nc; c++)
@@ -2280,7 +2252,7 @@ static void c1_dw(float *dw, const float *x, float *dxr, const float *dout, cons
             }
         }
     }
-    for (int oc = 0; oc < cout; oc++)
+    for (int oc = 0; oc < cout && dw; oc++)
         for (int ic = 0; ic < cin; ic++) {
             float s = 0;
             for (int sl = 0; sl < NN_SLICES; sl++)
@@ -2294,7 +2266,7 @@ void nn_conv1_backward_p(float *din, float *dw, float *db, const float *dout, co
     if (db)
         bias_grad(db, dout, cout, P, cout, prec, ws);
     if (dw)
-        c1_dw(dw, in, NULL, dout, NULL, cin, cout, P, prec, ws);
+        c1_grads(dw, in, NULL, dout, NULL, cin, cout, P, prec, ws);
     if (!din)
         return;
     const int nr = nn_gemm_nr(cin);
@@ -2311,23 +2283,8 @@ void nn_conv1_backward_relu_p(float *x, float *dw, float *db, const float *dout,
      * over x bound by memory, not by FMAs, so it shares the weight gradient's pass. */
     float *wr = ws; /* the weights as the layer used them (bf16-rounded in bf16) */
     copy_prec(wr, w, (size_t)cin * cout, prec);
-    float *scratch = ws + (((size_t)cin * cout + 15) & ~(size_t)15);
-    if (dw) {
-        c1_dw(dw, x, x, dout, wr, cin, cout, P, prec, scratch);
-        return;
-    }
-    enum { CB = 64 };
-#pragma omp parallel for schedule(static) num_threads(nn_threads())
-    for (long p = 0; p < P; p++) {
-        float *xv = x + (size_t)p * cin;
-        for (int c0 = 0; c0 < cin; c0 += CB) {
-            const int nc = cin - c0 < CB ? cin - c0 : CB;
-            float s[CB];
-            nn_conv1_dx_voxel(s, dout + (size_t)p * cout, wr, cin, cout, c0, nc, prec);
-            for (int c = 0; c < nc; c++)
-                xv[c0 + c] = xv[c0 + c] > 0.0f ? s[c] : 0.0f;
-        }
-    }
+    c1_grads(dw, x, x, dout, wr, cin, cout, P, prec,
+             ws + (((size_t)cin * cout + 15) & ~(size_t)15));
 }
 
 void nn_conv1_dx_voxel(float *restrict d, const float *restrict dout, const float *restrict wr,

@@ -813,6 +813,52 @@ static void test_conv_bf16_vs_ideal(void) {
     }
 }
 
+/* ConvTranspose3d k2 s2 by its definition, in double, each result rounded to float once: y
+ * (N, 2D, 2H, 2W, cout) from x, w (PyTorch's [ic][oc][t]) and b; with dy (voxel stride ldo)
+ * also dx, dw and db. The reference of the ConvTranspose3d tests. */
+static void convt_ref(float *y, float *dx, float *dw, float *db, const float *x, const float *w,
+                      const float *b, const float *dy, long ldo, int cin, int cout, int N, int D,
+                      int H, int W) {
+    const size_t P = (size_t)N * D * H * W, nw = 8 * (size_t)cin * cout;
+    double *dxd = dy ? calloc(P * cin, sizeof(double)) : NULL;
+    double *dwd = dy ? calloc(nw, sizeof(double)) : NULL;
+    double *dbd = dy ? calloc((size_t)cout, sizeof(double)) : NULL;
+    for (int n = 0; n < N; n++)
+        for (int z = 0; z < D; z++)
+            for (int yy = 0; yy < H; yy++)
+                for (int xx = 0; xx < W; xx++)
+                    for (int t = 0; t < 8; t++) {
+                        const size_t v = (((size_t)n * D + z) * H + yy) * W + xx;
+                        const size_t oz = (size_t)n * 2 * D + 2 * z + t / 4;
+                        const size_t o =
+                            (oz * 2 * H + 2 * yy + (t / 2) % 2) * 2 * W + 2 * xx + t % 2;
+                        for (int oc = 0; oc < cout; oc++) {
+                            const double g = dy ? dy[o * ldo + oc] : 0.0;
+                            double acc = b[oc];
+                            for (int ic = 0; ic < cin; ic++) {
+                                const size_t wi = ((size_t)ic * cout + oc) * 8 + t;
+                                acc += (double)x[v * cin + ic] * w[wi];
+                                if (dy) {
+                                    dxd[v * cin + ic] += g * w[wi];
+                                    dwd[wi] += (double)x[v * cin + ic] * g;
+                                }
+                            }
+                            y[o * cout + oc] = (float)acc;
+                            if (dy)
+                                dbd[oc] += g;
+                        }
+                    }
+    if (!dy)
+        return;
+    for (size_t i = 0; i < P * cin; i++)
+        dx[i] = (float)dxd[i];
+    for (size_t i = 0; i < nw; i++)
+        dw[i] = (float)dwd[i];
+    for (int oc = 0; oc < cout; oc++)
+        db[oc] = (float)dbd[oc];
+    free(dxd), free(dwd), free(dbd);
+}
+
 /* bf16 ConvTranspose3d k2 s2 on channel counts that are multiples of 32 (AMX tiles where the
  * CPU has them, else the fp32 kernels on bf16 operands), against the ideal result (bf16
  * operands, sums in double, one rounding): a partial last tile of 32 voxels and rows shorter
@@ -837,36 +883,7 @@ static void test_convt_bf16_vs_ideal(void) {
         nn_round_bf16(dy, 8 * P * ldo);
         float *yi = zeros(8 * P * cout), *dxi = zeros(P * cin), *dwi = zeros(nw),
               *dbi = zeros(cout);
-        double *dxd = calloc(P * cin, sizeof(double)), *dwd = calloc(nw, sizeof(double)),
-               *dbd = calloc((size_t)cout, sizeof(double));
-        for (int n = 0; n < N; n++)
-            for (int z = 0; z < D; z++)
-                for (int yy = 0; yy < H; yy++)
-                    for (int xx = 0; xx < W; xx++)
-                        for (int t = 0; t < 8; t++) {
-                            const size_t v = (((size_t)n * D + z) * H + yy) * W + xx;
-                            const size_t oz = (size_t)n * 2 * D + 2 * z + t / 4;
-                            const size_t o = (oz * 2 * H + 2 * yy + (t / 2) % 2) * 2 * W + 2 * xx +
-                                             t % 2;
-                            for (int oc = 0; oc < cout; oc++) {
-                                const double g = dy[o * ldo + oc];
-                                double acc = b[oc];
-                                for (int ic = 0; ic < cin; ic++) {
-                                    const size_t wi = ((size_t)ic * cout + oc) * 8 + t;
-                                    acc += (double)x[v * cin + ic] * w[wi];
-                                    dxd[v * cin + ic] += g * w[wi];
-                                    dwd[wi] += (double)x[v * cin + ic] * g;
-                                }
-                                yi[o * cout + oc] = (float)acc;
-                                dbd[oc] += g;
-                            }
-                        }
-        for (size_t i = 0; i < P * cin; i++)
-            dxi[i] = (float)dxd[i];
-        for (size_t i = 0; i < nw; i++)
-            dwi[i] = (float)dwd[i];
-        for (int oc = 0; oc < cout; oc++)
-            dbi[oc] = (float)dbd[oc];
+        convt_ref(yi, dxi, dwi, dbi, x, w, b, dy, ldo, cin, cout, N, D, H, W);
         nn_round_bf16(yi, 8 * P * cout);
         nn_round_bf16(dxi, P * cin);
         nn_round_bf16(dwi, nw);
@@ -893,8 +910,8 @@ static void test_convt_bf16_vs_ideal(void) {
         snprintf(nm, sizeof nm, "bf16 convt3d %dx%dx%dx%d %d->%d dx alone vs ideal", N, D, H, W,
                  cin, cout);
         bf16_check(nm, dx, dxi, P * cin);
-        free(x), free(w), free(b), free(dy), free(yi), free(dxi), free(dwi), free(dbi), free(dxd),
-            free(dwd), free(dbd), free(ws), free(y), free(dx), free(dw), free(db);
+        free(x), free(w), free(b), free(dy), free(yi), free(dxi), free(dwi), free(dbi), free(ws),
+            free(y), free(dx), free(dw), free(db);
     }
 }
 
@@ -966,24 +983,6 @@ static void test_bf16_fixtures(const nn_st_file *st) {
 
 /* ---- optimized vs naive convolutions ---------------------------------------------------- */
 
-static void convt_naive(float *y, const float *x, const float *w, const float *b, int cin,
-                        int cout, int N, int D, int H, int W) {
-    for (int n = 0; n < N; n++)
-        for (int z = 0; z < 2 * D; z++)
-            for (int yy = 0; yy < 2 * H; yy++)
-                for (int xx = 0; xx < 2 * W; xx++)
-                    for (int oc = 0; oc < cout; oc++) {
-                        const int t = (z % 2) * 4 + (yy % 2) * 2 + xx % 2;
-                        const float *a =
-                            x + ((((size_t)n * D + z / 2) * H + yy / 2) * W + xx / 2) * cin;
-                        double s = b[oc];
-                        for (int ic = 0; ic < cin; ic++)
-                            s += (double)a[ic] * w[((size_t)ic * cout + oc) * 8 + t];
-                        y[((((size_t)n * 2 * D + z) * 2 * H + yy) * 2 * W + xx) * cout + oc] =
-                            (float)s;
-                    }
-}
-
 /* Absolute tolerance of a Winograd pass against the naive loops, on outputs of order 1: F(4,3)
  * multiplies by up to 5 in the input transform and 8 in the output transform, so its rounding
  * is about that much above the direct kernels' (2.4e-5 measured on these shapes; 1e-5 is the
@@ -1010,35 +1009,10 @@ static void test_convt_vs_naive(void) {
         float *ws = ws_alloc(nn_convt3d_ws_floats_p(N, D, H, W, cin, cout, NN_FP32));
         float *y = zeros(8 * P * cout), *yr = zeros(8 * P * cout), *dx = zeros(P * cin),
               *dxr = zeros(P * cin), *dw = zeros(nw), *dwr = zeros(nw), *db = zeros(cout);
-        /* the reference weight gradient sums up to 16384 voxels: in double (float sums of
-         * that many terms are themselves off by ~1e-3) */
-        double *dwd = calloc(nw, sizeof(double)), *dbd = calloc((size_t)cout, sizeof(double));
-        for (int n = 0; n < N; n++)
-            for (int z = 0; z < D; z++)
-                for (int yy = 0; yy < H; yy++)
-                    for (int xx = 0; xx < W; xx++)
-                        for (int t = 0; t < 8; t++) {
-                            const size_t v = (((size_t)n * D + z) * H + yy) * W + xx;
-                            const size_t oz = (size_t)n * 2 * D + 2 * z + t / 4;
-                            const size_t oy = oz * 2 * H + 2 * yy + (t / 2) % 2;
-                            const size_t o = (oy * 2 * W + 2 * xx + t % 2) * cout;
-                            for (int oc = 0; oc < cout; oc++) {
-                                double acc = b[oc];
-                                for (int ic = 0; ic < cin; ic++) {
-                                    const size_t wi = ((size_t)ic * cout + oc) * 8 + t;
-                                    acc += (double)x[v * cin + ic] * w[wi];
-                                    dxr[v * cin + ic] += dy[o + oc] * w[wi];
-                                    dwd[wi] += (double)x[v * cin + ic] * dy[o + oc];
-                                }
-                                yr[o + oc] = (float)acc;
-                                dbd[oc] += dy[o + oc];
-                            }
-                        }
-        for (size_t i = 0; i < nw; i++)
-            dwr[i] = (float)dwd[i];
+        /* the reference sums up to 16384 voxels: in double (float sums of that many terms
+         * are themselves off by ~1e-3) */
         float *dbr = zeros(cout);
-        for (int oc = 0; oc < cout; oc++)
-            dbr[oc] = (float)dbd[oc];
+        convt_ref(yr, dxr, dwr, dbr, x, w, b, dy, cout, cin, cout, N, D, H, W);
         nn_convt3d_forward_p(y, x, w, b, cin, cout, N, D, H, W, NN_FP32, ws);
         nn_convt3d_backward_p(dx, dw, db, dy, cout, x, w, cin, cout, N, D, H, W, NN_FP32, ws);
         snprintf(nm, sizeof nm, "convt3d %dx%dx%dx%d %d->%d forward vs naive", N, D, H, W, cin,
@@ -1055,7 +1029,7 @@ static void test_convt_vs_naive(void) {
         snprintf(nm, sizeof nm, "convt3d %dx%dx%dx%d %d->%d db vs naive", N, D, H, W, cin, cout);
         check_close(nm, db, dbr, cout, 2 * dw_atol, 1e-4f);
         free(x), free(w), free(b), free(dy), free(ws), free(y), free(yr), free(dx), free(dxr),
-            free(dw), free(dwr), free(db), free(dwd), free(dbd), free(dbr);
+            free(dw), free(dwr), free(db), free(dbr);
     }
 }
 
@@ -1165,7 +1139,7 @@ static void test_conv_vs_naive(void) {
         float *ws = ws_alloc(nn_convt3d_ws_floats_p(N, D, H, W, cin, cout, NN_FP32));
         float *y = zeros(8 * P * cout), *yr = zeros(8 * P * cout);
         nn_convt3d_forward_p(y, x, w, b, cin, cout, N, D, H, W, NN_FP32, ws);
-        convt_naive(yr, x, w, b, cin, cout, N, D, H, W);
+        convt_ref(yr, NULL, NULL, NULL, x, w, b, NULL, 0, cin, cout, N, D, H, W);
         snprintf(nm, sizeof nm, "convt3d %d->%d forward vs naive", cin, cout);
         check_close(nm, y, yr, 8 * P * cout, 1e-5f, 1e-4f);
         /* backward vs finite sums: dx[ic] = sum_t sum_oc dy * w, dw = sum x * dy */
