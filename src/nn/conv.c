@@ -476,7 +476,7 @@ static long wino_dw_chunk_bytes(int K, int ncp) {
            : b > (long)WINO_DW_CHUNK_BYTES ? (long)WINO_DW_CHUNK_BYTES
                                            : b;
 }
-#define WINO_KMAX (256 * 320)      /* K * ncol above this: U would not stay in cache; direct */
+#define WINO_KMAX (1024 * 1024)     /* K * ncol above this: U would not stay in cache; direct */
 /* Fewer voxels per sample: too few tiles to repay transforming the weights at every call (8^3
  * at 256 -> 256 channels ran at half the direct speed) */
 #define WINO_VOX_MIN 4096

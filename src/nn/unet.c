@@ -683,16 +683,17 @@ static void gn_to_prec(const struct nn_unet_plan *p, float *x, size_t n) {
         to_prec(p, x, n);
 }
 
-/* Forward of one DoubleConv: c1 = conv(in), a1 = relu(gn(c1)), c2 = conv(a1), and (unless
- * recompute) b->a2 = relu(gn(c2)) with the statistics saved. The caller chooses where c1, a1 and
- * c2 live: without checkpointing c1 and c2 are the block's own (kept for backward) and a1 goes
- * to the scratch gT (free until backward, which recomputes it); with checkpointing c1 and c2
- * share the scratch cs (c1 is dead once a1 exists). recompute (checkpointed backward): the
- * saved statistics give a1 without a statistics pass, and the block output a2 and its
- * statistics are already saved, so GN2 is skipped. Same inputs, same kernels: the recomputed
+/* Forward of one DoubleConv: c1 = conv(in), a1 = relu(gn(c1)), c2 = conv(a1), and (a2 given)
+ * a2 = relu(gn(c2)) with the statistics saved. The caller chooses where c1, a1, c2 and a2 live:
+ * without checkpointing c1 and c2 are the block's own (kept for backward) and a1 goes to the
+ * scratch gT (free until backward, which recomputes it); with checkpointing c1 and c2 share the
+ * scratch cs (c1 is dead once a1 exists). a2 NULL (checkpointed backward's recompute): the saved
+ * statistics give a1 without a statistics pass, and the block output a2 and its statistics are
+ * already saved, so GN2 is skipped; c2 NULL as well: c2 was kept from the forward pass (the top
+ * up block's, ck2), so the recompute stops at a1. Same inputs, same kernels: the recomputed
  * tensors equal the forward ones bit for bit. */
 static void dc_forward(nn_unet *m, dc_block *b, const float *inA, int ca, const float *inB, int cb,
-                       int N, float *c1, float *a1, float *c2, int recompute) {
+                       int N, float *c1, float *a1, float *c2, float *a2) {
     struct nn_unet_plan *p = m->plan;
     const int l = b->level;
     const int D = p->dd[l], H = p->hh[l], W = p->ww[l];
@@ -700,19 +701,21 @@ static void dc_forward(nn_unet *m, dc_block *b, const float *inA, int ca, const 
     const nn_shard *sh = m->shard;
     OP(conv3d_forward, c1, inA, ca, inB, cb, P_(m, b->w1), b->cout, N, D, H, W, p->prec, sh,
        conv_ws(m));
-    if (recompute)
+    if (!a2)
         OP(groupnorm_apply, a1, c1, b->m1, b->r1, P_(m, b->g1w), P_(m, b->g1b), N, p->S[l], b->cout,
            p->G, gn_bits(p, 1), p->ws);
     else
         OP(groupnorm_forward, a1, b->m1, b->r1, c1, P_(m, b->g1w), P_(m, b->g1b), N, p->S[l],
            b->cout, p->G, gn_bits(p, 1), p->ws, sh);
     gn_to_prec(p, a1, n);
+    if (!c2)
+        return;
     OP(conv3d_forward, c2, a1, b->cout, NULL, 0, P_(m, b->w2), b->cout, N, D, H, W, p->prec, sh,
        conv_ws(m));
-    if (!recompute) {
-        OP(groupnorm_forward, b->a2, b->m2, b->r2, c2, P_(m, b->g2w), P_(m, b->g2b), N, p->S[l],
+    if (a2) {
+        OP(groupnorm_forward, a2, b->m2, b->r2, c2, P_(m, b->g2w), P_(m, b->g2b), N, p->S[l],
            b->cout, p->G, gn_bits(p, 1), p->ws, sh);
-        gn_to_prec(p, b->a2, n);
+        gn_to_prec(p, a2, n);
     }
 }
 
@@ -832,9 +835,10 @@ static void ckpt_roles(struct nn_unet_plan *p, int top) {
 
 /* Forward of block b (up block j when is_up), with the pool or upsample in front of it.
  * Without checkpointing every tensor has its own buffer. With it, only the block output and the
- * statistics are kept: the upsample goes to gH, c1 and c2 to cs, a1 to gT. recompute
- * (checkpointed backward): the upsample to gH, c1 to cs, a1 to gH (the upsample is dead once
- * c1 exists), c2 to gT, as dc_backward_tail expects. */
+ * statistics are kept: the upsample goes to gH, c1 and c2 to cs, a1 to gT; with ck2 the top up
+ * block keeps c2 instead, in its output's buffer (top_out). recompute (checkpointed backward):
+ * the upsample to gH, c1 to cs, a1 to gH (the upsample is dead once c1 exists), c2 to gT, as
+ * dc_backward_tail expects. */
 static void block_forward(nn_unet *m, dc_block *b, int is_up, int j, int N, int recompute) {
     struct nn_unet_plan *p = m->plan;
     const float *inA, *inB;
@@ -849,11 +853,20 @@ static void block_forward(nn_unet *m, dc_block *b, int is_up, int j, int N, int 
     }
     block_input(m, b, is_up, j, &inA, &ca, &inB, &cb);
     if (recompute)
-        dc_forward(m, b, inA, ca, inB, cb, N, p->cs, p->gH, p->gT, 1);
+        dc_forward(m, b, inA, ca, inB, cb, N, p->cs, p->gH, p->gT, NULL);
+    else if (p->ck2 && is_up && b->level == 0)
+        dc_forward(m, b, inA, ca, inB, cb, N, p->cs, p->gT, b->a2, p->tY);
     else if (p->ckpt)
-        dc_forward(m, b, inA, ca, inB, cb, N, p->cs, p->gT, p->cs, 0);
+        dc_forward(m, b, inA, ca, inB, cb, N, p->cs, p->gT, p->cs, b->a2);
     else
-        dc_forward(m, b, inA, ca, inB, cb, N, b->c1, p->gT, b->c2, 0);
+        dc_forward(m, b, inA, ca, inB, cb, N, b->c1, p->gT, b->c2, b->a2);
+}
+
+/* The last up block's output, the 1x1 conv's input: its own buffer, or with ck2 tY (its buffer
+ * holds c2 from the forward pass to its backward, which then need not recompute conv2; tY is
+ * free from the end of the forward pass until that backward). */
+static float *top_out(const struct nn_unet_plan *p) {
+    return p->ck2 ? p->tY : p->up[p->L - 1].a2;
 }
 
 static void forward(nn_unet *m, const float *x, int N) {
@@ -864,15 +877,16 @@ static void forward(nn_unet *m, const float *x, int N) {
         block_forward(m, &p->down[i], 0, 0, N, 0);
     for (int j = 0; j < L; j++)
         block_forward(m, &p->up[j], 1, j, N, 0);
-    OP(conv1_forward, p->logits, p->up[L - 1].a2, P_(m, p->outw), P_(m, p->outb), p->ch[0], p->K,
+    OP(conv1_forward, p->logits, top_out(p), P_(m, p->outw), P_(m, p->outb), p->ch[0], p->K,
        (long)N * p->S[0], p->prec, p->ws);
     p->batch = N;
 }
 
 /* ck2: the backward of the top up block (up block L - 1) in the four top-level tensors that
- * remain: the skip A (down block 0's output), B (this block's output, read by the 1x1 conv's
- * weight gradient before), tX and tY. The tensors of the plain run that do not fit are not
- * kept: the gradient of B is made inside GN2's backward from dlogits, GN1's mask comes from c1,
+ * remain: the skip A (down block 0's output), B (this block's c2, kept from the forward pass),
+ * tX and tY (this block's output, read by the 1x1 conv's weight gradient before). The tensors
+ * of the plain run that do not fit are not kept: the gradient of the output is made inside
+ * GN2's backward from dlogits (over c2, its x), GN1's mask comes from c1,
  * and conv2's and conv1's input gradients are written over their inputs once their weight
  * gradients are done. Same kernels, same order of sums: the gradients are the plain run's. */
 static void top_up_backward_ck2(nn_unet *m, int N) {
@@ -882,10 +896,11 @@ static void top_up_backward_ck2(nn_unet *m, int N) {
     float *A = p->down[0].a2, *B = b->a2, *X = p->tX, *Y = p->tY;
     const size_t n = (size_t)N * p->S[0] * c;
     const nn_shard *sh = m->shard;
-    /* recompute: the upsample into X, c1 into Y, a1 over the upsample, c2 into B */
+    /* recompute: the upsample into X, c1 into Y, a1 over the upsample; c2 is in B since the
+     * forward pass (top_out) */
     p->upt[j] = X;
     up_forward(m, j, N);
-    dc_forward(m, b, A, c, X, c, N, Y, X, B, 1);
+    dc_forward(m, b, A, c, X, c, N, Y, X, NULL, NULL);
     OP(groupnorm_backward_x, B, G_(m, b->g2w), G_(m, b->g2b), NULL, p->dlogits, P_(m, p->outw),
        p->K, B, b->m2, b->r2, P_(m, b->g2w), P_(m, b->g2b), N, p->S[0], c, p->G, p->prec, p->ws,
        sh);
@@ -922,7 +937,7 @@ static void down0_backward_ck2(nn_unet *m, int N) {
     const int c = p->ch[0], D = p->dd[0], H = p->hh[0], W = p->ww[0], ci = m->spec.in_channels;
     dc_block *b = &p->down[0];
     float *c1 = p->up[p->L - 1].a2, *a1 = p->tX, *c2 = b->a2;
-    dc_forward(m, b, p->xin, ci, NULL, 0, N, c1, a1, c2, 1);
+    dc_forward(m, b, p->xin, ci, NULL, 0, N, c1, a1, c2, NULL);
     /* conv2's input gradient over c2 (read by GN2's backward only) */
     dc_backward_bufs(m, b, p->tY, 0, 0, N, c1, a1, c2, c2, 1);
     OP(conv3d_backward, NULL, NULL, G_(m, b->w1), c2, p->xin, ci, NULL, 0, P_(m, b->w1), c, N, D,
@@ -947,7 +962,7 @@ static void backward(nn_unet *m, int N) {
     float *dtop = top_inplace ? p->up[L - 1].a2 : p->gG;
     ckpt_roles(p, 0);
     if (p->ck2) /* the input gradient is made again inside the top block's GN2 backward */
-        OP(conv1_backward, NULL, G_(m, p->outw), G_(m, p->outb), p->dlogits, p->up[L - 1].a2,
+        OP(conv1_backward, NULL, G_(m, p->outw), G_(m, p->outb), p->dlogits, top_out(p),
            P_(m, p->outw), p->ch[0], p->K, (long)N * S0, p->prec, p->ws);
     else if (top_inplace)
         OP(conv1_backward_relu, dtop, G_(m, p->outw), G_(m, p->outb), p->dlogits, P_(m, p->outw),
