@@ -524,10 +524,40 @@ static long wino_chunk_tiles(int K, int ncp, long bytes) {
     return t < 16 ? 16 : t;
 }
 
+/* U (or dU) larger than this is made a group of whole column blocks at a time, each group's
+ * pass over the input on its own (the input transform once per group): the workspace holds one
+ * group. At scale 7 / base 64 the deepest up block's conv1 (1024 -> 512 at 16^3, U 340 MB) is
+ * then three groups and the workspace 371 -> 160 MiB, at the price of 2 more input transforms of
+ * its 1024 channels (a few percent of that layer's time). */
+#define WINO_UBYTES_MAX (128L << 20)
+
+/* WINO_UBYTES_MAX, or SCAFFOLD_NN_WINO_UMAX bytes (the tests run every layer in groups of one
+ * column block with a small one). */
+static long wino_umax(void) {
+    static long v = -1;
+    if (v < 0) {
+        const char *e = getenv("SCAFFOLD_NN_WINO_UMAX");
+        const long x = e ? atol(e) : 0;
+        v = x > 0 ? x : WINO_UBYTES_MAX;
+    }
+    return v;
+}
+
+/* Columns per group of a Winograd pass with K input channels and ncol output columns in blocks
+ * of nr: all of them, or as many whole blocks as wino_umax() holds (at least one). */
+static int wino_group_cols(int K, int ncol, int nr) {
+    const long blk = 4L * WINO_NXI * K * nr, nb = nblocks(ncol, nr), g = wino_umax() / blk;
+    return nb * blk <= wino_umax() ? ncol : (int)(g < 1 ? 1 : g) * nr;
+}
+
 /* Floats of the Winograd workspace after the slab: U of one or two output parts (ncol columns
- * in all, each part padded to whole blocks) and one chunk's V and M. */
+ * in all, each part padded to whole blocks), or of one column group where U is larger than
+ * wino_umax(), and one chunk's V and M. */
 static size_t wino_ws_floats(int K, int ncol) {
-    const int ncp = nn_gemm_ncol_max(ncol) + 64; /* each part pads to whole blocks (< 32) */
+    int ncp = nn_gemm_ncol_max(ncol) + 64; /* each part pads to whole blocks (< 32) */
+    const long cap = wino_umax() / (4L * WINO_NXI * K); /* columns */
+    if (ncp > cap) /* a group: whole blocks within the cap, or one block (<= 64 columns) */
+        ncp = cap > 64 ? (int)cap : 64;
     /* a chunk of any part or of the weight gradient (at least the forward's), or 16 tiles of
      * the widest */
     size_t vm = (size_t)wino_dw_chunk_bytes(K, ncp) / sizeof(float),
@@ -588,15 +618,15 @@ static long wino_at(long t, long Tx, long Ty, long plane, long row, long vox) {
     return 2 * (t / (Tx * Ty)) * plane + 4 * (((t / Tx) % Ty) * row + (t % Tx) * vox);
 }
 
-/* out (Dz, H, W, ncol) = the convolution of padded slab P (Dz+2, H+2, W+2, C) with the
- * transformed weights U (wino_weights, block width nr); Dz even, H and W multiples of 4. VM:
- * one chunk's V and M. */
-static void wino_slab(float *out, int ncol, const float *P, int C, const float *U, int nr,
-                      int Dz, int H, int W, float *VM) {
+/* out (Dz, H, W, ncol; voxels ldo floats apart) = the convolution of padded slab P (Dz+2, H+2,
+ * W+2, C) with the transformed weights U (wino_weights, block width nr); Dz even, H and W
+ * multiples of 4. VM: one chunk's V and M. */
+static void wino_slab(float *out, long ldo, int ncol, const float *P, int C, const float *U,
+                      int nr, int Dz, int H, int W, float *VM) {
     const int nb = nblocks(ncol, nr), ncp = nb * nr;
     const long Tz = Dz / 2, Ty = H / 4, Tx = W / 4, ntiles = Tz * Ty * Tx;
     const long row = (long)(W + 2) * C, plane = (H + 2) * row;
-    const long oplane = (long)H * W * ncol, orow = (long)W * ncol;
+    const long oplane = (long)H * W * ldo, orow = (long)W * ldo;
     /* Every chunk reads all of U: a U larger than the last-level cache gets the weight
      * gradient's largest chunks (16^3 and 32^3 256->256, U 36 MiB: 8 and 52 passes over it
      * with 6 MiB chunks; 1.5x and 1.2x faster with 24). A U that stays in cache keeps 6 MiB
@@ -637,7 +667,7 @@ static void wino_slab(float *out, int ncol, const float *P, int C, const float *
             }
 #pragma omp for schedule(dynamic, 8)
         for (long i = 0; i < nt; i++) {
-            nn_wino_output(out + wino_at(t0 + i, Tx, Ty, oplane, orow, ncol), oplane, orow, ncol,
+            nn_wino_output(out + wino_at(t0 + i, Tx, Ty, oplane, orow, ldo), oplane, orow, ldo,
                            ncol, M + i * ncp, ldm);
         }
     }
@@ -648,13 +678,13 @@ static void wino_slab(float *out, int ncol, const float *P, int C, const float *
  * the end dW = G^T dU G per channel pair (wino_dw_finish). Each chunk's (xi, k block, column
  * block) tiles of dU are taken by one thread and accumulate chunk after chunk, tiles in order
  * within the kernel: the sums do not depend on the threads. */
-static void wino_dw_slab(float *dU, const float *P, int C, const float *dy, int ncol, int Dz,
-                         int H, int W, float *VM) {
-    const int nr = nn_gemm_nr(ncol), nb = nblocks(ncol, nr), ncp = nb * nr;
+static void wino_dw_slab(float *dU, const float *P, int C, const float *dy, long ldy, int ncol,
+                         int nr, int Dz, int H, int W, float *VM) {
+    const int nb = nblocks(ncol, nr), ncp = nb * nr;
     const int mk = nn_tw_mr(nr), nkb = (C + mk - 1) / mk;
     const long Tz = Dz / 2, Ty = H / 4, Tx = W / 4, ntiles = Tz * Ty * Tx;
     const long row = (long)(W + 2) * C, plane = (H + 2) * row;
-    const long gplane = (long)H * W * ncol, grow = (long)W * ncol;
+    const long gplane = (long)H * W * ldy, grow = (long)W * ldy;
     const long chunk = wino_chunk_tiles(C, ncp, wino_dw_chunk_bytes(C, ncp));
 #pragma omp parallel num_threads(nn_threads())
     for (long t0 = 0; t0 < ntiles; t0 += chunk) {
@@ -666,8 +696,8 @@ static void wino_dw_slab(float *dU, const float *P, int C, const float *dy, int 
             nn_wino_input(V + i * C, ldv, P + wino_at(t0 + i, Tx, Ty, plane, row, C), plane,
                           row, C, C);
             nn_wino_grad_output(Mo + i * ncp, ldm,
-                                dy + wino_at(t0 + i, Tx, Ty, gplane, grow, ncol), gplane, grow,
-                                ncol, ncol, ncp);
+                                dy + wino_at(t0 + i, Tx, Ty, gplane, grow, ldy), gplane, grow,
+                                ldy, ncol, ncp);
         }
         /* one (xi, column block) per item, its k blocks inside: the item's dM panel stays in
          * L1 while V[xi] streams past, and the items are large enough that handing them out
@@ -702,11 +732,12 @@ static void wino_dw_pair(float *out, long ov, int acc, int nv, const float *src,
     }
 }
 
-/* dw (PyTorch layout, w[oc][ic][t]) += G^T dU G for each channel pair, a vector of output
- * channels at a time (runs of dU's rows, as in wino_weights; the groups of one input channel
- * run one after the other, so the second half of each cache line read is still there). */
-static void wino_dw_finish(float *dw, const float *dU, int cin, int cout, nn_prec prec) {
-    const int ncp = nblocks(cout, nn_gemm_nr(cout)) * nn_gemm_nr(cout);
+/* dw (PyTorch layout, w[oc][ic][t]; dU's cout columns in blocks of nr) += G^T dU G for each
+ * channel pair, a vector of output channels at a time (runs of dU's rows, as in wino_weights;
+ * the groups of one input channel run one after the other, so the second half of each cache
+ * line read is still there). */
+static void wino_dw_finish(float *dw, const float *dU, int cin, int cout, int nr, nn_prec prec) {
+    const int ncp = nblocks(cout, nr) * nr;
     const int V = nn_gemm_vw(), ng = (cout + V - 1) / V;
 #pragma omp parallel for collapse(2) schedule(static) num_threads(nn_threads())
     for (int ic = 0; ic < cin; ic++)
@@ -1493,26 +1524,56 @@ static void conv3d_pass(float *out1, int n1, float *out2, int n2, const float *a
     taps27(aoff, H, W, Kp, flip);
     const int nparts = out2 ? 2 : 1;
     if (wino) {
-        /* both parts' U once, then each slab: pad, and per part the tiles */
-        float *Up[2], *VM;
         size_t at = 0;
         for (int part = 0; part < nparts; part++) {
             const int ncol = part ? n2 : n1, nr = nn_gemm_nr(ncol);
-            Up[part] = Bp + at;
-            wino_weights(Up[part], w + (part ? (long)n1 * sc : 0), ncol, K, sc, sk, flip, nr);
             at += WINO_NXI * (size_t)K * nblocks(ncol, nr) * nr;
         }
-        VM = Bp + ((at + 15) & ~(size_t)15);
-        for (int n = 0; n < N; n++)
-            for (int z0 = 0; z0 < D; z0 += Zc) {
-                const int z1 = z0 + Zc < D ? z0 + Zc : D;
-                pad_slab(P, fmt, a, ca, ca, b, cb, n, z0, z1, D, H, W);
-                for (int part = 0; part < nparts; part++) {
-                    const int ncol = part ? n2 : n1;
-                    float *out = (part ? out2 : out1) + (((size_t)n * D + z0) * H * W) * ncol;
-                    wino_slab(out, ncol, P, K, Up[part], nn_gemm_nr(ncol), z1 - z0, H, W, VM);
-                }
+        if (4 * (long)at <= wino_umax()) {
+            /* both parts' U once, then each slab: pad, and per part the tiles */
+            float *Up[2], *VM;
+            at = 0;
+            for (int part = 0; part < nparts; part++) {
+                const int ncol = part ? n2 : n1, nr = nn_gemm_nr(ncol);
+                Up[part] = Bp + at;
+                wino_weights(Up[part], w + (part ? (long)n1 * sc : 0), ncol, K, sc, sk, flip,
+                             nr);
+                at += WINO_NXI * (size_t)K * nblocks(ncol, nr) * nr;
             }
+            VM = Bp + ((at + 15) & ~(size_t)15);
+            for (int n = 0; n < N; n++)
+                for (int z0 = 0; z0 < D; z0 += Zc) {
+                    const int z1 = z0 + Zc < D ? z0 + Zc : D;
+                    pad_slab(P, fmt, a, ca, ca, b, cb, n, z0, z1, D, H, W);
+                    for (int part = 0; part < nparts; part++) {
+                        const int ncol = part ? n2 : n1;
+                        float *out = (part ? out2 : out1) + (((size_t)n * D + z0) * H * W) * ncol;
+                        wino_slab(out, ncol, ncol, P, K, Up[part], nn_gemm_nr(ncol), z1 - z0, H,
+                                  W, VM);
+                    }
+                }
+            return;
+        }
+        /* U over wino_umax(): per part and column group, its U, then every slab again */
+        const long gmax = wino_umax() / (4L * WINO_NXI * K);
+        float *U = Bp, *VM = Bp + (((size_t)WINO_NXI * K * (gmax > 64 ? gmax : 64) + 15) &
+                                   ~(size_t)15);
+        for (int part = 0; part < nparts; part++) {
+            const int ncol = part ? n2 : n1, nr = nn_gemm_nr(ncol);
+            const int gc = wino_group_cols(K, ncol, nr);
+            for (int c0 = 0; c0 < ncol; c0 += gc) {
+                const int cg = ncol - c0 < gc ? ncol - c0 : gc;
+                wino_weights(U, w + ((part ? n1 : 0) + (long)c0) * sc, cg, K, sc, sk, flip, nr);
+                for (int n = 0; n < N; n++)
+                    for (int z0 = 0; z0 < D; z0 += Zc) {
+                        const int z1 = z0 + Zc < D ? z0 + Zc : D;
+                        pad_slab(P, fmt, a, ca, ca, b, cb, n, z0, z1, D, H, W);
+                        float *out =
+                            (part ? out2 : out1) + (((size_t)n * D + z0) * H * W) * ncol + c0;
+                        wino_slab(out, ncol, cg, P, K, U, nr, z1 - z0, H, W, VM);
+                    }
+            }
+        }
         return;
     }
     /* With one output part the weights are packed once; with two, per slab (cheap: a slab's
@@ -1697,23 +1758,29 @@ void nn_conv3d_backward_p(float *din, float *dinB, float *dw, const float *dout,
     } else if (dw && wino_small_applies(N, D, H, W, cin, cout, NN_FP32, sh)) {
         wino_small_dw(dw, inA, ca, inB, cb, dout, cout, N, D, H, W, prec, ws);
     } else if (dw && wino_applies(D, H, W, cin, cout, NN_FP32, sh)) {
-        const int Zc = slab_depth(D, H, W, cin, sh) & ~1;
-        const int ncp = nblocks(cout, nn_gemm_nr(cout)) * nn_gemm_nr(cout);
+        /* dU of one column group at a time where it is over wino_umax() (else one group),
+         * each group's pass over the input on its own */
+        const int Zc = slab_depth(D, H, W, cin, sh) & ~1, nr = nn_gemm_nr(cout);
+        const int gc = wino_group_cols(cin, cout, nr);
         float *P = ws, *dU = ws + ((slab_floats(D, H, W, cin, sh) + 15) & ~(size_t)15);
-        const size_t nu = WINO_NXI * (size_t)cin * ncp;
-        float *VM = dU + ((nu + 15) & ~(size_t)15);
+        const size_t nu_max = WINO_NXI * (size_t)cin * nblocks(gc, nr) * nr;
+        float *VM = dU + ((nu_max + 15) & ~(size_t)15);
+        for (int c0 = 0; c0 < cout; c0 += gc) {
+            const int cg = cout - c0 < gc ? cout - c0 : gc;
+            const size_t nu = WINO_NXI * (size_t)cin * nblocks(cg, nr) * nr;
 #pragma omp parallel for schedule(static) num_threads(nn_threads())
-        for (size_t i = 0; i < nu; i++)
-            dU[i] = 0.0f;
-        for (int n = 0; n < N; n++)
-            for (int z0 = 0; z0 < D; z0 += Zc) {
-                const int z1 = z0 + Zc < D ? z0 + Zc : D;
-                pad_slab(P, prec == NN_BF16 ? PAD_F32R : PAD_F32, inA, ca, ca, inB, cb, n, z0, z1,
-                         D, H, W);
-                wino_dw_slab(dU, P, cin, dout + (((size_t)n * D + z0) * H * W) * cout, cout,
-                             z1 - z0, H, W, VM);
-            }
-        wino_dw_finish(dw, dU, cin, cout, prec);
+            for (size_t i = 0; i < nu; i++)
+                dU[i] = 0.0f;
+            for (int n = 0; n < N; n++)
+                for (int z0 = 0; z0 < D; z0 += Zc) {
+                    const int z1 = z0 + Zc < D ? z0 + Zc : D;
+                    pad_slab(P, prec == NN_BF16 ? PAD_F32R : PAD_F32, inA, ca, ca, inB, cb, n, z0,
+                             z1, D, H, W);
+                    wino_dw_slab(dU, P, cin, dout + (((size_t)n * D + z0) * H * W) * cout + c0,
+                                 cout, cg, nr, z1 - z0, H, W, VM);
+                }
+            wino_dw_finish(dw + (size_t)c0 * cin * 27, dU, cin, cg, nr, prec);
+        }
     } else if (dw) {
         const int Zc = slab_depth(D, H, W, cin, sh);
         float *P = ws, *Wp = ws + ((slab_floats(D, H, W, cin, sh) + 15) & ~(size_t)15);

@@ -27,6 +27,10 @@ SCAFFOLD_NN_DW_REPLICAS=0 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
 SCAFFOLD_NN_WINOGRAD=0 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
 SCAFFOLD_NN_WINOGRAD=0 t_cbin "$BUILD/tests/nn/test_unet" "$FIX"
 SCAFFOLD_NN_SLAB_BYTES=150000 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
+# Winograd's transformed weights a column group at a time (the path of layers whose U exceeds
+# 128 MiB, 1024 -> 512 at 16^3), here one column block per group on every Winograd shape
+SCAFFOLD_NN_WINO_UMAX=4096 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
+SCAFFOLD_NN_WINO_UMAX=4096 t_cbin "$BUILD/tests/nn/test_unet" "$FIX"
 OMP_NUM_THREADS=3 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
 
 d=$(t_tmpdir)

@@ -1044,6 +1044,9 @@ static void test_conv_vs_naive(void) {
         /* Winograd (even depth, height and width multiples of 4, >= 8 channels); partial
          * vectors of channels */
         {1, 16, 16, 16, 16, 24}, {2, 16, 16, 16, 8, 8}, {1, 8, 16, 32, 12, 20},
+        /* more than one column block (80 > 64 columns): several column groups of Winograd's
+         * U when tests/nn/run.sh makes the groups one block (SCAFFOLD_NN_WINO_UMAX) */
+        {1, 16, 16, 16, 8, 80}, {1, 8, 16, 32, 80, 8},
         /* Winograd on few tiles (under 4096 voxels, 16 to 32 tiles per group of samples):
          * three samples in groups of two; k chunks with a short last one (100 and 72 input
          * channels; 48 per chunk on AVX2, 24 on AVX-512), a partial column block; 32 tiles;
