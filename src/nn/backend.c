@@ -301,7 +301,6 @@ static int devmem_stage(nn_backend *b, const float *x, size_t nx, const uint16_t
     const size_t xb = (nx * sizeof(float) + 63) & ~(size_t)63, bytes = xb + ny * sizeof *y;
     if (bytes > d->batch_bytes) {
         cpu_free(b, d->batch);
-        d->batch = NULL;
         d->batch_bytes = 0;
         int rc = cpu_alloc(b, &d->batch, bytes);
         if (rc)

@@ -1497,6 +1497,48 @@ static void taps27(long *aoff, int H, int W, int C, int flip) {
     }
 }
 
+/* conv3d_pass's Winograd input: cat(a, b) (K channels), padded slab by slab into P. */
+typedef struct wino_in {
+    void *P;
+    int fmt;
+    const float *a;
+    int ca;
+    const float *b;
+    int cb, K, N, D, H, W, Zc;
+} wino_in;
+
+/* A range of output columns: n columns into out (voxels ld floats apart; the part's ncol = ld
+ * sets the block width), weights from w (w[col*sc + k*sk + t] as in conv3d_pass). */
+typedef struct wino_job {
+    float *out;
+    int ld, n;
+    const float *w;
+} wino_job;
+
+/* One pass over the input: every job's U transformed into ub one after the other, then per slab
+ * the input padded once and every job's tiles (one chunk's V and M after the last U). */
+static void wino_pass(const wino_in *in, const wino_job *jb, int nj, long sc, long sk, int flip,
+                      float *ub) {
+    float *U[2];
+    size_t at = 0;
+    for (int j = 0; j < nj; j++) {
+        const int nr = nn_gemm_nr(jb[j].ld);
+        U[j] = ub + at;
+        wino_weights(U[j], jb[j].w, jb[j].n, in->K, sc, sk, flip, nr);
+        at += WINO_NXI * (size_t)in->K * nblocks(jb[j].n, nr) * nr;
+    }
+    float *VM = ub + ((at + 15) & ~(size_t)15);
+    const int D = in->D, H = in->H, W = in->W;
+    for (int n = 0; n < in->N; n++)
+        for (int z0 = 0; z0 < D; z0 += in->Zc) {
+            const int z1 = z0 + in->Zc < D ? z0 + in->Zc : D;
+            pad_slab(in->P, in->fmt, in->a, in->ca, in->ca, in->b, in->cb, n, z0, z1, D, H, W);
+            for (int j = 0; j < nj; j++)
+                wino_slab(jb[j].out + (((size_t)n * D + z0) * H * W) * jb[j].ld, jb[j].ld,
+                          jb[j].n, in->P, in->K, U[j], nn_gemm_nr(jb[j].ld), z1 - z0, H, W, VM);
+        }
+}
+
 /* out = 27-tap convolution of cat(a, b) (padded into ws) with w addressed w[col*sc + k*sk + t],
  * K = ca + cb input channels; flip for the input gradient. The output columns come in up to
  * two parts, each its own tensor: columns [0, n1) into out1 (N,D,H,W,n1) and, when out2 is
@@ -1524,54 +1566,29 @@ static void conv3d_pass(float *out1, int n1, float *out2, int n2, const float *a
     taps27(aoff, H, W, Kp, flip);
     const int nparts = out2 ? 2 : 1;
     if (wino) {
+        const wino_in in = {.P = P, .fmt = fmt, .a = a, .ca = ca, .b = b, .cb = cb, .K = K,
+                            .N = N, .D = D, .H = H, .W = W, .Zc = Zc};
+        wino_job jb[2];
         size_t at = 0;
         for (int part = 0; part < nparts; part++) {
             const int ncol = part ? n2 : n1, nr = nn_gemm_nr(ncol);
+            jb[part] = (wino_job){.out = part ? out2 : out1, .ld = ncol, .n = ncol,
+                                  .w = w + (part ? (long)n1 * sc : 0)};
             at += WINO_NXI * (size_t)K * nblocks(ncol, nr) * nr;
         }
-        if (4 * (long)at <= wino_umax()) {
-            /* both parts' U once, then each slab: pad, and per part the tiles */
-            float *Up[2], *VM;
-            at = 0;
-            for (int part = 0; part < nparts; part++) {
-                const int ncol = part ? n2 : n1, nr = nn_gemm_nr(ncol);
-                Up[part] = Bp + at;
-                wino_weights(Up[part], w + (part ? (long)n1 * sc : 0), ncol, K, sc, sk, flip,
-                             nr);
-                at += WINO_NXI * (size_t)K * nblocks(ncol, nr) * nr;
-            }
-            VM = Bp + ((at + 15) & ~(size_t)15);
-            for (int n = 0; n < N; n++)
-                for (int z0 = 0; z0 < D; z0 += Zc) {
-                    const int z1 = z0 + Zc < D ? z0 + Zc : D;
-                    pad_slab(P, fmt, a, ca, ca, b, cb, n, z0, z1, D, H, W);
-                    for (int part = 0; part < nparts; part++) {
-                        const int ncol = part ? n2 : n1;
-                        float *out = (part ? out2 : out1) + (((size_t)n * D + z0) * H * W) * ncol;
-                        wino_slab(out, ncol, ncol, P, K, Up[part], nn_gemm_nr(ncol), z1 - z0, H,
-                                  W, VM);
-                    }
-                }
+        if (4 * (long)at <= wino_umax()) { /* both parts' U at once: one pass */
+            wino_pass(&in, jb, nparts, sc, sk, flip, Bp);
             return;
         }
-        /* U over wino_umax(): per part and column group, its U, then every slab again */
-        const long gmax = wino_umax() / (4L * WINO_NXI * K);
-        float *U = Bp, *VM = Bp + (((size_t)WINO_NXI * K * (gmax > 64 ? gmax : 64) + 15) &
-                                   ~(size_t)15);
+        /* U over wino_umax(): a pass per part and column group */
         for (int part = 0; part < nparts; part++) {
-            const int ncol = part ? n2 : n1, nr = nn_gemm_nr(ncol);
-            const int gc = wino_group_cols(K, ncol, nr);
-            for (int c0 = 0; c0 < ncol; c0 += gc) {
-                const int cg = ncol - c0 < gc ? ncol - c0 : gc;
-                wino_weights(U, w + ((part ? n1 : 0) + (long)c0) * sc, cg, K, sc, sk, flip, nr);
-                for (int n = 0; n < N; n++)
-                    for (int z0 = 0; z0 < D; z0 += Zc) {
-                        const int z1 = z0 + Zc < D ? z0 + Zc : D;
-                        pad_slab(P, fmt, a, ca, ca, b, cb, n, z0, z1, D, H, W);
-                        float *out =
-                            (part ? out2 : out1) + (((size_t)n * D + z0) * H * W) * ncol + c0;
-                        wino_slab(out, ncol, cg, P, K, U, nr, z1 - z0, H, W, VM);
-                    }
+            const wino_job whole = jb[part];
+            const int gc = wino_group_cols(K, whole.ld, nn_gemm_nr(whole.ld));
+            for (int c0 = 0; c0 < whole.ld; c0 += gc) {
+                const wino_job g = {.out = whole.out + c0, .ld = whole.ld,
+                                    .n = whole.ld - c0 < gc ? whole.ld - c0 : gc,
+                                    .w = whole.w + c0 * sc};
+                wino_pass(&in, &g, 1, sc, sk, flip, Bp);
             }
         }
         return;
