@@ -210,6 +210,16 @@ static void cpu_round_bf16(nn_backend *b, float *x, size_t n) {
     nn_round_bf16(x, n);
 }
 
+static void cpu_bf16_narrow(nn_backend *b, uint16_t *dst, const float *src, size_t n) {
+    (void)b;
+    nn_bf16_narrow(dst, src, n);
+}
+
+static void cpu_bf16_widen(nn_backend *b, float *dst, const uint16_t *src, size_t n) {
+    (void)b;
+    nn_bf16_widen(dst, src, n);
+}
+
 static int cpu_loss(nn_backend *b, float *dlogits, const float *logits, const uint16_t *labels,
                     const float *ce_weight, int N, long S, int K, double *loss, double *ce,
                     double *dice, float *ws, const nn_shard *sh) {
@@ -275,6 +285,8 @@ static nn_backend cpu_table = {
     .to_channels_last = cpu_to_channels_last,
     .to_channels_first = cpu_to_channels_first,
     .round_bf16 = cpu_round_bf16,
+    .bf16_narrow = cpu_bf16_narrow,
+    .bf16_widen = cpu_bf16_widen,
     .loss = cpu_loss,
     .hard_dice = cpu_hard_dice,
     .argmax = cpu_argmax,

@@ -119,6 +119,10 @@ struct nn_backend {
     void (*to_channels_last)(nn_backend *b, float *dst, const float *src, int N, int C, long S);
     void (*to_channels_first)(nn_backend *b, float *dst, const float *src, int N, int C, long S);
     void (*round_bf16)(nn_backend *b, float *x, size_t n);
+    /* Optional: nn_bf16_narrow and nn_bf16_widen. With them a bf16 run without checkpointing
+     * keeps the conv outputs of its down blocks in half the memory (unet.c). */
+    void (*bf16_narrow)(nn_backend *b, uint16_t *dst, const float *src, size_t n);
+    void (*bf16_widen)(nn_backend *b, float *dst, const uint16_t *src, size_t n);
 
     /* ---- loss and metrics (loss.h; ce_weight and dice are host arrays) ----------------------- */
     int (*loss)(nn_backend *b, float *dlogits, const float *logits, const uint16_t *labels,

@@ -40,6 +40,23 @@ void nn_round_bf16(float *x, size_t n) {
         x[i] = nn_bf16_round(x[i]);
 }
 
+void nn_bf16_narrow(uint16_t *dst, const float *src, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &src[i], sizeof u);
+        dst[i] = (uint16_t)(u >> 16);
+    }
+}
+
+void nn_bf16_widen(float *dst, const uint16_t *src, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        const uint32_t u = (uint32_t)src[i] << 16;
+        memcpy(&dst[i], &u, sizeof u);
+    }
+}
+
 /* dst[i] = src[i] (fp32) or its bf16 rounding, for the nn_prec in use. */
 static void copy_prec(float *dst, const float *src, size_t n, nn_prec prec) {
     if (prec == NN_BF16) {

@@ -30,6 +30,10 @@ typedef struct dc_block {
      * output (GN+ReLU of c2) */
     float *c1, *c2, *a2;
     float *m1, *r1, *m2, *r2; /* (N, G) */
+    /* h16 (down blocks above the bottleneck): c1 and c2 kept as bf16 from the forward pass to
+     * the backward pass; c1 and c2 are then the same-level up block's, free scratch at both
+     * ends */
+    uint16_t *h1, *h2;
 } dc_block;
 
 struct nn_unet_plan {
@@ -40,6 +44,7 @@ struct nn_unet_plan {
     int ck2;  /* checkpointing with the backend's groupnorm_backward_x: the top level's scratch
                * is tX and tY, and the other levels' is carved from them (ckpt_roles) */
     int sharded; /* ws sized for whole-block padded copies (sharded convolutions) */
+    int h16;     /* bf16 without checkpointing: the down blocks' conv outputs kept as bf16 */
     float *ws_sh; /* a sharded model created unsharded: its whole-block workspace, allocated at
                    * the first step when ws is smaller (NULL until then, or if ws suffices) */
     int dd[MAXL + 1], hh[MAXL + 1], ww[MAXL + 1], ch[MAXL + 1];
@@ -275,6 +280,12 @@ static void plan_dims(struct nn_unet_plan *p, const nn_unet_spec *s, const nn_un
     p->ckpt = o->checkpointing;
     p->ck2 = p->ckpt && p->be->groupnorm_backward_x;
     p->sharded = o->sharded;
+    /* A bf16 run's conv outputs hold bf16 values (the convolutions round them), so keeping
+     * them as bf16 loses nothing; SCAFFOLD_NN_BF16_STORE=0 keeps them in fp32 (the tests
+     * compare the two) */
+    const char *e = getenv("SCAFFOLD_NN_BF16_STORE");
+    p->h16 = p->prec == NN_BF16 && !p->ckpt && L >= 1 && p->be->bf16_narrow &&
+             p->be->bf16_widen && !(e && e[0] == '0');
     for (int i = 0; i <= L; i++) {
         p->dd[i] = d >> i;
         p->hh[i] = h >> i;
@@ -323,8 +334,15 @@ static void plan_slabs(struct nn_unet_plan *p, const nn_unet_spec *s, int N, siz
     for (int b = 0; b < 2 * L + 1; b++) {
         dc_block *blk = b <= L ? &p->down[b] : &p->up[b - L - 1];
         const size_t n = (size_t)N * p->S[blk->level] * blk->cout;
+        blk->h1 = blk->h2 = NULL;
         if (p->ckpt) {
             blk->c1 = blk->c2 = NULL;
+        } else if (p->h16 && b < L) {
+            float *h;
+            TAKE(h, (n + 1) / 2);
+            blk->h1 = (uint16_t *)h;
+            TAKE(h, (n + 1) / 2);
+            blk->h2 = (uint16_t *)h;
         } else {
             TAKE(blk->c1, n);
             TAKE(blk->c2, n);
@@ -334,6 +352,10 @@ static void plan_slabs(struct nn_unet_plan *p, const nn_unet_spec *s, int N, siz
         TAKE(blk->r1, (size_t)N * G);
         TAKE(blk->m2, (size_t)N * G);
         TAKE(blk->r2, (size_t)N * G);
+    }
+    for (int i = 0; i < L && p->h16; i++) {
+        p->down[i].c1 = p->up[L - 1 - i].c1;
+        p->down[i].c2 = p->up[L - 1 - i].c2;
     }
     const size_t top = (size_t)N * p->S[0] * p->ch[0];
     const size_t pool1 = L >= 1 ? (size_t)N * p->S[1] * p->ch[0] : 0;
@@ -767,6 +789,11 @@ static void dc_backward_bufs(nn_unet *m, dc_block *b, float *dY, int masked, int
  * a1 in gH; the gradient of c1 left in gT. On return c1 and a1 are dead. */
 static void dc_backward_tail(nn_unet *m, dc_block *b, float *dY, int masked, int single, int N) {
     struct nn_unet_plan *p = m->plan;
+    if (b->h1) {
+        const size_t n = (size_t)N * p->S[b->level] * b->cout;
+        OP(bf16_widen, b->c1, b->h1, n);
+        OP(bf16_widen, b->c2, b->h2, n);
+    }
     dc_backward_bufs(m, b, dY, masked, single, N, p->ckpt ? p->cs : b->c1, p->gH,
                      p->ckpt ? p->gT : b->c2, p->gT, 0);
 }
@@ -860,6 +887,11 @@ static void block_forward(nn_unet *m, dc_block *b, int is_up, int j, int N, int 
         dc_forward(m, b, inA, ca, inB, cb, N, p->cs, p->gT, p->cs, b->a2);
     else
         dc_forward(m, b, inA, ca, inB, cb, N, b->c1, p->gT, b->c2, b->a2);
+    if (b->h1 && !recompute) {
+        const size_t n = (size_t)N * p->S[b->level] * b->cout;
+        OP(bf16_narrow, b->h1, b->c1, n);
+        OP(bf16_narrow, b->h2, b->c2, n);
+    }
 }
 
 /* The last up block's output, the 1x1 conv's input: its own buffer, or with ck2 tY (its buffer

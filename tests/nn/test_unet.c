@@ -283,6 +283,87 @@ static void test_checkpointing(void) {
     }
 }
 
+/* A bf16 run keeps its down blocks' conv outputs as bf16 (they hold bf16 values): logits,
+ * loss, Dice, every gradient and evaluate bit-identical to keeping them in fp32
+ * (SCAFFOLD_NN_BF16_STORE=0), in less memory; fp32 and checkpointed runs are unchanged. */
+static void test_bf16_store(void) {
+    const char *old = getenv("SCAFFOLD_NN_BF16_STORE");
+    char *saved = old ? strdup(old) : NULL;
+    for (int levels = 1; levels <= 2; levels++) {
+        nn_unet m[2];
+        for (int k = 0; k < 2; k++) {
+            nn_unet_spec s = {3, 4, levels, 16, 4};
+            const nn_unet_opts o = {.precision = NN_BF16};
+            if (k)
+                setenv("SCAFFOLD_NN_BF16_STORE", "0", 1);
+            else
+                unsetenv("SCAFFOLD_NN_BF16_STORE");
+            if (nn_unet_create_opts(&m[k], &s, &o, 2, 16, 16, 16)) {
+                CHECK(0, "create: %s", err_msg());
+                return;
+            }
+            nn_unet_init_params(&m[k], 7);
+        }
+        const size_t S = 16 * 16 * 16;
+        float *x = malloc(2 * 3 * S * sizeof(float)), w[4] = {0.5f, 2, 2, 2};
+        uint16_t *y = malloc(2 * S * sizeof(uint16_t));
+        rng r = rng_make(8, RNG_TEST, 0, 0);
+        for (size_t i = 0; i < 2 * 3 * S; i++)
+            x[i] = (float)rng_normal(&r);
+        for (size_t i = 0; i < 2 * S; i++)
+            y[i] = (uint16_t)(x[i] > 0.5f ? 1 + rng_below(&r, 3) : 0);
+        double l[2], d[2];
+        for (int rep = 0; rep < 2; rep++)
+            for (int k = 0; k < 2; k++) {
+                nn_unet_zero_grad(&m[k]);
+                nn_unet_forward_backward(&m[k], x, y, 2, w, &l[k], &d[k]);
+            }
+        CHECK(!memcmp(m[0].grads, m[1].grads, m[0].nparams * sizeof(float)) && l[0] == l[1] &&
+                  d[0] == d[1],
+              "bf16 (%d levels): gradients, loss or Dice differ with the conv outputs kept as "
+              "bf16 (loss %.17g vs %.17g)",
+              levels, l[0], l[1]);
+        CHECK(!memcmp(nn_unet_logits(&m[0]), nn_unet_logits(&m[1]), 2 * S * 4 * sizeof(float)),
+              "bf16 (%d levels): logits differ with the conv outputs kept as bf16", levels);
+        float hd[2][2];
+        double vl[2];
+        for (int k = 0; k < 2; k++)
+            nn_unet_evaluate(&m[k], x, y, 2, w, &vl[k], hd[k]);
+        CHECK(vl[0] == vl[1] && !memcmp(hd[0], hd[1], sizeof hd[0]), "bf16 store: evaluate");
+        /* each down block above the bottleneck: two (2, S_l, cout) tensors at half size */
+        size_t saved_floats = 0;
+        for (int lv = 0; lv < levels; lv++) {
+            const size_t n = (size_t)2 * (S >> (3 * lv)) * (16u << lv);
+            saved_floats += 2 * (((n + 15) & ~(size_t)15) - (((n + 1) / 2 + 15) & ~(size_t)15));
+        }
+        CHECK(m[1].activation_floats - m[0].activation_floats == saved_floats,
+              "bf16 store (%d levels): activations %zu vs %zu floats, expected %zu fewer",
+              levels, m[0].activation_floats, m[1].activation_floats, saved_floats);
+        free(x), free(y);
+        for (int k = 0; k < 2; k++)
+            nn_unet_free(&m[k]);
+    }
+    if (saved)
+        setenv("SCAFFOLD_NN_BF16_STORE", saved, 1);
+    else
+        unsetenv("SCAFFOLD_NN_BF16_STORE");
+    free(saved);
+    /* fp32 and checkpointed plans do not depend on it */
+    const nn_unet_spec s7 = {3, 6, 4, 64, 8};
+    nn_unet_memory e[4];
+    for (int k = 0; k < 4; k++) {
+        const nn_unet_opts o = {.precision = k & 1 ? NN_BF16 : NN_FP32, .checkpointing = k >= 2};
+        nn_unet_memory_estimate(&s7, &o, 1, 128, 128, 128, NN_OPT_ADAM, &e[k]);
+    }
+    printf("scale 7 / base 64, batch 1: fp32 %.0f MiB, bf16 %.0f MiB; checkpointed %.0f / %.0f "
+           "MiB\n",
+           e[0].total / 1048576.0, e[1].total / 1048576.0, e[2].total / 1048576.0,
+           e[3].total / 1048576.0);
+    CHECK(e[0].total - e[1].total > (size_t)600 << 20 && e[2].total == e[3].total,
+          "bf16 saves %zu bytes at scale 7 / base 64 (checkpointed: %zu vs %zu)",
+          e[0].total - e[1].total, e[2].total, e[3].total);
+}
+
 /* nn_unet_memory_estimate is what nn_unet_create allocates, byte for byte. */
 static void test_memory_estimate(void) {
     const int shapes[][4] = {{1, 16, 16, 16}, {2, 16, 8, 32}, {1, 32, 32, 32}};
@@ -714,6 +795,7 @@ int main(int argc, char **argv) {
     free(f.x), free(f.w), free(f.lab);
     test_unet_bf16(dir);
     test_checkpointing();
+    test_bf16_store();
     test_memory_estimate();
     return test_report();
 }
