@@ -130,7 +130,7 @@ int train_memory_check(const scaffold_config *c, const ds_layout *l, const dist_
                    c->local_batch_size, p.ext[0], p.ext[1], p.ext[2],
                    gib(p.params + p.grads + p.optim + p.snapshot, o, sizeof o), gib(node, nm, sizeof nm),
                    ranks_on_node, gib(p.node_memory, mem, sizeof mem),
-                   /* not bf16: activations stay fp32 (rounded), its packed copies add */
+                   /* not bf16: a choice of numerics, saving memory only without checkpointing */
                    c->activation_checkpointing ? "" : ", or recompute activations "
                                                       "(activation_checkpointing: 1)");
 }
