@@ -117,18 +117,24 @@ static void make_job(job *j, int nrep, int N, int size) {
 }
 
 /* The sharded model of this rank: block extent/offset from the grid; hooks attached. */
-static int make_sharded(nn_unet *m, const job *j, const dist_grid *g, dist_spatial *sp,
-                        dist_grad *gr, int gn_global, int ckpt, int d0[3], int ext[3]) {
+static int make_sharded_p(nn_unet *m, const job *j, const dist_grid *g, dist_spatial *sp,
+                          dist_grad *gr, int gn_global, int ckpt, int prec, int d0[3],
+                          int ext[3]) {
     for (int a = 0; a < 3; a++) {
         ext[a] = j->full[a] / g->counts[a];
         d0[a] = g->idx[a] * ext[a];
     }
-    const nn_unet_opts o = {.checkpointing = ckpt};
+    const nn_unet_opts o = {.precision = prec, .checkpointing = ckpt};
     if (nn_unet_create_opts(m, &j->spec, &o, j->N, ext[0], ext[1], ext[2]))
         return 1;
     dist_spatial_init(sp, g, gn_global);
     m->shard = &sp->ops;
     return dist_grad_init(gr, g->world, m, 1.0 / g->nrep);
+}
+
+static int make_sharded(nn_unet *m, const job *j, const dist_grid *g, dist_spatial *sp,
+                        dist_grad *gr, int gn_global, int ckpt, int d0[3], int ext[3]) {
+    return make_sharded_p(m, j, g, sp, gr, gn_global, ckpt, NN_FP32, d0, ext);
 }
 
 static void test_global(const int counts[3]) {
@@ -214,6 +220,33 @@ static void test_global(const int counts[3]) {
               counts[1], counts[2], g.nrep);
         dist_grad_free(&grc);
         nn_unet_free(&mc);
+    }
+    /* bf16: the plain shard (its down blocks' conv outputs kept as bf16) and the checkpointed
+     * one (which keeps none) give the same loss, Dice and gradients, bit for bit. */
+    {
+        nn_unet mb[2];
+        dist_spatial spb[2];
+        dist_grad grb[2];
+        double lb2[2], db2[2];
+        for (int k = 0; k < 2; k++) {
+            CHECK(make_sharded_p(&mb[k], &j, &g, &spb[k], &grb[k], 1, k, NN_BF16, d0, ext) == 0,
+                  "%s", err_msg());
+            memcpy(mb[k].params, ref.params, ref.nparams * sizeof(float));
+            CHECK(step(&mb[k], &grb[k], xb, ybl, N, j.w, &lb2[k], &db2[k]) == 0, "%s",
+                  err_msg());
+            CHECK(dist_spatial_status(&spb[k]) == 0, "%s", err_msg());
+        }
+        CHECK(lb2[0] == lb2[1] && db2[0] == db2[1] &&
+                  !memcmp(mb[0].grads, mb[1].grads, m.nparams * sizeof(float)),
+              "[%d,%d,%d] x %d: bf16 shard, plain and checkpointed: loss %.17g / %.17g, Dice or "
+              "gradients differ",
+              counts[0], counts[1], counts[2], g.nrep, lb2[0], lb2[1]);
+        CHECK(fabs(lb2[0] - loss) <= 0.05 * fabs(loss), "bf16 shard loss %.9g vs fp32 %.9g",
+              lb2[0], loss);
+        for (int k = 0; k < 2; k++) {
+            dist_grad_free(&grb[k]);
+            nn_unet_free(&mb[k]);
+        }
     }
     /* Evaluation: loss and per-sample hard Dice over the whole volume. */
     double vloss;
