@@ -513,7 +513,7 @@ static int wino_enabled(void) {
 }
 
 static int wino_applies(int D, int H, int W, int K, int ncol, nn_prec prec, const nn_shard *sh) {
-    return wino_enabled() && prec == NN_FP32 && !sh && D % 2 == 0 && H % 4 == 0 && W % 4 == 0 &&
+    return wino_enabled() && !use_pairs(prec) && !sh && D % 2 == 0 && H % 4 == 0 && W % 4 == 0 &&
            K >= 8 && ncol >= 8 && (long)K * ncol <= WINO_KMAX &&
            (long)D * H * W >= WINO_VOX_MIN &&
            slab_depth(D, H, W, K, NULL) >= 2;
@@ -599,21 +599,29 @@ static size_t wino_ws_floats(int K, int ncol) {
 /* The transform of columns [ob*nr, ob*nr + nr) (zero past ncol) and k in [k0, k1): point xi's
  * run of (k1 - k0) * nr floats, k major, at ub + xi * (k1 - k0) * nr. */
 static void wino_wblock(float *restrict ub, const float *w, int ncol, long sc, long sk,
-                        int flip, int nr, int ob, int k0, int k1) {
+                        int flip, int nr, int ob, int k0, int k1, nn_prec prec) {
     const int V = nn_gemm_vw(), ng = nr / V; /* nr: whole vectors */
     const long run = (long)(k1 - k0) * nr;
+    float wr[WINO_WV_MAX * 27]; /* bf16: the columns' kernels rounded */
     for (int k = k0; k < k1; k++)
         for (int jg = 0; jg < ng; jg++) {
             const long col0 = (long)ob * nr + jg * V;
             /* columns < ncol (none: any valid pointer, nothing is read) */
             const int nc = ncol - col0 < V ? (ncol > col0 ? (int)(ncol - col0) : 0) : V;
-            nn_wino_weights(ub + (size_t)(k - k0) * nr + jg * V, run,
-                            nc ? w + col0 * sc + k * sk : w, sc, flip, nc);
+            const float *src = nc ? w + col0 * sc + k * sk : w;
+            long ss = sc;
+            if (prec == NN_BF16 && nc) {
+                for (int c = 0; c < nc; c++)
+                    for (int t = 0; t < 27; t++)
+                        wr[c * 27 + t] = nn_bf16_round(src[c * sc + t]);
+                src = wr, ss = 27;
+            }
+            nn_wino_weights(ub + (size_t)(k - k0) * nr + jg * V, run, src, ss, flip, nc);
         }
 }
 
 static void wino_weights(float *U, const float *w, int ncol, int K, long sc, long sk, int flip,
-                         int nr) {
+                         int nr, nn_prec prec) {
     const int nb = nblocks(ncol, nr);
     const int kc = WINO_WROW / nr, nkc = (K + kc - 1) / kc;
 #pragma omp parallel for collapse(2) schedule(static) num_threads(nn_threads())
@@ -622,7 +630,7 @@ static void wino_weights(float *U, const float *w, int ncol, int K, long sc, lon
             const int k0 = c * kc, k1 = k0 + kc < K ? k0 + kc : K;
             const size_t run = (size_t)(k1 - k0) * nr; /* <= WINO_WROW: nr <= 64 */
             float ub[WINO_NXI * WINO_WROW];
-            wino_wblock(ub, w, ncol, sc, sk, flip, nr, ob, k0, k1);
+            wino_wblock(ub, w, ncol, sc, sk, flip, nr, ob, k0, k1, prec);
             for (int xi = 0; xi < WINO_NXI; xi++)
                 memcpy(U + (((size_t)xi * nb + ob) * K + k0) * nr, ub + xi * run,
                        sizeof(float) * run);
@@ -797,7 +805,7 @@ static int wino_small_group(int N, int D, int H, int W) {
 
 static int wino_small_applies(int N, int D, int H, int W, int K, int ncol, nn_prec prec,
                               const nn_shard *sh) {
-    return wino_enabled() && prec == NN_FP32 && !sh && D % 2 == 0 && H % 4 == 0 &&
+    return wino_enabled() && !use_pairs(prec) && !sh && D % 2 == 0 && H % 4 == 0 &&
            W % 4 == 0 && K >= 8 && ncol >= 8 && (long)D * H * W < WINO_VOX_MIN &&
            wino_ntiles(D, H, W) <= WINO_SMALL_TILES &&
            wino_small_group(N, D, H, W) * wino_ntiles(D, H, W) >= WINO_SMALL_MIN;
@@ -889,7 +897,7 @@ static void wino_small_in(float *V, int kc, float *P, int fmt, const float *a, i
  * from it; then the block's output transform. */
 static void wino_small_pass(float *out1, int n1, float *out2, int n2, const float *a, int ca,
                             const float *b, int cb, const float *w, long sc, long sk, int flip,
-                            int N, int D, int H, int W, float *ws) {
+                            int N, int D, int H, int W, nn_prec prec, float *ws) {
     const int K = ca + cb, grp = wino_small_group(N, D, H, W);
     const long nt1 = wino_ntiles(D, H, W), Tx = W / 4, Ty = H / 4;
     wino_small_ws L;
@@ -908,8 +916,8 @@ static void wino_small_pass(float *out1, int n1, float *out2, int n2, const floa
             float *out = part ? out2 : out1;
             /* V is chunked for the part's kc (the same for both parts but on odd widths) */
             if (part == 0 || kc != wino_small_kc(nn_gemm_nr(n1)))
-                wino_small_in(V, kc, P, PAD_F32, a, ca, b, cb, NULL, NULL, 0, nr, n0, ns, D, H,
-                              W);
+                wino_small_in(V, kc, P, prec == NN_BF16 ? PAD_F32R : PAD_F32, a, ca, b, cb, NULL,
+                              NULL, 0, nr, n0, ns, D, H, W);
 #pragma omp parallel num_threads(nn_threads())
             {
                 float *U = Ub + (size_t)omp_get_thread_num() * WINO_SMALL_SLOT;
@@ -918,7 +926,7 @@ static void wino_small_pass(float *out1, int n1, float *out2, int n2, const floa
                     float *Mb = M + (size_t)ob * WINO_NXI * ldm;
                     for (int c = 0, k0 = 0; k0 < K; c++, k0 += kc) {
                         const int k1 = k0 + kc < K ? k0 + kc : K, nk = k1 - k0;
-                        wino_wblock(U, wp, ncol, sc, sk, flip, nr, ob, k0, k1);
+                        wino_wblock(U, wp, ncol, sc, sk, flip, nr, ob, k0, k1, prec);
                         const nn_tg g = {.T = 1, .K = nk, .aoff = aoff, .nr = nr};
                         const float *Vc = wino_small_v(V, nt, kc, c);
                         for (int xi = 0; xi < WINO_NXI; xi++) {
@@ -939,6 +947,11 @@ static void wino_small_pass(float *out1, int n1, float *out2, int n2, const floa
                 }
             }
         }
+    }
+    if (prec == NN_BF16) { /* the one rounding of the bf16 result (small volumes: one pass) */
+        nn_round_bf16(out1, (size_t)N * D * H * W * n1);
+        if (out2)
+            nn_round_bf16(out2, (size_t)N * D * H * W * n2);
     }
 }
 
@@ -1518,6 +1531,7 @@ static void taps27(long *aoff, int H, int W, int C, int flip) {
 typedef struct wino_in {
     void *P;
     int fmt;
+    nn_prec prec;
     const float *a;
     int ca;
     const float *b;
@@ -1532,6 +1546,14 @@ typedef struct wino_job {
     const float *w;
 } wino_job;
 
+/* Columns [0, n) of nv voxels ld floats apart, rounded to bf16 in place. */
+static void wino_round(float *o, long ld, int n, long nv) {
+#pragma omp parallel for schedule(static) num_threads(nn_threads())
+    for (long v = 0; v < nv; v++)
+        for (int c = 0; c < n; c++)
+            o[v * ld + c] = nn_bf16_round(o[v * ld + c]);
+}
+
 /* One pass over the input: every job's U transformed into ub one after the other, then per slab
  * the input padded once and every job's tiles (one chunk's V and M after the last U). */
 static void wino_pass(const wino_in *in, const wino_job *jb, int nj, long sc, long sk, int flip,
@@ -1541,7 +1563,7 @@ static void wino_pass(const wino_in *in, const wino_job *jb, int nj, long sc, lo
     for (int j = 0; j < nj; j++) {
         const int nr = nn_gemm_nr(jb[j].ld);
         U[j] = ub + at;
-        wino_weights(U[j], jb[j].w, jb[j].n, in->K, sc, sk, flip, nr);
+        wino_weights(U[j], jb[j].w, jb[j].n, in->K, sc, sk, flip, nr, in->prec);
         at += WINO_NXI * (size_t)in->K * nblocks(jb[j].n, nr) * nr;
     }
     float *VM = ub + ((at + 15) & ~(size_t)15);
@@ -1550,9 +1572,14 @@ static void wino_pass(const wino_in *in, const wino_job *jb, int nj, long sc, lo
         for (int z0 = 0; z0 < D; z0 += in->Zc) {
             const int z1 = z0 + in->Zc < D ? z0 + in->Zc : D;
             pad_slab(in->P, in->fmt, in->a, in->ca, in->ca, in->b, in->cb, n, z0, z1, D, H, W);
-            for (int j = 0; j < nj; j++)
-                wino_slab(jb[j].out + (((size_t)n * D + z0) * H * W) * jb[j].ld, jb[j].ld,
-                          jb[j].n, in->P, in->K, U[j], nn_gemm_nr(jb[j].ld), z1 - z0, H, W, VM);
+            for (int j = 0; j < nj; j++) {
+                float *o = jb[j].out + (((size_t)n * D + z0) * H * W) * jb[j].ld;
+                wino_slab(o, jb[j].ld, jb[j].n, in->P, in->K, U[j], nn_gemm_nr(jb[j].ld), z1 - z0,
+                          H, W, VM);
+                /* bf16: the one rounding of the result, while the slab's output is in cache */
+                if (in->prec == NN_BF16)
+                    wino_round(o, jb[j].ld, jb[j].n, (long)(z1 - z0) * H * W);
+            }
         }
 }
 
@@ -1569,7 +1596,7 @@ static void conv3d_pass(float *out1, int n1, float *out2, int n2, const float *a
      * the FMA rate (3 -> 64 at 32^3: 2.37 ms on the pair kernels, 1.13 on fp32) */
     const int K = ca + cb, pairs = use_pairs(prec) && !sh && !(nn_isa_amx() && K % 32);
     if (wino_small_applies(N, D, H, W, K, n1 + n2, prec, sh)) {
-        wino_small_pass(out1, n1, out2, n2, a, ca, b, cb, w, sc, sk, flip, N, D, H, W, ws);
+        wino_small_pass(out1, n1, out2, n2, a, ca, b, cb, w, sc, sk, flip, N, D, H, W, prec, ws);
         return;
     }
     const int fmt = pairs ? PAD_BF16 : prec == NN_BF16 ? PAD_F32R : PAD_F32;
@@ -1583,8 +1610,8 @@ static void conv3d_pass(float *out1, int n1, float *out2, int n2, const float *a
     taps27(aoff, H, W, Kp, flip);
     const int nparts = out2 ? 2 : 1;
     if (wino) {
-        const wino_in in = {.P = P, .fmt = fmt, .a = a, .ca = ca, .b = b, .cb = cb, .K = K,
-                            .N = N, .D = D, .H = H, .W = W, .Zc = Zc};
+        const wino_in in = {.P = P, .fmt = fmt, .prec = prec, .a = a, .ca = ca, .b = b, .cb = cb,
+                            .K = K, .N = N, .D = D, .H = H, .W = W, .Zc = Zc};
         wino_job jb[2];
         size_t at = 0;
         for (int part = 0; part < nparts; part++) {
