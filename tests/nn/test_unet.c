@@ -217,6 +217,15 @@ static void test_unet_bf16(const char *dir) {
     free(lref), free(lv);
 }
 
+/* Two samples of S voxels: x (3 channels) normal, labels 1..3 where channel 0 > 0.5, else 0. */
+static void rand_batch(float *x, uint16_t *y, size_t S, uint64_t seed) {
+    rng r = rng_make(seed, RNG_TEST, 0, 0);
+    for (size_t i = 0; i < 2 * 3 * S; i++)
+        x[i] = (float)rng_normal(&r);
+    for (size_t i = 0; i < 2 * S; i++)
+        y[i] = (uint16_t)(x[i] > 0.5f ? 1 + rng_below(&r, 3) : 0);
+}
+
 /* Activation checkpointing recomputes each block from its saved input: logits, loss, Dice and
  * every gradient bit-identical to the plain model, in fp32 and bf16, with less memory; also on
  * a backend without groupnorm_backward_x (as the CUDA backend), which keeps more. */
@@ -244,11 +253,7 @@ static void test_checkpointing(void) {
               "the top level's fp32 convolution runs Winograd (unless SCAFFOLD_NN_WINOGRAD=0)");
         float *x = malloc(2 * 3 * S * sizeof(float)), w[4] = {0.5f, 2, 2, 2};
         uint16_t *y = malloc(2 * S * sizeof(uint16_t));
-        rng r = rng_make(6, RNG_TEST, 0, 0);
-        for (size_t i = 0; i < 2 * 3 * S; i++)
-            x[i] = (float)rng_normal(&r);
-        for (size_t i = 0; i < 2 * S; i++)
-            y[i] = (uint16_t)(x[i] > 0.5f ? 1 + rng_below(&r, 3) : 0);
+        rand_batch(x, y, S, 6);
         double l[3], d[3];
         for (int rep = 0; rep < 2; rep++) /* twice: the second step starts from used slabs */
             for (int k = 0; k < 3; k++) {
@@ -307,11 +312,7 @@ static void test_bf16_store(void) {
         const size_t S = 16 * 16 * 16;
         float *x = malloc(2 * 3 * S * sizeof(float)), w[4] = {0.5f, 2, 2, 2};
         uint16_t *y = malloc(2 * S * sizeof(uint16_t));
-        rng r = rng_make(8, RNG_TEST, 0, 0);
-        for (size_t i = 0; i < 2 * 3 * S; i++)
-            x[i] = (float)rng_normal(&r);
-        for (size_t i = 0; i < 2 * S; i++)
-            y[i] = (uint16_t)(x[i] > 0.5f ? 1 + rng_below(&r, 3) : 0);
+        rand_batch(x, y, S, 8);
         double l[2], d[2];
         for (int rep = 0; rep < 2; rep++)
             for (int k = 0; k < 2; k++) {
@@ -447,11 +448,7 @@ static void test_thread_determinism(void) {
     const size_t S = 16 * 16 * 8;
     float *x = malloc(2 * 3 * S * sizeof(float)), w[4] = {0.5f, 2, 2, 2};
     uint16_t *y = malloc(2 * S * sizeof(uint16_t));
-    rng r = rng_make(12, RNG_TEST, 0, 0);
-    for (size_t i = 0; i < 2 * 3 * S; i++)
-        x[i] = (float)rng_normal(&r);
-    for (size_t i = 0; i < 2 * S; i++)
-        y[i] = (uint16_t)(x[i] > 0.5f ? 1 + rng_below(&r, 3) : 0);
+    rand_batch(x, y, S, 12);
     float *g1 = malloc(m.nparams * sizeof(float));
     double l1 = 0, d1 = 0;
     const int saved = omp_get_max_threads();
