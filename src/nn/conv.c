@@ -73,9 +73,19 @@ static int store_mode(nn_prec prec) {
     return prec == NN_BF16 ? NN_TG_RBF16 : 0;
 }
 
-/* Conv3d k3 forward and input gradient use the vdpbf16ps kernels in bf16 where they exist. */
+/* Conv3d k3 forward and input gradient use the vdpbf16ps kernels (or AMX tiles) in bf16 where
+ * they exist and Winograd does not take the layer (wino_takes). */
 static int use_pairs(nn_prec prec) {
     return prec == NN_BF16 && nn_isa_bf16dp();
+}
+
+/* Winograd takes fp32 layers, and bf16 ones unless AMX tiles run them (K, the reduction's
+ * channels, a multiple of 32): otherwise bf16 runs on fp32 Winograd over bf16-rounded operands
+ * rather than on vdpbf16ps, which issues at a quarter of the FMA rate on the Xeon measured (a
+ * bf16 step 2.3x slower than fp32 there under SCAFFOLD_AMX=0), or on the direct fp32 kernels,
+ * while Winograd runs bf16 at fp32's speed (AMD EPYC, AVX2). */
+static int wino_takes(nn_prec prec, int K) {
+    return !(use_pairs(prec) && nn_isa_amx() && K % 32 == 0);
 }
 
 /* ---- packing ---------------------------------------------------------------------------- */
@@ -513,7 +523,7 @@ static int wino_enabled(void) {
 }
 
 static int wino_applies(int D, int H, int W, int K, int ncol, nn_prec prec, const nn_shard *sh) {
-    return wino_enabled() && !use_pairs(prec) && !sh && D % 2 == 0 && H % 4 == 0 && W % 4 == 0 &&
+    return wino_enabled() && wino_takes(prec, K) && !sh && D % 2 == 0 && H % 4 == 0 && W % 4 == 0 &&
            K >= 8 && ncol >= 8 && (long)K * ncol <= WINO_KMAX &&
            (long)D * H * W >= WINO_VOX_MIN &&
            slab_depth(D, H, W, K, NULL) >= 2;
@@ -805,7 +815,7 @@ static int wino_small_group(int N, int D, int H, int W) {
 
 static int wino_small_applies(int N, int D, int H, int W, int K, int ncol, nn_prec prec,
                               const nn_shard *sh) {
-    return wino_enabled() && !use_pairs(prec) && !sh && D % 2 == 0 && H % 4 == 0 &&
+    return wino_enabled() && wino_takes(prec, K) && !sh && D % 2 == 0 && H % 4 == 0 &&
            W % 4 == 0 && K >= 8 && ncol >= 8 && (long)D * H * W < WINO_VOX_MIN &&
            wino_ntiles(D, H, W) <= WINO_SMALL_TILES &&
            wino_small_group(N, D, H, W) * wino_ntiles(D, H, W) >= WINO_SMALL_MIN;
@@ -1594,13 +1604,14 @@ static void conv3d_pass(float *out1, int n1, float *out2, int n2, const float *a
     /* Where the CPU has AMX, a K that is no multiple of 32 (the first layer's 3 channels) runs
      * on the fp32 kernels over bf16-rounded operands: vdpbf16ps issues there at a quarter of
      * the FMA rate (3 -> 64 at 32^3: 2.37 ms on the pair kernels, 1.13 on fp32) */
-    const int K = ca + cb, pairs = use_pairs(prec) && !sh && !(nn_isa_amx() && K % 32);
+    const int K = ca + cb;
     if (wino_small_applies(N, D, H, W, K, n1 + n2, prec, sh)) {
         wino_small_pass(out1, n1, out2, n2, a, ca, b, cb, w, sc, sk, flip, N, D, H, W, prec, ws);
         return;
     }
-    const int fmt = pairs ? PAD_BF16 : prec == NN_BF16 ? PAD_F32R : PAD_F32;
     const int wino = wino_applies(D, H, W, K, n1 + n2, prec, sh);
+    const int pairs = !wino && use_pairs(prec) && !sh && !(nn_isa_amx() && K % 32);
+    const int fmt = pairs ? PAD_BF16 : prec == NN_BF16 ? PAD_F32R : PAD_F32;
     const int Kp = pad_channels(fmt, K);
     /* Winograd tiles are two planes deep: even slabs (no deeper than the workspace's) */
     const int Zc = slab_depth(D, H, W, K, sh) & (wino ? ~1 : ~0);

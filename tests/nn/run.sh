@@ -17,7 +17,15 @@ done
 if grep -qw avx512 <<<"$ISAS"; then
     SCAFFOLD_ISA=avx512 SCAFFOLD_AMX=0 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
     SCAFFOLD_ISA=avx512 SCAFFOLD_AMX=0 t_cbin "$BUILD/tests/nn/test_unet" "$FIX"
+    # ... and on every shape (without AMX, Winograd takes the bf16 layers it applies to)
+    SCAFFOLD_ISA=avx512 SCAFFOLD_AMX=0 SCAFFOLD_NN_WINOGRAD=0 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
 fi
+# The bf16 pair kernels' packing, padding and drivers through a C stand-in for vdpbf16ps
+# (SCAFFOLD_BF16DP=emulate), on any CPU: as an AVX512_BF16 CPU without AMX runs them (bf16 on
+# Winograd where it applies), and on every shape (Winograd off).
+SCAFFOLD_BF16DP=emulate t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
+SCAFFOLD_BF16DP=emulate SCAFFOLD_NN_WINOGRAD=0 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
+SCAFFOLD_BF16DP=emulate SCAFFOLD_NN_WINOGRAD=0 t_cbin "$BUILD/tests/nn/test_unet" "$FIX"
 out=$(SCAFFOLD_ISA=bogus "$BUILD/tests/nn/test_layers" --list-isas 2>&1)
 t_check "nn: SCAFFOLD_ISA=bogus is reported" grep -q "SCAFFOLD_ISA=bogus: unknown path" <<<"$out"
 # the weight gradient's second path (tile partition, used for layers too big for replicas)
