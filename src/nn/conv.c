@@ -1601,9 +1601,10 @@ static void wino_pass(const wino_in *in, const wino_job *jb, int nj, long sc, lo
 static void conv3d_pass(float *out1, int n1, float *out2, int n2, const float *a, int ca,
                         const float *b, int cb, const float *w, long sc, long sk, int flip, int N,
                         int D, int H, int W, nn_prec prec, const nn_shard *sh, float *ws) {
-    /* Where the CPU has AMX, a K that is no multiple of 32 (the first layer's 3 channels) runs
-     * on the fp32 kernels over bf16-rounded operands: vdpbf16ps issues there at a quarter of
-     * the FMA rate (3 -> 64 at 32^3: 2.37 ms on the pair kernels, 1.13 on fp32) */
+    /* In bf16, Winograd first (wino_takes); where it does not apply, an AMX CPU runs a K that is
+     * no multiple of 32 (the first layer's 3 channels) on the fp32 kernels over bf16-rounded
+     * operands: vdpbf16ps issues there at a quarter of the FMA rate (3 -> 64 at 32^3: 2.37 ms on
+     * the pair kernels, 1.13 on fp32) */
     const int K = ca + cb;
     if (wino_small_applies(N, D, H, W, K, n1 + n2, prec, sh)) {
         wino_small_pass(out1, n1, out2, n2, a, ca, b, cb, w, sc, sk, flip, N, D, H, W, prec, ws);
