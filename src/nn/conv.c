@@ -73,8 +73,9 @@ static int store_mode(nn_prec prec) {
     return prec == NN_BF16 ? NN_TG_RBF16 : 0;
 }
 
-/* Conv3d k3 forward and input gradient use the vdpbf16ps kernels (or AMX tiles) in bf16 where
- * they exist and Winograd does not take the layer (wino_takes). */
+/* The bf16 pair kernels (vdpbf16ps, or AMX tiles) exist for this precision: a capability, not a
+ * choice. Conv3d k3 forward and input gradient run on them only where Winograd does not take
+ * the layer (wino_takes, conv3d_pass). */
 static int use_pairs(nn_prec prec) {
     return prec == NN_BF16 && nn_isa_bf16dp();
 }
