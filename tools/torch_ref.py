@@ -24,9 +24,9 @@ ScaFFold/unet/unet_model.py and unet_parts.py), with the extension `base_channel
                            one layer's forward, backward-data and backward-weight passes (or
                            GroupNorm+ReLU forward/backward), median of REPS, in bench_step
                            --layer's format (the per-layer baseline of bench/nn)
-  sgemm THREADS            the machine's SGEMM rate: oneDNN's dnnl_sgemm (libdnnl, installed
-                           with Debian's torch) on 2048^2 matrices, best of 5; prints
-                           "sgemm_gflops RATE source"
+  sgemm THREADS [M N K]    the machine's SGEMM rate: oneDNN's dnnl_sgemm (libdnnl, installed
+                           with torch) on 2048^2 matrices, or C (MxN) = A (MxK) B (KxN) row-major,
+                           best of 5; prints "sgemm_gflops RATE source"
 
 safetensors is read and written with a few lines of Python (8-byte header length, JSON header,
 raw little-endian data), so the `safetensors` package is not needed. fixtures, run and export
@@ -467,18 +467,18 @@ def layer(op, d, cin, cout, threads, reps=5, bf16=False):
             raise SystemExit(f"unknown layer {op}")
 
 
-def sgemm(threads, n=2048):
+def sgemm(threads, m=2048, n=2048, k=2048):
     import ctypes
     import os
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
-    a = np.random.rand(n, n).astype(np.float32)
-    b = np.random.rand(n, n).astype(np.float32)
-    c = np.zeros((n, n), np.float32)
+    a = np.random.rand(m, k).astype(np.float32)
+    b = np.random.rand(k, n).astype(np.float32)
+    c = np.zeros((m, n), np.float32)
     try:
-        f = ctypes.CDLL("libdnnl.so.2").dnnl_sgemm
+        f = ctypes.CDLL("libdnnl.so.2").dnnl_sgemm  # row-major, like numpy's arrays
         i64, fl, vp = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
         f.argtypes = [ctypes.c_char, ctypes.c_char, i64, i64, i64, fl, vp, i64, vp, i64, fl, vp, i64]
-        run = lambda: f(b"N", b"N", n, n, n, 1.0, a.ctypes.data, n, b.ctypes.data, n, 0.0,
+        run = lambda: f(b"N", b"N", m, n, k, 1.0, a.ctypes.data, k, b.ctypes.data, n, 0.0,
                         c.ctypes.data, n)
         src = "oneDNN dnnl_sgemm"
     except (OSError, AttributeError):
@@ -491,7 +491,7 @@ def sgemm(threads, n=2048):
         t0 = time.perf_counter()
         run()
         best = min(best, time.perf_counter() - t0)
-    print(f"sgemm_gflops {2 * n ** 3 / best / 1e9:.1f} {src}")
+    print(f"sgemm_gflops {2 * m * n * k / best / 1e9:.1f} {src}")
 
 
 def _model_from_state(sd, groups):
@@ -537,7 +537,7 @@ def main(argv):
         layer(argv[2], int(argv[3]), int(argv[4]), int(argv[5]), int(argv[6]),
               int(argv[7]) if len(argv) > 7 else 5, "--bf16" in argv)
     elif cmd == "sgemm":
-        sgemm(int(argv[2]))
+        sgemm(int(argv[2]), *[int(x) for x in argv[3:6]])
     elif cmd == "run":
         groups = int(argv[argv.index("--groups") + 1]) if "--groups" in argv else None
         run(argv[2], argv[3], argv[4], groups)

@@ -7,8 +7,11 @@
  *       one layer at the U-Net's shapes, median of R: conv = Conv3d k3 (D^3 volume, forward,
  *       backward-data, backward-weights); convt = ConvTranspose3d k2 s2 (D^3 input, forward,
  *       backward-data, backward-weights); gn = GroupNorm(8)+ReLU over COUT channels (forward,
- *       backward). One line per pass: "layer NAME D CIN COUT time_s T gflops G". --bf16: the
- *       convolutions as torch_amp: 1 runs them (operands rounded to bf16; names end in _bf16).
+ *       backward). One line per pass: "layer NAME D CIN COUT time_s T gflops G peak_gflops P".
+ *       P is the FMA peak measured next to the layer (before every repeat and after the last;
+ *       the highest), so a pass and the peak it is compared with see the same state of a
+ *       shared host. --bf16: the convolutions as torch_amp: 1 runs them (operands rounded to
+ *       bf16; names end in _bf16).
  *   bench_step [--scale S] [--base B] [--classes K] [--reps R] [--bf16] [--ckpt]
  *       one U-Net training step (zero grad, forward, loss, backward, clip, Adam) at batch 1,
  *       median of R after a warm-up step, with the forward/loss/backward split, the model's
@@ -166,11 +169,24 @@ static double now_s(void) {
     return (ts.tv_sec + 1e-9 * ts.tv_nsec) / omp_get_max_threads();
 }
 
+/* The highest FMA peak measured during a layer's repeats (see adj_peak). */
+static double layer_peak;
+
+/* A short FMA-peak measurement between a layer's repeats. The host these benchmarks run on
+ * drifts by 10-30% within a minute; a peak taken once at the start of a run can be from a
+ * faster (or slower) moment than the pass it is compared with. The highest adjacent one is
+ * kept: a pass is never flattered by a slow moment of the peak loop. */
+static void adj_peak(void) {
+    const double p = nn_fma_peak_gflops(0.1);
+    if (p > layer_peak)
+        layer_peak = p;
+}
+
 static void report(const char *name, int D, int cin, int cout, double *t, int reps,
                    double flops) {
     const double m = median(t, reps);
-    printf("layer %s %d %d %d time_s %.6f gflops %.1f\n", name, D, cin, cout, m,
-           flops > 0 ? flops / m / 1e9 : 0.0);
+    printf("layer %s %d %d %d time_s %.6f gflops %.1f peak_gflops %.1f\n", name, D, cin, cout, m,
+           flops > 0 ? flops / m / 1e9 : 0.0, layer_peak);
 }
 
 #define REPS_MAX 64
@@ -206,6 +222,8 @@ static int bench_layer(const char *op, int D, int cin, int cout, int reps, int b
         const double fl = 2.0 * P * 27 * cin * cout;
         to_bf16(x, P * cin, bf16), to_bf16(w, nw, bf16), to_bf16(dy, P * cout, bf16);
         for (int i = -1; i < reps; i++) { /* i = -1 warms up (page faults) */
+            if (i >= 0)
+                adj_peak();
             t0 = now_s();
             nn_conv3d_forward_p(y, x, cin, NULL, 0, w, cout, 1, D, D, D, pr, NULL, ws);
             const double a = now_s();
@@ -216,6 +234,7 @@ static int bench_layer(const char *op, int D, int cin, int cout, int reps, int b
             if (i >= 0)
                 t1[i] = a - t0, t2[i] = b - a, t3[i] = c - b;
         }
+        adj_peak();
         report3("conv3d", bf16, D, cin, cout, t1, t2, t3, reps, fl);
         free(x), free(w), free(dy), free(y), free(dx), free(dw), free(ws);
     } else if (!strcmp(op, "convt")) {
@@ -227,6 +246,8 @@ static int bench_layer(const char *op, int D, int cin, int cout, int reps, int b
         const double fl = 2.0 * P * 8 * cin * cout;
         to_bf16(x, P * cin, bf16), to_bf16(w, nw, bf16), to_bf16(dy, 8 * P * cout, bf16);
         for (int i = -1; i < reps; i++) {
+            if (i >= 0)
+                adj_peak();
             t0 = now_s();
             nn_convt3d_forward_p(y, x, w, b, cin, cout, 1, D, D, D, pr, ws);
             const double a = now_s();
@@ -237,6 +258,7 @@ static int bench_layer(const char *op, int D, int cin, int cout, int reps, int b
             if (i >= 0)
                 t1[i] = a - t0, t2[i] = bb - a, t3[i] = c - bb;
         }
+        adj_peak();
         report3("convt3d", bf16, D, cin, cout, t1, t2, t3, reps, fl);
         free(x), free(w), free(b), free(dy), free(y), free(dx), free(dw), free(db), free(ws);
     } else if (!strcmp(op, "gn")) {
