@@ -9,7 +9,8 @@
 #      (the highest; shared hosts drift, so the peak is taken next to what it is compared with);
 #   3. whole training steps (forward, loss, backward, clip, Adam; batch 1), fp32, bf16
 #      (torch_amp: 1 / PyTorch CPU autocast) and with activation checkpointing, with peak RSS;
-#      scaffold's and PyTorch's steps alternate, REPS rounds, the median of each engine's.
+#      scaffold's and PyTorch's steps alternate, REPS rounds, the median of each engine's;
+#      checkpointed steps alternate with plain ones the same way for their time ratio.
 # Usage: bench/nn/run.sh [REPS] [THREADS] [quick|full]
 #   quick (default): layers at 32^3 and below, steps at scale 5/64 and 6/32
 #   full: every layer, steps also at 6/64 and one step at 7/64 (~10 GiB each: run it alone)
@@ -74,6 +75,7 @@ fi
 peak2=$("$BIN" --peak 1 | awk '/fma_peak_gflops/ {print $2}')
 peak=$(awk -v a="$(awk '/fma_peak_gflops/ {print $2}' <<<"$peak1")" -v b="$peak2" \
     'BEGIN { print (a > b ? a : b) }')
+if [ -s "$layers" ]; then
 echo
 echo "## Per layer ($cpu, $THREADS threads, median of $REPS; FMA peak $peak GFLOP/s, the higher of the run's start and end; each row's % peak is against the FMA peak measured between that layer's repeats, the highest, for both engines)"
 echo
@@ -103,6 +105,7 @@ awk -v peak="$2" '
     }' "$1" | sed 's/%\.\.\./% on average/'
 }
 layer_table "$layers" "$peak"
+fi
 if [ -s "$layers16" ]; then
     echo
     echo "## Per layer, bf16 ($cpu, $THREADS threads, median of $REPS; scaffold torch_amp: 1, PyTorch CPU autocast to bfloat16; GFLOP/s counted as fp32's, no % of the fp32 FMA peak)"
@@ -143,8 +146,9 @@ else
     STEPS="5:64 6:32"
 fi
 STEPS=${NN_STEPS-$STEPS} # set but empty: no steps
+[ -z "$STEPS" ] && exit 0
 echo
-echo "## Training step ($cpu, $THREADS threads, batch 1; each engine a warm-up and one step per round, scaffold and PyTorch alternated, median of $REPS rounds; checkpointing: median of $REPS after a warm-up; scale 7: one step)"
+echo "## Training step ($cpu, $THREADS threads, batch 1; each engine a warm-up and one step per round, scaffold and PyTorch alternated, median of $REPS rounds; checkpointing: $REPS rounds alternated with plain steps, medians; scale 7: one step or round)"
 echo
 # median_of KEY LINE...: the line whose KEY value is the median (lower median for even counts)
 median_of() {
@@ -167,7 +171,16 @@ for s in $STEPS; do
         [ "$prec" = bf16 ] && fl="--bf16" && tf="--bf16"
         [ "$prec" = ckpt ] && fl="--ckpt"
         if [ "$prec" = ckpt ]; then
-            o=$("$BIN" --scale "$sc" --base "$b" --reps "$r" $fl)
+            # r rounds of (plain, checkpointed) steps, each a warm-up and one timed step: the
+            # time ratio compares steps minutes apart at most, not this row with the fp32 row
+            # taken earlier (a drift between them had put 1.29-1.42x at 1.70x)
+            os=() ps=()
+            for ((i = 0; i < r; i++)); do
+                ps+=("$("$BIN" --scale "$sc" --base "$b" --reps 1)")
+                os+=("$("$BIN" --scale "$sc" --base "$b" --reps 1 $fl)")
+            done
+            o=$(median_of scaffold_step_s "${os[@]}")
+            echo "$(median_of scaffold_step_s "${ps[@]}") pair 1" >>"$raw"
             t="torch_step_s 0 maxrss_mib 0"
         elif [ "$sc" -ge 7 ]; then
             o=$("$BIN" --scale "$sc" --base "$b" --reps 1 $fl)
@@ -197,14 +210,16 @@ for s in $STEPS; do
         echo "$o" >>"$raw"
     done
 done
-awk '{ n = split($0, a, " "); for (i = 1; i < n; i++) A[a[i]] = a[i + 1]
-       key = A["params"]; if (A["precision"] == "fp32" && A["ckpt"] == 0) { t0[key] = A["scaffold_step_s"]; r0[key] = A["maxrss_mib"] }
+awk '{ delete A; n = split($0, a, " "); for (i = 1; i < n; i++) A[a[i]] = a[i + 1]
+       key = A["params"]
+       if (A["pair"] == 1) { tp[key] = A["scaffold_step_s"]; next }
+       if (A["precision"] == "fp32" && A["ckpt"] == 0) { t0[key] = A["scaffold_step_s"]; r0[key] = A["maxrss_mib"] }
        if (A["precision"] == "bf16") tb[key] = A["scaffold_step_s"]
        if (A["ckpt"] == 1) { tc[key] = A["scaffold_step_s"]; rc[key] = A["maxrss_mib"] }
        if (!(key in seen)) { seen[key] = 1; order[++m] = key } }
      END { for (i = 1; i <= m; i++) { k = order[i]; if (!(t0[k] > 0)) continue
            s = ""
            if (tb[k] > 0) s = s sprintf("; bf16 step %.2fx faster than fp32", t0[k] / tb[k])
-           if (tc[k] > 0) s = s sprintf("; checkpointing %.2fx the time at %.0f%% of the peak RSS", tc[k] / t0[k], 100 * rc[k] / r0[k])
+           if (tc[k] > 0) s = s sprintf("; checkpointing %.2fx the time (against the plain steps alternated with it) at %.0f%% of the peak RSS", tc[k] / (tp[k] > 0 ? tp[k] : t0[k]), 100 * rc[k] / r0[k])
            if (s != "") printf "RESULT %s params%s\n", k, s } }' "$raw"
 rm -f "$raw"
