@@ -75,12 +75,6 @@ fi
 peak2=$("$BIN" --peak 1 | awk '/fma_peak_gflops/ {print $2}')
 peak=$(awk -v a="$(awk '/fma_peak_gflops/ {print $2}' <<<"$peak1")" -v b="$peak2" \
     'BEGIN { print (a > b ? a : b) }')
-if [ -s "$layers" ]; then
-echo
-echo "## Per layer ($cpu, $THREADS threads, median of $REPS; FMA peak $peak GFLOP/s, the higher of the run's start and end; each row's % peak is against the FMA peak measured between that layer's repeats, the highest, for both engines)"
-echo
-echo "| layer | volume | channels | FMA peak | scaffold s | GFLOP/s | % peak | PyTorch s | GFLOP/s | % peak | PyTorch/scaffold |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|"
 # layer_table FILE PEAK (0: no % of peak columns)
 layer_table() {
 awk -v peak="$2" '
@@ -104,7 +98,13 @@ awk -v peak="$2" '
         if (cnt) printf "\nRESULT layers: scaffold convolution passes %.0f%%..., lowest %.0f%% of the FMA peak\n", sum / cnt, mn
     }' "$1" | sed 's/%\.\.\./% on average/'
 }
-layer_table "$layers" "$peak"
+if [ -s "$layers" ]; then
+    echo
+    echo "## Per layer ($cpu, $THREADS threads, median of $REPS; FMA peak $peak GFLOP/s, the higher of the run's start and end; each row's % peak is against the FMA peak measured between that layer's repeats, the highest, for both engines)"
+    echo
+    echo "| layer | volume | channels | FMA peak | scaffold s | GFLOP/s | % peak | PyTorch s | GFLOP/s | % peak | PyTorch/scaffold |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|"
+    layer_table "$layers" "$peak"
 fi
 if [ -s "$layers16" ]; then
     echo
@@ -159,6 +159,18 @@ median_of() {
         printf '%s\n' "$@" | sed -n "${idx}p"
     }
 }
+# alternate R F G: R rounds of (F, G), their outputs in the arrays out1 and out2
+alternate() {
+    out1=() out2=()
+    for ((i = 0; i < $1; i++)); do
+        out1+=("$("$2")")
+        out2+=("$("$3")")
+    done
+}
+# one warm-up and one timed step each, of the current scale ($sc), base ($b) and flags
+our_step() { "$BIN" --scale "$sc" --base "$b" --reps 1 $fl; }
+plain_step() { "$BIN" --scale "$sc" --base "$b" --reps 1; }
+torch_step() { $TORCH bench "$sc" "$b" "$THREADS" 1 $tf; }
 raw=$(mktemp) # the rows print as each step finishes (scale 7 takes minutes per step)
 echo "| model | precision | scaffold s | scaffold GFLOP/s | scaffold peak RSS | PyTorch s | PyTorch peak RSS | PyTorch/scaffold |"
 echo "|---|---|---|---|---|---|---|---|"
@@ -174,28 +186,20 @@ for s in $STEPS; do
             # r rounds of (plain, checkpointed) steps, each a warm-up and one timed step: the
             # time ratio compares steps minutes apart at most, not this row with the fp32 row
             # taken earlier (a drift between them had put 1.29-1.42x at 1.70x)
-            os=() ps=()
-            for ((i = 0; i < r; i++)); do
-                ps+=("$("$BIN" --scale "$sc" --base "$b" --reps 1)")
-                os+=("$("$BIN" --scale "$sc" --base "$b" --reps 1 $fl)")
-            done
-            o=$(median_of scaffold_step_s "${os[@]}")
-            echo "$(median_of scaffold_step_s "${ps[@]}") pair 1" >>"$raw"
+            alternate "$r" plain_step our_step
+            o=$(median_of scaffold_step_s "${out2[@]}")
+            echo "$(median_of scaffold_step_s "${out1[@]}") pair 1" >>"$raw"
             t="torch_step_s 0 maxrss_mib 0"
         elif [ "$sc" -ge 7 ]; then
-            o=$("$BIN" --scale "$sc" --base "$b" --reps 1 $fl)
-            t=$($TORCH bench "$sc" "$b" "$THREADS" 1 $tf)
+            o=$(our_step)
+            t=$(torch_step)
         else
             # Side by side: r rounds of (scaffold, PyTorch), each a warm-up and one timed step,
             # the median of each engine's rounds: a drift of the machine's speed (a virtual
             # machine's neighbours) hits both engines alike instead of one engine's block.
-            os=() ts=()
-            for ((i = 0; i < r; i++)); do
-                os+=("$("$BIN" --scale "$sc" --base "$b" --reps 1 $fl)")
-                ts+=("$($TORCH bench "$sc" "$b" "$THREADS" 1 $tf)")
-            done
-            o=$(median_of scaffold_step_s "${os[@]}")
-            t=$(median_of torch_step_s "${ts[@]}")
+            alternate "$r" our_step torch_step
+            o=$(median_of scaffold_step_s "${out1[@]}")
+            t=$(median_of torch_step_s "${out2[@]}")
         fi
         awk -v o="$o" -v t="$t" -v sc="$sc" -v b="$b" -v prec="$prec" 'BEGIN {
             n = split(o, a, " "); for (i = 1; i < n; i++) A[a[i]] = a[i + 1]
