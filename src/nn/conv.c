@@ -1065,7 +1065,6 @@ static void tw_row(const tw_src *r, long row, int t, long *ao, long *go) {
 #define TW_SCRATCH 65536                /* at most this many floats of packed G panels per chunk */
 #define TW_CT_SCRATCH 196608 /* ConvTranspose3d: floats of a chunk's packed input and G */
 #define TW_ROWS_MAX 256
-#define TW_PF_BYTES (512u << 10) /* ConvTranspose3d prefetches when its panels fit this L2 */
 
 /* Rows per chunk of a T-tap weight gradient (T = 27: Conv3d, T = 8: ConvTranspose3d) with K
  * input and ncol output channels: about 256 voxels, at least one row.
@@ -1274,19 +1273,6 @@ static size_t dwt_tile(int k0, int t, int ob, int K, int nb, int nr) {
     return (((size_t)t * nb + ob) * K + k0) * nr;
 }
 
-/* Prefetch into L2 the cache lines [l0, l1) of the G that ConvTranspose3d's tap pair from tap t
- * reads for the chunk at row r0, in tw_pack_g's order (row by row, the voxels of each output
- * row, ceil(cout / 16) lines a voxel). */
-static void tw_prefetch_g(const tw_src *r, long r0, int t, long l0, long l1) {
-    const long lpv = (r->cout + 15) / 16, per_row = 2L * r->W * lpv;
-    for (long l = l0; l < l1; l++) {
-        const long i = l / per_row, xs = l % per_row / lpv, c = l % lpv;
-        long ao, go;
-        tw_row(r, r0 + i, t, &ao, &go);
-        __builtin_prefetch(r->G + go + xs * r->ldg_vox + c * 16, 0, 2);
-    }
-}
-
 /* ConvTranspose3d: tiles [t_lo, t_hi) (tile = (t, column block, k block), k block fastest) of
  * the chunk of rows [r0, r0 + nrr) of the 8-tap layer into Wp (dwt_tile). The chunk's input,
  * which every tap reads at the same voxels, is packed once per call by k block
@@ -1296,9 +1282,10 @@ static void tw_prefetch_g(const tw_src *r, long r0, int t, long l0, long l1) {
  * re-packed (or read in place, 6 floats out of every voxel's cin) per (tap, k block), the
  * kernels read G from L2 and spent a quarter of the time packing: 44-51% of the FMA peak on
  * Zen 3 at the upstream widths. With r->ones the packed input has one more channel, of ones.
- * next_r0, next_nrr: the chunk this thread takes next (next_r0 < 0: none), prefetched. */
+ * (Prefetching the next tap pair's G and the next chunk's input into L2 made no difference
+ * measured on Zen 4, or made the 32^3 pass slower: removed.) */
 static void tw_chunk_convt(float *Wp, const tw_src *r, long r0, int nrr, long t_lo, long t_hi,
-                           float *Gp, long next_r0, int next_nrr) {
+                           float *Gp) {
     const int C = r->cin, K = C + r->ones, ncol = r->cout, W = r->W;
     const int nr = nn_gemm_nr(ncol), nb = nblocks(ncol, nr), nkb = dw_kblocks(K, nr);
     const long nv = (long)nrr * W;
@@ -1320,36 +1307,14 @@ static void tw_chunk_convt(float *Wp, const tw_src *r, long r0, int nrr, long t_
             }
         }
     }
-    /* While a tap pair's tiles run, the next pair's G and, over the whole call, the next
-     * chunk's input are prefetched into L2, so that their packing does not wait on memory
-     * (32^3 128->64, 67 MB of G: 1.14x faster). Only when the packed input, the packed pair
-     * and the prefetched pair fit a 512 KiB L2: beyond it they evict each other (8^3 512->256:
-     * 0.94x). */
-    const int pf = (size_t)nv * (K + 4 * nn_gemm_ncol_max(ncol)) * sizeof(float) <= TW_PF_BYTES;
     int g_pair = -1;
-    const long per_pair = 2L * nb * nkb, lg = pf ? (long)nrr * 2 * W * ((ncol + 15) / 16) : 0;
-    const long la = next_r0 < 0 || !pf ? 0 : ((long)next_nrr * W * C + 15) / 16;
-    const long a_step = (la + (t_hi - t_lo) - 1) / (t_hi - t_lo);
-    const float *a_next = next_r0 < 0 ? NULL : r->A + (size_t)next_r0 * W * C;
-    long g_step = 0, gl = 0, al = 0;
     for (long tile = t_lo; tile < t_hi; tile++) {
         const long tob = tile / nkb;
         const int t = (int)(tob / nb), ob = (int)(tob % nb), kb = (int)(tile % nkb);
         if (g_pair != t / 2) {
             tw_pack_g(Gp, r, r0, nrr, t & ~1, 2);
             g_pair = t / 2;
-            const long end = (g_pair + 1) * per_pair < t_hi ? (g_pair + 1) * per_pair : t_hi;
-            g_step = end < t_hi && pf ? (lg + (end - tile) - 1) / (end - tile) : 0;
-            gl = 0;
         }
-        if (g_step) {
-            const long l1 = gl + g_step < lg ? gl + g_step : lg;
-            tw_prefetch_g(r, r0, 2 * g_pair + 2, gl, l1);
-            gl = l1;
-        }
-        for (long l = al; l < al + a_step && l < la; l++)
-            __builtin_prefetch(a_next + l * 16, 0, 2);
-        al += a_step;
         const int k0 = split_at(K, nkb, kb), mk = split_at(K, nkb, kb + 1) - k0;
         const float *ar = Ap + (size_t)k0 * nv, *gr = Gp + ((size_t)(t & 1) * nb + ob) * nv * nr;
         nn_tw_tile(1, &ar, &gr, (int)nv, mk, nr, mk, nr, nr, Wp + dwt_tile(k0, t, ob, K, nb, nr),
@@ -1398,11 +1363,8 @@ static void weight_grad(float *dWp, const tw_src *r, long nrows, int T, int accu
             const int nrr = (int)(nrows - r0 < CR ? nrows - r0 : CR);
             if (r->kind == 0)
                 tw_chunk_conv(rep + (size_t)cp * nw, r, r0, nrr, lo, hi, sc);
-            else {
-                const long n0 = (c + reps) * CR;
-                tw_chunk_convt(rep + (size_t)cp * nw, r, r0, nrr, lo, hi, sc,
-                               n0 < nrows ? n0 : -1, (int)(nrows - n0 < CR ? nrows - n0 : CR));
-            }
+            else
+                tw_chunk_convt(rep + (size_t)cp * nw, r, r0, nrr, lo, hi, sc);
         }
     }
     if (reps > 1) {
