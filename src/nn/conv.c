@@ -1065,6 +1065,7 @@ static void tw_row(const tw_src *r, long row, int t, long *ao, long *go) {
 #define TW_SCRATCH 65536                /* at most this many floats of packed G panels per chunk */
 #define TW_CT_SCRATCH 196608 /* ConvTranspose3d: floats of a chunk's packed input and G */
 #define TW_ROWS_MAX 256
+#define TW_PF_BYTES (512u << 10) /* ConvTranspose3d prefetches when its panels fit this (an L2) */
 
 /* Rows per chunk of a T-tap weight gradient (T = 27: Conv3d, T = 8: ConvTranspose3d) with K
  * input and ncol output channels: about 256 voxels, at least one row.
@@ -1282,10 +1283,9 @@ static size_t dwt_tile(int k0, int t, int ob, int K, int nb, int nr) {
  * re-packed (or read in place, 6 floats out of every voxel's cin) per (tap, k block), the
  * kernels read G from L2 and spent a quarter of the time packing: 44-51% of the FMA peak on
  * Zen 3 at the upstream widths. With r->ones the packed input has one more channel, of ones.
- * (Prefetching the next tap pair's G and the next chunk's input into L2 made no difference
- * measured on Zen 4, or made the 32^3 pass slower: removed.) */
+ * next_r0, next_nrr: the chunk this thread takes next (next_r0 < 0: none), prefetched. */
 static void tw_chunk_convt(float *Wp, const tw_src *r, long r0, int nrr, long t_lo, long t_hi,
-                           float *Gp) {
+                           float *Gp, long next_r0, int next_nrr) {
     const int C = r->cin, K = C + r->ones, ncol = r->cout, W = r->W;
     const int nr = nn_gemm_nr(ncol), nb = nblocks(ncol, nr), nkb = dw_kblocks(K, nr);
     const long nv = (long)nrr * W;
@@ -1307,6 +1307,17 @@ static void tw_chunk_convt(float *Wp, const tw_src *r, long r0, int nrr, long t_
             }
         }
     }
+    /* While a tap pair's tiles run, the G rows of the pair that comes next (this chunk's next
+     * pair, or the first of the thread's next chunk, with that chunk's input) are prefetched
+     * into L2, a few lines per tile: a pair's G for one chunk row is one contiguous run of 2W
+     * output voxels, so the cursor needs one tw_row per row, not index arithmetic per line.
+     * Only when the packed input, the packed pair and the prefetched pair fit TW_PF_BYTES
+     * (beyond, they evict each other: 16^3 256->128 and 8^3 512->256 measured 0.96-0.99x). */
+    const int pf = (size_t)nv * (K + 4 * nn_gemm_ncol_max(ncol)) * sizeof(float) <= TW_PF_BYTES;
+    const long per_pair = 2L * nb * nkb, run_lines = (2L * W * r->ldg_vox + 15) / 16;
+    long pf_r0 = 0, pf_lines = 0, pf_step = 0, pf_i = 0, pf_j = 0, pf_a = 0;
+    int pf_nrr = 0, pf_t = 0;
+    const float *pf_g = NULL;
     int g_pair = -1;
     for (long tile = t_lo; tile < t_hi; tile++) {
         const long tob = tile / nkb;
@@ -1314,6 +1325,35 @@ static void tw_chunk_convt(float *Wp, const tw_src *r, long r0, int nrr, long t_
         if (g_pair != t / 2) {
             tw_pack_g(Gp, r, r0, nrr, t & ~1, 2);
             g_pair = t / 2;
+            const long end = (g_pair + 1) * per_pair < t_hi ? (g_pair + 1) * per_pair : t_hi;
+            pf_a = 0;
+            if (!pf) {
+                pf_nrr = 0;
+            } else if (end < t_hi) {
+                pf_r0 = r0, pf_nrr = nrr, pf_t = 2 * g_pair + 2;
+            } else if (next_r0 >= 0) {
+                pf_r0 = next_r0, pf_nrr = next_nrr, pf_t = (int)(t_lo / (nb * nkb)) & ~1;
+                pf_a = ((long)next_nrr * W * C + 15) / 16;
+            } else {
+                pf_nrr = 0;
+            }
+            pf_lines = pf_nrr * run_lines + pf_a;
+            pf_step = (pf_lines + (end - tile) - 1) / (end - tile);
+            pf_i = pf_j = 0;
+        }
+        for (long n = 0; n < pf_step && pf_lines > 0; n++, pf_lines--) {
+            if (pf_i < pf_nrr) {
+                if (pf_j == 0) {
+                    long ao, go;
+                    tw_row(r, pf_r0 + pf_i, pf_t, &ao, &go);
+                    pf_g = r->G + go;
+                }
+                __builtin_prefetch(pf_g + pf_j * 16, 0, 2);
+                if (++pf_j == run_lines)
+                    pf_j = 0, pf_i++;
+            } else { /* the next chunk's input, one contiguous run */
+                __builtin_prefetch(r->A + (size_t)pf_r0 * W * C + (pf_a - pf_lines) * 16, 0, 2);
+            }
         }
         const int k0 = split_at(K, nkb, kb), mk = split_at(K, nkb, kb + 1) - k0;
         const float *ar = Ap + (size_t)k0 * nv, *gr = Gp + ((size_t)(t & 1) * nb + ob) * nv * nr;
@@ -1363,8 +1403,11 @@ static void weight_grad(float *dWp, const tw_src *r, long nrows, int T, int accu
             const int nrr = (int)(nrows - r0 < CR ? nrows - r0 : CR);
             if (r->kind == 0)
                 tw_chunk_conv(rep + (size_t)cp * nw, r, r0, nrr, lo, hi, sc);
-            else
-                tw_chunk_convt(rep + (size_t)cp * nw, r, r0, nrr, lo, hi, sc);
+            else {
+                const long n0 = (c + reps) * CR;
+                tw_chunk_convt(rep + (size_t)cp * nw, r, r0, nrr, lo, hi, sc,
+                               n0 < nrows ? n0 : -1, (int)(nrows - n0 < CR ? nrows - n0 : CR));
+            }
         }
     }
     if (reps > 1) {
