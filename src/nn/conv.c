@@ -1312,7 +1312,9 @@ static void tw_chunk_convt(float *Wp, const tw_src *r, long r0, int nrr, long t_
      * into L2, a few lines per tile: a pair's G for one chunk row is one contiguous run of 2W
      * output voxels, so the cursor needs one tw_row per row, not index arithmetic per line.
      * Only when the packed input, the packed pair and the prefetched pair fit TW_PF_BYTES
-     * (beyond, they evict each other: 16^3 256->128 and 8^3 512->256 measured 0.96-0.99x). */
+     * (beyond, they evict each other: 16^3 256->128 and 8^3 512->256 measured 0.96-0.99x).
+     * Written inline: GCC deletes the calls to a function whose only statements are prefetches
+     * (no side effects), which is what became of an earlier tw_prefetch_g. */
     const int pf = (size_t)nv * (K + 4 * nn_gemm_ncol_max(ncol)) * sizeof(float) <= TW_PF_BYTES;
     const long per_pair = 2L * nb * nkb, run_lines = (2L * W * r->ldg_vox + 15) / 16;
     long pf_r0 = 0, pf_lines = 0, pf_step = 0, pf_i = 0, pf_j = 0, pf_a = 0;
