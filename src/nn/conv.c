@@ -1328,20 +1328,15 @@ static void tw_chunk_convt(float *Wp, const tw_src *r, long r0, int nrr, long t_
             tw_pack_g(Gp, r, r0, nrr, t & ~1, 2);
             g_pair = t / 2;
             const long end = (g_pair + 1) * per_pair < t_hi ? (g_pair + 1) * per_pair : t_hi;
-            pf_a = 0;
-            if (!pf) {
-                pf_nrr = 0;
-            } else if (end < t_hi) {
+            pf_nrr = 0, pf_a = 0, pf_i = pf_j = 0;
+            if (pf && end < t_hi) {
                 pf_r0 = r0, pf_nrr = nrr, pf_t = 2 * g_pair + 2;
-            } else if (next_r0 >= 0) {
+            } else if (pf && next_r0 >= 0) {
                 pf_r0 = next_r0, pf_nrr = next_nrr, pf_t = (int)(t_lo / (nb * nkb)) & ~1;
                 pf_a = ((long)next_nrr * W * C + 15) / 16;
-            } else {
-                pf_nrr = 0;
             }
             pf_lines = pf_nrr * run_lines + pf_a;
             pf_step = (pf_lines + (end - tile) - 1) / (end - tile);
-            pf_i = pf_j = 0;
         }
         for (long n = 0; n < pf_step && pf_lines > 0; n++, pf_lines--) {
             if (pf_i < pf_nrr) {
