@@ -62,6 +62,9 @@ struct nn_unet_plan {
     float *cs, *pools;
     uint8_t *pidxs;
     float *tX, *tY; /* ck2: the two top-level scratch tensors */
+    float *sb, *ub; /* ck2: where block_out makes a lower block's output for a skip or a pool
+                     * (sb) and for an upsample (ub); both in the last up block's output,
+                     * after the pool output */
     size_t q;       /* ck2: floats of a lower-level scratch slot (a quarter of a top tensor) */
     float *ws;
     size_t ws_floats;
@@ -371,6 +374,13 @@ static void plan_slabs(struct nn_unet_plan *p, const nn_unet_spec *s, int N, siz
         for (int i = 1; i <= L; i++) {
             p->pool[i] = p->up[L - 1].a2;
             p->pidx[i] = p->pidxs;
+        }
+        /* sb: a level-1 tensor at most (N S_1 ch_1 = top / 4), ub: a level-1 one for the top
+         * up block, a level-2 one below; with the pool output top / 8 + top / 4 + top / 4 */
+        p->sb = p->ub = NULL;
+        if (p->slab && L >= 1) {
+            p->sb = p->pool[1] + ((pool1 + 15) & ~(size_t)15);
+            p->ub = p->sb + (((size_t)N * p->S[1] * p->ch[1] + 15) & ~(size_t)15);
         }
     } else if (p->ckpt) {
         /* One block at a time: its conv output (the largest block's) and pool output (level
@@ -700,6 +710,13 @@ static int gn_bits(const struct nn_unet_plan *p, int relu) {
     return relu | (p->prec == NN_BF16 && p->be->gn_round ? NN_GN_RBF16 : 0);
 }
 
+/* ck2: a block below the top level keeps c2 (in b->a2's buffer) instead of its output, so that
+ * its backward need not run conv2 again; its output relu(gn(c2)) is made from the saved
+ * statistics where it is read, by the op that makes a1 again (bit-identical, as for a1). */
+static int keeps_c2(const struct nn_unet_plan *p, const dc_block *b) {
+    return p->ck2 && b->level > 0;
+}
+
 static void gn_to_prec(const struct nn_unet_plan *p, float *x, size_t n) {
     if (!p->be->gn_round)
         to_prec(p, x, n);
@@ -794,8 +811,9 @@ static void dc_backward_tail(nn_unet *m, dc_block *b, float *dY, int masked, int
         OP(bf16_widen, b->c1, b->h1, n);
         OP(bf16_widen, b->c2, b->h2, n);
     }
+    const int k2 = keeps_c2(p, b);
     dc_backward_bufs(m, b, dY, masked, single, N, p->ckpt ? p->cs : b->c1, p->gH,
-                     p->ckpt ? p->gT : b->c2, p->gT, 0);
+                     k2 ? b->a2 : p->ckpt ? p->gT : b->c2, p->gT, k2);
 }
 
 /* conv1's backward (gradient of c1 in gT): weight gradient, and the input gradient into din, or
@@ -809,33 +827,51 @@ static void dc_backward_conv1(nn_unet *m, dc_block *b, const float *inA, int ca,
     grad_ready(m, b->w1);
 }
 
-/* Input of up block j: the bottleneck's output, or the previous up block's. */
-static const float *up_input(const struct nn_unet_plan *p, int j) {
-    return j == 0 ? p->down[p->L].a2 : p->up[j - 1].a2;
+/* The block whose output is up block j's input: the bottleneck, or the previous up block. */
+static const dc_block *up_src(const struct nn_unet_plan *p, int j) {
+    return j == 0 ? &p->down[p->L] : &p->up[j - 1];
+}
+
+/* Where b's output is read: b->a2, or dst, where block_out made it. */
+static const float *out_at(const struct nn_unet_plan *p, const dc_block *b, float *dst) {
+    return keeps_c2(p, b) ? dst : b->a2;
+}
+
+static const float *block_out(nn_unet *m, const dc_block *b, float *dst, int N) {
+    struct nn_unet_plan *p = m->plan;
+    if (keeps_c2(p, b)) {
+        const int l = b->level;
+        OP(groupnorm_apply, dst, b->a2, b->m2, b->r2, P_(m, b->g2w), P_(m, b->g2b), N, p->S[l],
+           b->cout, p->G, gn_bits(p, 1), p->ws);
+        gn_to_prec(p, dst, (size_t)N * p->S[l] * b->cout);
+    }
+    return out_at(p, b, dst);
 }
 
 /* The layers in front of a block: the pool of down block i >= 1, the upsample of up block j
  * (into p->upt[j], which checkpointing points at a scratch buffer before each call). */
-static void pool_forward(nn_unet *m, int i, int N) {
+static void pool_forward(nn_unet *m, int i, int N, const float *in) {
     struct nn_unet_plan *p = m->plan;
-    OP(maxpool3d_forward, p->pool[i], p->pidx[i], p->down[i - 1].a2, N, p->dd[i - 1], p->hh[i - 1],
+    OP(maxpool3d_forward, p->pool[i], p->pidx[i], in, N, p->dd[i - 1], p->hh[i - 1],
        p->ww[i - 1], p->ch[i - 1]);
 }
 
-static void up_forward(nn_unet *m, int j, int N) {
+/* in: the output of up_src(j) (block_out) */
+static void up_forward(nn_unet *m, int j, int N, const float *in) {
     struct nn_unet_plan *p = m->plan;
     const int l = p->L - 1 - j;
-    OP(convt3d_forward, p->upt[j], up_input(p, j), P_(m, p->upw[j]), P_(m, p->upb[j]), p->ch[l + 1],
+    OP(convt3d_forward, p->upt[j], in, P_(m, p->upw[j]), P_(m, p->upb[j]), p->ch[l + 1],
        p->ch[l], N, p->dd[l + 1], p->hh[l + 1], p->ww[l + 1], p->prec, p->ws);
 }
 
-/* Block b's conv input (first operand, channels; second operand, channels). */
+/* Block b's conv input (first operand, channels; second operand, channels); an up block's skip
+ * where block_out made it. */
 static void block_input(nn_unet *m, const dc_block *b, int is_up, int j, const float **inA,
                         int *ca, const float **inB, int *cb) {
     struct nn_unet_plan *p = m->plan;
     const int l = b->level;
     if (is_up) {
-        *inA = p->down[l].a2, *ca = p->ch[l], *inB = p->upt[j], *cb = p->ch[l];
+        *inA = out_at(p, &p->down[l], p->sb), *ca = p->ch[l], *inB = p->upt[j], *cb = p->ch[l];
     } else if (l == 0) {
         *inA = p->xin, *ca = m->spec.in_channels, *inB = NULL, *cb = 0;
     } else {
@@ -863,9 +899,10 @@ static void ckpt_roles(struct nn_unet_plan *p, int top) {
 /* Forward of block b (up block j when is_up), with the pool or upsample in front of it.
  * Without checkpointing every tensor has its own buffer. With it, only the block output and the
  * statistics are kept: the upsample goes to gH, c1 and c2 to cs, a1 to gT; with ck2 the top up
- * block keeps c2 instead, in its output's buffer (top_out). recompute (checkpointed backward):
- * the upsample to gH, c1 to cs, a1 to gH (the upsample is dead once c1 exists), c2 to gT, as
- * dc_backward_tail expects. */
+ * block keeps c2 instead, in its output's buffer (top_out), and so do the blocks below the top
+ * level (keeps_c2; their output goes to sb, read by the next pool only). recompute
+ * (checkpointed backward): the upsample to gH, c1 to cs, a1 to gH (the upsample is dead once c1
+ * exists), c2 to gT unless kept, as dc_backward_tail expects. */
 static void block_forward(nn_unet *m, dc_block *b, int is_up, int j, int N, int recompute) {
     struct nn_unet_plan *p = m->plan;
     const float *inA, *inB;
@@ -874,15 +911,20 @@ static void block_forward(nn_unet *m, dc_block *b, int is_up, int j, int N, int 
     if (is_up) {
         if (p->ckpt)
             p->upt[j] = p->gH;
-        up_forward(m, j, N);
-    } else if (b->level > 0) {
-        pool_forward(m, b->level, N);
+        up_forward(m, j, N, block_out(m, up_src(p, j), p->ub, N));
+        block_out(m, &p->down[b->level], p->sb, N); /* the skip, for block_input */
+    } else if (b->level > 0) { /* the forward pass left the previous block's output in sb */
+        const dc_block *prev = &p->down[b->level - 1];
+        pool_forward(m, b->level, N,
+                     recompute ? block_out(m, prev, p->sb, N) : out_at(p, prev, p->sb));
     }
     block_input(m, b, is_up, j, &inA, &ca, &inB, &cb);
     if (recompute)
-        dc_forward(m, b, inA, ca, inB, cb, N, p->cs, p->gH, p->gT, NULL);
+        dc_forward(m, b, inA, ca, inB, cb, N, p->cs, p->gH, keeps_c2(p, b) ? NULL : p->gT, NULL);
     else if (p->ck2 && is_up && b->level == 0)
         dc_forward(m, b, inA, ca, inB, cb, N, p->cs, p->gT, b->a2, p->tY);
+    else if (keeps_c2(p, b)) /* the skip in sb is dead once c1 exists */
+        dc_forward(m, b, inA, ca, inB, cb, N, p->cs, p->gT, b->a2, p->sb);
     else if (p->ckpt)
         dc_forward(m, b, inA, ca, inB, cb, N, p->cs, p->gT, p->cs, b->a2);
     else
@@ -931,7 +973,7 @@ static void top_up_backward_ck2(nn_unet *m, int N) {
     /* recompute: the upsample into X, c1 into Y, a1 over the upsample; c2 is in B since the
      * forward pass (top_out) */
     p->upt[j] = X;
-    up_forward(m, j, N);
+    up_forward(m, j, N, block_out(m, up_src(p, j), Y, N)); /* its input in Y until c1 */
     dc_forward(m, b, A, c, X, c, N, Y, X, NULL, NULL);
     OP(groupnorm_backward_x, B, G_(m, b->g2w), G_(m, b->g2b), NULL, p->dlogits, P_(m, p->outw),
        p->K, B, b->m2, b->r2, P_(m, b->g2w), P_(m, b->g2b), N, p->S[0], c, p->G, p->prec, p->ws,
@@ -950,15 +992,16 @@ static void top_up_backward_ck2(nn_unet *m, int N) {
     /* conv1: the upsample again into B; its input gradient's skip part into Y (dr[0]), the
      * upsample part over the upsample */
     p->upt[j] = B;
-    up_forward(m, j, N);
+    up_forward(m, j, N, block_out(m, up_src(p, j), Y, N)); /* Y: c1 is dead */
     OP(conv3d_backward, NULL, NULL, G_(m, b->w1), X, A, c, B, c, P_(m, b->w1), c, N, D, H, W,
        p->prec, sh, conv_ws(m));
     grad_ready(m, b->w1);
     OP(conv3d_backward, Y, B, NULL, X, A, c, B, c, P_(m, b->w1), c, N, D, H, W, p->prec, sh,
        conv_ws(m));
+    /* convT's input once more, in X's first quarter (X is dead; gG is its last quarter) */
     OP(convt3d_backward, j == 0 ? p->dr[L] : p->gG, G_(m, p->upw[j]), G_(m, p->upb[j]), B, c,
-       up_input(p, j), P_(m, p->upw[j]), p->ch[1], c, N, p->dd[1], p->hh[1], p->ww[1], p->prec,
-       p->ws);
+       block_out(m, up_src(p, j), X, N), P_(m, p->upw[j]), p->ch[1], c, N, p->dd[1], p->hh[1],
+       p->ww[1], p->prec, p->ws);
     grad_ready(m, p->upw[j]);
 }
 
@@ -1018,7 +1061,7 @@ static void backward(nn_unet *m, int N) {
         if (p->ckpt) {
             /* the upsample again, into gH (a1, dead since GN1's backward): conv1 needs it */
             p->upt[j] = p->gH;
-            up_forward(m, j, N);
+            up_forward(m, j, N, out_at(p, up_src(p, j), p->ub)); /* still there */
         }
         /* conv1's input gradient: the skip part is the first contribution to dr[l], the
          * upsample part (into a dead buffer: gH holding a1, or cs holding c1) feeds convT. */
@@ -1026,9 +1069,9 @@ static void backward(nn_unet *m, int N) {
         block_input(m, b, 1, j, &inA, &ca, &inB, &cb);
         dc_backward_conv1(m, b, inA, ca, inB, cb, p->dr[l], dup, N);
         float *du = j == 0 ? p->dr[L] : p->gG;
-        OP(convt3d_backward, du, G_(m, p->upw[j]), G_(m, p->upb[j]), dup, c, up_input(p, j),
-           P_(m, p->upw[j]), p->ch[l + 1], c, N, p->dd[l + 1], p->hh[l + 1], p->ww[l + 1], p->prec,
-           p->ws);
+        OP(convt3d_backward, du, G_(m, p->upw[j]), G_(m, p->upb[j]), dup, c,
+           out_at(p, up_src(p, j), p->ub), P_(m, p->upw[j]), p->ch[l + 1], c, N, p->dd[l + 1],
+           p->hh[l + 1], p->ww[l + 1], p->prec, p->ws);
         grad_ready(m, p->upw[j]);
     }
     for (int i = L; i >= 0; i--) {
