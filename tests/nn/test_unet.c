@@ -233,8 +233,10 @@ static void test_checkpointing(void) {
     static nn_backend nox;
     nox = *nn_backend_cpu();
     nox.groupnorm_backward_x = NULL;
-    for (int pl = 0; pl < 4; pl++) { /* fp32, bf16; 2 levels, 1 (the top up block is up[0]) */
-        const int prec = pl & 1, levels = 2 - pl / 2;
+    /* fp32, bf16; 2 levels, 1 (the top up block is up[0]), 4 (as scale 7: every block below
+     * the top keeps c2, with up blocks between two such levels) */
+    for (int pl = 0; pl < 6; pl++) {
+        const int prec = pl & 1, levels = pl < 4 ? 2 - pl / 2 : 4;
         nn_unet m[3];
         for (int k = 0; k < 3; k++) {
             nn_unet_spec s = {3, 4, levels, 16, 4};
