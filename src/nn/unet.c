@@ -880,7 +880,7 @@ static void block_input(nn_unet *m, const dc_block *b, int is_up, int j, const f
 }
 
 /* ck2: the scratch roles of block_forward and dc_backward_tail for a block at the top level
- * (c1 and c2 in tY, a1 over the upsample in tX) or below it (cs, gT, gH and gG the quarters of
+ * (down block 0's c1 and c2 in tY, a1 in tX; the upsample in tX) or below it (cs, gT, gH and gG the quarters of
  * tX; the pool output is in the top up block's output, see plan_slabs). */
 static void ckpt_roles(struct nn_unet_plan *p, int top) {
     if (!p->ck2)
@@ -899,8 +899,9 @@ static void ckpt_roles(struct nn_unet_plan *p, int top) {
 /* Forward of block b (up block j when is_up), with the pool or upsample in front of it.
  * Without checkpointing every tensor has its own buffer. With it, only the block output and the
  * statistics are kept: the upsample goes to gH, c1 and c2 to cs, a1 to gT; with ck2 the top up
- * block keeps c2 instead, in its output's buffer (top_out), and so do the blocks below the top
- * level (keeps_c2; their output goes to sb, read by the next pool only). recompute
+ * block keeps c1 instead, in its output's buffer (c2 in tY, a1 and its output in tX, top_out),
+ * and the blocks below the top level keep c2 (keeps_c2; their output goes to sb, read by the
+ * next pool only). recompute
  * (checkpointed backward): the upsample to gH, c1 to cs, a1 to gH (the upsample is dead once c1
  * exists), c2 to gT unless kept, as dc_backward_tail expects. */
 static void block_forward(nn_unet *m, dc_block *b, int is_up, int j, int N, int recompute) {
@@ -922,7 +923,7 @@ static void block_forward(nn_unet *m, dc_block *b, int is_up, int j, int N, int 
     if (recompute)
         dc_forward(m, b, inA, ca, inB, cb, N, p->cs, p->gH, keeps_c2(p, b) ? NULL : p->gT, NULL);
     else if (p->ck2 && is_up && b->level == 0)
-        dc_forward(m, b, inA, ca, inB, cb, N, p->cs, p->gT, b->a2, p->tY);
+        dc_forward(m, b, inA, ca, inB, cb, N, b->a2, p->tX, p->tY, p->tX);
     else if (keeps_c2(p, b)) /* the skip in sb is dead once c1 exists */
         dc_forward(m, b, inA, ca, inB, cb, N, p->cs, p->gT, b->a2, p->sb);
     else if (p->ckpt)
@@ -936,11 +937,11 @@ static void block_forward(nn_unet *m, dc_block *b, int is_up, int j, int N, int 
     }
 }
 
-/* The last up block's output, the 1x1 conv's input: its own buffer, or with ck2 tY (its buffer
- * holds c2 from the forward pass to its backward, which then need not recompute conv2; tY is
+/* The last up block's output, the 1x1 conv's input: its own buffer, or with ck2 tX (its buffer
+ * holds c1 from the forward pass to its backward, which then need not recompute conv1; tX is
  * free from the end of the forward pass until that backward). */
 static float *top_out(const struct nn_unet_plan *p) {
-    return p->ck2 ? p->tY : p->up[p->L - 1].a2;
+    return p->ck2 ? p->tX : p->up[p->L - 1].a2;
 }
 
 static void forward(nn_unet *m, const float *x, int N) {
@@ -957,8 +958,9 @@ static void forward(nn_unet *m, const float *x, int N) {
 }
 
 /* ck2: the backward of the top up block (up block L - 1) in the four top-level tensors that
- * remain: the skip A (down block 0's output), B (this block's c2, kept from the forward pass),
- * tX and tY (this block's output, read by the 1x1 conv's weight gradient before). The tensors
+ * remain: the skip A (down block 0's output), B (this block's c1, kept from the forward pass),
+ * tX (this block's output, read by the 1x1 conv's weight gradient before) and tY. Keeping c1
+ * rather than c2 trades a conv2 (c -> c) for a conv1 (2c -> c) and its upsample. The tensors
  * of the plain run that do not fit are not kept: the gradient of the output is made inside
  * GN2's backward from dlogits (over c2, its x), GN1's mask comes from c1,
  * and conv2's and conv1's input gradients are written over their inputs once their weight
@@ -970,29 +972,29 @@ static void top_up_backward_ck2(nn_unet *m, int N) {
     float *A = p->down[0].a2, *B = b->a2, *X = p->tX, *Y = p->tY;
     const size_t n = (size_t)N * p->S[0] * c;
     const nn_shard *sh = m->shard;
-    /* recompute: the upsample into X, c1 into Y, a1 over the upsample; c2 is in B since the
-     * forward pass (top_out) */
-    p->upt[j] = X;
-    up_forward(m, j, N, block_out(m, up_src(p, j), Y, N)); /* its input in Y until c1 */
-    dc_forward(m, b, A, c, X, c, N, Y, X, NULL, NULL);
-    OP(groupnorm_backward_x, B, G_(m, b->g2w), G_(m, b->g2b), NULL, p->dlogits, P_(m, p->outw),
-       p->K, B, b->m2, b->r2, P_(m, b->g2w), P_(m, b->g2b), N, p->S[0], c, p->G, p->prec, p->ws,
+    /* recompute: a1 from c1 (B, since the forward pass) into X, c2 into Y */
+    OP(groupnorm_apply, X, B, b->m1, b->r1, P_(m, b->g1w), P_(m, b->g1b), N, p->S[0], c, p->G,
+       gn_bits(p, 1), p->ws);
+    gn_to_prec(p, X, n);
+    OP(conv3d_forward, Y, X, c, NULL, 0, P_(m, b->w2), c, N, D, H, W, p->prec, sh, conv_ws(m));
+    OP(groupnorm_backward_x, Y, G_(m, b->g2w), G_(m, b->g2b), NULL, p->dlogits, P_(m, p->outw),
+       p->K, Y, b->m2, b->r2, P_(m, b->g2w), P_(m, b->g2b), N, p->S[0], c, p->G, p->prec, p->ws,
        sh);
     grad_ready(m, b->g2w);
-    to_prec(p, B, n);
-    OP(conv3d_backward, NULL, NULL, G_(m, b->w2), B, X, c, NULL, 0, P_(m, b->w2), c, N, D, H, W,
+    to_prec(p, Y, n);
+    OP(conv3d_backward, NULL, NULL, G_(m, b->w2), Y, X, c, NULL, 0, P_(m, b->w2), c, N, D, H, W,
        p->prec, sh, conv_ws(m));
     grad_ready(m, b->w2);
-    OP(conv3d_backward, X, NULL, NULL, B, X, c, NULL, 0, P_(m, b->w2), c, N, D, H, W, p->prec, sh,
+    OP(conv3d_backward, X, NULL, NULL, Y, X, c, NULL, 0, P_(m, b->w2), c, N, D, H, W, p->prec, sh,
        conv_ws(m));
-    OP(groupnorm_backward_x, X, G_(m, b->g1w), G_(m, b->g1b), X, NULL, NULL, 0, Y, b->m1, b->r1,
+    OP(groupnorm_backward_x, X, G_(m, b->g1w), G_(m, b->g1b), X, NULL, NULL, 0, B, b->m1, b->r1,
        P_(m, b->g1w), P_(m, b->g1b), N, p->S[0], c, p->G, p->prec, p->ws, sh);
     grad_ready(m, b->g1w);
     to_prec(p, X, n);
-    /* conv1: the upsample again into B; its input gradient's skip part into Y (dr[0]), the
-     * upsample part over the upsample */
+    /* conv1: the upsample into B; its input gradient's skip part into Y (dr[0]), the upsample
+     * part over the upsample */
     p->upt[j] = B;
-    up_forward(m, j, N, block_out(m, up_src(p, j), Y, N)); /* Y: c1 is dead */
+    up_forward(m, j, N, block_out(m, up_src(p, j), Y, N)); /* B: c1 is dead; Y: c2's gradient */
     OP(conv3d_backward, NULL, NULL, G_(m, b->w1), X, A, c, B, c, P_(m, b->w1), c, N, D, H, W,
        p->prec, sh, conv_ws(m));
     grad_ready(m, b->w1);
