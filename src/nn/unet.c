@@ -880,8 +880,8 @@ static void block_input(nn_unet *m, const dc_block *b, int is_up, int j, const f
 }
 
 /* ck2: the scratch roles of block_forward and dc_backward_tail for a block at the top level
- * (down block 0's c1 and c2 in tY, a1 in tX; the upsample in tX) or below it (cs, gT, gH and gG the quarters of
- * tX; the pool output is in the top up block's output, see plan_slabs). */
+ * (down block 0's c1 and c2 in tY, a1 in tX; the upsample in tX) or below it (cs, gT, gH and
+ * gG the quarters of tX; the pool output is in the top up block's output, see plan_slabs). */
 static void ckpt_roles(struct nn_unet_plan *p, int top) {
     if (!p->ck2)
         return;
@@ -901,9 +901,8 @@ static void ckpt_roles(struct nn_unet_plan *p, int top) {
  * statistics are kept: the upsample goes to gH, c1 and c2 to cs, a1 to gT; with ck2 the top up
  * block keeps c1 instead, in its output's buffer (c2 in tY, a1 and its output in tX, top_out),
  * and the blocks below the top level keep c2 (keeps_c2; their output goes to sb, read by the
- * next pool only). recompute
- * (checkpointed backward): the upsample to gH, c1 to cs, a1 to gH (the upsample is dead once c1
- * exists), c2 to gT unless kept, as dc_backward_tail expects. */
+ * next pool only). recompute (checkpointed backward): the upsample to gH, c1 to cs, a1 to gH
+ * (the upsample is dead once c1 exists), c2 to gT unless kept, as dc_backward_tail expects. */
 static void block_forward(nn_unet *m, dc_block *b, int is_up, int j, int N, int recompute) {
     struct nn_unet_plan *p = m->plan;
     const float *inA, *inB;
