@@ -722,6 +722,18 @@ static void gn_to_prec(const struct nn_unet_plan *p, float *x, size_t n) {
         to_prec(p, x, n);
 }
 
+/* y = relu(gn(x)) of block b's first GroupNorm (second: its second) from the saved statistics,
+ * rounded as the forward rounds it: a1, or a block output, made again bit for bit. */
+static void gn_remake(nn_unet *m, const dc_block *b, int second, float *y, const float *x,
+                      int N) {
+    struct nn_unet_plan *p = m->plan;
+    const int l = b->level;
+    OP(groupnorm_apply, y, x, second ? b->m2 : b->m1, second ? b->r2 : b->r1,
+       P_(m, second ? b->g2w : b->g1w), P_(m, second ? b->g2b : b->g1b), N, p->S[l], b->cout,
+       p->G, gn_bits(p, 1), p->ws);
+    gn_to_prec(p, y, (size_t)N * p->S[l] * b->cout);
+}
+
 /* Forward of one DoubleConv: c1 = conv(in), a1 = relu(gn(c1)), c2 = conv(a1), and (a2 given)
  * a2 = relu(gn(c2)) with the statistics saved. The caller chooses where c1, a1, c2 and a2 live:
  * without checkpointing c1 and c2 are the block's own (kept for backward) and a1 goes to the
@@ -740,13 +752,13 @@ static void dc_forward(nn_unet *m, dc_block *b, const float *inA, int ca, const 
     const nn_shard *sh = m->shard;
     OP(conv3d_forward, c1, inA, ca, inB, cb, P_(m, b->w1), b->cout, N, D, H, W, p->prec, sh,
        conv_ws(m));
-    if (!a2)
-        OP(groupnorm_apply, a1, c1, b->m1, b->r1, P_(m, b->g1w), P_(m, b->g1b), N, p->S[l], b->cout,
-           p->G, gn_bits(p, 1), p->ws);
-    else
+    if (!a2) {
+        gn_remake(m, b, 0, a1, c1, N);
+    } else {
         OP(groupnorm_forward, a1, b->m1, b->r1, c1, P_(m, b->g1w), P_(m, b->g1b), N, p->S[l],
            b->cout, p->G, gn_bits(p, 1), p->ws, sh);
-    gn_to_prec(p, a1, n);
+        gn_to_prec(p, a1, n);
+    }
     if (!c2)
         return;
     OP(conv3d_forward, c2, a1, b->cout, NULL, 0, P_(m, b->w2), b->cout, N, D, H, W, p->prec, sh,
@@ -773,11 +785,8 @@ static void dc_backward_bufs(nn_unet *m, dc_block *b, float *dY, int masked, int
     const int l = b->level;
     const int D = p->dd[l], H = p->hh[l], W = p->ww[l];
     const size_t n = (size_t)N * p->S[l] * b->cout;
-    if (!p->ckpt) {
-        OP(groupnorm_apply, a1, c1, b->m1, b->r1, P_(m, b->g1w), P_(m, b->g1b), N, p->S[l], b->cout,
-           p->G, gn_bits(p, 1), p->ws);
-        gn_to_prec(p, a1, n);
-    }
+    if (!p->ckpt)
+        gn_remake(m, b, 0, a1, c1, N);
     if (!single || !p->be->conv_round)
         to_prec(p, dY, n); /* e.g. skip + pool gradients, summed in bf16 by autograd */
     const nn_shard *sh = m->shard;
@@ -838,14 +847,9 @@ static const float *out_at(const struct nn_unet_plan *p, const dc_block *b, floa
 }
 
 static const float *block_out(nn_unet *m, const dc_block *b, float *dst, int N) {
-    struct nn_unet_plan *p = m->plan;
-    if (keeps_c2(p, b)) {
-        const int l = b->level;
-        OP(groupnorm_apply, dst, b->a2, b->m2, b->r2, P_(m, b->g2w), P_(m, b->g2b), N, p->S[l],
-           b->cout, p->G, gn_bits(p, 1), p->ws);
-        gn_to_prec(p, dst, (size_t)N * p->S[l] * b->cout);
-    }
-    return out_at(p, b, dst);
+    if (keeps_c2(m->plan, b))
+        gn_remake(m, b, 1, dst, b->a2, N);
+    return out_at(m->plan, b, dst);
 }
 
 /* The layers in front of a block: the pool of down block i >= 1, the upsample of up block j
@@ -972,9 +976,7 @@ static void top_up_backward_ck2(nn_unet *m, int N) {
     const size_t n = (size_t)N * p->S[0] * c;
     const nn_shard *sh = m->shard;
     /* recompute: a1 from c1 (B, since the forward pass) into X, c2 into Y */
-    OP(groupnorm_apply, X, B, b->m1, b->r1, P_(m, b->g1w), P_(m, b->g1b), N, p->S[0], c, p->G,
-       gn_bits(p, 1), p->ws);
-    gn_to_prec(p, X, n);
+    gn_remake(m, b, 0, X, B, N);
     OP(conv3d_forward, Y, X, c, NULL, 0, P_(m, b->w2), c, N, D, H, W, p->prec, sh, conv_ws(m));
     OP(groupnorm_backward_x, Y, G_(m, b->g2w), G_(m, b->g2b), NULL, p->dlogits, P_(m, p->outw),
        p->K, Y, b->m2, b->r2, P_(m, b->g2w), P_(m, b->g2b), N, p->S[0], c, p->G, p->prec, p->ws,
