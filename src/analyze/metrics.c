@@ -301,14 +301,16 @@ static void data_event(mctx *c, size_t i, an_file_stat *fs, pfstate *ps) {
         (*seq)++;
         *con += kind == 0;
     }
+    /* saturated: a corrupt or hostile trace may carry byte counts near INT64_MAX */
+    const int64_t end = b > INT64_MAX - off ? INT64_MAX : off + b;
     if (op == AN_OP_READ) {
-        if (off + b > fs->read_extent)
-            fs->read_extent = off + b;
+        if (end > fs->read_extent)
+            fs->read_extent = end;
         fs->bytes_read_known += (uint64_t)b;
     }
-    ps->last_end = off + b;
+    ps->last_end = end;
     if (t->offset[i] < 0)
-        ps->pos = off + b; /* read/write without an explicit offset move the position */
+        ps->pos = end; /* read/write without an explicit offset move the position */
 }
 
 /* Totals of one I/O event: class times and counts, interfaces, sizes and histograms. */
