@@ -283,9 +283,10 @@ static int chunk_add(chunk *c, const an_rawev *ev) {
         return 0; /* B/E/i/... events are not produced by dftracer; ignore them */
     if (!ev->has_ts || !ev->name)
         return -1;
-    /* Timestamps and durations beyond 2^61 us (73,000 years) are not times: rejecting them
-     * keeps every later sum and difference of two times inside int64. */
-    if (ev->ts > AN_TS_MAX || ev->ts < -AN_TS_MAX || (ev->has_dur && ev->dur > AN_TS_MAX))
+    /* Timestamps and durations (a counter's dur_sum too) beyond 2^61 us (73,000 years) are not
+     * times: rejecting them keeps every later sum and difference of two times inside int64. */
+    if (ev->ts > AN_TS_MAX || ev->ts < -AN_TS_MAX || (ev->has_dur && ev->dur > AN_TS_MAX) ||
+        (ph == 'C' && (ev->has & AN_RAW_DURSUM) && ev->dur_sum > AN_TS_MAX))
         return -1;
     if (chunk_reserve(c))
         return ERR_NOMEM;
@@ -335,12 +336,15 @@ static int chunk_add(chunk *c, const an_rawev *ev) {
         if (ev->has & AN_RAW_BYTES)
             bytes = ev->bytes;
     } else if (pi->op == AN_OP_READ || pi->op == AN_OP_WRITE) {
-        if (ev->has & AN_RAW_BYTES)
+        if (ev->has & AN_RAW_BYTES) {
             bytes = ev->bytes;
-        else if (pi->sub == SK_FRW && (ev->has & AN_RAW_SIZE) && (ev->has & AN_RAW_RET))
-            bytes = ev->ret * ev->size; /* fread/fwrite return items, not bytes */
-        else if (ev->has & AN_RAW_RET)
+        } else if (pi->sub == SK_FRW && (ev->has & AN_RAW_SIZE) && (ev->has & AN_RAW_RET)) {
+            /* fread/fwrite return items, not bytes; a product past INT64_MAX is no size */
+            if (__builtin_mul_overflow(ev->ret, ev->size, &bytes))
+                bytes = -1;
+        } else if (ev->has & AN_RAW_RET) {
             bytes = ev->ret;
+        }
         if (bytes < 0)
             bytes = -1;
         if (ev->has & AN_RAW_OFFSET)

@@ -563,7 +563,9 @@ static void test_fs(void) {
 
 /* Inputs that were undefined behaviour (found by UBSan; the sanitizer build of this test in
  * tests/analyze/run.sh aborts on them before the fix): an X event without "cat" (a NULL string
- * reached memcmp/memcpy) and timestamps of +-9e18 (signed overflow of max - min in the sort). */
+ * reached memcmp/memcpy), timestamps of +-9e18 (signed overflow of max - min in the sort), and
+ * three found by fuzzing: a counter's dur_sum of INT64_MAX (ts + dur), an fread's ret * size and
+ * a read's offset + bytes past INT64_MAX. */
 static void test_ub_inputs(void) {
     char p[512];
     snprintf(p, sizeof p, "%s/ub.pfw", tmpdir);
@@ -574,6 +576,12 @@ static void test_ub_inputs(void) {
           "{\"name\":\"read\",\"pid\":1,\"tid\":1,\"ts\":-9000000000000000000,\"dur\":1,\"ph\":\"X\"}\n"
           "{\"name\":\"read\",\"pid\":1,\"tid\":1,\"ts\":5,\"dur\":9000000000000000000,\"ph\":\"X\"}\n"
           "{\"name\":\"write\",\"cat\":\"POSIX\",\"pid\":1,\"tid\":1,\"ts\":3,\"dur\":1,\"ph\":\"X\"}\n"
+          "{\"name\":\"read\",\"cat\":\"POSIX\",\"pid\":1,\"tid\":1,\"ts\":2305843009213693952,"
+          "\"ph\":\"C\",\"args\":{\"dur_sum\":9223372036854775807}}\n"
+          "{\"name\":\"fread\",\"cat\":\"STDIO\",\"pid\":1,\"tid\":1,\"ts\":8,\"dur\":1,\"ph\":\"X\","
+          "\"args\":{\"fname\":\"/d/x\",\"ret\":4611686018427387904,\"size\":4}}\n"
+          "{\"name\":\"read\",\"cat\":\"POSIX\",\"pid\":1,\"tid\":1,\"ts\":9,\"dur\":1,\"ph\":\"X\","
+          "\"args\":{\"fname\":\"/d/x\",\"offset\":3107,\"ret\":9223372036854775807}}\n"
           "]\n",
           f);
     fclose(f);
@@ -581,12 +589,24 @@ static void test_ub_inputs(void) {
     an_trace t;
     an_read_opts o = {.threads = 1};
     int rc = an_trace_read(&t, files, 1, &o);
-    CHECK(rc == 0 && t.n == 2, "no-cat event kept, out-of-range times rejected: rc %d n %zu", rc,
+    CHECK(rc == 0 && t.n == 4, "no-cat event kept, out-of-range times rejected: rc %d n %zu", rc,
           t.n);
-    CHECK(t.inputs[0].malformed == 3, "3 out-of-range lines counted as malformed, got %llu",
+    CHECK(t.inputs[0].malformed == 4,
+          "4 out-of-range lines (one a counter's dur_sum) counted as malformed, got %llu",
           (unsigned long long)t.inputs[0].malformed);
-    CHECK(t.n == 2 && t.ts[0] == 1 && !strcmp(an_strtab_get(&t.cats, t.cat[0]), ""),
+    CHECK(t.n == 4 && t.ts[0] == 1 && !strcmp(an_strtab_get(&t.cats, t.cat[0]), ""),
           "the event without cat has the empty category");
+    int64_t fread_bytes = 0, read_bytes = 0;
+    for (size_t i = 0; i < t.n; i++) {
+        if (t.ts[i] == 8)
+            fread_bytes = t.bytes[i];
+        if (t.ts[i] == 9)
+            read_bytes = t.bytes[i];
+    }
+    CHECK(fread_bytes == -1, "an fread whose ret * size passes INT64_MAX has no size, got %lld",
+          (long long)fread_bytes);
+    CHECK(read_bytes == INT64_MAX, "a read of INT64_MAX bytes at offset 3107 kept, got %lld",
+          (long long)read_bytes);
     an_metrics m;
     an_ruleset rs;
     an_report r;
