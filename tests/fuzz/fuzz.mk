@@ -1,6 +1,6 @@
 # tests/fuzz/fuzz.mk (included by the Makefile): fuzzing.
 #
-#   make fuzz [FUZZ_SECONDS=30] [FUZZ_ONLY="npy config"]
+#   make fuzz [FUZZ_SECONDS=30] [FUZZ_ONLY="npy config"] [FUZZ_SEED=N]
 # builds the libFuzzer harnesses tests/fuzz/fuzz_<name>.c with clang and ASan+UBSan into
 # build-fuzz/ and runs each for FUZZ_SECONDS on a working copy of its committed seed corpus
 # (tests/fuzz/corpus/<name>/); tests/fuzz/fuzz.sh prints executions per harness and fails on any
@@ -9,6 +9,7 @@
 # replay the corpora in `make test`. The fuzz build compiles only the modules whose readers are
 # fuzzed, so it does not depend on the engine's kernels.
 FUZZ_SECONDS ?= 30
+FUZZ_SEED    ?=
 FUZZ_BUILD   := build-fuzz
 FUZZ_CC      ?= clang
 FUZZ_NAMES   := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
@@ -24,7 +25,7 @@ EXTRA_TARGETS += $(REPLAY_BINS)
 
 .PHONY: fuzz fuzz-bin
 fuzz: fuzz-bin
-	bash tests/fuzz/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_BUILD) $(FUZZ_ONLY)
+	FUZZ_SEED=$(FUZZ_SEED) bash tests/fuzz/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_BUILD) $(FUZZ_ONLY)
 
 fuzz-bin: $(FUZZ_BINS)
 

@@ -4,9 +4,16 @@
 # (executions, executions/s, corpus size, findings) and "harnesses: N, executions: N, findings: N".
 # Exit 1 if any harness found something (the input is in FUZZ_BUILD/findings/NAME/) or failed to
 # run. `make fuzz FUZZ_SECONDS=N` calls it; long local campaigns: run it under nice -n 19.
+# FUZZ_SEED=N: libFuzzer's -seed (the same inputs in the same order on a clean working corpus, as
+# far as the time allows); unset, a random seed.
 set -u
 cd "$(dirname "$0")/../.."
 secs=${1:?usage: fuzz.sh SECONDS FUZZ_BUILD [NAME...]}
+seed=${FUZZ_SEED:-}
+if [ -n "$seed" ] && ! [[ $seed =~ ^[0-9]+$ ]]; then
+    echo "fuzz.sh: FUZZ_SEED must be a non-negative integer, got '$seed'" >&2
+    exit 2
+fi
 fb=${2:?usage: fuzz.sh SECONDS FUZZ_BUILD [NAME...]}
 shift 2
 names=${*:-$(ls tests/fuzz/fuzz_*.c | sed 's|.*/fuzz_||; s|\.c$||')}
@@ -26,6 +33,7 @@ for name in $names; do
     # but never written; new inputs go to $work.
     ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
         "$bin" -max_total_time="$secs" -timeout="${FUZZ_TIMEOUT:-30}" -rss_limit_mb=2048 -print_final_stats=1 \
+        ${seed:+-seed="$seed"} \
         -artifact_prefix="$found/" "$work" "tests/fuzz/corpus/$name" >"$log" 2>&1
     rc=$?
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
