@@ -9,12 +9,12 @@
 set -u
 cd "$(dirname "$0")/../.."
 secs=${1:?usage: fuzz.sh SECONDS FUZZ_BUILD [NAME...]}
+fb=${2:?usage: fuzz.sh SECONDS FUZZ_BUILD [NAME...]}
 seed=${FUZZ_SEED:-}
 if [ -n "$seed" ] && ! [[ $seed =~ ^[0-9]+$ ]]; then
     echo "fuzz.sh: FUZZ_SEED must be a non-negative integer, got '$seed'" >&2
     exit 2
 fi
-fb=${2:?usage: fuzz.sh SECONDS FUZZ_BUILD [NAME...]}
 shift 2
 names=${*:-$(ls tests/fuzz/fuzz_*.c | sed 's|.*/fuzz_||; s|\.c$||')}
 total=0
