@@ -148,29 +148,22 @@ static void add_tensor(nn_tensor_info *t, int *nt, size_t *off, const char *name
     *off += numel;
 }
 
-/* DoubleConv tensors under prefix; records indices in b when given. */
+/* DoubleConv tensors under prefix (conv, GroupNorm weight and bias, twice, as upstream's
+ * nn.Sequential numbers them); records their indices in b when given. */
 static void add_dc(nn_tensor_info *t, int *nt, size_t *off, const char *prefix, int cin, int cout,
                    dc_block *b) {
-    char name[96];
+    static const char *const part[6] = {"0.weight", "1.weight", "1.bias",
+                                        "3.weight", "4.weight", "4.bias"};
     int idx[6];
-    idx[0] = *nt;
-    snprintf(name, sizeof name, "%s.double_conv.0.weight", prefix);
-    add_tensor(t, nt, off, name, 5, cout, cin, 3, 3, 3);
-    idx[1] = *nt;
-    snprintf(name, sizeof name, "%s.double_conv.1.weight", prefix);
-    add_tensor(t, nt, off, name, 1, cout, 0, 0, 0, 0);
-    idx[2] = *nt;
-    snprintf(name, sizeof name, "%s.double_conv.1.bias", prefix);
-    add_tensor(t, nt, off, name, 1, cout, 0, 0, 0, 0);
-    idx[3] = *nt;
-    snprintf(name, sizeof name, "%s.double_conv.3.weight", prefix);
-    add_tensor(t, nt, off, name, 5, cout, cout, 3, 3, 3);
-    idx[4] = *nt;
-    snprintf(name, sizeof name, "%s.double_conv.4.weight", prefix);
-    add_tensor(t, nt, off, name, 1, cout, 0, 0, 0, 0);
-    idx[5] = *nt;
-    snprintf(name, sizeof name, "%s.double_conv.4.bias", prefix);
-    add_tensor(t, nt, off, name, 1, cout, 0, 0, 0, 0);
+    for (int i = 0; i < 6; i++) {
+        char name[96];
+        snprintf(name, sizeof name, "%s.double_conv.%s", prefix, part[i]);
+        idx[i] = *nt;
+        if (i % 3 == 0) /* the convolutions: cout x cin (then cout x cout) x 3 x 3 x 3 */
+            add_tensor(t, nt, off, name, 5, cout, i ? cout : cin, 3, 3, 3);
+        else
+            add_tensor(t, nt, off, name, 1, cout, 0, 0, 0, 0);
+    }
     if (b) {
         b->cin = cin;
         b->cout = cout;
