@@ -154,11 +154,10 @@ static void add_dc(nn_tensor_info *t, int *nt, size_t *off, const char *prefix, 
                    dc_block *b) {
     static const char *const part[6] = {"0.weight", "1.weight", "1.bias",
                                         "3.weight", "4.weight", "4.bias"};
-    int idx[6];
+    const int first = *nt; /* the six tensors take consecutive indices */
     for (int i = 0; i < 6; i++) {
         char name[96];
         snprintf(name, sizeof name, "%s.double_conv.%s", prefix, part[i]);
-        idx[i] = *nt;
         if (i % 3 == 0) /* the convolutions: cout x cin (then cout x cout) x 3 x 3 x 3 */
             add_tensor(t, nt, off, name, 5, cout, i ? cout : cin, 3, 3, 3);
         else
@@ -167,12 +166,12 @@ static void add_dc(nn_tensor_info *t, int *nt, size_t *off, const char *prefix, 
     if (b) {
         b->cin = cin;
         b->cout = cout;
-        b->w1 = idx[0];
-        b->g1w = idx[1];
-        b->g1b = idx[2];
-        b->w2 = idx[3];
-        b->g2w = idx[4];
-        b->g2b = idx[5];
+        b->w1 = first;
+        b->g1w = first + 1;
+        b->g1b = first + 2;
+        b->w2 = first + 3;
+        b->g2w = first + 4;
+        b->g2b = first + 5;
     }
 }
 
