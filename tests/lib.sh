@@ -51,3 +51,6 @@ t_cbin() {
     T_PASSED=$((T_PASSED + p)); T_FAILED=$((T_FAILED + f))
     echo "ok   $* ($p passed, $f failed)"
 }
+# t_venv_python: prints the python of the pinned test venv (tools/setup.sh --test makes it); fails
+# with nothing printed when it is absent, so that a test says SKIP and names the command.
+t_venv_python() { bash tools/test_venv.sh --print 2>/dev/null; }

@@ -10,7 +10,7 @@
 #                                Python with numpy/yaml/torch (Debian's; reference values and .npy
 #                                checks, never at run time), clang (libFuzzer), MPICH beside Open
 #                                MPI (`make MPI=mpich`), the tools/packages.d/*.test.txt lists, and
-#                                dftracer-utils from PyPI (best effort).
+#                                the pinned test venv of tools/requirements-test.txt (PyPI).
 # A module adds packages in tools/packages.d/<module>.txt (build and run) or
 # tools/packages.d/<module>.test.txt (tests only), one per line.
 set -eu
@@ -44,7 +44,7 @@ lists() { # lists SUFFIX_FILTER: the package names of tools/packages.d/*.txt, co
 PKGS="build-essential make openmpi-bin libopenmpi-dev libyaml-dev zlib1g-dev libpng-dev
       libcairo2-dev fonts-dejavu-core $(lists run)"
 if [ "$TEST" -eq 1 ]; then
-    PKGS="$PKGS python3 python3-numpy python3-yaml python3-torch clang mpich libmpich-dev
+    PKGS="$PKGS python3 python3-venv python3-numpy python3-yaml python3-torch clang mpich libmpich-dev
           $(lists test)"
 fi
 if [ "$LIST" -eq 1 ]; then
@@ -69,10 +69,10 @@ case " $missing " in
     done
     ;;
 esac
-if [ "$TEST" -eq 1 ] && ! command -v dftracer_validate >/dev/null 2>&1; then
-    # Test-only PyPI package: dftracer's own trace reader, used by tests/trace to validate our
-    # traces (the test says so and skips when it is absent). Best effort: never fails the setup.
-    python3 -m pip install --quiet dftracer-utils==0.0.14 >/dev/null 2>&1 || echo "setup: pip install dftracer-utils failed (tests/trace will skip that check)"
-    command -v pyenv >/dev/null 2>&1 && pyenv rehash 2>/dev/null || true
+if [ "$TEST" -eq 1 ]; then
+    # The pinned test venv: the real client libraries from PyPI (tools/requirements-test.txt) that
+    # tests use to read our files (dftracer-utils, caliper-reader, Hatchet, Thicket) and dftracer
+    # itself. Rebuilt when the pins change; tests find it through tests/lib.sh (t_venv_python).
+    bash tools/test_venv.sh || exit 1
 fi
 echo "setup: dependencies present$([ "$TEST" -eq 1 ] && echo " (build, run and test)" || echo " (build and run; add --test for the test tools)")"
