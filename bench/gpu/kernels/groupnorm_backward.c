@@ -55,13 +55,6 @@ static int v1(kh *h, void *arg) {
 }
 #endif
 
-static float *to_float(const double *d, size_t n) {
-    float *f = kh_alloc(n * sizeof *f);
-    for (size_t i = 0; i < n; i++)
-        f[i] = (float)d[i];
-    return f;
-}
-
 /* The file's rule: atol = rel * the reference's largest value, rtol = rel. */
 static void check(kh *h, const char *ver, const char *what, const float *got, const float *ref,
                   size_t n, double rel, double ms, double bytes) {
@@ -98,7 +91,7 @@ int main(int argc, char **argv) {
     for (int c = 0; c < C; c++)
         dgd[c] = dg0[c], dbd[c] = db0[c];
     naive(dxd, dgd, dbd, dy, x, y, mean, rstd, gamma, N, S, C, G);
-    float *dxf = to_float(dxd, n), *dgf = to_float(dgd, C), *dbf = to_float(dbd, C);
+    float *dxf = kh_to_float(dxd, n), *dgf = kh_to_float(dgd, C), *dbf = kh_to_float(dbd, C);
     const double bytes = 7.0 * n * 4;
     check(&h, "cpu", "dx", dx, dxf, n, 1e-5, ms, bytes);
     check(&h, "cpu", "dgamma", dg, dgf, C, 1e-5, 0, 0);

@@ -56,13 +56,6 @@ static int v1(kh *h, void *arg) {
 }
 #endif
 
-static float *to_float(const double *d, size_t n) {
-    float *f = kh_alloc(n * sizeof *f);
-    for (size_t i = 0; i < n; i++)
-        f[i] = (float)d[i];
-    return f;
-}
-
 int main(int argc, char **argv) {
     kh h;
     kh_init(&h, "groupnorm_forward", 1, argc, argv);
@@ -85,7 +78,7 @@ int main(int argc, char **argv) {
     KH_CPU_MS(&h, ms, nn_groupnorm_forward(y, mean, rstd, x, gamma, beta, N, S, C, G, 1, w));
     double *yd = kh_alloc(n * sizeof *yd), *md = kh_alloc(ng * 8), *rd = kh_alloc(ng * 8);
     naive(yd, md, rd, x, gamma, beta, N, S, C, G);
-    float *yf = to_float(yd, n), *mf = to_float(md, ng), *rf = to_float(rd, ng);
+    float *yf = kh_to_float(yd, n), *mf = kh_to_float(md, ng), *rf = kh_to_float(rd, ng);
     const double bytes = 5.0 * n * 4;
     kh_check(&h, "cpu", "y", y, yf, n, 1e-5, 1e-5, ms, bytes);
     kh_check(&h, "cpu", "mean", mean, mf, ng, 0, 1e-6, 0, 0);

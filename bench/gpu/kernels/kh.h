@@ -165,12 +165,20 @@ static inline void *kh_alloc(size_t bytes) {
     return p;
 }
 
+/* A float copy of n doubles (a formula's result in the reference's type; malloc'ed). */
+static inline float *kh_to_float(const double *d, size_t n) {
+    float *f = kh_alloc(n * sizeof *f);
+    for (size_t i = 0; i < n; i++)
+        f[i] = (float)d[i];
+    return f;
+}
+
 /* ---- checks ------------------------------------------------------------------------------- */
 
 /* Records one check and prints its KROW line: `ver` is "cpu" for the CPU reference against
  * the independent formula, else "v<N>" for GPU version N against the CPU reference. */
-static inline void kh_row(kh *h, const char *ver, const char *what, const char *tol, double maxerr,
-                   double worst, int ok, double ms, double bytes) {
+static inline void kh_row(kh *h, const char *ver, const char *what, const char *tol,
+                          double maxerr, double worst, int ok, double ms, double bytes) {
     if (ok)
         h->passed++;
     else
@@ -235,8 +243,8 @@ static inline int kh_close(const char *what, const float *got, const float *ref,
 }
 
 /* The same for doubles (scalar results, double-precision formulas). */
-static inline int kh_close_d(const char *what, const double *got, const double *ref, size_t n,
-                      double atol, double rtol, double *maxerr, double *worst) {
+static inline int kh_close_d(const char *what, const double *got, const double *ref,
+                             size_t n, double atol, double rtol, double *maxerr, double *worst) {
     size_t bad = 0;
     *maxerr = 0;
     *worst = 0;
@@ -253,8 +261,9 @@ static inline int kh_close_d(const char *what, const double *got, const double *
 }
 
 /* Validates and records: `ver` row for n floats (tolerance text built from atol, rtol). */
-static inline int kh_check(kh *h, const char *ver, const char *what, const float *got, const float *ref,
-                    size_t n, double atol, double rtol, double ms, double bytes) {
+static inline int kh_check(kh *h, const char *ver, const char *what, const float *got,
+                           const float *ref, size_t n, double atol, double rtol, double ms,
+                           double bytes) {
     double me, w;
     char tol[48];
     snprintf(tol, sizeof tol, "a%.0e+r%.0e", atol, rtol);
@@ -263,7 +272,7 @@ static inline int kh_check(kh *h, const char *ver, const char *what, const float
     return ok;
 }
 static inline int kh_check_d(kh *h, const char *ver, const char *what, const double *got,
-                      const double *ref, size_t n, double atol, double rtol, double ms) {
+                             const double *ref, size_t n, double atol, double rtol, double ms) {
     double me, w;
     char tol[48];
     snprintf(tol, sizeof tol, "a%.0e+r%.0e", atol, rtol);
@@ -272,8 +281,8 @@ static inline int kh_check_d(kh *h, const char *ver, const char *what, const dou
     return ok;
 }
 /* Bit-for-bit equality (integer results, exact kernels). */
-static inline int kh_same(kh *h, const char *ver, const char *what, const void *got, const void *ref,
-                   size_t bytes, double ms, double traffic) {
+static inline int kh_same(kh *h, const char *ver, const char *what, const void *got,
+                          const void *ref, size_t bytes, double ms, double traffic) {
     const int ok = memcmp(got, ref, bytes) == 0 && kh_perturb(0, 0) == 0;
     if (!ok) {
         size_t i = 0;

@@ -58,13 +58,6 @@ static void naive_step(nn_optim_kind k, double *p, double *s, const float *g, si
     }
 }
 
-static float *to_float(const double *d, size_t n) {
-    float *f = kh_alloc(n * sizeof *f);
-    for (size_t i = 0; i < n; i++)
-        f[i] = (float)d[i];
-    return f;
-}
-
 static void one(kh *h, nn_optim_kind kind, size_t n, int steps) {
     char what[64];
     const char *name = nn_optim_name(kind);
@@ -87,7 +80,7 @@ static void one(kh *h, nn_optim_kind kind, size_t n, int steps) {
         naive_step(kind, pd, sd, g[s], n, lr, s + 1);
     }
     const double bytes = (kind == NN_OPT_ADAM ? 7.0 : kind == NN_OPT_RMSPROP ? 5.0 : 3.0) * n * 4;
-    float *pf = to_float(pd, n), *sf = to_float(sd, ns);
+    float *pf = kh_to_float(pd, n), *sf = kh_to_float(sd, ns);
     snprintf(what, sizeof what, "%s x%d: params", name, steps);
     kh_check(h, "cpu", what, p, pf, n, 1e-6, 1e-5, ms, bytes);
     if (ns) {

@@ -44,7 +44,8 @@ int main(int argc, char **argv) {
     float *x = kh_rand(n, 1, 0), *dy = kh_rand(n, 1, 0);
     x[1] = 0.0f;
     x[2] = -0.0f;
-    float *y = kh_alloc(n * 4), *dx = kh_alloc(n * 4), *yr = kh_alloc(n * 4), *dxr = kh_alloc(n * 4);
+    float *y = kh_alloc(n * 4), *dx = kh_alloc(n * 4);
+    float *yr = kh_alloc(n * 4), *dxr = kh_alloc(n * 4);
     double tf, tb;
     KH_CPU_MS(&h, tf, nn_relu_forward(y, x, n));
     KH_CPU_MS(&h, tb, nn_relu_backward(dx, dy, y, n));

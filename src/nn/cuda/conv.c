@@ -282,8 +282,10 @@ static int conv3d_input(cu_ctx *c, const cu_ws_plan *pl, const float *inA, int c
 int cu_conv3d_forward(cu_ctx *c, float *out, const float *inA, int ca, const float *inB, int cb,
                       const void *wp, int cout, int N, int D, int H, int W) {
     const long long P = (long long)N * D * H * W;
+    if (!inB)
+        cb = 0;
     conv3d_call k;
-    int rc = conv3d_begin(c, &k, N, D, H, W, ca, inB ? cb : 0, cout, "conv3d forward");
+    int rc = conv3d_begin(c, &k, N, D, H, W, ca, cb, cout, "conv3d forward");
     if (rc)
         return rc;
     if (k.np == 2) {
@@ -338,12 +340,14 @@ int cu_conv3d_backward(cu_ctx *c, float *din, float *dinB, float *dw, const floa
                        const float *inA, int ca, const float *inB, int cb, const void *wp,
                        int cout, int N, int D, int H, int W) {
     const long long P = (long long)N * D * H * W;
-    const int cin = ca + cb;
     if (dinB && !inB)
         return err_set(ERR_RANGE, "conv3d backward: a second input gradient without a second "
                                   "input");
+    if (!inB)
+        cb = 0;
+    const int cin = ca + cb;
     conv3d_call k;
-    int rc = conv3d_begin(c, &k, N, D, H, W, ca, inB ? cb : 0, cout, "conv3d backward");
+    int rc = conv3d_begin(c, &k, N, D, H, W, ca, cb, cout, "conv3d backward");
     if (rc)
         return rc;
     if (k.np == 2)

@@ -120,7 +120,7 @@ void cu_dl_use_soname(int lib, const char *soname) {
         return ((fn_t)p)ARGS;                                                                      \
     }
 
-/* ---- cuDNN ------------------------------------------------------------------------------------ */
+/* ---- cuDNN ----------------------------------------------------------------------------------- */
 #define DNN_FAIL CUDNN_STATUS_NOT_INITIALIZED
 STUB(CU_DL_CUDNN, cudnnStatus_t, DNN_FAIL, cudnnCreate, (cudnnHandle_t * handle), (handle))
 STUB(CU_DL_CUDNN, cudnnStatus_t, DNN_FAIL, cudnnDestroy, (cudnnHandle_t handle), (handle))
@@ -215,7 +215,7 @@ const char *cudnnGetErrorString(cudnnStatus_t status) {
     return p ? ((fn_t)p)(status) : cu_dl_error(CU_DL_CUDNN);
 }
 
-/* ---- cuBLAS ----------------------------------------------------------------------------------- */
+/* ---- cuBLAS ---------------------------------------------------------------------------------- */
 #define BLAS_FAIL CUBLAS_STATUS_NOT_INITIALIZED
 STUB(CU_DL_CUBLAS, cublasStatus_t, BLAS_FAIL, cublasCreate_v2, (cublasHandle_t * handle),
      (handle))
@@ -233,7 +233,7 @@ STUB(CU_DL_CUBLAS, cublasStatus_t, BLAS_FAIL, cublasGemmEx,
      (handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C, Ctype, ldc,
       computeType, algo))
 
-/* ---- NCCL ------------------------------------------------------------------------------------- */
+/* ---- NCCL ------------------------------------------------------------------------------------ */
 STUB(CU_DL_NCCL, ncclResult_t, ncclSystemError, ncclGetUniqueId, (ncclUniqueId * uniqueId),
      (uniqueId))
 STUB(CU_DL_NCCL, ncclResult_t, ncclSystemError, ncclCommInitRank,
