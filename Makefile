@@ -74,6 +74,7 @@ all: $(BIN) $(TEST_BINS) $(BENCH_BINS) extra
 
 -include src/*/module.mk
 -include tests/fuzz/fuzz.mk
+-include bench/gpu/kernels/kernels.mk
 
 extra: $(EXTRA_TARGETS)
 

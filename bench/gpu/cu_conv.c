@@ -100,7 +100,7 @@ static void setup(cu_ctx *c, layer *l) {
     float *w = dbuf(nw * 4);
     fill(c, w, nw, 0.05f);
     l->wp = dbuf(cu_packed_bytes(cin, l->cout, l->k, bf));
-    if ((l->k == 3 ? cu_pack_conv3d(c, l->wp, w, l->cout, cin)
+    if ((l->k == 3 ? cu_pack_conv3d(c, l->wp, w, l->cout, l->ca, l->cb)
                    : cu_pack_convt3d(c, l->wp, w, l->ca, l->cout)))
         die("pack");
     cu_free(w);
@@ -130,6 +130,13 @@ static void setup(cu_ctx *c, layer *l) {
                                                       2 * l->d, l->ca};
     if (cu_conv_slot(c, &key, &l->slot))
         die("descriptors");
+    /* cuDNN's best on the whole problem (a split skip's own ops use two other shapes), measured
+     * on cuDNN's view of the buffers (x rx, w wp, y ry; the outputs are scratch) */
+    const void *op_a[CU_NOPS] = {l->rx, l->wp, l->rx}, *op_b[CU_NOPS] = {l->wp, l->ry, l->ry};
+    void *op_out[CU_NOPS] = {l->ry, l->rx, l->gw};
+    for (int op = 0; op < CU_NOPS; op++)
+        if (cu_conv_measure(c, l->slot, op, op_a[op], op_b[op], op_out[op]))
+            die("cuDNN algorithm search");
 }
 
 static void free_layer(layer *l) {
@@ -151,16 +158,21 @@ static int run(cu_ctx *c, layer *l, int what) {
                                              d, d, d)
                          : cu_convt3d_forward(c, l->y, l->x, l->wp, l->gb, l->ca, l->cout, 1, d, d,
                                               d);
-    case OURS_BWD:
-        return l->k == 3 ? cu_conv3d_backward(c, l->gx, NULL, l->gw, l->gy, l->x, l->ca, l->x2,
-                                              l->cb, l->wp, l->cout, 1, d, d, d)
+    case OURS_BWD: /* a skip layer's two input gradients apart, as the U-Net asks for them */
+        return l->k == 3 ? cu_conv3d_backward(c, l->gx,
+                                              l->cb ? (float *)l->gx + (size_t)d * d * d * l->ca
+                                                    : NULL,
+                                              l->gw, l->gy, l->x, l->ca, l->x2, l->cb, l->wp,
+                                              l->cout, 1, d, d, d)
                          : cu_convt3d_backward(c, l->gx, l->gw, l->gb, l->gy, l->cout, l->x,
                                                l->wp, l->ca, l->cout, 1, d, d, d);
-    case BEST_FWD:
-        return l->k == 3 ? cu_conv_exec(c, l->slot, fwd_op, a[fwd_op].best_algo,
-                                        a[fwd_op].best_math, a[fwd_op].best_ws, l->rx, l->wp, l->ry)
-                         : cu_conv_exec(c, l->slot, fwd_op, a[fwd_op].best_algo,
-                                        a[fwd_op].best_math, a[fwd_op].best_ws, l->wp, l->ry, l->rx);
+    case BEST_FWD: {
+        const cu_algo *f = &a[fwd_op];
+        return l->k == 3 ? cu_conv_exec(c, l->slot, fwd_op, f->best_algo, f->best_math,
+                                        f->best_ws, l->rx, l->wp, l->ry, 0)
+                         : cu_conv_exec(c, l->slot, fwd_op, f->best_algo, f->best_math,
+                                        f->best_ws, l->wp, l->ry, l->rx, 0);
+    }
     default: {
         /* k3: backward-data (w, dy -> dx) and backward-filter (x, dy -> dw);
          * k2: forward (x = dout, w -> din) and backward-filter (x = dout, dy = in -> dw) */
@@ -169,15 +181,15 @@ static int run(cu_ctx *c, layer *l, int what) {
         if (l->k == 3) {
             const cu_algo *b = &a[CU_OP_BWD_DATA];
             rc = cu_conv_exec(c, l->slot, CU_OP_BWD_DATA, b->best_algo, b->best_math, b->best_ws,
-                              l->wp, l->ry, l->rx);
+                              l->wp, l->ry, l->rx, 0);
             return rc ? rc : cu_conv_exec(c, l->slot, CU_OP_BWD_FILTER, f->best_algo,
-                                          f->best_math, f->best_ws, l->rx, l->ry, l->gw);
+                                          f->best_math, f->best_ws, l->rx, l->ry, l->gw, 0);
         }
         const cu_algo *b = &a[CU_OP_FWD];
         rc = cu_conv_exec(c, l->slot, CU_OP_FWD, b->best_algo, b->best_math, b->best_ws, l->rx,
-                          l->wp, l->ry);
+                          l->wp, l->ry, 0);
         return rc ? rc : cu_conv_exec(c, l->slot, CU_OP_BWD_FILTER, f->best_algo, f->best_math,
-                                      f->best_ws, l->rx, l->ry, l->gw);
+                                      f->best_ws, l->rx, l->ry, l->gw, 0);
     }
     }
 }
@@ -249,7 +261,8 @@ int main(int argc, char **argv) {
     cu_ctx *c;
     if (cu_ctx_create(&c, 0, bf, ws, (size_t)4 << 30))
         die("context");
-    const char *prec = bf ? "bf16" : "fp32 (TF32 off)";
+    const char *prec = bf ? "bf16" : cu_ctx_skip_split(c) ? "fp32 (TF32 off, skip split)"
+                                                         : "fp32 (TF32 off, skip gathered)";
     printf("== GPU convolutions of the U-Net, scale %d base %d batch 1, %s, median of %d "
            "interleaved repeats of %d calls\n", scale, base, prec, reps, inner);
     double tot_best = 0, tot_ours = 0, tot_flops = 0;

@@ -12,10 +12,14 @@
 #      (target at 7/64 bf16 on one H200: <= 40 ms);
 #   3. time to Dice 0.95: scaffold benchmark with the default configuration (scale 7, 5
 #      classes, torch_amp 1) on one GPU, fractal library generated first (not timed); its
-#      summary line. PART3=0 leaves it out (it trains until the target).
+#      summary line (it trains until the target).
+# Part 1 also measures the fp32 skip convolutions both ways (cu_conv3d_parts: split into two
+# cuDNN calls, the default, and gathered into one input with SCAFFOLD_CUDA_SKIP=gather) at the
+# largest scale, so that the default can be chosen from a measurement.
 # Runs only where a GPU is visible; elsewhere it prints one SKIP line and measures nothing.
 # On a GPU machine:   make -j CUDA=1 && bash bench/gpu/run.sh [REPS]
-#   SCALES="5 6" for fewer scales; output: RESULT lines (and the benchmark's summary line).
+#   SCALES="5 6" for fewer scales; PARTS="1 2" for some parts (PART3=0 is PARTS="1 2");
+#   output: RESULT lines (and the benchmark's summary line).
 cd "$(dirname "$0")/../.." || exit 1
 root=$PWD
 BUILD=${BUILD:-build-cuda}
@@ -31,13 +35,22 @@ if ! probe=$("$BUILD/tests/gpu/cu_ops" --probe 2>&1); then
     exit 0
 fi
 echo "== bench gpu: $probe; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+PARTS=${PARTS:-1 2 3}
+[ "${PART3:-1}" = 0 ] && PARTS=${PARTS//3/}
+part() { grep -qw "$1" <<<"$PARTS"; }
 rc=0
 for scale in ${SCALES:-5 6 7}; do
     for prec in "" --bf16; do
-        conv=$("$BIN" --scale "$scale" --base 64 --reps "$REPS" $prec) || rc=1
-        echo "$conv"
-        step=$("$STEP" --scale "$scale" --base 64 --reps $((REPS < 10 ? 10 : REPS)) $prec) || rc=1
-        echo "$step"
+        conv="" step=""
+        if part 1; then
+            conv=$("$BIN" --scale "$scale" --base 64 --reps "$REPS" $prec) || rc=1
+            echo "$conv"
+        fi
+        if part 2; then
+            step=$("$STEP" --scale "$scale" --base 64 --reps $((REPS < 10 ? 10 : REPS)) $prec) || rc=1
+            echo "$step"
+        fi
+        [ -n "$conv" ] && [ -n "$step" ] || continue
         # the step's convolution TFLOP and cuDNN's best throughput on them, from cu_conv's total
         awk -v step="$step" -v prec="${prec:+bf16}" '
             /^RESULT scale .* convolutions of one step/ {
@@ -52,7 +65,13 @@ for scale in ${SCALES:-5 6 7}; do
             }' <<<"$conv"
     done
 done
-if [ "${PART3:-1}" = 1 ]; then
+if part 1; then
+    # the fp32 skip convolutions gathered into one input, against the split default above
+    top=$(echo ${SCALES:-5 6 7} | tr ' ' '\n' | sort -n | tail -1)
+    echo "== fp32 skip convolutions gathered (SCAFFOLD_CUDA_SKIP=gather), scale $top: compare the (skip) rows and the step total with the split run above"
+    SCAFFOLD_CUDA_SKIP=gather "$BIN" --scale "$top" --base 64 --reps "$REPS" | grep -E '\(skip\)|convolutions of one step' || rc=1
+fi
+if part 3; then
     d=$(mktemp -d "${TMPDIR:-/tmp}/scaffold-gpu-bench.XXXXXX")
     cfg="$root/configs/benchmark_default.yml" exe="$(cd "$BUILD" && pwd)/scaffold"
     (cd "$d" && "$exe" generate_fractals -c "$cfg" >gen.log 2>&1) || {

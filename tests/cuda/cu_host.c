@@ -2,15 +2,20 @@
  * local rank from the environment in upstream's priority order, the GPU pick and the per-rank
  * device decision, the algorithm cache, the bucketed all-reduce plan (on synthetic tensors, and
  * on a real U-Net's against the CPU path's buckets), the slab layout, cuDNN's 32-bit shape
- * limit, and the workspace plans. Last, the real collective selection (cu_device_select) under
- * MPI with this machine's probe. */
+ * limit, and the workspace plans; the lazy loading of cuDNN, cuBLAS and NCCL (nothing loaded
+ * before first use, a missing library reported by name) and cuDNN's descriptors of every U-Net
+ * convolution (real cuDNN, no GPU needed); the skip connection's split into two convolutions;
+ * the device memory plan of a bf16 model with bf16 storage. Last, the real collective selection
+ * (cu_device_select) under MPI with this machine's probe. */
 #include "core/err.h"
 #include "dist/grad.h"
-#include "nn/cuda/cu.h"
+#include "nn/backend.h"
+#include "nn/cuda/cu_int.h"
 #include "nn/unet.h"
 #include "test.h"
 
 #include <mpi.h>
+#include <nccl.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -212,28 +217,32 @@ static void test_wcache(void) {
     c.version = 1;
     float w[4];
     int fresh = -1;
-    int i = cu_wcache_find(&c, &w[0], 8, 16, 3, &fresh);
+    int i = cu_wcache_find(&c, &w[0], 8, 8, 16, 3, &fresh);
     CHECK(i == 0 && fresh == 1 && c.n == 1 && c.e[0].version != c.version && !c.e[0].packed,
           "a new weight: fresh and stale");
     c.e[0].packed = &w[3];
     c.e[0].version = c.version; /* packed now */
-    i = cu_wcache_find(&c, &w[0], 8, 16, 3, &fresh);
+    i = cu_wcache_find(&c, &w[0], 8, 8, 16, 3, &fresh);
     CHECK(i == 0 && fresh == 0 && c.e[0].version == c.version, "found again: current");
     c.version++; /* the parameters changed */
-    i = cu_wcache_find(&c, &w[0], 8, 16, 3, &fresh);
+    i = cu_wcache_find(&c, &w[0], 8, 8, 16, 3, &fresh);
     CHECK(i == 0 && fresh == 0 && c.e[0].version != c.version, "after a change: stale, kept");
-    i = cu_wcache_find(&c, &w[1], 16, 8, 2, &fresh);
+    i = cu_wcache_find(&c, &w[1], 16, 16, 8, 2, &fresh);
     CHECK(i == 1 && fresh == 1 && c.n == 2, "a second weight");
     c.e[0].version = c.version;
-    i = cu_wcache_find(&c, &w[0], 8, 32, 3, &fresh);
+    i = cu_wcache_find(&c, &w[0], 8, 8, 32, 3, &fresh);
     CHECK(i == 0 && fresh == 1 && c.e[0].packed == &w[3] && c.e[0].cout == 32 &&
               c.e[0].version != c.version,
           "the same address with another shape: remade (old buffer handed back)");
+    c.e[0].version = c.version;
+    i = cu_wcache_find(&c, &w[0], 4, 8, 32, 3, &fresh);
+    CHECK(i == 0 && fresh == 1 && c.e[0].ca == 4 && c.e[0].version != c.version,
+          "the same weight split at another channel (a skip input): packed again");
     static float many[CU_WCACHE_MAX + 1];
     memset(&c, 0, sizeof c);
     for (int k = 0; k < CU_WCACHE_MAX; k++)
-        cu_wcache_find(&c, &many[k], 1, 1, 3, &fresh);
-    CHECK(c.n == CU_WCACHE_MAX && cu_wcache_find(&c, &many[CU_WCACHE_MAX], 1, 1, 3, &fresh) ==
+        cu_wcache_find(&c, &many[k], 1, 1, 1, 3, &fresh);
+    CHECK(c.n == CU_WCACHE_MAX && cu_wcache_find(&c, &many[CU_WCACHE_MAX], 1, 1, 1, 3, &fresh) ==
                                       ERR_RANGE && strstr(err_msg(), "CU_WCACHE_MAX"),
           "full: %s", err_msg());
 }
@@ -406,6 +415,149 @@ static void test_ws_plans(void) {
           "packed bytes");
 }
 
+/* Whether a library whose file name contains `name` is mapped into this process. */
+static int mapped(const char *name) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f)
+        return -1;
+    char line[1024];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f))
+        found = strstr(line, name) != NULL;
+    fclose(f);
+    return found;
+}
+
+/* dl.c: the libraries stay unloaded until a function of theirs is called (run first, before
+ * anything else touches them); a missing one is a clear error, not a crash at start-up. */
+static void test_lazy_libraries(void) {
+    CHECK(mapped("libcudnn") == 0 && mapped("libcublas") == 0 && mapped("libnccl") == 0,
+          "no cuDNN, cuBLAS or NCCL mapped at start");
+    CHECK(!cu_dl_loaded(CU_DL_CUDNN) && !cu_dl_loaded(CU_DL_CUBLAS) && !cu_dl_loaded(CU_DL_NCCL) &&
+              !cu_dl_error(CU_DL_CUDNN),
+          "nothing loaded, nothing failed");
+    /* a library that is not there: the call fails with the library's status and names it */
+    cu_dl_use_soname(CU_DL_NCCL, "libscaffold-test-no-nccl.so.2");
+    ncclUniqueId id;
+    CHECK(ncclGetUniqueId(&id) == ncclSystemError, "NCCL missing: ncclSystemError");
+    const char *e = ncclGetErrorString(ncclSystemError);
+    CHECK(e && strstr(e, "libscaffold-test-no-nccl.so.2 could not be loaded") &&
+              strstr(e, "LD_LIBRARY_PATH"),
+          "NCCL's error string says which library and the fix: %s", e ? e : "(null)");
+    cu_dl_use_soname(CU_DL_CUBLAS, "libscaffold-test-no-cublas.so.13");
+    cublasHandle_t h;
+    const cublasStatus_t bs = cublasCreate(&h);
+    CHECK(bs == CUBLAS_STATUS_NOT_INITIALIZED, "cuBLAS missing: not initialised (%d)", (int)bs);
+    CHECK(cu_fail_blas(bs, "cublasCreate", "x.c", 1) == ERR_INTERNAL &&
+              strstr(err_msg(), "libscaffold-test-no-cublas.so.13 could not be loaded"),
+          "the backend's cuBLAS error names the library: %s", err_msg());
+    CHECK(mapped("libnccl") == 0 && mapped("libcublas") == 0, "still nothing mapped");
+    cu_dl_use_soname(CU_DL_NCCL, NULL);
+    cu_dl_use_soname(CU_DL_CUBLAS, NULL);
+    CHECK(!cu_dl_error(CU_DL_NCCL) && !cu_dl_error(CU_DL_CUBLAS), "default sonames back");
+}
+
+/* cuDNN's descriptors for every convolution of a scale-7 / base-64 U-Net in both precisions, and
+ * for the two halves of each split skip convolution: cuDNN (really loaded now, no GPU needed)
+ * agrees with our output shapes. */
+static void test_descriptors(void) {
+    const int scale = 7, base = 64, Lv = scale - 3, N = 1 << scale;
+    int ok = 1, n = 0;
+    for (int bf = 0; bf <= 1; bf++) {
+        for (int l = 0; l <= Lv; l++) {
+            const int d = N >> l, c = base << l, cin = l ? c / 2 : 3;
+            const cu_conv_key k1 = {3, bf, 1, cin, d, d, d, c}, k2 = {3, bf, 1, c, d, d, d, c};
+            ok &= cu_conv_desc_check(&k1) == 0 && cu_conv_desc_check(&k2) == 0;
+            n += 2;
+            if (l < Lv) {
+                /* up block at level l: ConvTranspose3d from level l+1 (as the stride-2
+                 * problem: x = its output), its first conv on the skip + upsample and parts */
+                const cu_conv_key kt = {2, bf, 1, c, d, d, d, 2 * c};
+                const cu_conv_key ks = {3, bf, 1, 2 * c, d, d, d, c};
+                ok &= cu_conv_desc_check(&kt) == 0 && cu_conv_desc_check(&ks) == 0;
+                cu_conv_part part[2];
+                const int np = cu_conv3d_parts(1, bf, c, c, c, part);
+                for (int i = 0; i < np; i++) {
+                    const cu_conv_key kp = {3, bf, 1, part[i].C, d, d, d, c};
+                    ok &= cu_conv_desc_check(&kp) == 0;
+                }
+                n += 2 + np;
+            }
+        }
+    }
+    CHECK(ok, "cuDNN descriptors of %d U-Net convolutions agree with our shapes: %s", n,
+          err_msg());
+    const cu_conv_key bad = {3, 0, 1, 0, 8, 8, 8, 4};
+    CHECK(cu_conv_desc_check(&bad) == ERR_INTERNAL && strstr(err_msg(), "cuDNN error"),
+          "cuDNN refuses 0 channels, reported: %s", err_msg());
+    CHECK(cu_dl_loaded(CU_DL_CUDNN) && mapped("libcudnn") == 1, "cuDNN loaded by its first use");
+    CHECK(mapped("libcublas") == 0 && mapped("libnccl") == 0, "cuBLAS and NCCL still not loaded");
+}
+
+/* The skip connection's convolution: one or two cuDNN calls (cu_conv3d_parts). */
+static void test_skip_parts(void) {
+    int split = -1;
+    CHECK(cu_skip_mode_parse(NULL, &split) == 0 && split == 1, "default: split");
+    CHECK(cu_skip_mode_parse("", &split) == 0 && split == 1, "empty: split");
+    CHECK(cu_skip_mode_parse("gather", &split) == 0 && split == 0, "gather");
+    CHECK(cu_skip_mode_parse("split", &split) == 0 && split == 1, "split");
+    CHECK(cu_skip_mode_parse("concat", &split) == ERR_CONFIG &&
+              strstr(err_msg(), "SCAFFOLD_CUDA_SKIP='concat'"),
+          "bad value names the variable: %s", err_msg());
+    cu_conv_part p[2];
+    CHECK(cu_conv3d_parts(1, 0, 64, 64, 64, p) == 2 && p[0].c0 == 0 && p[0].C == 64 &&
+              p[0].w_off == 0 && p[1].c0 == 64 && p[1].C == 64 &&
+              p[1].w_off == (size_t)27 * 64 * 64,
+          "fp32 skip split: two convolutions, the second filter after the first");
+    CHECK(cu_conv3d_parts(1, 0, 48, 16, 32, p) == 2 && p[1].c0 == 48 && p[1].C == 16 &&
+              (p[1].w_off + (size_t)27 * p[1].C * 32) * 4 == cu_packed_bytes(64, 32, 3, 0),
+          "unequal parts fill the packed buffer exactly");
+    CHECK(cu_conv3d_parts(1, 1, 64, 64, 64, p) == 1 && p[0].C == 128, "bf16: gathered");
+    CHECK(cu_conv3d_parts(0, 0, 64, 64, 64, p) == 1 && p[0].C == 128, "gather mode");
+    CHECK(cu_conv3d_parts(1, 0, 3, 0, 64, p) == 1 && p[0].C == 3 && p[0].w_off == 0,
+          "no skip: one convolution");
+}
+
+/* The CUDA table's device memory plan: with its bf16 storage entries a bf16 model without
+ * checkpointing keeps its down blocks' convolution outputs as bf16 (unet.c h16). */
+static void test_memory_plan(void) {
+    nn_backend t, t_no16;
+    const nn_unet_spec s = {3, 5, 4, 64, 8}; /* scale 7: layers 4, base 64, 5 classes */
+    const int Lv = 4, E = 128;
+    nn_unet_memory m16, m32, f32a, f32b;
+    for (int bf = 0; bf <= 1; bf++) {
+        cu_backend_table(&t, bf);
+        t_no16 = t;
+        t_no16.bf16_narrow = NULL;
+        t_no16.bf16_widen = NULL;
+        nn_unet_opts o = {.precision = bf ? NN_BF16 : NN_FP32, .backend = &t};
+        nn_unet_opts o2 = o;
+        o2.backend = &t_no16;
+        int rc = nn_unet_memory_estimate(&s, &o, 1, E, E, E, NN_OPT_ADAM, bf ? &m16 : &f32a);
+        rc |= nn_unet_memory_estimate(&s, &o2, 1, E, E, E, NN_OPT_ADAM, bf ? &m32 : &f32b);
+        CHECK(rc == 0, "estimates: %s", err_msg());
+    }
+    CHECK(t.bf16_narrow && t.bf16_widen && t.conv_round && !t.gn_round && t.device &&
+              !t.host_access && !strcmp(t.name, "cuda"),
+          "the CUDA table: bf16 storage entries, convolutions round, GroupNorm fp32");
+    /* the saving: per down block above the bottleneck, c1 and c2 at 2 bytes instead of 4 */
+    size_t saved = 0;
+    for (int l = 0; l < Lv; l++) {
+        const size_t n = (size_t)(E >> l) * (E >> l) * (E >> l) * (64 << l);
+        saved += 2 * (((n + 15) & ~(size_t)15) - (((n + 1) / 2 + 15) & ~(size_t)15)) * 4;
+    }
+    CHECK(m32.activations - m16.activations == saved && m16.workspace == m32.workspace,
+          "bf16 storage saves %zu MiB of %zu MiB of activations", saved >> 20,
+          m32.activations >> 20);
+    CHECK(f32a.activations == f32b.activations, "fp32: no bf16 storage");
+    printf("device memory at scale 7 / base 64, batch 1, bf16: activations %.2f GiB with bf16 "
+           "storage (%.2f GiB without), workspace %.2f GiB, total %.2f GiB; fp32: activations "
+           "%.2f GiB, total %.2f GiB\n",
+           m16.activations / 1073741824.0, m32.activations / 1073741824.0,
+           m16.workspace / 1073741824.0, m16.total / 1073741824.0,
+           f32a.activations / 1073741824.0, f32a.total / 1073741824.0);
+}
+
 /* The real selection on this machine. With a reason to stay on the CPU, auto is the CPU whatever
  * the machine has and an explicit cuda is refused on every rank; without one, auto takes a GPU
  * exactly when the probe finds one. */
@@ -432,6 +584,10 @@ static void test_select(void) {
 
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
+    test_lazy_libraries(); /* first: nothing may have loaded the libraries yet */
+    test_descriptors();
+    test_skip_parts();
+    test_memory_plan();
     test_want();
     test_local_rank();
     test_pick();

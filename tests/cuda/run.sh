@@ -12,7 +12,9 @@
 #    CPU engine with memory of its own, so every upload, download and staging of the loop is
 #    exercised): 1 and 2 ranks, bf16 with activation checkpointing, and a resume, each equal to
 #    the plain CPU run (statistics and checkpoint tensors bit for bit);
-#  - tests/cuda/test_backend: the operation table and the model's copies (any build).
+#  - tests/cuda/test_backend: the operation table and the model's copies (any build);
+#  - the per-kernel harness's CPU references (bench/gpu/kernels/run.sh --cpu-only) and
+#    tools/gpu_window.sh (its deadline handling, and its dry run on this machine).
 # The op-by-op GPU tests are tests/gpu/run.sh (skipped where no GPU is visible).
 cd "$(dirname "$0")/../.." && source tests/lib.sh
 export OMP_NUM_THREADS=1
@@ -61,6 +63,47 @@ else
             t_fail "device: cpu" "$out"
         fi
     fi
+fi
+# The per-kernel harness (bench/gpu/kernels): every program's CPU reference against its
+# independent formula (both builds; the GPU halves say SKIP here), and the harness's own
+# failure path: with every compared result perturbed, every check fails and run.sh exits 1.
+t_cbin env BUILD="$BUILD" bash "$root/bench/gpu/kernels/run.sh" --cpu-only --quick
+out=$(KH_PERTURB=1 BUILD="$BUILD" bash "$root/bench/gpu/kernels/run.sh" --cpu-only --quick \
+    --only "relu loss argmax" 2>&1)
+rc=$?
+if [ $rc = 1 ] && grep -qE '^0 passed, [1-9][0-9]* failed' <<<"$out" &&
+    [ "$(grep -c ' FAIL ' <<<"$out")" -ge 5 ]; then
+    t_ok "kernel harness: perturbed results fail every check (exit 1)"
+else
+    t_fail "kernel harness: perturbed results" "exit $rc: $(tail -n 5 <<<"$out")"
+fi
+t_expect_fail "kernel harness: bad option" 2 "unknown option '--bogus'" \
+    bash "$root/bench/gpu/kernels/run.sh" --bogus
+# tools/gpu_window.sh: its deadline handling (a stage past its budget is killed with its
+# children, later stages are skipped, the summary is written) on synthetic stages, and its dry
+# run on this machine: the CPU parts run, the GPU stages reach their SKIP or are shown.
+t_cbin bash "$root/tools/gpu_window.sh" --self-test --seconds 10 --out "$d/selftest"
+t_expect_fail "gpu window: bad --seconds" 2 "at least 30" bash "$root/tools/gpu_window.sh" --seconds 10
+t_expect_fail "gpu window: unknown stage" 2 "no stage 'bogus'" \
+    bash "$root/tools/gpu_window.sh" --dry-run --only bogus
+if [ -x "$root/$BUILD/tests/cuda/cu_host" ]; then
+    only=() # a CUDA build: the whole dry run (its build stage finds everything up to date)
+    want="^2 +build +passed"
+else
+    only=(--only kernels,gpu-tests,step-bench) # no CUDA toolkit needed
+    want="^4 +kernels +passed"
+fi
+out=$(BUILD="$BUILD" bash "$root/tools/gpu_window.sh" --dry-run --seconds 300 --out "$d/dry" \
+    "${only[@]}" 2>&1)
+rc=$?
+sum=$(cat "$d/dry/summary.txt" 2>/dev/null)
+if [ $rc = 0 ] && grep -qE "$want" <<<"$sum" && grep -qE '^4 +kernels +passed' <<<"$sum" &&
+    grep -qE '^5 +gpu-tests +(skipped \(no GPU|passed)' <<<"$sum" &&
+    grep -qE '^0 passed, 0 failed|^[0-9]+ passed, 0 failed' "$d/dry/04-kernels.log" &&
+    [ -s "$d/dry/env.txt" ]; then
+    t_ok "gpu window: dry run ($(tail -n 1 <<<"$sum"))"
+else
+    t_fail "gpu window: dry run" "exit $rc: $out"
 fi
 # The training loop on a device backend's discipline against the plain CPU run.
 t_cbin "$root/$BUILD/tests/cuda/test_backend"

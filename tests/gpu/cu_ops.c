@@ -140,10 +140,10 @@ static void same_bits(const char *name, const void *a, const void *b, size_t byt
     } while (0)
 
 /* Packed weights of a convolution on the device. */
-static void *packed(const float *w_dev, int cin, int cout, int k) {
-    void *wp = dnew(NULL, cu_packed_bytes(cin, cout, k, bf16));
-    int rc = k == 3 ? cu_pack_conv3d(ctx, wp, w_dev, cout, cin)
-                    : cu_pack_convt3d(ctx, wp, w_dev, cin, cout);
+static void *packed(const float *w_dev, int ca, int cb, int cout, int k) {
+    void *wp = dnew(NULL, cu_packed_bytes(ca + cb, cout, k, bf16));
+    int rc = k == 3 ? cu_pack_conv3d(ctx, wp, w_dev, cout, ca, cb)
+                    : cu_pack_convt3d(ctx, wp, w_dev, ca, cout);
     if (rc) {
         fprintf(stderr, "FAIL pack: %s\n", err_msg());
         exit(1);
@@ -176,45 +176,56 @@ static void test_conv3d(int N, int D, int H, int W, int ca, int cb, int cout) {
     for (size_t i = 0; i < nw; i++)
         dw[i] += dw0[i]; /* weight gradients accumulate */
 
-    float *da = dfl(a, P * ca), *db = b ? dfl(b, P * cb) : NULL, *dwt = dfl(w, nw);
-    float *dd = dfl(dout, P * cout), *ddw = dfl(dw0, nw);
-    float *gout = dfl(NULL, P * cout), *gdin = dfl(NULL, P * cin);
-    void *wp = packed(dwt, cin, cout, 3);
-    TRY(cu_conv3d_forward(ctx, gout, da, ca, db, cb, wp, cout, N, D, H, W));
-    TRY(cu_conv3d_backward(ctx, gdin, NULL, ddw, dd, da, ca, db, cb, wp, cout, N, D, H, W));
-    char name[160];
-    snprintf(name, sizeof name, "%s out", tag);
-    close_to(name, gout, out, P * cout, RTOL);
-    snprintf(name, sizeof name, "%s din", tag);
-    close_to(name, gdin, din, P * cin, RTOL);
-    snprintf(name, sizeof name, "%s dw (accumulated)", tag);
-    close_to(name, ddw, dw, nw, RTOL);
-    /* deterministic: a second backward from the same state gives the same bits */
-    float *h1 = hfl(gdin, P * cin), *w1 = hfl(ddw, nw);
-    TRY(cu_upload(ctx, ddw, dw0, nw * sizeof(float)));
-    TRY(cu_conv3d_backward(ctx, gdin, NULL, ddw, dd, da, ca, db, cb, wp, cout, N, D, H, W));
-    float *h2 = hfl(gdin, P * cin), *w2 = hfl(ddw, nw);
-    snprintf(name, sizeof name, "%s backward repeats", tag);
-    same_bits(name, h1, h2, P * cin * sizeof(float));
-    same_bits(name, w1, w2, nw * sizeof(float));
-    /* din may be NULL: only dw */
-    TRY(cu_upload(ctx, ddw, dw0, nw * sizeof(float)));
-    TRY(cu_conv3d_backward(ctx, NULL, NULL, ddw, dd, da, ca, db, cb, wp, cout, N, D, H, W));
-    snprintf(name, sizeof name, "%s dw without din", tag);
-    close_to(name, ddw, dw, nw, RTOL);
-    if (cb) {
-        /* the two inputs' gradients written apart (the U-Net's up blocks) */
-        float *ga = dfl(NULL, P * ca), *gb = dfl(NULL, P * cb);
-        float *wa = malloc(sizeof(float) * P * ca), *wb = malloc(sizeof(float) * P * cb);
-        nn_concat_backward(wa, wb, din, ca, cb, (long)P);
-        TRY(cu_conv3d_backward(ctx, ga, gb, ddw, dd, da, ca, db, cb, wp, cout, N, D, H, W));
-        snprintf(name, sizeof name, "%s din split: first input", tag);
-        close_to(name, ga, wa, P * ca, RTOL);
-        snprintf(name, sizeof name, "%s din split: second input", tag);
-        close_to(name, gb, wb, P * cb, RTOL);
-        free(wa), free(wb);
+    /* fp32 with a skip: both ways to cuDNN (cu_conv3d_parts), split first (the default) */
+    for (int mode = 1; mode >= 0; mode--) {
+        if (mode == 0 && (bf16 || !cb))
+            break;
+        cu_ctx_set_skip_split(ctx, mode);
+        char tag2[128];
+        snprintf(tag2, sizeof tag2, "%s%s", tag,
+                 bf16 || !cb ? "" : mode ? " (split)" : " (gather)");
+        float *da = dfl(a, P * ca), *db = b ? dfl(b, P * cb) : NULL, *dwt = dfl(w, nw);
+        float *dd = dfl(dout, P * cout), *ddw = dfl(dw0, nw);
+        float *gout = dfl(NULL, P * cout), *gdin = dfl(NULL, P * cin);
+        void *wp = packed(dwt, ca, cb, cout, 3);
+        TRY(cu_conv3d_forward(ctx, gout, da, ca, db, cb, wp, cout, N, D, H, W));
+        TRY(cu_conv3d_backward(ctx, gdin, NULL, ddw, dd, da, ca, db, cb, wp, cout, N, D, H, W));
+        char name[160];
+        snprintf(name, sizeof name, "%s out", tag2);
+        close_to(name, gout, out, P * cout, RTOL);
+        snprintf(name, sizeof name, "%s din", tag2);
+        close_to(name, gdin, din, P * cin, RTOL);
+        snprintf(name, sizeof name, "%s dw (accumulated)", tag2);
+        close_to(name, ddw, dw, nw, RTOL);
+        /* deterministic: a second backward from the same state gives the same bits */
+        float *h1 = hfl(gdin, P * cin), *w1 = hfl(ddw, nw);
+        TRY(cu_upload(ctx, ddw, dw0, nw * sizeof(float)));
+        TRY(cu_conv3d_backward(ctx, gdin, NULL, ddw, dd, da, ca, db, cb, wp, cout, N, D, H, W));
+        float *h2 = hfl(gdin, P * cin), *w2 = hfl(ddw, nw);
+        snprintf(name, sizeof name, "%s backward repeats", tag2);
+        same_bits(name, h1, h2, P * cin * sizeof(float));
+        same_bits(name, w1, w2, nw * sizeof(float));
+        /* din may be NULL: only dw */
+        TRY(cu_upload(ctx, ddw, dw0, nw * sizeof(float)));
+        TRY(cu_conv3d_backward(ctx, NULL, NULL, ddw, dd, da, ca, db, cb, wp, cout, N, D, H, W));
+        snprintf(name, sizeof name, "%s dw without din", tag2);
+        close_to(name, ddw, dw, nw, RTOL);
+        if (cb) {
+            /* the two inputs' gradients written apart (the U-Net's up blocks) */
+            float *ga = dfl(NULL, P * ca), *gb = dfl(NULL, P * cb);
+            float *wa = malloc(sizeof(float) * P * ca), *wb = malloc(sizeof(float) * P * cb);
+            nn_concat_backward(wa, wb, din, ca, cb, (long)P);
+            TRY(cu_conv3d_backward(ctx, ga, gb, ddw, dd, da, ca, db, cb, wp, cout, N, D, H, W));
+            snprintf(name, sizeof name, "%s din split: first input", tag2);
+            close_to(name, ga, wa, P * ca, RTOL);
+            snprintf(name, sizeof name, "%s din split: second input", tag2);
+            close_to(name, gb, wb, P * cb, RTOL);
+            free(wa), free(wb);
+        }
+        free(h1), free(h2), free(w1), free(w2);
+        dfree_all();
     }
-    free(h1), free(h2), free(w1), free(w2);
+    cu_ctx_set_skip_split(ctx, 1);
     free(a), free(b), free(w), free(dout), free(dw0), free(ws), free(out), free(din), free(dw);
     dfree_all();
 }
@@ -251,7 +262,7 @@ static void test_convt3d(int N, int D, int H, int W, int cin, int cout, int skip
     float *gin = dfl(in, P * cin), *gw = dfl(w, nw), *gb = dfl(bias, cout);
     float *gcat = dfl(dcat, Po * ldo), *gdw = dfl(dw0, nw), *gdb = dfl(db0, cout);
     float *gout = dfl(NULL, Po * cout), *gdin = dfl(NULL, P * cin);
-    void *wp = packed(gw, cin, cout, 2);
+    void *wp = packed(gw, cin, 0, cout, 2);
     TRY(cu_convt3d_forward(ctx, gout, gin, wp, gb, cin, cout, N, D, H, W));
     TRY(cu_convt3d_backward(ctx, gdin, gdw, gdb, gcat + skip, ldo, gin, wp, cin, cout, N, D, H,
                             W));
@@ -379,6 +390,24 @@ static void test_elementwise(void) {
     same_bits("relu forward", hy, y, n * sizeof(float));
     same_bits("relu backward", hdx, dx, n * sizeof(float));
     free(hy), free(hdx);
+
+    /* bf16 storage of bf16 values (the h16 plan of a bf16 model): the CPU's bits both ways */
+    float *xr = malloc(sizeof(float) * n), *xw = malloc(sizeof(float) * n);
+    uint16_t *x16 = malloc(sizeof(uint16_t) * n);
+    for (size_t i = 0; i < n; i++)
+        xr[i] = bf16r(x[i]);
+    nn_bf16_narrow(x16, xr, n);
+    nn_bf16_widen(xw, x16, n);
+    float *gxr = dfl(xr, n), *gxw = dfl(NULL, n);
+    uint16_t *gx16 = dnew(NULL, sizeof(uint16_t) * n);
+    TRY(cu_bf16_narrow(ctx, gx16, gxr, n));
+    TRY(cu_bf16_widen(ctx, gxw, gx16, n));
+    uint16_t *hx16 = hget(gx16, sizeof(uint16_t) * n);
+    float *hxw = hfl(gxw, n);
+    same_bits("bf16 narrow", hx16, x16, n * sizeof(uint16_t));
+    same_bits("bf16 widen (round trip of bf16 values)", hxw, xw, n * sizeof(float));
+    same_bits("bf16 round trip is exact", hxw, xr, n * sizeof(float));
+    free(xr), free(xw), free(x16), free(hx16), free(hxw);
 
     float *po = malloc(sizeof(float) * no), *pdout = hrand(no, 1);
     float *pdin = hrand(n, 1), *pdin0 = malloc(sizeof(float) * n);

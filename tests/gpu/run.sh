@@ -4,7 +4,7 @@
 # steps, SGD, RMSprop, clipping, the loader's staging ring, the NCCL all-reduce), the whole U-Net
 # on the backend table against the CPU backend (tests/gpu/cu_unet.c: logits, loss, every
 # gradient, 10 Adam steps, evaluation, prediction, a GPU checkpoint loaded on the CPU), and
-# compute-sanitizer on the op tests when the toolkit has it.
+# compute-sanitizer on the op tests when the toolkit has it (SCAFFOLD_GPU_SANITIZE=0: not).
 #
 # It runs only where a GPU is visible. Anywhere else it prints one SKIP line and
 # "0 passed, 0 failed": a skip is never counted as a pass (tests/run.sh adds 0 to the total).
@@ -32,6 +32,8 @@ for prec in fp32 bf16; do
     t_cbin env -C "$tmp" "$(cd "$BUILD" && pwd)/tests/gpu/cu_unet" "$prec"
 done
 rm -rf "$tmp"
+# every own kernel against the CPU engine (bench/gpu/kernels, GPU halves, small shapes)
+t_cbin env BUILD="$BUILD" bash bench/gpu/kernels/run.sh --quick --reps 3
 # NCCL across ranks needs a GPU per rank.
 if [ "${ngpu:-1}" -ge 2 ]; then
     t_cbin $MPIRUN -n 2 "$BIN" fp32
@@ -39,7 +41,9 @@ else
     echo "note: one GPU: the NCCL test ran on 1 rank only (2 ranks need 2 GPUs)"
 fi
 CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
-if [ -n "$CS" ]; then
+if [ "${SCAFFOLD_GPU_SANITIZE:-1}" = 0 ]; then
+    echo "note: SCAFFOLD_GPU_SANITIZE=0: compute-sanitizer NOT run here (tools/gpu_window.sh runs it as a stage of its own)"
+elif [ -n "$CS" ]; then
     for tool in memcheck racecheck; do
         out=$("$CS" --tool $tool --error-exitcode 9 "$BIN" fp32 --quick 2>&1); rc=$?
         if [ $rc -eq 0 ] && grep -qE '^[0-9]+ passed, 0 failed' <<<"$out"; then

@@ -189,12 +189,14 @@ static size_t loss_ws(int N, long S, int K) {
 
 /* ---- packed weights ------------------------------------------------------------------------- */
 
-/* The packed copy of weight w (k = 3: Conv3d (cout, cin, 3,3,3); k = 2: ConvTranspose3d
- * (cin, cout, 2,2,2)), packed now if the parameters changed since. NULL on failure (recorded). */
-static const void *packed(nn_backend *b, const float *w, int cin, int cout, int k) {
+/* The packed copy of weight w (k = 3: Conv3d (cout, ca + cb, 3,3,3) for inputs of ca and cb
+ * channels; k = 2: ConvTranspose3d (ca, cout, 2,2,2), cb = 0), packed now if the parameters
+ * changed since. NULL on failure (recorded). */
+static const void *packed(nn_backend *b, const float *w, int ca, int cb, int cout, int k) {
     cu_be *e = be_of(b);
+    const int cin = ca + cb;
     int fresh = 0;
-    int i = cu_wcache_find(&e->wc, w, cin, cout, k, &fresh);
+    int i = cu_wcache_find(&e->wc, w, ca, cin, cout, k, &fresh);
     if (i < 0) {
         rec(b, i);
         return NULL;
@@ -212,7 +214,7 @@ static const void *packed(nn_backend *b, const float *w, int cin, int cout, int 
         }
     }
     if (en->version != e->wc.version) {
-        int rc = k == 3 ? cu_pack_conv3d(e->c, en->packed, w, cout, cin)
+        int rc = k == 3 ? cu_pack_conv3d(e->c, en->packed, w, cout, ca, cb)
                         : cu_pack_convt3d(e->c, en->packed, w, cin, cout);
         if (rc) {
             rec(b, rc);
@@ -232,7 +234,7 @@ static void conv3d_forward(nn_backend *b, float *out, const float *inA, int ca, 
     SKIP_IF_FAILED(b);
     if (check_prec(b, prec) || check_unsharded(b, sh))
         return;
-    const void *wp = packed(b, w, ca + cb, cout, 3);
+    const void *wp = packed(b, w, ca, inB ? cb : 0, cout, 3);
     if (wp)
         rec(b, cu_conv3d_forward(be_of(b)->c, out, inA, ca, inB, cb, wp, cout, N, D, H, W));
 }
@@ -245,7 +247,7 @@ static void conv3d_backward(nn_backend *b, float *din, float *dinB, float *dw, c
     SKIP_IF_FAILED(b);
     if (check_prec(b, prec) || check_unsharded(b, sh))
         return;
-    const void *wp = packed(b, w, ca + cb, cout, 3);
+    const void *wp = packed(b, w, ca, inB ? cb : 0, cout, 3);
     if (wp)
         rec(b, cu_conv3d_backward(be_of(b)->c, din, dinB, dw, dout, inA, ca, inB, cb, wp, cout, N,
                                   D, H, W));
@@ -258,7 +260,7 @@ static void convt3d_forward(nn_backend *b, float *out, const float *in, const fl
     SKIP_IF_FAILED(b);
     if (check_prec(b, prec))
         return;
-    const void *wp = packed(b, w, cin, cout, 2);
+    const void *wp = packed(b, w, cin, 0, cout, 2);
     if (wp)
         rec(b, cu_convt3d_forward(be_of(b)->c, out, in, wp, bias, cin, cout, N, D, H, W));
 }
@@ -270,7 +272,7 @@ static void convt3d_backward(nn_backend *b, float *din, float *dw, float *db, co
     SKIP_IF_FAILED(b);
     if (check_prec(b, prec))
         return;
-    const void *wp = packed(b, w, cin, cout, 2);
+    const void *wp = packed(b, w, cin, 0, cout, 2);
     if (wp)
         rec(b, cu_convt3d_backward(be_of(b)->c, din, dw, db, dout, ldo, in, wp, cin, cout, N, D,
                                    H, W));
@@ -347,6 +349,16 @@ static void to_first(nn_backend *b, float *dst, const float *src, int N, int C, 
 static void round_bf16(nn_backend *b, float *x, size_t n) {
     SKIP_IF_FAILED(b);
     rec(b, cu_round_bf16(be_of(b)->c, x, n));
+}
+
+static void bf16_narrow(nn_backend *b, uint16_t *dst, const float *src, size_t n) {
+    SKIP_IF_FAILED(b);
+    rec(b, cu_bf16_narrow(be_of(b)->c, dst, src, n));
+}
+
+static void bf16_widen(nn_backend *b, float *dst, const uint16_t *src, size_t n) {
+    SKIP_IF_FAILED(b);
+    rec(b, cu_bf16_widen(be_of(b)->c, dst, src, n));
 }
 
 /* ---- loss, metrics, optimizer ------------------------------------------------------------------ */
@@ -431,22 +443,16 @@ static void be_destroy(nn_backend *b) {
     free(e);
 }
 
-int cu_backend_create(nn_backend **out, int gpu, int bf16, size_t algo_ws_bytes) {
-    *out = NULL;
-    cu_be *e = calloc(1, sizeof *e);
-    if (!e)
-        return err_set(ERR_NOMEM, "CUDA backend: out of host memory");
-    int rc = cu_ctx_create(&e->c, gpu, bf16, 0, algo_ws_bytes);
-    if (rc) {
-        free(e);
-        return rc;
-    }
-    e->slot = -1;
-    nn_backend *b = &e->b;
+void cu_backend_table(nn_backend *b, int bf16) {
+    memset(b, 0, sizeof *b);
     b->name = "cuda";
     b->device = 1;
     b->host_access = 0;
     b->prec = bf16 ? NN_BF16 : NN_FP32;
+    /* GroupNorm stays fp32 (autocast on GPUs), so the model rounds its outputs (gn_round 0);
+     * the convolutions write bf16 values in bf16 (their outputs and input gradients come from
+     * bf16 tensors or are rounded), so no rounding pass follows them (conv_round 1). */
+    b->conv_round = 1;
     b->destroy = be_destroy;
     b->alloc = be_alloc;
     b->free = be_free;
@@ -474,12 +480,30 @@ int cu_backend_create(nn_backend **out, int gpu, int bf16, size_t algo_ws_bytes)
     b->to_channels_last = to_last;
     b->to_channels_first = to_first;
     b->round_bf16 = round_bf16;
+    /* bf16 storage: a bf16 model without checkpointing keeps its down blocks' convolution
+     * outputs (bf16 values) in half the memory until the backward pass (unet.c, h16) */
+    b->bf16_narrow = bf16_narrow;
+    b->bf16_widen = bf16_widen;
     b->loss = loss;
     b->hard_dice = hard_dice;
     b->argmax = argmax;
     b->clip_grad_norm = clip_grad_norm;
     b->optim_step = optim_step;
-    *out = b;
+}
+
+int cu_backend_create(nn_backend **out, int gpu, int bf16, size_t algo_ws_bytes) {
+    *out = NULL;
+    cu_be *e = calloc(1, sizeof *e);
+    if (!e)
+        return err_set(ERR_NOMEM, "CUDA backend: out of host memory");
+    int rc = cu_ctx_create(&e->c, gpu, bf16, 0, algo_ws_bytes);
+    if (rc) {
+        free(e);
+        return rc;
+    }
+    e->slot = -1;
+    cu_backend_table(&e->b, bf16);
+    *out = &e->b;
     return 0;
 }
 

@@ -16,17 +16,13 @@
 
 #include <string.h>
 
-static cudnnDataType_t dtype(const cu_ctx *c) {
-    return c->bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
-}
-
 /* Math type of the search and of every fp32 execution: FMA only (TF32 off). */
 static cudnnMathType_t search_math(const cu_ctx *c) {
     return c->bf16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
 }
 
-static int desc_set(const cu_ctx *c, cu_conv_desc *d, const cu_conv_key *k) {
-    const cudnnDataType_t t = dtype(c);
+static int desc_set(cu_conv_desc *d, const cu_conv_key *k) {
+    const cudnnDataType_t t = k->bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
     const int s = k->k == 2 ? 2 : 1, pad = k->k == 3 ? 1 : 0;
     const int xd[5] = {k->N, k->C, k->D, k->H, k->W};
     const int yd[5] = {k->N, k->K, k->D / s, k->H / s, k->W / s};
@@ -41,10 +37,39 @@ static int desc_set(const cu_ctx *c, cu_conv_desc *d, const cu_conv_key *k) {
     int od[5];
     DNN_TRY(cudnnGetConvolutionNdForwardOutputDim(d->conv, d->x, d->w, 5, od));
     for (int i = 0; i < 5; i++)
-        if (od[i] != yd[i])
-            return err_set(ERR_INTERNAL, "cuDNN output dim %d is %d, expected %d", i, od[i],
-                           yd[i]);
+        if (od[i] != yd[i]) {
+            char key[160];
+            cu_conv_key_str(k, key, sizeof key);
+            return err_set(ERR_INTERNAL, "cuDNN output dim %d of %s is %d, expected %d", i, key,
+                           od[i], yd[i]);
+        }
     return 0;
+}
+
+static int desc_make(cu_conv_desc *d) {
+    DNN_TRY(cudnnCreateTensorDescriptor(&d->x));
+    DNN_TRY(cudnnCreateTensorDescriptor(&d->y));
+    DNN_TRY(cudnnCreateFilterDescriptor(&d->w));
+    DNN_TRY(cudnnCreateConvolutionDescriptor(&d->conv));
+    d->made = 1;
+    return 0;
+}
+
+int cu_conv_desc_check(const cu_conv_key *k) {
+    cu_conv_desc d;
+    memset(&d, 0, sizeof d);
+    int rc = desc_make(&d);
+    if (!rc)
+        rc = desc_set(&d, k);
+    if (d.x)
+        cudnnDestroyTensorDescriptor(d.x);
+    if (d.y)
+        cudnnDestroyTensorDescriptor(d.y);
+    if (d.w)
+        cudnnDestroyFilterDescriptor(d.w);
+    if (d.conv)
+        cudnnDestroyConvolutionDescriptor(d.conv);
+    return rc;
 }
 
 int cu_conv_slot(cu_ctx *c, const cu_conv_key *k, int *slot) {
@@ -53,14 +78,12 @@ int cu_conv_slot(cu_ctx *c, const cu_conv_key *k, int *slot) {
         return i;
     cu_conv_desc *d = &c->desc[i];
     if (!d->made) {
-        DNN_TRY(cudnnCreateTensorDescriptor(&d->x));
-        DNN_TRY(cudnnCreateTensorDescriptor(&d->y));
-        DNN_TRY(cudnnCreateFilterDescriptor(&d->w));
-        DNN_TRY(cudnnCreateConvolutionDescriptor(&d->conv));
-        d->made = 1;
+        int rc = desc_make(d);
+        if (rc)
+            return rc;
     }
     if (!d->ready) {
-        int rc = desc_set(c, d, k);
+        int rc = desc_set(d, k);
         if (rc)
             return rc;
         d->ready = 1;
@@ -70,9 +93,9 @@ int cu_conv_slot(cu_ctx *c, const cu_conv_key *k, int *slot) {
 }
 
 int cu_conv_exec(cu_ctx *c, int slot, int op, int algo, int math, size_t ws, const void *a,
-                 const void *b, void *out) {
+                 const void *b, void *out, int accumulate) {
     const cu_conv_desc *d = &c->desc[slot];
-    const float one = 1.0f, zero = 0.0f;
+    const float one = 1.0f, zero = accumulate ? 1.0f : 0.0f;
     if (ws > c->algo_ws_bytes)
         return err_set(ERR_RANGE, "cuDNN algorithm needs %zu bytes of workspace, %zu available",
                        ws, c->algo_ws_bytes);
@@ -170,42 +193,78 @@ static int conv_find(cu_ctx *c, int slot, int op, const void *a, const void *b, 
     return 0;
 }
 
-/* The operation with its cached algorithm (measured on first use). */
-static int conv_run(cu_ctx *c, int slot, int op, const void *a, const void *b, void *out) {
-    cu_algo *al = &c->algos.e[slot].op[op];
+/* The operation's algorithm, measured on first use (cudnnFind writes `out`). */
+int cu_conv_measure(cu_ctx *c, int slot, int op, const void *a, const void *b, void *out) {
+    return c->algos.e[slot].op[op].found ? 0 : conv_find(c, slot, op, a, b, out);
+}
+
+/* The operation with its cached algorithm; `accumulate` adds to out (then the algorithm must
+ * have been measured before out held anything: cu_conv_measure first). */
+static int conv_run(cu_ctx *c, int slot, int op, const void *a, const void *b, void *out,
+                    int accumulate) {
+    const cu_algo *al = &c->algos.e[slot].op[op];
     if (!al->found) {
+        if (accumulate)
+            return err_set(ERR_INTERNAL, "cuDNN algorithm not measured before an accumulating "
+                                         "call (it would overwrite the output)");
         int rc = conv_find(c, slot, op, a, b, out);
         if (rc)
             return rc;
     }
-    return cu_conv_exec(c, slot, op, al->algo, al->math, al->ws, a, b, out);
+    return cu_conv_exec(c, slot, op, al->algo, al->math, al->ws, a, b, out, accumulate);
 }
 
 /* ---- packing --------------------------------------------------------------------------------- */
 
-int cu_pack_conv3d(cu_ctx *c, void *wp, const float *w, int cout, int cin) {
-    CU_TRY(cuk_pack(c->stream, wp, c->bf16, w, cout, cin, 27));
+int cu_pack_conv3d(cu_ctx *c, void *wp, const float *w, int cout, int ca, int cb) {
+    cu_conv_part part[2];
+    const int np = cu_conv3d_parts(c->skip_split, c->bf16, ca, cb, cout, part);
+    for (int i = 0; i < np; i++)
+        CU_TRY(cuk_pack(c->stream, (char *)wp + part[i].w_off * (c->bf16 ? 2 : 4), c->bf16,
+                        w + (size_t)part[i].c0 * 27, cout, part[i].C, 27, ca + cb));
     return 0;
 }
 
 int cu_pack_convt3d(cu_ctx *c, void *wp, const float *w, int cin, int cout) {
-    CU_TRY(cuk_pack(c->stream, wp, c->bf16, w, cin, cout, 8));
+    CU_TRY(cuk_pack(c->stream, wp, c->bf16, w, cin, cout, 8, cout));
     return 0;
 }
 
-/* ---- Conv3d k3 p1 ----------------------------------------------------------------------------- */
+/* ---- Conv3d k3 p1 -----------------------------------------------------------------------------
+ * cu_conv3d_parts: one cuDNN convolution over the input (concatenated with the skip in the
+ * workspace when there is one), or, for the skip in fp32 split mode, one per input with its part
+ * of the filter: y = conv(A, W_A) + conv(B, W_B), dA and dB each from its own backward-data (no
+ * concatenation, no split), dW_A and dW_B from two backward-filters. */
 
-/* Common start of the Conv3d ops: shape check, workspace plan, slot. */
-static int conv3d_begin(cu_ctx *c, cu_ws_plan *pl, int *slot, int N, int D, int H, int W,
-                        int cin, int cout, const char *op) {
-    int rc = cu_check_conv_shape(N, D, H, W, cin, cout, 0);
+typedef struct conv3d_call {
+    cu_ws_plan pl;
+    int np;              /* cuDNN convolutions: 1, or 2 (split skip) */
+    cu_conv_part part[2];
+    int slot[2];         /* their algorithm-cache slots */
+    size_t esize;        /* bytes of the compute type */
+} conv3d_call;
+
+/* Common start of the Conv3d ops: shape check, workspace plan, parts and their slots. */
+static int conv3d_begin(cu_ctx *c, conv3d_call *k, int N, int D, int H, int W, int ca, int cb,
+                        int cout, const char *op) {
+    int rc = cu_check_conv_shape(N, D, H, W, ca + cb, cout, 0);
     if (rc)
         return rc;
-    cu_conv3d_ws_plan(pl, N, D, H, W, cin, cout, c->bf16);
-    if ((rc = cu_ws_check(c, pl, op)))
+    cu_conv3d_ws_plan(&k->pl, N, D, H, W, ca + cb, cout, c->bf16);
+    if ((rc = cu_ws_check(c, &k->pl, op)))
         return rc;
-    const cu_conv_key k = {3, c->bf16, N, cin, D, H, W, cout};
-    return cu_conv_slot(c, &k, slot);
+    k->esize = c->bf16 ? 2 : 4;
+    k->np = cu_conv3d_parts(c->skip_split, c->bf16, ca, cb, cout, k->part);
+    for (int i = 0; i < k->np; i++) {
+        const cu_conv_key key = {3, c->bf16, N, k->part[i].C, D, H, W, cout};
+        if ((rc = cu_conv_slot(c, &key, &k->slot[i])))
+            return rc;
+    }
+    return 0;
+}
+
+static const void *wpart(const conv3d_call *k, const void *wp, int i) {
+    return (const char *)wp + k->part[i].w_off * k->esize;
 }
 
 /* x = cat(inA, inB) in the compute type (in place when it already is: fp32 without a skip). */
@@ -223,16 +282,57 @@ static int conv3d_input(cu_ctx *c, const cu_ws_plan *pl, const float *inA, int c
 int cu_conv3d_forward(cu_ctx *c, float *out, const float *inA, int ca, const float *inB, int cb,
                       const void *wp, int cout, int N, int D, int H, int W) {
     const long long P = (long long)N * D * H * W;
-    cu_ws_plan pl;
-    int slot, rc = conv3d_begin(c, &pl, &slot, N, D, H, W, ca + cb, cout, "conv3d forward");
-    const void *x;
-    if (rc || (rc = conv3d_input(c, &pl, inA, ca, inB, cb, P, &x)))
+    if (!inB)
+        cb = 0;
+    conv3d_call k;
+    int rc = conv3d_begin(c, &k, N, D, H, W, ca, cb, cout, "conv3d forward");
+    if (rc)
         return rc;
-    void *y = c->bf16 ? cu_ws_at(c, &pl, 2) : (void *)out;
-    if ((rc = conv_run(c, slot, CU_OP_FWD, x, wp, y)))
+    if (k.np == 2) {
+        /* both measured before the first runs: cudnnFind writes out, the second adds to it */
+        if ((rc = cu_conv_measure(c, k.slot[0], CU_OP_FWD, inA, wpart(&k, wp, 0), out)) ||
+            (rc = cu_conv_measure(c, k.slot[1], CU_OP_FWD, inB, wpart(&k, wp, 1), out)) ||
+            (rc = conv_run(c, k.slot[0], CU_OP_FWD, inA, wpart(&k, wp, 0), out, 0)))
+            return rc;
+        return conv_run(c, k.slot[1], CU_OP_FWD, inB, wpart(&k, wp, 1), out, 1);
+    }
+    const void *x;
+    if ((rc = conv3d_input(c, &k.pl, inA, ca, inB, cb, P, &x)))
+        return rc;
+    void *y = c->bf16 ? cu_ws_at(c, &k.pl, 2) : (void *)out;
+    if ((rc = conv_run(c, k.slot[0], CU_OP_FWD, x, wp, y, 0)))
         return rc;
     if (c->bf16)
         CU_TRY(cuk_convert(c->stream, out, y, 1, NULL, cout, P * cout, 0, 0));
+    return 0;
+}
+
+/* The split skip's backward (fp32): dW_A, dW_B into the workspace's dW region and added in
+ * PyTorch's layout; dA, dB straight into din, dinB (or, for one whole input gradient, into the
+ * workspace's region 0 and concatenated into din). */
+static int conv3d_backward_split(cu_ctx *c, const conv3d_call *k, float *din, float *dinB,
+                                 float *dw, const float *dout, const float *inA, int ca,
+                                 const float *inB, int cb, const void *wp, int cout, long long P) {
+    const float *in[2] = {inA, inB};
+    float *dW = cu_ws_at(c, &k->pl, 1);
+    int rc;
+    for (int i = 0; i < 2; i++)
+        if ((rc = conv_run(c, k->slot[i], CU_OP_BWD_FILTER, in[i], dout, dW + k->part[i].w_off,
+                           0)))
+            return rc;
+    for (int i = 0; i < 2; i++)
+        CU_TRY(cuk_unpack_add(c->stream, dw + (size_t)k->part[i].c0 * 27, dW + k->part[i].w_off,
+                              0, cout, k->part[i].C, 27, ca + cb));
+    if (!din && !dinB)
+        return 0;
+    float *whole = dinB ? NULL : cu_ws_at(c, &k->pl, 0); /* region 0 holds P * (ca + cb) */
+    float *dx[2] = {dinB ? din : whole, dinB ? dinB : whole + P * ca};
+    for (int i = 0; i < 2; i++)
+        if (dx[i] && (rc = conv_run(c, k->slot[i], CU_OP_BWD_DATA, wpart(k, wp, i), dout, dx[i],
+                                    0)))
+            return rc;
+    if (whole)
+        CU_TRY(cuk_gather(c->stream, din, 0, dx[0], ca, ca, dx[1], cb, cb, P));
     return 0;
 }
 
@@ -240,33 +340,39 @@ int cu_conv3d_backward(cu_ctx *c, float *din, float *dinB, float *dw, const floa
                        const float *inA, int ca, const float *inB, int cb, const void *wp,
                        int cout, int N, int D, int H, int W) {
     const long long P = (long long)N * D * H * W;
-    const int cin = ca + cb;
     if (dinB && !inB)
         return err_set(ERR_RANGE, "conv3d backward: a second input gradient without a second "
                                   "input");
-    cu_ws_plan pl;
-    int slot, rc = conv3d_begin(c, &pl, &slot, N, D, H, W, cin, cout, "conv3d backward");
+    if (!inB)
+        cb = 0;
+    const int cin = ca + cb;
+    conv3d_call k;
+    int rc = conv3d_begin(c, &k, N, D, H, W, ca, cb, cout, "conv3d backward");
+    if (rc)
+        return rc;
+    if (k.np == 2)
+        return conv3d_backward_split(c, &k, din, dinB, dw, dout, inA, ca, inB, cb, wp, cout, P);
     const void *x;
-    if (rc || (rc = conv3d_input(c, &pl, inA, ca, inB, cb, P, &x)))
+    if ((rc = conv3d_input(c, &k.pl, inA, ca, inB, cb, P, &x)))
         return rc;
     const void *dy = dout;
     if (c->bf16) {
-        void *d16 = cu_ws_at(c, &pl, 2);
+        void *d16 = cu_ws_at(c, &k.pl, 2);
         CU_TRY(cuk_gather(c->stream, d16, 1, dout, cout, cout, NULL, 0, 0, P));
         dy = d16;
     }
-    void *dW = cu_ws_at(c, &pl, 1);
-    if ((rc = conv_run(c, slot, CU_OP_BWD_FILTER, x, dy, dW)))
+    void *dW = cu_ws_at(c, &k.pl, 1);
+    if ((rc = conv_run(c, k.slot[0], CU_OP_BWD_FILTER, x, dy, dW, 0)))
         return rc;
-    CU_TRY(cuk_unpack_add(c->stream, dw, dW, c->bf16, cout, cin, 27));
+    CU_TRY(cuk_unpack_add(c->stream, dw, dW, c->bf16, cout, cin, 27, cin));
     if (!din && !dinB)
         return 0;
     /* cuDNN writes the whole input gradient: into din itself (fp32, one destination), else into
      * the workspace (bf16: region 3; fp32: region 0, whose x the backward-filter queued above
      * has read), then split and converted. */
     const int split = dinB != NULL;
-    void *dx = c->bf16 ? cu_ws_at(c, &pl, 3) : split ? cu_ws_at(c, &pl, 0) : (void *)din;
-    if ((rc = conv_run(c, slot, CU_OP_BWD_DATA, wp, dy, dx)))
+    void *dx = c->bf16 ? cu_ws_at(c, &k.pl, 3) : split ? cu_ws_at(c, &k.pl, 0) : (void *)din;
+    if ((rc = conv_run(c, k.slot[0], CU_OP_BWD_DATA, wp, dy, dx, 0)))
         return rc;
     if (c->bf16 || split)
         CU_TRY(cuk_split(c->stream, din, split ? ca : cin, dinB, split ? cb : 0, dx, c->bf16, P));
@@ -308,7 +414,7 @@ int cu_convt3d_forward(cu_ctx *c, float *out, const float *in, const void *wp, c
     if (rc || (rc = convt3d_input(c, &pl, in, cin, P, &x)))
         return rc;
     void *y = c->bf16 ? cu_ws_at(c, &pl, 3) : (void *)out;
-    if ((rc = conv_run(c, slot, CU_OP_BWD_DATA, wp, x, y)))
+    if ((rc = conv_run(c, slot, CU_OP_BWD_DATA, wp, x, y, 0)))
         return rc;
     /* + bias, in place for fp32; bf16 rounds the biased output as autocast's bf16 add does */
     CU_TRY(cuk_convert(c->stream, out, y, c->bf16, b, cout, Po * cout, 0, c->bf16));
@@ -338,13 +444,13 @@ int cu_convt3d_backward(cu_ctx *c, float *din, float *dw, float *db, const float
         CU_TRY(cuk_add_sums(c->stream, db, sums, cout, c->bf16));
     }
     void *dW = cu_ws_at(c, &pl, 2);
-    if ((rc = conv_run(c, slot, CU_OP_BWD_FILTER, g, xin, dW)))
+    if ((rc = conv_run(c, slot, CU_OP_BWD_FILTER, g, xin, dW, 0)))
         return rc;
-    CU_TRY(cuk_unpack_add(c->stream, dw, dW, c->bf16, cin, cout, 8));
+    CU_TRY(cuk_unpack_add(c->stream, dw, dW, c->bf16, cin, cout, 8, cout));
     if (!din)
         return 0;
     void *dx = c->bf16 ? cu_ws_at(c, &pl, 3) : (void *)din;
-    if ((rc = conv_run(c, slot, CU_OP_FWD, g, wp, dx)))
+    if ((rc = conv_run(c, slot, CU_OP_FWD, g, wp, dx, 0)))
         return rc;
     if (c->bf16)
         CU_TRY(cuk_convert(c->stream, din, dx, 1, NULL, cin, P * cin, 0, 0));

@@ -104,7 +104,7 @@ void cu_conv_key_str(const cu_conv_key *k, char *buf, size_t n);
 typedef struct cu_wcache_entry {
     const float *w; /* the weight in PyTorch layout */
     void *packed;   /* its packed copy (owned by the cache's user) */
-    int cin, cout, k;
+    int ca, cin, cout, k; /* ca: channels of the first input (the packing splits at it) */
     long version;   /* of the packed copy */
 } cu_wcache_entry;
 typedef struct cu_wcache {
@@ -112,10 +112,11 @@ typedef struct cu_wcache {
     long version;
     cu_wcache_entry e[CU_WCACHE_MAX];
 } cu_wcache;
-/* Index of w's entry. *fresh = 1 when the entry was added now or w now has another shape: its
+/* Index of w's entry for inputs of ca + (cin - ca) channels (ca = cin: one input; k = 2: ca
+ * is cin). *fresh = 1 when the entry was added now or w now has another shape: its
  * packed buffer (NULL when new, else the old one for the caller to free) must be (re)made, and
  * its version is stale. ERR_RANGE when the cache is full. */
-int cu_wcache_find(cu_wcache *c, const float *w, int cin, int cout, int k, int *fresh);
+int cu_wcache_find(cu_wcache *c, const float *w, int ca, int cin, int cout, int k, int *fresh);
 
 /* ---- Bucketed all-reduce plan ----------------------------------------------------------------
  * Gradient tensors (state_dict order, contiguous in the slab) grouped into buckets exactly as
@@ -146,6 +147,25 @@ void cu_slab_plan(size_t nparams, size_t state_floats, cu_slab_layout *l);
  * cuDNN's legacy descriptors hold sizes and strides in 32-bit ints: every tensor of one sample
  * must have fewer than 2^31 elements. ERR_CONFIG naming the layer shape and the fixes. */
 int cu_check_conv_shape(int N, int D, int H, int W, int cin, int cout, int transposed);
+
+/* ---- The skip connection's convolution ------------------------------------------------------
+ * A Conv3d with a second input (the up blocks' skip) reaches cuDNN in one of two ways:
+ *  split:  two convolutions, one per input, with the filter split by input channel (the second
+ *          accumulating into the output, beta = 1): no copy of the inputs. fp32 only.
+ *  gather: the inputs concatenated into the workspace, one convolution. Always in bf16, where
+ *          the conversion to bf16 writes a copy anyway and concatenates for free (and two bf16
+ *          outputs added would round twice, unlike PyTorch's one convolution).
+ * SCAFFOLD_CUDA_SKIP=split|gather picks the fp32 way (default split); 0 or ERR_CONFIG naming
+ * the variable. */
+int cu_skip_mode_parse(const char *s, int *split);
+/* The cuDNN convolutions of a Conv3d k3 with inputs of ca and cb channels (cb = 0: one input):
+ * part i covers input channels [c0, c0 + C) and reads the packed filter from element w_off
+ * (cu_pack_conv3d packs the parts one after the other, each (cout, 27, C)). Returns 1 or 2. */
+typedef struct cu_conv_part {
+    int c0, C;
+    size_t w_off;
+} cu_conv_part;
+int cu_conv3d_parts(int split, int bf16, int ca, int cb, int cout, cu_conv_part part[2]);
 
 /* ---- Workspace plans ---------------------------------------------------------------------------
  * Each op carves its scratch from the context's workspace as fixed regions (offsets in bytes,
@@ -204,6 +224,10 @@ void cu_ctx_free(cu_ctx *c);
  * e.g. the workspace region of the U-Net's activation slab. The caller keeps it alive. */
 void cu_ctx_set_workspace(cu_ctx *c, void *ws, size_t bytes);
 int cu_ctx_bf16(const cu_ctx *c);
+/* The skip connection's way (cu_conv3d_parts): from SCAFFOLD_CUDA_SKIP at creation; always
+ * gather in bf16. Set it before packing weights (the packing depends on it). */
+int cu_ctx_skip_split(const cu_ctx *c);
+void cu_ctx_set_skip_split(cu_ctx *c, int split);
 /* The algorithm cache (read-only; for the benchmark and logs). */
 const cu_algo_cache *cu_ctx_algos(const cu_ctx *c);
 /* Waits for the compute stream; reports any asynchronous failure. */
@@ -229,9 +253,14 @@ int cu_slab_create(cu_slab *s, size_t nparams, nn_optim_kind kind);
 void cu_slab_free(cu_slab *s);
 
 /* ---- Weight packing: PyTorch layout -> cuDNN's (K, k, k, k, C) in the compute precision ------
- * wp holds cu_packed_bytes(cin, cout, k, bf16) bytes. */
-int cu_pack_conv3d(cu_ctx *c, void *wp, const float *w, int cout, int cin);  /* k3 */
-int cu_pack_convt3d(cu_ctx *c, void *wp, const float *w, int cin, int cout); /* k2 */
+ * wp holds cu_packed_bytes(cin, cout, k, bf16) bytes. A Conv3d's packing depends on its inputs'
+ * channels ca + cb and the context's skip mode (cu_conv3d_parts): pack with the ca, cb of the
+ * ops that will read it. */
+int cu_pack_conv3d(cu_ctx *c, void *wp, const float *w, int cout, int ca, int cb); /* k3 */
+int cu_pack_convt3d(cu_ctx *c, void *wp, const float *w, int cin, int cout);       /* k2 */
+/* Sets up cuDNN's descriptors of a convolution key as the ops do and checks that cuDNN's output
+ * shape is ours: cuDNN only, no GPU needed (tests run it on every U-Net shape). */
+int cu_conv_desc_check(const cu_conv_key *k);
 
 /* ---- Conv3d k3 p1, no bias (layers.h nn_conv3d_*), wp packed by cu_pack_conv3d ------------- */
 int cu_conv3d_forward(cu_ctx *c, float *out, const float *inA, int ca, const float *inB, int cb,
@@ -299,6 +328,9 @@ int cu_clip_grad_norm(cu_ctx *c, float *grads, size_t n, double max_norm, double
 int cu_scale(cu_ctx *c, float *x, size_t n, float s);
 /* x rounded in place to bf16 values (nn_round_bf16). */
 int cu_round_bf16(cu_ctx *c, float *x, size_t n);
+/* bf16 storage of tensors that hold bf16 values (nn_bf16_narrow, nn_bf16_widen). */
+int cu_bf16_narrow(cu_ctx *c, uint16_t *dst, const float *src, size_t n);
+int cu_bf16_widen(cu_ctx *c, float *dst, const uint16_t *src, size_t n);
 
 /* ---- Loader staging: pinned host slots and asynchronous host-to-device copies -------------
  * A ring of `nslots` slots of `bytes`. The loader fills cu_stage_host(slot) (which first waits
@@ -322,6 +354,10 @@ int cu_stage_release(cu_stage *s, int slot);
  * Free with (*out)->destroy(*out). */
 struct nn_backend;
 int cu_backend_create(struct nn_backend **out, int gpu, int bf16, size_t algo_ws_bytes);
+/* The entries and properties of that table without a context (no GPU needed): its sizes and
+ * optional entries, for memory plans (nn_unet_memory_estimate) and tests. Its ops must not
+ * be called. */
+void cu_backend_table(struct nn_backend *b, int bf16);
 /* The context of a table made by cu_backend_create (tests, benchmark). */
 cu_ctx *cu_backend_ctx(struct nn_backend *b);
 

@@ -25,6 +25,7 @@ typedef struct cu_conv_desc {
 
 struct cu_ctx {
     int gpu, bf16;
+    int skip_split; /* cu_conv3d_parts: the skip's convolution split by input (fp32 only) */
     cudaStream_t stream; /* compute */
     cudaStream_t copy;   /* loader host-to-device copies */
     cudnnHandle_t dnn;
@@ -39,17 +40,32 @@ struct cu_ctx {
     cu_conv_desc desc[CU_ALGO_CACHE_MAX];
 };
 
+/* ---- dl.c: cuDNN, cuBLAS and NCCL are opened on first use (not linked), so a process that
+ * makes no CUDA context never loads them. */
+enum { CU_DL_CUDNN = 0, CU_DL_CUBLAS = 1, CU_DL_NCCL = 2, CU_DL_NLIBS = 3 };
+/* Why library `lib` could not be opened or lacked a symbol; NULL while nothing failed. */
+const char *cu_dl_error(int lib);
+/* 1 once library `lib` is open. */
+int cu_dl_loaded(int lib);
+/* Tests: the soname the next first use opens (a missing one exercises the failure path; NULL:
+ * the default again). */
+void cu_dl_use_soname(int lib, const char *soname);
+
 int cu_fail_cuda(cudaError_t e, const char *what, const char *file, int line);
 int cu_fail_dnn(cudnnStatus_t s, const char *what, const char *file, int line);
 int cu_fail_blas(cublasStatus_t s, const char *what, const char *file, int line);
 
 /* The algorithm-cache slot of a key with its descriptors ready (conv.c; the bench uses it). */
 int cu_conv_slot(cu_ctx *c, const cu_conv_key *k, int *slot);
-/* Runs one cuDNN operation of a slot with algorithm `algo` and math type `math` (beta = 0):
+/* Measures operation `op` of a slot on these buffers unless done (cu_conv_exec's operands; out
+ * is overwritten). */
+int cu_conv_measure(cu_ctx *c, int slot, int op, const void *a, const void *b, void *out);
+/* Runs one cuDNN operation of a slot with algorithm `algo` and math type `math` (beta = 0, or
+ * 1 with `accumulate`):
  * FWD (a = x, b = w, out = y), BWD_DATA (a = w, b = dy, out = dx), BWD_FILTER (a = x, b = dy,
  * out = dw). */
 int cu_conv_exec(cu_ctx *c, int slot, int op, int algo, int math, size_t ws, const void *a,
-                 const void *b, void *out);
+                 const void *b, void *out, int accumulate);
 
 #define CU_TRY(call)                                                                               \
     do {                                                                                           \

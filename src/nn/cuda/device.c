@@ -22,7 +22,9 @@ int cu_fail_dnn(cudnnStatus_t s, const char *what, const char *file, int line) {
 }
 
 int cu_fail_blas(cublasStatus_t s, const char *what, const char *file, int line) {
-    return err_set(ERR_INTERNAL, "cuBLAS error %d in %s (%s:%d)", (int)s, what, file, line);
+    const char *dl = cu_dl_error(CU_DL_CUBLAS);
+    return err_set(ERR_INTERNAL, "cuBLAS error %d in %s (%s:%d)%s%s", (int)s, what, file, line,
+                   dl ? ": " : "", dl ? dl : "");
 }
 
 int cu_ws_check(const cu_ctx *c, const cu_ws_plan *p, const char *op) {
@@ -127,7 +129,13 @@ int cu_ctx_create(cu_ctx **out, int gpu, int bf16, size_t ws_bytes, size_t algo_
         return err_set(ERR_NOMEM, "CUDA context: cannot allocate %zu bytes", sizeof *c);
     c->gpu = gpu;
     c->bf16 = bf16 != 0;
-    int rc = ctx_init(c, ws_bytes, algo_ws_bytes);
+    int rc = cu_skip_mode_parse(getenv("SCAFFOLD_CUDA_SKIP"), &c->skip_split);
+    if (rc) {
+        free(c);
+        return rc;
+    }
+    c->skip_split &= !c->bf16;
+    rc = ctx_init(c, ws_bytes, algo_ws_bytes);
     if (rc) {
         cu_ctx_free(c);
         return rc;
@@ -178,6 +186,14 @@ void cu_ctx_set_workspace(cu_ctx *c, void *ws, size_t bytes) {
 
 int cu_ctx_bf16(const cu_ctx *c) {
     return c->bf16;
+}
+
+int cu_ctx_skip_split(const cu_ctx *c) {
+    return c->skip_split;
+}
+
+void cu_ctx_set_skip_split(cu_ctx *c, int split) {
+    c->skip_split = split && !c->bf16;
 }
 
 const cu_algo_cache *cu_ctx_algos(const cu_ctx *c) {

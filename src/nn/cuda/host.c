@@ -131,7 +131,7 @@ void cu_conv_key_str(const cu_conv_key *k, char *buf, size_t n) {
              k->bf16 ? "bf16" : "fp32", k->N, k->C, k->D, k->H, k->W, k->K);
 }
 
-int cu_wcache_find(cu_wcache *c, const float *w, int cin, int cout, int k, int *fresh) {
+int cu_wcache_find(cu_wcache *c, const float *w, int ca, int cin, int cout, int k, int *fresh) {
     *fresh = 0;
     int i = 0;
     while (i < c->n && c->e[i].w != w)
@@ -148,7 +148,8 @@ int cu_wcache_find(cu_wcache *c, const float *w, int cin, int cout, int k, int *
         *fresh = 1;
     }
     cu_wcache_entry *e = &c->e[i];
-    if (e->cin != cin || e->cout != cout || e->k != k) {
+    if (e->ca != ca || e->cin != cin || e->cout != cout || e->k != k) {
+        e->ca = ca;
         e->cin = cin;
         e->cout = cout;
         e->k = k;
@@ -230,6 +231,29 @@ int cu_check_conv_shape(int N, int D, int H, int W, int cin, int cout, int trans
 int cu_slices(long S) {
     long s = S / 512;
     return s < 1 ? 1 : s > 1024 ? 1024 : (int)s;
+}
+
+int cu_skip_mode_parse(const char *s, int *split) {
+    *split = 1;
+    if (!s || !s[0] || !strcmp(s, "split"))
+        return 0;
+    if (!strcmp(s, "gather")) {
+        *split = 0;
+        return 0;
+    }
+    return err_set(ERR_CONFIG, "SCAFFOLD_CUDA_SKIP='%s': must be 'split' or 'gather' (how the "
+                               "skip connection reaches cuDNN in fp32); unset it for the default",
+                   s);
+}
+
+int cu_conv3d_parts(int split, int bf16, int ca, int cb, int cout, cu_conv_part part[2]) {
+    if (split && !bf16 && cb > 0) {
+        part[0] = (cu_conv_part){0, ca, 0};
+        part[1] = (cu_conv_part){ca, cb, (size_t)27 * ca * cout};
+        return 2;
+    }
+    part[0] = (cu_conv_part){0, ca + cb, 0};
+    return 1;
 }
 
 /* Appends a region of `elems` elements of `esize` bytes (0 elements: an empty region). */

@@ -38,11 +38,18 @@ cudaError_t cuk_convert(cudaStream_t st, float *dst, const void *src, int src_bf
 cudaError_t cuk_split(cudaStream_t st, float *da, int ca, float *db, int cb, const void *src,
                       int src_bf16, long long P);
 
-/* Weights: dst (K, S, C) in float or bf16 from src (K, C, S) float (PyTorch -> cuDNN NHWC
- * filter layout), and the gradient's way back: dst (K, C, S) float += src (K, S, C). */
-cudaError_t cuk_pack(cudaStream_t st, void *dst, int bf16, const float *src, int K, int C, int S);
+/* Weights: dst (K, S, C) in float or bf16 from channels [0, C) of src (K, ctot, S) float
+ * (PyTorch -> cuDNN NHWC filter layout; src offset by c0 * S packs channels [c0, c0 + C)), and
+ * the gradient's way back: that part of dst (K, ctot, S) float += src (K, S, C). */
+cudaError_t cuk_pack(cudaStream_t st, void *dst, int bf16, const float *src, int K, int C, int S,
+                     int ctot);
 cudaError_t cuk_unpack_add(cudaStream_t st, float *dst, const void *src, int bf16, int K, int C,
-                           int S);
+                           int S, int ctot);
+
+/* bf16 storage of values that are bf16 already (nn_bf16_narrow, nn_bf16_widen): the upper 16
+ * bits of each float, and back. */
+cudaError_t cuk_bf16_narrow(cudaStream_t st, uint16_t *dst, const float *src, long long n);
+cudaError_t cuk_bf16_widen(cudaStream_t st, float *dst, const uint16_t *src, long long n);
 
 /* Per-channel sums over the S voxels of each sample, in `slices` fixed slices per sample:
  * part[((n * slices + sl) * 3 + j) * C + c] for sums j = 0..2. x has row stride ldx.

@@ -1,5 +1,5 @@
 /* kernels: the CUDA backend's own layer kernels (see kern.h): gather/concatenate/convert,
- * weight packing, per-channel reductions, GroupNorm (+ ReLU) forward and backward, ReLU,
+ * weight packing, bf16 storage, per-channel reductions, GroupNorm (+ ReLU) forward and backward, ReLU,
  * MaxPool3d(2) with argmax, layout conversion.
  *
  * Written as plain CUDA C (no templates or classes): one thread per output element with
@@ -84,13 +84,14 @@ extern "C" cudaError_t cuk_split(cudaStream_t st, float *da, int ca, float *db, 
 
 /* ---- weight packing ------------------------------------------------------------------------ */
 
-static __global__ void k_pack(void *dst, int bf16, const float *src, int K, int C, int S) {
+static __global__ void k_pack(void *dst, int bf16, const float *src, int K, int C, int S,
+                              int ctot) {
     const long long n = (long long)K * C * S;
     GRID_LOOP(i, n) { /* i indexes dst (K, S, C) */
         const int c = (int)(i % C);
         const long long ks = i / C;
         const int s = (int)(ks % S), k = (int)(ks / S);
-        const float v = src[((long long)k * C + c) * S + s];
+        const float v = src[((long long)k * ctot + c) * S + s];
         if (bf16)
             ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(v);
         else
@@ -99,25 +100,50 @@ static __global__ void k_pack(void *dst, int bf16, const float *src, int K, int 
 }
 
 extern "C" cudaError_t cuk_pack(cudaStream_t st, void *dst, int bf16, const float *src, int K,
-                                int C, int S) {
-    k_pack<<<cuk_grid((long long)K * C * S), T, 0, st>>>(dst, bf16, src, K, C, S);
+                                int C, int S, int ctot) {
+    k_pack<<<cuk_grid((long long)K * C * S), T, 0, st>>>(dst, bf16, src, K, C, S, ctot);
     return cudaGetLastError();
 }
 
-static __global__ void k_unpack_add(float *dst, const void *src, int bf16, int K, int C, int S) {
+static __global__ void k_unpack_add(float *dst, const void *src, int bf16, int K, int C, int S,
+                                    int ctot) {
     const long long n = (long long)K * C * S;
-    GRID_LOOP(i, n) { /* i indexes dst (K, C, S) */
+    GRID_LOOP(i, n) { /* i indexes the (K, C, S) part of dst, whose rows hold ctot channels */
         const int s = (int)(i % S);
         const long long kc = i / S;
         const int c = (int)(kc % C), k = (int)(kc / C);
         const long long j = ((long long)k * S + s) * C + c;
-        dst[i] += bf16 ? __bfloat162float(((const __nv_bfloat16 *)src)[j]) : ((const float *)src)[j];
+        dst[((long long)k * ctot + c) * S + s] +=
+            bf16 ? __bfloat162float(((const __nv_bfloat16 *)src)[j]) : ((const float *)src)[j];
     }
 }
 
 extern "C" cudaError_t cuk_unpack_add(cudaStream_t st, float *dst, const void *src, int bf16,
-                                      int K, int C, int S) {
-    k_unpack_add<<<cuk_grid((long long)K * C * S), T, 0, st>>>(dst, src, bf16, K, C, S);
+                                      int K, int C, int S, int ctot) {
+    k_unpack_add<<<cuk_grid((long long)K * C * S), T, 0, st>>>(dst, src, bf16, K, C, S, ctot);
+    return cudaGetLastError();
+}
+
+/* ---- bf16 storage ---------------------------------------------------------------------------- */
+
+/* The upper half of each float (nn_bf16_narrow: exact for values that are bf16 already). */
+static __global__ void k_narrow(uint16_t *dst, const float *src, long long n) {
+    GRID_LOOP(i, n) dst[i] = (uint16_t)(__float_as_uint(src[i]) >> 16);
+}
+
+extern "C" cudaError_t cuk_bf16_narrow(cudaStream_t st, uint16_t *dst, const float *src,
+                                       long long n) {
+    k_narrow<<<cuk_grid(n), T, 0, st>>>(dst, src, n);
+    return cudaGetLastError();
+}
+
+static __global__ void k_widen(float *dst, const uint16_t *src, long long n) {
+    GRID_LOOP(i, n) dst[i] = __uint_as_float((unsigned)src[i] << 16);
+}
+
+extern "C" cudaError_t cuk_bf16_widen(cudaStream_t st, float *dst, const uint16_t *src,
+                                      long long n) {
+    k_widen<<<cuk_grid(n), T, 0, st>>>(dst, src, n);
     return cudaGetLastError();
 }
 

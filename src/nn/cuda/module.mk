@@ -19,8 +19,9 @@ ifneq ($(origin BUILD),command line)
 BUILD     := $(BUILD)-cuda
 endif
 CFLAGS    += -DSCAFFOLD_CUDA=1 -isystem $(CUDA_HOME)/include
-LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcublas -lnccl \
-             -lcudart -lstdc++
+# cuDNN, cuBLAS and NCCL are not linked: dl.c opens them on first use (through this run path),
+# so a CUDA build that never makes a GPU context does not load them.
+LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lstdc++ -ldl
 NVCCFLAGS ?= -O3
 NVCCFLAGS += -std=c++17 $(CUDA_ARCH) -Isrc -Xcompiler -Wall,-Wextra -MMD -MP
 

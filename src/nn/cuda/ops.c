@@ -268,3 +268,13 @@ int cu_round_bf16(cu_ctx *c, float *x, size_t n) {
     CU_TRY(cuk_convert(c->stream, x, x, 0, NULL, 1, (long long)n, 0, 1));
     return 0;
 }
+
+int cu_bf16_narrow(cu_ctx *c, uint16_t *dst, const float *src, size_t n) {
+    CU_TRY(cuk_bf16_narrow(c->stream, dst, src, (long long)n));
+    return 0;
+}
+
+int cu_bf16_widen(cu_ctx *c, float *dst, const uint16_t *src, size_t n) {
+    CU_TRY(cuk_bf16_widen(c->stream, dst, src, (long long)n));
+    return 0;
+}
