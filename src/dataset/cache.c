@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "core/rng.h"
 #include "core/sha256.h"
+#include "core/yamlx.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -134,6 +135,9 @@ typedef struct meta_kv {
 } meta_kv;
 
 static int meta_parse(const char *path, meta_kv *kv, int *nkv) {
+    int drc = yamlx_check_file(path, NULL, ERR_FORMAT);
+    if (drc)
+        return err_prefix("dataset metadata");
     FILE *f = fopen(path, "rb");
     if (!f)
         return err_set(ERR_IO, "cannot read %s: %s", path, strerror(errno));

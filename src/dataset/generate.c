@@ -64,7 +64,10 @@ static int load_volume_fractals(gen_state *g, int v) {
             if (!fs_exists(path))
                 return err_set(rc, "fractal instance %s is missing; generate the fractal library "
                                "first (scaffold generate_fractals -c CONFIG)", path);
-            return err_prefix("fractal library");
+            char msg[ERR_MSG_MAX];
+            snprintf(msg, sizeof msg, "%s", err_msg());
+            return err_set(rc, "fractal library: %s; run scaffold generate_fractals -c CONFIG, "
+                           "which regenerates it", msg);
         }
         rc = ds_voxelize(g->pts, c->fractals.point_num, c->vol_size, g->vox[k]);
         if (rc) {
