@@ -138,6 +138,9 @@ t_expect_fail "catalog: unknown verdict" 2 "verdict 'maybe' is not one of" \
     "$SCAFFOLD" analyze --catalog "$d/cat_verdict.yaml" "$d/fx/clean"
 t_expect_fail "catalog: missing file" 2 "cannot open lever catalog" \
     "$SCAFFOLD" analyze --catalog "$d/nope.yaml" "$d/fx/clean"
+{ cat tests/analyze/lever_catalog.yaml; echo "version: 1"; } >"$d/cat_dup.yaml"
+t_expect_fail "catalog: a key given twice names both lines" 2 "cat_dup.yaml: key 'version' appears twice in one mapping \(lines [0-9]+ and [0-9]+\)" \
+    "$SCAFFOLD" analyze --catalog "$d/cat_dup.yaml" "$d/fx/clean"
 
 # --- compare
 C=$d/fx/compare
@@ -188,6 +191,9 @@ printf 'rules:\n  - id: wisio.small_reads\n    threshold: 0.999\n  - id: drishti
 "$SCAFFOLD" analyze --json --rules "$d/ovr.yaml" "$d/fx/small_io" >"$d/ovr.json" 2>/dev/null
 t_check "override silences small-I/O rules" json_check "$d/ovr.json" \
     "not any(f['id'] in ('wisio.small_reads','drishti.small_requests') for f in r['findings'])"
+printf 'rules:\n  - id: wisio.small_reads\n    threshold: 0.5\n    threshold: 0.9\n' >"$d/dup.yaml"
+t_expect_fail "rules: a key given twice names both lines" 2 "dup.yaml: key 'threshold' appears twice in one mapping \(lines 3 and 4\)" \
+    "$SCAFFOLD" analyze --rules "$d/dup.yaml" "$d/fx/small_io"
 printf 'rules:\n  - id: wisio.small_reads\n    threshold: lots\n' >"$d/bad.yaml"
 t_expect_fail "bad override value" 2 "bad.yaml:3: threshold must be a number" \
     "$SCAFFOLD" analyze --rules "$d/bad.yaml" "$d/fx/clean"

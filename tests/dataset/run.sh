@@ -158,6 +158,13 @@ kill $live; wait $live 2>/dev/null
 out=$("$SCAFFOLD" generate_dataset -c "$d/k.yml" 2>&1)
 [ ! -e "$cfgd/.tmp_20260101-000000_${live}_0000abcd" ] && [ ! -e "$cfgd/.claim" ] && grep -q reused <<<"$out" \
     && t_ok "... removed once that writer is gone" || t_fail "staging of a gone writer" "$out"
+# A meta.yaml that names a key twice is not a dataset to trust: skipped, naming both lines.
+cp -r "$(dir_of "$out")" "$d/dk/$(basename "$(dirname "$(dir_of "$out")")")/29990101-000001__scaffold-0.1.0"
+echo "n_val: 99" >> "$d/dk"/*/29990101-000001__scaffold-0.1.0/meta.yaml
+out=$("$SCAFFOLD" generate_dataset -c "$d/k.yml" 2>&1)
+grep -q "skipping cached dataset .*29990101-000001.*meta.yaml: key 'n_val' appears twice in one mapping (lines [0-9]* and [0-9]*)" <<<"$out" && grep -q reused <<<"$out" \
+    && t_ok "a meta.yaml with a key given twice is skipped, naming both lines" || t_fail "duplicate key in meta.yaml" "$out"
+rm -rf "$d/dk"/*/29990101-000001__scaffold-0.1.0
 cp -r "$(dir_of "$out")" "$d/dk/$(basename "$(dirname "$(dir_of "$out")")")/29990101-000000__scaffold-0.1.0"
 printf 'garbage: [\n' > "$d/dk"/*/29990101-000000__scaffold-0.1.0/meta.yaml
 out=$("$SCAFFOLD" generate_dataset -c "$d/k.yml" 2>&1)

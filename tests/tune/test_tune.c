@@ -50,6 +50,9 @@ static void test_levers(void) {
     CHECK(lv.l[2].kind == TUNE_L_LAUNCH && lv.l[2].nvalues == 2, "launch lever");
     CHECK(lv.l[3].dimension == 9, "explicit dimension kept");
     bad("levers: [\n", "levers.yml:", "YAML syntax error");
+    /* A key given twice (the last value used to win silently). */
+    bad("levers:\n  - name: dataloader_num_workers\n    values: [1]\n    values: [2]\n",
+        "levers.yml: key 'values' appears twice", "lines 3 and 4");
     bad("- a\n- b\n", "levers.yml", "mapping with a 'levers' list");
     bad("levers:\n  - name: problem_scale\n    values: [6]\n", "levers entry 1",
         "defines the workload");
