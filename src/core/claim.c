@@ -39,25 +39,36 @@ static void ident_init(void) {
     }
 }
 
-/* Start time of a process in clock ticks since boot (/proc/PID/stat field 22), 0 if unknown. */
-static unsigned long long proc_start(long pid) {
+int claim_proc_info(long pid, int *session, unsigned long long *start) {
     char p[64], buf[1024];
     snprintf(p, sizeof p, "/proc/%ld/stat", pid);
     FILE *f = fopen(p, "r");
     if (!f)
-        return 0;
+        return -1;
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
     buf[n] = '\0';
     /* The command name may hold spaces and parentheses: fields restart after the last ')'. */
     char *s = strrchr(buf, ')');
-    if (!s)
-        return 0;
-    s++;
-    for (int field = 3; field < 22 && s; field++) { /* s points before field `field` */
-        s = strchr(s + 1, ' ');
+    char st;
+    int ppid, pgrp, sess;
+    if (!s || sscanf(s + 1, " %c %d %d %d", &st, &ppid, &pgrp, &sess) != 4)
+        return -1;
+    if (session)
+        *session = sess;
+    if (start) {
+        s++;
+        for (int field = 3; field < 22 && s; field++) /* s points before field `field` */
+            s = strchr(s + 1, ' ');
+        *start = s ? strtoull(s + 1, NULL, 10) : 0;
     }
-    return s ? strtoull(s + 1, NULL, 10) : 0;
+    return 0;
+}
+
+/* Start time of a process in clock ticks since boot, 0 if unknown. */
+static unsigned long long proc_start(long pid) {
+    unsigned long long s = 0;
+    return claim_proc_info(pid, NULL, &s) == 0 ? s : 0;
 }
 
 double claim_stale_seconds(void) {

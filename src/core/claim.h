@@ -43,6 +43,11 @@ typedef struct claim_holder {
     double age_s;         /* seconds since the file was last refreshed */
 } claim_holder;
 
+/* Facts about a running process from /proc/PID/stat: its session id and its start time in clock
+ * ticks since boot (field 22; with the PID, it names one process over time). Either pointer may
+ * be NULL. 0, or -1 when there is no such process. (The tuner finds a run's session with it.) */
+int claim_proc_info(long pid, int *session, unsigned long long *start);
+
 /* The stale age: SCAFFOLD_CLAIM_STALE_SECONDS when set to a number >= 0, else 600 s. */
 double claim_stale_seconds(void);
 /* How often a holder refreshes its claims: a quarter of the stale age, at most 30 s. */

@@ -8,6 +8,7 @@
  * trace through compare's summary (the samples actually processed, steps, work). */
 #include "tune/tune.h"
 
+#include "core/claim.h"
 #include "core/err.h"
 #include "core/fsutil.h"
 #include "train/runfolder.h"
@@ -27,36 +28,9 @@
 
 volatile int tune_inflight_sid;
 
-/* Fields 4.. of /proc/PID/stat (after the command name, which may hold spaces and ')'):
- * state, ppid, pgrp, session, ..., starttime = field 22. */
-static int proc_stat(int pid, int *session, unsigned long long *start) {
-    char p[64], buf[1024];
-    snprintf(p, sizeof p, "/proc/%d/stat", pid);
-    FILE *f = fopen(p, "r");
-    if (!f)
-        return -1;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    char *r = strrchr(buf, ')');
-    char st;
-    int ppid, pgrp, sess;
-    if (!r || sscanf(r + 1, " %c %d %d %d", &st, &ppid, &pgrp, &sess) != 4)
-        return -1;
-    if (session)
-        *session = sess;
-    if (start) {
-        char *q = r + 1;
-        for (int field = 3; field < 22 && q; field++)
-            q = strchr(q + 1, ' ');
-        *start = q ? strtoull(q + 1, NULL, 10) : 0;
-    }
-    return 0;
-}
-
 unsigned long long tune_proc_start(int pid) {
     unsigned long long s = 0;
-    return proc_stat(pid, NULL, &s) == 0 ? s : 0;
+    return claim_proc_info(pid, NULL, &s) == 0 ? s : 0;
 }
 
 int tune_session_kill(int sid, unsigned long long start, int sig) {
@@ -66,7 +40,7 @@ int tune_session_kill(int sid, unsigned long long start, int sig) {
     /* The leader runs under another start time: the id now names another session. (While any
      * process of a session lives, its id is not reused, so members without a leader are
      * ours.) */
-    if (start && proc_stat(sid, NULL, &lead) == 0 && lead != start)
+    if (start && claim_proc_info(sid, NULL, &lead) == 0 && lead != start)
         return 0;
     DIR *d = opendir("/proc");
     if (!d)
@@ -75,7 +49,7 @@ int tune_session_kill(int sid, unsigned long long start, int sig) {
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         int pid = atoi(e->d_name), sess;
-        if (pid <= 1 || pid == (int)getpid() || proc_stat(pid, &sess, NULL) || sess != sid)
+        if (pid <= 1 || pid == (int)getpid() || claim_proc_info(pid, &sess, NULL) || sess != sid)
             continue;
         n += kill(pid, sig) == 0;
     }
