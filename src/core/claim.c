@@ -212,7 +212,7 @@ int claim_read(const char *path, claim_holder *h) {
     if (!fgets(line, sizeof line, f))
         line[0] = '\0';
     fclose(f);
-    char boot[40];
+    char boot[40] = "";
     int n = sscanf(line, "scaffold-claim host=%255s boot=%39s pid=%ld start=%llu since=%lld "
                          "token=%16s", h->host, boot, &h->pid, &h->start, &h->since, h->token);
     h->parsed = n == 6;
