@@ -118,6 +118,14 @@ grep -q "1 replaced at this scale" <<<"$out" && [ "$(wc -l < "$d/fs2/var0.15/see
     && t_ok "diverging class replaced at scale 5 and recorded" || t_fail "class replaced and recorded" "$out"
 out=$("$SCAFFOLD" generate_fractals -c "$d/s4.yml" --problem-scale 5 2>&1)
 grep -q "0 new, 290 reused, 0 stale" <<<"$out" && t_ok "scale 5 rerun reuses everything (the choice is recorded)" || t_fail "scale 5 rerun" "$out"
+# The same replacement made by three jobs at once on a copy of the scale-4 library: one records
+# it (rejected.csv is rewritten under its own claim), all succeed, the same tree.
+rm -rf "$d/fs3"; "$SCAFFOLD" generate_fractals -c "$d/s4.yml" --fract-base-dir "$d/fs3" >/dev/null 2>&1
+pids=""
+for j in 1 2 3; do "$SCAFFOLD" generate_fractals -c "$d/s4.yml" --problem-scale 5 --fract-base-dir "$d/fs3" >/dev/null 2>&1 & pids="$pids $!"; done
+ok=1; for p in $pids; do wait "$p" || ok=0; done
+[ $ok = 1 ] && [ "$(tree_hash "$d/fs3")" = "$(tree_hash "$d/fs2")" ] && [ "$(wc -l < "$d/fs3/var0.15/seed42/instances/np128/rejected.csv")" -eq 1 ] \
+    && t_ok "3 concurrent scale-5 jobs on a scale-4 library: one replacement recorded, the same tree" || t_fail "concurrent replacement"
 out=$("$SCAFFOLD" generate_fractals -c "$d/s4.yml" 2>&1)
 grep -q "0 new, 290 reused" <<<"$out" && [ "$(tree_hash "$d/fs2/var0.15/seed42/instances/np16")" = "$h4" ] \
     && t_ok "scale 4 still complete and unchanged" || t_fail "scale 4 after scale 5" "$out"
