@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # bench/tune: the real tune of the quickstart configuration on this machine with the built-in
-# catalog and the analyzer's proposals -- every lever against the incumbent in paired,
-# interleaved runs, then the best setting against the baseline (the named baseline of the ratio
+# catalog and the analyzer's proposals -- every lever against the incumbent in sequential A-B
+# pairs (until the 99% interval decides, at most MAX_REPEATS), then the best setting against the
+# baseline (the named baseline of the ratio
 # it prints: the configuration as given, measured in the same run). The README's tuning section
 # and its chart come from this script.
 #
 #   flock -x /tmp/scaffold-cpu.lock bash bench/tune/run.sh [OUT]
 #
 # Knobs (environment): EPOCHS (runs capped at this many epochs, default 5: four steady epochs
-# per run), REPEATS (runs per side and trial, default 3), OBJECTIVE (throughput), NOISE (band
-# floor in percent, default 1), BUDGET (seconds: start no trial that would end later; default
+# per run), REPEATS (baseline runs and the pairs a trial starts with, default 3), MAX_REPEATS
+# (the most pairs per trial, default 8), OBJECTIVE (throughput), NOISE (floor in percent,
+# default 1), BUDGET (seconds: start no trial that would end later; default
 # none), LEVERS (a levers file instead of the built-in catalog), BUILD.
 # Writes OUT/tune/{tune.json,lever_catalog.yaml,best.yml,report.html,tune.svg}, OUT/progress.log;
 # the fractal library, the dataset and the runs stay under OUT. Prints the verdict of every
@@ -20,6 +22,7 @@ BUILD=${BUILD:-build}
 OUT=${1:-$(mktemp -d "${TMPDIR:-/tmp}/scaffold-tune.XXXXXX")}
 EPOCHS=${EPOCHS:-5}
 REPEATS=${REPEATS:-3}
+MAX_REPEATS=${MAX_REPEATS:-8}
 OBJECTIVE=${OBJECTIVE:-throughput}
 NOISE=${NOISE:-1}
 mkdir -p "$OUT"
@@ -34,7 +37,7 @@ echo "bench/tune: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/
 rc=0
 "$BUILD/scaffold" tune -c configs/benchmark_default.yml -c configs/quickstart.yml \
     --dataset-dir "$OUT/datasets" --fract-base-dir "$OUT/fractals" \
-    --epochs "$EPOCHS" --repeats "$REPEATS" --objective "$OBJECTIVE" --noise "$NOISE" \
+    --epochs "$EPOCHS" --repeats "$REPEATS" --max-repeats "$MAX_REPEATS" --objective "$OBJECTIVE" --noise "$NOISE" \
     --launcher "mpirun --oversubscribe" "${levers[@]}" --out "$OUT/tune" \
     >"$OUT/summary.txt" 2>"$OUT/progress.log" || rc=$?
 # The discriminator's class and every verdict (the per-run progress lines stay in the log).

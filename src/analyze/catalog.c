@@ -22,6 +22,8 @@
 #include "analyze/report.h"
 
 #include "core/err.h"
+#include "core/fsutil.h"
+#include "core/yamlx.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -110,6 +112,14 @@ int an_catalog_load(const char *path, an_catalog *c) {
     if (!yaml_parser_load(&p, &d)) {
         rc = err_set(ERR_CONFIG, "analyze: %s:%zu: YAML error: %s", path, p.problem_mark.line + 1,
                      p.problem ? p.problem : "syntax");
+        yaml_parser_delete(&p);
+        fclose(f);
+        return rc;
+    }
+    char label[FS_PATH_MAX + 16];
+    snprintf(label, sizeof label, "analyze: %s", path);
+    if ((rc = yamlx_check_duplicates(&d, label, ERR_CONFIG)) != 0) {
+        yaml_document_delete(&d);
         yaml_parser_delete(&p);
         fclose(f);
         return rc;

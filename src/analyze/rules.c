@@ -4,6 +4,8 @@
 
 #include "analyze/out.h"
 #include "core/err.h"
+#include "core/fsutil.h"
+#include "core/yamlx.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -123,6 +125,13 @@ int an_rules_load_overrides(an_ruleset *rs, const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f)
         return err_set(ERR_CONFIG, "analyze: cannot open rules file %s", path);
+    char label[FS_PATH_MAX + 16];
+    snprintf(label, sizeof label, "analyze: %s", path);
+    int drc = yamlx_check_file(path, label, ERR_CONFIG);
+    if (drc) {
+        fclose(f);
+        return drc;
+    }
     yaml_parser_t p;
     yaml_event_t ev;
     if (!yaml_parser_initialize(&p)) {

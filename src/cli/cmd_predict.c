@@ -65,8 +65,17 @@ int cmd_predict(int argc, char **argv) {
         return fail(2);
     npy_header h;
     float *vol = NULL;
-    if (npy_load(input, &h, (void **)&vol))
+    int lrc = npy_load(input, &h, (void **)&vol);
+    if (lrc == ERR_FORMAT) {
+        /* The user's own file: nothing here regenerates it. */
+        char msg[ERR_MSG_MAX];
+        snprintf(msg, sizeof msg, "%s", err_msg());
+        err_set(lrc, "%s; --input must be a whole .npy file as numpy.save writes it (was it "
+                "copied completely?)", msg);
         return fail(2);
+    }
+    if (lrc)
+        return fail(lrc == ERR_NOMEM ? 1 : 2);
     char shp[128];
     npy_shape_str(h.ndim, h.shape, shp, sizeof shp);
     if (h.dtype != NPY_F32 || h.ndim != 4 || h.shape[0] != spec.in_channels) {

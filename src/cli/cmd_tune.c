@@ -12,9 +12,11 @@
 
 static const char SUMMARY[] =
     "Measures the configuration (N traced runs), classifies its bottleneck, then tries one\n"
-    "lever value at a time: N runs interleaved with the incumbent, a verdict from compare's\n"
-    "noise band and guards (does less, phantom throughput, degraded convergence, non-finite\n"
-    "losses); an accepted value becomes the incumbent. Writes DIR/tune.json,\n"
+    "lever value at a time: sequential A-B pairs with the incumbent (at least N and 3, more\n"
+    "until the 99% interval of the change excludes zero, at most --max-repeats), and guards\n"
+    "(does less, phantom throughput, degraded convergence, non-finite losses); an accepted\n"
+    "value becomes the incumbent, and a final paired check against the baseline decides what\n"
+    "best.yml keeps. Writes DIR/tune.json,\n"
     "lever_catalog.yaml, best.yml, report.html and every run (folder, trace, log).\n"
     "The levers file: levers: [{name: KEY | env:NAME | launch:ranks_x_threads, values: [...]}].\n"
     "Keys that define the workload (problem_scale, n_categories, seed, ...) are refused.\n"
@@ -34,7 +36,7 @@ static int same_name(const char *arg, const char *name, size_t *len) {
 
 int cmd_tune(int argc, char **argv) {
     const char *out = NULL, *levers = NULL, *objective = "throughput", *launcher = NULL;
-    int repeats = 3, np = 1, resume = 0, no_disc = 0;
+    int repeats = 3, max_repeats = 8, np = 1, resume = 0, no_disc = 0;
     double budget = 0, noise_pct = 1;
     const opt_spec opts[] = {
         OPT_SECTION_("tuner options"),
@@ -46,7 +48,11 @@ int cmd_tune(int argc, char **argv) {
                  "throughput (samples/s over the steady epochs of runs capped at --epochs, "
                  "default 3), time-to-target or epoch-time"),
         OPT_INT_(0, "repeats", &repeats, 1, TUNE_MAX_REPEATS, "N",
-                 "runs per side and trial, interleaved (default 3)"),
+                 "baseline runs, and the A-B pairs a trial starts with (default 3; a verdict "
+                 "needs at least 3 pairs)"),
+        OPT_INT_(0, "max-repeats", &max_repeats, 1, TUNE_MAX_REPEATS, "M",
+                 "the most A-B pairs a trial adds before it is called inconclusive, with the "
+                 "pairs it would need (default 8)"),
         OPT_DOUBLE_(0, "budget-s", &budget, 1, OPT_NO_MAX, "S",
                     "start no trial that would end after S seconds"),
         OPT_INT_(0, "np", &np, 1, OPT_NO_MAX, "N", "ranks per run (default 1)"),
@@ -111,6 +117,7 @@ int cmd_tune(int argc, char **argv) {
     o.out = out;
     o.levers_file = levers;
     o.repeats = repeats;
+    o.max_repeats = max_repeats < repeats && max_repeats == 8 ? repeats : max_repeats;
     o.budget_s = budget;
     o.np = np;
     o.launcher = launcher;

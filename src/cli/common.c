@@ -11,14 +11,32 @@
 #include <stdlib.h>
 #include <string.h>
 
+int cli_launcher_rank(void) {
+    /* Open MPI, PMIx, Hydra/PMI (MPICH), Slurm, Flux; the first one set wins. */
+    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK",
+                                       "SLURM_PROCID", "FLUX_TASK_RANK", NULL};
+    for (int i = 0; vars[i]; i++) {
+        const char *v = getenv(vars[i]);
+        char *end;
+        long r = v && *v ? strtol(v, &end, 10) : -1;
+        if (v && *v && !*end && r >= 0)
+            return (int)r;
+    }
+    return 0;
+}
+
 int cli_parse(const opt_cmd *cmd, int argc, char **argv, int *first) {
     int rc = opt_parse(cmd, argc, argv, first);
+    /* Every rank reaches the same verdict; one of them says it. */
+    int speak = cli_launcher_rank() == 0;
     if (rc == OPT_HELP) {
-        opt_usage(cmd, stdout);
+        if (speak)
+            opt_usage(cmd, stdout);
         return 0;
     }
     if (rc) {
-        fprintf(stderr, "scaffold %s: %s\n", cmd->name, err_msg());
+        if (speak)
+            fprintf(stderr, "scaffold %s: %s\n", cmd->name, err_msg());
         return err_exit_status(rc);
     }
     return -1;

@@ -11,8 +11,10 @@
 #include "dist/dist.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void store_bench_opts_default(store_bench_opts *o) {
     memset(o, 0, sizeof *o);
@@ -70,6 +72,14 @@ typedef struct result {
     int prof;           /* the next three are set */
     double post_us, wait_us, copy_us; /* per row, mean over repeats and ranks */
 } result;
+
+static void store_bench_bytes(double b, char *buf, size_t n) {
+    static const char *const u[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    int k = 0;
+    while (b >= 1024 && k < 5)
+        b /= 1024, k++;
+    snprintf(buf, n, k ? "%.4g %s" : "%.0f %s", b, u[k]);
+}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -207,32 +217,50 @@ static int timed_run(const store_bench_opts *o, const dist_world *w, config *c, 
     return 0;
 }
 
+/* Rows in each rank's shard for row size rb: --shard-mb worth, at most --rows-per-rank, at
+ * least one. */
+static int64_t rows_per_rank(const store_bench_opts *o, int64_t rb) {
+    int64_t n = o->shard_bytes / rb;
+    if (n > o->rows_per_rank)
+        n = o->rows_per_rank;
+    return n < 1 ? 1 : n;
+}
+
 /* Every configuration of one row size. The repeats are interleaved (run 1 of every
  * configuration, then run 2...), so a slow spell of a shared machine hits all configurations
  * alike instead of skewing one ratio. */
 static int bench_row_size(const store_bench_opts *o, const dist_world *w, int ri, result *res,
                           int *nres) {
     const int64_t rb = o->row_bytes[ri];
-    int64_t per_rank = o->shard_bytes / rb;
-    if (per_rank > o->rows_per_rank)
-        per_rank = o->rows_per_rank;
-    if (per_rank < 1)
-        per_rank = 1;
+    const int64_t per_rank = rows_per_rank(o, rb);
     int64_t maxbatch = 1;
     for (int b = 0; b < o->nbatches; b++)
         if (o->batches[b] > maxbatch)
             maxbatch = o->batches[b];
     const int64_t dst_rows = maxbatch * o->threads;
-    char *shard = malloc((size_t)(per_rank * rb));
-    char *dst = malloc((size_t)(dst_rows * rb));
+    /* Each buffer is named when it cannot be had, with the options that size it (check_opts
+     * refused, before anything ran, what exceeds the node's memory). */
+    const double shard_b = (double)per_rank * (double)rb, dst_b = (double)dst_rows * (double)rb;
+    char gb[32];
+    int rc = 0;
+    char *shard = malloc((size_t)shard_b), *dst = shard ? malloc((size_t)dst_b) : NULL;
+    if (!shard) {
+        store_bench_bytes(shard_b, gb, sizeof gb);
+        rc = err_set(ERR_NOMEM, "out of memory for the shard: %s (%lld rows of %lld bytes); lower "
+                     "--shard-mb, --rows-per-rank or --row-bytes", gb, (long long)per_rank,
+                     (long long)rb);
+    } else if (!dst) {
+        store_bench_bytes(dst_b, gb, sizeof gb);
+        rc = err_set(ERR_NOMEM, "out of memory for the batch buffer: %s (%lld rows = the largest "
+                     "--batch %lld x --threads %d, of %lld bytes); lower --batch or --row-bytes",
+                     gb, (long long)dst_rows, (long long)maxbatch, o->threads, (long long)rb);
+    }
     int64_t *idx = malloc((size_t)(o->nget + maxbatch * o->threads) * sizeof *idx);
     const int ncfg = (o->nmethods + 1) * o->nbatches;
     config *cfg = calloc((size_t)ncfg, sizeof *cfg);
     store *stores[2] = {NULL, NULL};
-    int rc = (shard && dst && idx && cfg)
-                 ? 0
-                 : err_set(ERR_NOMEM, "out of memory for %lld rows of %lld bytes",
-                           (long long)per_rank, (long long)rb);
+    if (rc == 0 && (!idx || !cfg))
+        rc = err_set(ERR_NOMEM, "out of memory for %lld row indices", (long long)o->nget);
     if (!rc) {
         for (int64_t i = 0; i < per_rank; i++)
             fill_row(shard + i * rb, rb, per_rank * w->rank + i);
@@ -384,6 +412,32 @@ static int check_opts(const store_bench_opts *o) {
         return err_set(ERR_USAGE, "--threads must be 1..64");
     if (o->coll_max_bytes < 0)
         return err_set(ERR_USAGE, "--coll-max-bytes must be >= 1");
+    /* Buffers larger than the node's memory can never be had (and malloc may grant them under
+     * overcommit, the first touch then killing the process): the batch buffer (the largest
+     * --batch x --threads rows) grows first, e.g. --row-bytes 4g x --batch 128 = 512 GiB. */
+    const double phys = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    int64_t maxbatch = 1;
+    for (int b = 0; b < o->nbatches; b++)
+        maxbatch = o->batches[b] > maxbatch ? o->batches[b] : maxbatch;
+    for (int i = 0; i < o->nrow_bytes && phys > 0; i++) {
+        const int64_t rb = o->row_bytes[i], per_rank = rows_per_rank(o, rb);
+        const double dst_b = (double)maxbatch * o->threads * (double)rb;
+        char need[32], mem[32];
+        store_bench_bytes(phys, mem, sizeof mem);
+        if (dst_b > phys) {
+            store_bench_bytes(dst_b, need, sizeof need);
+            return err_set(ERR_USAGE, "the batch buffer needs %s (the largest --batch %lld x "
+                           "--threads %d rows of --row-bytes %lld), more than this node's %s: "
+                           "lower --batch or --row-bytes", need, (long long)maxbatch, o->threads,
+                           (long long)rb, mem);
+        }
+        if ((double)per_rank * (double)rb > phys) {
+            store_bench_bytes((double)per_rank * (double)rb, need, sizeof need);
+            return err_set(ERR_USAGE, "the shard needs %s (%lld rows of --row-bytes %lld), more "
+                           "than this node's %s: lower --row-bytes", need, (long long)per_rank,
+                           (long long)rb, mem);
+        }
+    }
     return 0;
 }
 

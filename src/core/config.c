@@ -3,6 +3,7 @@
 
 #include "core/err.h"
 #include "core/fsutil.h"
+#include "core/yamlx.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -250,6 +251,8 @@ int config_load_file(scaffold_config *c, const char *path) {
                      node_kind(root));
         goto done;
     }
+    if ((rc = yamlx_check_duplicates(&doc, path, ERR_CONFIG)) != 0)
+        goto done;
     for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
          p++) {
         yaml_node_t *kn = yaml_document_get_node(&doc, p->key);
@@ -526,9 +529,26 @@ int config_finalize(scaffold_config *c) {
         CFG_FAIL(group_norm_groups, "must be a positive integer, got %d", c->group_norm_groups);
     if (c->unet_base_channels < 1)
         CFG_FAIL(unet_base_channels, "must be a positive integer, got %d", c->unet_base_channels);
-    if (c->unet_base_channels % c->group_norm_groups != 0)
-        CFG_FAIL(group_norm_groups, "%d does not divide unet_base_channels (%d); GroupNorm needs "
-                 "it to divide every channel count", c->group_norm_groups, c->unet_base_channels);
+    if (c->unet_base_channels % c->group_norm_groups != 0) {
+        /* Blame the key the user set (both when both were set): a default is no one's choice. */
+        int k_ch = CFG_K_unet_base_channels, k_g = CFG_K_group_norm_groups;
+        int set_ch = c->from_file[k_ch] || c->from_flag[k_ch];
+        int set_g = c->from_file[k_g] || c->from_flag[k_g];
+        char src_ch[CFG_STR_MAX + 64], src_g[CFG_STR_MAX + 64];
+        cfg_src(c, k_ch, src_ch, sizeof src_ch);
+        cfg_src(c, k_g, src_g, sizeof src_g);
+        int g = c->group_norm_groups, ch = c->unet_base_channels;
+        if (set_g && !set_ch)
+            return err_set(ERR_CONFIG, "%s: %d does not divide unet_base_channels (%d, the "
+                           "default): GroupNorm splits every channel count into that many groups; "
+                           "use a divisor of %d, such as %d", src_g, g, ch, ch,
+                           ch % 8 == 0 ? 8 : 1);
+        return err_set(ERR_CONFIG, "%s: %d is not a multiple of group_norm_groups (%d%s%s): "
+                       "GroupNorm splits every channel count into that many groups; use a "
+                       "multiple of %d (e.g. %d) or set group_norm_groups to a divisor of %d",
+                       src_ch, ch, g, set_g ? ", from " : ", the default", set_g ? src_g : "", g,
+                       (ch / g + 1) * g, ch);
+    }
     if (c->warmup_batches < 0)
         CFG_FAIL(warmup_batches, "must be >= 0, got %d", c->warmup_batches);
     if (!(c->ce_weight_sample_fraction > 0 && c->ce_weight_sample_fraction <= 1))
@@ -580,8 +600,14 @@ int config_finalize(scaffold_config *c) {
         CFG_FAIL(fract_base_dir, "must not be empty");
     if (!c->checkpoint_dir[0] || strchr(c->checkpoint_dir, '/'))
         CFG_FAIL(checkpoint_dir, "must be a plain folder name");
-    if (!c->job_name[0] || strchr(c->job_name, '/'))
-        CFG_FAIL(job_name, "must be a plain name without '/'");
+    if (!c->job_name[0]) {
+        char src[CFG_STR_MAX + 64];
+        cfg_src(c, CFG_K_job_name, src, sizeof src);
+        return err_set(ERR_CONFIG, "%s is empty; give a plain name (it starts the run folder's "
+                       "name)", src);
+    }
+    if (strchr(c->job_name, '/'))
+        CFG_FAIL(job_name, "must be a plain name without '/', got '%s'", c->job_name);
 #define CFG_BOOL_CHECK(k)                                                                          \
     if (!is_bool(c->k))                                                                            \
         CFG_FAIL(k, "must be 0 or 1, got %d", c->k);

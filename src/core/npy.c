@@ -215,9 +215,9 @@ int npy_read_header(FILE *f, const char *path, npy_header *h) {
     unsigned char pre[12];
     memset(h, 0, sizeof *h);
     if (fseek(f, 0, SEEK_SET) != 0 || fread(pre, 1, 10, f) != 10)
-        return err_set(ERR_FORMAT, "%s: truncated .npy file (no header); regenerate it", path);
+        return err_set(ERR_FORMAT, "%s: truncated .npy file (no header)", path);
     if (memcmp(pre, "\x93NUMPY", 6) != 0)
-        return err_set(ERR_FORMAT, "%s: not a .npy file (bad magic); regenerate it", path);
+        return err_set(ERR_FORMAT, "%s: not a .npy file (bad magic)", path);
     unsigned major = pre[6];
     size_t hlen, pos;
     if (major == 1) {
@@ -261,8 +261,7 @@ int npy_read_header(FILE *f, const char *path, npy_header *h) {
     size_t want = h->data_offset + h->nbytes;
     if ((size_t)st.st_size < want)
         return err_set(ERR_FORMAT,
-                       "%s: truncated .npy file: header promises %zu data bytes, file has %lld; "
-                       "delete it and regenerate",
+                       "%s: truncated .npy file: header promises %zu data bytes, file has %lld",
                        path, h->nbytes, (long long)st.st_size - (long long)h->data_offset);
     if ((size_t)st.st_size > want)
         return err_set(ERR_FORMAT, "%s: .npy file has %lld trailing bytes after the array", path,

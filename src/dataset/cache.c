@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "core/rng.h"
 #include "core/sha256.h"
+#include "core/yamlx.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -134,6 +135,9 @@ typedef struct meta_kv {
 } meta_kv;
 
 static int meta_parse(const char *path, meta_kv *kv, int *nkv) {
+    int drc = yamlx_check_file(path, NULL, ERR_FORMAT);
+    if (drc)
+        return err_prefix("dataset metadata");
     FILE *f = fopen(path, "rb");
     if (!f)
         return err_set(ERR_IO, "cannot read %s: %s", path, strerror(errno));
@@ -387,56 +391,43 @@ int ds_cache_find(const char *cfgdir, const char *config_id, const char *commit,
     return found;
 }
 
-double ds_cache_stale_seconds(void) {
-    const char *e = getenv("SCAFFOLD_DATASET_STALE_SECONDS");
-    if (e && *e) {
-        char *end;
-        double v = strtod(e, &end);
-        if (end != e && !*end && v >= 0)
-            return v;
-    }
-    return DS_STALE_SECONDS;
+void ds_cache_claim_path(const char *cfgdir, char *buf, size_t n) {
+    snprintf(buf, n, "%s/.claim", cfgdir);
 }
 
-int ds_cache_prune(const char *cfgdir, double max_age_s, int *removed) {
+int ds_cache_has_staging(const char *cfgdir) {
+    DIR *d = opendir(cfgdir);
+    if (!d)
+        return 0;
+    int found = 0;
+    struct dirent *e;
+    while (!found && (e = readdir(d)))
+        found = !strncmp(e->d_name, ".tmp_", 5);
+    closedir(d);
+    return found;
+}
+
+int ds_cache_remove_staging(const char *cfgdir, int *removed) {
     *removed = 0;
     DIR *d = opendir(cfgdir);
     if (!d)
         return errno == ENOENT ? 0 : err_set(ERR_IO, "cannot list %s: %s", cfgdir, strerror(errno));
-    time_t now = time(NULL);
-    int rc = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
         if (strncmp(e->d_name, ".tmp_", 5))
             continue;
-        char dir[FS_PATH_MAX], hb[FS_PATH_MAX];
+        char dir[FS_PATH_MAX];
         snprintf(dir, sizeof dir, "%s/%s", cfgdir, e->d_name);
-        snprintf(hb, sizeof hb, "%s/.heartbeat", dir);
-        struct stat st;
-        if (stat(hb, &st) != 0 && stat(dir, &st) != 0)
-            continue;
-        if (difftime(now, st.st_mtime) < max_age_s)
-            continue;
         if (fs_rm_rf(dir) == 0) {
             (*removed)++;
-            log_info("removed stale dataset staging directory %s", dir);
+            log_info("removed %s, left by a dataset generation that is gone", dir);
         } else {
-            log_warn("cannot remove stale staging directory %s: %s", dir, err_msg());
+            log_warn("cannot remove the staging directory %s: %s", dir, err_msg());
             err_clear();
         }
     }
     closedir(d);
-    return rc;
-}
-
-void ds_cache_heartbeat(const char *staging) {
-    char hb[FS_PATH_MAX];
-    snprintf(hb, sizeof hb, "%s/.heartbeat", staging);
-    int fd = open(hb, O_WRONLY | O_CREAT, 0666);
-    if (fd >= 0) {
-        futimens(fd, NULL);
-        close(fd);
-    }
+    return 0;
 }
 
 static void stamp(char *buf, size_t n, time_t t) {
@@ -455,10 +446,8 @@ int ds_cache_make_staging(const char *cfgdir, char *out, size_t n) {
     for (int attempt = 0; attempt < 16; attempt++) {
         snprintf(out, n, "%s/.tmp_%s_%ld_%08x", cfgdir, ts, (long)getpid(),
                  (unsigned)(rng_mix64(r + (uint64_t)attempt) & 0xffffffffu));
-        if (mkdir(out, 0777) == 0) {
-            ds_cache_heartbeat(out);
+        if (mkdir(out, 0777) == 0)
             return 0;
-        }
         if (errno != EEXIST)
             return err_set(ERR_IO, "cannot create directory %s: %s", out, strerror(errno));
     }
@@ -468,9 +457,6 @@ int ds_cache_make_staging(const char *cfgdir, char *out, size_t n) {
 int ds_cache_publish(const char *staging, const char *cfgdir, char *out, size_t n) {
     /* One syncfs for the whole dataset instead of an fsync per file: the rename below must not
      * become durable before the data it names. */
-    char hb[FS_PATH_MAX];
-    snprintf(hb, sizeof hb, "%s/.heartbeat", staging);
-    unlink(hb); /* only staging directories need one */
     int fd = open(staging, O_RDONLY | O_DIRECTORY);
     if (fd >= 0) {
         if (syncfs(fd) != 0)

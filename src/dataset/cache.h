@@ -15,8 +15,11 @@
  *
  * Reuse picks the newest (created_at, then name) non-hidden directory whose meta.yaml matches
  * config_id and the format version (and code_commit when dataset_reuse_enforce_commit_id).
- * Staging directories whose .heartbeat (or, without one, the directory itself) was not modified
- * for 24 h are deleted (SCAFFOLD_DATASET_STALE_SECONDS overrides the age, for tests). */
+ *
+ * Generation runs under the claim <dataset_dir>/<config_id>/.claim (core/claim.h): one job
+ * generates a given config_id at a time, jobs that need it meanwhile wait and then reuse what it
+ * published, and staging directories are removed only by a holder of that claim (holding it
+ * proves that every earlier writer is gone, on whatever host it ran). */
 #ifndef SCAFFOLD_DATASET_CACHE_H
 #define SCAFFOLD_DATASET_CACHE_H
 
@@ -29,8 +32,6 @@
 #define DS_FORMAT_VERSION 5
 #define DS_CODE_VERSION "scaffold-" SCAFFOLD_VERSION
 #define DS_CONFIG_ID_LEN 12
-#define DS_STALE_SECONDS (24.0 * 3600.0)
-#define DS_HEARTBEAT_SECONDS 300.0
 
 /* What meta.yaml says about a dataset. */
 typedef struct ds_meta {
@@ -66,18 +67,19 @@ int ds_meta_read(const char *path, ds_meta *m);
 int ds_cache_find(const char *cfgdir, const char *config_id, const char *commit, char *out,
                   size_t n);
 
-/* Deletes staging directories of cfgdir older than `max_age_s` (see top). *removed gets how
- * many. 0 or ERR_IO. */
-int ds_cache_prune(const char *cfgdir, double max_age_s, int *removed);
+/* The claim that covers generation in cfgdir: <cfgdir>/.claim. */
+void ds_cache_claim_path(const char *cfgdir, char *buf, size_t n);
 
-/* The stale age: SCAFFOLD_DATASET_STALE_SECONDS if set to a non-negative number, else 24 h. */
-double ds_cache_stale_seconds(void);
+/* Whether cfgdir holds staging directories (".tmp_*"). */
+int ds_cache_has_staging(const char *cfgdir);
 
-/* Creates a fresh staging directory in cfgdir (with .heartbeat) and returns its path. */
+/* Deletes every staging directory of cfgdir: the debris of generations whose writers are gone.
+ * Call it only while holding cfgdir's claim. *removed gets how many. 0, or ERR_IO when cfgdir
+ * cannot be listed. */
+int ds_cache_remove_staging(const char *cfgdir, int *removed);
+
+/* Creates a fresh staging directory in cfgdir and returns its path. */
 int ds_cache_make_staging(const char *cfgdir, char *out, size_t n);
-
-/* Touches <staging>/.heartbeat (keeps a long generation from being pruned). */
-void ds_cache_heartbeat(const char *staging);
 
 /* Flushes the staging directory's file system (syncfs) and renames it to
  * <cfgdir>/<YYYYmmdd-HHMMSS>__DS_CODE_VERSION (waiting for the next second if that name exists).

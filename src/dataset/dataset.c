@@ -169,8 +169,13 @@ int dataset_check(const dataset *ds) {
                 dataset_mask_path(ds, s, i, p, sizeof p);
                 rc = check_file(p, NPY_U16, 3, vshape + 1);
             }
-            if (rc)
-                return err_prefix("dataset %s", ds->dir);
+            if (rc) {
+                /* Our own file: regenerating it is the fix (reading never repairs). */
+                char msg[ERR_MSG_MAX];
+                snprintf(msg, sizeof msg, "%s", err_msg());
+                return err_set(rc, "dataset %s: %s; delete that dataset directory to regenerate "
+                               "it", ds->dir, msg);
+            }
         }
     return 0;
 }

@@ -2,6 +2,7 @@
  * (see library.h). */
 #include "fractal/library.h"
 
+#include "core/claim.h"
 #include "core/err.h"
 #include "core/fsutil.h"
 #include "core/log.h"
@@ -102,7 +103,9 @@ static int write_class(const char *path, const ifs_params *ip) {
     return fs_atomic_commit(&a, 0);
 }
 
-/* Removes temporary debris (".NAME.tmp.PID.N") left by a killed run. */
+/* Removes the temporaries (".NAME.tmp.PID.N") that killed writers left in `dir`. Called only
+ * while holding the claim that covers `dir` (see library.h): only the holder writes there, so
+ * every temporary present belongs to a writer that is gone, on whatever host it ran. */
 static void remove_debris(const char *dir) {
     DIR *d = opendir(dir);
     if (!d)
@@ -118,14 +121,32 @@ static void remove_debris(const char *dir) {
     closedir(d);
 }
 
-/* Class files present: valid[i] = 1 for NNNNNN.csv index i that parses. Corrupt files are
- * deleted (they will be regenerated). Returns the count, or a negative error. */
-#define MAX_CLASS_INDEX 1000000
-static int scan_classes(const char *dir, unsigned char *valid, ifs_params *params, int cap) {
+/* A claim left by a writer that is gone, on an item that needs no work (a killed job had claimed
+ * it, another finished it): taken over and released, with the item's debris. Nothing happens
+ * while a live writer holds it. */
+static void clear_dead_claim(const char *dir, const char *claim_name) {
+    char claim[FS_PATH_MAX + 32];
+    snprintf(claim, sizeof claim, "%s/%s", dir, claim_name);
+    if (!fs_exists(claim))
+        return;
+    if (claim_try(claim, NULL) == 1) {
+        remove_debris(dir);
+        claim_release(claim);
+    }
+    err_clear();
+}
+
+/* Class files present: valid[i] = 1 for NNNNNN.csv index i that parses. With `fix` (the class
+ * claim is held), debris is removed and corrupt files are deleted (they will be regenerated).
+ * Returns the count. */
+static int scan_classes(const char *dir, unsigned char *valid, ifs_params *params, int cap,
+                        int fix) {
+    memset(valid, 0, (size_t)cap);
     DIR *d = opendir(dir);
     if (!d)
         return 0;
-    remove_debris(dir);
+    if (fix)
+        remove_debris(dir);
     struct dirent *e;
     int count = 0;
     char p[FS_PATH_MAX];
@@ -138,8 +159,10 @@ static int scan_classes(const char *dir, unsigned char *valid, ifs_params *param
             continue;
         snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
         if (fractal_read_class(p, &params[idx]) != 0) {
-            log_warn("%s; removing it so it is regenerated", err_msg());
-            unlink(p);
+            if (fix) {
+                log_warn("%s; removing it so it is regenerated", err_msg());
+                unlink(p);
+            }
             continue;
         }
         valid[idx] = 1;
@@ -165,13 +188,28 @@ static int generate_classes(const fractal_spec *c, const dist_world *w, int need
     ifs_params *params = calloc((size_t)cap, sizeof *params);
     int rc = valid && params ? 0 : err_set(ERR_NOMEM, "out of memory");
     int have = 0;
+    char claim[FS_PATH_MAX + 16];
+    snprintf(claim, sizeof claim, "%s/.claim", dir);
     if (w->rank == 0 && rc == 0) {
         rc = fs_mkdir_p(dir);
         if (rc == 0)
-            have = scan_classes(dir, valid, params, cap);
+            have = scan_classes(dir, valid, params, cap, 0);
+        /* Too few: search under the class claim (another job may be searching: wait for it,
+         * then look again, as it may have written what this job needs). */
+        if (rc == 0 && have < need) {
+            char what[FS_PATH_MAX + 32];
+            snprintf(what, sizeof what, "the fractal classes in %s", dir);
+            rc = claim_take(claim, what);
+            if (rc == 0)
+                have = scan_classes(dir, valid, params, cap, 1);
+        } else if (rc == 0) {
+            clear_dead_claim(dir, ".claim");
+        }
     }
     rc = dist_agree(w, rc);
     if (rc) {
+        if (w->rank == 0)
+            claim_release(claim);
         free(valid);
         free(params);
         return rc;
@@ -185,6 +223,8 @@ static int generate_classes(const fractal_spec *c, const dist_world *w, int need
         rc = err_set(ERR_NOMEM, "out of memory for %zu points", n);
     rc = dist_agree(w, rc);
     if (rc) {
+        if (w->rank == 0)
+            claim_release(claim);
         free(valid);
         free(params);
         return rc;
@@ -284,6 +324,8 @@ static int generate_classes(const fractal_spec *c, const dist_world *w, int need
         rc = dist_agree(w, rc);
         dist_bcast(w, &remaining, sizeof remaining, 0);
     }
+    if (w->rank == 0)
+        claim_release(claim);
     s->attempts += base;
     s->points += (double)base * (double)n;
     s->class_seconds += time_now() - t0;
@@ -417,10 +459,30 @@ static int instance_valid(const char *path, long point_num) {
     return ok;
 }
 
+/* Whether the category folder `dir` is complete for class `c`: its .source names c and all its
+ * instances are valid. Read-only: a complete category needs no claim (and a read-only library
+ * stays usable). */
+static int category_complete(const fractal_spec *s, const char *dir, int cat, const lib_class *c) {
+    char src[FS_PATH_MAX + 16], want[128], p[FS_PATH_MAX];
+    snprintf(src, sizeof src, "%s/.source", dir);
+    snprintf(want, sizeof want, "%s %s\n", c->name, c->sha);
+    char *have = NULL;
+    int ok = fs_exists(src) && fs_read_file(src, &have, NULL) == 0 && !strcmp(have, want);
+    free(have);
+    err_clear();
+    for (int i = 0; ok && i < IFS_INSTANCES; i++) {
+        fractal_instance_path(s, cat, i, p, sizeof p);
+        ok = instance_valid(p, s->point_num);
+    }
+    return ok;
+}
+
 /* Makes the category folder `dir` belong to class `c`: when its .source names another class (or
  * is missing), the instances are stale and removed, then .source is rewritten. Returns the
  * number of stale instances removed, or a negative error. Removal comes before the new record,
- * so a kill in between leaves a folder that the next run cleans again. */
+ * so a kill in between leaves a folder that the next run cleans again. Called only while holding
+ * the category's claim: a job that is still writing this folder holds it, so nothing of a live
+ * writer is ever removed. */
 static long claim_category(const char *dir, int cat, const lib_class *c) {
     char src[FS_PATH_MAX + 16], want[128];
     snprintf(src, sizeof src, "%s/.source", dir);
@@ -451,27 +513,54 @@ static long claim_category(const char *dir, int cat, const lib_class *c) {
     return rc ? rc : removed;
 }
 
-/* Appends (class, category) pairs to rejected.csv, atomically. */
-static int add_rejected(const char *path, const lib_reject *old, int nold, const lib_class *cl,
-                        const int *as, const int *failed, int ncat) {
-    fs_atomic a;
-    int rc = fs_atomic_open(&a, path);
+/* Records (class, category) pairs in rejected.csv, atomically, under its own claim: the file is
+ * read again under it, so pairs that another job recorded meanwhile are kept. */
+static int add_rejected(const char *idir, const char *path, const lib_class *cl, const int *as,
+                        const int *failed, int ncat) {
+    char claim[FS_PATH_MAX + 32];
+    snprintf(claim, sizeof claim, "%s/.rejected.claim", idir);
+    int rc = claim_take(claim, path);
     if (rc)
         return rc;
-    for (int i = 0; i < nold; i++)
-        fprintf(a.fp, "%s,%s,%d\n", old[i].name, old[i].sha, old[i].cat);
-    for (int i = 0; i < ncat; i++)
-        if (failed[i])
-            fprintf(a.fp, "%s,%s,%d\n", cl[as[i]].name, cl[as[i]].sha, i);
-    return fs_atomic_commit(&a, 0);
+    remove_debris(idir); /* rejected.csv's temporaries, the only ones in this folder */
+    lib_reject *old = NULL;
+    int nold = 0;
+    fs_atomic a;
+    rc = read_rejected(path, &old, &nold);
+    if (rc == 0)
+        rc = fs_atomic_open(&a, path);
+    if (rc == 0) {
+        for (int i = 0; i < nold; i++)
+            fprintf(a.fp, "%s,%s,%d\n", old[i].name, old[i].sha, old[i].cat);
+        for (int i = 0; i < ncat; i++)
+            if (failed[i] && !is_rejected(old, nold, &cl[as[i]], i))
+                fprintf(a.fp, "%s,%s,%d\n", cl[as[i]].name, cl[as[i]].sha, i);
+        rc = fs_atomic_commit(&a, 0);
+    }
+    free(old);
+    claim_release(claim);
+    return rc;
 }
 
-/* Collective. One pass of instance generation for the current class assignment. Sets *nclasses
- * to the number of class files, *missing to the number of categories without a class (more
- * classes are needed) and *rejected to the number of categories whose class was found to diverge
- * here (recorded; assign again). */
+static void category_claim_path(const char *idir, int cat, char *buf, size_t n) {
+    snprintf(buf, n, "%s/%06d/.claim", idir, cat);
+}
+
+/* What one pass of instance generation found (rank 0's view, broadcast). */
+typedef struct inst_pass {
+    int nclasses;  /* class files listed */
+    int missing;   /* categories without a class: more classes are needed */
+    int rejected;  /* categories whose class diverged here (recorded; assign again) */
+    int pending;   /* categories that another job is generating (claimed): wait, then look again */
+    int wait_cat;  /* the first of them */
+} inst_pass;
+
+/* Collective. One pass of instance generation for the current class assignment, over the
+ * categories that are incomplete and not claimed by another job; `made` (rank 0, ncat * 145)
+ * marks the instances this job wrote. Claims are taken by rank 0 and released once every rank
+ * has finished writing. */
 static int generate_instances(const fractal_spec *c, const dist_world *w, fractal_summary *s,
-                              int *nclasses, int *missing, int *rejected) {
+                              unsigned char *made, inst_pass *out) {
     char cdir[FS_PATH_MAX], idir[FS_PATH_MAX], rjpath[FS_PATH_MAX + 16];
     fractal_class_dir(c, cdir, sizeof cdir);
     fractal_instance_dir(c, idir, sizeof idir);
@@ -481,12 +570,15 @@ static int generate_instances(const fractal_spec *c, const dist_world *w, fracta
     ifs_params *cls = calloc((size_t)ncat, sizeof *cls);
     int *work = malloc((size_t)total * sizeof *work); /* cat * 145 + inst */
     int *as = malloc((size_t)ncat * sizeof *as), *failed = calloc((size_t)ncat, sizeof *failed);
+    unsigned char *held = calloc((size_t)ncat, 1); /* rank 0: claims taken in this pass */
     lib_class *cl = NULL;
     lib_reject *rj = NULL;
     int ncl = 0, nrj = 0, nwork = 0;
     long stale = 0;
-    int rc = cls && work && as && failed ? 0 : err_set(ERR_NOMEM, "out of memory");
-    *missing = *rejected = 0;
+    int rc = cls && work && as && failed && held ? 0 : err_set(ERR_NOMEM, "out of memory");
+    memset(out, 0, sizeof *out);
+    out->wait_cat = -1;
+    char claim[FS_PATH_MAX + 32];
     if (w->rank == 0 && rc == 0) {
         rc = list_classes(cdir, &cl, &ncl);
         if (rc == 0)
@@ -494,14 +586,50 @@ static int generate_instances(const fractal_spec *c, const dist_world *w, fracta
         if (rc == 0)
             rc = read_rejected(rjpath, &rj, &nrj);
         if (rc == 0)
-            *missing = assign_classes(cl, ncl, rj, nrj, ncat, as);
-        for (int cat = 0; cat < ncat && rc == 0 && *missing == 0; cat++) {
-            char d[FS_PATH_MAX + 16], p[FS_PATH_MAX];
+            out->missing = assign_classes(cl, ncl, rj, nrj, ncat, as);
+        if (rc == 0)
+            clear_dead_claim(idir, ".rejected.claim");
+        int nheld = 0;
+        for (int cat = 0; cat < ncat && rc == 0 && out->missing == 0; cat++) {
+            char d[FS_PATH_MAX + 16];
             snprintf(d, sizeof d, "%s/%06d", idir, cat);
             rc = fs_mkdir_p(d);
+            if (rc)
+                continue;
+            if (category_complete(c, d, cat, &cl[as[cat]])) {
+                clear_dead_claim(d, ".claim");
+                continue;
+            }
+            category_claim_path(idir, cat, claim, sizeof claim);
+            int r = claim_try(claim, NULL);
+            if (r < 0) {
+                rc = r;
+            } else if (r == 1) {
+                held[cat] = 1;
+                nheld++;
+            } else if (out->pending++ == 0) {
+                out->wait_cat = cat;
+            }
+        }
+        /* The claims are ours: read the shared records again, as the jobs that held them before
+         * may have rejected a class for them (they record it before releasing). */
+        if (rc == 0 && nheld) {
+            free(cl), free(rj);
+            cl = NULL, rj = NULL;
+            rc = list_classes(cdir, &cl, &ncl);
+            if (rc == 0)
+                rc = read_rejected(rjpath, &rj, &nrj);
+            if (rc == 0)
+                out->missing = assign_classes(cl, ncl, rj, nrj, ncat, as);
+        }
+        for (int cat = 0; cat < ncat && rc == 0 && out->missing == 0; cat++) {
+            if (!held[cat])
+                continue;
+            char d[FS_PATH_MAX + 16], p[FS_PATH_MAX];
+            snprintf(d, sizeof d, "%s/%06d", idir, cat);
             remove_debris(d);
             cls[cat] = cl[as[cat]].p;
-            long st = rc ? 0 : claim_category(d, cat, &cl[as[cat]]);
+            long st = claim_category(d, cat, &cl[as[cat]]);
             if (st < 0)
                 rc = (int)st;
             stale += st > 0 ? st : 0;
@@ -517,23 +645,19 @@ static int generate_instances(const fractal_spec *c, const dist_world *w, fracta
             }
         }
     }
+    out->nclasses = ncl;
     rc = dist_agree(w, rc);
-    *nclasses = ncl;
-    dist_bcast(w, nclasses, sizeof *nclasses, 0);
-    dist_bcast(w, missing, sizeof *missing, 0);
-    if (rc || *missing) {
-        free(cls), free(work), free(as), free(failed), free(cl), free(rj);
-        return rc;
+    dist_bcast(w, out, sizeof *out, 0);
+    if (rc == 0 && !out->missing) {
+        dist_bcast(w, &nwork, sizeof nwork, 0);
+        dist_bcast(w, cls, (size_t)ncat * sizeof *cls, 0);
+        dist_bcast(w, work, (size_t)nwork * sizeof *work, 0);
     }
-    dist_bcast(w, &nwork, sizeof nwork, 0);
-    dist_bcast(w, cls, (size_t)ncat * sizeof *cls, 0);
-    dist_bcast(w, work, (size_t)nwork * sizeof *work, 0);
-    if (s->instances_total == 0) /* the first pass: what this run found in place */
-        s->instances_reused = total - nwork;
     s->instances_total = total;
     s->instances_stale += stale;
-    size_t lo, hi;
-    dist_block(w, (size_t)nwork, &lo, &hi);
+    size_t lo = 0, hi = 0;
+    if (rc == 0 && !out->missing)
+        dist_block(w, (size_t)nwork, &lo, &hi);
     size_t n = (size_t)c->point_num;
     float *pts = malloc(n * 3 * sizeof *pts);
     double *scratch = malloc(n * 3 * sizeof *scratch);
@@ -570,49 +694,113 @@ static int generate_instances(const fractal_spec *c, const dist_world *w, fracta
     rc = dist_agree(w, rc);
     if (rc == 0 && w->size > 1)
         MPI_Allreduce(MPI_IN_PLACE, failed, ncat, MPI_INT, MPI_MAX, w->comm);
+    out->rejected = 0;
     for (int i = 0; i < ncat; i++)
-        *rejected += failed[i] != 0;
-    if (rc == 0 && *rejected && w->rank == 0) {
-        for (int i = 0; i < ncat; i++)
-            if (failed[i])
-                log_warn("class %s diverges at %ld points as category %d; category %d takes "
-                         "another class (recorded in %s)",
-                         cl[as[i]].name, c->point_num, i, i, rjpath);
-        rc = add_rejected(rjpath, rj, nrj, cl, as, failed, ncat);
+        out->rejected += failed[i] != 0;
+    if (rc == 0 && w->rank == 0) {
+        for (int k = 0; k < nwork; k++)
+            if (!failed[work[k] / IFS_INSTANCES])
+                made[work[k]] = 1;
+        if (out->rejected) {
+            for (int i = 0; i < ncat; i++)
+                if (failed[i])
+                    log_warn("class %s diverges at %ld points as category %d; category %d takes "
+                             "another class (recorded in %s)",
+                             cl[as[i]].name, c->point_num, i, i, rjpath);
+            rc = add_rejected(idir, rjpath, cl, as, failed, ncat);
+        }
     }
     rc = dist_agree(w, rc);
+    /* Every rank has finished writing: the categories are complete (or recorded as rejected). */
+    for (int cat = 0; w->rank == 0 && cat < ncat; cat++)
+        if (held[cat]) {
+            category_claim_path(idir, cat, claim, sizeof claim);
+            claim_release(claim);
+        }
     s->instances_new += dist_sum_ll(w, written);
     s->instances_fallback += dist_sum_ll(w, fallback);
     s->points += (double)dist_sum_ll(w, attempts) * (double)n;
     s->instance_seconds += dist_max_double(w, time_now() - t0);
     free(pts), free(scratch), free(cls), free(work), free(as), free(failed), free(cl), free(rj);
+    free(held);
+    return rc;
+}
+
+/* datagen_from_scratch: empties `dir` (all but its claim) under its claim, so that a job still
+ * writing there is waited for, never cut short. */
+static int clear_claimed(const char *dir, const char *claim_name) {
+    if (!fs_is_dir(dir))
+        return 0;
+    char claim[FS_PATH_MAX + 32], what[FS_PATH_MAX + 32];
+    snprintf(claim, sizeof claim, "%s/%s", dir, claim_name);
+    snprintf(what, sizeof what, "%s (to delete it: datagen_from_scratch)", dir);
+    int rc = claim_take(claim, what);
+    if (rc)
+        return rc;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char p[FS_PATH_MAX + 300];
+    while (d && rc == 0 && (e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
+            !strncmp(e->d_name, claim_name, strlen(claim_name)))
+            continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        /* Category folders are cleared under their own claims (below), not here. */
+        if (!strcmp(claim_name, ".rejected.claim") && fs_is_dir(p))
+            continue;
+        rc = fs_rm_rf(p);
+    }
+    if (d)
+        closedir(d);
+    claim_release(claim);
+    return rc;
+}
+
+static int from_scratch(const fractal_spec *c) {
+    char cdir[FS_PATH_MAX], idir[FS_PATH_MAX], sub[FS_PATH_MAX + 300];
+    fractal_class_dir(c, cdir, sizeof cdir);
+    fractal_instance_dir(c, idir, sizeof idir);
+    int rc = clear_claimed(cdir, ".claim");
+    if (rc == 0)
+        rc = clear_claimed(idir, ".rejected.claim");
+    DIR *d = rc == 0 ? opendir(idir) : NULL;
+    struct dirent *e;
+    while (d && rc == 0 && (e = readdir(d)) != NULL) {
+        snprintf(sub, sizeof sub, "%s/%s", idir, e->d_name);
+        if (e->d_name[0] != '.' && fs_is_dir(sub))
+            rc = clear_claimed(sub, ".claim");
+    }
+    if (d)
+        closedir(d);
     return rc;
 }
 
 int fractal_generate(const fractal_spec *c, const dist_world *w, fractal_summary *s) {
     memset(s, 0, sizeof *s);
     int rc = 0;
+    const long total = (long)c->n_categories * IFS_INSTANCES;
+    unsigned char *made = NULL;
     if (w->rank == 0) {
         /* Fail early, before any file is written, if the library root cannot be created. */
         rc = fs_check_writable_dir(c->base_dir);
-        if (rc == 0 && c->from_scratch) {
-            char d[FS_PATH_MAX];
-            fractal_class_dir(c, d, sizeof d);
-            rc = fs_rm_rf(d);
-            fractal_instance_dir(c, d, sizeof d);
-            if (rc == 0)
-                rc = fs_rm_rf(d);
-        }
+        if (rc == 0 && !(made = calloc((size_t)total, 1)))
+            rc = err_set(ERR_NOMEM, "out of memory");
+        if (rc == 0 && c->from_scratch)
+            rc = from_scratch(c);
     }
     rc = dist_agree(w, rc);
-    if (rc)
+    if (rc) {
+        free(made);
         return rc;
+    }
     /* Classes, then instances; a category whose class diverges here takes another class (a
      * new one is searched for when none is left) until every category has its 145 instances.
-     * Each round rejects at least one (class, category) pair of a finite library or adds a
-     * class, so the bound only guards against a bug. */
-    int need = c->n_categories, nclasses = 0, missing = 0, rejected = 0;
-    for (int round = 0; rc == 0; round++) {
+     * Each such round rejects at least one (class, category) pair of a finite library or adds a
+     * class, so the bound only guards against a bug. Categories that other jobs are generating
+     * are waited for, one at a time, and looked at again. */
+    int need = c->n_categories;
+    inst_pass ip;
+    for (int round = 0, pass = 0; rc == 0; pass++) {
         if (round == 1000) {
             rc = err_set(ERR_INTERNAL, "fractal library: no stable class assignment after %d "
                                        "rounds", round);
@@ -622,7 +810,7 @@ int fractal_generate(const fractal_spec *c, const dist_world *w, fractal_summary
                                                                SCAFFOLD_TRACE_CAT_DATA);
         int before = s->classes_new;
         rc = generate_classes(c, w, need, s);
-        if (round == 0)
+        if (pass == 0)
             s->classes_reused = need - (s->classes_new - before);
         SCAFFOLD_TRACE_REGION_INT(tr, "attempts", s->attempts);
         SCAFFOLD_TRACE_REGION_END(tr);
@@ -630,15 +818,38 @@ int fractal_generate(const fractal_spec *c, const dist_world *w, fractal_summary
         if (rc)
             break;
         tr = SCAFFOLD_TRACE_REGION_BEGIN("generate_instances", SCAFFOLD_TRACE_CAT_DATA);
-        rc = generate_instances(c, w, s, &nclasses, &missing, &rejected);
+        rc = generate_instances(c, w, s, made, &ip);
         SCAFFOLD_TRACE_REGION_INT(tr, "instances_new", s->instances_new);
         SCAFFOLD_TRACE_REGION_END(tr);
-        s->classes_rejected += rejected;
-        if (rc || (!missing && !rejected))
+        s->classes_rejected += ip.rejected;
+        if (rc)
             break;
-        /* More classes: the listed ones plus one per category without a class. */
-        if (missing)
-            need = nclasses + missing;
+        if (ip.missing || ip.rejected) {
+            round++;
+            /* More classes: the listed ones plus one per category without a class. */
+            if (ip.missing)
+                need = ip.nclasses + ip.missing;
+            continue;
+        }
+        if (!ip.pending)
+            break;
+        if (w->rank == 0) {
+            char idir[FS_PATH_MAX], claim[FS_PATH_MAX + 32], what[64];
+            fractal_instance_dir(c, idir, sizeof idir);
+            category_claim_path(idir, ip.wait_cat, claim, sizeof claim);
+            snprintf(what, sizeof what, "fractal category %d (%ld points)", ip.wait_cat,
+                     c->point_num);
+            rc = claim_wait(claim, what);
+        }
+        rc = dist_agree(w, rc);
     }
+    /* Reused: every instance of the library that this job did not write (found in place, or
+     * written by another job meanwhile). */
+    long mine = 0;
+    for (long i = 0; made && i < total; i++)
+        mine += made[i];
+    dist_bcast(w, &mine, sizeof mine, 0);
+    s->instances_reused = total - mine;
+    free(made);
     return rc;
 }

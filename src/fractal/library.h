@@ -20,6 +20,15 @@
  *    its instances came from. Instances under a missing or different record are stale (the class
  *    file was deleted, regenerated or edited) and are regenerated.
  *
+ *
+ * Several independent jobs may build one library at once (job arrays on a shared file system):
+ * rank 0 of each job works under claims (core/claim.h): `3DIFS_param/.claim` for the class
+ * search, `<cat>/.claim` for a category's instances and `.source`, `np<n>/.rejected.claim` for
+ * rejected.csv. A complete category is read without a claim; one claimed by another live job is
+ * waited for and looked at again. Debris (temporaries, corrupt files) is removed only by a
+ * claim's holder, so never under a writer that still runs. The bytes are the same whichever job
+ * writes them.
+ *
  * The module takes its own small spec (fractal_spec), not the whole configuration. */
 #ifndef SCAFFOLD_FRACTAL_LIBRARY_H
 #define SCAFFOLD_FRACTAL_LIBRARY_H

@@ -2,9 +2,10 @@
  *
  * OUT/journal.tsv is append-only text: a header with the tune's signature (a hash of
  * everything that defines it: configuration arguments, levers, objective, repeats, launch),
- * then one `run` line per finished run (every measurement a verdict uses, numbers with 17
- * significant digits so they read back exactly) and one `done` line per finished trial. Each
- * line is flushed and fsynced. On resume, only trials with a `done` line are reused, so a killed
+ * then one `child` line per run started (its session id and start time, so that --resume can
+ * end what a killed tune left running), one `run` line per finished run (every measurement a
+ * verdict uses, numbers with 17 significant digits so they read back exactly) and one `done`
+ * line per finished trial. Each line is flushed and fsynced. On resume, only trials with a `done` line are reused, so a killed
  * tune loses at most the trial in flight, and the verdicts are recomputed from the same numbers
  * by the same code: the same verdicts. */
 #include "tune/tune.h"
@@ -158,6 +159,21 @@ int tune_journal_run(FILE *f, const char *trial, char side, int rep, const tune_
     return sync_line(f);
 }
 
+int tune_journal_child_started(FILE *f, const char *trial, char side, int rep, int sid,
+                               unsigned long long start) {
+    if (!f)
+        return 0;
+    fprintf(f, "child\t%s\t%c\t%d\t%d\t%llu\n", trial, side, rep, sid, start);
+    return sync_line(f);
+}
+
+int tune_journal_has_run(const tune_journal *j, const char *trial, char side, int rep) {
+    for (int i = 0; i < j->nruns; i++)
+        if (j->side[i] == side && j->rep[i] == rep && !strcmp(j->trial[i], trial))
+            return 1;
+    return 0;
+}
+
 int tune_journal_done(FILE *f, const char *trial) {
     fprintf(f, "done\t%s\n", trial);
     return sync_line(f);
@@ -199,6 +215,7 @@ void tune_journal_free(tune_journal *j) {
     for (int i = 0; i < j->ndone; i++)
         free(j->done[i]);
     free(j->done);
+    free(j->child);
     memset(j, 0, sizeof *j);
 }
 
@@ -246,6 +263,26 @@ int tune_journal_read(const char *path, const char *signature, tune_journal *j) 
             }
             j->done = nd;
             j->ndone++;
+            continue;
+        }
+        if (!strcmp(kind, "child")) {
+            char *t = strtok_r(NULL, "\t", &save), *sd = strtok_r(NULL, "\t", &save),
+                 *rp = strtok_r(NULL, "\t", &save), *sid = strtok_r(NULL, "\t", &save),
+                 *st = strtok_r(NULL, "\t", &save);
+            if (!t || !sd || !rp || !sid || !st)
+                continue;
+            tune_journal_child *nc = realloc(j->child, (size_t)(j->nchild + 1) * sizeof *nc);
+            if (!nc) {
+                rc = err_set(ERR_NOMEM, "out of memory reading %s", path);
+                break;
+            }
+            j->child = nc;
+            tune_journal_child *c = &j->child[j->nchild++];
+            snprintf(c->trial, sizeof c->trial, "%s", t);
+            c->side = sd[0];
+            c->rep = atoi(rp);
+            c->sid = atoi(sid);
+            c->start = strtoull(st, NULL, 10);
             continue;
         }
         if (strcmp(kind, "run"))

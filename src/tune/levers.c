@@ -4,6 +4,7 @@
 #include "tune/tune.h"
 
 #include "core/err.h"
+#include "core/yamlx.h"
 #include "core/fsutil.h"
 
 #include <ctype.h>
@@ -337,7 +338,9 @@ int tune_levers_parse(const char *text, size_t n, const char *label, int cfg_arg
         return rc;
     }
     yaml_parser_delete(&parser);
-    int rc = parse_doc(&doc, label, cfg_argc, cfg_argv, out);
+    int rc = yamlx_check_duplicates(&doc, label, ERR_CONFIG);
+    if (rc == 0)
+        rc = parse_doc(&doc, label, cfg_argc, cfg_argv, out);
     yaml_document_delete(&doc);
     if (rc)
         memset(out, 0, sizeof *out);

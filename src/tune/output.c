@@ -126,30 +126,105 @@ static void analysis_json(an_jw *w, const char *key, const tune_analysis *a) {
     an_jw_end(w, '}');
 }
 
-/* The best setting: the final paired trial when it ran, else the last accepted trial. */
-static void best_numbers(const tune_state *S, double *base, double *best, an_delta *d,
-                         const char **verdict) {
+void tune_best_of(const tune_state *S, tune_best *b) {
+    memset(b, 0, sizeof *b);
     double band;
-    side_stats(S->baseline->a, S->baseline->na, S->o->objective, S->o->noise, base, &band);
-    *best = *base;
-    d->med = d->lo = d->hi = 0;
-    d->noise = band;
-    *verdict = "baseline";
+    side_stats(S->baseline->a, S->baseline->na, S->o->objective, S->o->noise, &b->base, &band);
+    b->cand = b->base;
+    b->d.med = b->d.lo = b->d.hi = 0;
+    b->d.noise = band;
+    b->pairs = 0;
+    b->verdict = "baseline";
+    snprintf(b->basis, sizeof b->basis, "the baseline");
+    b->tried = S->incumbent.n ? &S->incumbent : NULL;
     if (S->final && S->final->done) {
-        *best = S->final->v.cand_med;
-        *d = S->final->v.d;
-        *verdict = S->final->v.verdict;
+        /* The final check decides, and its own pairs give both numbers. */
+        b->checked = 1;
+        b->base = S->final->v.base_med;
+        b->cand = S->final->v.cand_med;
+        b->d = S->final->v.d;
+        b->pairs = S->final->v.pairs;
+        b->verdict = S->final->v.verdict;
+        b->set = !strcmp(b->verdict, "accept") ? &S->incumbent : NULL;
         return;
     }
     for (int i = S->ntrials - 1; i >= 0; i--)
         if (S->trials[i].lever >= 0 && !strcmp(S->trials[i].v.verdict, "accept")) {
-            *best = S->trials[i].v.cand_med;
-            double g = tune_fom_higher_better(S->o->objective) ? *best / *base - 1
-                                                                : *base / *best - 1;
-            d->med = d->lo = d->hi = g;
-            *verdict = "unconfirmed (stopped at the budget before the final paired runs)";
+            /* Stopped at the budget before the final check: the last accepted trial, against
+             * the incumbent it replaced, said so. */
+            const tune_trial *t = &S->trials[i];
+            b->set = &S->incumbent;
+            b->base = t->v.base_med;
+            b->cand = t->v.cand_med;
+            b->d = t->v.d;
+            b->pairs = t->v.pairs;
+            b->verdict = "unconfirmed";
+            snprintf(b->basis, sizeof b->basis, "the incumbent of trial %s", t->id);
             return;
         }
+}
+
+/* One sentence on what the tune recommends, for best.yml's header, report.html and stdout. */
+static void best_sentence(const tune_state *S, const tune_best *b, char *buf, size_t cap) {
+    tune_objective ob = S->o->objective;
+    char tried[600] = "", set[600] = "";
+    if (b->tried)
+        tune_setting_str(b->tried, &S->lv, tried, sizeof tried);
+    if (b->set)
+        tune_setting_str(b->set, &S->lv, set, sizeof set);
+    const char *on = tune_objective_names[ob], *u = fom_unit(ob);
+    if (!b->tried) {
+        snprintf(buf, cap, "no lever accepted: keep the baseline (%s %.4g %s)", on, b->base, u);
+    } else if (b->checked && b->set) {
+        snprintf(buf, cap, "%s: %s %.4g %s against %.4g at the baseline (%+.1f%%, 99%% interval "
+                 "%+.1f%% .. %+.1f%%, floor +-%.1f%%, accept; final paired check, %d pairs)",
+                 set, on, b->cand, u, b->base, 100 * b->d.med, 100 * b->d.lo, 100 * b->d.hi,
+                 100 * b->d.noise, b->pairs);
+    } else if (b->checked) {
+        snprintf(buf, cap, "no override kept: the accepted setting %s was not confirmed by the "
+                 "final paired check against the baseline (%s %.4g %s against %.4g, %+.1f%%, "
+                 "99%% interval %+.1f%% .. %+.1f%%, %s over %d pairs); keep the baseline",
+                 tried, on, b->cand, u, b->base, 100 * b->d.med, 100 * b->d.lo, 100 * b->d.hi,
+                 b->verdict, b->pairs);
+    } else {
+        snprintf(buf, cap, "%s, unconfirmed: stopped at the budget before the final paired check "
+                 "against the baseline; its last trial measured %s %.4g %s against %.4g for %s "
+                 "(%+.1f%%)", set, on, b->cand, u, b->base, b->basis, 100 * b->d.med);
+    }
+}
+
+void tune_print_summary(const tune_state *S, FILE *out) {
+    int cnt[5] = {0};
+    static const char *const names[5] = {"accept", "revert", "guard-reject", "inconclusive",
+                                         "blocked"};
+    int ntr = 0;
+    for (int i = 0; i < S->ntrials; i++) {
+        const tune_trial *t = &S->trials[i];
+        if (t->lever < 0)
+            continue;
+        ntr++;
+        for (int k = 0; k < 5; k++)
+            if (!strcmp(t->v.verdict, names[k]))
+                cnt[k]++;
+    }
+    tune_best b;
+    tune_best_of(S, &b);
+    char sent[1600], el[32];
+    best_sentence(S, &b, sent, sizeof sent);
+    double s = S->elapsed_s;
+    if (s < 90)
+        snprintf(el, sizeof el, "%.0fs", s);
+    else if (s < 5400)
+        snprintf(el, sizeof el, "%dm%02ds", (int)(s / 60), (int)fmod(s, 60));
+    else
+        snprintf(el, sizeof el, "%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
+    fprintf(out, "tune: %s; %d trials: %d accepted, %d reverted, %d guard-rejected, "
+                 "%d inconclusive, %d blocked; bottleneck %s; %s in %s (%d runs); out %s\n",
+            sent, ntr, cnt[0], cnt[1], cnt[2], cnt[3], cnt[4], S->cls ? S->cls : "?",
+            S->stopped && !strcmp(S->stopped, "budget") ? "stopped at the budget"
+                                                        : "every lever tried",
+            el, S->runs_done, S->out);
+    fflush(out);
 }
 
 static int write_json(const tune_state *S, const char *path) {
@@ -179,6 +254,8 @@ static int write_json(const tune_state *S, const char *path) {
     an_jw_end(&w, '}');
     an_jw_obj(&w, "settings");
     an_jw_i64(&w, "repeats", S->o->repeats);
+    an_jw_i64(&w, "max_repeats", S->o->max_repeats);
+    an_jw_i64(&w, "min_pairs_for_a_verdict", TUNE_MIN_PAIRS);
     an_jw_i64(&w, "epochs_cap", S->L.epochs_cap);
     an_jw_num(&w, "noise_floor", S->o->noise);
     an_jw_num(&w, "budget_s", S->o->budget_s > 0 ? S->o->budget_s : NAN);
@@ -284,6 +361,9 @@ static int write_json(const tune_state *S, const char *path) {
         an_jw_num(&w, "gain_low", t->v.d.lo);
         an_jw_num(&w, "gain_high", t->v.d.hi);
         an_jw_num(&w, "noise_band", t->v.d.noise);
+        an_jw_i64(&w, "pairs", t->v.pairs);
+        if (!strcmp(t->v.verdict, "inconclusive"))
+            an_jw_i64(&w, "more_pairs_needed", t->v.more_pairs);
         an_jw_num(&w, "throughput_gain", t->v.tput_gain);
         an_jw_num(&w, "epoch_time_gain", t->v.epoch_gain);
         runs_json(&w, "incumbent_runs", t->a, t->na, ob);
@@ -293,23 +373,31 @@ static int write_json(const tune_state *S, const char *path) {
     an_jw_end(&w, ']');
     an_jw_str(&w, "stopped", S->stopped ? S->stopped : "complete");
     an_jw_str(&w, "untried", S->untried);
-    /* Best. */
-    double base, best;
-    an_delta d;
-    const char *verdict;
-    best_numbers(S, &base, &best, &d, &verdict);
+    /* Best: the overrides recommended (none when the final check did not confirm them). */
+    tune_best bst;
+    tune_best_of(S, &bst);
+    char sent[1600];
+    best_sentence(S, &bst, sent, sizeof sent);
     an_jw_obj(&w, "best");
     an_jw_obj(&w, "overrides");
-    for (int i = 0; i < S->incumbent.n; i++)
-        an_jw_str(&w, S->lv.l[S->incumbent.lever[i]].name, S->incumbent.value[i]);
+    for (int i = 0; bst.set && i < bst.set->n; i++)
+        an_jw_str(&w, S->lv.l[bst.set->lever[i]].name, bst.set->value[i]);
     an_jw_end(&w, '}');
-    an_jw_num(&w, "fom_median", best);
-    an_jw_num(&w, "baseline_fom_median", base);
-    an_jw_num(&w, "gain", d.med);
-    an_jw_num(&w, "gain_low", d.lo);
-    an_jw_num(&w, "gain_high", d.hi);
-    an_jw_num(&w, "noise_band", d.noise);
-    an_jw_str(&w, "verdict_vs_baseline", verdict);
+    an_jw_obj(&w, "accepted_in_trials");
+    for (int i = 0; bst.tried && i < bst.tried->n; i++)
+        an_jw_str(&w, S->lv.l[bst.tried->lever[i]].name, bst.tried->value[i]);
+    an_jw_end(&w, '}');
+    an_jw_bool(&w, "confirmed", bst.set && bst.checked);
+    an_jw_num(&w, "fom_median", bst.cand);
+    an_jw_num(&w, "baseline_fom_median", bst.base);
+    an_jw_str(&w, "compared_with", bst.basis);
+    an_jw_num(&w, "gain", bst.d.med);
+    an_jw_num(&w, "gain_low", bst.d.lo);
+    an_jw_num(&w, "gain_high", bst.d.hi);
+    an_jw_num(&w, "noise_band", bst.d.noise);
+    an_jw_i64(&w, "pairs", bst.pairs);
+    an_jw_str(&w, "verdict_vs_baseline", bst.verdict);
+    an_jw_str(&w, "summary", sent);
     if (S->final && S->final->done) {
         runs_json(&w, "baseline_runs", S->final->a, S->final->na, ob);
         runs_json(&w, "best_runs", S->final->b, S->final->nb, ob);
@@ -411,28 +499,42 @@ static int write_best(const tune_state *S, const char *path) {
     if (rc)
         return rc;
     FILE *f = a.fp;
-    double base, best;
-    an_delta d;
-    const char *verdict;
-    best_numbers(S, &base, &best, &d, &verdict);
-    fprintf(f, "# scaffold tune: the accepted overrides (use with -c <your config> -c best.yml).\n"
-               "# %s: %.4g %s against %.4g at the baseline (%+.1f%%, %s) on %s (%s).\n",
-            tune_objective_names[S->o->objective], best, fom_unit(S->o->objective), base,
-            100 * d.med, verdict, S->host, S->cpu);
+    tune_best b;
+    tune_best_of(S, &b);
+    char sent[1600];
+    best_sentence(S, &b, sent, sizeof sent);
+    const tune_setting none = {0};
+    const tune_setting *set = b.set ? b.set : &none;
+    fprintf(f, "# scaffold tune: the recommended overrides (use with -c <your config> -c "
+               "best.yml), on %s (%s).\n# ", S->host, S->cpu);
+    /* The sentence, wrapped as comment lines. */
+    for (const char *p = sent; *p;) {
+        size_t n = strlen(p), cut = n;
+        if (n > 96) {
+            cut = 96;
+            while (cut > 40 && p[cut] != ' ')
+                cut--;
+        }
+        fwrite(p, 1, cut, f);
+        p += cut;
+        while (*p == ' ')
+            p++;
+        fputs(*p ? "\n# " : ".\n", f);
+    }
     int keys = 0;
-    for (int i = 0; i < S->incumbent.n; i++) {
-        const tune_lever *l = &S->lv.l[S->incumbent.lever[i]];
+    for (int i = 0; i < set->n; i++) {
+        const tune_lever *l = &S->lv.l[set->lever[i]];
         if (l->kind == TUNE_L_ENV)
-            fprintf(f, "# environment: %s=%s\n", l->name + 4, S->incumbent.value[i]);
+            fprintf(f, "# environment: %s=%s\n", l->name + 4, set->value[i]);
         else if (l->kind == TUNE_L_LAUNCH)
             fprintf(f, "# launch: ranks x threads %s (mpirun -n R, OMP_NUM_THREADS=T)\n",
-                    S->incumbent.value[i]);
+                    set->value[i]);
     }
-    for (int i = 0; i < S->incumbent.n; i++) {
-        const tune_lever *l = &S->lv.l[S->incumbent.lever[i]];
+    for (int i = 0; i < set->n; i++) {
+        const tune_lever *l = &S->lv.l[set->lever[i]];
         if (l->kind != TUNE_L_CONFIG)
             continue;
-        const char *v = S->incumbent.value[i];
+        const char *v = set->value[i];
         if (strchr(v, ','))
             fprintf(f, "%s: [%s]\n", l->name, v);
         else {
@@ -636,10 +738,10 @@ static int write_html(const tune_state *S, const char *path) {
         return rc;
     FILE *o = a.fp;
     tune_objective ob = S->o->objective;
-    double base, best;
-    an_delta d;
-    const char *verdict;
-    best_numbers(S, &base, &best, &d, &verdict);
+    tune_best b;
+    tune_best_of(S, &b);
+    char sent[1600];
+    best_sentence(S, &b, sent, sizeof sent);
     fputs("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
           "<title>scaffold tune</title><style>body{font-family:sans-serif;margin:20px;"
           "max-width:1200px}table{border-collapse:collapse;margin:8px 0 18px}td,th{border:1px "
@@ -650,25 +752,28 @@ static int write_html(const tune_state *S, const char *path) {
     he(o, S->host);
     fputs(" &middot; ", o);
     he(o, S->cpu);
-    fprintf(o, " (%d CPUs) &middot; layout %dx%d &middot; %d repeats per side, interleaved "
-               "&middot; objective <b>%s</b> (%s)</p>\n<p>", S->ncpu, S->ranks, S->threads,
-            S->o->repeats, tune_objective_names[ob], fom_unit(ob));
+    fprintf(o, " (%d CPUs) &middot; layout %dx%d &middot; sequential A-B pairs, %d to %d per "
+               "trial (a verdict needs %d) &middot; objective <b>%s</b> (%s)</p>\n<p>",
+            S->ncpu, S->ranks, S->threads, S->o->repeats, S->o->max_repeats, TUNE_MIN_PAIRS,
+            tune_objective_names[ob], fom_unit(ob));
     he(o, fom_definition(ob));
-    fprintf(o, "</p>\n<h2>Summary</h2>\n<p>Baseline %.4g %s; best %.4g %s (%+.1f%%, range "
-               "%+.1f%% .. %+.1f%%, band &#177;%.1f%%, %s). Bottleneck class: <b>%s</b> (",
-            base, fom_unit(ob), best, fom_unit(ob), 100 * d.med, 100 * d.lo, 100 * d.hi,
-            100 * d.noise, verdict, S->cls ? S->cls : "?");
+    fputs("</p>\n<h2>Summary</h2>\n<p>", o);
+    he(o, sent);
+    fprintf(o, ". Bottleneck class: <b>%s</b> (", S->cls ? S->cls : "?");
     he(o, S->cls_reason);
     fputs(").</p>\n<p>Best setting: ", o);
     char set[600] = "the baseline (no lever accepted)";
-    if (S->incumbent.n)
-        tune_setting_str(&S->incumbent, &S->lv, set, sizeof set);
+    if (b.set)
+        tune_setting_str(b.set, &S->lv, set, sizeof set);
+    else if (b.tried)
+        snprintf(set, sizeof set, "the baseline (the accepted setting was not confirmed)");
     he(o, set);
     fputs("</p>\n<h2>FOM per trial</h2>\n", o);
     chart(o, S);
     fputs("<h2>Trials</h2>\n<table><tr><th>trial</th><th>lever</th><th>value</th>"
           "<th>dimension</th><th>verdict</th><th>guard</th><th>incumbent</th>"
-          "<th>candidate</th><th>gain (range)</th><th>band</th><th>reason</th></tr>\n", o);
+          "<th>candidate</th><th>gain (99% interval)</th><th>band</th><th>pairs</th>"
+          "<th>reason</th></tr>\n", o);
     for (int i = 0; i < S->ntrials; i++) {
         const tune_trial *t = &S->trials[i];
         if ((t->lever < 0 && t != S->final) || !t->done)
@@ -676,21 +781,25 @@ static int write_html(const tune_state *S, const char *path) {
         fprintf(o, "<tr><td>%s</td><td>", t == S->final ? "final" : t->id);
         he(o, t == S->final ? "best vs baseline" : S->lv.l[t->lever].name);
         fputs("</td><td>", o);
-        if (t == S->final)
-            he(o, set);
-        else
+        if (t == S->final) {
+            char fs[600];
+            tune_setting_str(&t->cand, &S->lv, fs, sizeof fs);
+            he(o, fs);
+        } else {
             he(o, t->value);
+        }
         fprintf(o, "</td><td>%d</td><td class=\"v\" style=\"color:%s\">%s</td><td>",
                 t == S->final ? 0 : S->lv.l[t->lever].dimension, verdict_color(t->v.verdict),
                 t->v.verdict);
         he(o, t->v.guard);
-        if (isfinite(t->v.d.med))
+        if (isfinite(t->v.d.med) && isfinite(t->v.d.noise))
             fprintf(o, "</td><td>%.4g</td><td>%.4g</td><td>%+.1f%% (%+.1f%% .. %+.1f%%)</td>"
-                       "<td>&#177;%.1f%%</td><td class=\"r\">", t->v.base_med, t->v.cand_med,
-                    100 * t->v.d.med, 100 * t->v.d.lo, 100 * t->v.d.hi, 100 * t->v.d.noise);
+                       "<td>&#177;%.1f%%</td><td>%d</td><td class=\"r\">", t->v.base_med,
+                    t->v.cand_med, 100 * t->v.d.med, 100 * t->v.d.lo, 100 * t->v.d.hi,
+                    100 * t->v.d.noise, t->v.pairs);
         else
-            fputs("</td><td>&ndash;</td><td>&ndash;</td><td>&ndash;</td><td>&ndash;</td>"
-                  "<td class=\"r\">", o);
+            fprintf(o, "</td><td>&ndash;</td><td>&ndash;</td><td>&ndash;</td><td>&ndash;</td>"
+                    "<td>%d</td><td class=\"r\">", t->v.pairs);
         he(o, t->v.reason);
         fputs("</td></tr>\n", o);
     }
@@ -731,7 +840,7 @@ static int write_html(const tune_state *S, const char *path) {
         fputs("<tr><td colspan=\"2\">no proposal</td></tr>\n", o);
     fputs("</table>\n<h2>12-dimension checklist and proposals</h2>\n", o);
     analysis_html(o, "Baseline", &S->base_an);
-    analysis_html(o, S->incumbent.n ? "Best setting" : "Best setting (= baseline)", &S->best_an);
+    analysis_html(o, b.set ? "Best setting" : "Best setting (= baseline)", &S->best_an);
     fputs("</body></html>\n", o);
     return fs_atomic_commit(&a, 1);
 }

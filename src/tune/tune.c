@@ -118,9 +118,10 @@ int tune_analyze(const char *trace_dir, const char *catalog, tune_analysis *a) {
 /* ------------------------------------------------------------------ signals */
 
 static void on_signal(int sig) {
-    int pg = tune_inflight_pgid;
-    if (pg > 0)
-        kill(-pg, SIGKILL);
+    /* The run's supervisor ends its session (it would also notice the tuner's death). */
+    int sid = tune_inflight_sid;
+    if (sid > 0)
+        kill(sid, SIGTERM);
     signal(sig, SIG_DFL);
     raise(sig);
 }
@@ -138,8 +139,22 @@ static void progress(tune_state *S, const tune_trial *t, const char *what) {
             eta);
 }
 
-/* One run of a trial, from the journal when the trial finished before a kill. */
-static int one_run(tune_state *S, tune_trial *t, char side, int rep, tune_meas *m) {
+/* The run being started, for its journal `child` line. */
+typedef struct run_id {
+    tune_state *S;
+    const char *trial;
+    char side;
+    int rep;
+} run_id;
+
+static void journal_child(void *ctx, int sid, unsigned long long start) {
+    run_id *r = ctx;
+    tune_journal_child_started(r->S->journal, r->trial, r->side, r->rep, sid, start);
+}
+
+/* One run of a trial, from the journal when the trial finished before a kill. `of`: the runs
+ * the side is planned to have (shown in the progress line). */
+static int one_run(tune_state *S, tune_trial *t, char side, int rep, int of, tune_meas *m) {
     const tune_meas *j = tune_journal_find(&S->prev, t->id, side, rep);
     if (j) {
         *m = *j;
@@ -149,10 +164,14 @@ static int one_run(tune_state *S, tune_trial *t, char side, int rep, tune_meas *
     snprintf(dir, sizeof dir, "%s/trials/%s/%c%d", S->out, t->id, side, rep + 1);
     const tune_setting *s = side == 'B' ? &t->cand : &t->inc;
     tune_setting_str(s, &S->lv, set, sizeof set);
-    snprintf(what, sizeof what, "run %c%d/%d (%s)", side, rep + 1, side == 'B' ? t->nb : t->na,
-             set);
+    snprintf(what, sizeof what, "run %c%d/%d%s (%s)", side, rep + 1, of,
+             t->nb && rep + 1 > S->o->repeats ? " (a pair added: no verdict yet)" : "", set);
     progress(S, t, what);
+    run_id id = {S, t->id, side, rep};
+    S->L.on_start = journal_child;
+    S->L.ctx = &id;
     int rc = tune_run_one(&S->L, &S->lv, s, dir, m);
+    S->L.on_start = NULL;
     if (rc)
         return rc;
     S->runs_done++;
@@ -162,25 +181,57 @@ static int one_run(tune_state *S, tune_trial *t, char side, int rep, tune_meas *
     return tune_journal_run(S->journal, t->id, side, rep, m);
 }
 
-/* Runs a trial: A and B interleaved in ABBA order (A1 B1 B2 A2 A3 B3 ...), so a drift of the
- * machine and the cost of coming second hit both sides alike. A one-sided trial is the
- * baseline (A) or a discriminator probe (P). */
+static void judge(tune_state *S, tune_trial *t);
+
+/* Whether a trial of `pairs` pairs has its verdict: a firm one at once (a failed run, a
+ * non-finite loss, does less, a changed batch); one that rests on the noise from the planned
+ * pairs on, and only when it is not inconclusive. */
+static int decided(const tune_trial *t, int pairs, int nmin) {
+    if (t->v.firm)
+        return 1;
+    return pairs >= nmin && strcmp(t->v.verdict, "inconclusive") != 0;
+}
+
+/* The pairs a two-sided trial runs at least, and at most. */
+static int pairs_min(const tune_state *S) {
+    return S->o->repeats > TUNE_MIN_PAIRS ? S->o->repeats : TUNE_MIN_PAIRS;
+}
+static int pairs_max(const tune_state *S) {
+    int m = S->o->max_repeats > 0 ? S->o->max_repeats : 8;
+    return m > pairs_min(S) ? (m < TUNE_MAX_REPEATS ? m : TUNE_MAX_REPEATS) : pairs_min(S);
+}
+
+/* Runs a trial. A one-sided trial is the baseline (A) or a discriminator probe (P): na runs.
+ * A two-sided one is sequential A-B pairs in ABBA order (A1 B1, B2 A2, A3 B3 ...), so a drift of
+ * the machine and the cost of coming second hit both sides alike, judged after each pair: from
+ * the planned pairs on (at least TUNE_MIN_PAIRS) until the verdict is decided or pairs_max()
+ * pairs ran. A resumed trial replays its journaled runs through the same decisions. */
 static int run_trial(tune_state *S, tune_trial *t) {
     char sa = t->nb == 0 && t != S->baseline ? 'P' : 'A';
-    int n = t->na > t->nb ? t->na : t->nb;
     int resumed = tune_journal_find(&S->prev, t->id, sa, 0) != NULL;
-    for (int r = 0; r < n; r++) {
-        int rc = 0;
-        for (int k = 0; k < 2 && rc == 0; k++) {
-            int b_side = (r % 2 == 0) == (k == 1);
-            if (b_side && r < t->nb)
-                rc = one_run(S, t, 'B', r, &t->b[r]);
-            else if (!b_side && r < t->na)
-                rc = one_run(S, t, sa, r, &t->a[r]);
+    int rc = 0;
+    if (t->nb == 0) {
+        for (int r = 0; r < t->na && rc == 0; r++)
+            rc = one_run(S, t, sa, r, t->na, &t->a[r]);
+    } else {
+        const int nmin = pairs_min(S), nmax = pairs_max(S);
+        for (int r = 0; r < nmax && rc == 0; r++) {
+            int of = r < nmin ? nmin : nmax;
+            for (int k = 0; k < 2 && rc == 0; k++) {
+                int b_side = (r % 2 == 0) == (k == 1);
+                rc = b_side ? one_run(S, t, 'B', r, of, &t->b[r])
+                            : one_run(S, t, 'A', r, of, &t->a[r]);
+            }
+            t->na = t->nb = r + 1;
+            if (rc == 0) {
+                judge(S, t);
+                if (decided(t, r + 1, nmin))
+                    break;
+            }
         }
-        if (rc)
-            return rc;
     }
+    if (rc)
+        return rc;
     t->done = 1;
     if (resumed)
         return 0;
@@ -193,8 +244,9 @@ static tune_trial *new_trial(tune_state *S, const char *id, int lever, const cha
         return NULL;
     tune_trial *t = &S->trials[S->ntrials];
     memset(t, 0, sizeof *t);
-    t->a = calloc((size_t)(na ? na : 1), sizeof *t->a);
-    t->b = calloc((size_t)(nb ? nb : 1), sizeof *t->b);
+    /* Two-sided trials add pairs until a verdict: room for the most. */
+    t->a = calloc((size_t)(nb ? TUNE_MAX_REPEATS : na ? na : 1), sizeof *t->a);
+    t->b = calloc((size_t)(nb ? TUNE_MAX_REPEATS : 1), sizeof *t->b);
     if (!t->a || !t->b) {
         free(t->a);
         free(t->b);
@@ -262,9 +314,12 @@ static void make_signature(tune_state *S, const char *levers_text) {
     sha256_ctx c;
     sha256_init(&c);
     char buf[512];
-    snprintf(buf, sizeof buf, "obj=%d repeats=%d np=%d launcher=%s epochs=%d noise=%.6g disc=%d\n",
-             (int)S->o->objective, S->o->repeats, S->o->np, S->o->launcher ? S->o->launcher : "",
-             S->L.epochs_cap, S->o->noise, S->o->discriminate);
+    /* "pairs=2": trials of sequential pairs (an older journal, judged otherwise, is refused). */
+    snprintf(buf, sizeof buf, "obj=%d repeats=%d max=%d pairs=2 np=%d launcher=%s epochs=%d "
+             "noise=%.6g disc=%d\n",
+             (int)S->o->objective, S->o->repeats, pairs_max(S), S->o->np,
+             S->o->launcher ? S->o->launcher : "", S->L.epochs_cap, S->o->noise,
+             S->o->discriminate);
     sha256_update(&c, buf, strlen(buf));
     for (int i = 1; i < S->o->cfg_argc; i++) {
         sha256_update(&c, S->o->cfg_argv[i], strlen(S->o->cfg_argv[i]) + 1);
@@ -275,51 +330,35 @@ static void make_signature(tune_state *S, const char *levers_text) {
     sha256_hex(d, S->signature);
 }
 
-/* Kills every process of group pg that runs scaffold (a killed tuner leaves its run's
- * benchmark behind: the launcher that led the group died with the tuner, so the group is
- * found through /proc, and only scaffold processes are touched in case the id was reused).
- * Returns how many were still alive. */
-static int kill_group(int pg) {
-    DIR *d = opendir("/proc");
-    if (!d)
-        return 0;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        int pid = atoi(e->d_name);
-        if (pid <= 1)
-            continue;
-        char p[64], buf[512] = "";
-        snprintf(p, sizeof p, "/proc/%d/stat", pid);
-        FILE *f = fopen(p, "r");
-        if (!f)
-            continue;
-        size_t k = fread(buf, 1, sizeof buf - 1, f);
-        fclose(f);
-        buf[k] = 0;
-        /* pid (comm) state ppid pgrp ...: comm may hold spaces, so parse after the last ')'. */
-        char *rp = strrchr(buf, ')');
-        int ppid, pgrp;
-        char st;
-        if (!rp || sscanf(rp + 1, " %c %d %d", &st, &ppid, &pgrp) != 3 || pgrp != pg)
-            continue;
-        char cmd[256] = "";
-        snprintf(p, sizeof p, "/proc/%d/cmdline", pid);
-        f = fopen(p, "r");
-        if (f) {
-            k = fread(cmd, 1, sizeof cmd - 1, f);
-            cmd[k] = 0;
-            fclose(f);
-        }
-        if (strstr(cmd, "scaffold") && kill(pid, SIGKILL) == 0)
-            n++;
-    }
-    closedir(d);
-    return n;
-}
-
-/* Kills what a killed tune left running and removes its unfinished trial folders. */
+/* Ends what a killed tune left running: every run journaled as started (a `child` line)
+ * without its measurement may still have processes in its session (the supervisor ends them
+ * when the tuner dies, unless it was killed too): SIGTERM, then SIGKILL after 5 s, waiting up
+ * to 10 s more for them to be gone. Then removes the unfinished trial folders. */
 static void clean_unfinished(tune_state *S) {
+    for (int i = 0; i < S->prev.nchild; i++) {
+        const tune_journal_child *c = &S->prev.child[i];
+        if (tune_journal_has_run(&S->prev, c->trial, c->side, c->rep))
+            continue;
+        int n = tune_session_kill(c->sid, c->start, SIGTERM);
+        if (!n)
+            continue;
+        fprintf(stderr, "tune: --resume: %d process%s of run %s %c%d of the killed tune still "
+                "ran (session %d); ending them\n", n, n == 1 ? "" : "es", c->trial, c->side,
+                c->rep + 1, c->sid);
+        double t0 = now_s();
+        int killed = 0;
+        while ((n = tune_session_kill(c->sid, c->start, 0)) > 0 && now_s() - t0 < 15) {
+            if (!killed && now_s() - t0 > 5) {
+                tune_session_kill(c->sid, c->start, SIGKILL);
+                killed = 1;
+            }
+            struct timespec ts = {0, 50 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        if (n > 0)
+            fprintf(stderr, "tune: --resume: %d process%s of session %d still run after 15 s "
+                    "(not ours to end?); continuing\n", n, n == 1 ? "" : "es", c->sid);
+    }
     char tdir[1100];
     snprintf(tdir, sizeof tdir, "%s/trials", S->out);
     DIR *d = opendir(tdir);
@@ -336,23 +375,6 @@ static void clean_unfinished(tune_state *S) {
             continue;
         char sub[1400];
         snprintf(sub, sizeof sub, "%s/%s", tdir, e->d_name);
-        DIR *r = opendir(sub);
-        struct dirent *x;
-        while (r && (x = readdir(r)) != NULL) {
-            char pf[1700];
-            snprintf(pf, sizeof pf, "%s/%s/pgid", sub, x->d_name);
-            FILE *f = fopen(pf, "r");
-            int pg = 0;
-            if (f && fscanf(f, "%d", &pg) == 1 && pg > 1)
-                for (int tries = 0; tries < 100 && kill_group(pg) > 0; tries++) {
-                    struct timespec ts = {0, 50 * 1000 * 1000};
-                    nanosleep(&ts, NULL);
-                }
-            if (f)
-                fclose(f);
-        }
-        if (r)
-            closedir(r);
         fs_rm_rf(sub);
     }
     closedir(d);
@@ -562,7 +584,8 @@ static int tune_loop(tune_state *S) {
     for (int k = 0; S->order[k] >= 0 && k < TUNE_MAX_LEVERS; k++)
         if (!S->lv.l[S->order[k]].blocked[0])
             planned += S->lv.l[S->order[k]].nvalues;
-    S->runs_planned += planned * 2 * N + 2 * N;
+    const int NP = pairs_min(S); /* pairs a trial runs at least */
+    S->runs_planned += planned * 2 * NP + 2 * NP;
     S->trials_planned = S->ntrials + planned + 1;
     int tn = 0;
     S->stopped = "complete";
@@ -580,15 +603,15 @@ static int tune_loop(tune_state *S) {
              * costs nothing). */
             double per = S->runs_done ? S->run_s_sum / S->runs_done : 0;
             int resumed = tune_journal_find(&S->prev, id, 'A', 0) != NULL;
-            if (o->budget_s > 0 && !resumed && now_s() - S->t0 + per * 2 * N > o->budget_s) {
+            if (o->budget_s > 0 && !resumed && now_s() - S->t0 + per * 2 * NP > o->budget_s) {
                 S->stopped = "budget";
                 size_t u = strlen(S->untried);
                 snprintf(S->untried + u, sizeof S->untried - u, "%s%s=%s", u ? " " : "",
                          l->name, l->values[vi]);
-                S->runs_planned -= 2 * N;
+                S->runs_planned -= 2 * NP;
                 continue;
             }
-            tune_trial *t = new_trial(S, id, li, l->values[vi], &S->incumbent, &cand, N, N);
+            tune_trial *t = new_trial(S, id, li, l->values[vi], &S->incumbent, &cand, NP, NP);
             if (!t)
                 return err_set(ERR_NOMEM, "too many trials (at most %d)", TUNE_MAX_TRIALS);
             const char *was = current_value(S, li, cur, sizeof cur);
@@ -597,7 +620,6 @@ static int tune_loop(tune_state *S) {
             progress(S, t, what);
             if ((rc = run_trial(S, t)))
                 return rc;
-            judge(S, t);
             fprintf(stderr, "tune:   %s=%s: %s%s%s -- %s\n", l->name, l->values[vi],
                     t->v.verdict, t->v.guard[0] ? " " : "", t->v.guard, t->v.reason);
             if (!strcmp(t->v.verdict, "accept"))
@@ -610,77 +632,41 @@ static int tune_loop(tune_state *S) {
     double per = S->runs_done ? S->run_s_sum / S->runs_done : 0;
     int resumed = tune_journal_find(&S->prev, "final", 'A', 0) != NULL;
     if (S->incumbent.n && o->budget_s > 0 && !resumed &&
-        now_s() - S->t0 + per * 2 * N > o->budget_s) {
+        now_s() - S->t0 + per * 2 * NP > o->budget_s) {
         S->stopped = "budget";
         S->best_an = S->base_an;
     } else if (S->incumbent.n) {
-        S->final = new_trial(S, "final", -1, NULL, &empty, &S->incumbent, N, N);
+        S->final = new_trial(S, "final", -1, NULL, &empty, &S->incumbent, NP, NP);
         if (!S->final)
             return err_set(ERR_NOMEM, "out of memory");
         progress(S, S->final, "the best setting against the baseline");
         if ((rc = run_trial(S, S->final)))
             return rc;
-        judge(S, S->final);
-        /* The best setting's analysis with this tune's catalog: the dimensions it measured. */
+        fprintf(stderr, "tune:   final check: %s%s%s -- %s\n", S->final->v.verdict,
+                S->final->v.guard[0] ? " " : "", S->final->v.guard, S->final->v.reason);
+        /* The best setting's analysis with this tune's catalog: the dimensions it measured.
+         * A setting the final check did not confirm is not the best: the baseline is. */
         char cat[1200];
         snprintf(cat, sizeof cat, "%s/lever_catalog.yaml", S->out);
         tune_write_outputs(S);
-        tune_analyze(S->final->b[0].trace_dir, cat, &S->best_an);
+        if (!strcmp(S->final->v.verdict, "accept"))
+            tune_analyze(S->final->b[0].trace_dir, cat, &S->best_an);
+        else
+            S->best_an = S->base_an;
     } else {
         S->best_an = S->base_an;
     }
     return 0;
 }
 
-/* Whether the best setting (the incumbent) sets some lever to `value`. */
+/* Whether the recommended setting sets some lever to `value`. */
 static int uses_value(const tune_state *S, const char *value) {
-    for (int i = 0; i < S->incumbent.n; i++)
-        if (!strcmp(S->incumbent.value[i], value))
+    tune_best b;
+    tune_best_of(S, &b);
+    for (int i = 0; b.set && i < b.set->n; i++)
+        if (!strcmp(b.set->value[i], value))
             return 1;
     return 0;
-}
-
-static void summary(const tune_state *S) {
-    int cnt[5] = {0};
-    static const char *const names[5] = {"accept", "revert", "guard-reject", "inconclusive",
-                                         "blocked"};
-    int ntr = 0;
-    for (int i = 0; i < S->ntrials; i++) {
-        const tune_trial *t = &S->trials[i];
-        if (t->lever < 0)
-            continue;
-        ntr++;
-        for (int k = 0; k < 5; k++)
-            if (!strcmp(t->v.verdict, names[k]))
-                cnt[k]++;
-    }
-    char set[600] = "no lever accepted";
-    if (S->incumbent.n)
-        tune_setting_str(&S->incumbent, &S->lv, set, sizeof set);
-    const tune_trial *b = S->baseline;
-    tune_objective ob = S->o->objective;
-    double v[TUNE_MAX_REPEATS];
-    int k = 0;
-    for (int i = 0; i < b->na; i++)
-        v[k++] = tune_fom(&b->a[i], ob);
-    double bm = an_median(v, (size_t)k);
-    const char *unit = ob == TUNE_OBJ_THROUGHPUT ? "samples/s" : "s";
-    if (S->final)
-        printf("tune: %s %.4g %s with %s vs %.4g baseline (%+.1f%%, range %+.1f%% .. %+.1f%%, "
-               "band +-%.1f%%, %s); ",
-               tune_objective_names[ob], S->final->v.cand_med, unit, set, S->final->v.base_med,
-               100 * S->final->v.d.med, 100 * S->final->v.d.lo, 100 * S->final->v.d.hi,
-               100 * S->final->v.d.noise, S->final->v.verdict);
-    else
-        printf("tune: %s %.4g %s at the baseline, %s; ", tune_objective_names[ob], bm, unit, set);
-    char el[32];
-    fmt_dur(S->elapsed_s, el, sizeof el);
-    printf("%d trials: %d accepted, %d reverted, %d guard-rejected, %d inconclusive, %d blocked; "
-           "bottleneck %s; %s in %s (%d runs); out %s\n",
-           ntr, cnt[0], cnt[1], cnt[2], cnt[3], cnt[4], S->cls ? S->cls : "?",
-           !strcmp(S->stopped, "budget") ? "stopped at the budget" : "every lever tried", el,
-           S->runs_done, S->out);
-    fflush(stdout);
 }
 
 int tune_main(const tune_opts *o) {
@@ -699,6 +685,13 @@ int tune_main(const tune_opts *o) {
     }
     if (o->repeats < 1 || o->repeats > TUNE_MAX_REPEATS) {
         rc = err_set(ERR_USAGE, "--repeats must be 1..%d", TUNE_MAX_REPEATS);
+        goto out;
+    }
+    if (o->max_repeats && (o->max_repeats < o->repeats || o->max_repeats < TUNE_MIN_PAIRS ||
+                           o->max_repeats > TUNE_MAX_REPEATS)) {
+        rc = err_set(ERR_USAGE, "--max-repeats %d: must be in [%d, %d] and at least --repeats "
+                     "(%d): a verdict needs at least %d pairs", o->max_repeats,
+                     TUNE_MIN_PAIRS, TUNE_MAX_REPEATS, o->repeats, TUNE_MIN_PAIRS);
         goto out;
     }
     if ((rc = load_config(o, c)))
@@ -789,7 +782,7 @@ int tune_main(const tune_opts *o) {
             rc = wrc;
     }
     if (rc == 0)
-        summary(S);
+        tune_print_summary(S, stdout);
     /* A dataset staged in memory that the best setting does not use is memory taken from the
      * machine: removed once the tune is over (kept after a failure, for --resume). */
     if (rc == 0 && S->stage_dir[0] && !uses_value(S, S->stage_dir) && fs_is_dir(S->stage_dir))

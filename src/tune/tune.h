@@ -3,9 +3,10 @@
  * A tune measures a baseline (N traced runs of the configuration), classifies the bottleneck
  * with a discriminator (thread and precision probes, loader-wait, I/O and checkpoint shares from
  * the analyzer), orders the levers by what can move that bottleneck, then tries one lever value
- * at a time: N runs interleaved with the incumbent (A B A B ...), a verdict from compare's band
- * statistics and guards (does less, phantom throughput, degraded convergence, non-finite or
- * rising losses), and an accepted value becomes the incumbent. Every run is traced
+ * at a time: sequential A-B pairs with the incumbent (A B B A ...), a verdict from the pairs'
+ * 99% interval of the change and the guards (does less, phantom throughput, degraded
+ * convergence, non-finite or rising losses), pairs added until the interval excludes zero or
+ * --max-repeats is reached, and an accepted value becomes the incumbent. Every run is traced
  * (`scaffold trace`), every finished trial is journaled so `--resume` continues where a killed
  * tune stopped, and the outputs are tune.json, lever_catalog.yaml, best.yml and report.html.
  *
@@ -84,6 +85,9 @@ tune_lever_class tune_lever_class_of(const char *name);
 
 #define TUNE_MAX_EPOCHS 512
 #define TUNE_MAX_REPEATS 16
+/* The fewest A-B pairs a verdict that rests on the noise is drawn from: the band is measured
+ * from the pairs' spread, and fewer than 3 pairs say too little about it. */
+#define TUNE_MIN_PAIRS 3
 
 /* The measurements of one benchmark run. */
 typedef struct tune_meas {
@@ -111,6 +115,10 @@ typedef struct tune_launch {
     const char *launcher;    /* "mpirun ..." or NULL */
     int epochs_cap;          /* > 0: --epochs for every run */
     double timeout_s;        /* kill a run after this long (<= 0: none) */
+    /* Called once a run's session exists (its id and start time), so that a resumed tune can
+     * find what a killed one left running; NULL: not recorded. */
+    void (*on_start)(void *ctx, int sid, unsigned long long start);
+    void *ctx;
 } tune_launch;
 
 /* One setting: the config-key overrides, env settings and the layout a run uses. */
@@ -127,17 +135,39 @@ void tune_setting_str(const tune_setting *s, const tune_levers *lv, char *buf, s
 
 /* Runs the benchmark once with setting `s`, traced, in `dir` (created), and measures it.
  * Returns 0 when the run could be attempted (m->ok says whether it succeeded), or an error
- * (the tracer missing, the directory unwritable). */
+ * (the tracer missing, the directory unwritable).
+ *
+ * The run lives in a session of its own, led by a supervisor process forked from the tuner:
+ * launchers give each rank a process group of its own, but every process the run starts stays
+ * in that session. The supervisor has PR_SET_PDEATHSIG, so when the tuner dies (kill -9
+ * included) it ends the whole session (SIGTERM, SIGKILL after 5 s) and exits; it also removes
+ * whatever the run leaves behind when it ends. */
 int tune_run_one(const tune_launch *L, const tune_levers *lv, const tune_setting *s,
                  const char *dir, tune_meas *m);
 
-/* The process group of the run in flight (0 when none), for signal handlers. */
-extern volatile int tune_inflight_pgid;
+/* The supervisor (= session id) of the run in flight (0 when none), for signal handlers. */
+extern volatile int tune_inflight_sid;
+
+/* Sends `sig` to every process of session `sid` but the caller, unless a process `sid` runs
+ * that started at another time than `start` (the id was reused; start 0: not checked).
+ * Returns how many processes were signalled. */
+int tune_session_kill(int sid, unsigned long long start, int sig);
+
+/* Start time of process pid in clock ticks since boot (0 if unknown). */
+unsigned long long tune_proc_start(int pid);
 
 /* This machine: host name, CPU model, online CPUs. */
 void tune_machine(char *host, size_t hcap, char *cpu, size_t ccap, int *ncpu);
 
 /* ------------------------------------------------------------------ journal (resume) */
+
+typedef struct tune_journal_child {
+    char trial[32];
+    char side;
+    int rep;
+    int sid;                 /* the run's session (its supervisor's pid) */
+    unsigned long long start; /* the supervisor's start time */
+} tune_journal_child;
 
 typedef struct tune_journal {
     tune_meas *runs;         /* every run line read */
@@ -147,6 +177,8 @@ typedef struct tune_journal {
     int nruns;
     char **done;             /* finished trials */
     int ndone;
+    tune_journal_child *child; /* every run started (child lines) */
+    int nchild;
 } tune_journal;
 
 /* Reads OUT/journal.tsv for --resume (ERR_USAGE if missing, empty or written with another
@@ -159,6 +191,12 @@ void tune_journal_free(tune_journal *j);
 int tune_journal_start(const char *path, const char *signature, int append, FILE **out);
 int tune_journal_run(FILE *f, const char *trial, char side, int rep, const tune_meas *m);
 int tune_journal_done(FILE *f, const char *trial);
+/* Records that a run started, in session sid (a `child` line, synced before the run does
+ * anything), so that --resume can end what a killed tune left running. */
+int tune_journal_child_started(FILE *f, const char *trial, char side, int rep, int sid,
+                               unsigned long long start);
+/* Whether the journal holds a `run` line (the measurement) for this run. */
+int tune_journal_has_run(const tune_journal *j, const char *trial, char side, int rep);
 
 /* ------------------------------------------------------------------ verdicts */
 
@@ -172,14 +210,28 @@ int tune_fom_higher_better(tune_objective o);
 typedef struct tune_verdict {
     const char *verdict;     /* accept | revert | guard-reject | inconclusive | blocked */
     const char *guard;       /* the guard that fired ("" if none) */
+    int firm;                /* the verdict does not rest on the noise (a failed run, a
+                              * non-finite loss, does less, a changed batch): more pairs would
+                              * not change it */
     tune_objective judged;   /* the FOM the verdict used (epoch time for batch levers) */
     double base_med, cand_med; /* medians of that FOM */
-    an_delta d;              /* candidate vs incumbent (sign oriented: > 0 better) */
+    an_delta d;              /* candidate vs incumbent, from the pairs: med = the mean change
+                              * (exp of the mean log ratio, - 1), lo..hi its 99% interval,
+                              * noise = the floor (--noise); oriented: > 0 better */
+    int pairs;               /* A-B pairs the change was measured from */
+    int more_pairs;          /* inconclusive: about how many more pairs would likely decide it
+                              * (-1: none would, the change is within the floor; 0: decided) */
     double tput_gain, epoch_gain; /* relative changes, NAN if unknown */
     char reason[700];
 } tune_verdict;
 
-/* The verdict of a trial: incumbent runs a[0..na) vs candidate runs b[0..nb). `batch_lever`:
+/* The verdict of a trial: pairs (a[i], b[i]) of incumbent and candidate runs made one after the
+ * other, i < min(na, nb). Each pair gives the log ratio of the FOMs (a drift of a busy machine
+ * hits both runs of a pair alike, so it cancels); the change is their mean, with a 99% Student
+ * t interval (99%, not 95%: the pairs are looked at after each one, and a stricter interval
+ * keeps the chance of a false verdict over those repeated looks near 5%). A verdict needs at
+ * least TUNE_MIN_PAIRS pairs and an interval beyond zero by more than the floor; otherwise the
+ * trial is inconclusive and says how many more pairs would likely decide it. `batch_lever`:
  * the lever changes the batch (local_batch_size, the rank count): judged on epoch time and the
  * samples per step may differ. min_noise is the band floor (fraction). */
 void tune_judge(const tune_meas *a, int na, const tune_meas *b, int nb, tune_objective obj,
@@ -222,7 +274,10 @@ typedef struct tune_opts {
     char **cfg_argv;         /* argv[0] is "tune"; -c files and --key flags */
     const char *levers_file; /* NULL: built-in catalog + analyzer proposals */
     tune_objective objective;
-    int repeats;             /* N (default 3) */
+    int repeats;             /* N: runs of the baseline, and the pairs a trial starts with
+                              * (default 3) */
+    int max_repeats;         /* the most pairs a trial runs before it is inconclusive
+                              * (default 8; at least repeats) */
     double budget_s;         /* <= 0: no budget */
     int np;
     const char *launcher;
@@ -285,6 +340,24 @@ typedef struct tune_state {
  * (atomically).
  * (output.c) */
 int tune_write_outputs(const tune_state *S);
+
+/* What a tune recommends, one answer for best.yml, tune.json, report.html and the summary line.
+ * When the final paired check of the best setting against the baseline ran, its numbers are
+ * quoted (both medians from its own pairs) and the setting is kept only if it accepted it. */
+typedef struct tune_best {
+    const tune_setting *set;  /* the overrides recommended (NULL: none, the baseline) */
+    const tune_setting *tried; /* the incumbent the trials reached (NULL: none accepted) */
+    int checked;              /* the final paired check ran */
+    double base, cand;        /* medians of the FOM: baseline and candidate, as compared */
+    an_delta d;               /* candidate vs that baseline (> 0 better) */
+    int pairs;
+    const char *verdict;      /* the final check's verdict, "baseline" or "unconfirmed" */
+    char basis[200];          /* what `base` is ("the baseline", "the incumbent of t03") */
+} tune_best;
+void tune_best_of(const tune_state *S, tune_best *b);
+
+/* The summary line on stdout (output.c). */
+void tune_print_summary(const tune_state *S, FILE *out);
 
 /* Runs the whole tune. 0, or ERR_* with the message in err_msg() (ERR_CONFIG/ERR_USAGE for bad
  * input: nothing is written then). */

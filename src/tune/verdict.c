@@ -6,8 +6,10 @@
  *                 degraded convergence (training or validation loss above the incumbent's
  *                 beyond its band at any epoch, or a lower final Dice);
  *   accept / revert / inconclusive  the objective's figure of merit, candidate vs incumbent,
- *                 with compare's band statistics (the whole range beyond 0 and the median
- *                 beyond the noise band). */
+ *                 from the A-B pairs (see tune_judge in tune.h): the 99% interval of the mean
+ *                 change beyond 0 and the change beyond the noise floor, from at least
+ *                 TUNE_MIN_PAIRS pairs; an inconclusive trial says how many more pairs would
+ *                 likely decide it. */
 #include "tune/tune.h"
 
 #include <math.h>
@@ -62,26 +64,72 @@ static double g_dice(const tune_meas *m, int i) { return i < m->nepochs ? m->val
 static double g_sps(const tune_meas *m, int i) { (void)i; return m->samples_per_step; }
 static double g_spe(const tune_meas *m, int i) { (void)i; return m->samples_per_epoch; }
 
-static void fom_delta(const tune_meas *a, int na, const tune_meas *b, int nb, tune_objective o,
-                      double min_noise, an_delta *d, double *am, double *bm) {
-    double x[TUNE_MAX_REPEATS], y[TUNE_MAX_REPEATS];
-    int kx = 0, ky = 0;
-    for (int i = 0; i < na && kx < TUNE_MAX_REPEATS; i++)
-        x[kx++] = tune_fom(&a[i], o);
-    for (int i = 0; i < nb && ky < TUNE_MAX_REPEATS; i++)
-        y[ky++] = tune_fom(&b[i], o);
-    an_delta_of(x, (size_t)kx, y, (size_t)ky, min_noise, d);
-    double tx[TUNE_MAX_REPEATS], ty[TUNE_MAX_REPEATS];
-    memcpy(tx, x, sizeof(double) * (size_t)kx);
-    memcpy(ty, y, sizeof(double) * (size_t)ky);
-    *am = an_median(tx, (size_t)kx);
-    *bm = an_median(ty, (size_t)ky);
-    if (!tune_fom_higher_better(o)) {
-        /* Oriented so that > 0 is better: a time that falls by x% is a gain of x%. */
-        double med = -d->med, lo = -d->hi, hi = -d->lo;
-        d->med = med;
-        d->lo = lo;
-        d->hi = hi;
+/* Two-sided 99% quantile of Student's t with df degrees of freedom (df >= 16: the
+ * Cornish-Fisher expansion around the normal quantile, within 0.2% there). */
+static double t99(int df) {
+    static const double t[16] = {NAN,   63.657, 9.925, 5.841, 4.604, 4.032, 3.707, 3.499,
+                                 3.355, 3.250,  3.169, 3.106, 3.055, 3.012, 2.977, 2.947};
+    if (df < 1)
+        return NAN;
+    if (df < 16)
+        return t[df];
+    const double z = 2.5758293, n = df;
+    return z + (z * z * z + z) / (4 * n) +
+           (5 * pow(z, 5) + 16 * z * z * z + 3 * z) / (96 * n * n);
+}
+
+/* The change of the FOM from the pairs (a[i], b[i]), i < n (see tune_judge): med = exp(mean of
+ * the oriented log ratios) - 1, lo..hi its 99% t interval, noise = the floor (so an_delta_sign
+ * says "beyond the noise" when the interval excludes zero and the change exceeds the floor: the
+ * interval is the statistical doubt, the floor the smallest change worth a verdict). am, bm: the
+ * medians of each side. *pairs: the pairs with a FOM on both sides;
+ * *more: the pairs that would likely decide an undecided change (-1: none would). */
+static void paired_delta(const tune_meas *a, const tune_meas *b, int n, tune_objective o,
+                         double floor_, an_delta *d, double *am, double *bm, int *pairs,
+                         int *more) {
+    double x[TUNE_MAX_REPEATS], y[TUNE_MAX_REPEATS], g[TUNE_MAX_REPEATS];
+    int k = 0, kx = 0, ky = 0;
+    const double sign = tune_fom_higher_better(o) ? 1 : -1;
+    for (int i = 0; i < n && i < TUNE_MAX_REPEATS; i++) {
+        double fa = tune_fom(&a[i], o), fb = tune_fom(&b[i], o);
+        if (isfinite(fa) && fa > 0)
+            x[kx++] = fa;
+        if (isfinite(fb) && fb > 0)
+            y[ky++] = fb;
+        if (isfinite(fa) && isfinite(fb) && fa > 0 && fb > 0)
+            g[k++] = sign * log(fb / fa);
+    }
+    *am = an_median(x, (size_t)kx);
+    *bm = an_median(y, (size_t)ky);
+    *pairs = k;
+    *more = 0;
+    d->med = d->lo = d->hi = d->noise = NAN;
+    if (!k)
+        return;
+    double mean = 0, ss = 0;
+    for (int i = 0; i < k; i++)
+        mean += g[i] / k;
+    for (int i = 0; i < k; i++)
+        ss += (g[i] - mean) * (g[i] - mean);
+    double sd = k > 1 ? sqrt(ss / (k - 1)) : NAN;
+    double h = k > 1 ? t99(k - 1) * sd / sqrt((double)k) : INFINITY;
+    d->med = exp(mean) - 1;
+    d->lo = isfinite(h) ? exp(mean - h) - 1 : -INFINITY;
+    d->hi = isfinite(h) ? exp(mean + h) - 1 : INFINITY;
+    d->noise = floor_;
+    if (an_delta_sign(d) != 0 && k >= TUNE_MIN_PAIRS)
+        return;
+    /* Undecided: a change within the floor stays so however many pairs are run; otherwise the
+     * pairs at which t * sd / sqrt(pairs) falls below the change (the normal quantile, and at
+     * least the minimum number of pairs). */
+    if (fabs(d->med) <= floor_) {
+        *more = -1;
+    } else if (k > 1) {
+        double want = sd > 0 ? pow(2.5758293 * sd / fabs(mean), 2) : 0;
+        double need = fmax(ceil(want), TUNE_MIN_PAIRS);
+        *more = need > k ? (int)fmin(need - k, 1e6) : 1;
+    } else {
+        *more = TUNE_MIN_PAIRS - k;
     }
 }
 
@@ -98,6 +146,7 @@ void tune_judge(const tune_meas *a, int na, const tune_meas *b, int nb, tune_obj
     v->base_med = v->cand_med = NAN;
     v->d.med = v->d.lo = v->d.hi = v->d.noise = NAN;
     v->tput_gain = v->epoch_gain = NAN;
+    v->firm = 1; /* until the noise decides */
     for (int i = 0; i < na; i++)
         if (!a[i].ok) {
             v->verdict = "blocked";
@@ -123,7 +172,9 @@ void tune_judge(const tune_meas *a, int na, const tune_meas *b, int nb, tune_obj
      * samples/s is easy to inflate with the batch. */
     tune_objective j = obj == TUNE_OBJ_THROUGHPUT && batch_lever ? TUNE_OBJ_EPOCH : obj;
     v->judged = j;
-    fom_delta(a, na, b, nb, j, min_noise, &v->d, &v->base_med, &v->cand_med);
+    const int np = na < nb ? na : nb;
+    paired_delta(a, b, np, j, min_noise, &v->d, &v->base_med, &v->cand_med, &v->pairs,
+                 &v->more_pairs);
     /* Non-finite or rising losses. */
     for (int i = 0; i < nb; i++) {
         const tune_meas *m = &b[i];
@@ -140,6 +191,7 @@ void tune_judge(const tune_meas *a, int na, const tune_meas *b, int nb, tune_obj
         ne = a[i].nepochs < ne ? a[i].nepochs : ne;
     for (int i = 0; i < nb; i++)
         ne = b[i].nepochs < ne ? b[i].nepochs : ne;
+    v->firm = 0;
     if (ne >= 2) {
         double c0 = med_of(b, nb, g_loss, 0), c1 = med_of(b, nb, g_loss, ne - 1);
         double a0 = med_of(a, na, g_loss, 0), a1 = med_of(a, na, g_loss, ne - 1);
@@ -163,6 +215,7 @@ void tune_judge(const tune_meas *a, int na, const tune_meas *b, int nb, tune_obj
     memset(&cr, 0, sizeof cr);
     an_compare_work(ra, (size_t)ka, rb, (size_t)kb, &cr);
     if (cr.does_less) {
+        v->firm = 1;
         v->verdict = "guard-reject";
         v->guard = "does-less";
         snprintf(v->reason, sizeof v->reason, "does less, not faster: %s", cr.less);
@@ -172,6 +225,7 @@ void tune_judge(const tune_meas *a, int na, const tune_meas *b, int nb, tune_obj
     double sa = med_of(a, na, g_sps, 0), sb = med_of(b, nb, g_sps, 0);
     double pa = med_of(a, na, g_spe, 0), pb = med_of(b, nb, g_spe, 0);
     if (!batch_lever && sa > 0 && sb > 0 && fabs(sb / sa - 1) > 0.01) {
+        v->firm = 1;
         v->verdict = "guard-reject";
         v->guard = "phantom-throughput";
         snprintf(v->reason, sizeof v->reason,
@@ -182,11 +236,13 @@ void tune_judge(const tune_meas *a, int na, const tune_meas *b, int nb, tune_obj
     }
     an_delta dt, de;
     double ta, tb, ea, eb;
-    fom_delta(a, na, b, nb, TUNE_OBJ_THROUGHPUT, min_noise, &dt, &ta, &tb);
-    fom_delta(a, na, b, nb, TUNE_OBJ_EPOCH, min_noise, &de, &ea, &eb);
+    int pt, pe, mt, me;
+    paired_delta(a, b, np, TUNE_OBJ_THROUGHPUT, min_noise, &dt, &ta, &tb, &pt, &mt);
+    paired_delta(a, b, np, TUNE_OBJ_EPOCH, min_noise, &de, &ea, &eb, &pe, &me);
     v->tput_gain = dt.med;
     v->epoch_gain = de.med;
-    if (obj == TUNE_OBJ_THROUGHPUT && an_delta_sign(&dt) > 0 && an_delta_sign(&de) <= 0) {
+    if (obj == TUNE_OBJ_THROUGHPUT && pt >= TUNE_MIN_PAIRS && an_delta_sign(&dt) > 0 &&
+        an_delta_sign(&de) <= 0) {
         v->verdict = "guard-reject";
         v->guard = "phantom-throughput";
         snprintf(v->reason, sizeof v->reason,
@@ -239,15 +295,36 @@ void tune_judge(const tune_meas *a, int na, const tune_meas *b, int nb, tune_obj
                  tune_objective_names[j]);
         return;
     }
-    v->verdict = sign > 0 ? "accept" : sign < 0 ? "revert" : "inconclusive";
-    int n = snprintf(v->reason, sizeof v->reason,
-                     "%s %+.1f%% (range %+.1f%% .. %+.1f%%, band +-%.1f%%, %s)%s",
+    const char *batch_note = j != obj ? "; judged on epoch time because the lever changes the "
+                                        "batch" : "";
+    int n;
+    if (v->pairs < TUNE_MIN_PAIRS) {
+        /* One or two pairs say nothing about the noise: no verdict from them. */
+        v->verdict = "inconclusive";
+        n = snprintf(v->reason, sizeof v->reason,
+                     "%s %+.1f%% over %d pair%s: a verdict needs at least %d pairs (the noise "
+                     "band is measured from their spread); run %d more%s",
+                     tune_objective_names[j], 100 * v->d.med, v->pairs, v->pairs == 1 ? "" : "s",
+                     TUNE_MIN_PAIRS, TUNE_MIN_PAIRS - v->pairs, batch_note);
+    } else {
+        v->verdict = sign > 0 ? "accept" : sign < 0 ? "revert" : "inconclusive";
+        char more[200] = "";
+        if (!sign && v->more_pairs < 0)
+            snprintf(more, sizeof more, "; the change is within the %.1f%% floor: more pairs "
+                     "would not make it a verdict", 100 * min_noise);
+        else if (!sign)
+            snprintf(more, sizeof more, "; about %d more pair%s would likely decide it "
+                     "(--max-repeats)", v->more_pairs, v->more_pairs == 1 ? "" : "s");
+        n = snprintf(v->reason, sizeof v->reason,
+                     "%s %+.1f%% (99%% interval %+.1f%% .. %+.1f%% over %d pairs, floor "
+                     "+-%.1f%%, %s)%s%s",
                      tune_objective_names[j], 100 * v->d.med, 100 * v->d.lo, 100 * v->d.hi,
-                     100 * v->d.noise,
+                     v->pairs, 100 * v->d.noise,
                      sign > 0   ? "better beyond the noise"
                      : sign < 0 ? "worse beyond the noise"
                                 : "within the noise",
-                     j != obj ? "; judged on epoch time because the lever changes the batch" : "");
+                     more, batch_note);
+    }
     if (cr.datapath[0] && n > 0 && (size_t)n < sizeof v->reason)
         snprintf(v->reason + n, sizeof v->reason - (size_t)n, "; %s", cr.datapath);
 }

@@ -11,7 +11,7 @@ t_cbin "$BUILD/tests/analyze/test_analyze" "$d/unit"
 # decodes the parts of a file in parallel threads), built here from the analyzer's sources (one
 # gcc call each), so the default test run catches undefined behaviour and races too.
 deflate=$(grep -q AN_HAVE_LIBDEFLATE src/analyze/module.mk && [ -f /usr/include/libdeflate.h ] && echo "-DAN_HAVE_LIBDEFLATE -ldeflate")
-san_srcs="tests/analyze/test_analyze.c src/analyze/*.c src/core/err.c src/core/fault.c src/core/fsutil.c"
+san_srcs="tests/analyze/test_analyze.c src/analyze/*.c src/core/err.c src/core/fault.c src/core/fsutil.c src/core/yamlx.c"
 san_build() { # NAME FLAGS...
     local name=$1
     shift
@@ -138,6 +138,9 @@ t_expect_fail "catalog: unknown verdict" 2 "verdict 'maybe' is not one of" \
     "$SCAFFOLD" analyze --catalog "$d/cat_verdict.yaml" "$d/fx/clean"
 t_expect_fail "catalog: missing file" 2 "cannot open lever catalog" \
     "$SCAFFOLD" analyze --catalog "$d/nope.yaml" "$d/fx/clean"
+{ cat tests/analyze/lever_catalog.yaml; echo "version: 1"; } >"$d/cat_dup.yaml"
+t_expect_fail "catalog: a key given twice names both lines" 2 "cat_dup.yaml: key 'version' appears twice in one mapping \(lines [0-9]+ and [0-9]+\)" \
+    "$SCAFFOLD" analyze --catalog "$d/cat_dup.yaml" "$d/fx/clean"
 
 # --- compare
 C=$d/fx/compare
@@ -188,6 +191,9 @@ printf 'rules:\n  - id: wisio.small_reads\n    threshold: 0.999\n  - id: drishti
 "$SCAFFOLD" analyze --json --rules "$d/ovr.yaml" "$d/fx/small_io" >"$d/ovr.json" 2>/dev/null
 t_check "override silences small-I/O rules" json_check "$d/ovr.json" \
     "not any(f['id'] in ('wisio.small_reads','drishti.small_requests') for f in r['findings'])"
+printf 'rules:\n  - id: wisio.small_reads\n    threshold: 0.5\n    threshold: 0.9\n' >"$d/dup.yaml"
+t_expect_fail "rules: a key given twice names both lines" 2 "dup.yaml: key 'threshold' appears twice in one mapping \(lines 3 and 4\)" \
+    "$SCAFFOLD" analyze --rules "$d/dup.yaml" "$d/fx/small_io"
 printf 'rules:\n  - id: wisio.small_reads\n    threshold: lots\n' >"$d/bad.yaml"
 t_expect_fail "bad override value" 2 "bad.yaml:3: threshold must be a number" \
     "$SCAFFOLD" analyze --rules "$d/bad.yaml" "$d/fx/clean"

@@ -29,7 +29,9 @@ v = np.zeros((3, 16, 16, 16), np.float32); v[0, 1, 2, 3] = np.inf
 np.save(d + "/inf.npy", v)
 np.save(d + "/f64.npy", np.zeros((3, 16, 16, 16)))
 np.save(d + "/two_d.npy", np.zeros((16, 16), np.float32))
+np.save(d + "/trunc.npy", np.zeros((3, 16, 16, 16), np.float32))
 PY
+truncate -s 1000 "$W/in/trunc.npy"
 mkdir -p "$W/in/adir"
 C="-c $W/in/ok.yml"
 
@@ -106,6 +108,7 @@ if [ -n "${1:-}" ]; then
     case_ "predict: 2-D array" "$S" predict --checkpoint "$1" --input "$W/in/two_d.npy" --mask m.npy
     case_ "predict: all-NaN volume" "$S" predict --checkpoint "$1" --input "$W/in/nan.npy" --mask m.npy
     case_ "predict: one Inf voxel" "$S" predict --checkpoint "$1" --input "$W/in/inf.npy" --mask m.npy
+    case_ "predict: truncated .npy" "$S" predict --checkpoint "$1" --input "$W/in/trunc.npy" --mask m.npy
 fi
 # store-bench (arguments are checked before MPI starts)
 case_ "store-bench: negative rows" "$S" store-bench --rows-per-rank -5
@@ -114,6 +117,7 @@ case_ "store-bench: unknown method" "$S" store-bench --method tcp
 case_ "store-bench: batch 0" "$S" store-bench --batch 0
 case_ "store-bench: missing value" "$S" store-bench --repeats
 case_ "store-bench: positional" "$S" store-bench 12
+case_ "store-bench: batch buffer past the node's memory" "$S" store-bench --row-bytes 4g
 # trace, analyze, compare
 case_ "trace: no command" "$S" trace --out "$W/in/t"
 case_ "trace: --flush-ms 0" "$S" trace --flush-ms 0 -- true

@@ -24,6 +24,13 @@ t_expect_fail "predict: all-NaN volume rejected with the count" 2 "nan.npy: 1536
 t_expect_fail "predict: two non-finite voxels counted" 2 "two.npy: 2 of 1536 values are not finite" \
     "$SCAFFOLD" predict --checkpoint "$d/c.safetensors" --input "$d/two.npy" --mask "$d/m.npy"
 [ ! -e "$d/m.npy" ] && t_ok "predict: no mask for a non-finite volume" || t_fail "predict: no mask for a non-finite volume"
+# A truncated input is the user's file: the message says what is wrong with it, not "delete it and
+# regenerate" (advice for the files the program makes).
+"$PYTHON" -c "import numpy as np, sys; np.save(sys.argv[1], np.zeros((3, 8, 8, 8), np.float32))" "$d/tr.npy"
+truncate -s 2000 "$d/tr.npy"
+out=$("$SCAFFOLD" predict --checkpoint "$d/c.safetensors" --input "$d/tr.npy" 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q "tr.npy: truncated .npy file: header promises 6144 data bytes, file has 1872; --input must be a whole .npy file" <<<"$out" \
+    && ! grep -q regenerate <<<"$out" && t_ok "predict: a truncated input is described, not to be regenerated" || t_fail "predict: truncated input" "rc=$rc $out"
 t_check "predict: a finite volume still works" "$SCAFFOLD" predict --checkpoint "$d/c.safetensors" --input "$d/ok.npy" --mask "$d/m.npy"
 # A directory where a file is expected is named as such (it was "too short ... (9223372036854775807 bytes)").
 mkdir -p "$d/adir"

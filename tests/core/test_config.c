@@ -75,6 +75,38 @@ int main(void) {
     CHECK(config_load_file(&c, bad) == 0 && config_finalize(&c) == ERR_CONFIG, "optimizer");
     write(bad, "- a\n- b\n");
     CHECK(config_load_file(&c, bad) == ERR_CONFIG && strstr(err_msg(), "mapping"), "not a map");
+    /* A key given twice is refused, naming both lines (it used to keep the last silently). */
+    write(bad, "seed: 1\nproblem_scale: 5\nseed: 2\n");
+    CHECK(config_load_file(&c, bad) == ERR_CONFIG &&
+              strstr(err_msg(), "bad.yml: key 'seed' appears twice in one mapping (lines 1 and 3)"),
+          "duplicate key: %s", err_msg());
+    /* A channel count that the groups do not divide: blamed on the key the user set, in its
+     * file (it blamed "the default of group_norm_groups"). */
+    write(bad, "unet_base_channels: 7\n");
+    config_defaults(&c);
+    CHECK(config_parse_args(&c, 3, argv3, 1) == 0 && config_finalize(&c) == ERR_CONFIG &&
+              strstr(err_msg(), "bad.yml: key 'unet_base_channels': 7 is not a multiple of "
+                                "group_norm_groups (8, the default)") &&
+              !strstr(err_msg(), "default of key"),
+          "base channels vs default groups: %s", err_msg());
+    write(bad, "group_norm_groups: 5\n");
+    config_defaults(&c);
+    CHECK(config_parse_args(&c, 3, argv3, 1) == 0 && config_finalize(&c) == ERR_CONFIG &&
+              strstr(err_msg(), "bad.yml: key 'group_norm_groups': 5 does not divide "
+                                "unet_base_channels"),
+          "groups vs default channels: %s", err_msg());
+    write(bad, "group_norm_groups: 5\nunet_base_channels: 12\n");
+    config_defaults(&c);
+    CHECK(config_parse_args(&c, 3, argv3, 1) == 0 && config_finalize(&c) == ERR_CONFIG &&
+              strstr(err_msg(), "key 'unet_base_channels': 12") &&
+              strstr(err_msg(), "from ") && strstr(err_msg(), "key 'group_norm_groups'"),
+          "both set: both named: %s", err_msg());
+    /* An empty job name says so. */
+    write(bad, "job_name: \"\"\n");
+    config_defaults(&c);
+    CHECK(config_load_file(&c, bad) == 0 && config_finalize(&c) == ERR_CONFIG &&
+              strstr(err_msg(), "key 'job_name' is empty") && !strstr(err_msg(), "'/'"),
+          "empty job_name: %s", err_msg());
     write(bad, "seed: 1\n  x: : [\n");
     CHECK(config_load_file(&c, bad) == ERR_CONFIG && strstr(err_msg(), "YAML"), "syntax: %s",
           err_msg());

@@ -139,13 +139,58 @@ for at in 7 26; do   # 7: among the shard files; 26: the meta.yaml commit, just 
 done
 out=$("$SCAFFOLD" generate_dataset -c "$d/k.yml" 2>&1)
 [ "$(tree_hash "$(dir_of "$out")")" = "$h2" ] && grep -q generated <<<"$out" && t_ok "rerun after a kill generates the full dataset" || t_fail "rerun after kill" "$out"
-[ "$(find "$d/dk" -mindepth 2 -maxdepth 2 -name '.tmp_*' | wc -l)" -eq 1 ] && t_ok "a recent staging dir is kept (may be another job's)" || t_fail "recent staging kept"
-out=$(SCAFFOLD_DATASET_STALE_SECONDS=0 "$SCAFFOLD" generate_dataset -c "$d/k.yml" 2>&1)
-[ "$(find "$d/dk" -mindepth 2 -maxdepth 2 -name '.tmp_*' | wc -l)" -eq 0 ] && grep -q reused <<<"$out" && t_ok "stale staging dir removed, dataset reused" || t_fail "stale pruning" "$out"
+# The killed writer is gone (same host, dead PID): its staging directory and claim are removed at
+# once (they used to stay for 24 h).
+[ "$(find "$d/dk" -mindepth 2 -maxdepth 2 -name '.tmp_*' -o -name '.claim*' | wc -l)" -eq 0 ] \
+    && grep -q "left by a dataset generation that is gone" <<<"$out" \
+    && t_ok "a killed writer's staging dir and claim removed by the next run" || t_fail "dead writer's staging removed" "$out"
+# A staging dir beside a live writer's claim is kept (the dataset is reused meanwhile); once that
+# writer is gone, the next run removes it.
+cfgd=$(dirname "$(dir_of "$out")")
+host=$(hostname); boot=$(cat /proc/sys/kernel/random/boot_id)
+sleep 60 & live=$!
+printf 'scaffold-claim host=%s boot=%s pid=%s start=%s since=%s token=00000000000000bb\n' "$host" "$boot" $live \
+    "$(awk '{sub(/.*\) /, ""); print $20}' /proc/$live/stat)" "$(date +%s)" > "$cfgd/.claim"
+mkdir "$cfgd/.tmp_20260101-000000_${live}_0000abcd"
+out=$("$SCAFFOLD" generate_dataset -c "$d/k.yml" 2>&1)
+[ -d "$cfgd/.tmp_20260101-000000_${live}_0000abcd" ] && grep -q reused <<<"$out" && t_ok "a live writer's staging dir is kept, the dataset reused" || t_fail "live staging kept" "$out"
+kill $live; wait $live 2>/dev/null
+out=$("$SCAFFOLD" generate_dataset -c "$d/k.yml" 2>&1)
+[ ! -e "$cfgd/.tmp_20260101-000000_${live}_0000abcd" ] && [ ! -e "$cfgd/.claim" ] && grep -q reused <<<"$out" \
+    && t_ok "... removed once that writer is gone" || t_fail "staging of a gone writer" "$out"
+# A meta.yaml that names a key twice is not a dataset to trust: skipped, naming both lines.
+cp -r "$(dir_of "$out")" "$d/dk/$(basename "$(dirname "$(dir_of "$out")")")/29990101-000001__scaffold-0.1.0"
+echo "n_val: 99" >> "$d/dk"/*/29990101-000001__scaffold-0.1.0/meta.yaml
+out=$("$SCAFFOLD" generate_dataset -c "$d/k.yml" 2>&1)
+grep -q "skipping cached dataset .*29990101-000001.*meta.yaml: key 'n_val' appears twice in one mapping (lines [0-9]* and [0-9]*)" <<<"$out" && grep -q reused <<<"$out" \
+    && t_ok "a meta.yaml with a key given twice is skipped, naming both lines" || t_fail "duplicate key in meta.yaml" "$out"
+rm -rf "$d/dk"/*/29990101-000001__scaffold-0.1.0
 cp -r "$(dir_of "$out")" "$d/dk/$(basename "$(dirname "$(dir_of "$out")")")/29990101-000000__scaffold-0.1.0"
 printf 'garbage: [\n' > "$d/dk"/*/29990101-000000__scaffold-0.1.0/meta.yaml
 out=$("$SCAFFOLD" generate_dataset -c "$d/k.yml" 2>&1)
 grep -q "skipping cached dataset .*meta.yaml" <<<"$out" && grep -q reused <<<"$out" && t_ok "a dataset with a corrupt meta.yaml is skipped with a warning" || t_fail "corrupt meta skipped" "$out"
+
+# ---- independent jobs sharing one fresh library and dataset folder (job arrays): started
+# together, 1-rank and 2-rank jobs mixed, twice; every job succeeds and names the same dataset,
+# exactly one is generated (the others wait for it and reuse it), with the bytes of the others
+# above, and no claim or staging directory is left.
+conc_ok=1
+for rep in 1 2; do
+    rm -rf "$d/cj"
+    printf 'problem_scale: 5\nn_categories: 3\nn_instances_used_per_fractal: 12\nfract_base_dir: %s/cj/f\ndataset_dir: %s/cj/ds\n' "$d" "$d" > "$d/cj.yml"
+    pids=""
+    for j in 1 2 3; do
+        "$SCAFFOLD" generate_dataset -c "$d/cj.yml" >"$d/cj$j.log" 2>&1 & pids="$pids $!"
+    done
+    $MPIRUN -n 2 "$SCAFFOLD" generate_dataset -c "$d/cj.yml" >"$d/cj4.log" 2>&1 & pids="$pids $!"
+    for p in $pids; do wait "$p" || { conc_ok=0; echo "job failed (round $rep): $(grep -h 'scaffold generate' "$d"/cj*.log | head -3)"; }; done
+    dirs=$(for j in 1 2 3 4; do dir_of "$(cat "$d/cj$j.log")"; done | sort -u)
+    ngen=$(grep -l "volumes generated" "$d"/cj?.log | wc -l)
+    [ "$(wc -l <<<"$dirs")" -eq 1 ] && [ -d "$dirs" ] && [ "$ngen" -eq 1 ] || { conc_ok=0; echo "round $rep: $ngen generated, dirs: $dirs"; }
+    [ "$(tree_hash "$dirs")" = "$h2" ] || { conc_ok=0; echo "round $rep: dataset bytes differ"; }
+    [ -z "$(find "$d/cj" -name '.claim*' -o -name '.tmp_*' -o -name '*.tmp.*')" ] || { conc_ok=0; echo "round $rep: debris $(find "$d/cj" -name '.claim*' -o -name '.tmp_*' | head -3)"; }
+done
+[ $conc_ok = 1 ] && t_ok "4 concurrent jobs on one fresh library and dataset folder, twice: one dataset, same bytes, no debris" || t_fail "concurrent dataset jobs"
 
 # ---- bad input
 t_expect_fail "missing fractal library (prepare alone)" 1 "fractal instance .*missing; generate the fractal library first" \

@@ -58,6 +58,54 @@ echo "garbage" > "$d/fc/var0.15/seed42/3DIFS_param/000002.csv"
 "$SCAFFOLD" generate_fractals -c "$cfg" --fract-base-dir "$d/fc" > "$d/log" 2>&1
 [ "$(tree_hash "$d/fc")" = "$h1" ] && t_ok "corrupt class and instance regenerated" || t_fail "corrupt files regenerated" "$(cat "$d/log")"
 
+# Independent jobs sharing one fresh library (job arrays, parallel sbatch jobs): started together,
+# repeatedly, 1-rank and 2-rank jobs mixed, all succeed with the same bytes and leave no claim or
+# temporary behind. (Before per-item claims, one job's debris removal deleted another's
+# temporaries: "cannot write .../000000_0030.npy: No such file or directory".)
+conc_ok=1
+for rep in 1 2 3; do
+    rm -rf "$d/fj"
+    pids=""
+    for j in 1 2 3 4; do
+        "$SCAFFOLD" generate_fractals -c "$cfg" --fract-base-dir "$d/fj" >"$d/j$j.log" 2>&1 & pids="$pids $!"
+    done
+    for j in 5 6; do
+        $MPIRUN -n 2 "$SCAFFOLD" generate_fractals -c "$cfg" --fract-base-dir "$d/fj" >"$d/j$j.log" 2>&1 & pids="$pids $!"
+    done
+    for p in $pids; do wait "$p" || { conc_ok=0; echo "job failed (round $rep): $(grep -h scaffold "$d"/j*.log | head -3)"; }; done
+    [ "$(tree_hash "$d/fj")" = "$h1" ] || { conc_ok=0; echo "round $rep: tree differs"; }
+    [ -z "$(find "$d/fj" -name '.*claim*' -o -name '.*.tmp.*')" ] || { conc_ok=0; echo "round $rep: left $(find "$d/fj" -name '.*claim*' -o -name '.*.tmp.*' | head -3)"; }
+done
+[ $conc_ok = 1 ] && t_ok "6 concurrent jobs on one fresh library, 3 times: all succeed, same tree, no debris" || t_fail "concurrent jobs on one library"
+
+# A claim of a writer that is gone is taken over; one of a live writer is waited for.
+host=$(hostname); boot=$(cat /proc/sys/kernel/random/boot_id)
+start_of() { awk '{sub(/.*\) /, ""); print $20}' "/proc/$1/stat"; }
+claim_rec() { printf 'scaffold-claim host=%s boot=%s pid=%s start=%s since=%s token=%016x\n' "$host" "$boot" "$1" "$2" "$(date +%s)" "$RANDOM"; }
+cat0=var0.15/seed42/instances/np128/000000
+rm -rf "$d/fl"; mkdir -p "$d/fl/$cat0"
+sleep 60 & live=$!
+claim_rec $live "$(start_of $live)" > "$d/fl/$cat0/.claim"
+"$SCAFFOLD" generate_fractals -c "$cfg" --fract-base-dir "$d/fl" >"$d/fl.log" 2>&1 & job=$!
+for _ in $(seq 1 40); do grep -q "waiting for fractal category 0" "$d/fl.log" && break; sleep 0.1; done
+sleep 0.5
+kill -0 $job 2>/dev/null && grep -q "waiting for fractal category 0 .*process $live on $host" "$d/fl.log" \
+    && t_ok "a live writer's claim is waited for (with a message naming it)" || t_fail "live claim waited for" "$(cat "$d/fl.log")"
+kill $live; wait $live 2>/dev/null
+wait $job; rc=$?
+[ $rc -eq 0 ] && grep -q "taking over the claim of a writer that is gone (process $live on $host is gone)" "$d/fl.log" \
+    && [ "$(tree_hash "$d/fl")" = "$h1" ] && t_ok "... and taken over once its writer is gone: complete, same tree" || t_fail "claim taken over" "rc=$rc $(cat "$d/fl.log")"
+# A dead writer's claim and temporaries in a partial category (a killed job of another host,
+# not refreshed for longer than the stale age).
+rm -rf "$d/fl"; cp -r "$d/f1" "$d/fl"
+rm "$d/fl/$cat0"/000000_001*.npy
+printf 'scaffold-claim host=elsewhere boot=x pid=4242 start=1 since=1 token=00000000000000aa\n' > "$d/fl/$cat0/.claim"
+touch -d '1 hour ago' "$d/fl/$cat0/.claim"
+echo partial > "$d/fl/$cat0/.000000_0011.npy.tmp.4242.0"
+out=$(SCAFFOLD_CLAIM_STALE_SECONDS=600 "$SCAFFOLD" generate_fractals -c "$cfg" --fract-base-dir "$d/fl" 2>&1)
+grep -q "not refreshed for" <<<"$out" && grep -q "10 new" <<<"$out" && [ "$(tree_hash "$d/fl")" = "$h1" ] \
+    && t_ok "another host's stale claim and its temporaries: taken over, removed, completed" || t_fail "stale claim of another host" "$out"
+
 # One library shared between scales (tests/train/tiny.yml, then problem_scale 5): a class
 # accepted at 16 points diverges at 128 points as category 0; it must be replaced there (and
 # recorded), never reported as an error, and the scale-4 instances stay untouched.
@@ -70,6 +118,14 @@ grep -q "1 replaced at this scale" <<<"$out" && [ "$(wc -l < "$d/fs2/var0.15/see
     && t_ok "diverging class replaced at scale 5 and recorded" || t_fail "class replaced and recorded" "$out"
 out=$("$SCAFFOLD" generate_fractals -c "$d/s4.yml" --problem-scale 5 2>&1)
 grep -q "0 new, 290 reused, 0 stale" <<<"$out" && t_ok "scale 5 rerun reuses everything (the choice is recorded)" || t_fail "scale 5 rerun" "$out"
+# The same replacement made by three jobs at once on a copy of the scale-4 library: one records
+# it (rejected.csv is rewritten under its own claim), all succeed, the same tree.
+rm -rf "$d/fs3"; "$SCAFFOLD" generate_fractals -c "$d/s4.yml" --fract-base-dir "$d/fs3" >/dev/null 2>&1
+pids=""
+for j in 1 2 3; do "$SCAFFOLD" generate_fractals -c "$d/s4.yml" --problem-scale 5 --fract-base-dir "$d/fs3" >/dev/null 2>&1 & pids="$pids $!"; done
+ok=1; for p in $pids; do wait "$p" || ok=0; done
+[ $ok = 1 ] && [ "$(tree_hash "$d/fs3")" = "$(tree_hash "$d/fs2")" ] && [ "$(wc -l < "$d/fs3/var0.15/seed42/instances/np128/rejected.csv")" -eq 1 ] \
+    && t_ok "3 concurrent scale-5 jobs on a scale-4 library: one replacement recorded, the same tree" || t_fail "concurrent replacement"
 out=$("$SCAFFOLD" generate_fractals -c "$d/s4.yml" 2>&1)
 grep -q "0 new, 290 reused" <<<"$out" && [ "$(tree_hash "$d/fs2/var0.15/seed42/instances/np16")" = "$h4" ] \
     && t_ok "scale 4 still complete and unchanged" || t_fail "scale 4 after scale 5" "$out"

@@ -58,6 +58,16 @@ t_expect_fail "malformed DDSTORE_ALLTOALL_MAX_BYTES" 2 "DDSTORE_ALLTOALL_MAX_BYT
     env DDSTORE_ALLTOALL_MAX_BYTES=lots "$SCAFFOLD" store-bench --method coll "${tiny[@]}"
 t_expect_fail "DDSTORE_MAX_READ_BYTES above 2^31-1" 2 "DDSTORE_MAX_READ_BYTES" \
     env DDSTORE_MAX_READ_BYTES=4294967296 "$SCAFFOLD" store-bench --method rma "${tiny[@]}"
+# The buffer that cannot fit is named with its fix (the batch buffer: --row-bytes 4g x --batch 128
+# = 512 GiB; it used to blame "1 rows of 4294967296 bytes"), before anything runs, and every
+# error is said once for all ranks (an argument error was printed by every rank).
+out=$(timeout 60 $MPIRUN -n 2 "$SCAFFOLD" store-bench --row-bytes 4g 2>&1); rc=$?
+[ $rc -ne 0 ] && [ "$(grep -c 'scaffold store-bench:' <<<"$out")" -eq 1 ] &&
+    grep -q "^scaffold store-bench: the batch buffer needs 512 GiB (the largest --batch 128 x --threads 1 rows of --row-bytes 4294967296), more than this node's .*: lower --batch or --row-bytes" <<<"$out" &&
+    t_ok "--row-bytes 4g: the batch buffer named, once for 2 ranks" || t_fail "--row-bytes 4g" "rc=$rc: $out"
+out=$(timeout 60 $MPIRUN -n 3 "$SCAFFOLD" store-bench --nget 0 2>&1); rc=$?
+[ $rc -ne 0 ] && [ "$(grep -c 'scaffold store-bench:' <<<"$out")" -eq 1 ] &&
+    t_ok "an argument error is said once for 3 ranks" || t_fail "argument error once" "rc=$rc: $out"
 d=$(t_tmpdir)
 t_expect_fail "CSV in a missing directory" 1 "cannot write $d/no/r.csv" \
     "$SCAFFOLD" store-bench "${tiny[@]}" --csv "$d/no/r.csv"

@@ -40,7 +40,8 @@ levers:
 YML
 # A 25% band floor: on a shared 2-core machine under load, identical runs differ by up to ~20%;
 # the effects tested here are +150% (workers over slow reads) and -60% (back to none).
-targs="$cfg --epochs 4 --dataloader-num-workers 0 --levers $d/levers.yml --repeats 2 --noise 25"
+# Trials are sequential A-B pairs: 3 at least (a verdict needs 3), here at most 3.
+targs="$cfg --epochs 4 --dataloader-num-workers 0 --levers $d/levers.yml --repeats 2 --max-repeats 3 --noise 25"
 
 # --- bad input: one message, exit 2, nothing written
 printf 'levers:\n  - name: problem_scale\n    values: [5]\n' >"$d/workload.yml"
@@ -68,21 +69,51 @@ for _ in $(seq 1 600); do
     kill -0 $pid 2>/dev/null || break
     sleep 0.1
 done
-sleep 2
+# Kill it early in t02's first run, with its benchmark running.
+for _ in $(seq 1 100); do pgrep -f "benchmark .*$d/t1/trials/t02/" >/dev/null && break; sleep 0.1; done
+sleep 0.3
+pgrep -f "benchmark .*$d/t1/trials/t02/" >/dev/null && running=1 || running=0
 kill -9 $pid 2>/dev/null
 wait $pid 2>/dev/null
 n_done=$(grep -c "^done" "$d/t1/journal.tsv" 2>/dev/null)
-[ "${n_done:-0}" -ge 3 ] && ! grep -q "^done	t02" "$d/t1/journal.tsv" && ! grep -q "^tune: throughput" "$d/t1a.out" &&
+[ "${n_done:-0}" -ge 3 ] && ! grep -q "^done	t02" "$d/t1/journal.tsv" && ! grep -q "trials: " "$d/t1a.out" &&
     t_ok "tune killed in its second trial ($n_done trials finished)" || t_fail "kill in a trial" "done=$n_done"
-grep -q "^tune: \[[0-9]*/[0-9]*\] t01: run B2/2" "$d/t1a.err" && grep -q "ETA" "$d/t1a.err" &&
+# The run in flight dies with the tuner (its benchmark used to live on, reparented to init,
+# beside the resumed tune): nothing of trial t02 runs 3 s later.
+for _ in $(seq 1 30); do pgrep -f "$d/t1/trials/t02/" >/dev/null || break; sleep 0.1; done
+left=$(pgrep -f "$d/t1/trials/t02/" | wc -l)
+[ "$running" = 1 ] && [ "$left" -eq 0 ] && grep -q "^child	t02	" "$d/t1/journal.tsv" &&
+    t_ok "the run in flight died with the tuner (and was journaled as started)" ||
+    t_fail "children die with the tuner" "running=$running left=$left: $(pgrep -af "$d/t1/trials/" | head -3)"
+pkill -9 -f "$d/t1/trials/" 2>/dev/null
+grep -q "^tune: \[[0-9]*/[0-9]*\] t01: run B2/3" "$d/t1a.err" && grep -q "ETA" "$d/t1a.err" &&
     t_ok "progress lines (trial i/N, ETA)" || t_fail "progress lines" "$(head -5 "$d/t1a.err")"
+# Something a killed tune left running (here a stand-in in a session of its own, journaled as an
+# unfinished run): --resume ends it before it starts.
+setsid sleep 300 & stray=$!
+sleep 0.2
+printf 'child\tt02\tB\t7\t%s\t%s\n' "$(ps -o sid= -p $stray | tr -d ' ')" \
+    "$(awk '{sub(/.*\) /, ""); print $20}' /proc/$stray/stat)" >> "$d/t1/journal.tsv"
 "$SCAFFOLD" tune $targs --out "$d/t1" --resume >"$d/t1.out" 2>"$d/t1.err"
 rc=$?
 t_check "--resume runs to the end (exit $rc)" test $rc -eq 0
+kill -0 $stray 2>/dev/null && { t_fail "--resume ends what a killed tune left" "$(grep 'resume' "$d/t1.err")"; kill -9 $stray; } ||
+    { grep -q "of run t02 B8 of the killed tune still ran (session" "$d/t1.err" && t_ok "--resume ends what a killed tune left running (named)" ||
+      t_fail "--resume names what it ended" "$(head -3 "$d/t1.err")"; }
+wait $stray 2>/dev/null
 grep -q "resuming" "$d/t1.err" && ! grep -q "baseline: run A1" "$d/t1.err" && ! grep -q "t01: run" "$d/t1.err" &&
     t_ok "--resume reuses the finished trials (no baseline or t01 rerun)" || t_fail "resume reuse" "$(head -3 "$d/t1.err")"
-grep -q "^tune: throughput .* 4 trials: 1 accepted, 1 reverted, 1 guard-rejected, 1 inconclusive" "$d/t1.out" &&
+grep -q "^tune: dataloader_num_workers=4: throughput .* accept; final paired check, 3 pairs); 4 trials: 1 accepted, 1 reverted, 1 guard-rejected, 1 inconclusive" "$d/t1.out" &&
     t_ok "summary line" || t_fail "summary line" "$(cat "$d/t1.out"; tail -5 "$d/t1.err")"
+# Every noise verdict rests on at least 3 pairs; the do-less one (firm) stopped after one.
+t_check "pairs per trial: 3 for noise verdicts, 1 for a firm guard" "$PYTHON" - "$d/t1/tune.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+p = {t["lever"] + "=" + t["value"]: (t["pairs"], len(t["candidate_runs"])) for t in r["trials"]}
+ok = p["dataloader_num_workers=4"] == (3, 3) and p["data_store=files"] == (3, 3) and p["env:SCAFFOLD_FAULT_SKIP_BATCHES=3"][1] == 1
+print(p) if not ok else None
+sys.exit(0 if ok else 1)
+PY
 verdicts() { "$PYTHON" -c "
 import json,sys
 r=json.load(open(sys.argv[1]))
@@ -143,7 +174,7 @@ t_expect_fail "an existing tune without --resume" 2 "already holds a tune" \
 # --- the time-to-target objective (a low target so that the runs converge in a few epochs)
 printf 'levers:\n  - name: dataloader_num_workers\n    values: [4]\n' >"$d/ttt.yml"
 "$SCAFFOLD" tune $cfg --target-dice 0.02 --epochs 6 --dataloader-num-workers 0 --levers "$d/ttt.yml" \
-    --objective time-to-target --repeats 1 --no-discriminator --noise 10 --out "$d/t3" >"$d/t3.out" 2>"$d/t3.err"
+    --objective time-to-target --repeats 1 --max-repeats 3 --no-discriminator --noise 10 --out "$d/t3" >"$d/t3.out" 2>"$d/t3.err"
 rc=$?
 t_check "time-to-target objective: converged runs, FOM = time to target (exit $rc)" "$PYTHON" - "$d/t3/tune.json" <<'PY'
 import json, sys

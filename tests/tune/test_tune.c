@@ -5,7 +5,10 @@
 #include "tune/tune.h"
 
 #include "core/err.h"
+#include "core/fsutil.h"
 #include "test.h"
+
+#include <stdlib.h>
 
 #include <string.h>
 #include <unistd.h>
@@ -47,6 +50,9 @@ static void test_levers(void) {
     CHECK(lv.l[2].kind == TUNE_L_LAUNCH && lv.l[2].nvalues == 2, "launch lever");
     CHECK(lv.l[3].dimension == 9, "explicit dimension kept");
     bad("levers: [\n", "levers.yml:", "YAML syntax error");
+    /* A key given twice (the last value used to win silently). */
+    bad("levers:\n  - name: dataloader_num_workers\n    values: [1]\n    values: [2]\n",
+        "levers.yml: key 'values' appears twice", "lines 3 and 4");
     bad("- a\n- b\n", "levers.yml", "mapping with a 'levers' list");
     bad("levers:\n  - name: problem_scale\n    values: [6]\n", "levers entry 1",
         "defines the workload");
@@ -261,6 +267,148 @@ static void test_verdicts(void) {
     CHECK(!strcmp(v.verdict, "blocked"), "failed candidate -> blocked: %s", v.reason);
 }
 
+/* Sequential pairs (a[i], b[i]) on a busy host: the machine's speed drifts by 2x between
+ * pairs, so neither side's range separates, but each pair's ratio is steady. */
+static void test_pairs(void) {
+    const double drift[6] = {1.0, 2.0, 1.3, 0.8, 1.7, 1.1};
+    const double jitter[6] = {1.00, 1.01, 0.99, 1.005, 0.995, 1.0};
+    tune_meas a[6], b[6];
+    tune_verdict v;
+    for (int i = 0; i < 6; i++) {
+        a[i] = meas(drift[i], 1, 1);
+        b[i] = meas(drift[i] * 0.85 * jitter[i], 1, 1);
+    }
+    tune_judge(a, 6, b, 6, TUNE_OBJ_THROUGHPUT, 0, 0.01, &v);
+    CHECK(!strcmp(v.verdict, "accept") && v.pairs == 6 && v.d.lo > 0 && !v.firm,
+          "busy host, steady +18%% per pair -> accept from the pairs: %s", v.reason);
+    CHECK(strstr(v.reason, "99% interval") && strstr(v.reason, "over 6 pairs"),
+          "the reason names the interval and the pairs: %s", v.reason);
+    tune_judge(b, 6, a, 6, TUNE_OBJ_THROUGHPUT, 0, 0.01, &v);
+    CHECK(!strcmp(v.verdict, "revert"), "... and the reverse -> revert: %s", v.reason);
+    /* One pair (--repeats 1): no verdict, however large the change; it says what it needs. */
+    a[0] = meas(1.0, 1, 1);
+    b[0] = meas(1.0 / 1.16, 1, 1);
+    tune_judge(a, 1, b, 1, TUNE_OBJ_THROUGHPUT, 0, 0.01, &v);
+    CHECK(!strcmp(v.verdict, "inconclusive") && v.more_pairs == 2 &&
+              strstr(v.reason, "needs at least 3 pairs") && strstr(v.reason, "+16.0%"),
+          "one pair at +16%% -> no verdict, 2 more pairs: %s", v.reason);
+    /* Noisy pairs: inconclusive, with the pairs that would likely decide it. */
+    const double r[4] = {1.10, 0.98, 1.15, 1.01};
+    for (int i = 0; i < 4; i++) {
+        a[i] = meas(drift[i], 1, 1);
+        b[i] = meas(drift[i] / r[i], 1, 1);
+    }
+    tune_judge(a, 4, b, 4, TUNE_OBJ_THROUGHPUT, 0, 0.01, &v);
+    CHECK(!strcmp(v.verdict, "inconclusive") && v.more_pairs > 0 && strstr(v.reason, "more pair"),
+          "noisy +6%% -> inconclusive, %d more pairs: %s", v.more_pairs, v.reason);
+    /* A change within the floor: no number of pairs would make it a verdict. */
+    const double q[4] = {1.002, 0.999, 1.001, 1.000};
+    for (int i = 0; i < 4; i++)
+        b[i] = meas(drift[i] / q[i], 1, 1);
+    tune_judge(a, 4, b, 4, TUNE_OBJ_THROUGHPUT, 0, 0.01, &v);
+    CHECK(!strcmp(v.verdict, "inconclusive") && v.more_pairs == -1 &&
+              strstr(v.reason, "would not make it a verdict"),
+          "+0.05%% -> within the floor for good: %s", v.reason);
+    /* A failed candidate is firm at once: no more pairs. */
+    b[0].ok = 0;
+    tune_judge(a, 1, b, 1, TUNE_OBJ_THROUGHPUT, 0, 0.01, &v);
+    CHECK(!strcmp(v.verdict, "blocked") && v.firm, "blocked is firm");
+}
+
+/* best.yml, tune.json and the summary line say one thing: the final paired check's. A lever
+ * accepted in its trial (+16%) that the final check finds 57.5% slower is not recommended. */
+static void test_best(void) {
+    static tune_state S;
+    static tune_trial trials[3];
+    static tune_opts o;
+    memset(&S, 0, sizeof S);
+    memset(trials, 0, sizeof trials);
+    memset(&o, 0, sizeof o);
+    o.objective = TUNE_OBJ_THROUGHPUT;
+    o.repeats = 3;
+    o.max_repeats = 8;
+    o.noise = 0.01;
+    S.o = &o;
+    snprintf(S.out, sizeof S.out, "%s/best-out", tmpdir);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", S.out, S.out);
+    CHECK(system(cmd) == 0, "output folder");
+    snprintf(S.host, sizeof S.host, "host");
+    snprintf(S.cpu, sizeof S.cpu, "cpu");
+    S.cls = "compute-bound";
+    S.stopped = "complete";
+    CHECK(parse("levers:\n  - name: dataloader_num_workers\n    values: [4]\n", &S.lv) == 0,
+          "levers");
+    for (int k = 0; k < TUNE_MAX_LEVERS; k++)
+        S.order[k] = k == 0 ? 0 : -1;
+    static tune_meas ba[3], ta[3], tb[3], fa[3], fb[3];
+    for (int i = 0; i < 3; i++) {
+        ba[i] = ta[i] = fa[i] = meas(1.0 + 0.002 * i, 1, 1);
+        tb[i] = meas((1.0 + 0.002 * i) / 1.16, 1, 1);
+        fb[i] = meas((1.0 + 0.002 * i) * 2.35, 1, 1);
+    }
+    S.trials = trials;
+    S.baseline = &trials[0];
+    snprintf(trials[0].id, sizeof trials[0].id, "baseline");
+    trials[0].lever = -1;
+    trials[0].a = ba;
+    trials[0].na = 3;
+    trials[0].done = 1;
+    tune_trial *t = &trials[1];
+    snprintf(t->id, sizeof t->id, "t01");
+    t->lever = 0;
+    snprintf(t->value, sizeof t->value, "4");
+    tune_setting_put(&t->cand, 0, "4");
+    t->a = ta, t->b = tb, t->na = t->nb = 3, t->done = 1;
+    tune_judge(ta, 3, tb, 3, TUNE_OBJ_THROUGHPUT, 0, 0.01, &t->v);
+    CHECK(!strcmp(t->v.verdict, "accept"), "the trial accepts: %s", t->v.reason);
+    S.incumbent = t->cand;
+    tune_trial *f = &trials[2];
+    snprintf(f->id, sizeof f->id, "final");
+    f->lever = -1;
+    f->cand = S.incumbent;
+    f->a = fa, f->b = fb, f->na = f->nb = 3, f->done = 1;
+    tune_judge(fa, 3, fb, 3, TUNE_OBJ_THROUGHPUT, 0, 0.01, &f->v);
+    CHECK(!strcmp(f->v.verdict, "revert"), "the final check reverts: %s", f->v.reason);
+    S.final = f;
+    S.ntrials = 3;
+    CHECK(tune_write_outputs(&S) == 0, "outputs written: %s", err_msg());
+    char p[1300], *txt = NULL, line[2000] = "";
+    snprintf(p, sizeof p, "%s/best.yml", S.out);
+    CHECK(fs_read_file(p, &txt, NULL) == 0, "best.yml read");
+    CHECK(txt && !strstr(txt, "dataloader_num_workers: 4") && strstr(txt, "\n{}\n") &&
+              strstr(txt, "not confirmed") && strstr(txt, "-57.4%") && strstr(txt, "revert"),
+          "best.yml keeps no override and quotes the final check: %s", txt ? txt : "");
+    free(txt);
+    FILE *m = tmpfile();
+    if (m) {
+        tune_print_summary(&S, m);
+        rewind(m);
+        if (!fgets(line, sizeof line, m))
+            line[0] = 0;
+        fclose(m);
+    }
+    CHECK(strstr(line, "no override kept") && strstr(line, "-57.4%") && strstr(line, "revert"),
+          "the summary line says the same: %s", line);
+    snprintf(p, sizeof p, "%s/tune.json", S.out);
+    txt = NULL;
+    CHECK(fs_read_file(p, &txt, NULL) == 0 && strstr(txt, "\"overrides\":{}") &&
+              strstr(txt, "\"confirmed\":false"),
+          "tune.json: no override, not confirmed");
+    free(txt);
+    /* Confirmed: the override is kept, with the final check's own numbers. */
+    for (int i = 0; i < 3; i++)
+        fb[i] = meas((1.0 + 0.002 * i) / 1.16, 1, 1);
+    tune_judge(fa, 3, fb, 3, TUNE_OBJ_THROUGHPUT, 0, 0.01, &f->v);
+    CHECK(tune_write_outputs(&S) == 0, "outputs written again");
+    snprintf(p, sizeof p, "%s/best.yml", S.out);
+    txt = NULL;
+    CHECK(fs_read_file(p, &txt, NULL) == 0 && strstr(txt, "dataloader_num_workers: 4") &&
+              strstr(txt, "+16.0%") && strstr(txt, "accept"),
+          "confirmed: best.yml keeps the override: %s", txt ? txt : "");
+    free(txt);
+}
+
 static void test_journal(void) {
     char p[700];
     snprintf(p, sizeof p, "%s/journal.tsv", tmpdir);
@@ -318,6 +466,8 @@ int main(int argc, char **argv) {
     test_levers();
     test_builtin();
     test_verdicts();
+    test_pairs();
+    test_best();
     test_journal();
     return test_report();
 }
