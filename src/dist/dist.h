@@ -17,8 +17,43 @@ typedef struct dist_world {
 } dist_world;
 
 /* Initialises MPI (MPI_THREAD_MULTIPLE requested; the provided level is recorded) unless it
- * already is, and fills `w` for MPI_COMM_WORLD. 0 or ERR_MPI. */
+ * already is, and fills `w` for MPI_COMM_WORLD. Then checks the world against the launcher that
+ * started the process (dist_launcher_check): on a mismatch MPI is finalised again, w->rank is the
+ * launcher's rank of this process (so that the caller prints the message once, where it is 0)
+ * and ERR_USAGE is returned on every process. 0, ERR_MPI or ERR_USAGE. */
 int dist_init(dist_world *w, int *argc, char ***argv);
+
+/* The launcher that started this process, as its environment says. Launchers nest (mpirun or
+ * Hydra's mpiexec inside an sbatch script or an srun step, whose variables the ranks inherit),
+ * so the innermost one that sets a world size is the one that counts, in this order:
+ *   Open MPI's mpirun   OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_RANK
+ *   PMI (Hydra's mpiexec, or srun --mpi=pmi2)   PMI_SIZE, PMI_RANK
+ *   flux run            FLUX_JOB_SIZE, FLUX_TASK_RANK
+ *   srun                SLURM_STEP_NUM_TASKS (SLURM_NTASKS in a step without it), SLURM_PROCID
+ *   PMIx alone          PMIX_RANK (a rank, no size)
+ * Slurm's variables count only inside a job step (SLURM_STEP_NUM_TASKS or SLURM_STEP_ID set): a
+ * batch script's own step carries SLURM_NTASKS and SLURM_PROCID=0 without having started
+ * anything. Values that are not integers are ignored. */
+typedef struct dist_launcher {
+    char name[48];  /* "srun", "mpirun (Open MPI)", ...; "" when no launcher variable is set */
+    char vars[160]; /* the variables read, "SLURM_STEP_NUM_TASKS=2, SLURM_PROCID=1" */
+    int size, rank; /* -1 where the launcher does not say */
+    int kind;       /* DIST_L_* */
+} dist_launcher;
+enum { DIST_L_NONE, DIST_L_OMPI, DIST_L_HYDRA, DIST_L_SRUN_PMI2, DIST_L_FLUX, DIST_L_SRUN,
+       DIST_L_PMIX };
+
+/* Fills `l` from the environment (`get` looks a variable up; NULL: getenv). */
+void dist_launcher_detect(const char *(*get)(const char *), dist_launcher *l);
+
+/* Compares MPI's world (size, rank) with the launcher's. 0 when they agree or the launcher says
+ * nothing; else ERR_USAGE with one message naming the launcher, its size and MPI's, the
+ * variables read and the fix for the MPI this binary is built with ("srun started 2 tasks but
+ * MPI sees a world of 1: ... use srun --mpi=pmi2 ..."). */
+int dist_launcher_check(const dist_launcher *l, int mpi_size, int mpi_rank);
+
+/* The MPI this binary is built with: "Open MPI", "MPICH" or "MPI". */
+const char *dist_mpi_name(void);
 
 /* Finalises MPI if dist_init initialised it. */
 void dist_finalize(dist_world *w);
