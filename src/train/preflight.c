@@ -151,14 +151,21 @@ static int has_checkpoint(const scaffold_config *c) {
 int train_preflight(const scaffold_config *c, const ds_layout *l, const dist_world *w,
                     int ranks_on_node) {
     int rc = 0;
-    /* Directories: creatable, without creating them. */
+    /* Every directory the run writes, proven creatable (a probe created and removed) before
+     * anything is written: bad input (exit 2) naming the key. A resume writes in its run
+     * folder, a new run under base_run_dir. */
     const char *dirs[3][2] = {{c->fract_base_dir, "fract_base_dir"},
                               {c->dataset_dir, "dataset_dir"},
-                              {c->base_run_dir, "base_run_dir"}};
+                              {c->run_dir[0] ? c->run_dir : c->base_run_dir,
+                               c->run_dir[0] ? "run_dir" : "base_run_dir"}};
     for (int i = 0; i < 3 && rc == 0; i++)
-        if (i < 2 || !c->run_dir[0])
-            if ((rc = fs_check_creatable_dir(dirs[i][0])))
-                err_prefix("%s", dirs[i][1]);
+        if ((i < 2 || !c->run_dir[0] || fs_is_dir(c->run_dir)) &&
+            fs_check_creatable_dir(dirs[i][0])) {
+            char why[ERR_MSG_MAX];
+            snprintf(why, sizeof why, "%s", err_msg());
+            rc = err_set(ERR_CONFIG, "%s: %s; give a directory this user can create and write",
+                         dirs[i][1], why);
+        }
     /* A resume needs a run folder with a checkpoint (an explicit run_dir is a resume). */
     if (rc == 0 && c->run_dir[0]) {
         if (!fs_is_dir(c->run_dir))
