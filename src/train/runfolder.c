@@ -130,10 +130,12 @@ int run_folder_setup(scaffold_config *c, const dist_world *w, int argc, char **a
         }
         char p[FS_PATH_MAX + 32];
         if (rc == 0 && !fresh) {
-            /* Temporaries of writers killed mid-save (kill -9 inside a checkpoint or CSV
-             * write) are never renamed: remove those whose process is gone. */
+            /* Temporaries of writers killed mid-save (kill -9 inside a checkpoint, CSV or
+             * figure write) are never renamed: remove those whose process is gone. */
             snprintf(p, sizeof p, "%s/%s", c->run_dir, c->checkpoint_dir);
             long n = fs_remove_stale_temps(p) + fs_remove_stale_temps(c->run_dir);
+            snprintf(p, sizeof p, "%s/figures", c->run_dir);
+            n += fs_remove_stale_temps(p);
             if (n)
                 log_info("removed %ld temporary file(s) of an interrupted save from %s", n,
                          c->run_dir);

@@ -66,8 +66,15 @@ rc=$?
 [ $rc -ne 0 ] && t_ok "the kill in epoch 2 ends the run with a failure (exit $rc)" || t_fail "the kill in epoch 2 ends the run" "exit 0"
 rk=$(lastrun runsk)
 [ "$(tail -n +2 "$rk/train_stats.csv" | wc -l)" -eq 1 ] && t_ok "run killed in epoch 2 after 1 epoch" || t_fail "killed run state" "$(cat "$rk/train_stats.csv")"
+# A figure writer killed before its rename (the temporary of a process that is gone) is debris
+# the resume removes; a live writer's temporary is kept.
+dead=$(sh -c 'echo $$')
+touch "$rk/figures/.val_dice.png.tmp.$dead.0" "$rk/figures/.val_loss.png.tmp.$$.0"
 out=$(bash "$rk/restart.sh" 2>&1)
 [ $? -eq 0 ] && t_ok "restart.sh resumes and finishes" || t_fail "restart.sh resumes" "$out"
+[ ! -e "$rk/figures/.val_dice.png.tmp.$dead.0" ] && [ -e "$rk/figures/.val_loss.png.tmp.$$.0" ] &&
+    t_ok "resume removed a dead figure writer's temporary, kept a live one's" || t_fail "figure debris" "$(ls -a "$rk/figures")"
+rm -f "$rk/figures/.val_loss.png.tmp.$$.0"
 echo "$out" | grep -q "resumed from checkpoint_last: epoch 1" && t_ok "resumed from epoch 1" || t_fail "resumed from epoch 1" "$out"
 eps=$(tail -n +2 "$rk/train_stats.csv" | cut -d, -f1 | tr '\n' ' ')
 [ "$eps" = "1 2 3 " ] && t_ok "CSV epochs 1 2 3, no duplicates" || t_fail "CSV epochs" "$eps"
