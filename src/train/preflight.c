@@ -18,6 +18,7 @@
 #include "core/fsutil.h"
 #include "core/log.h"
 #include "dataset/compose.h"
+#include "train/runfolder.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -176,6 +177,11 @@ int train_preflight(const scaffold_config *c, const ds_layout *l, const dist_wor
                          "checkpoint_best.safetensors); give the folder of a run that saved one "
                          "(checkpoint_interval > 0), or start a new run without --run-dir",
                          c->run_dir, c->checkpoint_dir);
+        else {
+            /* The resume continues the same run: only the keys that may change differ. */
+            char changed[2048];
+            rc = run_config_resume_check(c, changed, sizeof changed);
+        }
     }
     /* The global batch against the splits the dataset will have. */
     ds_plan plan;

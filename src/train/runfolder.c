@@ -74,6 +74,118 @@ static int write_restart_script(const scaffold_config *c, const dist_world *w, i
     return rc;
 }
 
+const char *const run_resume_mutable_keys[] = {
+    "epochs", "checkpoint_interval", "checkpoint_on_signal", "async_save",
+    "dataloader_num_workers", "data_store", "device", "warmup_batches", "dataset_dir",
+    "fract_base_dir", "base_run_dir", "job_name", "datagen_from_scratch",
+    "dataset_reuse_enforce_commit_id", "more_determinism", "loss_freq", NULL};
+
+/* Keys that are the mechanics of a resume itself, never recorded as changes. */
+static int resume_mechanics(const char *k) {
+    return !strcmp(k, "run_dir") || !strcmp(k, "train_from_scratch");
+}
+
+static int resume_mutable(const char *k) {
+    for (int i = 0; run_resume_mutable_keys[i]; i++)
+        if (!strcmp(run_resume_mutable_keys[i], k))
+            return 1;
+    return 0;
+}
+
+int run_config_resume_check(const scaffold_config *c, char *changed, size_t n) {
+    changed[0] = '\0';
+    char path[FS_PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/config.yaml", c->run_dir);
+    scaffold_config *saved = malloc(sizeof *saved);
+    if (!saved)
+        return err_set(ERR_NOMEM, "out of memory reading %s", path);
+    config_defaults(saved);
+    int rc = config_load_file(saved, path);
+    if (rc == 0)
+        rc = config_finalize(saved);
+    if (rc) {
+        char why[ERR_MSG_MAX];
+        snprintf(why, sizeof why, "%s", err_msg());
+        free(saved);
+        return err_set(ERR_CONFIG,
+                       "--restart: cannot read the run's configuration (%s), so the resume cannot "
+                       "be checked against it; restore %s or start a new run",
+                       why, path);
+    }
+    char bad[ERR_MSG_MAX - 400] = "", a[CFG_VALUE_TEXT_MAX], b[CFG_VALUE_TEXT_MAX];
+    size_t ob = 0, oc = 0;
+    int nbad = 0;
+    for (int k = 0; k < CFG_NKEYS; k++) {
+        const char *name = config_key_name(k);
+        config_value_text(c, k, a, sizeof a);
+        config_value_text(saved, k, b, sizeof b);
+        if (!strcmp(a, b) || resume_mechanics(name))
+            continue;
+        if (resume_mutable(name)) {
+            if (oc < n)
+                oc += (size_t)snprintf(changed + oc, n - oc, "%s%s: [%s, %s]", oc ? ", " : "",
+                                       name, b, a);
+        } else {
+            nbad++;
+            if (ob < sizeof bad)
+                ob += (size_t)snprintf(bad + ob, sizeof bad - ob, "%s%s (%.60s now, %.60s in the "
+                                       "run)", ob ? ", " : "", name, a, b);
+        }
+    }
+    free(saved);
+    if (nbad)
+        return err_set(ERR_CONFIG,
+                       "--restart: %d key%s would change what the resumed run computes: %s; %s "
+                       "holds the run's configuration. Resume without changing %s, or start a new "
+                       "run (a resume may change only: epochs, checkpoint_interval, "
+                       "checkpoint_on_signal, async_save, dataloader_num_workers, data_store, "
+                       "device, warmup_batches, the data directories and job_name)",
+                       nbad, nbad == 1 ? "" : "s", bad, path, nbad == 1 ? "it" : "them");
+    return 0;
+}
+
+/* A resume that changed mutable keys: config.yaml takes the new values (so restart.sh goes on
+ * with them) and config_changes.yaml, a YAML list, records when and what from and to. */
+static int record_resume_changes(const scaffold_config *c, const char *changed) {
+    char p[FS_PATH_MAX + 32];
+    snprintf(p, sizeof p, "%s/config.yaml", c->run_dir);
+    scaffold_config *w = malloc(sizeof *w);
+    if (!w)
+        return err_set(ERR_NOMEM, "out of memory writing %s", p);
+    *w = *c;
+    w->from_flag[CFG_K_run_dir] = 0; /* a saved config must not turn a new run into a resume */
+    w->run_dir[0] = '\0';
+    w->train_from_scratch = 1;
+    int rc = config_write_yaml(w, p, 0);
+    free(w);
+    if (rc)
+        return rc;
+    snprintf(p, sizeof p, "%s/config_changes.yaml", c->run_dir);
+    char *old = NULL;
+    size_t n = 0;
+    if (fs_exists(p) && (rc = fs_read_file(p, &old, &n)) != 0)
+        return rc;
+    time_t t = time(NULL);
+    struct tm tm;
+    localtime_r(&t, &tm);
+    char stamp[32];
+    strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &tm);
+    size_t cap = n + strlen(changed) + 128;
+    char *txt = malloc(cap);
+    if (!txt) {
+        free(old);
+        return err_set(ERR_NOMEM, "out of memory writing %s", p);
+    }
+    int len = snprintf(txt, cap, "%s- resumed: \"%s\"\n  changed: {%s}\n", old ? old : "", stamp,
+                       changed);
+    rc = fs_write_file(p, txt, (size_t)len, 1);
+    free(txt);
+    free(old);
+    if (rc == 0)
+        log_info("resume: changed %s (from, to); recorded in config.yaml and %s", changed, p);
+    return rc;
+}
+
 static int copy_file(const char *src, const char *dst) {
     char *data = NULL;
     size_t n = 0;
@@ -139,6 +251,12 @@ int run_folder_setup(scaffold_config *c, const dist_world *w, int argc, char **a
             if (n)
                 log_info("removed %ld temporary file(s) of an interrupted save from %s", n,
                          c->run_dir);
+        }
+        if (rc == 0 && !fresh) {
+            char changed[2048];
+            rc = run_config_resume_check(c, changed, sizeof changed);
+            if (rc == 0 && changed[0])
+                rc = record_resume_changes(c, changed);
         }
         if (rc == 0) {
             snprintf(p, sizeof p, "%s/%s", c->run_dir, c->checkpoint_dir);

@@ -146,6 +146,23 @@ if $MPIRUN --version 2>&1 | grep -q "Open MPI" && [ "$ncpu" -ge 2 ]; then
         && t_ok "cpu use: a binding that leaves CPUs idle" || t_fail "cpu use: idle CPUs" "$out"
 fi
 
+# 8. A resume continues the same run: keys that change what it computes are refused before
+# anything is written (it used to train epoch 4 at another seed and learning rate while
+# config.yaml still said the old ones); the keys that may change are recorded.
+before=$(ls -la --time-style=full-iso "$ru" "$ru/checkpoints" | md5sum)
+t_expect_fail "resume with another seed and learning rate refused, keys named" 2 \
+    "--restart: 2 keys would change what the resumed run computes: seed \(7 now, 42 in the run\), starting_learning_rate \(0.5 now, 0.001 in the run\); .*config.yaml holds" \
+    bash "$ru/restart.sh" --seed 7 --starting-learning-rate 0.5
+[ "$(ls -la --time-style=full-iso "$ru" "$ru/checkpoints" | md5sum)" = "$before" ] && t_ok "the refused resume wrote nothing" \
+    || t_fail "the refused resume wrote nothing" "$(ls -la "$ru" "$ru/checkpoints")"
+out=$(bash "$ru/restart.sh" --epochs 4 --dataloader-num-workers 2 2>&1)
+[ $? -eq 0 ] && grep -q "resume: changed dataloader_num_workers: \[1, 2\], epochs: \[3, 4\]" <<<"$out" &&
+    [ "$(tail -n +2 "$ru/train_stats.csv" | wc -l)" -eq 4 ] && t_ok "resume with a higher epoch cap and more workers trains epoch 4" \
+    || t_fail "resume with mutable keys changed" "$out"
+grep -q '^  changed: {dataloader_num_workers: \[1, 2\], epochs: \[3, 4\]}$' "$ru/config_changes.yaml" &&
+    grep -q '^epochs: 4$' "$ru/config.yaml" && ! grep -q '^run_dir:' "$ru/config.yaml" &&
+    t_ok "the changes are recorded in config_changes.yaml and config.yaml" || t_fail "changes recorded" "$(cat "$ru/config_changes.yaml" "$ru/config.yaml")"
+
 # 6. Bad inputs at -n 2: one clear message, same exit status on all ranks, no hang.
 t_expect_fail "global batch larger than the validation set" 2 "global batch size 4 .* exceeds the validation set" \
     timeout 120 $MPIRUN -n 2 "$SCAFFOLD" benchmark $cfg --base-run-dir runsbad --local-batch-size 2
