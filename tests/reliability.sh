@@ -3,8 +3,9 @@
 #
 #  1. Kills: `scaffold benchmark` (tests/train/tiny.yml, 4 epochs, a checkpoint every epoch)
 #     killed with SIGKILL at every checkpoint file write (SCAFFOLD_FAULT_KILL_AT_COMMIT, 1 rank),
-#     inside the sidecar and the model file of each save (SCAFFOLD_FAULT_KILL_IN_SAVE, 2 ranks)
-#     and in the middle of an epoch (SCAFFOLD_FAULT_KILL_AT_EPOCH, 2 ranks), each followed by the
+#     inside the sidecar and the model file of each save (SCAFFOLD_FAULT_KILL_IN_SAVE, 2 ranks),
+#     before each rename of two saves (SCAFFOLD_FAULT_KILL_IN_PAIR, 2 ranks) and in the middle
+#     of an epoch (SCAFFOLD_FAULT_KILL_AT_EPOCH, 1 and 2 ranks), each followed by the
 #     run folder's restart.sh. A kill is survived when no file under a final name is torn, the
 #     resume exits 0, no temporary file is left, and the resumed train_stats.csv has the same
 #     losses and Dice as an uninterrupted run on as many ranks. A kill inside the first save
@@ -113,6 +114,13 @@ done
 for e in 2 3 4; do
     for k in 1 2; do
         kill_case "inside file $k of epoch $e's save (2 ranks)" 2 resume SCAFFOLD_FAULT_KILL_IN_SAVE=$e:$k 2>/dev/null
+    done
+done
+# Between the renames of a save, both files complete (1, 2: last's sidecar and model; 3, 4:
+# best's): the resume pairs the files by their id and takes the newest consistent pair.
+for e in 1 3; do
+    for k in 1 2 3 4; do
+        kill_case "before rename $k of epoch $e's save (2 ranks)" 2 resume SCAFFOLD_FAULT_KILL_IN_PAIR=$e:$k 2>/dev/null
     done
 done
 for e in 2 3 4; do

@@ -62,7 +62,7 @@ static void make_figures(const scaffold_config *c) {
 static int resume_or_clean(const scaffold_config *c, train_state *s, const char *ckdir,
                            ckpt_state *cs) {
     const dist_world *w = s->w;
-    *cs = (ckpt_state){0, 0, 0, INFINITY, 0, 0, c->starting_learning_rate};
+    *cs = (ckpt_state){.best_val_loss = INFINITY, .lr = c->starting_learning_rate};
     int rc = 0;
     if (c->restart || !c->train_from_scratch) {
         int resumed = 0;

@@ -18,6 +18,7 @@
 #include "core/fsutil.h"
 #include "core/log.h"
 #include "dataset/compose.h"
+#include "train/ckpt.h"
 #include "train/runfolder.h"
 
 #include <stdio.h>
@@ -136,17 +137,11 @@ int train_memory_check(const scaffold_config *c, const ds_layout *l, const dist_
                                                       "(activation_checkpointing: 1)");
 }
 
-/* The checkpoint pair a resume would read (either tag), for the check before writing. */
+/* A checkpoint a resume could read (either tag, or an interrupted save's staging folder). */
 static int has_checkpoint(const scaffold_config *c) {
     char p[FS_PATH_MAX * 2];
-    const char *tags[2] = {"last", "best"};
-    for (int i = 0; i < 2; i++) {
-        snprintf(p, sizeof p, "%s/%s/checkpoint_%s.safetensors", c->run_dir, c->checkpoint_dir,
-                 tags[i]);
-        if (fs_exists(p))
-            return 1;
-    }
-    return 0;
+    snprintf(p, sizeof p, "%s/%s", c->run_dir, c->checkpoint_dir);
+    return ckpt_exists(p);
 }
 
 int train_preflight(const scaffold_config *c, const ds_layout *l, const dist_world *w,

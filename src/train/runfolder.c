@@ -248,6 +248,8 @@ int run_folder_setup(scaffold_config *c, const dist_world *w, int argc, char **a
             long n = fs_remove_stale_temps(p) + fs_remove_stale_temps(c->run_dir);
             snprintf(p, sizeof p, "%s/figures", c->run_dir);
             n += fs_remove_stale_temps(p);
+            snprintf(p, sizeof p, "%s/%s/.pending", c->run_dir, c->checkpoint_dir);
+            n += fs_remove_stale_temps(p);
             if (n)
                 log_info("removed %ld temporary file(s) of an interrupted save from %s", n,
                          c->run_dir);
@@ -398,7 +400,8 @@ int run_folder_clean(const scaffold_config *c) {
             if (e->d_name[0] == '.' && (e->d_name[1] == '\0' || !strcmp(e->d_name, "..")))
                 continue;
             snprintf(f, sizeof f, "%s/%s", p, e->d_name);
-            unlink(f);
+            fs_rm_rf(f); /* files, and the staging folder of a save */
+            err_clear();
         }
         closedir(d);
     }

@@ -9,6 +9,9 @@ cfg="-c $root/configs/benchmark_default.yml -c $root/tests/train/tiny.yml"
 cd "$d"
 lastrun() { ls -d "$d"/$1/*/ | tail -n 1; }
 quiet() { "$@" >/dev/null 2>&1; }
+# files_state DIR: names, sizes, times and inodes of every file below DIR (not the folders, whose
+# times the pre-flight's probe of a writable folder moves).
+files_state() { find "$1" -type f -printf '%P %s %T@ %i\n' | sort | md5sum; }
 
 # 1. Two ranks, checkpoints every epoch: every file of the run folder.
 out=$($MPIRUN -n 2 "$SCAFFOLD" benchmark $cfg --base-run-dir runs2 --checkpoint-interval 1 2>&1)
@@ -88,34 +91,80 @@ else
     t_fail "resumed losses" "$(diff <(cut -d, -f1-7 "$rk/train_stats.csv") <(cut -d, -f1-7 "$ru/train_stats.csv"))"
 fi
 
-# 4. kill -9 inside a checkpoint write (model file, after the sidecar): no corrupt file under
-# the final name; the next start detects the torn pair, renames it *.corrupt and uses best.
+# 4. kill -9 inside a checkpoint write (the model file, after the sidecar): the new pair is
+# written in the staging folder, so the previous pair is untouched and the next start resumes
+# from it (it used to find a torn last pair, rename it *.corrupt and fall back to best).
 ( SCAFFOLD_FAULT_KILL_IN_SAVE=2:2 "$SCAFFOLD" benchmark $cfg --base-run-dir runsc --checkpoint-interval 1 --epochs 3 >/dev/null 2>&1 ) 2>/dev/null
 rc=$?
 [ $rc -eq 137 ] && t_ok "killed inside the save (SIGKILL, exit 137)" || t_fail "killed inside the save" "exit $rc"
 rc_=$(lastrun runsc)
-ok=1
-for f in "$rc_"/checkpoints/*.safetensors; do
-    "$PYTHON" - "$f" <<'PY' || ok=0
+# pair_ids DIR: "model-id sidecar-id" of checkpoint_last and of checkpoint_best, then "torn" for
+# any file under a final name whose size is not its header's.
+pair_ids() {
+    "$PYTHON" - "$1" <<'PY'
 import json, os, struct, sys
-p = sys.argv[1]
-with open(p, "rb") as f:
-    n = struct.unpack("<Q", f.read(8))[0]
-    h = json.loads(f.read(n))
-end = max(v["data_offsets"][1] for k, v in h.items() if k != "__metadata__")
-assert os.path.getsize(p) == 8 + n + end, p
+d = sys.argv[1]
+out = []
+for tag in ("last", "best"):
+    ids = []
+    for suf in ("", ".optim"):
+        p = os.path.join(d, f"checkpoint_{tag}{suf}.safetensors")
+        with open(p, "rb") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            h = json.loads(f.read(n))
+        end = max(v["data_offsets"][1] for k, v in h.items() if k != "__metadata__")
+        if os.path.getsize(p) != 8 + n + end:
+            out.append("torn")
+        ids.append(h["__metadata__"]["pair_id"])
+    out.append(" ".join(ids))
+print(" | ".join(out))
 PY
-done
-[ $ok -eq 1 ] && t_ok "no torn checkpoint under a final name after kill -9 in a save" || t_fail "torn checkpoint under a final name"
-ls -a "$rc_/checkpoints" | grep -q '\.tmp\.' && t_ok "the interrupted write is only a temporary file" || t_fail "temporary file of the interrupted write"
+}
+consistent() { awk -F' [|] ' '{ for (i = 1; i <= NF; i++) { split($i, a, " "); if ($i == "torn" || a[1] != a[2]) exit 1 } }' <<<"$1"; }
+ids=$(pair_ids "$rc_/checkpoints")
+consistent "$ids" && t_ok "after kill -9 in a save: last and best are consistent pairs, none torn" || t_fail "pairs after a kill in a save" "$ids"
+[ -n "$(find "$rc_/checkpoints" -name '.*.tmp.*')" ] && t_ok "the interrupted write is only a temporary file (in the staging folder)" || t_fail "temporary file of the interrupted write"
 out=$(bash "$rc_/restart.sh" 2>&1)
 rc=$?
-[ $rc -eq 0 ] && echo "$out" | grep -q "resumed from checkpoint_best" && t_ok "torn last pair detected, best used, run finished" || t_fail "torn last pair detected" "exit $rc: $out"
-ls "$rc_/checkpoints" | grep -q 'corrupt' && t_ok "torn pair renamed *.corrupt" || t_fail "torn pair renamed *.corrupt"
+[ $rc -eq 0 ] && echo "$out" | grep -q "resumed from checkpoint_last: epoch 1 done" && t_ok "the previous pair resumed, run finished" || t_fail "resume after a kill in a save" "exit $rc: $out"
+ls "$rc_/checkpoints" | grep -q 'corrupt' && t_fail "nothing renamed *.corrupt" "$(ls "$rc_/checkpoints")" || t_ok "nothing renamed *.corrupt"
 # The killed writer's temporary is removed by the resume (it used to stay forever).
-ls -a "$rc_/checkpoints" | grep -q '\.tmp\.' && t_fail "resume removed the dead writer's temporary" "$(ls -a "$rc_/checkpoints")" \
+[ -n "$(find "$rc_/checkpoints" -name '.*.tmp.*')" ] && t_fail "resume removed the dead writer's temporary" "$(find "$rc_/checkpoints")" \
     || t_ok "resume removed the dead writer's temporary"
 echo "$out" | grep -q "removed 1 temporary file(s) of an interrupted save" && t_ok "the removal is reported" || t_fail "the removal is reported" "$out"
+
+# 4b. kill -9 between the renames of a save (both files complete): between last's sidecar and
+# model (last torn: new sidecar, old model) and between best's (best torn). The resume pairs the
+# files by their pair id, takes the newest consistent pair (the new one, from the staging
+# folder), repairs the torn tag and ends with the statistics of an uninterrupted run.
+t_check "uninterrupted 1-rank reference, 3 epochs" quiet "$SCAFFOLD" benchmark $cfg --base-run-dir runs1u --checkpoint-interval 1 --epochs 3
+for k in 2 4; do
+    ( SCAFFOLD_FAULT_KILL_IN_PAIR=2:$k "$SCAFFOLD" benchmark $cfg --base-run-dir runsp$k --checkpoint-interval 1 --epochs 3 >/dev/null 2>&1 ) 2>/dev/null
+    rc=$?
+    rp=$(lastrun runsp$k)
+    ids=$(pair_ids "$rp/checkpoints" 2>&1)
+    if [ $rc -ne 137 ] || consistent "$ids"; then t_fail "kill between renames $k: a torn pair" "exit $rc, ids $ids"; continue; fi
+    out=$(bash "$rp/restart.sh" 2>&1)
+    rc=$?
+    ids=$(pair_ids "$rp/checkpoints" 2>&1)
+    if [ $rc -eq 0 ] && grep -q "resumed from .*: epoch 2 done" <<<"$out" && consistent "$ids" &&
+        [ "$(cut -d, -f1-7 "$rp/train_stats.csv")" = "$(cut -d, -f1-7 "$(lastrun runs1u)/train_stats.csv")" ]; then
+        t_ok "kill between renames $k of epoch 2's save: the new pair resumed (epoch 2 kept), pairs repaired, same statistics"
+    else
+        t_fail "kill between renames $k" "exit $rc, ids $ids: $out"
+    fi
+done
+# Both tags torn and nothing staged (what two kills left before): no consistent pair; the resume
+# says so, naming each file, and renames nothing (it used to rename last *.corrupt, then fail).
+( SCAFFOLD_FAULT_KILL_IN_PAIR=2:2 "$SCAFFOLD" benchmark $cfg --base-run-dir runst --checkpoint-interval 1 --epochs 3 >/dev/null 2>&1 ) 2>/dev/null
+rt=$(lastrun runst)/checkpoints
+rm -rf "$rt/.pending"
+cp "$rt/checkpoint_last.optim.safetensors" "$rt/best.tmp" && mv "$rt/best.tmp" "$rt/checkpoint_best.optim.safetensors"
+before=$(files_state "$rt")
+t_expect_fail "last and best both torn: refused, each file named" 1 \
+    "no consistent checkpoint pair in .*checkpoint_last: no optimizer file has its pair id .*checkpoint_best: no optimizer file has its pair id" \
+    bash "$rt/../restart.sh"
+[ "$(files_state "$rt")" = "$before" ] && t_ok "no consistent pair: nothing renamed" || t_fail "no consistent pair: nothing renamed" "$(ls -la "$rt")"
 
 # 5. data_store: memory (the in-memory store as the data path) gives the same losses as files.
 $MPIRUN -n 2 "$SCAFFOLD" benchmark $cfg --base-run-dir runsm --data-store memory > "$d/mem.log" 2>&1
@@ -149,11 +198,11 @@ fi
 # 8. A resume continues the same run: keys that change what it computes are refused before
 # anything is written (it used to train epoch 4 at another seed and learning rate while
 # config.yaml still said the old ones); the keys that may change are recorded.
-before=$(ls -la --time-style=full-iso "$ru" "$ru/checkpoints" | md5sum)
+before=$(files_state "$ru")
 t_expect_fail "resume with another seed and learning rate refused, keys named" 2 \
     "--restart: 2 keys would change what the resumed run computes: seed \(7 now, 42 in the run\), starting_learning_rate \(0.5 now, 0.001 in the run\); .*config.yaml holds" \
     bash "$ru/restart.sh" --seed 7 --starting-learning-rate 0.5
-[ "$(ls -la --time-style=full-iso "$ru" "$ru/checkpoints" | md5sum)" = "$before" ] && t_ok "the refused resume wrote nothing" \
+[ "$(files_state "$ru")" = "$before" ] && t_ok "the refused resume wrote nothing" \
     || t_fail "the refused resume wrote nothing" "$(ls -la "$ru" "$ru/checkpoints")"
 out=$(bash "$ru/restart.sh" --epochs 4 --dataloader-num-workers 2 2>&1)
 [ $? -eq 0 ] && grep -q "resume: changed dataloader_num_workers: \[1, 2\], epochs: \[3, 4\]" <<<"$out" &&
