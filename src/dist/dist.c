@@ -264,6 +264,17 @@ double dist_sum_double(const dist_world *w, double v) {
     return r;
 }
 
+void dist_gather_doubles(const dist_world *w, const double *mine, int n, double *all, int root) {
+    MPI_Gather(mine, n, MPI_DOUBLE, all, n, MPI_DOUBLE, root, w->comm);
+}
+
+int dist_max_int(const dist_world *w, int v) {
+    int r = v;
+    if (w->size > 1)
+        MPI_Allreduce(&v, &r, 1, MPI_INT, MPI_MAX, w->comm);
+    return r;
+}
+
 long long dist_sum_ll(const dist_world *w, long long v) {
     long long r = v;
     MPI_Allreduce(&v, &r, 1, MPI_LONG_LONG, MPI_SUM, w->comm);

@@ -84,6 +84,13 @@ void dist_sum_doubles(const dist_world *w, double *buf, size_t n);
 void dist_sum_floats(const dist_world *w, float *buf, size_t n);
 void dist_sum_u64(const dist_world *w, uint64_t *buf, size_t n);
 
+/* Collective: rank r's n doubles at all[r * n] on `root` (all: size * n doubles there; ignored
+ * elsewhere). */
+void dist_gather_doubles(const dist_world *w, const double *mine, int n, double *all, int root);
+
+/* Collective: the largest of every rank's v (signals, flags). */
+int dist_max_int(const dist_world *w, int v);
+
 /* Block partition of n items: this rank's [*lo, *hi). per = ceil(n/size). */
 void dist_block(const dist_world *w, size_t n, size_t *lo, size_t *hi);
 

@@ -47,18 +47,26 @@ static int write_restart_script(const scaffold_config *c, const dist_world *w, i
                "set -e\nRUN_DIR=\"$(cd \"$(dirname \"$0\")\" && pwd)\"\ncd ");
     sh_quote(f, cwd);
     fputc('\n', f);
-    /* The launcher of the MPI this binary was built with (an MPICH binary started by Open MPI's
-     * mpirun runs as N independent singletons); $MPIRUN overrides it (srun, flux run...). */
-#if defined(MPICH_VERSION)
-    const char *launcher = "mpirun.mpich";
-#elif defined(OMPI_MAJOR_VERSION)
-    const char *launcher = "mpirun.openmpi";
-#else
-    const char *launcher = "mpirun";
-#endif
-    if (w->size > 1)
+    /* The launcher the run was started with (its variables, dist.h), so that a run started by
+     * srun inside a job resumes with srun, with the PMI plugin this binary's MPI needs; else
+     * the mpirun of the MPI this binary was built with (an MPICH binary started by Open MPI's
+     * mpirun runs as N independent singletons). $MPIRUN overrides it. */
+    dist_launcher l;
+    dist_launcher_detect(NULL, &l);
+    const int mpich = !strcmp(dist_mpi_name(), "MPICH");
+    const char *launcher = mpich ? "mpirun.mpich" : "mpirun.openmpi";
+    if (l.kind == DIST_L_SRUN || l.kind == DIST_L_SRUN_PMI2 ||
+        (l.kind == DIST_L_PMIX && getenv("SLURM_STEP_ID")))
+        launcher = mpich ? "srun --mpi=pmi2" : "srun --mpi=pmix";
+    else if (l.kind == DIST_L_FLUX)
+        launcher = "flux run";
+    if (l.kind != DIST_L_NONE)
+        fprintf(f, "# started by %s (%s)\n", l.name, l.vars);
+    if (!strncmp(launcher, "mpirun", 6) && w->size > 1)
         fprintf(f, "MPIRUN=${MPIRUN:-$(command -v %s || echo mpirun)}\nexec $MPIRUN -n %d ",
                 launcher, w->size);
+    else if (strncmp(launcher, "mpirun", 6))
+        fprintf(f, "MPIRUN=${MPIRUN:-%s}\nexec $MPIRUN -n %d ", launcher, w->size);
     else
         fprintf(f, "exec ");
     sh_quote(f, exe);

@@ -212,6 +212,72 @@ grep -q '^  changed: {dataloader_num_workers: \[1, 2\], epochs: \[3, 4\]}$' "$ru
     grep -q '^epochs: 4$' "$ru/config.yaml" && ! grep -q '^run_dir:' "$ru/config.yaml" &&
     t_ok "the changes are recorded in config_changes.yaml and config.yaml" || t_fail "changes recorded" "$(cat "$ru/config_changes.yaml" "$ru/config.yaml")"
 
+# 9. Signals (SIGTERM at a time limit, SIGINT, SIGUSR1) finish the step, save a checkpoint when
+# checkpointing is on, print one line and exit 128 + the signal; they used to end the run within
+# 0.1 s with no message and no checkpoint. A signal to one rank only stops every rank at the same
+# step, and the resumed run ends with the statistics of an uninterrupted one.
+stats3() { head -n 4 "$1/train_stats.csv" | cut -d, -f1-7,9,10; }
+out=$(SCAFFOLD_FAULT_SIGNAL_AT_STEP=1:15:4 timeout 120 $MPIRUN -n 2 sh -c '"$0" "$@"; echo "st $?"' "$SCAFFOLD" benchmark $cfg \
+    --base-run-dir runsig --checkpoint-interval 1 --epochs 3 2>&1)
+rs=$(lastrun runsig)
+if [ "$(grep -c '^st 143$' <<<"$out")" -eq 2 ] &&
+    [ "$(grep -c '^benchmark: stopped by SIGTERM after step 1 of 3 of epoch 2; checkpoint saved there; resume with .*restart.sh' <<<"$out")" -eq 1 ]; then
+    t_ok "SIGTERM to rank 1 only at its 4th step: both ranks stop after step 1 of epoch 2, exit 143, one line"
+else
+    t_fail "SIGTERM to rank 1 only" "$out"
+fi
+out=$(bash "$rs/restart.sh" 2>&1)
+[ $? -eq 0 ] && grep -q "resumed from checkpoint_last: epoch 1 done and 1 step(s) of epoch 2" <<<"$out" &&
+    [ "$(stats3 "$rs")" = "$(stats3 "$ru")" ] && t_ok "resumed inside epoch 2: the statistics of an uninterrupted run" ||
+    t_fail "resume after SIGTERM inside an epoch" "$out $(diff <(stats3 "$rs") <(stats3 "$ru"))"
+# SIGINT from outside (a user's Ctrl-C), wherever it lands (slow reads make the epochs long).
+SCAFFOLD_FAULT_SLOW_READ=150 "$SCAFFOLD" benchmark $cfg --base-run-dir runint --checkpoint-interval 1 --epochs 3 > int.log 2>&1 &
+pid=$!
+for i in $(seq 1 300); do grep -q "epoch 1:" int.log && break; sleep 0.1; done
+kill -INT $pid
+wait $pid
+rc=$?
+ri=$(lastrun runint)
+[ $rc -eq 130 ] && [ "$(grep -c '^benchmark: stopped by SIGINT ' int.log)" -eq 1 ] && grep -q "checkpoint saved there" int.log &&
+    t_ok "SIGINT: exit 130, one line, checkpoint saved" || t_fail "SIGINT" "exit $rc: $(tail -n 3 int.log)"
+out=$(bash "$ri/restart.sh" 2>&1)
+[ $? -eq 0 ] && [ "$(stats3 "$ri")" = "$(stats3 "$(lastrun runs1u)")" ] && t_ok "resumed after SIGINT: the statistics of an uninterrupted run" ||
+    t_fail "resume after SIGINT" "$out $(diff <(stats3 "$ri") <(stats3 "$(lastrun runs1u)"))"
+# Checkpointing off: SIGUSR1 still stops cleanly and says there is no checkpoint; with
+# --checkpoint-on-signal 1 it saves one, and the resume goes on from it.
+t_expect_fail "SIGUSR1 without checkpointing: exit 138, no checkpoint, says how to get one" 138 \
+    "^benchmark: stopped by SIGUSR1 after step 2 of 6 of epoch 1; no checkpoint \(checkpointing is off: set checkpoint_interval, or --checkpoint-on-signal 1\)" \
+    env SCAFFOLD_FAULT_SIGNAL_AT_STEP=0:10:2 "$SCAFFOLD" benchmark $cfg --base-run-dir runusr --epochs 3
+out=$(SCAFFOLD_FAULT_SIGNAL_AT_STEP=0:15:8 "$SCAFFOLD" benchmark $cfg --base-run-dir runcos --checkpoint-on-signal 1 --epochs 3 2>&1)
+rc=$?
+rcs=$(lastrun runcos)
+out2=$(bash "$rcs/restart.sh" 2>&1)
+[ $rc -eq 143 ] && grep -q "after step 2 of 6 of epoch 2; checkpoint saved there" <<<"$out" &&
+    [ "$(stats3 "$rcs")" = "$(stats3 "$(lastrun runs1u)")" ] &&
+    t_ok "--checkpoint-on-signal 1 (no interval): saved at the signal, resumed to the same statistics" ||
+    t_fail "--checkpoint-on-signal" "exit $rc: $out $out2"
+# A signal during the warmup: the warmup state is dropped, nothing trained, one line.
+SCAFFOLD_FAULT_SLOW_READ=300 "$SCAFFOLD" benchmark $cfg --base-run-dir runwu --warmup-batches 6 --epochs 1 > wu.log 2>&1 &
+pid=$!
+for i in $(seq 1 300); do grep -q "warmup: 6 training" wu.log && break; sleep 0.1; done
+kill -TERM $pid
+wait $pid
+rc=$?
+[ $rc -eq 143 ] && grep -q "^benchmark: stopped by SIGTERM during the warmup (nothing trained since the start); resume with .* once a checkpoint exists" wu.log &&
+    [ ! -e "$(lastrun runwu)/train_stats.csv" ] && t_ok "SIGTERM during the warmup: exit 143, one line, nothing trained" ||
+    t_fail "SIGTERM during the warmup" "exit $rc: $(tail -n 3 wu.log)"
+# restart.sh resumes with the launcher the run was started with (srun here: its variables).
+env SLURM_STEP_NUM_TASKS=1 SLURM_PROCID=0 SLURM_STEP_ID=0 "$SCAFFOLD" benchmark $cfg --base-run-dir runsrun --epochs 1 >/dev/null 2>&1
+grep -q '^MPIRUN=${MPIRUN:-srun --mpi=pmi[x2]}$' "$(lastrun runsrun)/restart.sh" && grep -q '^# started by srun' "$(lastrun runsrun)/restart.sh" &&
+    t_ok "restart.sh of a run started by srun resumes with srun" || t_fail "restart.sh launcher" "$(cat "$(lastrun runsrun)/restart.sh")"
+grep -q '^MPIRUN=${MPIRUN:-$(command -v mpirun' "$rs/restart.sh" && t_ok "restart.sh of a run started by mpirun resumes with mpirun" ||
+    t_fail "restart.sh launcher (mpirun)" "$(cat "$rs/restart.sh")"
+# A finished run resumed: nothing to train, said as such (it printed "stopped at epoch 0 ...
+# 0 samples/s").
+out=$(bash "$ri/restart.sh" 2>&1)
+[ $? -eq 0 ] && grep -q "^benchmark: nothing to train: the run had ended at epoch 3 (cap 3) with val dice [0-9.]* < 0.950; raise the cap" <<<"$out" &&
+    t_ok "a finished run resumed: nothing to train, the epoch it ended at" || t_fail "finished run resumed" "$out"
+
 # 6. Bad inputs at -n 2: one clear message, same exit status on all ranks, no hang.
 t_expect_fail "global batch larger than the validation set" 2 "global batch size 4 .* exceeds the validation set" \
     timeout 120 $MPIRUN -n 2 "$SCAFFOLD" benchmark $cfg --base-run-dir runsbad --local-batch-size 2
