@@ -148,10 +148,16 @@ static int compute_ce_weights(train_state *s) {
      * shards. */
     size_t lo, hi;
     dist_block(&s->grid.replicas, (size_t)k, &lo, &hi);
+    log_progress pr;
+    log_progress_start(&pr, (long)(hi - lo), 0);
     for (size_t i = lo; i < hi && rc == 0; i++) {
         rc = dataset_read_sample(s->ds, DS_TRAIN, idx[i], vol, mask);
         if (rc == 0)
             rc = nn_label_counts(counts, mask, s->ds->mask_elems, K);
+        double per, el, eta;
+        if (log_progress_due(&pr, (long)(i + 1 - lo), &per, &el, &eta))
+            log_info("CE class weights: mask %zu of %zu on this rank, %.2f s per mask, ETA %.0f s",
+                     i + 1 - lo, hi - lo, per, eta);
     }
     rc = dist_agree(s->w, rc);
     if (rc == 0) {
