@@ -219,6 +219,30 @@ void dist_node_cpu_use(const dist_world *w, int threads, dist_node_cpu *out) {
     out->cpus_launcher = (int)v[3];
 }
 
+int dist_node_mask_sharing(const dist_world *w) {
+    cpu_set_t mine;
+    CPU_ZERO(&mine);
+    if (sched_getaffinity(0, sizeof mine, &mine) != 0)
+        return 1;
+    MPI_Comm node;
+    if (w->size == 1 || MPI_Comm_split_type(w->comm, MPI_COMM_TYPE_SHARED, w->rank,
+                                            MPI_INFO_NULL, &node) != MPI_SUCCESS)
+        return 1;
+    int n = 1, same = 0;
+    MPI_Comm_size(node, &n);
+    cpu_set_t *all = malloc((size_t)n * sizeof *all);
+    int ok = all != NULL, all_ok = 0;
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, node);
+    if (all_ok) {
+        MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, node);
+        for (int i = 0; i < n; i++)
+            same += CPU_EQUAL(&all[i], &mine);
+    }
+    free(all);
+    MPI_Comm_free(&node);
+    return same > 0 ? same : 1;
+}
+
 void dist_barrier(const dist_world *w) {
     MPI_Barrier(w->comm);
 }

@@ -73,6 +73,9 @@ typedef struct dist_node_cpu {
     int ranks, threads, over_bound, cpus, cpus_launcher;
 } dist_node_cpu;
 void dist_node_cpu_use(const dist_world *w, int threads, dist_node_cpu *out);
+/* Collective: how many ranks of this node (this one included) have exactly this rank's affinity
+ * mask, i.e. share its CPUs (unbound ranks all do). */
+int dist_node_mask_sharing(const dist_world *w);
 void dist_bcast(const dist_world *w, void *buf, size_t n, int root);
 double dist_max_double(const dist_world *w, double v);
 double dist_sum_double(const dist_world *w, double v);

@@ -129,7 +129,12 @@ int run_config_resume_check(const scaffold_config *c, char *changed, size_t n) {
         config_value_text(saved, k, b, sizeof b);
         if (!strcmp(a, b) || resume_mechanics(name))
             continue;
-        if (resume_mutable(name)) {
+        /* The spatial layout: with whole-volume GroupNorm statistics a sharded run computes
+         * the unsharded one, so a resume may change it (per-shard statistics would not). */
+        const int layout = !strcmp(name, "dc_num_shards") || !strcmp(name, "dc_shard_dims");
+        const int global = !strcmp(c->group_norm_stats, "global") &&
+                           !strcmp(saved->group_norm_stats, "global");
+        if (resume_mutable(name) || (layout && global)) {
             if (oc < n)
                 oc += (size_t)snprintf(changed + oc, n - oc, "%s%s: [%s, %s]", oc ? ", " : "",
                                        name, b, a);
@@ -147,7 +152,8 @@ int run_config_resume_check(const scaffold_config *c, char *changed, size_t n) {
                        "holds the run's configuration. Resume without changing %s, or start a new "
                        "run (a resume may change only: epochs, checkpoint_interval, "
                        "checkpoint_on_signal, async_save, dataloader_num_workers, data_store, "
-                       "device, warmup_batches, the data directories and job_name)",
+                       "device, warmup_batches, the data directories, job_name, and the spatial "
+                       "layout with global GroupNorm statistics)",
                        nbad, nbad == 1 ? "" : "s", bad, path, nbad == 1 ? "it" : "them");
     return 0;
 }

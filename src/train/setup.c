@@ -2,6 +2,7 @@
  * optimizer, loaders, initial weights and CE class weights. */
 #include "train/train.h"
 
+#include "core/cpus.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "fractal/library.h"
@@ -82,14 +83,41 @@ int train_check(const scaffold_config *c, const dist_world *w) {
         rc = check_cached_layout(c, &l);
     if (rc == 0 && c->restart && !c->run_dir[0])
         rc = err_set(ERR_USAGE, "--restart needs --run-dir DIR (the run folder to resume)");
+    char threads[768];
+    train_threads_choose(w, threads, sizeof threads);
     dist_node_cpu u; /* one node split gives the ranks per node and their CPU use */
     dist_node_cpu_use(w, nn_threads(), &u);
     if (rc == 0)
         rc = train_preflight(c, &l, w, u.ranks);
     rc = dist_agree(w, rc);
-    if (rc == 0 && w->rank == 0)
+    if (rc == 0 && w->rank == 0) {
+        log_info("%s", threads);
         train_cpu_report(&u);
+    }
     return rc;
+}
+
+void train_threads_choose(const dist_world *w, char *line, size_t n) {
+    cpus_given g;
+    cpus_probe(&g);
+    const int share = dist_node_mask_sharing(w), t = cpus_threads_per_rank(&g, share);
+    char quota[32] = "none", cpt[32] = "unset";
+    if (g.quota > 0)
+        snprintf(quota, sizeof quota, "%.3g CPUs", g.quota);
+    if (g.per_task > 0)
+        snprintf(cpt, sizeof cpt, "%d", g.per_task);
+    const char *omp = getenv("OMP_NUM_THREADS");
+    char given[320];
+    snprintf(given, sizeof given, "%d CPU(s) in the affinity mask, shared by %d rank(s) of this "
+             "node; cgroup CPU quota %s; SLURM_CPUS_PER_TASK %s", g.mask, share, quota, cpt);
+    if (omp && *omp) {
+        snprintf(line, n, "threads: %d per rank from OMP_NUM_THREADS=%s (the CPUs given would "
+                 "make %d: %s); %s", nn_threads(), omp, t, given, cpus_wait_note());
+        return;
+    }
+    nn_set_threads(t);
+    snprintf(line, n, "threads: %d per rank from the CPUs given: %s (OMP_NUM_THREADS to choose); "
+             "%s", t, given, cpus_wait_note());
 }
 
 /* OMP_NUM_THREADS that shares cpus among ranks, at least 1. */

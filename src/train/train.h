@@ -70,6 +70,12 @@ typedef struct train_state {
  * the fix. */
 int train_check(const scaffold_config *c, const dist_world *w);
 
+/* Collective. Sets the threads each rank computes with from the CPUs it was given (core/cpus.h:
+ * the affinity mask within the cgroup quota, divided among the node's ranks on the same mask, at
+ * most SLURM_CPUS_PER_TASK), unless OMP_NUM_THREADS is set, which wins; writes the one line
+ * that says the choice and why into `line`. train_check calls it; rank 0 prints the line. */
+void train_threads_choose(const dist_world *w, char *line, size_t n);
+
 /* Warns about a node's CPU use (dist_node_cpu_use) when the ranks' OpenMP threads share CPUs
  * (more threads than the CPUs a rank is bound to, or than the node's ranks may use together) or
  * when a launcher's binding leaves CPUs idle. train_check calls it on rank 0. */

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Core unit tests (err, rng, npy, fsutil, config, opt, fault), the rank agreement of the merged
+# Core unit tests (err, rng, npy, fsutil, config, opt, fault, cpus), the rank agreement of the merged
 # configuration, plus .npy interoperability with numpy.
 cd "$(dirname "$0")/../.." && source tests/lib.sh
 t_cbin "$BUILD/tests/core/test_core"
 t_cbin "$BUILD/tests/core/test_config"
 t_cbin "$BUILD/tests/core/test_opt"
 t_cbin "$BUILD/tests/core/test_fault"
+t_cbin "$BUILD/tests/core/test_cpus"
 d=$(t_tmpdir)
 
 # Ranks that disagree on the merged configuration: one message naming the keys, exit 2, no hang,

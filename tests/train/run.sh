@@ -278,6 +278,39 @@ out=$(bash "$ri/restart.sh" 2>&1)
 [ $? -eq 0 ] && grep -q "^benchmark: nothing to train: the run had ended at epoch 3 (cap 3) with val dice [0-9.]* < 0.950; raise the cap" <<<"$out" &&
     t_ok "a finished run resumed: nothing to train, the epoch it ended at" || t_fail "finished run resumed" "$out"
 
+# 10. Threads from the CPUs given (they were all the CPUs a rank saw, whatever ran beside it):
+# the affinity mask, shared by the node's ranks on the same mask, at most SLURM_CPUS_PER_TASK;
+# OMP_NUM_THREADS wins; one line says the choice.
+thr() { grep -o 'threads: [0-9]* per rank from [A-Za-z_ ]*' <<<"$1" | head -n 1; }
+one() { env -u OMP_NUM_THREADS "$@" "$SCAFFOLD" benchmark $cfg --base-run-dir runthr --epochs 1 2>&1; }
+nmask=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) # nproc obeys OMP_NUM_THREADS
+out=$(one)
+[ "$(thr "$out")" = "threads: $nmask per rank from the CPUs given" ] && [ "$(grep -c 'threads: ' <<<"$out")" -eq 1 ] &&
+    grep -q "$nmask CPU(s) in the affinity mask, shared by 1 rank(s) of this node" <<<"$out" &&
+    t_ok "threads: one process takes its mask's $nmask CPU(s), said once" || t_fail "threads: one process" "$out"
+out=$(one taskset -c 0)
+[ "$(thr "$out")" = "threads: 1 per rank from the CPUs given" ] && t_ok "threads: a 1-CPU affinity mask gives 1 thread" || t_fail "threads: taskset -c 0" "$out"
+out=$(one SLURM_CPUS_PER_TASK=1)
+[ "$(thr "$out")" = "threads: 1 per rank from the CPUs given" ] && grep -q "SLURM_CPUS_PER_TASK 1" <<<"$out" &&
+    t_ok "threads: SLURM_CPUS_PER_TASK=1 gives 1 thread" || t_fail "threads: SLURM_CPUS_PER_TASK" "$out"
+out=$(OMP_NUM_THREADS=3 "$SCAFFOLD" benchmark $cfg --base-run-dir runthr --epochs 1 2>&1)
+[ "$(thr "$out")" = "threads: 3 per rank from OMP_NUM_THREADS" ] && t_ok "threads: OMP_NUM_THREADS wins" || t_fail "threads: OMP_NUM_THREADS" "$out"
+if $MPIRUN --version 2>&1 | grep -q "Open MPI"; then bind="--bind-to none"; else bind=""; fi
+out=$(env -u OMP_NUM_THREADS $MPIRUN -n 2 $bind "$SCAFFOLD" benchmark $cfg --base-run-dir runthr --epochs 1 2>&1)
+want=$((nmask / 2 > 0 ? nmask / 2 : 1))
+[ "$(thr "$out")" = "threads: $want per rank from the CPUs given" ] && grep -q "shared by 2 rank(s) of this node" <<<"$out" &&
+    [ -z "$(cpuwarn "$out")" ] && t_ok "threads: 2 unbound ranks share the mask: $want each, no oversubscription warning" ||
+    t_fail "threads: 2 unbound ranks" "$out"
+# Waiting threads spin briefly, then sleep (the OpenMP runtime linked statically takes the
+# default set before it starts), unless the user chose.
+grep -q "waiting threads spin GOMP_SPINCOUNT=[0-9]* iterations, then sleep" <<<"$out" && t_ok "threads: the wait policy default is said" ||
+    t_fail "threads: wait policy" "$out"
+out=$(OMP_WAIT_POLICY=active "$SCAFFOLD" benchmark $cfg --base-run-dir runthr --epochs 1 2>&1)
+grep -q "waiting threads as set: OMP_WAIT_POLICY=active" <<<"$out" && t_ok "threads: the user's OMP_WAIT_POLICY is kept" || t_fail "threads: OMP_WAIT_POLICY" "$out"
+out=$("$SCAFFOLD" trace --out "$d/envtrace" -- env 2>&1)
+! grep -q '^GOMP_SPINCOUNT=' <<<"$out" && grep -q '^PATH=' <<<"$out" && t_ok "threads: the default does not leak into child processes" ||
+    t_fail "threads: GOMP_SPINCOUNT leaked to a child" "$out"
+
 # 6. Bad inputs at -n 2: one clear message, same exit status on all ranks, no hang.
 t_expect_fail "global batch larger than the validation set" 2 "global batch size 4 .* exceeds the validation set" \
     timeout 120 $MPIRUN -n 2 "$SCAFFOLD" benchmark $cfg --base-run-dir runsbad --local-batch-size 2
