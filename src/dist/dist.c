@@ -132,6 +132,7 @@ int dist_init(dist_world *w, int *argc, char ***argv) {
     /* Read before MPI_Init, which may set some of these variables itself. */
     dist_launcher l;
     dist_launcher_detect(NULL, &l);
+    w->launcher = l;
     int inited = 0;
     MPI_Initialized(&inited);
     w->thread_level = MPI_THREAD_SINGLE;

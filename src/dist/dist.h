@@ -9,20 +9,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct dist_world {
-    MPI_Comm comm;
-    int rank;
-    int size;
-    int thread_level; /* MPI thread support provided */
-} dist_world;
-
-/* Initialises MPI (MPI_THREAD_MULTIPLE requested; the provided level is recorded) unless it
- * already is, and fills `w` for MPI_COMM_WORLD. Then checks the world against the launcher that
- * started the process (dist_launcher_check): on a mismatch MPI is finalised again, w->rank is the
- * launcher's rank of this process (so that the caller prints the message once, where it is 0)
- * and ERR_USAGE is returned on every process. 0, ERR_MPI or ERR_USAGE. */
-int dist_init(dist_world *w, int *argc, char ***argv);
-
 /* The launcher that started this process, as its environment says. Launchers nest (mpirun or
  * Hydra's mpiexec inside an sbatch script or an srun step, whose variables the ranks inherit),
  * so the innermost one that sets a world size is the one that counts, in this order:
@@ -43,6 +29,15 @@ typedef struct dist_launcher {
 enum { DIST_L_NONE, DIST_L_OMPI, DIST_L_HYDRA, DIST_L_SRUN_PMI2, DIST_L_FLUX, DIST_L_SRUN,
        DIST_L_PMIX };
 
+typedef struct dist_world {
+    MPI_Comm comm;
+    int rank;
+    int size;
+    int thread_level;       /* MPI thread support provided */
+    dist_launcher launcher; /* what started the process, read before MPI_Init (which may set
+                               some of the variables itself, e.g. a singleton's PMIX_RANK) */
+} dist_world;
+
 /* Fills `l` from the environment (`get` looks a variable up; NULL: getenv). */
 void dist_launcher_detect(const char *(*get)(const char *), dist_launcher *l);
 
@@ -54,6 +49,13 @@ int dist_launcher_check(const dist_launcher *l, int mpi_size, int mpi_rank);
 
 /* The MPI this binary is built with: "Open MPI", "MPICH" or "MPI". */
 const char *dist_mpi_name(void);
+
+/* Initialises MPI (MPI_THREAD_MULTIPLE requested; the provided level is recorded) unless it
+ * already is, and fills `w` for MPI_COMM_WORLD. Then checks the world against the launcher that
+ * started the process (dist_launcher_check): on a mismatch MPI is finalised again, w->rank is the
+ * launcher's rank of this process (so that the caller prints the message once, where it is 0)
+ * and ERR_USAGE is returned on every process. 0, ERR_MPI or ERR_USAGE. */
+int dist_init(dist_world *w, int *argc, char ***argv);
 
 /* Finalises MPI if dist_init initialised it. */
 void dist_finalize(dist_world *w);

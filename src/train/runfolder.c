@@ -44,15 +44,18 @@ static int write_restart_script(const scaffold_config *c, const dist_world *w, i
     fprintf(f, "#!/usr/bin/env bash\n"
                "# Resumes this run from its checkpoints (written by scaffold benchmark).\n"
                "# The merged configuration is config.yaml beside this script.\n"
-               "set -e\nRUN_DIR=\"$(cd \"$(dirname \"$0\")\" && pwd)\"\ncd ");
+               "set -e\nRUN_DIR=\"$(cd \"$(dirname \"$0\")\" && pwd)\"\n"
+               "# sbatch runs a copy of this script from its spool folder: then the folder of the "
+               "run\n[ -f \"$RUN_DIR/config.yaml\" ] || RUN_DIR=");
+    sh_quote(f, c->run_dir);
+    fprintf(f, "\ncd ");
     sh_quote(f, cwd);
     fputc('\n', f);
     /* The launcher the run was started with (its variables, dist.h), so that a run started by
      * srun inside a job resumes with srun, with the PMI plugin this binary's MPI needs; else
      * the mpirun of the MPI this binary was built with (an MPICH binary started by Open MPI's
      * mpirun runs as N independent singletons). $MPIRUN overrides it. */
-    dist_launcher l;
-    dist_launcher_detect(NULL, &l);
+    const dist_launcher l = w->launcher;
     const int mpich = !strcmp(dist_mpi_name(), "MPICH");
     const char *launcher = mpich ? "mpirun.mpich" : "mpirun.openmpi";
     if (l.kind == DIST_L_SRUN || l.kind == DIST_L_SRUN_PMI2 ||
