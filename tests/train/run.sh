@@ -230,12 +230,19 @@ out=$(bash "$rs/restart.sh" 2>&1)
 [ $? -eq 0 ] && grep -q "resumed from checkpoint_last: epoch 1 done and 1 step(s) of epoch 2" <<<"$out" &&
     [ "$(stats3 "$rs")" = "$(stats3 "$ru")" ] && t_ok "resumed inside epoch 2: the statistics of an uninterrupted run" ||
     t_fail "resume after SIGTERM inside an epoch" "$out $(diff <(stats3 "$rs") <(stats3 "$ru"))"
+# signal_when SIG LOG PATTERN MS ARGS...: a benchmark whose sample reads sleep MS ms, sent SIG
+# once LOG shows PATTERN; its exit status.
+signal_when() {
+    local sig=$1 log=$2 pat=$3 ms=$4 pid i
+    shift 4
+    SCAFFOLD_FAULT_SLOW_READ=$ms "$SCAFFOLD" benchmark $cfg "$@" > "$log" 2>&1 &
+    pid=$!
+    for i in $(seq 1 300); do grep -q "$pat" "$log" && break; sleep 0.1; done
+    kill -"$sig" $pid
+    wait $pid
+}
 # SIGINT from outside (a user's Ctrl-C), wherever it lands (slow reads make the epochs long).
-SCAFFOLD_FAULT_SLOW_READ=150 "$SCAFFOLD" benchmark $cfg --base-run-dir runint --checkpoint-interval 1 --epochs 3 > int.log 2>&1 &
-pid=$!
-for i in $(seq 1 300); do grep -q "epoch 1:" int.log && break; sleep 0.1; done
-kill -INT $pid
-wait $pid
+signal_when INT int.log "epoch 1:" 150 --base-run-dir runint --checkpoint-interval 1 --epochs 3
 rc=$?
 ri=$(lastrun runint)
 [ $rc -eq 130 ] && [ "$(grep -c '^benchmark: stopped by SIGINT ' int.log)" -eq 1 ] && grep -q "checkpoint saved there" int.log &&
@@ -257,11 +264,7 @@ out2=$(bash "$rcs/restart.sh" 2>&1)
     t_ok "--checkpoint-on-signal 1 (no interval): saved at the signal, resumed to the same statistics" ||
     t_fail "--checkpoint-on-signal" "exit $rc: $out $out2"
 # A signal during the warmup: the warmup state is dropped, nothing trained, one line.
-SCAFFOLD_FAULT_SLOW_READ=300 "$SCAFFOLD" benchmark $cfg --base-run-dir runwu --warmup-batches 6 --epochs 1 > wu.log 2>&1 &
-pid=$!
-for i in $(seq 1 300); do grep -q "warmup: 6 training" wu.log && break; sleep 0.1; done
-kill -TERM $pid
-wait $pid
+signal_when TERM wu.log "warmup: 6 training" 300 --base-run-dir runwu --warmup-batches 6 --epochs 1
 rc=$?
 [ $rc -eq 143 ] && grep -q "^benchmark: stopped by SIGTERM during the warmup (nothing trained since the start); resume with .* once a checkpoint exists" wu.log &&
     [ ! -e "$(lastrun runwu)/train_stats.csv" ] && t_ok "SIGTERM during the warmup: exit 143, one line, nothing trained" ||
