@@ -338,14 +338,16 @@ static void file_probe(ckpt_file *f, int model) {
 static int install(const ckpt_file *src, const char *dst, const ckpt_file *all, int nall) {
     if (!strcmp(src->path, dst))
         return 0;
-    const ckpt_file *old = NULL;
+    int o = -1;
     for (int i = 0; i < nall; i++)
         if (!strcmp(all[i].path, dst))
-            old = &all[i];
+            o = i;
+    const ckpt_file *old = o >= 0 ? &all[o] : NULL;
     if (old && fs_exists(dst)) {
+        /* paired: a file of the other kind (models at even indexes, sidecars at odd) has its id */
         int paired = 0;
-        for (int i = 0; i < nall && old->ok && old->pair[0]; i++)
-            paired |= &all[i] != old && all[i].ok && !strcmp(all[i].pair, old->pair);
+        for (int i = (o + 1) % 2; i < nall && old->ok && old->pair[0]; i += 2)
+            paired |= all[i].ok && !strcmp(all[i].pair, old->pair);
         if (!paired) {
             char q[4400];
             snprintf(q, sizeof q, "%s.corrupt", dst);

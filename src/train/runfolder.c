@@ -166,15 +166,23 @@ int run_config_resume_check(const scaffold_config *c, char *changed, size_t n) {
 static int record_resume_changes(const scaffold_config *c, const char *changed) {
     char p[FS_PATH_MAX + 32];
     snprintf(p, sizeof p, "%s/config.yaml", c->run_dir);
-    scaffold_config *w = malloc(sizeof *w);
-    if (!w)
-        return err_set(ERR_NOMEM, "out of memory writing %s", p);
-    *w = *c;
-    w->from_flag[CFG_K_run_dir] = 0; /* a saved config must not turn a new run into a resume */
-    w->run_dir[0] = '\0';
-    w->train_from_scratch = 1;
-    int rc = config_write_yaml(w, p, 0);
+    /* The merged configuration differs from the saved one only in the changed keys and in the
+     * resume's own mechanics, which keep the saved values. */
+    scaffold_config *w = malloc(sizeof *w), *saved = malloc(sizeof *saved);
+    int rc = w && saved ? 0 : err_set(ERR_NOMEM, "out of memory writing %s", p);
+    if (rc == 0) {
+        config_defaults(saved);
+        rc = config_load_file(saved, p);
+    }
+    if (rc == 0) {
+        *w = *c;
+        w->from_flag[CFG_K_run_dir] = 0; /* a saved config must not turn a new run into a resume */
+        w->run_dir[0] = '\0';
+        w->train_from_scratch = saved->train_from_scratch;
+        rc = config_write_yaml(w, p, 0);
+    }
     free(w);
+    free(saved);
     if (rc)
         return rc;
     snprintf(p, sizeof p, "%s/config_changes.yaml", c->run_dir);
