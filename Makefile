@@ -41,7 +41,17 @@ CFLAGS   += -march=native
 endif
 ifeq ($(OMP),1)
 CFLAGS   += -fopenmp
+# The OpenMP runtime is linked statically when the compiler ships it (libgomp.a), so that
+# scaffold's constructor (src/cli/main.c) sets the runtime's wait policy before the runtime reads
+# its environment: a shared libgomp reads it in its own constructor, before any of the
+# executable's. Without libgomp.a, the shared runtime and its default policy.
+OMP_STATIC := $(shell p=$$($(CC) -print-file-name=libgomp.a 2>/dev/null); [ -f "$$p" ] && echo "$$p")
+ifneq ($(OMP_STATIC),)
+CFLAGS   += -DSCAFFOLD_OMP_STATIC
+LDLIBS   += $(OMP_STATIC)
+else
 LDFLAGS  += -fopenmp
+endif
 endif
 ifdef DEBUG
 CFLAGS   += -O0 -fno-omit-frame-pointer

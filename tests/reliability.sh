@@ -3,13 +3,17 @@
 #
 #  1. Kills: `scaffold benchmark` (tests/train/tiny.yml, 4 epochs, a checkpoint every epoch)
 #     killed with SIGKILL at every checkpoint file write (SCAFFOLD_FAULT_KILL_AT_COMMIT, 1 rank),
-#     inside the sidecar and the model file of each save (SCAFFOLD_FAULT_KILL_IN_SAVE, 2 ranks)
-#     and in the middle of an epoch (SCAFFOLD_FAULT_KILL_AT_EPOCH, 2 ranks), each followed by the
+#     inside the sidecar and the model file of each save (SCAFFOLD_FAULT_KILL_IN_SAVE, 2 ranks),
+#     before each rename of two saves (SCAFFOLD_FAULT_KILL_IN_PAIR, 2 ranks) and in the middle
+#     of an epoch (SCAFFOLD_FAULT_KILL_AT_EPOCH, 1 and 2 ranks), each followed by the
 #     run folder's restart.sh. A kill is survived when no file under a final name is torn, the
 #     resume exits 0, no temporary file is left, and the resumed train_stats.csv has the same
 #     losses and Dice as an uninterrupted run on as many ranks. A kill inside the first save
 #     leaves nothing to resume from: survived there means no torn file and a resume that refuses
 #     with one message (exit 2) before writing anything.
+#     Then stop signals (SIGTERM, SIGINT, SIGUSR1 via SCAFFOLD_FAULT_SIGNAL_AT_STEP) to one rank
+#     of two, inside an epoch and at its end: survived when the run exits, leaves no torn file and
+#     its restart.sh resumes to the statistics of an uninterrupted run.
 #  2. Bad inputs: tests/cli/bad_inputs.sh (exit 2, one line, nothing written).
 #  3. Fuzzing: `make fuzz FUZZ_SECONDS=N` when N > 0 (default 0: the long campaigns are run on
 #     their own; see the README).
@@ -115,10 +119,31 @@ for e in 2 3 4; do
         kill_case "inside file $k of epoch $e's save (2 ranks)" 2 resume SCAFFOLD_FAULT_KILL_IN_SAVE=$e:$k 2>/dev/null
     done
 done
+# Between the renames of a save, both files complete (1, 2: last's sidecar and model; 3, 4:
+# best's): the resume pairs the files by their id and takes the newest consistent pair.
+for e in 1 3; do
+    for k in 1 2 3 4; do
+        kill_case "before rename $k of epoch $e's save (2 ranks)" 2 resume SCAFFOLD_FAULT_KILL_IN_PAIR=$e:$k 2>/dev/null
+    done
+done
 for e in 2 3 4; do
     kill_case "in the middle of epoch $e (1 rank)" 1 resume SCAFFOLD_FAULT_KILL_AT_EPOCH=$e 2>/dev/null
     kill_case "in the middle of epoch $e (2 ranks)" 2 resume SCAFFOLD_FAULT_KILL_AT_EPOCH=$e 2>/dev/null
 done
+
+# Stop signals (what a time limit or a user sends), to one rank of two at one of its steps (the
+# other rank learns it at the step's agreement): exit 128 + signal, then the resume.
+k0=$kills
+s0=$survived
+for sig in 15 2 10; do
+    for k in 4 9; do
+        kill_case "signal $sig to rank 1 at its step $k (2 ranks)" 2 resume SCAFFOLD_FAULT_SIGNAL_AT_STEP=1:$sig:$k 2>/dev/null
+    done
+done
+stops=$((kills - k0))
+stops_ok=$((survived - s0))
+kills=$k0
+survived=$s0
 
 cd "$root" || exit 1
 "$BUILD/tests/nn/test_unet" --write-ckpt "$d/c.safetensors" >/dev/null 2>&1
@@ -128,5 +153,5 @@ execs=""
 if [ "$FUZZ" -gt 0 ]; then
     execs=$(make -s fuzz FUZZ_SECONDS="$FUZZ" 2>&1 | tee /dev/stderr | sed -n 's/^harnesses: .*executions: \([0-9]*\).*/\1/p')
 fi
-echo "reliability: $kills kill -9s, $survived survived; bad inputs: $bad${execs:+; fuzz executions: $execs in ${FUZZ} s per harness}"
+echo "reliability: $kills kill -9s, $survived survived; $stops stop signals, $stops_ok resumed; bad inputs: $bad${execs:+; fuzz executions: $execs in ${FUZZ} s per harness}"
 t_report

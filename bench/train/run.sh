@@ -6,7 +6,13 @@
 #  3. training throughput on 2 ranks vs 1 rank (same local batch; baseline: 1 rank)
 #  4. time to the target Dice on configs/quickstart.yml vs tools/torch_train.py (PyTorch, same
 #     model, loss, optimizer, schedule, reading scaffold's dataset files), same thread count.
-# 1-3 run EPOCHS (default 3) epochs; PARTS="1 3" selects parts.
+#  5. contention: the same time to target quiet and with BUSY (default 1) of the cores taken by
+#     another process (a busy loop), for scaffold, for scaffold with libgomp's own spin before
+#     sleeping (GOMP_SPINCOUNT=300000, the previous behaviour) and for PyTorch, all on NT
+#     (default: all CPUs) threads; busy/quiet ratios of the medians of REPEATS (default 3)
+#     alternated quiet/busy pairs (TARGET: another Dice target). The ideal on 2 cores with 1
+#     busy is 2x.
+# 1-3 run EPOCHS (default 3) epochs; PARTS="1 3" selects parts (default 1 2 3 4 5).
 set -u
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -25,7 +31,7 @@ EP=${EPOCHS:-3}
 # Fractals and dataset once (not timed).
 OMP_NUM_THREADS=2 "$S" benchmark $cfg --epochs 1 --base-run-dir prep >/dev/null 2>&1
 
-has() { case " ${PARTS:-1 2 3 4} " in *" $1 "*) return 0;; esac; return 1; }
+has() { case " ${PARTS:-1 2 3 4 5} " in *" $1 "*) return 0;; esac; return 1; }
 # 1. loader workers
 if has 1; then
 for w in 0 2; do
@@ -69,6 +75,33 @@ if has 4 && /usr/bin/python3 -c "import torch" 2>/dev/null; then
     tout=$(/usr/bin/python3 "$root/tools/torch_train.py" "$ds" --classes 3 --layers 2 --base 16 --groups 8 --threads 2 | tail -n 1)
     tt=$(awk '{print $2}' <<<"$tout"); et=$(awk '{print $4}' <<<"$tout")
     echo "time to val dice 0.95, quickstart, 2 threads: scaffold ${ts:-not reached} s ($es epochs) vs PyTorch ${tt} s ($et epochs): ratio $(awk -v a="$tt" -v b="${ts:-0}" 'BEGIN{if(b>0) printf "%.2f", a/b; else print "n/a"}')x"
+fi
+
+# 5. contention: quiet vs one core busy, scaffold vs PyTorch
+if has 5 && /usr/bin/python3 -c "import torch" 2>/dev/null; then
+    NT=${NT:-$(env -u OMP_NUM_THREADS nproc)}
+    R=${REPEATS:-3}
+    ds=$(ls -d datasets/*/*/ | head -n 1)
+    busy=()
+    busy_start() { local i; for i in $(seq 1 "${BUSY:-1}"); do bash -c 'while :; do :; done' & busy+=($!); done; }
+    busy_stop() { kill "${busy[@]}" 2>/dev/null; wait "${busy[@]}" 2>/dev/null; busy=(); }
+    trap 'busy_stop' EXIT
+    TARGET=${TARGET:-0.95} # a lower target proves the script quickly
+    ttt_scaffold() { OMP_NUM_THREADS=$NT "$@" "$S" benchmark $cfg --target-dice "$TARGET" --base-run-dir cont 2>&1 | sed -nE 's/^benchmark: .*time to target ([0-9.]+) s.*/\1/p'; }
+    ttt_torch() { /usr/bin/python3 "$root/tools/torch_train.py" "$ds" --classes 3 --layers 2 --base 16 --groups 8 --threads "$NT" --target "$TARGET" | sed -nE 's/^torch_time_to_target_s ([0-9.]+) .*/\1/p'; }
+    : > sq; : > sb; : > oq; : > ob; : > tq; : > tb
+    for rep in $(seq 1 "$R"); do
+        for mode in q b; do
+            [ $mode = b ] && busy_start
+            ttt_scaffold env >> s$mode
+            ttt_scaffold env GOMP_SPINCOUNT=300000 >> o$mode
+            ttt_torch >> t$mode
+            [ $mode = b ] && busy_stop
+        done
+    done
+    ratio() { awk -v a="$(median < "$1")" -v b="$(median < "$2")" 'BEGIN{ if (a > 0) printf "%.2f", b / a; else print "n/a" }'; }
+    echo "contention, quickstart to val dice $TARGET, $NT threads, ${BUSY:-1} of $(nproc --all) cores busy, medians of $R: scaffold $(median < sb) s vs $(median < sq) s quiet: $(ratio sq sb)x; scaffold with libgomp's spin (GOMP_SPINCOUNT=300000) $(median < ob) s vs $(median < oq) s: $(ratio oq ob)x; PyTorch $(median < tb) s vs $(median < tq) s: $(ratio tq tb)x (target: scaffold <= 2.5x)"
+    trap - EXIT
 fi
 cd "$root"
 rm -rf "$d"

@@ -4,7 +4,9 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "dist/dist.h"
+#include "core/fsutil.h"
 #include "train/bench.h"
+#include "train/stop.h"
 
 #include <stdio.h>
 
@@ -24,7 +26,47 @@ int cmd_benchmark(int argc, char **argv) {
     int rc = bench_run(&c, &w, argc, argv, &r);
     if (rc)
         return cli_fail(&w, "benchmark", rc);
-    if (w.rank == 0) {
+    if (r.stop_signal) {
+        /* One line, then the status a shell gives a process ended by that signal. */
+        if (w.rank == 0) {
+            char where[160], saved[FS_PATH_MAX + 160];
+            if (r.stop_epoch == 0)
+                snprintf(where, sizeof where, "during the warmup (nothing trained since %s)",
+                         r.last_epoch ? "the checkpoint it resumed from" : "the start");
+            else if (r.stop_step < r.stop_steps)
+                snprintf(where, sizeof where, "after step %ld of %ld of epoch %d", r.stop_step,
+                         r.stop_steps, r.stop_epoch);
+            else
+                snprintf(where, sizeof where, "at the end of epoch %d", r.stop_epoch);
+            if (r.stop_saved)
+                snprintf(saved, sizeof saved, "checkpoint saved there; resume with %s/restart.sh",
+                         c.run_dir);
+            else if (r.stop_epoch == 0)
+                snprintf(saved, sizeof saved, "resume with %s/restart.sh%s", c.run_dir,
+                         r.last_epoch ? "" : " once a checkpoint exists");
+            else
+                snprintf(saved, sizeof saved, "no checkpoint (checkpointing is off: set "
+                         "checkpoint_interval, or --checkpoint-on-signal 1)");
+            printf("benchmark: stopped by %s %s; %s; run folder %s\n",
+                   train_stop_name(r.stop_signal), where, saved, c.run_dir);
+            fflush(stdout);
+        }
+        dist_finalize(&w);
+        return 128 + r.stop_signal;
+    }
+    if (w.rank == 0 && r.epochs_run == 0) {
+        /* A resumed run that had already ended: no epoch, no time or rate to report. */
+        if (r.converged)
+            printf("benchmark: nothing to train: the run had reached val dice %.4f >= %.3f at "
+                   "epoch %d; run folder %s\n",
+                   r.val_dice, c.target_dice, r.last_epoch, c.run_dir);
+        else
+            printf("benchmark: nothing to train: the run had ended at epoch %d (cap %d) with val "
+                   "dice %.4f < %.3f; raise the cap to go on (restart.sh --epochs N); run folder "
+                   "%s\n",
+                   r.last_epoch, c.epochs, r.val_dice, c.target_dice, c.run_dir);
+        fflush(stdout);
+    } else if (w.rank == 0) {
         if (r.converged)
             printf("benchmark: reached val dice %.4f >= %.3f at epoch %d on %d rank(s); "
                    "time to target %.2f s (training wall time, I/O included); "

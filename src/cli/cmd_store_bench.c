@@ -98,8 +98,9 @@ int cmd_store_bench(int argc, char **argv) {
     o.seed = (uint64_t)seed;
     dist_world w;
     if ((rc = dist_init(&w, &argc, &argv))) {
-        fprintf(stderr, "scaffold store-bench: %s\n", err_msg());
-        return 1;
+        if (w.rank == 0)
+            fprintf(stderr, "scaffold store-bench: %s\n", err_msg());
+        return err_exit_status(rc);
     }
     rc = store_bench_run(&o, w.comm, stdout);
     if (rc)

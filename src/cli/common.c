@@ -104,14 +104,16 @@ int cli_config_start(int *argc, char ***argv, dist_world *w, scaffold_config *c,
 
 int cli_config_start_opts(int *argc, char ***argv, dist_world *w, scaffold_config *c,
                           const char *summary, const opt_spec *extra) {
-    if (dist_init(w, argc, argv) != 0) {
-        fprintf(stderr, "scaffold: %s\n", err_msg());
-        return 1;
+    int rc = dist_init(w, argc, argv);
+    char **av = *argv;
+    if (rc) { /* printed once: by the process the launcher numbers 0 */
+        if (w->rank == 0)
+            fprintf(stderr, "scaffold %s: %s\n", av[0], err_msg());
+        return err_exit_status(rc);
     }
     log_set_rank(w->rank);
-    char **av = *argv;
     config_defaults(c);
-    int rc = config_parse_args_opts(c, *argc, av, 1, extra);
+    rc = config_parse_args_opts(c, *argc, av, 1, extra);
     /* --help on any rank is help on all (one rank leaving alone would hang the others). */
     if ((w->size > 1 ? dist_max_double(w, rc == OPT_HELP) : rc == OPT_HELP) > 0) {
         if (w->rank == 0)

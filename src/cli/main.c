@@ -16,7 +16,30 @@
 #pragma weak cmd_scaling
 #pragma weak cmd_tune
 
+#include "core/cpus.h"
 #include "core/version.h"
+
+#include <stdlib.h>
+
+/* OpenMP's waiting threads. At every barrier libgomp spins 300,000 iterations (about a
+ * millisecond) before it sleeps; on a node where another process takes a core, the spinning
+ * members take the CPU that the descheduled member needs to reach the barrier (a neighbour on one
+ * of two cores cost 8.5x the quiet time to target, PyTorch 4.8x). So a short spin, then sleep,
+ * unless the user chose (OMP_WAIT_POLICY or GOMP_SPINCOUNT): 1,000 iterations, the count libgomp
+ * itself falls back to when its team has more threads than CPUs. libgomp reads its environment once,
+ * in its constructor: the Makefile links it statically (SCAFFOLD_OMP_STATIC), so that this
+ * constructor, of a higher priority, runs first. main takes the variable out of the environment
+ * again, so that child processes (`scaffold trace -- CMD`, the benchmarks of tune and scaling) get
+ * the user's environment. */
+#define SCAFFOLD_GOMP_SPINCOUNT "1000"
+static int omp_wait_set;
+
+#ifdef SCAFFOLD_OMP_STATIC
+__attribute__((constructor(101))) static void omp_wait_default(void) {
+    if (!getenv("OMP_WAIT_POLICY") && !getenv("GOMP_SPINCOUNT"))
+        omp_wait_set = setenv("GOMP_SPINCOUNT", SCAFFOLD_GOMP_SPINCOUNT, 1) == 0;
+}
+#endif
 
 typedef struct {
     const char *name;
@@ -35,6 +58,22 @@ static void usage(FILE *out, const cli_command *cmds, size_t n) {
 }
 
 int main(int argc, char **argv) {
+    if (omp_wait_set) {
+        unsetenv("GOMP_SPINCOUNT");
+        cpus_set_wait_note("waiting threads spin GOMP_SPINCOUNT=" SCAFFOLD_GOMP_SPINCOUNT
+                           " iterations, then sleep (OMP_WAIT_POLICY or GOMP_SPINCOUNT to choose)");
+    } else {
+        char note[160];
+        const char *p = getenv("OMP_WAIT_POLICY"), *c = getenv("GOMP_SPINCOUNT");
+        if (p || c)
+            snprintf(note, sizeof note, "waiting threads as set: %s%s%s%s%s",
+                     p ? "OMP_WAIT_POLICY=" : "", p ? p : "", p && c ? ", " : "",
+                     c ? "GOMP_SPINCOUNT=" : "", c ? c : "");
+        else
+            snprintf(note, sizeof note, "waiting threads: the OpenMP runtime's default (a shared "
+                                        "runtime; set GOMP_SPINCOUNT=" SCAFFOLD_GOMP_SPINCOUNT ")");
+        cpus_set_wait_note(note);
+    }
     const cli_command cmds[] = {
         {"generate_fractals", cmd_generate_fractals, "generate the IFS fractal classes and instances"},
         {"generate_dataset", cmd_generate_dataset, "generate (or reuse) the volume dataset"},

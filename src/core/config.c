@@ -619,6 +619,7 @@ int config_finalize(scaffold_config *c) {
     CFG_BOOL_CHECK(activation_checkpointing)
     CFG_BOOL_CHECK(dataset_reuse_enforce_commit_id)
     CFG_BOOL_CHECK(async_save)
+    CFG_BOOL_CHECK(checkpoint_on_signal)
 #undef CFG_BOOL_CHECK
     c->unet_layers = c->problem_scale - c->unet_bottleneck_dim;
     c->point_num = (long)(((double)c->vol_size * c->vol_size * c->vol_size) / 256.0);

@@ -66,6 +66,7 @@ typedef struct cfg_list {
     X(dataset_reuse_enforce_commit_id, INT, "0", "1 = a cached dataset must match the code version") \
     X(job_name, STR, "benchmark", "run folder name prefix")                                        \
     X(async_save, INT, "0", "1 writes checkpoints in a background thread")                         \
+    X(checkpoint_on_signal, INT, "0", "1 checkpoints when SIGTERM/SIGINT/SIGUSR1 stops the run")   \
     X(unet_base_channels, INT, "64", "channels of the first U-Net level (extension)")              \
     X(data_store, STR, "files", "files or memory (distributed in-memory store; extension)")        \
     X(datagen_batch_size, INT, "10000", "per-rank class attempts per round")                       \

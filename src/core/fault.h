@@ -19,7 +19,13 @@
     X(KILL_IN_SAVE, 1, 0, 2, "E:K",                                                                \
       "SIGKILL inside the K-th file write (1 = optimizer sidecar, 2 = model) of the checkpoint "  \
       "save of epoch E")                                                                           \
+    X(KILL_IN_PAIR, 1, 0, 2, "E:K",                                                                \
+      "SIGKILL before the K-th rename of the checkpoint save of epoch E (1 = last's sidecar, "    \
+      "2 = last's model, 3 = best's sidecar, 4 = best's model), both files complete")             \
     X(KILL_AT_EPOCH, 1, 0, 1, "E", "SIGKILL on rank 0 after the first training step of epoch E") \
+    X(SIGNAL_AT_STEP, 1, 1, 3, "R:S:K",                                                            \
+      "rank R sends itself signal S (15 = SIGTERM) during its K-th training step, as a launcher " \
+      "that signals one rank would")                                                              \
     X(FAIL_STEP, 1, 1, 2, "R:K", "rank R fails its K-th training step as a read error would")   \
     X(HALO, 1, 1, 2, "R:K",                                                                        \
       "rank R records a failure in its K-th halo exchange and completes it (spatial shards)")    \
@@ -35,7 +41,7 @@ typedef enum {
         FAULT_NPOINTS
 } fault_point;
 
-#define FAULT_MAX_VALS 2
+#define FAULT_MAX_VALS 3
 
 /* Counts a hit of point p with `key` (ignored by points without a key) and returns 1 when this
  * hit is the armed one, 0 otherwise (always 0 when the point is not armed). Thread-safe. */

@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -132,20 +133,44 @@ long fs_remove_stale_temps(const char *dir) {
     return removed;
 }
 
+/* Proves that `p`, an existing directory, takes a new entry: creates and removes a probe (a
+ * directory when `dir`, else a file). access() is not proof: root passes it on /proc and on a
+ * read-only bind mount, and a quota or an ACL may still refuse. 0, or errno. */
+static int probe_entry(const char *p, int dir) {
+    char probe[FS_PATH_MAX + 64];
+    static atomic_uint counter;
+    snprintf(probe, sizeof probe, "%s/.scaffold-probe.%ld.%u", p, (long)getpid(),
+             atomic_fetch_add(&counter, 1));
+    if (dir) {
+        if (mkdir(probe, 0700) != 0)
+            return errno;
+        rmdir(probe);
+        return 0;
+    }
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    if (fd < 0)
+        return errno;
+    close(fd);
+    unlink(probe);
+    return 0;
+}
+
 int fs_check_creatable_dir(const char *dir) {
     char p[FS_PATH_MAX];
     int rc = fs_abspath(dir, p, sizeof p);
     if (rc)
         return err_set(ERR_IO, "%s: path too long", dir);
-    for (;;) {
+    for (int missing = 0;; missing = 1) {
         struct stat st;
         if (stat(p, &st) == 0) {
             if (!S_ISDIR(st.st_mode))
                 return err_set(ERR_IO, "cannot create directory %s: %s is not a directory", dir,
                                p);
-            if (access(p, W_OK | X_OK) != 0)
-                return err_set(ERR_IO, "cannot create or write directory %s: %s is not writable "
-                                       "(%s)", dir, p, strerror(errno));
+            /* The nearest existing directory must take what will be created in it. */
+            int e = probe_entry(p, missing);
+            if (e)
+                return err_set(ERR_IO, "cannot %s directory %s: %s refuses new entries (%s)",
+                               missing ? "create" : "write", dir, p, strerror(e));
             return 0;
         }
         if (errno != ENOENT)

@@ -33,9 +33,9 @@ int fs_atomic_commit(fs_atomic *a, int do_fsync);
  * number removed (0 when dir does not exist). */
 long fs_remove_stale_temps(const char *dir);
 
-/* Checks, without writing anything, that directory `dir` exists and is writable or can be
- * created (its nearest existing ancestor is a writable directory). 0 or ERR_IO naming the
- * path that blocks it. */
+/* Proves, leaving nothing behind, that directory `dir` exists and takes new files, or can be
+ * created: a probe entry is created and removed in `dir`, or in its nearest existing ancestor (a
+ * probe directory). 0 or ERR_IO naming the path that blocks it. */
 int fs_check_creatable_dir(const char *dir);
 
 /* Closes and removes the temporary file (safe to call twice). */

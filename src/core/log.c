@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 static int log_rank;
@@ -72,4 +73,23 @@ long long time_unix_us(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;
+}
+
+void log_progress_start(log_progress *p, long total, long first) {
+    const char *e = getenv("SCAFFOLD_PROGRESS_SECONDS");
+    p->t0 = p->last = time_now();
+    p->every = e && *e ? atof(e) : 10.0;
+    p->total = total;
+    p->first = first;
+}
+
+int log_progress_due(log_progress *p, long done, double *per_unit, double *elapsed, double *eta) {
+    double now = time_now();
+    if (now - p->last < p->every || done >= p->total || done <= p->first)
+        return 0;
+    p->last = now;
+    *elapsed = now - p->t0;
+    *per_unit = *elapsed / (double)(done - p->first);
+    *eta = *per_unit * (double)(p->total - done);
+    return 1;
 }

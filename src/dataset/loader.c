@@ -206,7 +206,15 @@ int64_t ds_loader_num_samples(const ds_loader *l) {
 }
 
 int ds_loader_start_epoch(ds_loader *l, int64_t epoch) {
+    return ds_loader_start_epoch_at(l, epoch, 0);
+}
+
+int ds_loader_start_epoch_at(ds_loader *l, int64_t epoch, int64_t first) {
     release_held(l);
+    if (first < 0)
+        first = 0;
+    if (first > l->nbatches)
+        first = l->nbatches;
     int64_t cnt = ds_sampler_indices(l->o.split, l->o.n, l->o.replicas, l->o.replica, l->o.seed,
                                      epoch, l->order_next);
     if (cnt < 0)
@@ -220,8 +228,8 @@ int ds_loader_start_epoch(ds_loader *l, int64_t epoch) {
     int64_t *t = l->order;
     l->order = l->order_next;
     l->order_next = t;
-    l->claim = 0;
-    l->next_batch = 0;
+    l->claim = first;
+    l->next_batch = first;
     l->last_batch = -1;
     l->limit = l->nbatches;
     l->started = 1;

@@ -86,6 +86,10 @@ int64_t ds_loader_num_samples(const ds_loader *l);
  * not fully consumed is abandoned (its queued batches are dropped). 0 or ERR_NOMEM. */
 int ds_loader_start_epoch(ds_loader *l, int64_t epoch);
 
+/* The same, starting at batch `first` of the epoch (a run resumed from a save inside the epoch):
+ * the batches before it are neither read nor delivered. */
+int ds_loader_start_epoch_at(ds_loader *l, int64_t epoch, int64_t first);
+
 /* Delivers the next batch of the epoch into the caller's buffers (vol: batch * vol_elems floats,
  * mask: batch * mask_elems) and its size in *count. Returns 1 with a batch, 0 at the end of the
  * epoch (or before any start_epoch), or a negative ERR_* from the source (the loader stays

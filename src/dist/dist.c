@@ -3,14 +3,136 @@
 
 #include "core/err.h"
 
+#include <errno.h>
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 static int dist_we_initialised;
 
+const char *dist_mpi_name(void) {
+#if defined(MPICH_VERSION)
+    return "MPICH";
+#elif defined(OMPI_MAJOR_VERSION)
+    return "Open MPI";
+#else
+    return "MPI";
+#endif
+}
+
+static const char *env_get(const char *name) {
+    return getenv(name);
+}
+
+/* A variable's value as a non-negative int, -1 when unset or not an integer. */
+static int env_int(const char *(*get)(const char *), const char *name) {
+    const char *v = get(name);
+    if (!v || !*v)
+        return -1;
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    return errno || *end || x < 0 || x > 1 << 30 ? -1 : (int)x;
+}
+
+/* Records launcher `kind` from its size and rank variables (size_var may be NULL). Returns 1 when
+ * the launcher is recorded (a size, or a rank for a launcher without one). */
+static int launcher_from(const char *(*get)(const char *), dist_launcher *l, int kind,
+                         const char *name, const char *size_var, const char *rank_var) {
+    int size = size_var ? env_int(get, size_var) : -1, rank = env_int(get, rank_var);
+    if (size_var ? size < 1 : rank < 0)
+        return 0;
+    l->kind = kind;
+    l->size = size;
+    l->rank = rank;
+    snprintf(l->name, sizeof l->name, "%s", name);
+    int o = 0;
+    if (size_var)
+        o = snprintf(l->vars, sizeof l->vars, "%s=%d", size_var, size);
+    if (rank >= 0)
+        snprintf(l->vars + o, sizeof l->vars - (size_t)o, "%s%s=%d", o ? ", " : "", rank_var, rank);
+    return 1;
+}
+
+void dist_launcher_detect(const char *(*get)(const char *), dist_launcher *l) {
+    memset(l, 0, sizeof *l);
+    l->size = l->rank = -1;
+    if (!get)
+        get = env_get;
+    if (launcher_from(get, l, DIST_L_OMPI, "mpirun (Open MPI)", "OMPI_COMM_WORLD_SIZE",
+                      "OMPI_COMM_WORLD_RANK"))
+        return;
+    /* PMI_SIZE: Hydra's mpiexec, or srun's pmi2 plugin (which also sets PMI_JOBID, for a step
+     * of as many tasks). */
+    int pmi = env_int(get, "PMI_SIZE");
+    int srun_pmi2 = pmi > 0 && get("PMI_JOBID") && env_int(get, "SLURM_STEP_NUM_TASKS") == pmi;
+    if (launcher_from(get, l, srun_pmi2 ? DIST_L_SRUN_PMI2 : DIST_L_HYDRA,
+                      srun_pmi2 ? "srun (PMI-2)" : "mpiexec (Hydra, PMI)", "PMI_SIZE", "PMI_RANK"))
+        return;
+    if (launcher_from(get, l, DIST_L_FLUX, "flux run", "FLUX_JOB_SIZE", "FLUX_TASK_RANK"))
+        return;
+    if (launcher_from(get, l, DIST_L_SRUN, "srun", "SLURM_STEP_NUM_TASKS", "SLURM_PROCID"))
+        return;
+    if (get("SLURM_STEP_ID") &&
+        launcher_from(get, l, DIST_L_SRUN, "srun", "SLURM_NTASKS", "SLURM_PROCID"))
+        return;
+    launcher_from(get, l, DIST_L_PMIX, "a PMIx launcher", NULL, "PMIX_RANK");
+}
+
+/* What to do about a launcher that this binary's MPI does not follow. */
+static const char *launcher_fix(int kind) {
+    const int mpich = !strcmp(dist_mpi_name(), "MPICH"), ompi = !strcmp(dist_mpi_name(), "Open MPI");
+    switch (kind) {
+    case DIST_L_SRUN:
+    case DIST_L_SRUN_PMI2:
+    case DIST_L_PMIX:
+        return mpich ? "use srun --mpi=pmi2 with this MPICH build"
+               : ompi ? "use srun --mpi=pmix with this Open MPI build (srun --mpi=list shows "
+                        "the plugins)"
+                      : "use the srun --mpi plugin of the MPI this binary is built with";
+    case DIST_L_OMPI:
+        return mpich ? "this MPICH build is started by Open MPI's mpirun; use mpirun.mpich (or "
+                       "srun --mpi=pmi2)"
+                     : "start it with the mpirun of the MPI it is built with";
+    case DIST_L_HYDRA:
+        return ompi ? "this Open MPI build is started by MPICH's mpiexec; use mpirun.openmpi "
+                      "(or srun --mpi=pmix)"
+                    : "start it with the mpiexec of the MPI it is built with";
+    case DIST_L_FLUX:
+        return ompi ? "use flux run -o pmi=pmix with this Open MPI build"
+                    : "use flux run with the PMI this binary's MPI speaks (simple PMI for MPICH)";
+    }
+    return "start it with the launcher of the MPI it is built with";
+}
+
+int dist_launcher_check(const dist_launcher *l, int mpi_size, int mpi_rank) {
+    if (l->kind == DIST_L_NONE)
+        return 0;
+    const int task = l->kind == DIST_L_SRUN || l->kind == DIST_L_SRUN_PMI2;
+    const char *what = task ? "task" : "process";
+    if (l->size > 0 && l->size != mpi_size)
+        return err_set(ERR_USAGE,
+                       "%s started %d %s but %s sees a world of %d: this binary's MPI did not "
+                       "join the launcher's world (%s); %s",
+                       l->name, l->size, task ? "tasks" : "processes", dist_mpi_name(), mpi_size,
+                       l->vars,
+                       launcher_fix(l->kind));
+    if (l->rank >= 0 && l->rank != mpi_rank)
+        return err_set(ERR_USAGE,
+                       "%s started this process as %s %d but %s gives it rank %d of %d: this "
+                       "binary's MPI did not join the launcher's world (%s); %s",
+                       l->name, what, l->rank, dist_mpi_name(), mpi_rank, mpi_size, l->vars,
+                       launcher_fix(l->kind));
+    return 0;
+}
+
 int dist_init(dist_world *w, int *argc, char ***argv) {
+    /* Read before MPI_Init, which may set some of these variables itself. */
+    dist_launcher l;
+    dist_launcher_detect(NULL, &l);
+    w->launcher = l;
     int inited = 0;
     MPI_Initialized(&inited);
     w->thread_level = MPI_THREAD_SINGLE;
@@ -24,7 +146,15 @@ int dist_init(dist_world *w, int *argc, char ***argv) {
     w->comm = MPI_COMM_WORLD;
     MPI_Comm_rank(w->comm, &w->rank);
     MPI_Comm_size(w->comm, &w->size);
-    return 0;
+    /* An MPI that did not join the launcher's world runs as N independent singletons, each
+     * believing it is the whole run (two run folders, a wrong result): every process refuses. */
+    int rc = dist_launcher_check(&l, w->size, w->rank);
+    if (rc) {
+        if (l.rank >= 0)
+            w->rank = l.rank;
+        dist_finalize(w);
+    }
+    return rc;
 }
 
 void dist_finalize(dist_world *w) {
@@ -90,6 +220,30 @@ void dist_node_cpu_use(const dist_world *w, int threads, dist_node_cpu *out) {
     out->cpus_launcher = (int)v[3];
 }
 
+int dist_node_mask_sharing(const dist_world *w) {
+    cpu_set_t mine;
+    CPU_ZERO(&mine);
+    if (sched_getaffinity(0, sizeof mine, &mine) != 0)
+        return 1;
+    MPI_Comm node;
+    if (w->size == 1 || MPI_Comm_split_type(w->comm, MPI_COMM_TYPE_SHARED, w->rank,
+                                            MPI_INFO_NULL, &node) != MPI_SUCCESS)
+        return 1;
+    int n = 1, same = 0;
+    MPI_Comm_size(node, &n);
+    cpu_set_t *all = malloc((size_t)n * sizeof *all);
+    int ok = all != NULL, all_ok = 0;
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, node);
+    if (all_ok) {
+        MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, node);
+        for (int i = 0; i < n; i++)
+            same += CPU_EQUAL(&all[i], &mine);
+    }
+    free(all);
+    MPI_Comm_free(&node);
+    return same > 0 ? same : 1;
+}
+
 void dist_barrier(const dist_world *w) {
     MPI_Barrier(w->comm);
 }
@@ -132,6 +286,17 @@ double dist_max_double(const dist_world *w, double v) {
 double dist_sum_double(const dist_world *w, double v) {
     double r = v;
     MPI_Allreduce(&v, &r, 1, MPI_DOUBLE, MPI_SUM, w->comm);
+    return r;
+}
+
+void dist_gather_doubles(const dist_world *w, const double *mine, int n, double *all, int root) {
+    MPI_Gather(mine, n, MPI_DOUBLE, all, n, MPI_DOUBLE, root, w->comm);
+}
+
+int dist_max_int(const dist_world *w, int v) {
+    int r = v;
+    if (w->size > 1)
+        MPI_Allreduce(&v, &r, 1, MPI_INT, MPI_MAX, w->comm);
     return r;
 }
 

@@ -9,15 +9,52 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The launcher that started this process, as its environment says. Launchers nest (mpirun or
+ * Hydra's mpiexec inside an sbatch script or an srun step, whose variables the ranks inherit),
+ * so the innermost one that sets a world size is the one that counts, in this order:
+ *   Open MPI's mpirun   OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_RANK
+ *   PMI (Hydra's mpiexec, or srun --mpi=pmi2)   PMI_SIZE, PMI_RANK
+ *   flux run            FLUX_JOB_SIZE, FLUX_TASK_RANK
+ *   srun                SLURM_STEP_NUM_TASKS (SLURM_NTASKS in a step without it), SLURM_PROCID
+ *   PMIx alone          PMIX_RANK (a rank, no size)
+ * Slurm's variables count only inside a job step (SLURM_STEP_NUM_TASKS or SLURM_STEP_ID set): a
+ * batch script's own step carries SLURM_NTASKS and SLURM_PROCID=0 without having started
+ * anything. Values that are not integers are ignored. */
+typedef struct dist_launcher {
+    char name[48];  /* "srun", "mpirun (Open MPI)", ...; "" when no launcher variable is set */
+    char vars[160]; /* the variables read, "SLURM_STEP_NUM_TASKS=2, SLURM_PROCID=1" */
+    int size, rank; /* -1 where the launcher does not say */
+    int kind;       /* DIST_L_* */
+} dist_launcher;
+enum { DIST_L_NONE, DIST_L_OMPI, DIST_L_HYDRA, DIST_L_SRUN_PMI2, DIST_L_FLUX, DIST_L_SRUN,
+       DIST_L_PMIX };
+
 typedef struct dist_world {
     MPI_Comm comm;
     int rank;
     int size;
-    int thread_level; /* MPI thread support provided */
+    int thread_level;       /* MPI thread support provided */
+    dist_launcher launcher; /* what started the process, read before MPI_Init (which may set
+                               some of the variables itself, e.g. a singleton's PMIX_RANK) */
 } dist_world;
 
+/* Fills `l` from the environment (`get` looks a variable up; NULL: getenv). */
+void dist_launcher_detect(const char *(*get)(const char *), dist_launcher *l);
+
+/* Compares MPI's world (size, rank) with the launcher's. 0 when they agree or the launcher says
+ * nothing; else ERR_USAGE with one message naming the launcher, its size and MPI's, the
+ * variables read and the fix for the MPI this binary is built with ("srun started 2 tasks but
+ * MPI sees a world of 1: ... use srun --mpi=pmi2 ..."). */
+int dist_launcher_check(const dist_launcher *l, int mpi_size, int mpi_rank);
+
+/* The MPI this binary is built with: "Open MPI", "MPICH" or "MPI". */
+const char *dist_mpi_name(void);
+
 /* Initialises MPI (MPI_THREAD_MULTIPLE requested; the provided level is recorded) unless it
- * already is, and fills `w` for MPI_COMM_WORLD. 0 or ERR_MPI. */
+ * already is, and fills `w` for MPI_COMM_WORLD. Then checks the world against the launcher that
+ * started the process (dist_launcher_check): on a mismatch MPI is finalised again, w->rank is the
+ * launcher's rank of this process (so that the caller prints the message once, where it is 0)
+ * and ERR_USAGE is returned on every process. 0, ERR_MPI or ERR_USAGE. */
 int dist_init(dist_world *w, int *argc, char ***argv);
 
 /* Finalises MPI if dist_init initialised it. */
@@ -38,6 +75,9 @@ typedef struct dist_node_cpu {
     int ranks, threads, over_bound, cpus, cpus_launcher;
 } dist_node_cpu;
 void dist_node_cpu_use(const dist_world *w, int threads, dist_node_cpu *out);
+/* Collective: how many ranks of this node (this one included) have exactly this rank's affinity
+ * mask, i.e. share its CPUs (unbound ranks all do). */
+int dist_node_mask_sharing(const dist_world *w);
 void dist_bcast(const dist_world *w, void *buf, size_t n, int root);
 double dist_max_double(const dist_world *w, double v);
 double dist_sum_double(const dist_world *w, double v);
@@ -48,6 +88,13 @@ long long dist_sum_ll(const dist_world *w, long long v);
 void dist_sum_doubles(const dist_world *w, double *buf, size_t n);
 void dist_sum_floats(const dist_world *w, float *buf, size_t n);
 void dist_sum_u64(const dist_world *w, uint64_t *buf, size_t n);
+
+/* Collective: rank r's n doubles at all[r * n] on `root` (all: size * n doubles there; ignored
+ * elsewhere). */
+void dist_gather_doubles(const dist_world *w, const double *mine, int n, double *all, int root);
+
+/* Collective: the largest of every rank's v (signals, flags). */
+int dist_max_int(const dist_world *w, int v);
 
 /* Block partition of n items: this rank's [*lo, *hi). per = ceil(n/size). */
 void dist_block(const dist_world *w, size_t n, size_t *lo, size_t *hi);

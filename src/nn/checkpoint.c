@@ -152,6 +152,11 @@ static int load_tensors(const nn_st_file *st, const nn_unet *m, const char *pref
 }
 
 int nn_checkpoint_load(const char *path, nn_unet *m, nn_optim *opt, nn_st_file *info) {
+    return nn_checkpoint_load_pair(path, NULL, m, opt, info);
+}
+
+int nn_checkpoint_load_pair(const char *path, const char *optim_path, nn_unet *m, nn_optim *opt,
+                            nn_st_file *info) {
     nn_st_file st;
     int rc = nn_st_open(&st, path);
     if (rc)
@@ -166,7 +171,10 @@ int nn_checkpoint_load(const char *path, nn_unet *m, nn_optim *opt, nn_st_file *
                          path, kind ? kind : "no", nn_optim_name(opt->kind));
         } else if (optim_ntensors(opt->kind) > 0) {
             char opath[4096];
-            nn_checkpoint_optim_path(path, opath, sizeof opath);
+            if (optim_path)
+                snprintf(opath, sizeof opath, "%s", optim_path);
+            else
+                nn_checkpoint_optim_path(path, opath, sizeof opath);
             nn_st_file os;
             rc = nn_st_open(&os, opath);
             if (!rc) {

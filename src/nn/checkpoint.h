@@ -36,6 +36,11 @@ int nn_checkpoint_save(const char *path, const nn_unet *m, const nn_optim *opt,
  * nn_st_meta; close with nn_st_close). */
 int nn_checkpoint_load(const char *path, nn_unet *m, nn_optim *opt, nn_st_file *info);
 
+/* The same with the sidecar at `optim_path` (NULL: nn_checkpoint_optim_path(path)): a resume
+ * pairs files by their pair id wherever an interrupted save left them. */
+int nn_checkpoint_load_pair(const char *path, const char *optim_path, nn_unet *m, nn_optim *opt,
+                            nn_st_file *info);
+
 /* Infers the architecture of a checkpoint (scaffold's or a PyTorch state_dict saved as
  * safetensors) from its tensor names and shapes. GroupNorm groups cannot be inferred: they come
  * from the metadata when present, else from `groups` (> 0), else 8 (upstream's default).

@@ -23,6 +23,10 @@ int nn_threads(void) {
     return t > NN_MAX_THREADS ? NN_MAX_THREADS : (t < 1 ? 1 : t);
 }
 
+void nn_set_threads(int n) {
+    omp_set_num_threads(n > 0 ? n : 1);
+}
+
 static int nblocks(int n, int nr) {
     return (n + nr - 1) / nr;
 }

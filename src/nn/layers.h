@@ -54,6 +54,9 @@ void nn_bf16_widen(float *dst, const uint16_t *src, size_t n);
 
 /* Threads the layers use: min(omp_get_max_threads(), NN_MAX_THREADS). */
 int nn_threads(void);
+/* Sets the threads the layers use from now on (the calling thread's OpenMP default; the
+ * engine's parallel regions start from the thread that owns the model). */
+void nn_set_threads(int n);
 
 /* ---- Spatial sharding hooks --------------------------------------------------------------
  * When the volume is split into blocks over several ranks (DistConv, src/dist), each rank runs

@@ -10,6 +10,7 @@
 #include "train/ckpt.h"
 #include "train/plot.h"
 #include "train/runfolder.h"
+#include "train/stop.h"
 #include "train/train.h"
 
 #include <scaffold/trace.h>
@@ -62,7 +63,7 @@ static void make_figures(const scaffold_config *c) {
 static int resume_or_clean(const scaffold_config *c, train_state *s, const char *ckdir,
                            ckpt_state *cs) {
     const dist_world *w = s->w;
-    *cs = (ckpt_state){0, 0, 0, INFINITY, 0, 0, c->starting_learning_rate};
+    *cs = (ckpt_state){.best_val_loss = INFINITY, .lr = c->starting_learning_rate};
     int rc = 0;
     if (c->restart || !c->train_from_scratch) {
         int resumed = 0;
@@ -78,41 +79,22 @@ static int resume_or_clean(const scaffold_config *c, train_state *s, const char 
     return dist_agree(w, rc);
 }
 
-/* Progress inside an epoch (at scale 7 a CPU step takes many seconds and an epoch hours): one
- * line on rank 0 at most every SCAFFOLD_PROGRESS_SECONDS (default 10) seconds, so small
- * configurations, whose epochs are shorter than that, print none. */
-typedef struct progress {
-    double t0, last, every;
-    int64_t total;     /* steps in the epoch */
-    double per_step;   /* samples per step over all replicas */
-} progress;
-
-static progress progress_start(const train_state *s) {
-    const char *e = getenv("SCAFFOLD_PROGRESS_SECONDS");
-    double now = time_now();
-    progress p = {now, now, e && *e ? atof(e) : 10.0, ds_loader_num_batches(s->train),
-                  (double)s->cfg->local_batch_size * s->replicas};
-    return p;
-}
-
-static void progress_step(progress *p, int epoch, long done) {
-    double now = time_now();
-    if (now - p->last < p->every || done >= p->total)
-        return;
-    p->last = now;
-    double el = now - p->t0, eta = el / done * (double)(p->total - done);
-    log_info("epoch %d: step %ld/%lld, %.2f samples/s, %.1f s elapsed, training ETA %.0f s",
-             epoch, done, (long long)p->total, done * p->per_step / el, el, eta);
-}
-
-/* The training phase of one epoch: every batch of this replica's share. Agreed result. */
-static int train_epoch(train_state *s, int epoch, double lr, double acc[3], long *steps) {
+/* The training phase of one epoch from batch `first` (a run resumed in the middle of it): every
+ * further batch of this replica's share, with a progress line at most every
+ * SCAFFOLD_PROGRESS_SECONDS (log_progress; at scale 7 a CPU step takes many seconds). After each
+ * step the ranks agree on a stop signal (*stop, train_stop_poll): the epoch ends there. Agreed
+ * result. */
+static int train_epoch(train_state *s, int epoch, double lr, double acc[3], long *steps,
+                       int *stop) {
     const dist_world *w = s->w;
-    progress pr = progress_start(s);
+    const int64_t nb = ds_loader_num_batches(s->train);
+    const double per_step = (double)s->cfg->local_batch_size * s->replicas;
+    log_progress pr;
+    log_progress_start(&pr, (long)nb, *steps);
     scaffold_trace_region tr =
         SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_TRAIN, SCAFFOLD_TRACE_CAT_PIPELINE);
-    int rc = ds_loader_start_epoch(s->train, epoch);
-    for (;;) {
+    int rc = ds_loader_start_epoch_at(s->train, epoch, *steps);
+    while (!*stop) {
         /* A node failure in the middle of an epoch. */
         if (*steps == 1 && w->rank == 0 && fault_hit(FAULT_KILL_AT_EPOCH, epoch))
             raise(SIGKILL);
@@ -122,7 +104,14 @@ static int train_epoch(train_state *s, int epoch, double lr, double acc[3], long
             break;
         }
         (*steps)++;
-        progress_step(&pr, epoch, *steps);
+        /* A launcher that signals one rank during its step (fault point SIGNAL_AT_STEP). */
+        if (fault_hit(FAULT_SIGNAL_AT_STEP, w->rank))
+            raise((int)fault_arg(FAULT_SIGNAL_AT_STEP, 1));
+        *stop = train_stop_poll(w);
+        double per, el, eta;
+        if (log_progress_due(&pr, *steps, &per, &el, &eta))
+            log_info("epoch %d: step %ld/%lld, %.2f samples/s, %.1f s elapsed, training ETA %.0f s",
+                     epoch, *steps, (long long)nb, per_step / per, el, eta);
     }
     SCAFFOLD_TRACE_REGION_INT(tr, "steps", *steps);
     SCAFFOLD_TRACE_REGION_END(tr);
@@ -181,29 +170,81 @@ static void finish_run(const scaffold_config *c, bench_result *out) {
     make_figures(c);
 }
 
-/* The epoch loop (reference §11.6) from the resumed state `cs`. */
+/* A save in the middle of epoch `epoch` (a stop signal): the model and optimizer as they are,
+ * with the scalars of the last completed epoch (`done`), the steps taken in this one, their
+ * seconds and every rank's partial sums, so that the resumed epoch ends as it would have.
+ * Collective (the sums are gathered on rank 0, which writes); the caller agrees. */
+static int save_partial(ckpt_writer *ck, train_state *s, const ckpt_state *done, long steps,
+                        const double acc[3], double seconds, double lr) {
+    const dist_world *w = s->w;
+    double *all = w->rank == 0 ? malloc((size_t)w->size * 3 * sizeof *all) : NULL;
+    int rc = dist_agree(w, w->rank == 0 && !all ? err_set(ERR_NOMEM, "out of memory") : 0);
+    if (rc) {
+        free(all);
+        return rc;
+    }
+    dist_gather_doubles(w, acc, 3, all, 0);
+    ckpt_state p = *done;
+    p.partial_steps = (int)steps;
+    p.partial_seconds = dist_max_double(w, seconds);
+    p.world = w->size;
+    p.partial_acc = all;
+    p.global_step = done->total_optimizer_steps + steps;
+    p.lr = lr;
+    if (w->rank == 0) {
+        rc = nn_unet_download(&s->model, &s->opt);
+        if (rc == 0)
+            rc = ckpt_save(ck, &s->model, &s->opt, &p, 0);
+    }
+    free(all);
+    return rc;
+}
+
+/* The epoch loop (reference §11.6) from the resumed state `cs` (which may be in the middle of
+ * the next epoch), until the target, the epoch cap or a stop signal. */
 static int epoch_loop(const scaffold_config *c, train_state *s, ckpt_writer *ck, ckpt_state *cs,
                       bench_result *out) {
     const dist_world *w = s->w;
     double dice = cs->val_dice, t_train0 = time_now(), last_lr = c->starting_learning_rate;
-    int epoch = cs->epoch + 1, last_saved = cs->epoch, rc = 0;
+    int epoch = cs->epoch + 1, last_saved = cs->epoch, rc = 0, stop = 0;
+    const int ckpt_on = c->checkpoint_interval > 0 || c->checkpoint_on_signal;
+    const int64_t nb = ds_loader_num_batches(s->train);
     double samples_all = 0, seconds_all = 0;
-    long total_steps = cs->total_optimizer_steps;
+    long total_steps = cs->total_optimizer_steps, resumed_steps = cs->partial_steps;
+    ckpt_state done = *cs; /* the last completed epoch's scalars */
+    done.partial_steps = 0;
+    done.partial_acc = NULL;
     run_stats_row last_row;
     memset(&last_row, 0, sizeof last_row);
     log_info("training: %lld batches per epoch per replica, target val dice %.3f%s",
-             (long long)ds_loader_num_batches(s->train), c->target_dice,
-             c->epochs > 0 ? "" : " (no epoch cap)");
-    while (rc == 0 && dice < c->target_dice) {
+             (long long)nb, c->target_dice, c->epochs > 0 ? "" : " (no epoch cap)");
+    while (rc == 0 && !stop && dice < c->target_dice) {
         if (c->epochs != -1 && epoch > c->epochs)
             break;
         double t0 = time_now(), lr = train_lr(c, epoch), samples = 0;
         double acc[3] = {0, 0, 0}, vacc[3] = {0, 0, 0};
         long steps = 0;
+        if (resumed_steps > 0) { /* resumed in the middle of this epoch */
+            steps = resumed_steps;
+            memcpy(acc, cs->partial_acc + 3 * w->rank, sizeof acc);
+            t0 -= cs->partial_seconds;
+            resumed_steps = 0;
+        }
         scaffold_trace_region tr_epoch =
             SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_EPOCH, SCAFFOLD_TRACE_CAT_PIPELINE);
         SCAFFOLD_TRACE_REGION_INT(tr_epoch, "epoch", epoch);
-        rc = train_epoch(s, epoch, lr, acc, &steps);
+        rc = train_epoch(s, epoch, lr, acc, &steps, &stop);
+        if (rc == 0 && stop && steps < nb) {
+            /* Stopped inside the epoch: saved there, nothing of the epoch is reported. */
+            out->stop_epoch = epoch;
+            out->stop_step = steps;
+            out->stop_steps = nb;
+            if (ckpt_on)
+                rc = dist_agree(w, save_partial(ck, s, &done, steps, acc, time_now() - t0, lr));
+            out->stop_saved = ckpt_on && rc == 0;
+            SCAFFOLD_TRACE_REGION_END(tr_epoch);
+            break;
+        }
         scaffold_trace_region tr_phase =
             SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_EVALUATE, SCAFFOLD_TRACE_CAT_PIPELINE);
         if (rc == 0)
@@ -241,22 +282,39 @@ static int epoch_loop(const scaffold_config *c, train_state *s, ckpt_writer *ck,
         last_row = row;
         last_lr = lr;
         dice = row.val_dice;
+        done.epoch = epoch;
+        done.val_loss_avg = row.val_loss_avg;
+        done.val_dice = row.val_dice;
+        done.total_optimizer_steps = done.global_step = total_steps;
+        done.lr = lr;
+        /* A signal during the validation stops here, at the epoch's end. */
+        if (!stop)
+            stop = train_stop_poll(w);
         /* Checkpoints: rank 0 writes; the outcome is agreed. */
-        if (rc == 0 && c->checkpoint_interval > 0 && epoch % c->checkpoint_interval == 0) {
+        if (rc == 0 && ((c->checkpoint_interval > 0 && epoch % c->checkpoint_interval == 0) ||
+                        (stop && ckpt_on))) {
             scaffold_trace_region tr_ck =
                 SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_CAPTURE, SCAFFOLD_TRACE_CAT_CHECKPOINT);
             SCAFFOLD_TRACE_REGION_INT(tr_ck, "async", c->async_save);
             rc = save_epoch(ck, s, cs, &row, lr);
             SCAFFOLD_TRACE_REGION_END(tr_ck);
             last_saved = epoch;
+            done.best_val_loss = cs->best_val_loss;
         }
         SCAFFOLD_TRACE_REGION_END(tr_epoch);
         rc = dist_agree(w, rc);
+        if (stop) {
+            out->stop_epoch = epoch;
+            out->stop_step = out->stop_steps = nb;
+            out->stop_saved = ckpt_on && rc == 0;
+        }
         epoch++;
     }
+    out->stop_signal = stop;
     /* A final checkpoint if the last epoch was not saved, with the scalars of the epoch actually
-     * saved, so a resume sees its Dice (and does not train past convergence). */
-    if (rc == 0 && c->checkpoint_interval > 0 && out->epochs_run > 0 &&
+     * saved, so a resume sees its Dice (and does not train past convergence). Not after a stop
+     * inside an epoch: the model is no longer that epoch's. */
+    if (rc == 0 && !stop && c->checkpoint_interval > 0 && out->epochs_run > 0 &&
         last_saved != out->last_epoch)
         rc = save_epoch(ck, s, cs, &last_row, last_lr);
     int frc = w->rank == 0 ? ckpt_finish(ck) : 0;
@@ -294,9 +352,13 @@ int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv, be
     snprintf(ckdir, sizeof ckdir, "%s/%s", c->run_dir, c->checkpoint_dir);
     ckpt_state cs;
     rc = resume_or_clean(c, &s, ckdir, &cs);
+    /* From here on SIGTERM, SIGINT and SIGUSR1 stop the run at a step boundary (stop.h). */
+    train_stop_install();
     if (rc == 0)
         rc = train_warmup(&s);
-    if (rc == 0) {
+    out->stop_signal = s.stop;
+    out->last_epoch = cs.epoch;
+    if (rc == 0 && !s.stop) {
         ckpt_writer ck;
         ckpt_writer_init(&ck, ckdir, c->async_save);
         rc = epoch_loop(c, &s, &ck, &cs, out);
@@ -312,6 +374,8 @@ int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv, be
     out->rss_min_gib = -dist_max_double(w, -gib);
     if (w->rank == 0 && rc == 0)
         finish_run(c, out);
+    train_stop_uninstall();
+    free(cs.partial_acc);
     train_state_free(&s);
     return rc;
 }

@@ -22,6 +22,10 @@ typedef struct bench_result {
     double loader_wait_s; /* seconds the training loop waited for batches */
     double samples_per_s; /* training samples (all replicas) / epoch durations, this invocation */
     double rss_max_gib, rss_min_gib; /* peak resident memory per rank, max and min over ranks */
+    /* A stop signal (train/stop.h): the signal (0: none), where (epoch, and steps done of the
+     * epoch's stop_steps; epoch 0: in the warmup) and whether a checkpoint holds that point. */
+    int stop_signal, stop_epoch, stop_saved;
+    long stop_step, stop_steps;
 } bench_result;
 
 /* Runs the benchmark. `c` is finalised with absolute directories (cli_config_start). */

@@ -6,14 +6,25 @@
  *                                       works; scalars (epoch, val loss/Dice, step counters,
  *                                       learning rate, optimizer kind...) in the metadata
  *   checkpoint_<tag>.optim.safetensors  the optimizer state (exp_avg.<name>, exp_avg_sq.<name> or
- *                                       square_avg.<name>) and the same save id
- * Each file is written to a temporary name, fsynced and renamed (fsutil), the optimizer file
- * first; both carry a save id, so a crash between the two renames is detected as a mismatch.
- * `best` (lowest validation loss) is a pair of hard links to the newly renamed `last` files —
- * never a byte copy, and never a link to a file that is later rewritten in place, because every
- * save creates new inodes. With async saves, a background thread writes a snapshot taken on the
- * caller's thread while training goes on; at most one save is pending (a new save first waits
- * for the previous one). */
+ *                                       square_avg.<name>) and the same pair id
+ *
+ * Always a consistent pair. A save writes both files of the new pair into the staging folder
+ * `.pending/` beside them (each to a temporary name, fsynced, renamed), so the previous pair is
+ * untouched until the new one is complete and synced; then the sidecar and the model are
+ * renamed over `last`. `best` (lowest validation loss) is then a pair of hard links to the new
+ * `last` files, never a byte copy (every save creates new inodes). A crash can leave one
+ * window per tag where the two files under its names belong to different saves; the files
+ * carry a pair id, and a resume pairs model and sidecar files by it wherever they are (last,
+ * best, the staging folder), takes the newest consistent pair, and only then tidies: that pair
+ * becomes `last`, a torn `best` is relinked, unusable files are renamed *.corrupt, the staging
+ * folder is emptied.
+ *
+ * A save in the middle of an epoch (a signal stopped the run) records the steps done in the
+ * epoch after `epoch`, their seconds, and every rank's partial sums, so that the resumed epoch
+ * ends with the same statistics as an uninterrupted one.
+ *
+ * With async saves, a background thread writes a snapshot taken on the caller's thread while
+ * training goes on; at most one save is pending (a new save first waits for the previous one). */
 #ifndef SCAFFOLD_TRAIN_CKPT_H
 #define SCAFFOLD_TRAIN_CKPT_H
 
@@ -26,10 +37,16 @@
 
 /* Scalars saved with a checkpoint (metadata). */
 typedef struct ckpt_state {
-    int epoch;
+    int epoch; /* the last completed epoch */
     double val_loss_avg, val_dice, best_val_loss;
-    long total_optimizer_steps, global_step;
+    long total_optimizer_steps, global_step; /* through `epoch`; global_step adds partial_steps */
     double lr;
+    /* A save inside epoch `epoch` + 1: the steps done there (0: saved at an epoch's end), their
+     * seconds, and the sums (loss*n, dice*n, n) of those steps on each of the `world` ranks
+     * (partial_acc: 3 * world doubles; ckpt_load allocates it, the caller frees it). */
+    int partial_steps, world;
+    double partial_seconds;
+    double *partial_acc;
 } ckpt_state;
 
 typedef struct ckpt_writer {
@@ -46,7 +63,8 @@ typedef struct ckpt_writer {
     const nn_unet *model;
     nn_optim_kind kind;
     int64_t opt_step;
-    ckpt_state st;
+    ckpt_state st;        /* partial_acc points into acc_copy */
+    double *acc_copy;
     int make_best;
     long long bytes_written;
     double seconds;       /* time spent in saves (writer thread or caller) */
@@ -65,10 +83,16 @@ int ckpt_finish(ckpt_writer *w);
 
 void ckpt_writer_free(ckpt_writer *w);
 
-/* Loads `last`, or `best` if `last` is missing or corrupt (a corrupt pair is renamed *.corrupt).
- * Restores params, optimizer state and scalars. Returns 0, ERR_NOTFOUND when neither exists, or
- * ERR_FORMAT when both are unusable. *which = "last" or "best". */
+/* Loads the newest consistent pair (model and sidecar with one pair id, found among last, best
+ * and the staging folder; newest by epoch and steps) and restores params, optimizer state and
+ * scalars; then, and only then, tidies the folder (see above). Returns 0, ERR_NOTFOUND when
+ * there is no checkpoint, or ERR_FORMAT naming every file and why when no pair is consistent
+ * (nothing is renamed then). *which names where the pair was found ("checkpoint_last", ...). */
 int ckpt_load(const char *dir, nn_unet *m, nn_optim *o, ckpt_state *st, const char **which);
+
+/* 1 when `dir` holds a checkpoint model file a resume could start from (any tag or the staging
+ * folder), without reading it. */
+int ckpt_exists(const char *dir);
 
 /* Collective resume: rank 0 loads (ckpt_load), the outcome is agreed, then parameters,
  * optimizer state and scalars are broadcast. Without a checkpoint, `required` (--restart)

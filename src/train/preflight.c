@@ -18,6 +18,8 @@
 #include "core/fsutil.h"
 #include "core/log.h"
 #include "dataset/compose.h"
+#include "train/ckpt.h"
+#include "train/runfolder.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -135,30 +137,31 @@ int train_memory_check(const scaffold_config *c, const ds_layout *l, const dist_
                                                       "(activation_checkpointing: 1)");
 }
 
-/* The checkpoint pair a resume would read (either tag), for the check before writing. */
+/* A checkpoint a resume could read (either tag, or an interrupted save's staging folder). */
 static int has_checkpoint(const scaffold_config *c) {
     char p[FS_PATH_MAX * 2];
-    const char *tags[2] = {"last", "best"};
-    for (int i = 0; i < 2; i++) {
-        snprintf(p, sizeof p, "%s/%s/checkpoint_%s.safetensors", c->run_dir, c->checkpoint_dir,
-                 tags[i]);
-        if (fs_exists(p))
-            return 1;
-    }
-    return 0;
+    snprintf(p, sizeof p, "%s/%s", c->run_dir, c->checkpoint_dir);
+    return ckpt_exists(p);
 }
 
 int train_preflight(const scaffold_config *c, const ds_layout *l, const dist_world *w,
                     int ranks_on_node) {
     int rc = 0;
-    /* Directories: creatable, without creating them. */
+    /* Every directory the run writes, proven creatable (a probe created and removed) before
+     * anything is written: bad input (exit 2) naming the key. A resume writes in its run
+     * folder, a new run under base_run_dir. */
     const char *dirs[3][2] = {{c->fract_base_dir, "fract_base_dir"},
                               {c->dataset_dir, "dataset_dir"},
-                              {c->base_run_dir, "base_run_dir"}};
+                              {c->run_dir[0] ? c->run_dir : c->base_run_dir,
+                               c->run_dir[0] ? "run_dir" : "base_run_dir"}};
     for (int i = 0; i < 3 && rc == 0; i++)
-        if (i < 2 || !c->run_dir[0])
-            if ((rc = fs_check_creatable_dir(dirs[i][0])))
-                err_prefix("%s", dirs[i][1]);
+        if ((i < 2 || !c->run_dir[0] || fs_is_dir(c->run_dir)) &&
+            fs_check_creatable_dir(dirs[i][0])) {
+            char why[ERR_MSG_MAX];
+            snprintf(why, sizeof why, "%s", err_msg());
+            rc = err_set(ERR_CONFIG, "%s: %s; give a directory this user can create and write",
+                         dirs[i][1], why);
+        }
     /* A resume needs a run folder with a checkpoint (an explicit run_dir is a resume). */
     if (rc == 0 && c->run_dir[0]) {
         if (!fs_is_dir(c->run_dir))
@@ -169,6 +172,11 @@ int train_preflight(const scaffold_config *c, const ds_layout *l, const dist_wor
                          "checkpoint_best.safetensors); give the folder of a run that saved one "
                          "(checkpoint_interval > 0), or start a new run without --run-dir",
                          c->run_dir, c->checkpoint_dir);
+        else {
+            /* The resume continues the same run: only the keys that may change differ. */
+            char changed[2048];
+            rc = run_config_resume_check(c, changed, sizeof changed);
+        }
     }
     /* The global batch against the splits the dataset will have. */
     ds_plan plan;

@@ -16,6 +16,19 @@
  * into c->run_dir. Errors (unwritable base_run_dir...) are agreed on all ranks. */
 int run_folder_setup(scaffold_config *c, const dist_world *w, int argc, char **argv);
 
+/* The keys a resume may change: when and how often to stop or save, where the inputs live,
+ * how the work is spread over threads and devices; and the spatial layout (dc_num_shards,
+ * dc_shard_dims) while group_norm_stats is global (a sharded run then computes the unsharded
+ * one). Every other key changes what the run computes (seed, data, model, optimizer, learning
+ * rates, precision, target ...). NULL-terminated; the README lists them. */
+extern const char *const run_resume_mutable_keys[];
+
+/* Before a resume writes anything (rank 0): compares the merged configuration with the run's
+ * RUN/config.yaml. Keys outside run_resume_mutable_keys that differ: ERR_CONFIG naming each
+ * with both values. Mutable keys that differ are listed in `changed` ("epochs: [4, 8], ...",
+ * "" when none). A config.yaml that cannot be read: ERR_CONFIG naming it. */
+int run_config_resume_check(const scaffold_config *c, char *changed, size_t n);
+
 /* One row of train_stats.csv. */
 typedef struct run_stats_row {
     int epoch;

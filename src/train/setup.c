@@ -2,6 +2,7 @@
  * optimizer, loaders, initial weights and CE class weights. */
 #include "train/train.h"
 
+#include "core/cpus.h"
 #include "core/err.h"
 #include "core/log.h"
 #include "fractal/library.h"
@@ -82,14 +83,41 @@ int train_check(const scaffold_config *c, const dist_world *w) {
         rc = check_cached_layout(c, &l);
     if (rc == 0 && c->restart && !c->run_dir[0])
         rc = err_set(ERR_USAGE, "--restart needs --run-dir DIR (the run folder to resume)");
+    char threads[768];
+    train_threads_choose(w, threads, sizeof threads);
     dist_node_cpu u; /* one node split gives the ranks per node and their CPU use */
     dist_node_cpu_use(w, nn_threads(), &u);
     if (rc == 0)
         rc = train_preflight(c, &l, w, u.ranks);
     rc = dist_agree(w, rc);
-    if (rc == 0 && w->rank == 0)
+    if (rc == 0 && w->rank == 0) {
+        log_info("%s", threads);
         train_cpu_report(&u);
+    }
     return rc;
+}
+
+void train_threads_choose(const dist_world *w, char *line, size_t n) {
+    cpus_given g;
+    cpus_probe(&g);
+    const int share = dist_node_mask_sharing(w), t = cpus_threads_per_rank(&g, share);
+    char quota[32] = "none", cpt[32] = "unset";
+    if (g.quota > 0)
+        snprintf(quota, sizeof quota, "%.3g CPUs", g.quota);
+    if (g.per_task > 0)
+        snprintf(cpt, sizeof cpt, "%d", g.per_task);
+    const char *omp = getenv("OMP_NUM_THREADS");
+    char given[320];
+    snprintf(given, sizeof given, "%d CPU(s) in the affinity mask, shared by %d rank(s) of this "
+             "node; cgroup CPU quota %s; SLURM_CPUS_PER_TASK %s", g.mask, share, quota, cpt);
+    if (omp && *omp) {
+        snprintf(line, n, "threads: %d per rank from OMP_NUM_THREADS=%s (the CPUs given would "
+                 "make %d: %s); %s", nn_threads(), omp, t, given, cpus_wait_note());
+        return;
+    }
+    nn_set_threads(t);
+    snprintf(line, n, "threads: %d per rank from the CPUs given: %s (OMP_NUM_THREADS to choose); "
+             "%s", t, given, cpus_wait_note());
 }
 
 /* OMP_NUM_THREADS that shares cpus among ranks, at least 1. */
@@ -148,10 +176,16 @@ static int compute_ce_weights(train_state *s) {
      * shards. */
     size_t lo, hi;
     dist_block(&s->grid.replicas, (size_t)k, &lo, &hi);
+    log_progress pr;
+    log_progress_start(&pr, (long)(hi - lo), 0);
     for (size_t i = lo; i < hi && rc == 0; i++) {
         rc = dataset_read_sample(s->ds, DS_TRAIN, idx[i], vol, mask);
         if (rc == 0)
             rc = nn_label_counts(counts, mask, s->ds->mask_elems, K);
+        double per, el, eta;
+        if (log_progress_due(&pr, (long)(i + 1 - lo), &per, &el, &eta))
+            log_info("CE class weights: mask %zu of %zu on this rank, %.2f s per mask, ETA %.0f s",
+                     i + 1 - lo, hi - lo, per, eta);
     }
     rc = dist_agree(s->w, rc);
     if (rc == 0) {

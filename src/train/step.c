@@ -6,6 +6,7 @@
 #include "core/fault.h"
 #include "core/log.h"
 #include "nn/loss.h"
+#include "train/stop.h"
 
 #include <scaffold/trace.h>
 
@@ -98,7 +99,19 @@ int train_step(train_state *s, double lr, double acc[3]) {
 
 int train_validate(train_state *s, int64_t epoch, int max_batches, double acc[3]) {
     int rc = ds_loader_start_epoch(s->val, epoch);
+    const int64_t nb = ds_loader_num_batches(s->val);
+    const long total = max_batches >= 0 && max_batches < nb ? max_batches : (long)nb;
+    log_progress pr;
+    log_progress_start(&pr, total, 0);
     for (int b = 0; rc == 0 && (max_batches < 0 || b < max_batches); b++) {
+        double per, el, eta;
+        if (b > 0 && log_progress_due(&pr, b, &per, &el, &eta)) {
+            char what[32] = "warmup";
+            if (epoch > 0)
+                snprintf(what, sizeof what, "epoch %lld", (long long)epoch);
+            log_info("%s validation: batch %d of %ld, %.2f s per batch, %.1f s elapsed, ETA %.0f s",
+                     what, b, total, per, el, eta);
+        }
         int n = 0;
         const float *vol = NULL;
         const uint16_t *mask = NULL;
@@ -152,14 +165,23 @@ int train_warmup(train_state *s) {
     int64_t nb = ds_loader_num_batches(s->train);
     int steps = c->warmup_batches < nb ? c->warmup_batches : (int)nb;
     rc = ds_loader_start_epoch(s->train, 0);
-    for (int i = 0; i < steps && rc == 0; i++) {
+    log_progress pr;
+    log_progress_start(&pr, steps, 0);
+    log_info("warmup: %d training and up to %d validation batches per rank (untimed)", steps,
+             c->warmup_batches);
+    for (int i = 0; i < steps && rc == 0 && !s->stop; i++) {
         int r = train_step(s, c->starting_learning_rate, acc);
         if (r < 0)
             rc = r;
         if (r == 0)
             break;
+        s->stop = train_stop_poll(s->w);
+        double per, el, eta;
+        if (log_progress_due(&pr, i + 1, &per, &el, &eta))
+            log_info("warmup: batch %d of %d, %.2f s per batch, %.1f s elapsed, ETA %.0f s", i + 1,
+                     steps, per, el, eta);
     }
-    if (rc == 0)
+    if (rc == 0 && !s->stop)
         rc = train_validate(s, 0, c->warmup_batches, vacc);
     rc = dist_agree(s->w, rc);
     memcpy(s->model.params, p, np * sizeof *p);
@@ -171,7 +193,7 @@ int train_warmup(train_state *s) {
     int urc = dist_agree(s->w, nn_unet_upload(&s->model, &s->opt)); /* the restored state */
     rc = rc ? rc : urc;
     dist_barrier(s->w);
-    if (rc == 0)
+    if (rc == 0 && !s->stop)
         log_info("warmup: %d training and up to %d validation batches per rank in %.2f s "
                  "(untimed; state restored)", steps, c->warmup_batches, time_now() - t0);
     return rc;

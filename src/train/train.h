@@ -61,6 +61,7 @@ typedef struct train_state {
     float *ce_w;         /* n_classes */
     float *dice_buf;     /* local_batch_size */
     memsource mem;       /* data_store: memory */
+    int stop;            /* a stop signal agreed during the warmup (train/stop.h), else 0 */
 } train_state;
 
 /* Collective. Checks the parallel layout and the arguments before anything is written: the
@@ -68,6 +69,12 @@ typedef struct train_state {
  * least 2 voxels down to the bottleneck. 0 or an agreed ERR_CONFIG/ERR_USAGE naming the key and
  * the fix. */
 int train_check(const scaffold_config *c, const dist_world *w);
+
+/* Collective. Sets the threads each rank computes with from the CPUs it was given (core/cpus.h:
+ * the affinity mask within the cgroup quota, divided among the node's ranks on the same mask, at
+ * most SLURM_CPUS_PER_TASK), unless OMP_NUM_THREADS is set, which wins; writes the one line
+ * that says the choice and why into `line`. train_check calls it; rank 0 prints the line. */
+void train_threads_choose(const dist_world *w, char *line, size_t n);
 
 /* Warns about a node's CPU use (dist_node_cpu_use) when the ranks' OpenMP threads share CPUs
  * (more threads than the CPUs a rank is bound to, or than the node's ranks may use together) or
@@ -121,11 +128,14 @@ void train_grad_free(train_state *s);
 int train_step(train_state *s, double lr, double acc[3]);
 
 /* Validation over this replica's share (at most max_batches batches, < 0: all): adds the sum of
- * per-sample hard Dice, loss*n and n to acc. Local: the caller agrees on the result. */
+ * per-sample hard Dice, loss*n and n to acc, with progress lines (log_progress) on long passes.
+ * Local: the caller agrees on the result. */
 int train_validate(train_state *s, int64_t epoch, int max_batches, double acc[3]);
 
 /* Untimed warmup (reference §11.7): warmup_batches real steps and validation batches, then the
- * model and optimizer state are restored. Agreed result. */
+ * model and optimizer state are restored; progress lines with the time per batch and the time
+ * left (a warmup step at scale 7 takes many seconds). A stop signal (train/stop.h) ends it after
+ * the current step, with s->stop set and the state restored. Agreed result. */
 int train_warmup(train_state *s);
 
 /* Learning rate of a 1-based epoch (cosine annealing with warm restarts unless disabled). */

@@ -90,6 +90,12 @@ case_ "--run-dir without a checkpoint" "$S" benchmark $C --run-dir "$W/in/empty_
 case_ "model wider than the engine allows" "$S" benchmark $C --unet-base-channels 100000
 case_ "run larger than the node's memory" "$S" benchmark $C --problem-scale 12 --unet-bottleneck-dim 3
 case_ "global batch larger than the validation split" "$S" benchmark $C --local-batch-size 64
+# Directories that cannot be created, proven before anything is written (root passes access()
+# on /proc: it used to write a run folder and a fractal library first, then exit 1).
+case_ "dataset_dir under /proc" "$S" benchmark $C --dataset-dir /proc/x
+case_ "fract_base_dir under /proc" "$S" benchmark $C --fract-base-dir /proc/x
+case_ "base_run_dir under /proc" "$S" benchmark $C --base-run-dir /proc/x/runs
+case_ "dataset_dir below a file" "$S" benchmark $C --dataset-dir "$W/in/junk.npy/ds"
 # predict
 case_ "predict: no arguments" "$S" predict
 case_ "predict: unknown option" "$S" predict --frobnicate

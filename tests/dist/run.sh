@@ -9,6 +9,35 @@ export OMP_NUM_THREADS=1
 T="timeout 300"
 B=$BUILD/tests/dist
 
+# 0. The launcher's world against MPI's: the detection and messages (unit test), then the real
+# thing: a launcher whose world this binary's MPI does not join (the other MPI's mpirun), and a
+# launcher's variables set by hand around a singleton. Every process exits 2, one line in all.
+t_cbin $B/test_launcher
+if [ "${SCAFFOLD_MPI:-openmpi}" = mpich ]; then
+    other="mpirun.openmpi --oversubscribe --allow-run-as-root"; other_name="mpirun \\(Open MPI\\)"
+else
+    other="mpirun.mpich"; other_name="mpiexec \\(Hydra, PMI\\)"
+fi
+if command -v "${other%% *}" >/dev/null; then
+    out=$($T $other -n 2 sh -c '"$0" "$@"; echo "st $?"' "$SCAFFOLD" generate_fractals -c configs/benchmark_default.yml 2>&1)
+    if [ "$(grep -c '^st 2$' <<<"$out")" -eq 2 ] && [ "$(grep -c 'scaffold generate_fractals:' <<<"$out")" -eq 1 ] &&
+        grep -qE "$other_name started 2 processes but .* sees a world of 1: .*; (use|this)" <<<"$out"; then
+        t_ok "the other MPI's launcher (${other%% *} -n 2): both processes exit 2, one line naming it"
+    else
+        t_fail "the other MPI's launcher (${other%% *} -n 2)" "$out"
+    fi
+else
+    echo "SKIP the other MPI's launcher: ${other%% *} is not installed (bash tools/setup.sh --test)"
+fi
+t_expect_fail "srun's variables around a singleton: refused" 2 \
+    "^scaffold benchmark: srun started 2 tasks but .* sees a world of 1: .*SLURM_STEP_NUM_TASKS=2, SLURM_PROCID=0\); use srun --mpi=" \
+    env SLURM_STEP_NUM_TASKS=2 SLURM_PROCID=0 SLURM_STEP_ID=0 "$SCAFFOLD" benchmark -c configs/benchmark_default.yml
+out=$(env SLURM_STEP_NUM_TASKS=2 SLURM_PROCID=1 SLURM_STEP_ID=0 "$SCAFFOLD" benchmark -c configs/benchmark_default.yml 2>&1)
+[ $? -eq 2 ] && [ -z "$out" ] && t_ok "the launcher's task 1 exits 2 silently (task 0 prints)" || t_fail "task 1 of a refused world" "$out"
+# A batch script's own step (SLURM_NTASKS, SLURM_PROCID=0, no step) started nothing: accepted.
+t_check "a batch script's own step is not a launcher" sh -c '"$@" >/dev/null' _ env SLURM_NTASKS=2 \
+    SLURM_PROCID=0 "$SCAFFOLD" generate_fractals -c configs/benchmark_default.yml --help
+
 # 1. Grid and halos: every layout each world size allows, odd channel counts, corners.
 for n in 1 2 4 8; do t_cbin $T $MPIRUN -n $n $B/test_halo; done
 SCAFFOLD_FAULT_HALO=1:2 t_cbin $T $MPIRUN -n 2 $B/test_halo --fault
