@@ -229,16 +229,20 @@ static pfstate *pf_state(mctx *c, uint32_t f, uint32_t p, an_file_stat *fs) {
 static void meta_event(mctx *c, size_t i, an_file_stat *fs, pfstate *ps, double d) {
     const an_trace *t = c->t;
     unsigned fl = t->flags[i];
-    fs->metas++;
+    uint64_t n = an_calls(t, i);
+    fs->metas += n;
     ps->meta_s += d;
-    ps->metas++;
+    ps->metas += n;
     const char *nm = an_strtab_get(&t->names, t->name[i]);
     if (strstr(nm, "stat") || !strcmp(nm, "access") || !strcmp(nm, "faccessat")) {
-        fs->stats++;
+        fs->stats += n;
         if (ps->metas > 1)
-            c->m->repeated_stats++;
+            c->m->repeated_stats += ps->metas - n > 0 ? n : n - 1;
     }
-    if (fl & AN_F_SEEKPOS) {
+    if (fl & AN_F_AGG) {
+        ps->pos = -1; /* calls folded together: the position is no longer known */
+        ps->last_end = -1;
+    } else if (fl & AN_F_SEEKPOS) {
         ps->pos = t->offset[i];
     } else if (t->offset[i] == 0 && strstr(nm, "open")) {
         fs->opens++;
@@ -259,13 +263,17 @@ static void data_event(mctx *c, size_t i, an_file_stat *fs, pfstate *ps) {
     int op = t->op[i];
     int64_t b = t->bytes[i];
     if (op == AN_OP_READ) {
-        fs->reads++;
+        fs->reads += an_calls(t, i);
         if (b > 0)
             fs->bytes_read += (uint64_t)b;
     } else {
-        fs->writes++;
+        fs->writes += an_calls(t, i);
         if (b > 0)
             fs->bytes_written += (uint64_t)b;
+    }
+    if (t->flags[i] & AN_F_AGG) {
+        ps->pos = ps->last_end = -1; /* no offsets: calls folded together */
+        return;
     }
     int64_t off = t->offset[i] >= 0 ? t->offset[i] : ps->pos;
     if (off < 0 || b < 0) {
@@ -321,16 +329,19 @@ static void io_totals(mctx *c, size_t i, double d) {
     an_proc_stat *st = &m->procs[t->proc[i]];
     int64_t b = t->bytes[i];
     unsigned fl = t->flags[i];
+    /* An aggregated record counts as the calls it folds, each of the mean size. */
+    uint64_t n = an_calls(t, i);
+    int64_t per = n > 1 && b > 0 ? b / (int64_t)n : b;
     m->nio_events++;
     m->t_s[tc] += d;
-    m->ops[tc]++;
+    m->ops[tc] += n;
     st->t_s[tc] += d;
-    st->ops++;
+    st->ops += n;
     if (fl & AN_F_STDIO) {
-        m->stdio_ops++;
+        m->stdio_ops += n;
         m->stdio_time_s += d;
     } else if (fl & AN_F_POSIX) {
-        m->posix_ops++;
+        m->posix_ops += n;
         m->posix_time_s += d;
     }
     if ((op != AN_OP_READ && op != AN_OP_WRITE) || b < 0)
@@ -338,16 +349,16 @@ static void io_totals(mctx *c, size_t i, double d) {
     if (op == AN_OP_READ) {
         m->bytes_read += (uint64_t)b;
         st->read_bytes += (uint64_t)b;
-        m->hist_read[an_bucket_of(b)]++;
+        m->hist_read[an_bucket_of(per)] += n;
     } else {
         m->bytes_written += (uint64_t)b;
         st->write_bytes += (uint64_t)b;
-        m->hist_write[an_bucket_of(b)]++;
+        m->hist_write[an_bucket_of(per)] += n;
     }
-    m->data_ops_known_size++;
-    if (b <= 1048576)
-        m->small_ops++;
-    if (b < 65536)
+    m->data_ops_known_size += n;
+    if (per <= 1048576)
+        m->small_ops += n;
+    if (per < 65536)
         m->small_time_s += d;
     if (fl & AN_F_STDIO)
         m->stdio_bytes += (uint64_t)b;
@@ -406,7 +417,7 @@ static int pass_events(mctx *c) {
         an_file_stat *fs = file_stat(c, f, p);
         if (!fs)
             return ERR_NOMEM;
-        fs->ops++;
+        fs->ops += an_calls(t, i);
         fs->t_s[tclass(op)] += d;
         fs->time_s += d;
         pfstate *pst = pf_state(c, f, p, fs);
@@ -536,7 +547,7 @@ static int pass_ckpt_windows(mctx *c, double window_s) {
         if (io) {
             int64_t w0 = (s - m->t0_us) / wus;
             an_window *w = &m->windows[w0 < (int64_t)m->nwindows ? w0 : (int64_t)m->nwindows - 1];
-            w->ops++;
+            w->ops += an_calls(t, i);
             if (t->bytes[i] > 0) {
                 if (op == AN_OP_READ)
                     w->bytes_read += (uint64_t)t->bytes[i];

@@ -204,6 +204,12 @@ static void json_inputs(an_jw *w, const an_trace *t) {
         an_jw_bool(w, "truncated", in->truncated);
         an_jw_bool(w, "failed", in->failed);
         an_jw_u64(w, "unknown_metadata", in->unknown_meta);
+        an_jw_u64(w, "out_of_range", in->out_of_range);
+        an_jw_bool(w, "empty", in->empty);
+        an_jw_str(w, "shape", in->shape2 ? "2.x" : in->lines ? "1.x" : "");
+        an_jw_u64(w, "calls", in->calls);
+        if (in->has_end)
+            an_jw_u64(w, "end_num_events", in->num_events);
         an_jw_str(w, "note", in->note);
         an_jw_end(w, '}');
     }
@@ -367,6 +373,9 @@ static void json_tables(an_jw *w, const an_report *r, int top) {
         an_jw_str(w, "label", lab);
         an_jw_i64(w, "pid", t->procs[p].pid);
         an_jw_i64(w, "rank", t->procs[p].rank);
+        an_jw_str(w, "exe", t->procs[p].exe);
+        an_jw_bool(w, "launcher", t->procs[p].launcher);
+        an_jw_u64(w, "records", t->procs[p].records);
         an_jw_num(w, "io_s", st->io_s);
         an_jw_num(w, "io_outside_checkpoint_s", st->io_nockpt_s);
         an_jw_num(w, "read_s", st->t_s[AN_T_READ]);
@@ -444,6 +453,34 @@ void an_report_json(const an_report *r, FILE *out, int top) {
     an_jw_num(&w, "host_start_stddev_s", t->host_start_stddev_s);
     an_jw_u64(&w, "ignored_system_events", m->nignored_events);
     an_jw_num(&w, "load_seconds", t->load_seconds);
+    an_jw_end(&w, '}');
+    /* Records as dftracer_stats counts them (every line but metadata; an aggregated record is
+     * one), per lower-cased category and per pid, to compare with it. */
+    an_jw_obj(&w, "records");
+    an_jw_u64(&w, "total", t->records);
+    an_jw_u64(&w, "out_of_range_skipped", t->out_of_range);
+    an_jw_obj(&w, "by_category");
+    for (uint32_t k = 1; k < t->rec_cats.n; k++)
+        an_jw_u64(&w, an_strtab_get(&t->rec_cats, k), t->rec_cat_n[k]);
+    if (t->rec_cats.n && t->rec_cat_n && t->rec_cat_n[0])
+        an_jw_u64(&w, "", t->rec_cat_n[0]);
+    an_jw_end(&w, '}');
+    an_jw_obj(&w, "by_pid");
+    for (size_t p = 0; p < t->nprocs; p++) {
+        size_t q = 0;
+        while (q < p && t->procs[q].pid != t->procs[p].pid)
+            q++;
+        if (q < p)
+            continue; /* one entry per pid (several hosts may share one) */
+        uint64_t sum = 0;
+        for (q = p; q < t->nprocs; q++)
+            if (t->procs[q].pid == t->procs[p].pid)
+                sum += t->procs[q].records;
+        char k[32];
+        snprintf(k, sizeof k, "%lld", (long long)t->procs[p].pid);
+        an_jw_u64(&w, k, sum);
+    }
+    an_jw_end(&w, '}');
     an_jw_end(&w, '}');
     json_io(&w, m);
     static const char *const how[] = {"none", "path", "trace", "user"};
