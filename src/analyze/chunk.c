@@ -395,8 +395,12 @@ static int chunk_add(chunk *c, const an_rawev *ev) {
     c->calls += (uint64_t)cnt;
     if (pi->op == AN_OP_TRACER) {
         const char *nm = an_strtab_get(&c->names, pi->name);
-        if (nm[0] == 'e' && (ev->has & AN_RAW_NUMEV) && ev->num_events >= 0) {
-            c->num_events += (uint64_t)ev->num_events;
+        if (nm[0] == 'e') {
+            /* dftracer 2.x writes num_events only with metadata on */
+            if ((ev->has & AN_RAW_NUMEV) && ev->num_events >= 0) {
+                c->num_events += (uint64_t)ev->num_events;
+                c->has_count = 1;
+            }
             c->has_end = 1;
         } else if (nm[0] == 's') {
             if (ev->exec_hash) {

@@ -710,6 +710,7 @@ static void sum_inputs(an_trace *t, chunk *ch, size_t nc) {
         in->calls += c->calls;
         in->num_events += c->num_events;
         in->has_end |= c->has_end;
+        in->has_count |= c->has_count;
         in->shape2 |= c->shape2;
         in->ours |= c->ours;
         in->truncated |= c->truncated;
@@ -736,12 +737,12 @@ static void sum_inputs(an_trace *t, chunk *ch, size_t nc) {
          * read means the file lost some (a damaged member). dftracer 1.x numbered metadata
          * lines too, so its count is not checked. */
         int known = in->shape2 || in->ours;
-        if (in->has_end && known) {
+        if (in->has_count && known) {
             uint64_t want = in->num_events + 1, got = in->calls + in->out_of_range;
             if (got < want)
                 note_add(in, "short: the end record counts %llu event(s), %llu read",
                          (unsigned long long)want, (unsigned long long)got);
-        } else if (known && !in->empty && !in->failed && in->calls) {
+        } else if (known && !in->has_end && !in->empty && !in->failed && in->calls) {
             note_add(in, "no end record: the process did not finish writing this file (killed, "
                          "or still running); its events up to the cut are used");
         }

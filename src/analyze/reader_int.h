@@ -76,7 +76,7 @@ typedef struct chunk {
     /* what happened while loading this part (summed into `in` afterwards) */
     uint64_t lines, malformed, first_bad_line, members, unknown_meta, metadata;
     uint64_t out_of_range, first_oor_line, calls, num_events;
-    int has_end, shape2, ours, empty;
+    int has_end, has_count, shape2, ours, empty;
     int truncated, failed;
     an_counter *ctrs;   /* counter samples (proc = local process) */
     size_t nctrs, capctrs;

@@ -208,7 +208,8 @@ static void json_inputs(an_jw *w, const an_trace *t) {
         an_jw_bool(w, "empty", in->empty);
         an_jw_str(w, "shape", in->shape2 ? "2.x" : in->lines ? "1.x" : "");
         an_jw_u64(w, "calls", in->calls);
-        if (in->has_end)
+        an_jw_bool(w, "end_record", in->has_end);
+        if (in->has_count)
             an_jw_u64(w, "end_num_events", in->num_events);
         an_jw_str(w, "note", in->note);
         an_jw_end(w, '}');

@@ -102,6 +102,7 @@ typedef struct an_input {
     uint64_t calls;        /* complete events + the calls aggregated records stand for */
     uint64_t num_events;   /* what the end record(s) declare, 0 when absent */
     int has_end, shape2;   /* an end record was read; the file is in dftracer 2.x shape */
+    int has_count;         /* the end record carried num_events */
     int ours;              /* written by libscaffold_trace.so (start version "scaffold-trace") */
     int empty;             /* 0 bytes (dftracer leaves one per forked child that did nothing) */
     int truncated;         /* the file ended inside a gzip member or a line */

@@ -79,6 +79,9 @@ static void config_load(trc_config *c) {
     int dio = env_bool("DFTRACER_DISABLE_IO", 0);
     c->posix = env_bool("SCAFFOLD_TRACE_POSIX", !env_bool("DFTRACER_DISABLE_POSIX", 0)) && !dio;
     c->stdio = env_bool("SCAFFOLD_TRACE_STDIO", !env_bool("DFTRACER_DISABLE_STDIO", 0)) && !dio;
+    /* The trace shape: 2 (dftracer 2.x, the current release) unless 1 is asked for. dftracer has
+     * no variable for this, so there is no DFTRACER_* equivalent. */
+    c->format = (int)env_long("SCAFFOLD_TRACE_FORMAT", NULL, 2, 1, 2);
     c->signals = env_bool("SCAFFOLD_TRACE_SIGNALS", 1);
     c->keep_env = env_bool("SCAFFOLD_TRACE_KEEP_ENV", 1);
     c->compress = env_bool("SCAFFOLD_TRACE_COMPRESS", 1);

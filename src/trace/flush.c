@@ -141,7 +141,9 @@ static void mkdir_parents(const char *path) {
 static void format_header(trc_buf *b) {
     char val[64];
     pid_t tid = (pid_t)syscall(SYS_gettid);
-    trc_buf_str(b, "[\n");
+    int v2 = trc_g.cfg.format == 2;
+    if (!v2)
+        trc_buf_str(b, "[\n"); /* 2.x: newline-delimited JSON and nothing else */
     trc_format_meta(b, "HH", trc_g.host, NULL, tid);
     char exe_hash[17], cmd_hash[17], cwd_hex[17];
     trc_hex16(trc_hash(trc_g.exe, strlen(trc_g.exe)), exe_hash);
@@ -174,13 +176,15 @@ static void format_header(trc_buf *b) {
     localtime_r(&now, &tmv);
     strftime(date, sizeof date, "%a %b %e %H:%M:%S %Y", &tmv);
     trc_hex16(ch, cwd_hex);
-    trc_buf_str(b, "{\"id\":0,\"name\":\"start\",\"cat\":\"dftracer\",\"pid\":");
+    trc_buf_str(b, v2 ? "{\"id\":0,\"name\":\"start\",\"cat\":\"dftracer\",\"type\":1,\"pid\":"
+                      : "{\"id\":0,\"name\":\"start\",\"cat\":\"dftracer\",\"pid\":");
     trc_buf_i64(b, trc_g.pid);
     trc_buf_str(b, ",\"tid\":");
     trc_buf_i64(b, tid);
     trc_buf_str(b, ",\"ts\":");
     trc_buf_u64(b, (trc_g.start_ns + trc_realtime_anchor_ns) / 1000);
-    trc_buf_str(b, ",\"dur\":0,\"ph\":\"X\",\"args\":{\"hhash\":\"");
+    trc_buf_str(b, v2 ? ",\"dur\":0,\"ph\":1,\"args\":{\"hhash\":\""
+                      : ",\"dur\":0,\"ph\":\"X\",\"args\":{\"hhash\":\"");
     trc_buf_str(b, trc_g.hhash);
     trc_buf_str(b, "\",\"cmd_hash\":\"");
     trc_buf_str(b, cmd_hash);
@@ -342,27 +346,65 @@ static void drain_thread(trc_thread *t) {
     }
 }
 
+/* The end record (dftracer 2.x: the trace's one self-description): num_events = the events
+ * written before it (start included), dropped events, and the effective configuration, the
+ * layers built in and the layers that produced an event, as nested objects. */
 static void format_end(trc_buf *b) {
     pid_t tid = (pid_t)syscall(SYS_gettid);
+    int v2 = trc_g.cfg.format == 2;
+    const trc_config *c = &trc_g.cfg;
     trc_summary_write(b, tid);
     uint64_t dropped = 0;
     for (trc_thread *t = __atomic_load_n(&trc_g.threads, __ATOMIC_ACQUIRE); t; t = t->next)
         dropped += t->dropped;
     trc_buf_str(b, "{\"id\":");
     trc_buf_u64(b, __atomic_fetch_add(&trc_g.next_id, 1, __ATOMIC_RELAXED));
-    trc_buf_str(b, ",\"name\":\"end\",\"cat\":\"dftracer\",\"pid\":");
+    trc_buf_str(b, v2 ? ",\"name\":\"end\",\"cat\":\"dftracer\",\"type\":1,\"pid\":"
+                      : ",\"name\":\"end\",\"cat\":\"dftracer\",\"pid\":");
     trc_buf_i64(b, trc_g.pid);
     trc_buf_str(b, ",\"tid\":");
     trc_buf_i64(b, tid);
     trc_buf_str(b, ",\"ts\":");
     trc_buf_u64(b, (trc_mono_ns() + trc_realtime_anchor_ns) / 1000);
-    trc_buf_str(b, ",\"dur\":0,\"ph\":\"X\",\"args\":{\"hhash\":\"");
+    trc_buf_str(b, v2 ? ",\"dur\":0,\"ph\":1,\"args\":{\"hhash\":\""
+                      : ",\"dur\":0,\"ph\":\"X\",\"args\":{\"hhash\":\"");
     trc_buf_str(b, trc_g.hhash);
     trc_buf_str(b, "\",\"num_events\":");
-    trc_buf_u64(b, num_events + 2); /* + start and end */
+    trc_buf_u64(b, num_events + 1); /* + start */
     trc_buf_str(b, ",\"dropped\":");
     trc_buf_u64(b, dropped);
-    trc_buf_str(b, "}}\n]\n");
+    trc_buf_str(b, ",\"cfg\":{\"format\":");
+    trc_buf_i64(b, c->format);
+    trc_buf_str(b, ",\"posix\":");
+    trc_buf_i64(b, c->posix);
+    trc_buf_str(b, ",\"stdio\":");
+    trc_buf_i64(b, c->stdio);
+    trc_buf_str(b, ",\"metadata\":1,\"compression\":");
+    trc_buf_i64(b, c->compress);
+    trc_buf_str(b, ",\"level\":");
+    trc_buf_i64(b, c->level);
+    trc_buf_str(b, ",\"flush_ms\":");
+    trc_buf_i64(b, c->flush_ms);
+    trc_buf_str(b, ",\"metrics_ms\":");
+    trc_buf_i64(b, c->metrics_ms);
+    trc_buf_str(b, ",\"clock\":");
+    trc_buf_str(b, trc_clock_is_tsc ? "\"tsc\"" : "\"monotonic\"");
+    trc_buf_str(b, ",\"log_file\":");
+    trc_buf_json(b, out_path, strlen(out_path));
+    trc_buf_str(b, "},\"build\":{\"mpi\":");
+    trc_buf_i64(b, trc_mpi_present());
+    trc_buf_str(b, ",\"hdf5\":0,\"hip\":0,\"cuda\":0}");
+    static const char *const used[] = {"LIBC_IO", "C_APP", "MPI", "PSUTIL"};
+    trc_buf_str(b, ",\"used\":{");
+    for (int k = 0, n = 0; k < 4; k++)
+        if (trc_used & (1u << k)) {
+            if (n++)
+                trc_buf_put(b, ",", 1);
+            trc_buf_put(b, "\"", 1);
+            trc_buf_str(b, used[k]);
+            trc_buf_str(b, "\":1");
+        }
+    trc_buf_str(b, v2 ? "}}}\n" : "}}}\n]\n");
 }
 
 void trc_flush_locked(int final) {
@@ -394,6 +436,7 @@ void trc_flush_locked(int final) {
 }
 
 void trc_flush_new_file(void) {
+    trc_used = 0;
     file_opened = 0;
     file_failed = 0;
     num_events = 0;

@@ -19,6 +19,9 @@ const trc_opinfo trc_ops[TRC_OP_COUNT] = {
 #undef TRC_OP_INFO
 };
 
+/* Layers that produced an event in the current file (the end record's "used"). */
+unsigned trc_used;
+
 /* ---------------------------------------------------------------- buffer */
 int trc_buf_grow(trc_buf *b, size_t n) {
     size_t cap = b->cap ? b->cap : 1 << 16;
@@ -162,14 +165,23 @@ static inline char *w_lit(char *p, const char *s, size_t n) {
 #define W_LIT(p, s) w_lit((p), (s), sizeof(s) - 1)
 
 /* ---------------------------------------------------------------- metadata lines */
+/* Metadata line head. The 2.x shape (dftracer 2.1.1 and later) adds "type" after "cat" and
+ * writes "ph" as an integer (4 = metadata); the 1.x shape writes "ph":"M". */
 static void line_head_m(trc_buf *b, const char *type, pid_t tid) {
+    int v2 = trc_g.cfg.format == 2;
     trc_buf_str(b, "{\"name\":\"");
     trc_buf_str(b, type);
-    trc_buf_str(b, "\",\"cat\":\"dftracer\",\"pid\":");
+    /* custom metadata carries the type of the API that logged it (the C annotation API) */
+    if (!v2)
+        trc_buf_str(b, "\",\"cat\":\"dftracer\",\"pid\":");
+    else if (!strcmp(type, "CM"))
+        trc_buf_str(b, "\",\"cat\":\"dftracer\",\"type\":" TRC_TYPE_C_APP ",\"pid\":");
+    else
+        trc_buf_str(b, "\",\"cat\":\"dftracer\",\"type\":" TRC_TYPE_DFTRACER ",\"pid\":");
     trc_buf_i64(b, trc_g.pid);
     trc_buf_str(b, ",\"tid\":");
     trc_buf_i64(b, tid);
-    trc_buf_str(b, ",\"ph\":\"M\",\"args\":{\"hhash\":\"");
+    trc_buf_str(b, v2 ? ",\"ph\":4,\"args\":{\"hhash\":\"" : ",\"ph\":\"M\",\"args\":{\"hhash\":\"");
     trc_buf_str(b, trc_g.hhash);
     trc_buf_str(b, "\",\"name\":");
 }
@@ -253,8 +265,8 @@ void trc_format_thread(trc_thread *t) {
         pre_pid = trc_g.pid;
     }
     if (!mid_len)
-        mid_len = (size_t)snprintf(mid, sizeof mid, ",\"ph\":\"X\",\"args\":{\"hhash\":\"%s\",\"p_idx\":",
-                                   trc_g.hhash);
+        mid_len = (size_t)snprintf(mid, sizeof mid, ",\"ph\":%s,\"args\":{\"hhash\":\"%s\",\"p_idx\":",
+                                   trc_g.cfg.format == 2 ? "1" : "\"X\"", trc_g.hhash);
     if (!keys_ready) {
         for (int k = 0; k < TRC_OP_COUNT; k++) {
             if (trc_ops[k].a1[0])
@@ -269,8 +281,10 @@ void trc_format_thread(trc_thread *t) {
 static const tmpl *op_prefix(int op) {
     tmpl *p = &pre[op];
     if (!p->len)
-        p->len = (uint8_t)snprintf(p->s, sizeof p->s, ",\"name\":\"%s\",\"cat\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":",
-                                   trc_ops[op].name, trc_ops[op].cat, (int)trc_g.pid, (int)pre_tid);
+        p->len = (uint8_t)snprintf(p->s, sizeof p->s, ",\"name\":\"%s\",\"cat\":\"%s\"%s,\"pid\":%d,\"tid\":%d,\"ts\":",
+                                   trc_ops[op].name, trc_ops[op].cat,
+                                   trc_g.cfg.format == 2 ? ",\"type\":" TRC_TYPE_LIBC_IO : "",
+                                   (int)trc_g.pid, (int)pre_tid);
     return p;
 }
 
@@ -412,6 +426,8 @@ static int format_region(trc_buf *b, trc_thread *t, uint64_t hdr, const trc_regi
     trc_buf_json(b, name, r->name_len);
     trc_buf_str(b, ",\"cat\":");
     trc_buf_json(b, cat, r->cat_len);
+    if (trc_g.cfg.format == 2)
+        trc_buf_str(b, ",\"type\":" TRC_TYPE_C_APP); /* the C annotation API's layer */
     trc_buf_str(b, ",\"pid\":");
     trc_buf_i64(b, trc_g.pid);
     trc_buf_str(b, ",\"tid\":");
@@ -432,6 +448,7 @@ static int format_region(trc_buf *b, trc_thread *t, uint64_t hdr, const trc_regi
 int trc_format_record(trc_buf *b, trc_thread *t, uint64_t hdr, const void *rec) {
     switch (TRC_HDR_TYPE(hdr)) {
     case TRC_REC_IO:
+        trc_used |= TRC_USED_LIBC_IO;
         return format_io(b, t, hdr, rec);
     case TRC_REC_BEGIN: {
         unsigned level = TRC_HDR_SUB(hdr);
@@ -440,6 +457,7 @@ int trc_format_record(trc_buf *b, trc_thread *t, uint64_t hdr, const void *rec) 
         return 0;
     }
     case TRC_REC_REGION:
+        trc_used |= TRC_USED_C_APP;
         return format_region(b, t, hdr, rec);
     case TRC_REC_META: {
         const trc_meta_rec *r = rec;

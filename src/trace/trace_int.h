@@ -24,7 +24,16 @@
 #define TRC_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define TRC_TLS __attribute__((tls_model("initial-exec"))) __thread
 
-#define TRC_VERSION "scaffold-trace-2.0"
+#define TRC_VERSION "scaffold-trace-2.1"
+
+/* dftracer 2.x "type" values (docs/trace_format.rst upstream): the layer that wrote an event. */
+#define TRC_TYPE_DFTRACER "1"
+#define TRC_TYPE_C_APP "2"
+#define TRC_TYPE_LIBC_IO "3"
+#define TRC_TYPE_PSUTIL "7"
+#define TRC_TYPE_MPI "10"
+enum { TRC_USED_LIBC_IO = 1, TRC_USED_C_APP = 2, TRC_USED_MPI = 4, TRC_USED_SYS = 8 };
+extern unsigned trc_used; /* flusher side: layers seen in the current file */
 #define TRC_MAX_DEPTH 32
 #define TRC_FRAG_MAX 768 /* JSON fragment of one region's args */
 
@@ -273,8 +282,10 @@ typedef struct trc_rule {
 
 typedef struct trc_config {
     int enabled, posix, stdio, signals, keep_env, compress, level, clock_tsc;
+    int format; /* 2: dftracer 2.x shape (integer ph/type, no brackets); 1: the 1.x shape */
     int adapt; /* 0: always `level`, 1: the fast encoder while behind, 2: always the fast one */
     int flush_ms;
+    int metrics_ms; /* system-metrics sampling interval, 0 = off */
     size_t flush_bytes, ring_bytes, max_files, max_paths;
     char prefix[PATH_MAX]; /* absolute output prefix */
     trc_rule *rules;
@@ -409,6 +420,10 @@ void trc_flush_done(void);
 /* The application closed or overwrote one of our descriptors. */
 void trc_fd_stolen(int fd);
 int trc_move_high(int fd);
+
+/* ---------------------------------------------------------------- mpi.c */
+/* 1 once the MPI sibling library (libscaffold_trace_mpi.so) has attached to this process. */
+int trc_mpi_present(void);
 
 /* ---------------------------------------------------------------- core.c */
 void trc_finalize(void);
