@@ -82,6 +82,7 @@ static void config_load(trc_config *c) {
     /* The trace shape: 2 (dftracer 2.x, the current release) unless 1 is asked for. dftracer has
      * no variable for this, so there is no DFTRACER_* equivalent. */
     c->format = (int)env_long("SCAFFOLD_TRACE_FORMAT", NULL, 2, 1, 2);
+    c->mpi = env_bool("SCAFFOLD_TRACE_MPI", 1);
     c->signals = env_bool("SCAFFOLD_TRACE_SIGNALS", 1);
     c->keep_env = env_bool("SCAFFOLD_TRACE_KEEP_ENV", 1);
     c->compress = env_bool("SCAFFOLD_TRACE_COMPRESS", 1);
@@ -162,7 +163,7 @@ static void read_identity(void) {
 /* ---------------------------------------------------------------- lifecycle */
 int trc_active_bits(void) {
     return (trc_g.cfg.posix ? TRC_FAM_POSIX : 0) | (trc_g.cfg.stdio ? TRC_FAM_STDIO : 0) |
-           TRC_FAM_ANNOT;
+           (trc_g.cfg.mpi ? TRC_FAM_MPI : 0) | TRC_FAM_ANNOT;
 }
 
 void trc_finalize(void) {

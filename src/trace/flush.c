@@ -158,12 +158,21 @@ static void format_header(trc_buf *b) {
     trc_format_fh(b, ch, cwd, tid);
     snprintf(val, sizeof val, "\"%d\"", (int)trc_g.ppid);
     trc_format_meta(b, "PR", "ppid", val, tid);
-    const char *rank = getenv("OMPI_COMM_WORLD_RANK");
-    if (!rank)
+    /* A launcher (srun inside an allocation step, mpirun under a job) may carry a rank variable
+     * of its own step; it is not a rank of the job it launches. */
+    static const char *const launchers[] = {"mpirun", "mpiexec", "orterun", "prterun", "prte",
+                                            "prted", "orted", "srun", "slurmstepd",
+                                            "hydra_pmi_proxy", "mpiexec.hydra", NULL};
+    int launcher = 0;
+    for (const char *const *l = launchers; *l; l++)
+        launcher |= !strncmp(trc_g.exe, *l, strlen(*l)) &&
+                    (!trc_g.exe[strlen(*l)] || trc_g.exe[strlen(*l)] == '.');
+    const char *rank = launcher ? NULL : getenv("OMPI_COMM_WORLD_RANK");
+    if (!rank && !launcher)
         rank = getenv("PMI_RANK");
-    if (!rank)
+    if (!rank && !launcher)
         rank = getenv("PMIX_RANK");
-    if (!rank)
+    if (!rank && !launcher)
         rank = getenv("SLURM_PROCID");
     if (rank && strlen(rank) < 20 && strspn(rank, "0123456789") == strlen(rank)) {
         snprintf(val, sizeof val, "\"%s\"", rank);

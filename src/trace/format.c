@@ -6,6 +6,7 @@
  * buckets, SEQ/CONSEC definitions, bytes, op counts, time per class) kept in a bounded table and
  * written as "FS" metadata lines at the end of each file. Runs only on the flusher thread (or
  * under the flush lock). */
+#include "mpi_hooks.h"
 #include "trace_int.h"
 
 #include <stdio.h>
@@ -227,6 +228,8 @@ typedef struct {
     char s[119];
 } tmpl;
 static tmpl pre[TRC_OP_COUNT];
+static tmpl mpre[TRC_MPI_COUNT]; /* the same for MPI calls */
+_Static_assert(TRC_OP_COUNT + TRC_MPI_COUNT <= TRC_LINE_KEYS, "line keys: I/O ops and MPI ops");
 static pid_t pre_tid = -1;
 static pid_t pre_pid = -1;
 static char mid[64];
@@ -261,6 +264,8 @@ void trc_format_thread(trc_thread *t) {
     if (t->tid != pre_tid || trc_g.pid != pre_pid) {
         for (int k = 0; k < TRC_OP_COUNT; k++)
             pre[k].len = 0;
+        for (int k = 0; k < TRC_MPI_COUNT; k++)
+            mpre[k].len = 0;
         pre_tid = t->tid;
         pre_pid = trc_g.pid;
     }
@@ -414,6 +419,111 @@ static int format_io(trc_buf *b, trc_thread *t, uint64_t hdr, const trc_io_rec *
     return 1;
 }
 
+static const uint8_t mpi_kind[TRC_MPI_COUNT] = {
+#define TRC_MPI_KIND(id, name, kind, peer) kind,
+    TRC_MPI_OPS(TRC_MPI_KIND)
+#undef TRC_MPI_KIND
+};
+static const uint8_t mpi_peer[TRC_MPI_COUNT] = {
+#define TRC_MPI_PEER(id, name, kind, peer) peer,
+    TRC_MPI_OPS(TRC_MPI_PEER)
+#undef TRC_MPI_PEER
+};
+
+/* One MPI call: cat "MPI" (MPI-IO: "MPIIO"), type 10 as dftracer 2.1+ writes them; args: the
+ * communicator (an id equal on all its members, its size, this rank), root or peer, count,
+ * bytes, and for MPI-IO the file and offset, for waits the operation they completed. */
+static int format_mpi(trc_buf *b, trc_thread *t, uint64_t hdr, const trc_mpi_rec *r) {
+    int op = (int)TRC_HDR_SUB(hdr);
+    if (op >= TRC_MPI_COUNT)
+        return 0;
+    int io = mpi_kind[op] == TRC_MK_IO;
+    if (io && r->fhash)
+        ensure_fh(b, r->fhash, t->tid);
+    if (TRC_UNLIKELY(b->len + 768 > b->cap) && trc_buf_grow(b, 768) != 0)
+        return 0;
+    unsigned level = (unsigned)(r->dur_level >> 56);
+    uint64_t t0 = trc_clock_ns(r->t0);
+    uint64_t dur = trc_clock_dur_ns(r->dur_level & 0x00ffffffffffffffull);
+    int64_t pidx = level > 1 && level - 1 <= TRC_MAX_DEPTH ? (int64_t)t->parents[level - 1] : -1;
+    tmpl *pr = &mpre[op];
+    if (!pr->len)
+        pr->len = (uint8_t)snprintf(pr->s, sizeof pr->s, ",\"name\":\"%s\",\"cat\":\"%s\"%s,\"pid\":%d,\"tid\":%d,\"ts\":",
+                                    trc_mpi_names[op], io ? "MPIIO" : "MPI",
+                                    trc_g.cfg.format == 2 ? ",\"type\":" TRC_TYPE_MPI : "",
+                                    (int)trc_g.pid, (int)pre_tid);
+    char *base = b->p + b->len, *p = base;
+    trc_line *L = line_begin(b->len);
+    if (L)
+        L->key = (uint8_t)(TRC_OP_COUNT + op);
+    p = W_LIT(p, "{\"id\":");
+    p = w_u64(p, new_id());
+    piece(L, base, p);
+    p = w_lit(p, pr->s, pr->len);
+    p = w_u64(p, (t0 + trc_realtime_anchor_ns) / 1000);
+    piece(L, base, p);
+    p = W_LIT(p, ",\"dur\":");
+    p = w_u64(p, dur / 1000);
+    piece(L, base, p);
+    p = w_lit(p, mid, mid_len);
+    p = w_i64(p, pidx);
+    piece(L, base, p);
+    p = W_LIT(p, ",\"level\":");
+    p = w_u64(p, level);
+    if (r->comm_size) {
+        p = W_LIT(p, ",\"comm\":\"");
+        static const char hx[] = "0123456789abcdef";
+        for (int i = 7; i >= 0; i--)
+            p[7 - i] = hx[(r->comm_id >> (4 * i)) & 15];
+        p += 8;
+        p = W_LIT(p, "\",\"comm_size\":");
+        p = w_u64(p, r->comm_size);
+        if (r->rank >= 0) {
+            p = W_LIT(p, ",\"rank\":");
+            p = w_i64(p, r->rank);
+        }
+    }
+    piece(L, base, p);
+    int32_t peer = TRC_HDR_VAL(hdr);
+    if (peer != TRC_MPI_NONE && mpi_peer[op] != TRC_MP_NONE) {
+        p = mpi_peer[op] == TRC_MP_ROOT ? W_LIT(p, ",\"root\":") : W_LIT(p, ",\"peer\":");
+        p = w_i64(p, peer);
+    }
+    if (r->count >= 0) {
+        p = W_LIT(p, ",\"count\":");
+        p = w_i64(p, r->count);
+    }
+    piece(L, base, p);
+    if (r->bytes >= 0) {
+        p = W_LIT(p, ",\"bytes\":");
+        p = w_i64(p, r->bytes);
+    }
+    piece(L, base, p);
+    if (r->fhash) {
+        p = W_LIT(p, ",\"fhash\":\"");
+        p = w_hex16(p, r->fhash);
+        *p++ = '"';
+    }
+    if (r->offset >= 0) {
+        p = W_LIT(p, ",\"offset\":");
+        p = w_i64(p, r->offset);
+    }
+    if (r->req_op != TRC_MPI_NONE && r->req_op >= 0 && r->req_op < TRC_MPI_COUNT) {
+        p = W_LIT(p, ",\"req_op\":\"");
+        size_t n = strlen(trc_mpi_names[r->req_op]);
+        p = w_lit(p, trc_mpi_names[r->req_op], n);
+        *p++ = '"';
+    }
+    if (mpi_kind[op] == TRC_MK_WAIT) {
+        p = W_LIT(p, ",\"nreq\":");
+        p = w_i64(p, r->nreq);
+    }
+    p = W_LIT(p, "}}\n");
+    piece(L, base, p);
+    b->len = (size_t)(p - b->p);
+    return 1;
+}
+
 static int format_region(trc_buf *b, trc_thread *t, uint64_t hdr, const trc_region_rec *r) {
     unsigned level = TRC_HDR_SUB(hdr);
     const char *name = (const char *)(r + 1);
@@ -459,7 +569,11 @@ int trc_format_record(trc_buf *b, trc_thread *t, uint64_t hdr, const void *rec) 
     case TRC_REC_REGION:
         trc_used |= TRC_USED_C_APP;
         return format_region(b, t, hdr, rec);
-    case TRC_REC_META: {
+    case TRC_REC_MPI:
+        trc_used |= TRC_USED_MPI;
+        return format_mpi(b, t, hdr, rec);
+    case TRC_REC_META:
+    case TRC_REC_PROC: {
         const trc_meta_rec *r = rec;
         const char *key = (const char *)(r + 1);
         const char *val = key + r->key_len + 1;
@@ -467,7 +581,8 @@ int trc_format_record(trc_buf *b, trc_thread *t, uint64_t hdr, const void *rec) 
         trc_buf_json(&json, val, r->val_len);
         trc_buf_put(&json, "", 1);
         if (json.p)
-            trc_format_meta(b, "CM", key, json.p, t->tid);
+            trc_format_meta(b, TRC_HDR_TYPE(hdr) == TRC_REC_PROC ? "PR" : "CM", key, json.p,
+                            t->tid);
         free(json.p);
         return 0;
     }

@@ -189,7 +189,7 @@ extern const trc_opinfo trc_ops[TRC_OP_COUNT];
  * written yet", so the header is the publication and the flusher needs no shared head position.
  * The producer always keeps 8 bytes of room for that cleared slot. */
 enum { TRC_REC_NONE = 0, TRC_REC_PAD = 1, TRC_REC_IO = 2, TRC_REC_BEGIN = 3, TRC_REC_REGION = 4,
-       TRC_REC_META = 5 };
+       TRC_REC_META = 5, TRC_REC_MPI = 6, TRC_REC_PROC = 7 };
 
 static inline uint64_t trc_hdr(uint32_t size, unsigned type, unsigned sub, int32_t val) {
     return (uint64_t)(size & 0xffff) | (uint64_t)(type & 0xff) << 16 |
@@ -227,7 +227,21 @@ typedef struct trc_region_rec {
     uint16_t name_len, cat_len, frag_len, pad_;
 } trc_region_rec;
 
-/* Metadata: followed by key and value (NUL-terminated). */
+/* An MPI call (mpi_hooks.h): header sub = the MPI op, val = root/peer (TRC_MPI_NONE none). */
+typedef struct trc_mpi_rec {
+    uint64_t hdr;
+    uint64_t t0;
+    uint64_t dur_level; /* as trc_io_rec */
+    uint32_t comm_id, comm_size;
+    int32_t rank, req_op;
+    int32_t nreq, pad_;
+    int64_t count, bytes;
+    uint64_t fhash;
+    int64_t offset;
+} trc_mpi_rec;
+
+/* Metadata (TRC_REC_META: a "CM" line; TRC_REC_PROC: a "PR" line whose value is a JSON number):
+ * followed by key and value (NUL-terminated). */
 typedef struct trc_meta_rec {
     uint64_t hdr;
     uint16_t key_len, val_len;
@@ -283,6 +297,7 @@ typedef struct trc_rule {
 typedef struct trc_config {
     int enabled, posix, stdio, signals, keep_env, compress, level, clock_tsc;
     int format; /* 2: dftracer 2.x shape (integer ph/type, no brackets); 1: the 1.x shape */
+    int mpi;    /* record MPI calls when the MPI sibling library is loaded */
     int adapt; /* 0: always `level`, 1: the fast encoder while behind, 2: always the fast one */
     int flush_ms;
     int metrics_ms; /* system-metrics sampling interval, 0 = off */
@@ -319,7 +334,7 @@ typedef struct trc_global {
     char ld_preload[PATH_MAX];
 } trc_global;
 
-enum { TRC_FAM_POSIX = 1, TRC_FAM_STDIO = 2, TRC_FAM_ANNOT = 4 };
+enum { TRC_FAM_POSIX = 1, TRC_FAM_STDIO = 2, TRC_FAM_ANNOT = 4, TRC_FAM_MPI = 8 };
 enum { TRC_S_OFF = 0, TRC_S_RUNNING = 1, TRC_S_FINAL = 2 };
 
 extern trc_global trc_g;
@@ -520,5 +535,7 @@ void trc_summary_write(trc_buf *b, pid_t tid);
 /* ---------------------------------------------------------------- wrap_*.c, annot.c */
 void trc_mmap_reset(void);
 void trc_annot_fork_child(trc_thread *t);
+/* Appends a metadata record (TRC_REC_META or TRC_REC_PROC) for the calling thread. */
+void trc_emit_meta(unsigned type, const char *key, const char *value);
 
 #endif
