@@ -408,6 +408,7 @@ static int chunk_add(chunk *c, const an_rawev *ev) {
                 if (k == AN_STR_NONE)
                     return ERR_NOMEM;
                 c->procs[proc].exekey = k;
+                c->procs[proc].exe_ts = ev->ts;
             }
             if (ev->version && ev->version_n >= 14 && !memcmp(ev->version, "scaffold-trace", 14))
                 c->ours = 1;

@@ -272,6 +272,8 @@ static argdst arg_dest(const char *k, size_t kn) {
     case 12:
         if (KEYIS(k, kn, "mem_avail_kb"))
             d.ctr = AN_CTR_MEM_AVAIL_KB;
+        else if (KEYIS(k, kn, "run_delay_us"))
+            d.ctr = AN_CTR_RUN_DELAY_US;
         break;
     default:
         break;

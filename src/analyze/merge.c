@@ -205,7 +205,9 @@ static const char *const IGNORED_PATTERNS[] = {
     /* DFAnalyzer's IGNORED_FILE_PATTERNS: system and interpreter files, not the workload's. */
     "/dev/", "/etc/", "/gapps/python", "/lib/python", "/proc/", "/software/", "/sys/", "/usr/lib",
     "/usr/tce/backend", "/usr/tce/packages", "/venv", "__pycache__", "/usr/share/", "/usr/local/lib",
-    "/site-packages/", "/dist-packages/", NULL};
+    "/site-packages/", "/dist-packages/",
+    "/ompi.", /* Open MPI's session directory (shared-memory and topology files) */
+    NULL};
 
 static int is_system_path(const char *p) {
     for (const char *const *q = IGNORED_PATTERNS; *q; q++)
@@ -512,7 +514,8 @@ static int merge_chunks(an_trace *t, chunk *ch, size_t nc, const an_read_opts *o
             if (rank >= 0)
                 t->procs[gid].rank = rank;
             t->procs[gid].records += lp->records;
-            if (lp->exekey && !t->procs[gid].exe[0]) {
+            if (lp->exekey && (!t->procs[gid].exe[0] || lp->exe_ts > t->procs[gid].exe_ts)) {
+                t->procs[gid].exe_ts = lp->exe_ts;
                 uint32_t ek = lp->exekey < c->nresolved ? c->resolved[lp->exekey] : lp->exekey;
                 set_exe(&t->procs[gid], an_strtab_get(&c->keys, ek), an_strtab_len(&c->keys, ek));
             }

@@ -112,7 +112,7 @@ static int has_suffix(const char *s, const char *suf) {
     return n >= m && !strcasecmp(s + n - m, suf);
 }
 
-static int is_ckpt_path(const char *p) {
+int an_is_ckpt_path(const char *p) {
     return strstr(p, "checkpoint") || strstr(p, "ckpt") || has_suffix(p, ".pt") ||
            has_suffix(p, ".pth") || has_suffix(p, ".safetensors");
 }
@@ -147,6 +147,7 @@ void an_metrics_free(an_metrics *m) {
     free(m->procs);
     free(m->files);
     free(m->windows);
+    free(m->mpi_calls);
     memset(m, 0, sizeof *m);
 }
 
@@ -195,7 +196,7 @@ static an_file_stat *file_stat(mctx *c, uint32_t f, uint32_t p) {
         fs->first_proc = p;
         fs->nprocs = 1;
         fs->read_extent = -1;
-        fs->is_ckpt = is_ckpt_path(an_strtab_get(&c->t->files, f));
+        fs->is_ckpt = an_is_ckpt_path(an_strtab_get(&c->t->files, f));
         c->fidx[f] = (uint32_t)m->nfiles++;
     }
     return &m->files[c->fidx[f]];
@@ -610,8 +611,8 @@ static int pass_stragglers(mctx *c) {
     double bmax = -1, bmin = INFINITY;
     for (size_t p = 0; p < c->np; p++) {
         an_proc_stat *st = &m->procs[p];
-        if (st->ops == 0)
-            continue;
+        if (st->ops == 0 || c->t->procs[p].launcher)
+            continue; /* a launcher (mpirun, srun) is not a rank */
         v[k++] = st->io_nockpt_s;
         if (st->io_nockpt_s > m->io_max_s) {
             m->io_max_s = st->io_nockpt_s;
@@ -767,6 +768,8 @@ int an_metrics_compute(const an_trace *t, double window_s, an_metrics *m) {
     pass_meta_records(&c);
     pass_files(&c);
     pass_shape(&c);
+    if (an_metrics_mpi(t, m))
+        goto out;
     if (m->nfiles)
         qsort(m->files, m->nfiles, sizeof *m->files, cmp_file_time);
     rc = 0;

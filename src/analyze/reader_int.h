@@ -29,6 +29,7 @@ typedef struct {
     int64_t pid;
     uint32_t hostkey; /* local id in keys */
     uint32_t exekey;  /* local id in keys of the start event's exec_hash, 0 none */
+    int64_t exe_ts;   /* that start event's time */
     int rank;
     uint64_t records;
 } lproc;

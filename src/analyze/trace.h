@@ -54,7 +54,8 @@ enum an_op {
 
 /* Counter values the reader keeps (the tracer's system-metrics sampler, docs/trace.md). */
 enum { AN_CTR_CPU_USER_US, AN_CTR_CPU_SYS_US, AN_CTR_RSS_KB, AN_CTR_READ_BYTES, AN_CTR_WRITE_BYTES,
-       AN_CTR_VCSW, AN_CTR_IVCSW, AN_CTR_LOAD1_MILLI, AN_CTR_MEM_AVAIL_KB, AN_NCTR };
+       AN_CTR_VCSW, AN_CTR_IVCSW, AN_CTR_LOAD1_MILLI, AN_CTR_MEM_AVAIL_KB, AN_CTR_RUN_DELAY_US,
+       AN_NCTR };
 
 
 /* File-system classes: what the tuning strategies of the seed's FS_TYPE tables are gated on.
@@ -76,7 +77,10 @@ typedef struct an_proc {
     int rank;       /* -1 when unknown */
     uint32_t nthreads;
     uint64_t records;  /* records as dftracer_stats counts them (every line but metadata) */
-    char exe[48];      /* executable name (start event's exec_hash through SH), "" unknown */
+    char exe[48];      /* executable name (start event's exec_hash through SH), "" unknown: of
+                        * the latest image when the process exec'd (a launcher's forked child
+                        * that became a rank is a rank) */
+    int64_t exe_ts;    /* start time of that image */
     int launcher;      /* mpirun, srun, prterun, orted, slurmstepd...: not a rank */
 } an_proc;
 

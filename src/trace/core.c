@@ -103,6 +103,14 @@ static void config_load(trc_config *c) {
             warn_env("SCAFFOLD_TRACE_CLOCK", clk, "tsc or monotonic");
     }
     c->flush_ms = (int)env_long("SCAFFOLD_TRACE_FLUSH_MS", NULL, 1000, 1, 3600 * 1000);
+    /* System metrics (counter events) every N ms; 0 = off. Below 10 ms the sampler would cost
+     * more than it tells. */
+    c->metrics_ms = (int)env_long("SCAFFOLD_TRACE_METRICS_MS", NULL, 0, 0, 3600 * 1000);
+    if (c->metrics_ms > 0 && c->metrics_ms < 10) {
+        warn_env("SCAFFOLD_TRACE_METRICS_MS", getenv("SCAFFOLD_TRACE_METRICS_MS"),
+                 "0 or at least 10 (ms)");
+        c->metrics_ms = 0;
+    }
     long fb = env_long("SCAFFOLD_TRACE_FLUSH_MIB", NULL, 1, 1, 1024) << 20;
     if (!getenv("SCAFFOLD_TRACE_FLUSH_MIB"))
         fb = env_long("DFTRACER_WRITE_BUFFER_SIZE", NULL, fb, 1, 1L << 30);

@@ -416,10 +416,34 @@ static void format_end(trc_buf *b) {
     trc_buf_str(b, v2 ? "}}}\n" : "}}}\n]\n");
 }
 
+/* System-metrics samples waiting for the file (a process that records no event writes no file,
+ * so its samples are dropped; the buffer is bounded). */
+static trc_buf samples;
+static uint64_t next_sample_ns;
+
+/* Takes a sample when one is due (or at the final flush); returns ms until the next one, or the
+ * flush interval when sampling is off. Flusher side, under the flush lock. */
+static int sample_due(int final) {
+    int ms = trc_g.cfg.metrics_ms;
+    if (ms <= 0)
+        return trc_g.cfg.flush_ms;
+    uint64_t now = trc_mono_ns();
+    if (final || now >= next_sample_ns) {
+        if (samples.len > (64u << 10))
+            samples.len = 0;
+        trc_sample(&samples);
+        next_sample_ns = now + (uint64_t)ms * 1000000u;
+    }
+    uint64_t left = (next_sample_ns - now) / 1000000u + 1;
+    return left < (uint64_t)trc_g.cfg.flush_ms ? (int)left : trc_g.cfg.flush_ms;
+}
+
 void trc_flush_locked(int final) {
     stage.len = 0;
     behind = 0;
     trc_clock_anchor();
+    if (final)
+        sample_due(1);
     if (!file_opened) {
         /* Open (and write the header) before formatting, so FH lines are not repeated. */
         int pending = 0;
@@ -430,6 +454,10 @@ void trc_flush_locked(int final) {
         if (open_file() != 0)
             return;
         format_header(&stage);
+    }
+    if (samples.len) {
+        trc_buf_put(&stage, samples.p, samples.len);
+        samples.len = 0;
     }
     for (trc_thread *t = __atomic_load_n(&trc_g.threads, __ATOMIC_ACQUIRE); t; t = t->next)
         drain_thread(t);
@@ -446,6 +474,8 @@ void trc_flush_locked(int final) {
 
 void trc_flush_new_file(void) {
     trc_used = 0;
+    samples.len = 0;
+    next_sample_ns = 0;
     file_opened = 0;
     file_failed = 0;
     num_events = 0;
@@ -482,7 +512,10 @@ static void *flusher_main(void *arg) {
             fd = __atomic_load_n(&trc_g.wake_fd, __ATOMIC_ACQUIRE);
         }
         struct pollfd p = {fd, POLLIN, 0};
-        int rc = poll(&p, fd >= 0 ? 1 : 0, trc_g.cfg.flush_ms);
+        pthread_mutex_lock(&trc_g.flush_lock);
+        int wait_ms = trc_g.state == TRC_S_RUNNING ? sample_due(0) : trc_g.cfg.flush_ms;
+        pthread_mutex_unlock(&trc_g.flush_lock);
+        int rc = poll(&p, fd >= 0 ? 1 : 0, wait_ms);
         if (rc > 0 && (p.revents & POLLIN)) {
             uint64_t v;
             (void)!syscall(SYS_read, fd, &v, sizeof v);

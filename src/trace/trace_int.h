@@ -522,6 +522,10 @@ typedef struct trc_line {
 } trc_line;
 const trc_line *trc_lines_take(size_t *n);
 
+/* ---------------------------------------------------------------- sample.c */
+/* Appends one system-metrics sample (two counter lines) to b (flusher side). */
+void trc_sample(trc_buf *b);
+
 /* ---------------------------------------------------------------- linez.c */
 /* Largest member trc_linez_encode writes for n bytes of text. */
 size_t trc_linez_bound(size_t n);
