@@ -6,7 +6,8 @@
  * since MPI requires members to call collectives in the same order. In an instance seen on every
  * member, a rank waits from its arrival until the last arrival (capped at its call's duration);
  * the spread of arrivals is the skew. For each instance where ranks waited, the last rank's
- * events between its previous MPI call and its arrival say what it was doing (a checkpoint write,
+ * events between the first arrival (or its previous MPI call, if later) and its own arrival say
+ * what kept it (a checkpoint write,
  * other writes, reads, metadata, annotated compute, or nothing traced); the group (late process,
  * activity, collective) that accounts for the most waiting is the linked cause, reported as one
  * phenomenon with the wait. The measured phase (training epochs, else MPI_Init to MPI_Finalize,
@@ -377,7 +378,9 @@ int an_metrics_mpi(const an_trace *t, an_metrics *m) {
             if (x->wait <= 0 || t->proc[i] != x->late || t->ts[i] != x->max_ts)
                 continue;
             x->wait = -x->wait; /* counted once */
-            int64_t w0 = ce[j].prev_end != INT64_MIN ? ce[j].prev_end : x->min_ts;
+            /* What made it late: its time between the first arrival (the others were ready)
+             * and its own, after its previous MPI call. */
+            int64_t w0 = ce[j].prev_end > x->min_ts ? ce[j].prev_end : x->min_ts;
             double act[AN_ACT_COUNT];
             uint32_t file;
             activity(t, start, idx, x->late, w0, x->max_ts, act, &file);

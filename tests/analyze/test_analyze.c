@@ -749,6 +749,123 @@ static void test_shape2(void) {
     an_trace_free(&t);
 }
 
+/* MPI analysis on a synthetic 4-rank trace in our 2.x shape: NB barriers, each preceded on rank 0
+ * by a 0.5 s write to a checkpoint file while ranks 1-3 wait; ts in us from T0. With a long
+ * measured phase the linked-cause rule fires naming rank 0 and its checkpoint writes; a short one
+ * trips the run.short_phase guard (bottlenecks unranked, no proposal). Counters make rank 0
+ * CPU-bound and rank 1 waiting. */
+static void write_mpi_trace(const char *dir, int nb, int64_t gap_us) {
+    const int64_t T0 = 1800000000000000LL;
+    for (int r = 0; r < 4; r++) {
+        char p[600];
+        snprintf(p, sizeof p, "%s/r%d.pfw", dir, r);
+        FILE *f = fopen(p, "w");
+        int pid = 100 + r;
+        fprintf(f, "{\"name\":\"HH\",\"cat\":\"dftracer\",\"type\":1,\"pid\":%d,\"tid\":%d,\"ph\":4,"
+                   "\"args\":{\"hhash\":\"h\",\"name\":\"n1\",\"value\":\"h\"}}\n", pid, pid);
+        fprintf(f, "{\"name\":\"PR\",\"cat\":\"dftracer\",\"type\":1,\"pid\":%d,\"tid\":%d,\"ph\":4,"
+                   "\"args\":{\"hhash\":\"h\",\"name\":\"rank\",\"value\":\"%d\"}}\n", pid, pid, r);
+        fprintf(f, "{\"name\":\"FH\",\"cat\":\"dftracer\",\"type\":1,\"pid\":%d,\"tid\":%d,\"ph\":4,"
+                   "\"args\":{\"hhash\":\"h\",\"name\":\"/ckpt/checkpoint_%d.pt\",\"value\":\"f%d\"}}\n",
+                pid, pid, r, r);
+        fprintf(f, "{\"id\":1,\"name\":\"MPI_Init\",\"cat\":\"MPI\",\"type\":10,\"pid\":%d,\"tid\":%d,"
+                   "\"ts\":%lld,\"dur\":1000,\"ph\":1,\"args\":{\"hhash\":\"h\",\"comm\":\"0000abcd\","
+                   "\"comm_size\":4,\"rank\":%d}}\n", pid, pid, (long long)T0, r);
+        int64_t t = T0 + 1000;
+        for (int b = 0; b < nb; b++) {
+            int64_t arrive = t + (r == 0 ? 500000 : 1000);
+            if (r == 0)
+                fprintf(f, "{\"id\":%d,\"name\":\"write\",\"cat\":\"POSIX\",\"type\":3,\"pid\":%d,"
+                           "\"tid\":%d,\"ts\":%lld,\"dur\":499000,\"ph\":1,\"args\":{\"hhash\":\"h\","
+                           "\"fhash\":\"f0\",\"count\":1048576,\"ret\":1048576}}\n",
+                        10 + 2 * b, pid, pid, (long long)(t + 500));
+            int64_t end = t + 500000 + 2000;
+            fprintf(f, "{\"id\":%d,\"name\":\"MPI_Barrier\",\"cat\":\"MPI\",\"type\":10,\"pid\":%d,"
+                       "\"tid\":%d,\"ts\":%lld,\"dur\":%lld,\"ph\":1,\"args\":{\"hhash\":\"h\","
+                       "\"comm\":\"0000abcd\",\"comm_size\":4,\"rank\":%d,\"bytes\":0}}\n",
+                    11 + 2 * b, pid, pid, (long long)arrive, (long long)(end - arrive), r);
+            t = end + gap_us;
+        }
+        fprintf(f, "{\"id\":9999,\"name\":\"MPI_Finalize\",\"cat\":\"MPI\",\"type\":10,\"pid\":%d,"
+                   "\"tid\":%d,\"ts\":%lld,\"dur\":100,\"ph\":1,\"args\":{\"hhash\":\"h\","
+                   "\"comm\":\"0000abcd\",\"comm_size\":4,\"rank\":%d}}\n", pid, pid, (long long)t, r);
+        if (r < 2) /* rank 0 busy, rank 1 idle */
+            for (int k = 0; k < 2; k++)
+                fprintf(f, "{\"name\":\"proc\",\"cat\":\"sys\",\"type\":7,\"pid\":%d,\"tid\":0,"
+                           "\"ts\":%lld,\"ph\":2,\"args\":{\"cpu_user_us\":%lld,\"cpu_sys_us\":0}}\n",
+                        pid, (long long)(T0 + k * (t - T0)),
+                        (long long)(k * (r == 0 ? 9 * (t - T0) / 10 : (t - T0) / 20)));
+        fclose(f);
+    }
+}
+
+static void test_mpi(void) {
+    char d1[512], d2[512];
+    snprintf(d1, sizeof d1, "%s/mpi_long", tmpdir);
+    snprintf(d2, sizeof d2, "%s/mpi_short", tmpdir);
+    mkdir(d1, 0755);
+    mkdir(d2, 0755);
+    write_mpi_trace(d1, 6, 2000000); /* ~15 s measured */
+    write_mpi_trace(d2, 2, 1000);    /* ~1 s measured */
+    for (int k = 0; k < 2; k++) {
+        char *files[4], names[4][600];
+        for (int r = 0; r < 4; r++) {
+            snprintf(names[r], sizeof names[r], "%s/r%d.pfw", k ? d2 : d1, r);
+            files[r] = names[r];
+        }
+        an_trace t;
+        an_read_opts o = {.threads = 1};
+        an_metrics m;
+        an_ruleset rs;
+        an_report rep;
+        if (an_trace_read(&t, files, 4, &o) || an_metrics_compute(&t, 0, &m) ||
+            an_rules_default(&rs) || an_report_build(&rep, &t, &m, &rs, NULL)) {
+            CHECK(0, "MPI trace analysed: %s", err_msg());
+            return;
+        }
+        const an_finding *link = NULL, *guard = NULL;
+        for (size_t i = 0; i < rep.nfindings; i++) {
+            if (!strcmp(rep.findings[i].rule->id, "mpi.collective_wait_linked"))
+                link = &rep.findings[i];
+            if (!strcmp(rep.findings[i].rule->id, "run.short_phase"))
+                guard = &rep.findings[i];
+        }
+        int nb = k ? 2 : 6;
+        CHECK(m.has_mpi && m.coll_complete == (uint64_t)nb && fabs(m.coll_wait_s - nb * 3 * 0.499) < 1e-6,
+              "%d barriers matched on 4 ranks, 3 x 0.499 s waited each (%.6f s)", nb, m.coll_wait_s);
+        CHECK(link && t.procs[m.link.proc].rank == 0 && m.link.activity == AN_ACT_CKPT &&
+                  m.link.instances == (uint64_t)nb && !strcmp(link->category, "checkpoint") &&
+                  strstr(link->message, "rank 0's checkpoint writes") &&
+                  strstr(link->entities[2], "/ckpt/checkpoint_0.pt"),
+              "the wait is linked to rank 0's checkpoint writes: %s", link ? link->message : "none");
+        if (!k) {
+            CHECK(!guard && link && strcmp(link->severity, "unranked") && rep.nprops > 0,
+                  "a 15 s phase is ranked (severity %s, %zu proposals)", link ? link->severity : "-",
+                  rep.nprops);
+            uint32_t r0 = 0, r1 = 0;
+            for (uint32_t p = 0; p < t.nprocs; p++) {
+                if (t.procs[p].rank == 0)
+                    r0 = p;
+                if (t.procs[p].rank == 1)
+                    r1 = p;
+            }
+            CHECK(m.has_cpu && m.procs[r0].cpu_want >= 0.7 && m.procs[r1].cpu_want <= 0.2 &&
+                      m.ncpu_bound == 1 && m.ncpu_waiting == 1,
+                  "rank 0 CPU-bound (%.2f), rank 1 waiting (%.2f)", m.procs[r0].cpu_want,
+                  m.procs[r1].cpu_want);
+        } else {
+            CHECK(guard && link && !strcmp(link->severity, "unranked") && rep.nprops == 0 &&
+                      m.phase_s < 5,
+                  "a %.2f s phase: guard fired, the linked wait unranked, no proposal (%zu)",
+                  m.phase_s, rep.nprops);
+        }
+        an_report_free(&rep);
+        an_rules_free(&rs);
+        an_metrics_free(&m);
+        an_trace_free(&t);
+    }
+}
+
 int main(int argc, char **argv) {
     tmpdir = argc > 1 ? argv[1] : "/tmp";
     test_parse();
@@ -757,6 +874,7 @@ int main(int argc, char **argv) {
     test_gzip_and_patterns();
     test_ub_inputs();
     test_shape2();
+    test_mpi();
     test_parts();
     test_fs();
     test_overlap();

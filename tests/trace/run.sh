@@ -336,6 +336,38 @@ else
     echo "SKIP dftracer-utils reader: the test venv is missing (bash tools/setup.sh --test)"
 fi
 
+# System metrics (SCAFFOLD_TRACE_METRICS_MS): counter lines ("proc": CPU time, RSS, I/O bytes,
+# context switches, run-queue delay; "node": load, memory) every interval and at exit; the
+# analyzer tells a busy loop (CPU-bound) from a sleeper (waiting).
+mkdir -p "$T/metrics/out"
+for m in busy idle; do
+    SCAFFOLD_TRACE_METRICS_MS=50 SCAFFOLD_TRACE_PREFIX="$T/metrics/out/trace" LD_PRELOAD="$LIB" "$PYTHON" -c "
+import sys, time
+open('$T/metrics/' + sys.argv[1], 'w').write('x')
+t = time.time()
+while time.time() - t < 1.0:
+    if sys.argv[1] == 'idle':
+        time.sleep(0.05)" "$m" &
+done
+wait
+t_check "metrics: counter lines in every file, valid (check.py), >= 10 samples each" "$PYTHON" -c "
+import sys; sys.path.insert(0, 'tests/trace'); import check
+fs = check.load_dir('$T/metrics/out')
+ok = len(fs) == 2 and all(sum(c['name'] == 'proc' for c in f['counters']) >= 10 and any(c['name'] == 'node' and 'load1_milli' in c['args'] for c in f['counters']) for f in fs)
+sys.exit(0 if ok and not check.FAILS else 1)"
+"$SCAFFOLD" analyze --json "$T/metrics/out" >"$T/metrics.json" 2>/dev/null
+t_check "metrics: the busy process is CPU-bound, the sleeper waiting" "$PYTHON" -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+c = sorted(p['cpu_class'] for p in r['processes'])
+print(c, [(p['cpu_util'], p['cpu_want']) for p in r['processes']]) if c != ['cpu-bound', 'waiting'] else None
+sys.exit(0 if c == ['cpu-bound', 'waiting'] and any(f['id'] == 'sys.cpu_vs_wait' for f in r['findings']) else 1)" "$T/metrics.json"
+out=$(SCAFFOLD_TRACE_METRICS_MS=3 SCAFFOLD_TRACE_PREFIX="$T/off/m3" LD_PRELOAD="$LIB" "$TRUE" 2>&1)
+t_check "bad SCAFFOLD_TRACE_METRICS_MS: one warning naming it" grep -q "SCAFFOLD_TRACE_METRICS_MS='3'" <<<"$out"
+
+# MPI calls through the MPI sibling (Open MPI, or MPICH with make MPI=mpich).
+source tests/trace/mpi.sh
+
 # The zlib fallback build (no libdeflate): same scenarios, same checks.
 if gcc -std=c11 -D_GNU_SOURCE -O2 -fPIC -fvisibility=hidden -shared -Isrc -Iinclude src/trace/*.c \
     -o "$T/libtrace_zlib.so" -ldl -lpthread -lz 2>"$T/zlib_build.err"; then
