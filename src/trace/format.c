@@ -337,6 +337,34 @@ static inline void piece(trc_line *L, const char *base, const char *p) {
         L->ends[L->npieces++] = (uint16_t)(p - base);
 }
 
+/* The common head of an event line, from {"id" to "level": the id, the prepared name/cat/pid/tid
+ * part, ts, dur, hhash and p_idx (the parent from the level in dur_level's top byte), logging the
+ * field ends for the fast encoder; returns the end. */
+static char *event_head(char *base, trc_line *L, uint8_t key, const tmpl *pr, const trc_thread *t,
+                        uint64_t ticks, uint64_t dur_level, uint64_t *t0, uint64_t *dur) {
+    unsigned level = (unsigned)(dur_level >> 56);
+    int64_t pidx = level > 1 && level - 1 <= TRC_MAX_DEPTH ? (int64_t)t->parents[level - 1] : -1;
+    *t0 = trc_clock_ns(ticks);
+    *dur = trc_clock_dur_ns(dur_level & 0x00ffffffffffffffull);
+    char *p = base;
+    if (L)
+        L->key = key;
+    p = W_LIT(p, "{\"id\":");
+    p = w_u64(p, new_id());
+    piece(L, base, p);
+    p = w_lit(p, pr->s, pr->len);
+    p = w_u64(p, (*t0 + trc_realtime_anchor_ns) / 1000);
+    piece(L, base, p);
+    p = W_LIT(p, ",\"dur\":");
+    p = w_u64(p, *dur / 1000);
+    piece(L, base, p);
+    p = w_lit(p, mid, mid_len);
+    p = w_i64(p, pidx);
+    piece(L, base, p);
+    p = W_LIT(p, ",\"level\":");
+    return w_u64(p, level);
+}
+
 static int format_io(trc_buf *b, trc_thread *t, uint64_t hdr, const trc_io_rec *r) {
     int op = (int)TRC_HDR_SUB(hdr);
     if (op >= TRC_OP_COUNT)
@@ -350,29 +378,11 @@ static int format_io(trc_buf *b, trc_thread *t, uint64_t hdr, const trc_io_rec *
         ensure_fh(b, (uint64_t)a2, t->tid);
     if (TRC_UNLIKELY(b->len + 640 > b->cap) && trc_buf_grow(b, 640) != 0)
         return 0;
-    unsigned level = (unsigned)(r->dur_level >> 56);
-    uint64_t t0 = trc_clock_ns(r->t0);
-    uint64_t dur = trc_clock_dur_ns(r->dur_level & 0x00ffffffffffffffull);
-    int64_t pidx = level > 1 && level - 1 <= TRC_MAX_DEPTH ? (int64_t)t->parents[level - 1] : -1;
+    uint64_t t0, dur;
     const tmpl *pr = op_prefix(op);
-    char *base = b->p + b->len, *p = base;
+    char *base = b->p + b->len, *p;
     trc_line *L = line_begin(b->len);
-    if (L)
-        L->key = (uint8_t)op;
-    p = W_LIT(p, "{\"id\":");
-    p = w_u64(p, new_id());
-    piece(L, base, p);
-    p = w_lit(p, pr->s, pr->len);
-    p = w_u64(p, (t0 + trc_realtime_anchor_ns) / 1000);
-    piece(L, base, p);
-    p = W_LIT(p, ",\"dur\":");
-    p = w_u64(p, dur / 1000);
-    piece(L, base, p);
-    p = w_lit(p, mid, mid_len);
-    p = w_i64(p, pidx);
-    piece(L, base, p);
-    p = W_LIT(p, ",\"level\":");
-    p = w_u64(p, level);
+    p = event_head(base, L, (uint8_t)op, pr, t, r->t0, r->dur_level, &t0, &dur);
     if (o->fields & TF_FD) {
         p = W_LIT(p, ",\"fd\":");
         p = w_i64(p, TRC_HDR_VAL(hdr));
@@ -442,34 +452,17 @@ static int format_mpi(trc_buf *b, trc_thread *t, uint64_t hdr, const trc_mpi_rec
         ensure_fh(b, r->fhash, t->tid);
     if (TRC_UNLIKELY(b->len + 768 > b->cap) && trc_buf_grow(b, 768) != 0)
         return 0;
-    unsigned level = (unsigned)(r->dur_level >> 56);
-    uint64_t t0 = trc_clock_ns(r->t0);
-    uint64_t dur = trc_clock_dur_ns(r->dur_level & 0x00ffffffffffffffull);
-    int64_t pidx = level > 1 && level - 1 <= TRC_MAX_DEPTH ? (int64_t)t->parents[level - 1] : -1;
+    uint64_t t0, dur;
     tmpl *pr = &mpre[op];
     if (!pr->len)
         pr->len = (uint8_t)snprintf(pr->s, sizeof pr->s, ",\"name\":\"%s\",\"cat\":\"%s\"%s,\"pid\":%d,\"tid\":%d,\"ts\":",
                                     trc_mpi_names[op], io ? "MPIIO" : "MPI",
                                     trc_g.cfg.format == 2 ? ",\"type\":" TRC_TYPE_MPI : "",
                                     (int)trc_g.pid, (int)pre_tid);
-    char *base = b->p + b->len, *p = base;
+    char *base = b->p + b->len, *p;
     trc_line *L = line_begin(b->len);
-    if (L)
-        L->key = (uint8_t)(TRC_OP_COUNT + op);
-    p = W_LIT(p, "{\"id\":");
-    p = w_u64(p, new_id());
-    piece(L, base, p);
-    p = w_lit(p, pr->s, pr->len);
-    p = w_u64(p, (t0 + trc_realtime_anchor_ns) / 1000);
-    piece(L, base, p);
-    p = W_LIT(p, ",\"dur\":");
-    p = w_u64(p, dur / 1000);
-    piece(L, base, p);
-    p = w_lit(p, mid, mid_len);
-    p = w_i64(p, pidx);
-    piece(L, base, p);
-    p = W_LIT(p, ",\"level\":");
-    p = w_u64(p, level);
+    p = event_head(base, L, (uint8_t)(TRC_OP_COUNT + op), pr, t, r->t0, r->dur_level, &t0, &dur);
+    (void)t0;
     if (r->comm_size) {
         p = W_LIT(p, ",\"comm\":\"");
         static const char hx[] = "0123456789abcdef";

@@ -50,6 +50,11 @@ else
     t_fail "4 ranks under scaffold trace with the MPI sibling" "rc $rc, out '$out': $(tail -5 "$M/calls.err")"
 fi
 
+# The fast line encoder (what a flusher falling behind uses) on MPI lines: same events.
+SCAFFOLD_TRACE_ADAPT=2 "$SCAFFOLD" trace --out "$M/fast" -- $MPIRUN -n 4 "$MPIPROG" calls "$M/d" >/dev/null 2>&1
+t_check "fast encoder: the MPI lines decode to the same calls" \
+    "$PYTHON" tests/trace/check_mpi.py "$M/fast" "$M/d"
+
 # Rank 0 writes its checkpoint (a write that sleeps ~0.36 s) before every barrier: the waits of
 # ranks 1-3 and rank 0's checkpoint writes are one phenomenon. 16 barriers (~6 s) are ranked;
 # 3 (~1.5 s) trip the short-phase guard: the same facts, not ranked, nothing proposed.
