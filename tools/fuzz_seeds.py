@@ -143,6 +143,45 @@ def traces():
     put("compare", "ours_vs_cm1", ours.encode() + b"\0" + gz(cm1_head))
     put("compare", "ours_vs_ours", ours.encode() + b"\0" + gz(ours.encode(), 2))
     put("compare", "dlio_vs_v1", gz(dlio_head) + b"\0" + v1_head)
+    # dftracer 2.x shape (integer ph/type, no brackets): its own 2.2.0 traces (aggregated records,
+    # events without args), and ours (MPI events, counter samples, the end record's cfg/used).
+    d22 = os.path.join(ROOT, "tests", "data", "dftracer-2.2")
+    for w in ("numpy", "numpyagg", "threads"):
+        f = [n for n in sorted(os.listdir(os.path.join(d22, w))) if n.endswith(".pfw.gz")][0]
+        text = gzip.open(os.path.join(d22, w, f)).read()
+        head = b"".join(text.splitlines(keepends=True)[:60])
+        for i, line in enumerate(head.splitlines()[:12]):
+            put("trace_line", "d22_%s_%02d.json" % (w, i), line)
+        put("trace_file", "d22_%s.pfw" % w, head)
+        put("trace_file", "d22_%s-2members.pfw.gz" % w, gz(head, 2))
+    ours2 = "\n".join(json.dumps(e, separators=(",", ":")) for e in [
+        {"name": "HH", "cat": "dftracer", "type": 1, "pid": 7, "tid": 7, "ph": 4,
+         "args": {"hhash": "a1", "name": "node1", "value": "a1"}},
+        {"name": "SH", "cat": "dftracer", "type": 1, "pid": 7, "tid": 7, "ph": 4,
+         "args": {"hhash": "a1", "name": "mpirun", "value": "e1"}},
+        {"id": 0, "name": "start", "cat": "dftracer", "type": 1, "pid": 7, "tid": 7, "ts": 90,
+         "dur": 0, "ph": 1, "args": {"hhash": "a1", "exec_hash": "e1", "version": "scaffold-trace-2.1"}},
+        {"id": 1, "name": "MPI_Allreduce", "cat": "MPI", "type": 10, "pid": 7, "tid": 7, "ts": 100,
+         "dur": 50, "ph": 1, "args": {"hhash": "a1", "p_idx": -1, "level": 1, "comm": "0a0b0c0d",
+                                      "comm_size": 4, "rank": 0, "count": 1, "bytes": 8}},
+        {"id": 2, "name": "MPI_File_write_at", "cat": "MPIIO", "type": 10, "pid": 7, "tid": 7,
+         "ts": 160, "dur": 5, "ph": 1, "args": {"hhash": "a1", "fhash": "f1", "offset": 8,
+                                                "bytes": 4096, "comm_size": 4, "comm": "0a0b0c0d"}},
+        {"name": "proc", "cat": "sys", "type": 7, "pid": 7, "tid": 0, "ts": 200, "ph": 2,
+         "args": {"hhash": "a1", "cpu_user_us": 1500, "cpu_sys_us": 20, "rss_kb": 4096,
+                  "read_bytes": 0, "write_bytes": 4096, "vcsw": 3, "ivcsw": 1}},
+        {"name": "read", "cat": "POSIX", "type": 3, "pid": 7, "tid": 7, "ts": 1000, "ph": 3,
+         "args": {"hhash": "a1", "dft_cnt": 600, "dur_sum": 839, "ret": 928}},
+        {"id": 3, "name": "end", "cat": "dftracer", "type": 1, "pid": 7, "tid": 7, "ts": 300,
+         "dur": 0, "ph": 1, "args": {"hhash": "a1", "num_events": 3, "cfg": {"format": 2},
+                                     "used": {"MPI": 1}}},
+    ]) + "\n"
+    for i, line in enumerate(ours2.encode().splitlines()):
+        put("trace_line", "ours2_%02d.json" % i, line)
+    put("trace_file", "ours2.pfw", ours2.encode())
+    put("trace_file", "ours2-2members.pfw.gz", gz(ours2.encode(), 2))
+    put("trace_line", "out_of_range.json", '{"name":"read","cat":"POSIX","pid":1,"tid":1,"ts":10,'
+        '"dur":18446744073709551621,"ph":1,"args":{"ret":1e300}}')
 
 
 def main():

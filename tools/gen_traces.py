@@ -2,8 +2,9 @@
 """gen_traces.py: synthetic dftracer-format traces with known answers, for the analyzer's tests
 and benchmark.
 
-Writes what our tracer writes: one multi-member .pfw.gz per process, "[" first line, JSON lines
-sorted by end time (as dftracer serialises at exit), FH/HH/PR metadata before first use, args on
+Writes what our tracer writes: one multi-member .pfw.gz per process in dftracer's 2.x shape
+(integer "ph" and "type", no brackets; --shape 1 for the 1.x shape: "[" first, "ph":"X"), JSON
+lines sorted by end time (as dftracer serialises at exit), FH/HH/PR metadata before first use, args on
 (ret, offset, count, fd, fhash, bytes for fread/fwrite), start/end events, and annotation
 categories named like dftracer's AI layer (pipeline: epoch; dataloader: fetch; compute:
 forward/backward/step; comm: all_reduce; checkpoint: capture).
@@ -20,7 +21,7 @@ Scenarios (each a directory of per-rank traces) and the finding each must produc
                 noise_r*, guard_r*
   bench         --events N over --files F processes (a realistic mix) for the benchmark
 
-usage: gen_traces.py OUTDIR [--scenario NAME]... [--events N] [--files F] [--seed S]
+usage: gen_traces.py OUTDIR [--scenario NAME]... [--events N] [--files F] [--seed S] [--shape 1|2]
 """
 import argparse
 import hashlib
@@ -31,6 +32,12 @@ import zlib
 
 US = 1  # timestamps are in microseconds
 T0 = 1_760_000_000_000_000  # a fixed epoch start, so runs are reproducible
+SHAPE = 2  # dftracer 2.x (integer ph/type, no brackets); 1: the 1.x shape
+
+
+def type_of(cat):
+    """dftracer 2.x "type": 1 its own records, 3 POSIX/STDIO, 2 the C annotation API."""
+    return 1 if cat == "dftracer" else 3 if cat in ("POSIX", "STDIO") else 2
 
 
 def h16(s):
@@ -58,11 +65,16 @@ class Trace:
         self.meta_line("PR", "rank", str(rank), 0)
 
     def meta_line(self, kind, name, value, ts):
-        self.id += 1
         self.seq += 1
-        line = ('{"id":%d,"name":"%s","cat":"dftracer","pid":%d,"tid":%d,"ph":"M","args":'
-                '{"hhash":"%s","name":"%s","value":"%s"}}' % (self.id, kind, self.pid, self.pid,
-                                                            self.hh, name, value))
+        if SHAPE == 1:
+            self.id += 1
+            line = ('{"id":%d,"name":"%s","cat":"dftracer","pid":%d,"tid":%d,"ph":"M","args":'
+                    '{"hhash":"%s","name":"%s","value":"%s"}}' % (self.id, kind, self.pid, self.pid,
+                                                                self.hh, name, value))
+        else:
+            line = ('{"name":"%s","cat":"dftracer","type":1,"pid":%d,"tid":%d,"ph":4,"args":'
+                    '{"hhash":"%s","name":"%s","value":"%s"}}' % (kind, self.pid, self.pid,
+                                                                self.hh, name, value))
         self.meta.append((ts, self.seq, line))
 
     def fh(self, path, ts):
@@ -81,9 +93,14 @@ class Trace:
         a = ['"hhash":"%s"' % self.hh]
         for k, v in args.items():
             a.append('"%s":%s' % (k, ('"%s"' % v) if isinstance(v, str) else int(v)))
-        line = ('{"id":%d,"name":"%s","cat":"%s","pid":%d,"tid":%d,"ts":%d,"dur":%d,"ph":"X",'
-                '"args":{%s}}' % (self.id, name, cat, self.pid, tid or self.pid, int(ts), int(dur),
-                                  ",".join(a)))
+        if SHAPE == 1:
+            line = ('{"id":%d,"name":"%s","cat":"%s","pid":%d,"tid":%d,"ts":%d,"dur":%d,"ph":"X",'
+                    '"args":{%s}}' % (self.id, name, cat, self.pid, tid or self.pid, int(ts),
+                                      int(dur), ",".join(a)))
+        else:
+            line = ('{"id":%d,"name":"%s","cat":"%s","type":%d,"pid":%d,"tid":%d,"ts":%d,"dur":%d,'
+                    '"ph":1,"args":{%s}}' % (self.id, name, cat, type_of(cat), self.pid,
+                                             tid or self.pid, int(ts), int(dur), ",".join(a)))
         self.ev.append((int(ts) + int(dur), self.seq, line))
         return dur
 
@@ -121,17 +138,17 @@ class Trace:
         start = min([e[0] for e in self.ev] + [T0])
         end = max([e[0] for e in self.ev] + [T0])
         self.x("start", "dftracer", start, 0, None)
-        n = len(self.ev) + 1
+        n = len(self.ev)  # the events before the end record, start included
         self.x("end", "dftracer", end, 0, None, num_events=n)
         items = [(ts, 0, s, l) for ts, s, l in self.meta] + [(ts, 1, s, l) for ts, s, l in self.ev]
         items.sort()
-        lines = ["["] + [l for _, _, _, l in items]
+        lines = (["["] if SHAPE == 1 else []) + [l for _, _, _, l in items]
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         tmp = self.path + ".tmp"
         with open(tmp, "wb") as f:
             for i in range(0, len(lines), self.member_lines):
                 chunk = "\n".join(lines[i:i + self.member_lines]) + "\n"
-                if i + self.member_lines >= len(lines):
+                if i + self.member_lines >= len(lines) and SHAPE == 1:
                     chunk += "]"
                 c = zlib.compressobj(1, zlib.DEFLATED, 31)
                 f.write(c.compress(chunk.encode()) + c.flush())
@@ -323,7 +340,11 @@ def main():
     ap.add_argument("--events", type=int, default=5_000_000)
     ap.add_argument("--files", type=int, default=16)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--shape", type=int, choices=(1, 2), default=2,
+                    help="dftracer trace shape: 2 (integer ph/type, no brackets) or 1")
     a = ap.parse_args()
+    global SHAPE
+    SHAPE = a.shape
     names = a.scenario or list(SCENARIOS) + ["compare"]
     for s in names:
         d = os.path.join(a.outdir, s)

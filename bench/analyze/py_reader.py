@@ -20,7 +20,7 @@ def load(paths):
                 if not line or line[0] in "[]":
                     continue
                 ev = json.loads(line)
-                if ev.get("ph") == "X":
+                if ev.get("ph") in ("X", 1):  # 1.x letter, 2.x integer
                     events.append(ev)
     return len(events)
 

@@ -7,10 +7,12 @@
 #  2. one generated trace of >= 1 GB uncompressed in a single .pfw.gz file (multi-member, as
 #     dftracer and our tracer write): the reader and the full analysis with 1 and 2 threads
 #     (parallel decode of one file), and dftracer_stats' first run on it.
+#  2b. the same generated events in dftracer's 2.x shape (integer ph/type, no brackets) and in
+#     the 1.x shape: full analysis, 1 thread; the 2.x reader must add <= 10%.
 #  3. with ANALYZE_BENCH_PYTHON=1: the 16-file, 5 M-event trace against a plain Python reader
 #     (gzip + json.loads per line).
 # Each figure is the median of REPS runs. Knobs: ANALYZE_BENCH_REPS (3), ANALYZE_BENCH_BIG_EVENTS
-# (5000000: ~1.1 GB uncompressed), ANALYZE_BENCH_DIR (cache of generated traces; default under
+# (5000000: ~1.1 GB uncompressed), ANALYZE_BENCH_SHAPE_EVENTS (2000000), ANALYZE_BENCH_DIR (cache of generated traces; default under
 # TMPDIR). Run it alone: flock -x /tmp/scaffold-cpu.lock bash bench/analyze/run.sh
 set -u
 cd "$(dirname "$0")/../.."
@@ -102,6 +104,27 @@ if [ -n "$STATS" ]; then
     printf "dftracer_stats, first run on the large file: %.2f s (scaffold analyze, 2 threads: %.2f s -> %.1fx)\n" \
         "$sb" "$f2" "$(awk -v x="$sb" -v y="$f2" 'BEGIN {print x / y}')"
 fi
+
+echo
+SHN=${ANALYZE_BENCH_SHAPE_EVENTS:-2000000}
+echo "== 2b. the same $SHN events in the 2.x and the 1.x shape: full analysis, 1 thread (median of $REPS)"
+for sh in 1 2; do
+    SD=$DIR/shape$sh-$SHN
+    if [ ! -f "$SD/bench/.done" ]; then
+        rm -rf "$SD"
+        "$PYTHON" tools/gen_traces.py "$SD" --scenario bench --events "$SHN" --files 4 --shape "$sh" 2>/dev/null &&
+            touch "$SD/bench/.done" || { echo "bench: trace generation failed"; exit 1; }
+    fi
+done
+S1=""; S2=""
+for _ in $(seq "$REPS"); do
+    S1="$S1 $(wall "$SC" analyze --threads 1 "$DIR/shape1-$SHN/bench")"
+    S2="$S2 $(wall "$SC" analyze --threads 1 "$DIR/shape2-$SHN/bench")"
+done
+s1=$(tr ' ' '\n' <<<"$S1" | grep . | median)
+s2=$(tr ' ' '\n' <<<"$S2" | grep . | median)
+awk -v a="$s1" -v b="$s2" 'BEGIN {
+    printf "1.x shape %.3f s, 2.x shape %.3f s: the 2.x reader adds %+.1f%% (target <= +10%%)\n", a, b, 100 * (b / a - 1) }'
 
 if [ "${ANALYZE_BENCH_PYTHON:-0}" = 1 ]; then
     echo

@@ -38,10 +38,19 @@ int an_analyze(const char *const *paths, int npaths, const an_opts *o, FILE *out
     free(files);
     if (rc)
         goto out;
-    for (size_t i = 0; i < t.ninputs && warn; i++)
+    size_t nempty = 0;
+    const char *empty1 = NULL;
+    for (size_t i = 0; i < t.ninputs && warn; i++) {
         if (t.inputs[i].note[0])
             fprintf(warn, "scaffold analyze: warning: %s: %s\n", t.inputs[i].path,
                     t.inputs[i].note);
+        if (t.inputs[i].empty && !nempty++)
+            empty1 = t.inputs[i].path;
+    }
+    /* Said once for all of them: dftracer leaves one empty file per forked child. */
+    if (nempty && warn)
+        fprintf(warn, "scaffold analyze: note: %zu empty trace file(s) skipped (%s%s): processes "
+                      "that traced nothing\n", nempty, empty1, nempty > 1 ? ", ..." : "");
     if ((rc = an_metrics_compute(&t, o->window_s, &m)) || (rc = an_report_build(&rep, &t, &m, &rs, o->catalog ? &cat : NULL)))
         goto out;
     int top = o->top > 0 ? o->top : 10;

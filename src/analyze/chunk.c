@@ -59,6 +59,7 @@ void an_chunk_free(chunk *c) {
     free(c->tail);
     free(c->pairs);
     free(c->procs);
+    free(c->ctrs);
 }
 
 #define GROW(ptr, cap)                                                                             \
@@ -233,7 +234,8 @@ static void chunk_metadata(chunk *c, const an_rawev *ev) {
     c->metadata++;
     const char *nm = ev->name;
     size_t nn = ev->name_n;
-    if ((KEYIS(nm, nn, "FH") || KEYIS(nm, nn, "HH")) && ev->m_value && ev->m_name) {
+    if ((KEYIS(nm, nn, "FH") || KEYIS(nm, nn, "HH") || KEYIS(nm, nn, "SH")) && ev->m_value &&
+        ev->m_name) {
         uint32_t hk = chunk_key(c, ev->m_value, ev->m_value_n);
         uint32_t sk = chunk_key_esc(c, ev->m_name, ev->m_name_n, ev->m_name_esc);
         uint32_t fk = ev->m_fs ? chunk_key(c, ev->m_fs, ev->m_fs_n) : 0;
@@ -246,7 +248,7 @@ static void chunk_metadata(chunk *c, const an_rawev *ev) {
         }
         return;
     }
-    if (KEYIS(nm, nn, "SH") || KEYIS(nm, nn, "CM") || KEYIS(nm, nn, "thread_name"))
+    if (KEYIS(nm, nn, "CM") || KEYIS(nm, nn, "thread_name") || KEYIS(nm, nn, "FS"))
         return;
     if (KEYIS(nm, nn, "PR") || KEYIS(nm, nn, "process_name")) {
         int64_t rank = -1;
@@ -273,61 +275,160 @@ static void chunk_metadata(chunk *c, const an_rawev *ev) {
     c->unknown_meta++;
 }
 
+/* The file key of an event: its fhash, or an inline file name (early v1). AN_STR_NONE on OOM. */
+static uint32_t event_file(chunk *c, const an_rawev *ev) {
+    if (ev->fhash) {
+        /* Consecutive events mostly touch the same file: skip the hash lookup then. */
+        if (c->last_file_key != AN_STR_NONE && ev->fhash_n == c->last_file_n &&
+            !memcmp(ev->fhash, c->last_file, ev->fhash_n))
+            return c->last_file_key;
+        uint32_t fk = chunk_key(c, ev->fhash, ev->fhash_n);
+        if (fk != AN_STR_NONE && ev->fhash_n < sizeof c->last_file) {
+            memcpy(c->last_file, ev->fhash, ev->fhash_n);
+            c->last_file_n = ev->fhash_n;
+            c->last_file_key = fk;
+        }
+        return fk;
+    }
+    if (ev->fname)
+        return chunk_key_esc(c, ev->fname, ev->fname_n, ev->fname_esc);
+    return 0;
+}
+
+/* An MPI event's communicator as one non-negative number: a 32-bit hash of the tracer's comm id
+ * above 24 bits of its size (the analyzer matches collective instances on it); -1 unknown. */
+static int64_t mpi_comm_key(const an_rawev *ev) {
+    if (!ev->comm || !(ev->has & AN_RAW_COMMSZ) || ev->comm_size < 1)
+        return -1;
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < ev->comm_n; i++)
+        h = (h ^ (unsigned char)ev->comm[i]) * 16777619u;
+    int64_t sz = ev->comm_size > 0xffffff ? 0xffffff : ev->comm_size;
+    return (int64_t)((uint64_t)h << 24 | (uint64_t)sz);
+}
+
+/* A counter sample of the tracer's system-metrics sampler (kept beside the events). */
+static int chunk_counter(chunk *c, const an_rawev *ev, uint32_t proc) {
+    if (!ev->ctr_has)
+        return 0;
+    if (c->nctrs == c->capctrs) {
+        size_t nc = c->capctrs ? c->capctrs * 2 : 64;
+        an_counter *n = realloc(c->ctrs, nc * sizeof *n);
+        if (!n)
+            return ERR_NOMEM;
+        c->ctrs = n;
+        c->capctrs = nc;
+    }
+    an_counter *k = &c->ctrs[c->nctrs++];
+    k->proc = proc;
+    k->ts = ev->ts;
+    k->has = ev->ctr_has;
+    memcpy(k->v, ev->ctr, sizeof k->v);
+    return 0;
+}
+
+/* Bytes an aggregated read/write record stands for: the sum the tracer wrote (bytes_sum,
+ * size_sum), else ret_sum (times the item size for fread/fwrite), else a constant ret times the
+ * calls (dftracer writes a field that never varied plain, without _sum); -1 unknown or beyond
+ * int64. */
+static int64_t agg_bytes(const an_rawev *ev, const pairinfo *pi, int64_t cnt) {
+    int64_t b;
+    if (ev->has & AN_RAW_SIZESUM)
+        return ev->size_sum;
+    if (ev->has & AN_RAW_RETSUM) {
+        if (pi->sub != SK_FRW || !(ev->has & AN_RAW_SIZE))
+            return ev->ret_sum;
+        return __builtin_mul_overflow(ev->ret_sum, ev->size, &b) ? -1 : b;
+    }
+    if (ev->has & AN_RAW_RET) {
+        int64_t per = ev->ret;
+        if (pi->sub == SK_FRW && (ev->has & AN_RAW_SIZE) && __builtin_mul_overflow(per, ev->size, &per))
+            return -1;
+        return __builtin_mul_overflow(per, cnt, &b) ? -1 : b;
+    }
+    return -1;
+}
+
+/* 0 stored (or ignored), 1 skipped for an out-of-range number, -1 malformed, ERR_NOMEM. */
 static int chunk_add(chunk *c, const an_rawev *ev) {
-    char ph = ev->ph_n ? ev->ph[0] : 'X';
-    if (ph == 'M') {
+    int kind = ev->ph_kind;
+    if (ev->ph_int)
+        c->shape2 = 1;
+    if (kind == AN_PH_META) {
         chunk_metadata(c, ev);
         return 0;
     }
-    if (ph != 'X' && ph != 'C')
+    if (kind == AN_PH_OTHER)
         return 0; /* B/E/i/... events are not produced by dftracer; ignore them */
     if (!ev->has_ts || !ev->name)
         return -1;
-    /* Timestamps and durations (a counter's dur_sum too) beyond 2^61 us (73,000 years) are not
-     * times: rejecting them keeps every later sum and difference of two times inside int64. */
-    if (ev->ts > AN_TS_MAX || ev->ts < -AN_TS_MAX || (ev->has_dur && ev->dur > AN_TS_MAX) ||
-        (ph == 'C' && (ev->has & AN_RAW_DURSUM) && ev->dur_sum > AN_TS_MAX))
-        return -1;
+    /* A number beyond int64, a negative duration or a time beyond 2^61 us: skipped and counted
+     * (never wrapped or clamped into a plausible value). */
+    if (ev->out_of_range)
+        return 1;
+    int64_t cnt = 1, dur = ev->has_dur ? ev->dur : 0;
+    if (kind == AN_PH_AGG) {
+        cnt = (ev->has & AN_RAW_DFTCNT) ? ev->dft_cnt : (ev->has & AN_RAW_COUNT) ? ev->count : 1;
+        if (cnt < 1)
+            cnt = 1;
+        if (ev->has & AN_RAW_DURSUM)
+            dur = ev->dur_sum;
+        else if ((ev->has & AN_RAW_ADUR) && __builtin_mul_overflow(ev->adur, cnt, &dur))
+            return 1;
+        if (dur > AN_TS_MAX)
+            return 1;
+    }
     if (chunk_reserve(c))
         return ERR_NOMEM;
     uint32_t pr = chunk_pair(c, ev);
     if (pr == AN_STR_NONE)
         return ERR_NOMEM;
-    const pairinfo *pi = &c->pairs[pr];
+    pairinfo *pi = &c->pairs[pr];
     uint32_t hk = chunk_host(c, ev);
     uint32_t proc = chunk_proc(c, ev->has_pid ? ev->pid : 0, hk == AN_STR_NONE ? 0 : hk);
     if (proc == AN_STR_NONE)
         return ERR_NOMEM;
-    uint32_t fk = 0;
-    if (ev->fhash) {
-        /* Consecutive events mostly touch the same file: skip the hash lookup then. */
-        if (c->last_file_key != AN_STR_NONE && ev->fhash_n == c->last_file_n &&
-            !memcmp(ev->fhash, c->last_file, ev->fhash_n)) {
-            fk = c->last_file_key;
-        } else {
-            fk = chunk_key(c, ev->fhash, ev->fhash_n);
-            if (fk != AN_STR_NONE && ev->fhash_n < sizeof c->last_file) {
-                memcpy(c->last_file, ev->fhash, ev->fhash_n);
-                c->last_file_n = ev->fhash_n;
-                c->last_file_key = fk;
+    pi->records++;
+    c->procs[proc].records++;
+    if (kind == AN_PH_COUNTER)
+        return chunk_counter(c, ev, proc);
+    c->calls += (uint64_t)cnt;
+    if (pi->op == AN_OP_TRACER) {
+        const char *nm = an_strtab_get(&c->names, pi->name);
+        if (nm[0] == 'e') {
+            /* dftracer 2.x writes num_events only with metadata on */
+            if ((ev->has & AN_RAW_NUMEV) && ev->num_events >= 0) {
+                c->num_events += (uint64_t)ev->num_events;
+                c->has_count = 1;
             }
+            c->has_end = 1;
+        } else if (nm[0] == 's') {
+            if (ev->exec_hash) {
+                uint32_t k = chunk_key(c, ev->exec_hash, ev->exec_hash_n);
+                if (k == AN_STR_NONE)
+                    return ERR_NOMEM;
+                c->procs[proc].exekey = k;
+                c->procs[proc].exe_ts = ev->ts;
+            }
+            if (ev->version && ev->version_n >= 14 && !memcmp(ev->version, "scaffold-trace", 14))
+                c->ours = 1;
         }
-    } else if (ev->fname)
-        fk = chunk_key_esc(c, ev->fname, ev->fname_n, ev->fname_esc);
+    }
+    uint32_t fk = event_file(c, ev);
     if (fk == AN_STR_NONE)
         return ERR_NOMEM;
     size_t i = c->n++;
-    int64_t dur = ev->has_dur ? ev->dur : 0;
     int64_t bytes = -1, off = -1;
     uint8_t fl = pi->flags;
-    if (ph == 'C') {
-        fl |= AN_F_COUNTER;
-        if (ev->has & AN_RAW_DURSUM)
-            dur = ev->dur_sum;
-        if (ev->has & AN_RAW_SIZESUM)
-            bytes = ev->size_sum;
-        else if (ev->has & AN_RAW_RETSUM)
-            bytes = ev->ret_sum;
+    if (kind == AN_PH_AGG) {
+        fl |= AN_F_AGG;
+        off = cnt; /* an aggregated record's offset column holds its call count */
+        if (pi->op == AN_OP_READ || pi->op == AN_OP_WRITE)
+            bytes = agg_bytes(ev, pi, cnt);
+    } else if (pi->op == AN_OP_MPI) {
+        off = mpi_comm_key(ev);
+        if (ev->has & AN_RAW_BYTES)
+            bytes = ev->bytes;
     } else if (pi->op >= AN_OP_COMPUTE && pi->op < AN_OP_TRACER) {
         /* Application work the annotation states: samples (batch_size) and bytes handed over,
          * whatever tier served them (compare's notion of work). */
@@ -345,8 +446,6 @@ static int chunk_add(chunk *c, const an_rawev *ev) {
         } else if (ev->has & AN_RAW_RET) {
             bytes = ev->ret;
         }
-        if (bytes < 0)
-            bytes = -1;
         if (ev->has & AN_RAW_OFFSET)
             off = ev->offset;
     } else if (pi->sub == SK_LSEEK && (ev->has & AN_RAW_RET) && ev->ret >= 0) {
@@ -364,8 +463,10 @@ static int chunk_add(chunk *c, const an_rawev *ev) {
         if ((ev->has & AN_RAW_FLAGS) && (ev->flags & 02000))
             fl |= AN_F_APPEND;
     }
+    if (bytes < 0)
+        bytes = -1;
     c->ts[i] = ev->ts;
-    c->dur[i] = dur < 0 ? 0 : dur;
+    c->dur[i] = dur;
     c->offset[i] = off;
     c->bytes[i] = bytes;
     c->pair[i] = pr;
@@ -394,6 +495,12 @@ void an_chunk_line(chunk *c, const char *p, const char *e) {
         int rc = chunk_add(c, &ev);
         if (rc == 0)
             return;
+        if (rc == 1) {
+            if (!c->out_of_range)
+                c->first_oor_line = c->lines;
+            c->out_of_range++;
+            return;
+        }
         if (rc == ERR_NOMEM) {
             c->oom = 1;
             return;

@@ -87,6 +87,9 @@ int an_classify(const char *name, size_t nn, const char *cat, size_t cn, unsigne
             return AN_OP_PCTL;
         return AN_OP_IO_OTHER;
     }
+    /* MPI calls (our tracer's MPI sibling, dftracer 2.1+'s MPI layer): cat "MPI" */
+    if (ieq(cat, cn, "mpi") && starts(name, nn, "MPI_"))
+        return AN_OP_MPI;
     if (ieq(cat, cn, "dftracer"))
         return (ieq(name, nn, "start") || ieq(name, nn, "end")) ? AN_OP_TRACER : AN_OP_NONE;
     if (ieq(cat, cn, "compute"))

@@ -155,6 +155,15 @@ static double umed(const an_run *r, size_t n, size_t off) {
     return k ? an_median(v, k) : 0;
 }
 
+/* The largest I/O time over a side's runs (0: no run of the side has any I/O). */
+static double io_max(const an_run *r, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (r[i].io_time_s > m)
+            m = r[i].io_time_s;
+    return m;
+}
+
 static int all_known(const an_run *r, size_t n, size_t off) {
     for (size_t i = 0; i < n; i++)
         if (!*(const int *)((const char *)&r[i] + off))
@@ -275,6 +284,10 @@ void an_compare(const an_run *base, size_t nb, const an_run *cand, size_t nc, do
     r->epoch_lo = de.lo;
     r->epoch_hi = de.hi;
     r->io_med = isnan(di.med) ? 0 : di.med;
+    /* A side without any I/O has no percentage change to show (it is not "+0.0%"). */
+    r->io_none = (io_max(base, nb) <= 0 ? 1 : 0) | (io_max(cand, nc) <= 0 ? 2 : 0);
+    if (r->io_none)
+        r->io_med = 0;
     int sign = an_delta_sign(&dt);
     int sys_gain = (!isnan(di.med) && di.med < -r->noise) || (!isnan(dw.med) && dw.med > r->noise);
     const char *t = r->time_basis;
@@ -372,7 +385,14 @@ void an_compare_text(const an_run *base, size_t nb, const an_run *cand, size_t n
     if (!isnan(r->epoch_med))
         fprintf(out, "epoch time: %+.1f%% (range %+.1f%% .. %+.1f%%)\n", 100 * r->epoch_med,
                 100 * r->epoch_lo, 100 * r->epoch_hi);
-    fprintf(out, "I/O time: %+.1f%%\n", 100 * r->io_med);
+    if (r->io_none == 3)
+        fprintf(out, "I/O time: neither side has I/O events\n");
+    else if (r->io_none)
+        fprintf(out, "I/O time: the %s has no I/O events (%s: %.3f s): no percentage change\n",
+                r->io_none == 1 ? "baseline" : "candidate", r->io_none == 1 ? "candidate" : "baseline",
+                io_max(r->io_none == 1 ? cand : base, r->io_none == 1 ? nc : nb));
+    else
+        fprintf(out, "I/O time: %+.1f%%\n", 100 * r->io_med);
     if (r->does_less)
         fprintf(out, "work: candidate does less: %s\n", r->less);
     else if (r->app_units)
@@ -463,7 +483,10 @@ void an_compare_json(const an_run *base, size_t nb, const an_run *cand, size_t n
     an_jw_num(&w, "noise_band", r->noise);
     delta_json(&w, "wall_delta", r->wall_med, r->wall_lo, r->wall_hi);
     delta_json(&w, "epoch_delta", r->epoch_med, r->epoch_lo, r->epoch_hi);
-    an_jw_num(&w, "io_delta", r->io_med);
+    an_jw_num(&w, "io_delta", r->io_none ? NAN : r->io_med);
+    an_jw_str(&w, "io_note", r->io_none == 3 ? "neither side has I/O events"
+                             : r->io_none == 1 ? "the baseline has no I/O events"
+                             : r->io_none == 2 ? "the candidate has no I/O events" : "");
     an_jw_str(&w, "less", r->less);
     an_jw_str(&w, "data_path", r->datapath);
     an_jw_str(&w, "reason", r->reason);

@@ -92,7 +92,8 @@ typedef struct an_compare_result {
     double wall_med, wall_lo, wall_hi;    /* compared time, candidate vs baseline (fractions,
                                            * -0.1 = 10% faster) */
     double epoch_med, epoch_lo, epoch_hi; /* NAN when no epoch annotations */
-    double io_med;             /* I/O time change */
+    double io_med;             /* I/O time change (0 when a side has no I/O: see io_none) */
+    int io_none;               /* bit 0: no baseline run has I/O time, bit 1: no candidate run */
     char less[300];            /* what the candidate does less of */
     char datapath[300];        /* fewer file-system bytes for the same work, when it happens */
     char reason[900];

@@ -381,6 +381,7 @@ void an_load_part(chunk *c) {
     }
     size_t size = (size_t)st.st_size;
     if (size == 0) {
+        c->empty = 1; /* dftracer leaves one per forked child that traced nothing */
         close(fd);
         return;
     }

@@ -81,8 +81,9 @@ static const char *skip_value(const char *p, const char *e) {
 
 #define ISDIG(c) ((unsigned)((c) - '0') < 10u)
 
-/* Parses a number token s[0..n) (digits, sign, optional fraction/exponent). */
-int an_parse_num(const char *s, size_t n, int64_t *v) {
+/* A number token s[0..n) (sign, digits, optional fraction/exponent): 1 parsed into *v, 0 not a
+ * number, -1 a number outside int64 (never wrapped or saturated: the caller skips what needs it). */
+static int parse_num_range(const char *s, size_t n, int64_t *v) {
     if (n == 0)
         return 0;
     const char *p = s, *e = s + n;
@@ -96,8 +97,12 @@ int an_parse_num(const char *s, size_t n, int64_t *v) {
     if (p >= e || !ISDIG(*p))
         return 0;
     uint64_t x = 0;
+    int over = 0;
     while (p < e && ISDIG(*p)) {
-        x = x * 10 + (uint64_t)(*p - '0');
+        unsigned d = (unsigned)(*p - '0');
+        if (x > (UINT64_MAX - d) / 10)
+            over = 1;
+        x = x * 10 + d;
         p++;
     }
     if (p < e) {
@@ -110,17 +115,25 @@ int an_parse_num(const char *s, size_t n, int64_t *v) {
         buf[n] = 0;
         char *end;
         double d = strtod(buf, &end);
-        if (end != buf + n || !isfinite(d))
+        if (end != buf + n)
             return 0;
+        /* 2^63 is the first double past INT64_MAX; llround is undefined beyond it */
+        if (!isfinite(d) || d >= 9223372036854775808.0 || d < -9223372036854775808.0)
+            return -1;
         *v = (int64_t)llround(d);
         return 1;
     }
-    *v = neg ? -(int64_t)x : (int64_t)x;
+    if (over || x > (uint64_t)INT64_MAX + (uint64_t)neg)
+        return -1;
+    *v = neg ? (int64_t)(0 - x) : (int64_t)x;
     return 1;
 }
 
+int an_parse_num(const char *s, size_t n, int64_t *v) { return parse_num_range(s, n, v) == 1; }
+
 /* A number value, possibly quoted (dftracer v1 writes every value as a string). Integers are
- * converted while scanning (one pass); fractions and exponents go through an_parse_num. */
+ * converted while scanning (one pass); fractions and exponents go through parse_num_range.
+ * *ok: 1 a number in int64, 0 not a number (null, true...: skipped), -1 a number beyond int64. */
 static inline const char *scan_number(const char *p, const char *e, int64_t *v, int *ok) {
     *ok = 0;
     if (p < e && *p == '"') {
@@ -128,7 +141,7 @@ static inline const char *scan_number(const char *p, const char *e, int64_t *v, 
         size_t n;
         const char *q = scan_string(p, e, &s, &n, NULL);
         if (q)
-            *ok = an_parse_num(s, n, v);
+            *ok = parse_num_range(s, n, v);
         return q;
     }
     const char *st = p;
@@ -138,25 +151,30 @@ static inline const char *scan_number(const char *p, const char *e, int64_t *v, 
         p++;
     }
     uint64_t x = 0;
+    int over = 0;
     const char *d0 = p;
     while (p < e && ISDIG(*p)) {
-        x = x * 10 + (uint64_t)(*p - '0');
+        unsigned d = (unsigned)(*p - '0');
+        if (x > (UINT64_MAX - d) / 10)
+            over = 1;
+        x = x * 10 + d;
         p++;
     }
     if (p < e && (*p == '.' || *p == 'e' || *p == 'E')) {
         const char *q = skip_value(st, e);
         if (q)
-            *ok = an_parse_num(st, (size_t)(q - st), v);
+            *ok = parse_num_range(st, (size_t)(q - st), v);
         return q;
     }
     if (p == d0) /* not a number (null, true, ...): skip it */
         return skip_value(st, e);
-    /* clamped to int64_t: "-9223372036854775808" is INT64_MIN (negating its int64_t would
-     * overflow), larger magnitudes (wrapped above) are out of any trace's range anyway */
-    if (neg)
-        *v = x > (uint64_t)INT64_MAX ? INT64_MIN : -(int64_t)x;
-    else
-        *v = x > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)x;
+    /* "-9223372036854775808" is INT64_MIN; anything larger in magnitude is out of range (a
+     * corrupt or hostile trace), reported rather than wrapped */
+    if (over || x > (uint64_t)INT64_MAX + (uint64_t)neg) {
+        *ok = -1;
+        return p;
+    }
+    *v = neg ? (int64_t)(0 - x) : (int64_t)x;
     *ok = 1;
     return p;
 }
@@ -173,6 +191,116 @@ static const char *scan_raw(const char *p, const char *e, const char **s, size_t
             *esc = 0;
     }
     return q;
+}
+
+/* Where an arg's number goes: a raw bit (ev->has) or a counter slot (ev->ctr_has). */
+typedef struct {
+    unsigned bit;
+    int ctr; /* AN_CTR_*, or -1 */
+} argdst;
+
+/* The numeric args the reader uses, by key; bit 0 and ctr -1 for the others. */
+static argdst arg_dest(const char *k, size_t kn) {
+    argdst d = {0, -1};
+    switch (kn) {
+    case 3:
+        if (KEYIS(k, kn, "ret"))
+            d.bit = AN_RAW_RET;
+        else if (KEYIS(k, kn, "dur"))
+            d.bit = AN_RAW_ADUR;
+        break;
+    case 4:
+        if (KEYIS(k, kn, "size"))
+            d.bit = AN_RAW_SIZE;
+        else if (KEYIS(k, kn, "vcsw"))
+            d.ctr = AN_CTR_VCSW;
+        break;
+    case 5:
+        if (KEYIS(k, kn, "count"))
+            d.bit = AN_RAW_COUNT;
+        else if (KEYIS(k, kn, "bytes"))
+            d.bit = AN_RAW_BYTES;
+        else if (KEYIS(k, kn, "flags"))
+            d.bit = AN_RAW_FLAGS;
+        else if (KEYIS(k, kn, "ivcsw"))
+            d.ctr = AN_CTR_IVCSW;
+        break;
+    case 6:
+        if (KEYIS(k, kn, "offset"))
+            d.bit = AN_RAW_OFFSET;
+        else if (KEYIS(k, kn, "whence"))
+            d.bit = AN_RAW_WHENCE;
+        else if (KEYIS(k, kn, "rss_kb"))
+            d.ctr = AN_CTR_RSS_KB;
+        break;
+    case 7:
+        if (KEYIS(k, kn, "dur_sum"))
+            d.bit = AN_RAW_DURSUM;
+        else if (KEYIS(k, kn, "ret_sum"))
+            d.bit = AN_RAW_RETSUM;
+        else if (KEYIS(k, kn, "dft_cnt"))
+            d.bit = AN_RAW_DFTCNT;
+        break;
+    case 8:
+        if (KEYIS(k, kn, "size_sum"))
+            d.bit = AN_RAW_SIZESUM;
+        break;
+    case 9:
+        if (KEYIS(k, kn, "bytes_sum"))
+            d.bit = AN_RAW_SIZESUM;
+        else if (KEYIS(k, kn, "comm_size"))
+            d.bit = AN_RAW_COMMSZ;
+        break;
+    case 10:
+        if (KEYIS(k, kn, "batch_size"))
+            d.bit = AN_RAW_ITEMS;
+        else if (KEYIS(k, kn, "num_events"))
+            d.bit = AN_RAW_NUMEV;
+        else if (KEYIS(k, kn, "cpu_sys_us"))
+            d.ctr = AN_CTR_CPU_SYS_US;
+        else if (KEYIS(k, kn, "read_bytes"))
+            d.ctr = AN_CTR_READ_BYTES;
+        break;
+    case 11:
+        if (KEYIS(k, kn, "cpu_user_us"))
+            d.ctr = AN_CTR_CPU_USER_US;
+        else if (KEYIS(k, kn, "write_bytes"))
+            d.ctr = AN_CTR_WRITE_BYTES;
+        else if (KEYIS(k, kn, "load1_milli"))
+            d.ctr = AN_CTR_LOAD1_MILLI;
+        break;
+    case 12:
+        if (KEYIS(k, kn, "mem_avail_kb"))
+            d.ctr = AN_CTR_MEM_AVAIL_KB;
+        else if (KEYIS(k, kn, "run_delay_us"))
+            d.ctr = AN_CTR_RUN_DELAY_US;
+        break;
+    default:
+        break;
+    }
+    return d;
+}
+
+static void set_arg(an_rawev *ev, unsigned bit, int64_t v) {
+    ev->has |= bit;
+    switch (bit) {
+    case AN_RAW_RET: ev->ret = v; break;
+    case AN_RAW_OFFSET: ev->offset = v; break;
+    case AN_RAW_COUNT: ev->count = v; break;
+    case AN_RAW_SIZE: ev->size = v; break;
+    case AN_RAW_BYTES: ev->bytes = v; break;
+    case AN_RAW_FLAGS: ev->flags = v; break;
+    case AN_RAW_WHENCE: ev->whence = v; break;
+    case AN_RAW_DURSUM: ev->dur_sum = v; break;
+    case AN_RAW_SIZESUM: ev->size_sum = v; break;
+    case AN_RAW_RETSUM: ev->ret_sum = v; break;
+    case AN_RAW_ITEMS: ev->items = v; break;
+    case AN_RAW_DFTCNT: ev->dft_cnt = v; break;
+    case AN_RAW_ADUR: ev->adur = v; break;
+    case AN_RAW_NUMEV: ev->num_events = v; break;
+    case AN_RAW_COMMSZ: ev->comm_size = v; break;
+    default: break;
+    }
 }
 
 static const char *parse_args(const char *p, const char *e, an_rawev *ev) {
@@ -194,102 +322,84 @@ static const char *parse_args(const char *p, const char *e, an_rawev *ev) {
         if (p >= e || *p != ':')
             return NULL;
         p = skip_ws(p + 1, e);
-        int ok = 0;
-        int64_t v = 0;
-        unsigned bit = 0;
+        /* The string-valued args: hashes, names, metadata values. */
+        const char **sp = NULL;
+        size_t *sn = NULL;
+        int *esc = NULL;
         switch (kn) {
         case 2:
             if (KEYIS(k, kn, "fs")) { /* FH: the file-system type our tracer records */
-                p = scan_raw(p, e, &ev->m_fs, &ev->m_fs_n, NULL);
-                goto next;
+                sp = &ev->m_fs;
+                sn = &ev->m_fs_n;
             }
             break;
-        case 3:
-            if (KEYIS(k, kn, "ret"))
-                bit = AN_RAW_RET;
-            break;
         case 4:
-            if (KEYIS(k, kn, "size"))
-                bit = AN_RAW_SIZE;
-            else if (KEYIS(k, kn, "name")) {
-                p = scan_raw(p, e, &ev->m_name, &ev->m_name_n, &ev->m_name_esc);
-                goto next;
+            if (KEYIS(k, kn, "name")) {
+                sp = &ev->m_name;
+                sn = &ev->m_name_n;
+                esc = &ev->m_name_esc;
+            } else if (KEYIS(k, kn, "comm")) {
+                sp = &ev->comm;
+                sn = &ev->comm_n;
             }
             break;
         case 5:
             if (KEYIS(k, kn, "hhash")) {
-                p = scan_raw(p, e, &ev->hhash, &ev->hhash_n, NULL);
-                goto next;
+                sp = &ev->hhash;
+                sn = &ev->hhash_n;
             } else if (KEYIS(k, kn, "fhash")) {
-                p = scan_raw(p, e, &ev->fhash, &ev->fhash_n, NULL);
-                goto next;
-            } else if (KEYIS(k, kn, "count"))
-                bit = AN_RAW_COUNT;
-            else if (KEYIS(k, kn, "bytes"))
-                bit = AN_RAW_BYTES;
-            else if (KEYIS(k, kn, "flags"))
-                bit = AN_RAW_FLAGS;
-            else if (KEYIS(k, kn, "fname")) {
-                p = scan_raw(p, e, &ev->fname, &ev->fname_n, &ev->fname_esc);
-                goto next;
+                sp = &ev->fhash;
+                sn = &ev->fhash_n;
+            } else if (KEYIS(k, kn, "fname")) {
+                sp = &ev->fname;
+                sn = &ev->fname_n;
+                esc = &ev->fname_esc;
             } else if (KEYIS(k, kn, "value")) {
-                p = scan_raw(p, e, &ev->m_value, &ev->m_value_n, NULL);
-                goto next;
+                sp = &ev->m_value;
+                sn = &ev->m_value_n;
             }
-            break;
-        case 6:
-            if (KEYIS(k, kn, "offset"))
-                bit = AN_RAW_OFFSET;
-            else if (KEYIS(k, kn, "whence"))
-                bit = AN_RAW_WHENCE;
-            break;
-        case 7:
-            if (KEYIS(k, kn, "dur_sum"))
-                bit = AN_RAW_DURSUM;
-            else if (KEYIS(k, kn, "ret_sum"))
-                bit = AN_RAW_RETSUM;
             break;
         case 8:
             if (KEYIS(k, kn, "hostname")) {
-                p = scan_raw(p, e, &ev->hostname, &ev->hostname_n, NULL);
-                goto next;
-            } else if (KEYIS(k, kn, "size_sum"))
-                bit = AN_RAW_SIZESUM;
+                sp = &ev->hostname;
+                sn = &ev->hostname_n;
+            }
+            break;
+        case 7:
+            if (KEYIS(k, kn, "version")) {
+                sp = &ev->version;
+                sn = &ev->version_n;
+            }
             break;
         case 9:
-            if (KEYIS(k, kn, "bytes_sum"))
-                bit = AN_RAW_SIZESUM;
-            break;
-        case 10:
-            if (KEYIS(k, kn, "batch_size"))
-                bit = AN_RAW_ITEMS;
+            if (KEYIS(k, kn, "exec_hash")) {
+                sp = &ev->exec_hash;
+                sn = &ev->exec_hash_n;
+            }
             break;
         default:
             break;
         }
-        if (bit) {
-            p = scan_number(p, e, &v, &ok);
-            if (p && ok) {
-                ev->has |= bit;
-                switch (bit) {
-                case AN_RAW_RET: ev->ret = v; break;
-                case AN_RAW_OFFSET: ev->offset = v; break;
-                case AN_RAW_COUNT: ev->count = v; break;
-                case AN_RAW_SIZE: ev->size = v; break;
-                case AN_RAW_BYTES: ev->bytes = v; break;
-                case AN_RAW_FLAGS: ev->flags = v; break;
-                case AN_RAW_WHENCE: ev->whence = v; break;
-                case AN_RAW_DURSUM: ev->dur_sum = v; break;
-                case AN_RAW_SIZESUM: ev->size_sum = v; break;
-                case AN_RAW_RETSUM: ev->ret_sum = v; break;
-                case AN_RAW_ITEMS: ev->items = v; break;
-                default: break;
-                }
-            }
+        if (sp) {
+            p = scan_raw(p, e, sp, sn, esc);
         } else {
-            p = skip_value(p, e);
+            argdst d = arg_dest(k, kn);
+            if (d.bit || d.ctr >= 0) {
+                int ok;
+                int64_t v = 0;
+                p = scan_number(p, e, &v, &ok);
+                if (ok < 0)
+                    ev->out_of_range = 1;
+                else if (ok && d.bit)
+                    set_arg(ev, d.bit, v);
+                else if (ok) {
+                    ev->ctr[d.ctr] = v;
+                    ev->ctr_has |= 1u << d.ctr;
+                }
+            } else {
+                p = skip_value(p, e);
+            }
         }
-    next:
         if (!p)
             return NULL;
         p = skip_ws(p, e);
@@ -300,6 +410,24 @@ static const char *parse_args(const char *p, const char *e, an_rawev *ev) {
         if (p < e && *p == '}')
             return p + 1;
         return NULL;
+    }
+}
+
+/* The record kind of a "ph" value: a 1.x letter or a 2.x integer. */
+static int ph_kind(const char *ph, size_t n, int *is_int) {
+    *is_int = 0;
+    if (n != 1)
+        return AN_PH_OTHER;
+    switch (ph[0]) {
+    case '1': *is_int = 1; return AN_PH_COMPLETE;
+    case '2': *is_int = 1; return AN_PH_COUNTER;
+    case '3': *is_int = 1; return AN_PH_AGG;
+    case '4': *is_int = 1; return AN_PH_META;
+    case 'X': return AN_PH_COMPLETE;
+    case 'C': return AN_PH_COUNTER;
+    case 'A': return AN_PH_AGG;
+    case 'M': return AN_PH_META;
+    default: return AN_PH_OTHER;
     }
 }
 
@@ -347,15 +475,18 @@ int an_parse_line(const char *p, const char *e, an_rawev *ev) {
             p = scan_raw(p, e, &ev->ph, &ev->ph_n, NULL);
         else if (kn == 2 && k0 == 't' && k[1] == 's') {
             p = scan_number(p, e, &ev->ts, &ok);
-            ev->has_ts = ok;
+            ev->has_ts = ok > 0;
         } else if (kn == 3 && k0 == 'd' && k[1] == 'u' && k[2] == 'r') {
             p = scan_number(p, e, &ev->dur, &ok);
-            ev->has_dur = ok;
+            ev->has_dur = ok > 0;
         } else if (kn == 3 && k0 == 'p' && k[1] == 'i' && k[2] == 'd') {
             p = scan_number(p, e, &ev->pid, &ok);
-            ev->has_pid = ok;
+            ev->has_pid = ok > 0;
         } else if (kn == 3 && k0 == 't' && k[1] == 'i' && k[2] == 'd') {
             p = scan_number(p, e, &ev->tid, &ok);
+        } else if (kn == 4 && k0 == 't' && KEYIS(k, kn, "type")) {
+            p = scan_number(p, e, &ev->type, &ok);
+            ev->has_type = ok > 0;
         } else if (kn == 4 && k0 == 'a' && KEYIS(k, kn, "args")) {
             if (p < e && *p == '{')
                 p = parse_args(p, e, ev);
@@ -366,6 +497,8 @@ int an_parse_line(const char *p, const char *e, an_rawev *ev) {
         }
         if (!p)
             return -1;
+        if (ok < 0)
+            ev->out_of_range = 1;
         p = skip_ws(p, e);
         if (p < e && *p == ',') {
             p++;
@@ -387,6 +520,18 @@ int an_parse_line(const char *p, const char *e, an_rawev *ev) {
         ev->ph = "X";
         ev->ph_n = 1;
     }
+    ev->ph_kind = ph_kind(ev->ph, ev->ph_n, &ev->ph_int);
+    /* An early-2.x aggregate written as a counter ("C" with its call count). */
+    if (ev->ph_kind == AN_PH_COUNTER && !ev->ph_int &&
+        (ev->has & (AN_RAW_DFTCNT | AN_RAW_DURSUM | AN_RAW_SIZESUM | AN_RAW_RETSUM)))
+        ev->ph_kind = AN_PH_AGG;
+    /* Times beyond 2^61 us (73,000 years) or negative durations are not times. */
+    if ((ev->has_ts && (ev->ts > AN_TS_MAX || ev->ts < -AN_TS_MAX)) ||
+        (ev->has_dur && (ev->dur < 0 || ev->dur > AN_TS_MAX)) ||
+        ((ev->has & AN_RAW_DURSUM) && (ev->dur_sum < 0 || ev->dur_sum > AN_TS_MAX)) ||
+        ((ev->has & AN_RAW_ADUR) && (ev->adur < 0 || ev->adur > AN_TS_MAX)) ||
+        ((ev->has & AN_RAW_DFTCNT) && ev->dft_cnt < 0))
+        ev->out_of_range = 1;
     if (!ev->cat)
         ev->cat = ""; /* an event without "cat": the empty category, never a NULL string */
     return 1;

@@ -9,8 +9,10 @@
 
 #include "core/err.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,11 +143,71 @@ static void share_metadata(chunk *c, chunk *group, int nparts) {
                     c->procs[i].rank = group[j].procs[q].rank;
 }
 
+/* The executable's name from the start event's SH string: the basename of its first ';'-token
+ * (dftracer's SH of the command line joins argv with ';'). */
+static void set_exe(an_proc *p, const char *s, size_t n) {
+    const char *e = memchr(s, ';', n);
+    if (e)
+        n = (size_t)(e - s);
+    const char *b = s;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] == '/')
+            b = s + i + 1;
+    n -= (size_t)(b - s);
+    if (n >= sizeof p->exe)
+        n = sizeof p->exe - 1;
+    memcpy(p->exe, b, n);
+    p->exe[n] = 0;
+}
+
+int an_is_launcher(const char *exe) {
+    static const char *const L[] = {"mpirun", "mpiexec", "mpirun.openmpi", "mpiexec.openmpi",
+                                    "mpirun.mpich", "mpiexec.mpich", "mpiexec.hydra", "orterun",
+                                    "prterun", "prte", "prted", "orted", "srun", "slurmstepd",
+                                    "hydra_pmi_proxy", "jsrun", "aprun", NULL};
+    for (const char *const *l = L; *l; l++)
+        if (!strcmp(exe, *l))
+            return 1;
+    return 0;
+}
+
+static int count_category(an_trace *t, const char *cat, size_t n, uint64_t records) {
+    char low[128];
+    if (n >= sizeof low)
+        n = sizeof low - 1;
+    for (size_t i = 0; i < n; i++)
+        low[i] = (char)tolower((unsigned char)cat[i]);
+    uint32_t before = t->rec_cats.n;
+    uint32_t id = an_strtab_intern(&t->rec_cats, low, n);
+    if (id == AN_STR_NONE)
+        return ERR_NOMEM;
+    if (t->rec_cats.n != before || !t->rec_cat_n) {
+        uint64_t *g = realloc(t->rec_cat_n, t->rec_cats.n * sizeof *g);
+        if (!g)
+            return ERR_NOMEM;
+        for (uint32_t k = t->rec_cat_n ? before : 0; k < t->rec_cats.n; k++)
+            g[k] = 0;
+        t->rec_cat_n = g;
+    }
+    t->rec_cat_n[id] += records;
+    t->records += records;
+    return 0;
+}
+
+static int cmp_counter(const void *a, const void *b) {
+    const an_counter *x = a, *y = b;
+    if (x->proc != y->proc)
+        return x->proc < y->proc ? -1 : 1;
+    return x->ts < y->ts ? -1 : x->ts > y->ts;
+}
+
 static const char *const IGNORED_PATTERNS[] = {
     /* DFAnalyzer's IGNORED_FILE_PATTERNS: system and interpreter files, not the workload's. */
     "/dev/", "/etc/", "/gapps/python", "/lib/python", "/proc/", "/software/", "/sys/", "/usr/lib",
     "/usr/tce/backend", "/usr/tce/packages", "/venv", "__pycache__", "/usr/share/", "/usr/local/lib",
-    "/site-packages/", "/dist-packages/", NULL};
+    "/site-packages/", "/dist-packages/",
+    "/ompi.", /* Open MPI's session directory (shared-memory and topology files) */
+    NULL};
 
 static int is_system_path(const char *p) {
     for (const char *const *q = IGNORED_PATTERNS; *q; q++)
@@ -159,6 +221,28 @@ typedef struct {
     uint8_t *op, *flags;
     uint32_t *file;              /* per key: global file id, or AN_STR_NONE = unresolved yet */
 } remap;
+
+/* The chunks' counter samples with global process ids, in (process, time) order. */
+static int merge_counters(an_trace *t, chunk *ch, size_t nc, const remap *rm) {
+    size_t n = 0;
+    for (size_t k = 0; k < nc; k++)
+        n += ch[k].nctrs;
+    if (!n)
+        return 0;
+    t->ctrs = malloc(n * sizeof *t->ctrs);
+    if (!t->ctrs)
+        return ERR_NOMEM;
+    for (size_t k = 0; k < nc; k++)
+        for (size_t i = 0; i < ch[k].nctrs; i++) {
+            an_counter x = ch[k].ctrs[i];
+            x.proc = rm[k].proc[x.proc];
+            t->ctrs[t->nctrs++] = x;
+        }
+    qsort(t->ctrs, t->nctrs, sizeof *t->ctrs, cmp_counter);
+    return 0;
+}
+
+
 
 /* Min-heap over chunk heads for the k-way merge. */
 typedef struct {
@@ -205,6 +289,9 @@ void an_trace_free(an_trace *t) {
     an_strtab_free(&t->cats);
     an_strtab_free(&t->files);
     an_strtab_free(&t->hosts);
+    an_strtab_free(&t->rec_cats);
+    free(t->rec_cat_n);
+    free(t->ctrs);
     free(t->procs);
     for (size_t i = 0; i < t->ninputs; i++)
         free(t->inputs[i].path);
@@ -345,7 +432,7 @@ static int merge_chunks(an_trace *t, chunk *ch, size_t nc, const an_read_opts *o
     for (size_t i = 0; i < nc; i++)
         total += ch[i].n;
     if (an_strtab_init(&t->names) || an_strtab_init(&t->cats) || an_strtab_init(&t->files) ||
-        an_strtab_init(&t->hosts) || an_strtab_init(&t->fstypes))
+        an_strtab_init(&t->hosts) || an_strtab_init(&t->fstypes) || an_strtab_init(&t->rec_cats))
         return ERR_NOMEM;
     size_t m = total ? total : 1;
     t->ts = malloc(m * sizeof *t->ts);
@@ -426,9 +513,29 @@ static int merge_chunks(an_trace *t, chunk *ch, size_t nc, const an_read_opts *o
             int rank = lp->rank >= 0 ? lp->rank : (c->nprocs == 1 ? c->file_rank : -1);
             if (rank >= 0)
                 t->procs[gid].rank = rank;
+            t->procs[gid].records += lp->records;
+            if (lp->exekey && (!t->procs[gid].exe[0] || lp->exe_ts > t->procs[gid].exe_ts)) {
+                t->procs[gid].exe_ts = lp->exe_ts;
+                uint32_t ek = lp->exekey < c->nresolved ? c->resolved[lp->exekey] : lp->exekey;
+                set_exe(&t->procs[gid], an_strtab_get(&c->keys, ek), an_strtab_len(&c->keys, ek));
+            }
             r->proc[i] = gid;
         }
+        /* Records per category, lower-cased as dftracer_stats prints them. */
+        for (uint32_t i = 0; i < c->npairs; i++)
+            if (c->pairs[i].records &&
+                count_category(t, an_strtab_get(&c->cats, c->pairs[i].cat),
+                               an_strtab_len(&c->cats, c->pairs[i].cat), c->pairs[i].records))
+                goto out;
     }
+    /* Launchers (mpirun, srun, orted...) are not ranks: an env-derived rank on them is dropped. */
+    for (size_t p = 0; p < t->nprocs; p++)
+        if (an_is_launcher(t->procs[p].exe)) {
+            t->procs[p].launcher = 1;
+            t->procs[p].rank = -1;
+        }
+    if (merge_counters(t, ch, nc, rm))
+        goto out;
     /* Global file ids for every key an event uses (chunk order: deterministic), their
      * file-system classes and system-path flags, all before the events are copied. */
     for (size_t k = 0; k < nc; k++) {
@@ -572,6 +679,22 @@ static int cmp_part_size(const void *a, const void *b) {
     return sx > sy ? -1 : sx < sy ? 1 : (x < y ? -1 : x > y);
 }
 
+/* Appends one problem to a file's note ("; " between problems), so each is said once. */
+static void note_add(an_input *in, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note_add(an_input *in, const char *fmt, ...) {
+    size_t n = strlen(in->note);
+    if (n + 4 >= sizeof in->note)
+        return;
+    if (n) {
+        memcpy(in->note + n, "; ", 3);
+        n += 2;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(in->note + n, sizeof in->note - n, fmt, ap);
+    va_end(ap);
+}
+
 /* What happened to each file, summed over its parts (line numbers made file-wide). */
 static void sum_inputs(an_trace *t, chunk *ch, size_t nc) {
     for (size_t k = 0; k < nc; k++) {
@@ -579,24 +702,53 @@ static void sum_inputs(an_trace *t, chunk *ch, size_t nc) {
         an_input *in = c->in;
         if (c->malformed && !in->malformed)
             in->first_bad_line = in->lines + c->first_bad_line;
+        if (c->out_of_range && !in->out_of_range)
+            in->first_oor_line = in->lines + c->first_oor_line;
         in->events += c->n;
         in->lines += c->lines;
         in->malformed += c->malformed;
+        in->out_of_range += c->out_of_range;
         in->members += c->members;
         in->unknown_meta += c->unknown_meta;
+        in->calls += c->calls;
+        in->num_events += c->num_events;
+        in->has_end |= c->has_end;
+        in->has_count |= c->has_count;
+        in->shape2 |= c->shape2;
+        in->ours |= c->ours;
         in->truncated |= c->truncated;
+        in->empty |= c->empty;
         in->failed |= c->failed;
         if (c->note[0] && !in->note[0])
             snprintf(in->note, sizeof in->note, "%s", c->note);
         t->total_lines += c->lines;
         t->total_malformed += c->malformed;
+        t->out_of_range += c->out_of_range;
         t->metadata_events += c->metadata;
     }
     for (size_t i = 0; i < t->ninputs; i++) {
         an_input *in = &t->inputs[i];
-        if (in->malformed && !in->note[0])
-            snprintf(in->note, sizeof in->note, "%llu malformed line(s) skipped, first at line %llu",
+        if (in->malformed)
+            note_add(in, "%llu malformed line(s) skipped, first at line %llu",
                      (unsigned long long)in->malformed, (unsigned long long)in->first_bad_line);
+        if (in->out_of_range)
+            note_add(in, "%llu event(s) with an out-of-range number (beyond int64, a negative "
+                         "duration, a time beyond 2^61 us) skipped, first at line %llu",
+                     (unsigned long long)in->out_of_range, (unsigned long long)in->first_oor_line);
+        /* The end record says how many events the process wrote before it (dftracer 2.x, and
+         * our tracer in both shapes; an aggregated record stands for its dft_cnt calls): fewer
+         * read means the file lost some (a damaged member). dftracer 1.x numbered metadata
+         * lines too, so its count is not checked. */
+        int known = in->shape2 || in->ours;
+        if (in->has_count && known) {
+            uint64_t want = in->num_events + 1, got = in->calls + in->out_of_range;
+            if (got < want)
+                note_add(in, "short: the end record counts %llu event(s), %llu read",
+                         (unsigned long long)want, (unsigned long long)got);
+        } else if (known && !in->has_end && !in->empty && !in->failed && in->calls) {
+            note_add(in, "no end record: the process did not finish writing this file (killed, "
+                         "or still running); its events up to the cut are used");
+        }
     }
 }
 
@@ -681,10 +833,12 @@ int an_trace_read(an_trace *t, char *const *files, size_t nfiles, const an_read_
         for (size_t i = 0; i < nfiles && off < sizeof names - 80; i++)
             off += (size_t)snprintf(names + off, sizeof names - off, "%s%s (%s)", i ? "; " : "",
                                     t->inputs[i].path,
-                                    t->inputs[i].note[0] ? t->inputs[i].note : "no events");
+                                    t->inputs[i].note[0] ? t->inputs[i].note
+                                    : t->inputs[i].empty ? "empty file" : "no events");
         rc = err_set(ERR_FORMAT,
                      "analyze: no trace event could be read from %zu file(s): %s; expected "
-                     "dftracer JSON lines ({\"name\":..,\"ts\":..,\"ph\":\"X\"})",
+                     "dftracer JSON lines (1.x {\"name\":..,\"ts\":..,\"ph\":\"X\"} or 2.x "
+                     "{\"name\":..,\"ts\":..,\"ph\":1})",
                      nfiles, names);
     }
 out:

@@ -112,7 +112,7 @@ static int has_suffix(const char *s, const char *suf) {
     return n >= m && !strcasecmp(s + n - m, suf);
 }
 
-static int is_ckpt_path(const char *p) {
+int an_is_ckpt_path(const char *p) {
     return strstr(p, "checkpoint") || strstr(p, "ckpt") || has_suffix(p, ".pt") ||
            has_suffix(p, ".pth") || has_suffix(p, ".safetensors");
 }
@@ -147,6 +147,7 @@ void an_metrics_free(an_metrics *m) {
     free(m->procs);
     free(m->files);
     free(m->windows);
+    free(m->mpi_calls);
     memset(m, 0, sizeof *m);
 }
 
@@ -195,7 +196,7 @@ static an_file_stat *file_stat(mctx *c, uint32_t f, uint32_t p) {
         fs->first_proc = p;
         fs->nprocs = 1;
         fs->read_extent = -1;
-        fs->is_ckpt = is_ckpt_path(an_strtab_get(&c->t->files, f));
+        fs->is_ckpt = an_is_ckpt_path(an_strtab_get(&c->t->files, f));
         c->fidx[f] = (uint32_t)m->nfiles++;
     }
     return &m->files[c->fidx[f]];
@@ -229,16 +230,20 @@ static pfstate *pf_state(mctx *c, uint32_t f, uint32_t p, an_file_stat *fs) {
 static void meta_event(mctx *c, size_t i, an_file_stat *fs, pfstate *ps, double d) {
     const an_trace *t = c->t;
     unsigned fl = t->flags[i];
-    fs->metas++;
+    uint64_t n = an_calls(t, i);
+    fs->metas += n;
     ps->meta_s += d;
-    ps->metas++;
+    ps->metas += n;
     const char *nm = an_strtab_get(&t->names, t->name[i]);
     if (strstr(nm, "stat") || !strcmp(nm, "access") || !strcmp(nm, "faccessat")) {
-        fs->stats++;
+        fs->stats += n;
         if (ps->metas > 1)
-            c->m->repeated_stats++;
+            c->m->repeated_stats += ps->metas - n > 0 ? n : n - 1;
     }
-    if (fl & AN_F_SEEKPOS) {
+    if (fl & AN_F_AGG) {
+        ps->pos = -1; /* calls folded together: the position is no longer known */
+        ps->last_end = -1;
+    } else if (fl & AN_F_SEEKPOS) {
         ps->pos = t->offset[i];
     } else if (t->offset[i] == 0 && strstr(nm, "open")) {
         fs->opens++;
@@ -259,13 +264,17 @@ static void data_event(mctx *c, size_t i, an_file_stat *fs, pfstate *ps) {
     int op = t->op[i];
     int64_t b = t->bytes[i];
     if (op == AN_OP_READ) {
-        fs->reads++;
+        fs->reads += an_calls(t, i);
         if (b > 0)
             fs->bytes_read += (uint64_t)b;
     } else {
-        fs->writes++;
+        fs->writes += an_calls(t, i);
         if (b > 0)
             fs->bytes_written += (uint64_t)b;
+    }
+    if (t->flags[i] & AN_F_AGG) {
+        ps->pos = ps->last_end = -1; /* no offsets: calls folded together */
+        return;
     }
     int64_t off = t->offset[i] >= 0 ? t->offset[i] : ps->pos;
     if (off < 0 || b < 0) {
@@ -321,16 +330,19 @@ static void io_totals(mctx *c, size_t i, double d) {
     an_proc_stat *st = &m->procs[t->proc[i]];
     int64_t b = t->bytes[i];
     unsigned fl = t->flags[i];
+    /* An aggregated record counts as the calls it folds, each of the mean size. */
+    uint64_t n = an_calls(t, i);
+    int64_t per = n > 1 && b > 0 ? b / (int64_t)n : b;
     m->nio_events++;
     m->t_s[tc] += d;
-    m->ops[tc]++;
+    m->ops[tc] += n;
     st->t_s[tc] += d;
-    st->ops++;
+    st->ops += n;
     if (fl & AN_F_STDIO) {
-        m->stdio_ops++;
+        m->stdio_ops += n;
         m->stdio_time_s += d;
     } else if (fl & AN_F_POSIX) {
-        m->posix_ops++;
+        m->posix_ops += n;
         m->posix_time_s += d;
     }
     if ((op != AN_OP_READ && op != AN_OP_WRITE) || b < 0)
@@ -338,16 +350,16 @@ static void io_totals(mctx *c, size_t i, double d) {
     if (op == AN_OP_READ) {
         m->bytes_read += (uint64_t)b;
         st->read_bytes += (uint64_t)b;
-        m->hist_read[an_bucket_of(b)]++;
+        m->hist_read[an_bucket_of(per)] += n;
     } else {
         m->bytes_written += (uint64_t)b;
         st->write_bytes += (uint64_t)b;
-        m->hist_write[an_bucket_of(b)]++;
+        m->hist_write[an_bucket_of(per)] += n;
     }
-    m->data_ops_known_size++;
-    if (b <= 1048576)
-        m->small_ops++;
-    if (b < 65536)
+    m->data_ops_known_size += n;
+    if (per <= 1048576)
+        m->small_ops += n;
+    if (per < 65536)
         m->small_time_s += d;
     if (fl & AN_F_STDIO)
         m->stdio_bytes += (uint64_t)b;
@@ -406,7 +418,7 @@ static int pass_events(mctx *c) {
         an_file_stat *fs = file_stat(c, f, p);
         if (!fs)
             return ERR_NOMEM;
-        fs->ops++;
+        fs->ops += an_calls(t, i);
         fs->t_s[tclass(op)] += d;
         fs->time_s += d;
         pfstate *pst = pf_state(c, f, p, fs);
@@ -536,7 +548,7 @@ static int pass_ckpt_windows(mctx *c, double window_s) {
         if (io) {
             int64_t w0 = (s - m->t0_us) / wus;
             an_window *w = &m->windows[w0 < (int64_t)m->nwindows ? w0 : (int64_t)m->nwindows - 1];
-            w->ops++;
+            w->ops += an_calls(t, i);
             if (t->bytes[i] > 0) {
                 if (op == AN_OP_READ)
                     w->bytes_read += (uint64_t)t->bytes[i];
@@ -599,8 +611,8 @@ static int pass_stragglers(mctx *c) {
     double bmax = -1, bmin = INFINITY;
     for (size_t p = 0; p < c->np; p++) {
         an_proc_stat *st = &m->procs[p];
-        if (st->ops == 0)
-            continue;
+        if (st->ops == 0 || c->t->procs[p].launcher)
+            continue; /* a launcher (mpirun, srun) is not a rank */
         v[k++] = st->io_nockpt_s;
         if (st->io_nockpt_s > m->io_max_s) {
             m->io_max_s = st->io_nockpt_s;
@@ -756,6 +768,8 @@ int an_metrics_compute(const an_trace *t, double window_s, an_metrics *m) {
     pass_meta_records(&c);
     pass_files(&c);
     pass_shape(&c);
+    if (an_metrics_mpi(t, m))
+        goto out;
     if (m->nfiles)
         qsort(m->files, m->nfiles, sizeof *m->files, cmp_file_time);
     rc = 0;

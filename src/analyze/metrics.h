@@ -24,6 +24,13 @@ enum { AN_T_READ, AN_T_WRITE, AN_T_META, AN_T_SYNC, AN_T_OTHER, AN_T_COUNT };
 
 typedef struct an_proc_stat {
     double span_s;          /* first event start to last event end */
+    double mpi_s, mpi_wait_s; /* time in MPI calls; of it, waiting in collectives for the last
+                               * arriver */
+    uint64_t mpi_calls, mpi_last; /* MPI calls; collective instances this process arrived last at */
+    double cpu_util;        /* CPU time (user+sys) / wall between counter samples, in cores;
+                             * -1 when the trace has no CPU counters for the process */
+    double cpu_want;        /* the same plus the time it waited for a CPU (run queue delay):
+                             * >= 0.7 CPU-bound, <= 0.2 waiting (I/O, MPI, sleep) */
     double io_s;            /* union of I/O intervals */
     double t_s[AN_T_COUNT]; /* summed durations per I/O class */
     double compute_s, fetch_s, ckpt_s, comm_s; /* unions */
@@ -51,6 +58,35 @@ typedef struct an_window {
     double compute_s, fetch_s, ckpt_s;
     uint64_t bytes_read, bytes_written, ops;
 } an_window;
+
+/* One MPI call name: calls, time, bytes, and for collectives the time ranks waited for the
+ * last arriver and the mean arrival skew of the instances matched on every member. */
+typedef struct an_mpi_call {
+    uint32_t name;
+    int kind; /* AN_MPIK_* */
+    uint64_t calls, instances;
+    double time_s, wait_s, skew_sum_s;
+    uint64_t bytes;
+} an_mpi_call;
+
+enum { AN_MPIK_OTHER, AN_MPIK_COLL, AN_MPIK_WAIT, AN_MPIK_INIT, AN_MPIK_FINALIZE, AN_MPIK_IO };
+
+/* What the last rank into a collective was doing between its previous MPI call and its arrival
+ * (the seed's "the barrier stall and the checkpoint cost are the same phenomenon"). */
+enum { AN_ACT_CKPT, AN_ACT_WRITE, AN_ACT_READ, AN_ACT_META, AN_ACT_COMPUTE, AN_ACT_UNTRACED,
+       AN_ACT_COUNT };
+extern const char *const an_activity_names[AN_ACT_COUNT];
+
+typedef struct an_mpi_link {
+    uint32_t proc;       /* the late process */
+    int activity;        /* AN_ACT_* */
+    uint32_t coll;       /* name id of the collective */
+    uint32_t file;       /* the file of that activity's I/O with the most time, 0 none */
+    uint64_t instances;  /* instances of the group; of all instances where ranks waited */
+    uint64_t waited_instances;
+    double wait_s;       /* the other ranks' waits in those instances */
+    double activity_s;   /* the late process's time in that activity before them */
+} an_mpi_link;
 
 typedef struct an_metrics {
     /* run */
@@ -113,6 +149,22 @@ typedef struct an_metrics {
     const char *fs_hint;
     double fs_share;
     uint32_t fs_example;
+    /* MPI (cat MPI/MPIIO events: the tracer's MPI sibling, dftracer's MPI layer) */
+    int has_mpi;
+    double mpi_s;          /* MPI call time summed over processes */
+    double mpi_proc_time_s; /* spans of the processes with MPI events */
+    double coll_wait_s;    /* waiting for the last arriver in collectives, summed over ranks */
+    uint64_t coll_instances, coll_complete; /* collective instances; seen on every member */
+    an_mpi_call *mpi_calls; /* per call name, by time descending */
+    size_t nmpi_calls;
+    an_mpi_link link;      /* the dominant linked cause (link.instances == 0: none) */
+    /* the measured phase: the training phase (epochs), else MPI_Init to MPI_Finalize, else the
+     * whole run; bottlenecks are not ranked when it is too short (run.short_phase) */
+    double phase_s;
+    const char *phase_what;
+    /* CPU from the system-metrics counters */
+    int has_cpu;
+    size_t ncpu_bound, ncpu_waiting, ncpu_procs;
     /* views */
     an_proc_stat *procs;   /* [nprocs] */
     an_file_stat *files;   /* [nfiles], sorted by time_s descending */
@@ -135,5 +187,12 @@ static inline double an_class_share(const an_metrics *m, int k) {
     return m->t_s[k] / m->io_time_s * m->exposed_io_s / m->proc_time_s;
 }
 void an_metrics_free(an_metrics *m);
+
+/* mpistat.c: the MPI pass (per call and rank, collective instances and their wait skew, the
+ * linked cause), the measured phase and CPU-bound versus waiting from the counters. Called by
+ * an_metrics_compute after its I/O passes. 0 or ERR_NOMEM. */
+int an_metrics_mpi(const an_trace *t, an_metrics *m);
+/* 1 for a checkpoint-like path (checkpoint, ckpt, .pt, .pth, .safetensors). */
+int an_is_ckpt_path(const char *p);
 
 #endif

@@ -398,15 +398,29 @@ static void dim_facts(const an_report *r, int d, char *buf, size_t cap) {
 
 static const an_finding *finding_of(const an_report *r, const char *cat) {
     for (size_t i = 0; i < r->nfindings; i++)
-        if (strcmp(r->findings[i].severity, "info") && !strcmp(r->findings[i].rule->category, cat))
+        if (strcmp(r->findings[i].severity, "info") && !strcmp(r->findings[i].category, cat))
             return &r->findings[i];
     return NULL;
 }
 
 /* Why a dimension has no proposal: the first strategy that would have been motivated but was
  * gated out or does not fit; else that nothing of its categories fired. */
+static const an_finding *guard_of(const an_report *r) {
+    for (size_t i = 0; i < r->nfindings; i++)
+        if (!strcmp(r->findings[i].severity, "guard"))
+            return &r->findings[i];
+    return NULL;
+}
+
 static void why_not(const an_report *r, int d, char *buf, size_t cap) {
     buf[0] = 0;
+    const an_finding *g = guard_of(r);
+    if (g) {
+        snprintf(buf, cap, "not ranked: the measured phase (%s) lasts %.2f s, under %.0f s (%s)",
+                 r->m->phase_what ? r->m->phase_what : "whole run", g->value,
+                 g->rule->threshold, g->rule->id);
+        return;
+    }
     char cats[160] = "";
     size_t cl = 0;
     for (size_t k = 0; k < NSTRAT; k++) {
@@ -454,7 +468,7 @@ static void propose(an_report *r) {
         int motivated = 0;
         for (size_t i = 0; i < r->nfindings; i++) {
             const an_finding *f = &r->findings[i];
-            if (!strcmp(f->severity, "info") || !has_cat(s->categories, f->rule->category))
+            if (!strcmp(f->severity, "info") || !has_cat(s->categories, f->category))
                 continue;
             motivated = 1;
             double app = f->stake_pct * s->recover;
@@ -585,7 +599,8 @@ int an_report_build(an_report *r, const an_trace *t, const an_metrics *m, const 
     r->props = calloc(NSTRAT, sizeof *r->props);
     if (!r->props)
         return err_set(ERR_NOMEM, "analyze: out of memory");
-    propose(r);
+    if (!guard_of(r)) /* a run too short to rank bottlenecks gets no proposal */
+        propose(r);
     build_checklist(r, cat);
     return 0;
 }

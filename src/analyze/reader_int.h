@@ -22,12 +22,16 @@ int an_subkind(const char *name, size_t nn);
 typedef struct {
     uint32_t name, cat; /* local ids in c->names / c->cats */
     uint8_t op, flags, sub;
+    uint64_t records;   /* records of this (name, cat), metadata excluded */
 } pairinfo;
 
 typedef struct {
     int64_t pid;
     uint32_t hostkey; /* local id in keys */
+    uint32_t exekey;  /* local id in keys of the start event's exec_hash, 0 none */
+    int64_t exe_ts;   /* that start event's time */
     int rank;
+    uint64_t records;
 } lproc;
 
 /* One part of one input file, loaded by one reader thread: the whole file, or for a large file
@@ -72,7 +76,11 @@ typedef struct chunk {
     int64_t range_start, range_end; /* bytes of the file this part covers */
     /* what happened while loading this part (summed into `in` afterwards) */
     uint64_t lines, malformed, first_bad_line, members, unknown_meta, metadata;
+    uint64_t out_of_range, first_oor_line, calls, num_events;
+    int has_end, has_count, shape2, ours, empty;
     int truncated, failed;
+    an_counter *ctrs;   /* counter samples (proc = local process) */
+    size_t nctrs, capctrs;
     char note[256];
     /* a part after the first keeps its first line (it may continue the previous part's last
      * one) and every part its text after the last newline; merge.c joins them */

@@ -106,15 +106,48 @@ void an_report_text(const an_report *r, FILE *out, int top) {
                      "(straggler ratio %.1f%%), byte imbalance %.1f%%\n",
                 m->io_max_s, m->io_median_s, m->io_min_s, 100 * m->straggler_ratio,
                 100 * m->bytes_imbalance);
+    if (m->has_mpi) {
+        text_rule(out, "MPI");
+        fprintf(out, "  time in MPI calls: %.3f s summed over ranks, %.1f%% of their process time; "
+                     "waiting for the last rank in collectives: %.3f s (%llu of %llu instances "
+                     "seen on every member)\n",
+                m->mpi_s, m->mpi_proc_time_s > 0 ? 100 * m->mpi_s / m->mpi_proc_time_s : 0,
+                m->coll_wait_s, (unsigned long long)m->coll_complete,
+                (unsigned long long)m->coll_instances);
+        for (size_t k = 0; k < m->nmpi_calls && k < (size_t)top; k++) {
+            const an_mpi_call *c = &m->mpi_calls[k];
+            an_fmt_bytes((double)c->bytes, b1, sizeof b1);
+            fprintf(out, "  %-26s %8llu calls %10.3f s %10s", an_strtab_get(&t->names, c->name),
+                    (unsigned long long)c->calls, c->time_s, b1);
+            if (c->instances)
+                fprintf(out, "  wait %.3f s, mean skew %.3f ms", c->wait_s,
+                        1e3 * c->skew_sum_s / (double)c->instances);
+            fputc('\n', out);
+        }
+        for (size_t p = 0; p < m->nprocs; p++) {
+            const an_proc_stat *st = &m->procs[p];
+            if (!st->mpi_calls)
+                continue;
+            char lab[64];
+            an_proc_label(t, (uint32_t)p, lab, sizeof lab);
+            fprintf(out, "  %-12s MPI %.3f s (%.1f%% of %.3f s), waiting %.3f s, last to arrive %llu "
+                         "time(s)%s\n",
+                    lab, st->mpi_s, st->span_s > 0 ? 100 * st->mpi_s / st->span_s : 0, st->span_s,
+                    st->mpi_wait_s, (unsigned long long)st->mpi_last,
+                    st->cpu_want >= 0 ? (st->cpu_want >= 0.7 ? ", CPU-bound" : st->cpu_want <= 0.2 ? ", waiting" : "") : "");
+        }
+    }
+    fprintf(out, "  measured phase: %s, %.3f s\n", m->phase_what ? m->phase_what : "whole run",
+            m->phase_s);
     text_rule(out, "Findings");
     size_t nb = 0;
     for (size_t i = 0; i < r->nfindings; i++) {
         const an_finding *f = &r->findings[i];
         if (!strcmp(f->severity, "info"))
             continue;
-        nb++;
+        nb += strcmp(f->severity, "guard") != 0;
         fprintf(out, "  [%s] %s (%s) -- %.1f%% of run time at stake, category %s\n", f->severity,
-                f->rule->id, f->rule->source, f->stake_pct, f->rule->category);
+                f->rule->id, f->rule->source, f->stake_pct, f->category);
         fprintf(out, "      %s\n", f->message);
         for (int e = 0; e < f->nentities; e++)
             fprintf(out, "      - %s\n", f->entities[e]);
@@ -204,6 +237,13 @@ static void json_inputs(an_jw *w, const an_trace *t) {
         an_jw_bool(w, "truncated", in->truncated);
         an_jw_bool(w, "failed", in->failed);
         an_jw_u64(w, "unknown_metadata", in->unknown_meta);
+        an_jw_u64(w, "out_of_range", in->out_of_range);
+        an_jw_bool(w, "empty", in->empty);
+        an_jw_str(w, "shape", in->shape2 ? "2.x" : in->lines ? "1.x" : "");
+        an_jw_u64(w, "calls", in->calls);
+        an_jw_bool(w, "end_record", in->has_end);
+        if (in->has_count)
+            an_jw_u64(w, "end_num_events", in->num_events);
         an_jw_str(w, "note", in->note);
         an_jw_end(w, '}');
     }
@@ -286,7 +326,7 @@ static void json_findings(an_jw *w, const an_report *r) {
         an_jw_str(w, "source", f->rule->source);
         an_jw_str(w, "citation", f->rule->citation);
         an_jw_str(w, "severity", f->severity);
-        an_jw_str(w, "category", f->rule->category);
+        an_jw_str(w, "category", f->category);
         an_jw_num(w, "value", f->value);
         an_jw_num(w, "threshold", f->rule->threshold);
         an_jw_num(w, "stake_pct", f->stake_pct);
@@ -367,6 +407,17 @@ static void json_tables(an_jw *w, const an_report *r, int top) {
         an_jw_str(w, "label", lab);
         an_jw_i64(w, "pid", t->procs[p].pid);
         an_jw_i64(w, "rank", t->procs[p].rank);
+        an_jw_str(w, "exe", t->procs[p].exe);
+        an_jw_bool(w, "launcher", t->procs[p].launcher);
+        an_jw_u64(w, "records", t->procs[p].records);
+        an_jw_num(w, "mpi_s", st->mpi_s);
+        an_jw_num(w, "mpi_wait_s", st->mpi_wait_s);
+        an_jw_u64(w, "mpi_calls", st->mpi_calls);
+        an_jw_u64(w, "mpi_last_arrivals", st->mpi_last);
+        an_jw_num(w, "cpu_util", st->cpu_util >= 0 ? st->cpu_util : NAN);
+        an_jw_num(w, "cpu_want", st->cpu_want >= 0 ? st->cpu_want : NAN);
+        an_jw_str(w, "cpu_class", st->cpu_want < 0 ? "" : st->cpu_want >= 0.7 ? "cpu-bound"
+                                  : st->cpu_want <= 0.2 ? "waiting" : "mixed");
         an_jw_num(w, "io_s", st->io_s);
         an_jw_num(w, "io_outside_checkpoint_s", st->io_nockpt_s);
         an_jw_num(w, "read_s", st->t_s[AN_T_READ]);
@@ -445,7 +496,82 @@ void an_report_json(const an_report *r, FILE *out, int top) {
     an_jw_u64(&w, "ignored_system_events", m->nignored_events);
     an_jw_num(&w, "load_seconds", t->load_seconds);
     an_jw_end(&w, '}');
+    /* Records as dftracer_stats counts them (every line but metadata; an aggregated record is
+     * one), per lower-cased category and per pid, to compare with it. */
+    an_jw_obj(&w, "records");
+    an_jw_u64(&w, "total", t->records);
+    an_jw_u64(&w, "out_of_range_skipped", t->out_of_range);
+    an_jw_obj(&w, "by_category");
+    for (uint32_t k = 1; k < t->rec_cats.n; k++)
+        an_jw_u64(&w, an_strtab_get(&t->rec_cats, k), t->rec_cat_n[k]);
+    if (t->rec_cats.n && t->rec_cat_n && t->rec_cat_n[0])
+        an_jw_u64(&w, "", t->rec_cat_n[0]);
+    an_jw_end(&w, '}');
+    an_jw_obj(&w, "by_pid");
+    for (size_t p = 0; p < t->nprocs; p++) {
+        size_t q = 0;
+        while (q < p && t->procs[q].pid != t->procs[p].pid)
+            q++;
+        if (q < p)
+            continue; /* one entry per pid (several hosts may share one) */
+        uint64_t sum = 0;
+        for (q = p; q < t->nprocs; q++)
+            if (t->procs[q].pid == t->procs[p].pid)
+                sum += t->procs[q].records;
+        char k[32];
+        snprintf(k, sizeof k, "%lld", (long long)t->procs[p].pid);
+        an_jw_u64(&w, k, sum);
+    }
+    an_jw_end(&w, '}');
+    an_jw_end(&w, '}');
     json_io(&w, m);
+    an_jw_obj(&w, "mpi");
+    an_jw_bool(&w, "present", m->has_mpi);
+    an_jw_num(&w, "time_s", m->mpi_s);
+    an_jw_num(&w, "share_of_process_time", m->mpi_proc_time_s > 0 ? m->mpi_s / m->mpi_proc_time_s : 0);
+    an_jw_num(&w, "collective_wait_s", m->coll_wait_s);
+    an_jw_u64(&w, "collective_instances", m->coll_instances);
+    an_jw_u64(&w, "complete_instances", m->coll_complete);
+    an_jw_arr(&w, "calls");
+    for (size_t k = 0; k < m->nmpi_calls; k++) {
+        const an_mpi_call *c = &m->mpi_calls[k];
+        an_jw_obj(&w, NULL);
+        an_jw_str(&w, "name", an_strtab_get(&t->names, c->name));
+        an_jw_u64(&w, "calls", c->calls);
+        an_jw_num(&w, "time_s", c->time_s);
+        an_jw_u64(&w, "bytes", c->bytes);
+        an_jw_num(&w, "wait_s", c->wait_s);
+        an_jw_u64(&w, "instances", c->instances);
+        an_jw_num(&w, "mean_skew_s", c->instances ? c->skew_sum_s / (double)c->instances : 0);
+        an_jw_end(&w, '}');
+    }
+    an_jw_end(&w, ']');
+    if (m->link.instances) {
+        char lab[64];
+        an_proc_label(t, m->link.proc, lab, sizeof lab);
+        an_jw_obj(&w, "linked_cause");
+        an_jw_str(&w, "process", lab);
+        an_jw_i64(&w, "rank", t->procs[m->link.proc].rank);
+        an_jw_str(&w, "activity", an_activity_names[m->link.activity]);
+        an_jw_str(&w, "collective", an_strtab_get(&t->names, m->link.coll));
+        an_jw_str(&w, "file", m->link.file ? an_strtab_get(&t->files, m->link.file) : "");
+        an_jw_u64(&w, "instances", m->link.instances);
+        an_jw_u64(&w, "waited_instances", m->link.waited_instances);
+        an_jw_num(&w, "wait_s", m->link.wait_s);
+        an_jw_num(&w, "activity_s", m->link.activity_s);
+        an_jw_end(&w, '}');
+    }
+    an_jw_end(&w, '}');
+    an_jw_obj(&w, "phase");
+    an_jw_str(&w, "what", m->phase_what ? m->phase_what : "whole run");
+    an_jw_num(&w, "seconds", m->phase_s);
+    an_jw_end(&w, '}');
+    an_jw_obj(&w, "cpu");
+    an_jw_bool(&w, "present", m->has_cpu);
+    an_jw_u64(&w, "processes", m->ncpu_procs);
+    an_jw_u64(&w, "cpu_bound", m->ncpu_bound);
+    an_jw_u64(&w, "waiting", m->ncpu_waiting);
+    an_jw_end(&w, '}');
     static const char *const how[] = {"none", "path", "trace", "user"};
     an_jw_obj(&w, "filesystem");
     an_jw_str(&w, "class", m->fs_hint);

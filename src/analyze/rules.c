@@ -31,7 +31,27 @@
     "Mohan, Phanishayee, Chidambaram. CheckFreq: Frequent, Fine-Grained DNN Checkpointing. "       \
     "FAST 2021. https://www.usenix.org/conference/fast21/presentation/mohan"
 
+#define CITE_WAITSTATES                                                                            \
+    "Boehme, Geimer, Arnold, Voigtlaender, Wolf. Identifying the Root Causes of Wait States in "  \
+    "Large-Scale Parallel Applications. ACM TOPC 3(2), 2016. https://doi.org/10.1145/2934661"
+#define CITE_HOEFLER                                                                               \
+    "Hoefler, Belli. Scientific Benchmarking of Parallel Computing Systems. SC 2015. "             \
+    "https://doi.org/10.1145/2807591.2807644"
+#define CITE_TELEMETRY                                                                             \
+    "CPU time over wall time from per-process counters (getrusage), as dftracer 2.1's telemetry "  \
+    "collectors sample them; https://github.com/llnl-asr/dftracer"
+
 static const an_rule DEFAULT_RULES[] = {
+    {"run.short_phase", "measurement practice", CITE_HOEFLER,
+     "The measured phase is too short to rank bottlenecks", "measured_phase_s", "<", 5.0, NULL,
+     NULL, 0, "guard", "measurement", 1},
+    {"mpi.collective_wait_linked", "wait-state root causes (Scalasca)", CITE_WAITSTATES,
+     "Ranks wait in a collective for the last rank, delayed by what it did just before",
+     "mpi_linked_wait_share", ">=", 0.5, "mpi_wait_share", ">=", 0.02, "bottleneck",
+     "collective-wait", 1},
+    {"sys.cpu_vs_wait", "system-metrics counters", CITE_TELEMETRY,
+     "CPU-bound and waiting processes (from the counters)", "cpu_procs", ">=", 1, NULL, NULL, 0,
+     "info", "cpu", 1},
     {"wisio.excessive_metadata", "WisIO/DFAnalyzer", CITE_WISIO,
      "Excessive metadata access", "metadata_time_share", ">=", 0.5, NULL, NULL, 0, "bottleneck",
      "metadata", 1},
@@ -342,6 +362,28 @@ int an_rule_metric(const char *name, const an_trace *t, const an_metrics *m, dou
         if (!m->has_fetch)
             return *why = "no data-loader (fetch) annotation in the trace", -1;
         *v = safe_div(m->stall_s, m->proc_time_s);
+    } else if (!strcmp(name, "measured_phase_s")) {
+        if (t->n == 0)
+            return *why = "no event", -1;
+        *v = m->phase_s;
+    } else if (!strcmp(name, "mpi_linked_wait_share")) {
+        if (!m->has_mpi)
+            return *why = "no MPI event in the trace (trace MPI programs with scaffold trace, "
+                          "which preloads libscaffold_trace_mpi.so)", -1;
+        if (!m->coll_complete)
+            return *why = "no collective seen on every member of its communicator", -1;
+        if (m->coll_wait_s <= 0)
+            return *why = "no rank waited in a collective", -1;
+        *v = m->link.wait_s / m->coll_wait_s;
+    } else if (!strcmp(name, "mpi_wait_share")) {
+        if (!m->has_mpi || m->mpi_proc_time_s <= 0)
+            return *why = "no MPI event in the trace", -1;
+        *v = m->coll_wait_s / m->mpi_proc_time_s;
+    } else if (!strcmp(name, "cpu_procs")) {
+        if (!m->has_cpu)
+            return *why = "no CPU counters in the trace (SCAFFOLD_TRACE_METRICS_MS or scaffold "
+                          "trace --metrics-ms)", -1;
+        *v = (double)m->ncpu_procs;
     } else if (!strcmp(name, "checkpoint_share")) {
         if (!m->ckpt_time_s)
             return *why = "no checkpoint annotation and no checkpoint-like file written", -1;
@@ -398,12 +440,66 @@ static double stake_of(const an_rule *r, const an_metrics *m) {
         return m->stall_s / pt;
     if (!strcmp(k, "checkpoint_share"))
         return m->ckpt_time_s / wall;
+    if (!strcmp(k, "mpi_linked_wait_share"))
+        return m->mpi_proc_time_s > 0 ? m->link.wait_s / m->mpi_proc_time_s : 0;
     return 0;
+}
+
+/* The linked collective wait: its cause's category (what a fix must change), message and
+ * entities: the collective and the ranks that waited, the late rank and what it did, the file. */
+static void mpi_linked(an_finding *f, const an_trace *t, const an_metrics *m) {
+    const an_mpi_link *l = &m->link;
+    static const char *const cat[AN_ACT_COUNT] = {"checkpoint", "load-balance", "data-loader",
+                                                  "metadata", "load-balance", "load-balance"};
+    f->category = cat[l->activity];
+    char lab[64];
+    an_proc_label(t, l->proc, lab, sizeof lab);
+    const char *coll = an_strtab_get(&t->names, l->coll);
+    double mpi_share = m->mpi_s > 0 ? 100 * m->coll_wait_s / m->mpi_s : 0;
+    snprintf(f->message, sizeof f->message,
+             "%.3f s of waiting in %s (%.0f%% of all collective waiting, which is %.0f%% of MPI "
+             "time) is %s's %s just before: %s arrived last at %llu of the %llu instances where "
+             "ranks waited, after %.3f s of %s. One phenomenon, not two bottlenecks: shorten or "
+             "overlap that work and the wait goes",
+             l->wait_s, coll, 100 * f->value, mpi_share, lab, an_activity_names[l->activity], lab,
+             (unsigned long long)l->instances, (unsigned long long)l->waited_instances,
+             l->activity_s, an_activity_names[l->activity]);
+    snprintf(f->entities[f->nentities++], sizeof f->entities[0],
+             "collective %s: %.3f s waited for the last rank (all collectives: %.3f s)", coll,
+             l->wait_s, m->coll_wait_s);
+    snprintf(f->entities[f->nentities++], sizeof f->entities[0],
+             "process %s: last to arrive %llu time(s), %.3f s of %s before", lab,
+             (unsigned long long)l->instances, l->activity_s, an_activity_names[l->activity]);
+    if (l->file) {
+        const char *path = an_strtab_get(&t->files, l->file);
+        size_t pl = strlen(path);
+        snprintf(f->entities[f->nentities++], sizeof f->entities[0], "file %s%s",
+                 pl > 150 ? "..." : "", pl > 150 ? path + pl - 150 : path);
+    }
+}
+
+/* CPU-bound versus waiting, per process, from the counters. */
+static void cpu_entities(an_finding *f, const an_trace *t, const an_metrics *m) {
+    snprintf(f->message, sizeof f->message,
+             "%zu of %zu process(es) with CPU counters are CPU-bound (running or runnable >= 0.7 "
+             "of the time), %zu waiting (<= 0.2: in I/O, MPI or sleep), %zu in between",
+             m->ncpu_bound, m->ncpu_procs, m->ncpu_waiting,
+             m->ncpu_procs - m->ncpu_bound - m->ncpu_waiting);
+    for (size_t p = 0; p < m->nprocs && f->nentities < AN_MAX_ENTITIES; p++) {
+        double u = m->procs[p].cpu_util, w = m->procs[p].cpu_want;
+        if (u < 0)
+            continue;
+        char lab[64];
+        an_proc_label(t, (uint32_t)p, lab, sizeof lab);
+        snprintf(f->entities[f->nentities++], sizeof f->entities[0],
+                 "process %s: %.2f core(s) running, %.2f waiting for a CPU: %s", lab, u, w - u,
+                 w >= 0.7 ? "CPU-bound" : w <= 0.2 ? "waiting" : "partly busy");
+    }
 }
 
 /* Names the entities behind a finding: files, processes or windows. */
 static void add_entities(an_finding *f, const an_trace *t, const an_metrics *m) {
-    const char *cat = f->rule->category;
+    const char *cat = f->category;
     char lab[64];
     if (!strcmp(cat, "load-balance")) {
         uint32_t ps[2] = {m->straggler_proc, m->bytes_max_proc};
@@ -520,6 +616,10 @@ static void add_entities(an_finding *f, const an_trace *t, const an_metrics *m) 
 
 static int cmp_finding(const void *a, const void *b) {
     const an_finding *x = a, *y = b;
+    /* a guard first, then bottlenecks by time at stake, then info */
+    int xg = !strcmp(x->severity, "guard"), yg = !strcmp(y->severity, "guard");
+    if (xg != yg)
+        return yg - xg;
     int xi = !strcmp(x->severity, "info"), yi = !strcmp(y->severity, "info");
     if (xi != yi)
         return xi - yi;
@@ -575,6 +675,7 @@ int an_rules_eval(const an_ruleset *rs, const an_trace *t, const an_metrics *m,
             continue;
         an_finding *f = &(*out)[(*nout)++];
         f->rule = r;
+        f->category = r->category;
         f->value = v;
         f->value2 = v2;
         double st = stake_of(r, m);
@@ -583,7 +684,9 @@ int an_rules_eval(const an_ruleset *rs, const an_trace *t, const an_metrics *m,
         if (st > 1)
             st = 1;
         f->stake_pct = 100 * st;
-        f->severity = !strcmp(r->level, "info") ? "info" : an_severity(st);
+        f->severity = !strcmp(r->level, "info")    ? "info"
+                      : !strcmp(r->level, "guard") ? "guard"
+                                                   : an_severity(st);
         char a[32], b[32], c[32], d[32];
         if (r->metric2)
             snprintf(f->message, sizeof f->message, "%s: %s = %s (%s %s) and %s = %s (%s %s)",
@@ -595,8 +698,27 @@ int an_rules_eval(const an_ruleset *rs, const an_trace *t, const an_metrics *m,
             snprintf(f->message, sizeof f->message, "%s: %s = %s (%s %s)", r->title, r->metric,
                      fmt_val(r->metric, v, a, sizeof a), r->op,
                      fmt_val(r->metric, r->threshold, b, sizeof b));
-        add_entities(f, t, m);
+        if (!strcmp(r->metric, "mpi_linked_wait_share"))
+            mpi_linked(f, t, m);
+        else if (!strcmp(r->metric, "cpu_procs"))
+            cpu_entities(f, t, m);
+        else if (!strcmp(r->metric, "measured_phase_s"))
+            snprintf(f->message, sizeof f->message,
+                     "The measured phase (%s) lasts %.2f s, under %.0f s: start-up, first-call and "
+                     "short-run effects dominate so short a run (a 2-second run made a barrier "
+                     "look like 65%% of the time), so the bottlenecks below are not ranked and "
+                     "nothing is proposed; measure a longer run",
+                     m->phase_what ? m->phase_what : "whole run", v, r->threshold);
+        else
+            add_entities(f, t, m);
     }
+    /* A guard that fired: the bottlenecks are listed with their facts, not ranked. */
+    int guarded = 0;
+    for (size_t i = 0; i < *nout; i++)
+        guarded |= !strcmp((*out)[i].severity, "guard");
+    for (size_t i = 0; guarded && i < *nout; i++)
+        if (!strcmp((*out)[i].rule->level, "bottleneck"))
+            (*out)[i].severity = "unranked";
     qsort(*out, *nout, sizeof **out, cmp_finding);
     if (skipped)
         *skipped = sk;

@@ -26,7 +26,8 @@ typedef struct an_rule {
     const char *metric2;   /* second condition, or NULL */
     const char *op2;
     double threshold2;
-    const char *level;     /* "info" or "bottleneck" */
+    const char *level;     /* "info", "bottleneck", or "guard" (when it fires, the bottlenecks
+                            * are not ranked: their severity is "unranked", no proposal) */
     const char *category;  /* recommendation category */
     int enabled;
 } an_rule;
@@ -35,6 +36,7 @@ typedef struct an_rule {
 
 typedef struct an_finding {
     const an_rule *rule;
+    const char *category;  /* the rule's, or for a linked collective wait its cause's */
     double value, value2;
     double stake_pct;      /* share of run time at stake, 0..100 */
     const char *severity;  /* critical/high/medium/low/trivial, or "info" */

@@ -37,6 +37,7 @@ enum an_op {
     AN_OP_TRAIN,      /* pipeline: train */
     AN_OP_EVAL,       /* pipeline: evaluate/test */
     AN_OP_TRACER,     /* dftracer start/end */
+    AN_OP_MPI,        /* an MPI call (cat MPI); MPI-IO calls are I/O classes with AN_F_MPIIO */
     AN_OP_COUNT
 };
 
@@ -44,12 +45,18 @@ enum an_op {
 #define AN_F_POSIX 0x01u
 #define AN_F_STDIO 0x02u
 #define AN_F_MPIIO 0x04u
-#define AN_F_COUNTER 0x08u  /* a "C" aggregated counter event */
+#define AN_F_AGG 0x08u      /* an aggregated record: it stands for `offset` calls (dft_cnt) */
 #define AN_F_APPEND 0x10u   /* open with O_APPEND: the position is the file end */
 #define AN_F_SEEKPOS 0x20u  /* seek: `offset` holds the resulting position */
 #define AN_F_IGNORED 0x40u  /* the file matches a system path (/proc, /usr/lib, ...) */
 
 #define AN_IS_IO(op) ((op) >= AN_OP_READ && (op) <= AN_OP_IO_OTHER)
+
+/* Counter values the reader keeps (the tracer's system-metrics sampler, docs/trace.md). */
+enum { AN_CTR_CPU_USER_US, AN_CTR_CPU_SYS_US, AN_CTR_RSS_KB, AN_CTR_READ_BYTES, AN_CTR_WRITE_BYTES,
+       AN_CTR_VCSW, AN_CTR_IVCSW, AN_CTR_LOAD1_MILLI, AN_CTR_MEM_AVAIL_KB, AN_CTR_RUN_DELAY_US,
+       AN_NCTR };
+
 
 /* File-system classes: what the tuning strategies of the seed's FS_TYPE tables are gated on.
  * LOCAL covers node-local disks (ext4, xfs, btrfs, overlay...), NFS the single-server network
@@ -69,7 +76,21 @@ typedef struct an_proc {
     int64_t pid;
     int rank;       /* -1 when unknown */
     uint32_t nthreads;
+    uint64_t records;  /* records as dftracer_stats counts them (every line but metadata) */
+    char exe[48];      /* executable name (start event's exec_hash through SH), "" unknown: of
+                        * the latest image when the process exec'd (a launcher's forked child
+                        * that became a rank is a rank) */
+    int64_t exe_ts;    /* start time of that image */
+    int launcher;      /* mpirun, srun, prterun, orted, slurmstepd...: not a rank */
 } an_proc;
+
+/* One sample of the tracer's system-metrics sampler (a counter record, ph 2 / "C"). */
+typedef struct an_counter {
+    uint32_t proc;
+    int64_t ts;
+    int64_t v[AN_NCTR];
+    unsigned has; /* 1 << AN_CTR_* */
+} an_counter;
 
 /* One input file and what happened when reading it. */
 typedef struct an_input {
@@ -80,6 +101,14 @@ typedef struct an_input {
     uint64_t first_bad_line;
     uint64_t members;      /* gzip members decoded (0 for plain text) */
     uint64_t unknown_meta; /* metadata events of an unknown kind (ignored) */
+    uint64_t out_of_range; /* events skipped: a number beyond int64, a negative or huge time */
+    uint64_t first_oor_line;
+    uint64_t calls;        /* complete events + the calls aggregated records stand for */
+    uint64_t num_events;   /* what the end record(s) declare, 0 when absent */
+    int has_end, shape2;   /* an end record was read; the file is in dftracer 2.x shape */
+    int has_count;         /* the end record carried num_events */
+    int ours;              /* written by libscaffold_trace.so (start version "scaffold-trace") */
+    int empty;             /* 0 bytes (dftracer leaves one per forked child that did nothing) */
     int truncated;         /* the file ended inside a gzip member or a line */
     int failed;            /* could not be opened/read at all */
     char note[256];        /* the problem, for the report ("" if none) */
@@ -112,6 +141,12 @@ typedef struct an_trace {
     uint8_t *file_fs_how;  /* per file id: AN_FSHOW_* (where file_fs came from) */
     an_proc *procs;
     size_t nprocs;
+    an_counter *ctrs;      /* counter samples, in time order per process */
+    size_t nctrs;
+    /* records per lower-cased category, as dftracer_stats counts them */
+    an_strtab rec_cats;
+    uint64_t *rec_cat_n;
+    uint64_t records, out_of_range;
     an_input *inputs;
     size_t ninputs;
     /* Clock skew between hosts: std-dev of per-host first timestamps (seconds), and whether
@@ -133,6 +168,11 @@ typedef struct an_read_opts {
     int64_t part_bytes;  /* bytes per part of a large file; 0 = the default (tests set it small) */
 } an_read_opts;
 
+/* Calls event i stands for: an aggregated record's count (kept in its offset column), else 1. */
+static inline uint64_t an_calls(const an_trace *t, size_t i) {
+    return (t->flags[i] & AN_F_AGG) && t->offset[i] > 0 ? (uint64_t)t->offset[i] : 1;
+}
+
 /* Checks one --fs-type value ("PREFIX=TYPE"); 0 or ERR_USAGE naming the problem. */
 int an_fs_override_check(const char *spec);
 
@@ -149,18 +189,33 @@ int an_trace_read(an_trace *t, char *const *files, size_t nfiles, const an_read_
 /* Frees the trace (NULL-safe). */
 void an_trace_free(an_trace *t);
 
+/* Kind of record, from "ph": dftracer 1.x letters or 2.x integers (1 complete "X", 2 counter "C",
+ * 3 aggregated, 4 metadata "M"). A 1.x "C" line carrying aggregate fields (dft_cnt, or count with
+ * dur_sum: early 2.x aggregation) is AGGREGATED; without them it is a COUNTER sample. */
+enum { AN_PH_OTHER, AN_PH_COMPLETE, AN_PH_COUNTER, AN_PH_AGG, AN_PH_META };
+
 /* Parses one JSON line into `t`-independent fields; exposed for unit tests. Returns 1 if the
  * line is an event or metadata object, 0 for a line to skip ('[', ']', blank), -1 if malformed. */
 typedef struct an_rawev {
     const char *name, *cat, *ph;
     size_t name_n, cat_n, ph_n;
-    int64_t pid, tid, ts, dur;
-    int has_ts, has_dur, has_pid;
+    int ph_kind;  /* AN_PH_* */
+    int ph_int;   /* "ph" was an integer: dftracer 2.x shape */
+    int64_t pid, tid, ts, dur, type;
+    int has_ts, has_dur, has_pid, has_type;
+    /* a number of the line (ts, dur, pid, tid or an arg the reader uses) does not fit in int64,
+     * or a time is negative or beyond AN_TS_MAX: the event is skipped and counted */
+    int out_of_range;
     const char *hhash, *fhash, *fname, *hostname, *m_name, *m_value, *m_fs;
     size_t hhash_n, fhash_n, fname_n, hostname_n, m_name_n, m_value_n, m_fs_n;
+    const char *exec_hash, *comm, *version;
+    size_t exec_hash_n, comm_n, version_n;
     int64_t ret, offset, count, size, bytes, flags, whence, dur_sum, size_sum, ret_sum, ccount;
     int64_t items; /* an annotation's batch_size: samples the region handled */
+    int64_t dft_cnt, adur, num_events, comm_size;
+    int64_t ctr[AN_NCTR];
     unsigned has; /* AN_RAW_HAS_* bits for the numeric args */
+    unsigned ctr_has; /* 1 << AN_CTR_* */
     int name_esc, fname_esc, m_name_esc;
 } an_rawev;
 
@@ -176,6 +231,10 @@ typedef struct an_rawev {
 #define AN_RAW_RETSUM 0x200u
 #define AN_RAW_CCOUNT 0x400u
 #define AN_RAW_ITEMS 0x800u
+#define AN_RAW_DFTCNT 0x1000u
+#define AN_RAW_ADUR 0x2000u   /* args.dur: an aggregated record's duration when every call took it */
+#define AN_RAW_NUMEV 0x4000u  /* end record: num_events */
+#define AN_RAW_COMMSZ 0x8000u /* MPI events: comm_size */
 
 int an_parse_line(const char *p, const char *end, an_rawev *ev);
 
@@ -186,7 +245,10 @@ size_t an_json_unescape(const char *s, size_t n, char *out, size_t cap);
  * AN_F_POSIX/STDIO/MPIIO. */
 int an_classify(const char *name, size_t name_n, const char *cat, size_t cat_n, unsigned *flags);
 
-/* Display label of a process: "rank N" or "host:pid". */
+/* 1 when an executable name is a launcher (mpirun, srun, prterun, orted, slurmstepd...). */
+int an_is_launcher(const char *exe);
+
+/* Display label of a process: "rank N", "launcher NAME (host:pid)" or "host:pid". */
 void an_proc_label(const an_trace *t, uint32_t proc, char *buf, size_t cap);
 
 #endif

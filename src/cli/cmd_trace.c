@@ -151,7 +151,7 @@ static int trace_reap_orphans(int wait_s) {
 
 int cmd_trace(int argc, char **argv) {
     const char *out = "traces", *data_dirs = NULL, *exclude = NULL, *lib = NULL;
-    int flush_ms = 0, wait_s = 30;
+    int flush_ms = 0, wait_s = 30, no_mpi = 0, metrics_ms = -1;
     const opt_spec opts[] = {
         OPT_STR_(0, "out", &out, "DIR", "directory for the traces (default: ./traces; created)"),
         OPT_STR_(0, "data-dirs", &data_dirs, "A:B",
@@ -163,14 +163,20 @@ int cmd_trace(int argc, char **argv) {
         OPT_INT_(0, "wait", &wait_s, 0, 86400, "S",
                  "after CMD exits, wait up to S seconds (default 30) for processes it left "
                  "running, such as an MPI singleton's daemon, so their traces are complete"),
+        OPT_FLAG_(0, "no-mpi", &no_mpi,
+                  "do not preload libscaffold_trace_mpi.so (MPI calls are then not traced)"),
+        OPT_INT_(0, "metrics-ms", &metrics_ms, 0, 3600000, "N",
+                 "sample system metrics (CPU time, RSS, I/O bytes, context switches, load, "
+                 "memory) every N ms into counter events (default: off)"),
         OPT_STR_(0, "lib", &lib, "PATH",
                  "the tracer library (default: libscaffold_trace.so next to this executable, or "
                  "$SCAFFOLD_TRACE_LIB)"),
         OPT_END_};
     const opt_cmd cmd = {
         "trace", "[options] -- CMD [ARGS...]",
-        "Runs CMD with the I/O tracer preloaded. Every process (forks and execs included)\n"
-        "writes DIR/trace-<hash>-preload.pfw.gz in dftracer's format.",
+        "Runs CMD with the I/O tracer preloaded (and its MPI sibling, which records MPI calls\n"
+        "through PMPI). Every process (forks and execs included) writes\n"
+        "DIR/trace-<hash>-preload.pfw.gz in dftracer's format (2.x; SCAFFOLD_TRACE_FORMAT=1: 1.x).",
         opts, OPT_POS_REST,
         "The exit status is CMD's (128+N if it died of signal N). Other settings are the\n"
         "SCAFFOLD_TRACE_* environment variables described in docs/trace.md."};
@@ -196,15 +202,26 @@ int cmd_trace(int argc, char **argv) {
         return 2;
     }
     snprintf(prefix, sizeof prefix, "%s/trace", outabs);
+    /* The MPI sibling built beside the tracer (for this build's MPI): preloaded after it. It
+     * loads into any process without pulling in libmpi and records only MPI calls. */
+    char mpilib[PATH_MAX] = "";
+    if (!no_mpi) {
+        const char *slash = strrchr(libpath, '/');
+        int dl = slash ? (int)(slash - libpath) + 1 : 0;
+        snprintf(mpilib, sizeof mpilib, "%.*slibscaffold_trace_mpi.so", dl, libpath);
+        if (access(mpilib, R_OK) != 0)
+            mpilib[0] = 0;
+    }
     /* Preload ours first; keep whatever the user already preloads. */
     const char *old = getenv("LD_PRELOAD");
-    size_t pl = strlen(libpath) + (old ? strlen(old) + 2 : 1);
+    size_t pl = strlen(libpath) + strlen(mpilib) + (old ? strlen(old) : 0) + 3;
     char *preload = malloc(pl);
     if (!preload) {
         fprintf(stderr, "scaffold trace: out of memory\n");
         return 1;
     }
-    snprintf(preload, pl, "%s%s%s", libpath, old && *old ? ":" : "", old ? old : "");
+    snprintf(preload, pl, "%s%s%s%s%s", libpath, mpilib[0] ? ":" : "", mpilib,
+             old && *old ? ":" : "", old ? old : "");
     setenv("LD_PRELOAD", preload, 1);
     free(preload);
     setenv("SCAFFOLD_TRACE_PREFIX", prefix, 1);
@@ -227,6 +244,11 @@ int cmd_trace(int argc, char **argv) {
         char v[32];
         snprintf(v, sizeof v, "%d", flush_ms);
         setenv("SCAFFOLD_TRACE_FLUSH_MS", v, 1);
+    }
+    if (metrics_ms >= 0) {
+        char v[32];
+        snprintf(v, sizeof v, "%d", metrics_ms);
+        setenv("SCAFFOLD_TRACE_METRICS_MS", v, 1);
     }
     unsetenv("SCAFFOLD_TRACE_DISABLE");
 

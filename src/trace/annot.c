@@ -172,7 +172,7 @@ static void api_end(scaffold_trace_region r) {
     errno = saved;
 }
 
-static void api_metadata(const char *key, const char *value) {
+void trc_emit_meta(unsigned type, const char *key, const char *value) {
     int saved = errno;
     trc_thread *t = annot_thread();
     if (!t || !key) {
@@ -192,11 +192,13 @@ static void api_metadata(const char *key, const char *value) {
         if (vl)
             memcpy(p + kl + 1, value, vl);
         p[kl + 1 + vl] = 0;
-        trc_publish(t, r, trc_hdr(size, TRC_REC_META, 0, 0));
+        trc_publish(t, r, trc_hdr(size, type, 0, 0));
     }
     trc_busy = 0;
     errno = saved;
 }
+
+static void api_metadata(const char *key, const char *value) { trc_emit_meta(TRC_REC_META, key, value); }
 
 static int api_active(void) { return __atomic_load_n(&trc_g.active, __ATOMIC_RELAXED) != 0; }
 

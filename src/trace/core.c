@@ -79,6 +79,10 @@ static void config_load(trc_config *c) {
     int dio = env_bool("DFTRACER_DISABLE_IO", 0);
     c->posix = env_bool("SCAFFOLD_TRACE_POSIX", !env_bool("DFTRACER_DISABLE_POSIX", 0)) && !dio;
     c->stdio = env_bool("SCAFFOLD_TRACE_STDIO", !env_bool("DFTRACER_DISABLE_STDIO", 0)) && !dio;
+    /* The trace shape: 2 (dftracer 2.x, the current release) unless 1 is asked for. dftracer has
+     * no variable for this, so there is no DFTRACER_* equivalent. */
+    c->format = (int)env_long("SCAFFOLD_TRACE_FORMAT", NULL, 2, 1, 2);
+    c->mpi = env_bool("SCAFFOLD_TRACE_MPI", 1);
     c->signals = env_bool("SCAFFOLD_TRACE_SIGNALS", 1);
     c->keep_env = env_bool("SCAFFOLD_TRACE_KEEP_ENV", 1);
     c->compress = env_bool("SCAFFOLD_TRACE_COMPRESS", 1);
@@ -99,6 +103,14 @@ static void config_load(trc_config *c) {
             warn_env("SCAFFOLD_TRACE_CLOCK", clk, "tsc or monotonic");
     }
     c->flush_ms = (int)env_long("SCAFFOLD_TRACE_FLUSH_MS", NULL, 1000, 1, 3600 * 1000);
+    /* System metrics (counter events) every N ms; 0 = off. Below 10 ms the sampler would cost
+     * more than it tells. */
+    c->metrics_ms = (int)env_long("SCAFFOLD_TRACE_METRICS_MS", NULL, 0, 0, 3600 * 1000);
+    if (c->metrics_ms > 0 && c->metrics_ms < 10) {
+        warn_env("SCAFFOLD_TRACE_METRICS_MS", getenv("SCAFFOLD_TRACE_METRICS_MS"),
+                 "0 or at least 10 (ms)");
+        c->metrics_ms = 0;
+    }
     long fb = env_long("SCAFFOLD_TRACE_FLUSH_MIB", NULL, 1, 1, 1024) << 20;
     if (!getenv("SCAFFOLD_TRACE_FLUSH_MIB"))
         fb = env_long("DFTRACER_WRITE_BUFFER_SIZE", NULL, fb, 1, 1L << 30);
@@ -159,7 +171,7 @@ static void read_identity(void) {
 /* ---------------------------------------------------------------- lifecycle */
 int trc_active_bits(void) {
     return (trc_g.cfg.posix ? TRC_FAM_POSIX : 0) | (trc_g.cfg.stdio ? TRC_FAM_STDIO : 0) |
-           TRC_FAM_ANNOT;
+           (trc_g.cfg.mpi ? TRC_FAM_MPI : 0) | TRC_FAM_ANNOT;
 }
 
 void trc_finalize(void) {

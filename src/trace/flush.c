@@ -141,7 +141,9 @@ static void mkdir_parents(const char *path) {
 static void format_header(trc_buf *b) {
     char val[64];
     pid_t tid = (pid_t)syscall(SYS_gettid);
-    trc_buf_str(b, "[\n");
+    int v2 = trc_g.cfg.format == 2;
+    if (!v2)
+        trc_buf_str(b, "[\n"); /* 2.x: newline-delimited JSON and nothing else */
     trc_format_meta(b, "HH", trc_g.host, NULL, tid);
     char exe_hash[17], cmd_hash[17], cwd_hex[17];
     trc_hex16(trc_hash(trc_g.exe, strlen(trc_g.exe)), exe_hash);
@@ -156,12 +158,21 @@ static void format_header(trc_buf *b) {
     trc_format_fh(b, ch, cwd, tid);
     snprintf(val, sizeof val, "\"%d\"", (int)trc_g.ppid);
     trc_format_meta(b, "PR", "ppid", val, tid);
-    const char *rank = getenv("OMPI_COMM_WORLD_RANK");
-    if (!rank)
+    /* A launcher (srun inside an allocation step, mpirun under a job) may carry a rank variable
+     * of its own step; it is not a rank of the job it launches. */
+    static const char *const launchers[] = {"mpirun", "mpiexec", "orterun", "prterun", "prte",
+                                            "prted", "orted", "srun", "slurmstepd",
+                                            "hydra_pmi_proxy", "mpiexec.hydra", NULL};
+    int launcher = 0;
+    for (const char *const *l = launchers; *l; l++)
+        launcher |= !strncmp(trc_g.exe, *l, strlen(*l)) &&
+                    (!trc_g.exe[strlen(*l)] || trc_g.exe[strlen(*l)] == '.');
+    const char *rank = launcher ? NULL : getenv("OMPI_COMM_WORLD_RANK");
+    if (!rank && !launcher)
         rank = getenv("PMI_RANK");
-    if (!rank)
+    if (!rank && !launcher)
         rank = getenv("PMIX_RANK");
-    if (!rank)
+    if (!rank && !launcher)
         rank = getenv("SLURM_PROCID");
     if (rank && strlen(rank) < 20 && strspn(rank, "0123456789") == strlen(rank)) {
         snprintf(val, sizeof val, "\"%s\"", rank);
@@ -174,13 +185,15 @@ static void format_header(trc_buf *b) {
     localtime_r(&now, &tmv);
     strftime(date, sizeof date, "%a %b %e %H:%M:%S %Y", &tmv);
     trc_hex16(ch, cwd_hex);
-    trc_buf_str(b, "{\"id\":0,\"name\":\"start\",\"cat\":\"dftracer\",\"pid\":");
+    trc_buf_str(b, v2 ? "{\"id\":0,\"name\":\"start\",\"cat\":\"dftracer\",\"type\":1,\"pid\":"
+                      : "{\"id\":0,\"name\":\"start\",\"cat\":\"dftracer\",\"pid\":");
     trc_buf_i64(b, trc_g.pid);
     trc_buf_str(b, ",\"tid\":");
     trc_buf_i64(b, tid);
     trc_buf_str(b, ",\"ts\":");
     trc_buf_u64(b, (trc_g.start_ns + trc_realtime_anchor_ns) / 1000);
-    trc_buf_str(b, ",\"dur\":0,\"ph\":\"X\",\"args\":{\"hhash\":\"");
+    trc_buf_str(b, v2 ? ",\"dur\":0,\"ph\":1,\"args\":{\"hhash\":\""
+                      : ",\"dur\":0,\"ph\":\"X\",\"args\":{\"hhash\":\"");
     trc_buf_str(b, trc_g.hhash);
     trc_buf_str(b, "\",\"cmd_hash\":\"");
     trc_buf_str(b, cmd_hash);
@@ -342,33 +355,95 @@ static void drain_thread(trc_thread *t) {
     }
 }
 
+/* The end record (dftracer 2.x: the trace's one self-description): num_events = the events
+ * written before it (start included), dropped events, and the effective configuration, the
+ * layers built in and the layers that produced an event, as nested objects. */
 static void format_end(trc_buf *b) {
     pid_t tid = (pid_t)syscall(SYS_gettid);
+    int v2 = trc_g.cfg.format == 2;
+    const trc_config *c = &trc_g.cfg;
     trc_summary_write(b, tid);
     uint64_t dropped = 0;
     for (trc_thread *t = __atomic_load_n(&trc_g.threads, __ATOMIC_ACQUIRE); t; t = t->next)
         dropped += t->dropped;
     trc_buf_str(b, "{\"id\":");
     trc_buf_u64(b, __atomic_fetch_add(&trc_g.next_id, 1, __ATOMIC_RELAXED));
-    trc_buf_str(b, ",\"name\":\"end\",\"cat\":\"dftracer\",\"pid\":");
+    trc_buf_str(b, v2 ? ",\"name\":\"end\",\"cat\":\"dftracer\",\"type\":1,\"pid\":"
+                      : ",\"name\":\"end\",\"cat\":\"dftracer\",\"pid\":");
     trc_buf_i64(b, trc_g.pid);
     trc_buf_str(b, ",\"tid\":");
     trc_buf_i64(b, tid);
     trc_buf_str(b, ",\"ts\":");
     trc_buf_u64(b, (trc_mono_ns() + trc_realtime_anchor_ns) / 1000);
-    trc_buf_str(b, ",\"dur\":0,\"ph\":\"X\",\"args\":{\"hhash\":\"");
+    trc_buf_str(b, v2 ? ",\"dur\":0,\"ph\":1,\"args\":{\"hhash\":\""
+                      : ",\"dur\":0,\"ph\":\"X\",\"args\":{\"hhash\":\"");
     trc_buf_str(b, trc_g.hhash);
     trc_buf_str(b, "\",\"num_events\":");
-    trc_buf_u64(b, num_events + 2); /* + start and end */
+    trc_buf_u64(b, num_events + 1); /* + start */
     trc_buf_str(b, ",\"dropped\":");
     trc_buf_u64(b, dropped);
-    trc_buf_str(b, "}}\n]\n");
+    trc_buf_str(b, ",\"cfg\":{\"format\":");
+    trc_buf_i64(b, c->format);
+    trc_buf_str(b, ",\"posix\":");
+    trc_buf_i64(b, c->posix);
+    trc_buf_str(b, ",\"stdio\":");
+    trc_buf_i64(b, c->stdio);
+    trc_buf_str(b, ",\"metadata\":1,\"compression\":");
+    trc_buf_i64(b, c->compress);
+    trc_buf_str(b, ",\"level\":");
+    trc_buf_i64(b, c->level);
+    trc_buf_str(b, ",\"flush_ms\":");
+    trc_buf_i64(b, c->flush_ms);
+    trc_buf_str(b, ",\"metrics_ms\":");
+    trc_buf_i64(b, c->metrics_ms);
+    trc_buf_str(b, ",\"clock\":");
+    trc_buf_str(b, trc_clock_is_tsc ? "\"tsc\"" : "\"monotonic\"");
+    trc_buf_str(b, ",\"log_file\":");
+    trc_buf_json(b, out_path, strlen(out_path));
+    trc_buf_str(b, "},\"build\":{\"mpi\":");
+    trc_buf_i64(b, trc_mpi_present());
+    trc_buf_str(b, ",\"hdf5\":0,\"hip\":0,\"cuda\":0}");
+    static const char *const used[] = {"LIBC_IO", "C_APP", "MPI", "PSUTIL"};
+    trc_buf_str(b, ",\"used\":{");
+    for (int k = 0, n = 0; k < 4; k++)
+        if (trc_used & (1u << k)) {
+            if (n++)
+                trc_buf_put(b, ",", 1);
+            trc_buf_put(b, "\"", 1);
+            trc_buf_str(b, used[k]);
+            trc_buf_str(b, "\":1");
+        }
+    trc_buf_str(b, v2 ? "}}}\n" : "}}}\n]\n");
+}
+
+/* System-metrics samples waiting for the file (a process that records no event writes no file,
+ * so its samples are dropped; the buffer is bounded). */
+static trc_buf samples;
+static uint64_t next_sample_ns;
+
+/* Takes a sample when one is due (or at the final flush); returns ms until the next one, or the
+ * flush interval when sampling is off. Flusher side, under the flush lock. */
+static int sample_due(int final) {
+    int ms = trc_g.cfg.metrics_ms;
+    if (ms <= 0)
+        return trc_g.cfg.flush_ms;
+    uint64_t now = trc_mono_ns();
+    if (final || now >= next_sample_ns) {
+        if (samples.len > (64u << 10))
+            samples.len = 0;
+        trc_sample(&samples);
+        next_sample_ns = now + (uint64_t)ms * 1000000u;
+    }
+    uint64_t left = (next_sample_ns - now) / 1000000u + 1;
+    return left < (uint64_t)trc_g.cfg.flush_ms ? (int)left : trc_g.cfg.flush_ms;
 }
 
 void trc_flush_locked(int final) {
     stage.len = 0;
     behind = 0;
     trc_clock_anchor();
+    if (final)
+        sample_due(1);
     if (!file_opened) {
         /* Open (and write the header) before formatting, so FH lines are not repeated. */
         int pending = 0;
@@ -379,6 +454,10 @@ void trc_flush_locked(int final) {
         if (open_file() != 0)
             return;
         format_header(&stage);
+    }
+    if (samples.len) {
+        trc_buf_put(&stage, samples.p, samples.len);
+        samples.len = 0;
     }
     for (trc_thread *t = __atomic_load_n(&trc_g.threads, __ATOMIC_ACQUIRE); t; t = t->next)
         drain_thread(t);
@@ -394,6 +473,9 @@ void trc_flush_locked(int final) {
 }
 
 void trc_flush_new_file(void) {
+    trc_used = 0;
+    samples.len = 0;
+    next_sample_ns = 0;
     file_opened = 0;
     file_failed = 0;
     num_events = 0;
@@ -430,7 +512,10 @@ static void *flusher_main(void *arg) {
             fd = __atomic_load_n(&trc_g.wake_fd, __ATOMIC_ACQUIRE);
         }
         struct pollfd p = {fd, POLLIN, 0};
-        int rc = poll(&p, fd >= 0 ? 1 : 0, trc_g.cfg.flush_ms);
+        pthread_mutex_lock(&trc_g.flush_lock);
+        int wait_ms = trc_g.state == TRC_S_RUNNING ? sample_due(0) : trc_g.cfg.flush_ms;
+        pthread_mutex_unlock(&trc_g.flush_lock);
+        int rc = poll(&p, fd >= 0 ? 1 : 0, wait_ms);
         if (rc > 0 && (p.revents & POLLIN)) {
             uint64_t v;
             (void)!syscall(SYS_read, fd, &v, sizeof v);

@@ -6,6 +6,7 @@
  * buckets, SEQ/CONSEC definitions, bytes, op counts, time per class) kept in a bounded table and
  * written as "FS" metadata lines at the end of each file. Runs only on the flusher thread (or
  * under the flush lock). */
+#include "mpi_hooks.h"
 #include "trace_int.h"
 
 #include <stdio.h>
@@ -18,6 +19,9 @@ const trc_opinfo trc_ops[TRC_OP_COUNT] = {
     TRC_OPS(TRC_OP_INFO)
 #undef TRC_OP_INFO
 };
+
+/* Layers that produced an event in the current file (the end record's "used"). */
+unsigned trc_used;
 
 /* ---------------------------------------------------------------- buffer */
 int trc_buf_grow(trc_buf *b, size_t n) {
@@ -162,14 +166,23 @@ static inline char *w_lit(char *p, const char *s, size_t n) {
 #define W_LIT(p, s) w_lit((p), (s), sizeof(s) - 1)
 
 /* ---------------------------------------------------------------- metadata lines */
+/* Metadata line head. The 2.x shape (dftracer 2.1.1 and later) adds "type" after "cat" and
+ * writes "ph" as an integer (4 = metadata); the 1.x shape writes "ph":"M". */
 static void line_head_m(trc_buf *b, const char *type, pid_t tid) {
+    int v2 = trc_g.cfg.format == 2;
     trc_buf_str(b, "{\"name\":\"");
     trc_buf_str(b, type);
-    trc_buf_str(b, "\",\"cat\":\"dftracer\",\"pid\":");
+    /* custom metadata carries the type of the API that logged it (the C annotation API) */
+    if (!v2)
+        trc_buf_str(b, "\",\"cat\":\"dftracer\",\"pid\":");
+    else if (!strcmp(type, "CM"))
+        trc_buf_str(b, "\",\"cat\":\"dftracer\",\"type\":" TRC_TYPE_C_APP ",\"pid\":");
+    else
+        trc_buf_str(b, "\",\"cat\":\"dftracer\",\"type\":" TRC_TYPE_DFTRACER ",\"pid\":");
     trc_buf_i64(b, trc_g.pid);
     trc_buf_str(b, ",\"tid\":");
     trc_buf_i64(b, tid);
-    trc_buf_str(b, ",\"ph\":\"M\",\"args\":{\"hhash\":\"");
+    trc_buf_str(b, v2 ? ",\"ph\":4,\"args\":{\"hhash\":\"" : ",\"ph\":\"M\",\"args\":{\"hhash\":\"");
     trc_buf_str(b, trc_g.hhash);
     trc_buf_str(b, "\",\"name\":");
 }
@@ -215,6 +228,8 @@ typedef struct {
     char s[119];
 } tmpl;
 static tmpl pre[TRC_OP_COUNT];
+static tmpl mpre[TRC_MPI_COUNT]; /* the same for MPI calls */
+_Static_assert(TRC_OP_COUNT + TRC_MPI_COUNT <= TRC_LINE_KEYS, "line keys: I/O ops and MPI ops");
 static pid_t pre_tid = -1;
 static pid_t pre_pid = -1;
 static char mid[64];
@@ -249,12 +264,14 @@ void trc_format_thread(trc_thread *t) {
     if (t->tid != pre_tid || trc_g.pid != pre_pid) {
         for (int k = 0; k < TRC_OP_COUNT; k++)
             pre[k].len = 0;
+        for (int k = 0; k < TRC_MPI_COUNT; k++)
+            mpre[k].len = 0;
         pre_tid = t->tid;
         pre_pid = trc_g.pid;
     }
     if (!mid_len)
-        mid_len = (size_t)snprintf(mid, sizeof mid, ",\"ph\":\"X\",\"args\":{\"hhash\":\"%s\",\"p_idx\":",
-                                   trc_g.hhash);
+        mid_len = (size_t)snprintf(mid, sizeof mid, ",\"ph\":%s,\"args\":{\"hhash\":\"%s\",\"p_idx\":",
+                                   trc_g.cfg.format == 2 ? "1" : "\"X\"", trc_g.hhash);
     if (!keys_ready) {
         for (int k = 0; k < TRC_OP_COUNT; k++) {
             if (trc_ops[k].a1[0])
@@ -269,8 +286,10 @@ void trc_format_thread(trc_thread *t) {
 static const tmpl *op_prefix(int op) {
     tmpl *p = &pre[op];
     if (!p->len)
-        p->len = (uint8_t)snprintf(p->s, sizeof p->s, ",\"name\":\"%s\",\"cat\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":",
-                                   trc_ops[op].name, trc_ops[op].cat, (int)trc_g.pid, (int)pre_tid);
+        p->len = (uint8_t)snprintf(p->s, sizeof p->s, ",\"name\":\"%s\",\"cat\":\"%s\"%s,\"pid\":%d,\"tid\":%d,\"ts\":",
+                                   trc_ops[op].name, trc_ops[op].cat,
+                                   trc_g.cfg.format == 2 ? ",\"type\":" TRC_TYPE_LIBC_IO : "",
+                                   (int)trc_g.pid, (int)pre_tid);
     return p;
 }
 
@@ -318,6 +337,34 @@ static inline void piece(trc_line *L, const char *base, const char *p) {
         L->ends[L->npieces++] = (uint16_t)(p - base);
 }
 
+/* The common head of an event line, from {"id" to "level": the id, the prepared name/cat/pid/tid
+ * part, ts, dur, hhash and p_idx (the parent from the level in dur_level's top byte), logging the
+ * field ends for the fast encoder; returns the end. */
+static char *event_head(char *base, trc_line *L, uint8_t key, const tmpl *pr, const trc_thread *t,
+                        uint64_t ticks, uint64_t dur_level, uint64_t *t0, uint64_t *dur) {
+    unsigned level = (unsigned)(dur_level >> 56);
+    int64_t pidx = level > 1 && level - 1 <= TRC_MAX_DEPTH ? (int64_t)t->parents[level - 1] : -1;
+    *t0 = trc_clock_ns(ticks);
+    *dur = trc_clock_dur_ns(dur_level & 0x00ffffffffffffffull);
+    char *p = base;
+    if (L)
+        L->key = key;
+    p = W_LIT(p, "{\"id\":");
+    p = w_u64(p, new_id());
+    piece(L, base, p);
+    p = w_lit(p, pr->s, pr->len);
+    p = w_u64(p, (*t0 + trc_realtime_anchor_ns) / 1000);
+    piece(L, base, p);
+    p = W_LIT(p, ",\"dur\":");
+    p = w_u64(p, *dur / 1000);
+    piece(L, base, p);
+    p = w_lit(p, mid, mid_len);
+    p = w_i64(p, pidx);
+    piece(L, base, p);
+    p = W_LIT(p, ",\"level\":");
+    return w_u64(p, level);
+}
+
 static int format_io(trc_buf *b, trc_thread *t, uint64_t hdr, const trc_io_rec *r) {
     int op = (int)TRC_HDR_SUB(hdr);
     if (op >= TRC_OP_COUNT)
@@ -331,29 +378,11 @@ static int format_io(trc_buf *b, trc_thread *t, uint64_t hdr, const trc_io_rec *
         ensure_fh(b, (uint64_t)a2, t->tid);
     if (TRC_UNLIKELY(b->len + 640 > b->cap) && trc_buf_grow(b, 640) != 0)
         return 0;
-    unsigned level = (unsigned)(r->dur_level >> 56);
-    uint64_t t0 = trc_clock_ns(r->t0);
-    uint64_t dur = trc_clock_dur_ns(r->dur_level & 0x00ffffffffffffffull);
-    int64_t pidx = level > 1 && level - 1 <= TRC_MAX_DEPTH ? (int64_t)t->parents[level - 1] : -1;
+    uint64_t t0, dur;
     const tmpl *pr = op_prefix(op);
-    char *base = b->p + b->len, *p = base;
+    char *base = b->p + b->len, *p;
     trc_line *L = line_begin(b->len);
-    if (L)
-        L->key = (uint8_t)op;
-    p = W_LIT(p, "{\"id\":");
-    p = w_u64(p, new_id());
-    piece(L, base, p);
-    p = w_lit(p, pr->s, pr->len);
-    p = w_u64(p, (t0 + trc_realtime_anchor_ns) / 1000);
-    piece(L, base, p);
-    p = W_LIT(p, ",\"dur\":");
-    p = w_u64(p, dur / 1000);
-    piece(L, base, p);
-    p = w_lit(p, mid, mid_len);
-    p = w_i64(p, pidx);
-    piece(L, base, p);
-    p = W_LIT(p, ",\"level\":");
-    p = w_u64(p, level);
+    p = event_head(base, L, (uint8_t)op, pr, t, r->t0, r->dur_level, &t0, &dur);
     if (o->fields & TF_FD) {
         p = W_LIT(p, ",\"fd\":");
         p = w_i64(p, TRC_HDR_VAL(hdr));
@@ -400,6 +429,94 @@ static int format_io(trc_buf *b, trc_thread *t, uint64_t hdr, const trc_io_rec *
     return 1;
 }
 
+static const uint8_t mpi_kind[TRC_MPI_COUNT] = {
+#define TRC_MPI_KIND(id, name, kind, peer) kind,
+    TRC_MPI_OPS(TRC_MPI_KIND)
+#undef TRC_MPI_KIND
+};
+static const uint8_t mpi_peer[TRC_MPI_COUNT] = {
+#define TRC_MPI_PEER(id, name, kind, peer) peer,
+    TRC_MPI_OPS(TRC_MPI_PEER)
+#undef TRC_MPI_PEER
+};
+
+/* One MPI call: cat "MPI" (MPI-IO: "MPIIO"), type 10 as dftracer 2.1+ writes them; args: the
+ * communicator (an id equal on all its members, its size, this rank), root or peer, count,
+ * bytes, and for MPI-IO the file and offset, for waits the operation they completed. */
+static int format_mpi(trc_buf *b, trc_thread *t, uint64_t hdr, const trc_mpi_rec *r) {
+    int op = (int)TRC_HDR_SUB(hdr);
+    if (op >= TRC_MPI_COUNT)
+        return 0;
+    int io = mpi_kind[op] == TRC_MK_IO;
+    if (io && r->fhash)
+        ensure_fh(b, r->fhash, t->tid);
+    if (TRC_UNLIKELY(b->len + 768 > b->cap) && trc_buf_grow(b, 768) != 0)
+        return 0;
+    uint64_t t0, dur;
+    tmpl *pr = &mpre[op];
+    if (!pr->len)
+        pr->len = (uint8_t)snprintf(pr->s, sizeof pr->s, ",\"name\":\"%s\",\"cat\":\"%s\"%s,\"pid\":%d,\"tid\":%d,\"ts\":",
+                                    trc_mpi_names[op], io ? "MPIIO" : "MPI",
+                                    trc_g.cfg.format == 2 ? ",\"type\":" TRC_TYPE_MPI : "",
+                                    (int)trc_g.pid, (int)pre_tid);
+    char *base = b->p + b->len, *p;
+    trc_line *L = line_begin(b->len);
+    p = event_head(base, L, (uint8_t)(TRC_OP_COUNT + op), pr, t, r->t0, r->dur_level, &t0, &dur);
+    (void)t0;
+    if (r->comm_size) {
+        p = W_LIT(p, ",\"comm\":\"");
+        static const char hx[] = "0123456789abcdef";
+        for (int i = 7; i >= 0; i--)
+            p[7 - i] = hx[(r->comm_id >> (4 * i)) & 15];
+        p += 8;
+        p = W_LIT(p, "\",\"comm_size\":");
+        p = w_u64(p, r->comm_size);
+        if (r->rank >= 0) {
+            p = W_LIT(p, ",\"rank\":");
+            p = w_i64(p, r->rank);
+        }
+    }
+    piece(L, base, p);
+    int32_t peer = TRC_HDR_VAL(hdr);
+    if (peer != TRC_MPI_NONE && mpi_peer[op] != TRC_MP_NONE) {
+        p = mpi_peer[op] == TRC_MP_ROOT ? W_LIT(p, ",\"root\":") : W_LIT(p, ",\"peer\":");
+        p = w_i64(p, peer);
+    }
+    if (r->count >= 0) {
+        p = W_LIT(p, ",\"count\":");
+        p = w_i64(p, r->count);
+    }
+    piece(L, base, p);
+    if (r->bytes >= 0) {
+        p = W_LIT(p, ",\"bytes\":");
+        p = w_i64(p, r->bytes);
+    }
+    piece(L, base, p);
+    if (r->fhash) {
+        p = W_LIT(p, ",\"fhash\":\"");
+        p = w_hex16(p, r->fhash);
+        *p++ = '"';
+    }
+    if (r->offset >= 0) {
+        p = W_LIT(p, ",\"offset\":");
+        p = w_i64(p, r->offset);
+    }
+    if (r->req_op != TRC_MPI_NONE && r->req_op >= 0 && r->req_op < TRC_MPI_COUNT) {
+        p = W_LIT(p, ",\"req_op\":\"");
+        size_t n = strlen(trc_mpi_names[r->req_op]);
+        p = w_lit(p, trc_mpi_names[r->req_op], n);
+        *p++ = '"';
+    }
+    if (mpi_kind[op] == TRC_MK_WAIT) {
+        p = W_LIT(p, ",\"nreq\":");
+        p = w_i64(p, r->nreq);
+    }
+    p = W_LIT(p, "}}\n");
+    piece(L, base, p);
+    b->len = (size_t)(p - b->p);
+    return 1;
+}
+
 static int format_region(trc_buf *b, trc_thread *t, uint64_t hdr, const trc_region_rec *r) {
     unsigned level = TRC_HDR_SUB(hdr);
     const char *name = (const char *)(r + 1);
@@ -412,6 +529,8 @@ static int format_region(trc_buf *b, trc_thread *t, uint64_t hdr, const trc_regi
     trc_buf_json(b, name, r->name_len);
     trc_buf_str(b, ",\"cat\":");
     trc_buf_json(b, cat, r->cat_len);
+    if (trc_g.cfg.format == 2)
+        trc_buf_str(b, ",\"type\":" TRC_TYPE_C_APP); /* the C annotation API's layer */
     trc_buf_str(b, ",\"pid\":");
     trc_buf_i64(b, trc_g.pid);
     trc_buf_str(b, ",\"tid\":");
@@ -432,6 +551,7 @@ static int format_region(trc_buf *b, trc_thread *t, uint64_t hdr, const trc_regi
 int trc_format_record(trc_buf *b, trc_thread *t, uint64_t hdr, const void *rec) {
     switch (TRC_HDR_TYPE(hdr)) {
     case TRC_REC_IO:
+        trc_used |= TRC_USED_LIBC_IO;
         return format_io(b, t, hdr, rec);
     case TRC_REC_BEGIN: {
         unsigned level = TRC_HDR_SUB(hdr);
@@ -440,8 +560,13 @@ int trc_format_record(trc_buf *b, trc_thread *t, uint64_t hdr, const void *rec) 
         return 0;
     }
     case TRC_REC_REGION:
+        trc_used |= TRC_USED_C_APP;
         return format_region(b, t, hdr, rec);
-    case TRC_REC_META: {
+    case TRC_REC_MPI:
+        trc_used |= TRC_USED_MPI;
+        return format_mpi(b, t, hdr, rec);
+    case TRC_REC_META:
+    case TRC_REC_PROC: {
         const trc_meta_rec *r = rec;
         const char *key = (const char *)(r + 1);
         const char *val = key + r->key_len + 1;
@@ -449,7 +574,8 @@ int trc_format_record(trc_buf *b, trc_thread *t, uint64_t hdr, const void *rec) 
         trc_buf_json(&json, val, r->val_len);
         trc_buf_put(&json, "", 1);
         if (json.p)
-            trc_format_meta(b, "CM", key, json.p, t->tid);
+            trc_format_meta(b, TRC_HDR_TYPE(hdr) == TRC_REC_PROC ? "PR" : "CM", key, json.p,
+                            t->tid);
         free(json.p);
         return 0;
     }

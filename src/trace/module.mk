@@ -23,6 +23,18 @@ $(TRACE_SO): $(TRACE_SRCS) $(TRACE_HDRS) src/trace/module.mk
 	@mkdir -p $(dir $@)
 	$(TRACE_CC) $(TRACE_CFLAGS) $(TRACE_LDFLAGS) $(TRACE_SRCS) -o $@ $(TRACE_LIBS)
 
+# The MPI sibling (src/trace/mpi/wrap_mpi.c, see src/trace/mpi_hooks.h): compiled with this
+# build's MPI compiler wrapper for mpi.h, linked without libmpi (--as-needed drops it: every PMPI
+# function is looked up at run time), so it loads into any process. `scaffold trace` preloads it
+# after the tracer. The check below fails the build if a link-time MPI dependency crept in.
+TRACE_MPI_SO := $(BUILD)/libscaffold_trace_mpi.so
+$(TRACE_MPI_SO): src/trace/mpi/wrap_mpi.c src/trace/mpi_hooks.h src/trace/module.mk
+	@mkdir -p $(dir $@)
+	$(MPICC) -std=c11 -D_GNU_SOURCE -O2 -g -fPIC -fvisibility=hidden $(TRACE_WARN) -Isrc \
+	    -shared -Wl,--as-needed -Wl,-z,relro $< -o $@ -ldl -lpthread
+	@if readelf -d $@ | grep -E 'NEEDED.*lib(mpi|mpich)' >/dev/null; then \
+	    echo "$@ must not link libmpi (it resolves PMPI_* at run time)"; rm -f $@; exit 1; fi
+
 # Test workloads (tests/trace/prog_*.c) and the overhead benchmark (bench/trace/ovh_*.c): plain
 # gcc programs, so the trace shows only their own I/O (no MPI runtime start-up noise).
 TRACE_PROGS := $(patsubst tests/trace/%.c,$(BUILD)/tests/trace/%,$(wildcard tests/trace/prog_*.c)) \
@@ -37,4 +49,10 @@ $(BUILD)/bench/trace/ovh_%: bench/trace/ovh_%.c
 	@mkdir -p $(dir $@)
 	$(TRACE_CC) -std=c11 -D_GNU_SOURCE -O2 -g $(TRACE_WARN) -pthread $< -o $@
 
-EXTRA_TARGETS += $(TRACE_SO) $(TRACE_PROGS)
+# The MPI workload of the MPI tracing tests and benchmark, with this build's MPI.
+TRACE_MPI_PROG := $(BUILD)/tests/trace/mpi_calls
+$(TRACE_MPI_PROG): tests/trace/mpi_calls.c
+	@mkdir -p $(dir $@)
+	$(MPICC) -std=c11 -D_GNU_SOURCE -O2 -g $(TRACE_WARN) -pthread $< -o $@
+
+EXTRA_TARGETS += $(TRACE_SO) $(TRACE_MPI_SO) $(TRACE_MPI_PROG) $(TRACE_PROGS)

@@ -24,7 +24,16 @@
 #define TRC_UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define TRC_TLS __attribute__((tls_model("initial-exec"))) __thread
 
-#define TRC_VERSION "scaffold-trace-2.0"
+#define TRC_VERSION "scaffold-trace-2.1"
+
+/* dftracer 2.x "type" values (docs/trace_format.rst upstream): the layer that wrote an event. */
+#define TRC_TYPE_DFTRACER "1"
+#define TRC_TYPE_C_APP "2"
+#define TRC_TYPE_LIBC_IO "3"
+#define TRC_TYPE_PSUTIL "7"
+#define TRC_TYPE_MPI "10"
+enum { TRC_USED_LIBC_IO = 1, TRC_USED_C_APP = 2, TRC_USED_MPI = 4, TRC_USED_SYS = 8 };
+extern unsigned trc_used; /* flusher side: layers seen in the current file */
 #define TRC_MAX_DEPTH 32
 #define TRC_FRAG_MAX 768 /* JSON fragment of one region's args */
 
@@ -180,7 +189,7 @@ extern const trc_opinfo trc_ops[TRC_OP_COUNT];
  * written yet", so the header is the publication and the flusher needs no shared head position.
  * The producer always keeps 8 bytes of room for that cleared slot. */
 enum { TRC_REC_NONE = 0, TRC_REC_PAD = 1, TRC_REC_IO = 2, TRC_REC_BEGIN = 3, TRC_REC_REGION = 4,
-       TRC_REC_META = 5 };
+       TRC_REC_META = 5, TRC_REC_MPI = 6, TRC_REC_PROC = 7 };
 
 static inline uint64_t trc_hdr(uint32_t size, unsigned type, unsigned sub, int32_t val) {
     return (uint64_t)(size & 0xffff) | (uint64_t)(type & 0xff) << 16 |
@@ -218,7 +227,21 @@ typedef struct trc_region_rec {
     uint16_t name_len, cat_len, frag_len, pad_;
 } trc_region_rec;
 
-/* Metadata: followed by key and value (NUL-terminated). */
+/* An MPI call (mpi_hooks.h): header sub = the MPI op, val = root/peer (TRC_MPI_NONE none). */
+typedef struct trc_mpi_rec {
+    uint64_t hdr;
+    uint64_t t0;
+    uint64_t dur_level; /* as trc_io_rec */
+    uint32_t comm_id, comm_size;
+    int32_t rank, req_op;
+    int32_t nreq, pad_;
+    int64_t count, bytes;
+    uint64_t fhash;
+    int64_t offset;
+} trc_mpi_rec;
+
+/* Metadata (TRC_REC_META: a "CM" line; TRC_REC_PROC: a "PR" line whose value is a JSON number):
+ * followed by key and value (NUL-terminated). */
 typedef struct trc_meta_rec {
     uint64_t hdr;
     uint16_t key_len, val_len;
@@ -273,8 +296,11 @@ typedef struct trc_rule {
 
 typedef struct trc_config {
     int enabled, posix, stdio, signals, keep_env, compress, level, clock_tsc;
+    int format; /* 2: dftracer 2.x shape (integer ph/type, no brackets); 1: the 1.x shape */
+    int mpi;    /* record MPI calls when the MPI sibling library is loaded */
     int adapt; /* 0: always `level`, 1: the fast encoder while behind, 2: always the fast one */
     int flush_ms;
+    int metrics_ms; /* system-metrics sampling interval, 0 = off */
     size_t flush_bytes, ring_bytes, max_files, max_paths;
     char prefix[PATH_MAX]; /* absolute output prefix */
     trc_rule *rules;
@@ -308,7 +334,7 @@ typedef struct trc_global {
     char ld_preload[PATH_MAX];
 } trc_global;
 
-enum { TRC_FAM_POSIX = 1, TRC_FAM_STDIO = 2, TRC_FAM_ANNOT = 4 };
+enum { TRC_FAM_POSIX = 1, TRC_FAM_STDIO = 2, TRC_FAM_ANNOT = 4, TRC_FAM_MPI = 8 };
 enum { TRC_S_OFF = 0, TRC_S_RUNNING = 1, TRC_S_FINAL = 2 };
 
 extern trc_global trc_g;
@@ -410,6 +436,10 @@ void trc_flush_done(void);
 void trc_fd_stolen(int fd);
 int trc_move_high(int fd);
 
+/* ---------------------------------------------------------------- mpi.c */
+/* 1 once the MPI sibling library (libscaffold_trace_mpi.so) has attached to this process. */
+int trc_mpi_present(void);
+
 /* ---------------------------------------------------------------- core.c */
 void trc_finalize(void);
 void trc_resume(void);
@@ -492,6 +522,10 @@ typedef struct trc_line {
 } trc_line;
 const trc_line *trc_lines_take(size_t *n);
 
+/* ---------------------------------------------------------------- sample.c */
+/* Appends one system-metrics sample (two counter lines) to b (flusher side). */
+void trc_sample(trc_buf *b);
+
 /* ---------------------------------------------------------------- linez.c */
 /* Largest member trc_linez_encode writes for n bytes of text. */
 size_t trc_linez_bound(size_t n);
@@ -505,5 +539,7 @@ void trc_summary_write(trc_buf *b, pid_t tid);
 /* ---------------------------------------------------------------- wrap_*.c, annot.c */
 void trc_mmap_reset(void);
 void trc_annot_fork_child(trc_thread *t);
+/* Appends a metadata record (TRC_REC_META or TRC_REC_PROC) for the calling thread. */
+void trc_emit_meta(unsigned type, const char *key, const char *value);
 
 #endif

@@ -92,6 +92,62 @@ else
     t_fail "dftracer samples" "missing $S"
 fi
 
+# --- dftracer 2.2.0's own traces (tests/data/dftracer-2.2, made by its make.sh with the PyPI
+# wheel's libdftracer_preload.so): integer ph/type, no brackets, hashed strings, events without
+# args, aggregated records, a forked child's empty file, start/end records.
+D2=tests/data/dftracer-2.2
+an2() { "$SCAFFOLD" analyze --json "$D2/$1" >"$d/d22_$1.json" 2>"$d/d22_$1.err"; }
+an2 numpy && t_check "dftracer 2.2 numpy.load loop: 12 reads of the 1152-byte files, 1 process" json_check "$d/d22_numpy.json" \
+    "r['io']['ops']['read']==12 and r['io']['bytes_read']==12*1152 and r['run']['processes']==1 and r['inputs'][0]['shape']=='2.x' and r['inputs'][0]['calls']==r['inputs'][0]['end_num_events']+1 and not r['inputs'][0]['note']"
+an2 numpyagg && t_check "dftracer 2.2 aggregated (ph 3): 200 reads, 230400 bytes from 4 aggregated records" json_check "$d/d22_numpyagg.json" \
+    "r['io']['ops']['read']==200 and r['io']['bytes_read']==200*1152 and r['records']['by_category']['posix']==4 and r['inputs'][0]['calls']==r['inputs'][0]['end_num_events']+1"
+an2 forkexec && t_check "dftracer 2.2 fork + exec: parent and the exec'd cat, the empty child file noted" json_check "$d/d22_forkexec.json" \
+    "r['run']['processes']==2 and sorted(p['exe'] for p in r['processes'])==['cat','fork_exec.py'] and sum(i['empty'] for i in r['inputs'])==1 and r['io']['bytes_read']==220"
+t_check "dftracer 2.2: the empty file is said once, not as an error" \
+    bash -c 'grep -c "empty trace file" "$1" | grep -qx 1 && ! grep -q "warning" "$1"' _ "$d/d22_forkexec.err"
+an2 threads && t_check "dftracer 2.2 two reader threads, events without args: 80 reads on 3 threads" json_check "$d/d22_threads.json" \
+    "r['io']['ops']['read']==80 and r['run']['threads']==3 and r['io']['bytes_read']==0 and not r['inputs'][0]['note']"
+f22=$(ls "$D2"/numpy/*.pfw.gz | head -1)
+head -c $(($(stat -c %s "$f22") * 2 / 3)) "$f22" >"$d/cut22.pfw.gz"
+out=$("$SCAFFOLD" analyze "$d/cut22.pfw.gz" 2>&1); rc=$?
+if [ $rc -eq 0 ] && [ "$(grep -c "cut22.pfw.gz: .*truncated.*no end record" <<<"$out")" -ge 1 ] && grep -q "^summary: " <<<"$out"; then
+    t_ok "a cut dftracer 2.2 file: truncation and the missing end record said, events kept"
+else
+    t_fail "cut dftracer 2.2 file" "rc=$rc $(head -4 <<<"$out")"
+fi
+VPY=$(t_venv_python)
+VB=${VPY:+$(dirname "$VPY")}
+if [ -n "$VB" ] && [ -x "$VB/dftracer_stats" ]; then
+    for w in numpy numpyagg forkexec threads; do
+        t_check "dftracer 2.2 $w: records per category and pid equal dftracer_stats'" \
+            "$PYTHON" tests/trace/stats_cmp.py "$VB/dftracer_stats" "$SCAFFOLD" "$d/sidx-$w" "$D2/$w"/*.pfw.gz
+    done
+    # Regenerated with the installed wheel, the workloads give the same records per (category,
+    # name, ph) as the committed files.
+    if SCAFFOLD_DFT22_WORK="$d/dft22w" bash "$D2/make.sh" "$d/regen" "$VPY" >"$d/regen.log" 2>&1; then
+        t_check "dftracer 2.2 traces regenerated: same records per (category, name, ph)" "$PYTHON" - "$D2" "$d/regen" <<'EOF2'
+import collections, gzip, json, os, sys
+def counts(root):
+    c = collections.Counter()
+    for w in ("numpy", "numpyagg", "forkexec", "threads"):
+        for n in os.listdir(os.path.join(root, w)):
+            for line in gzip.open(os.path.join(root, w, n), "rt"):
+                e = json.loads(line)
+                if e["ph"] != 4:
+                    c[(w, e["cat"], e["name"], e["ph"])] += 1
+    return c
+a, b = counts(sys.argv[1]), counts(sys.argv[2])
+if a != b:
+    print("committed - regenerated:", a - b, "regenerated - committed:", b - a)
+sys.exit(0 if a == b else 1)
+EOF2
+    else
+        t_fail "regenerate the dftracer 2.2 traces" "$(tail -3 "$d/regen.log")"
+    fi
+else
+    echo "SKIP dftracer_stats comparison and regeneration of the dftracer 2.2 traces: the test venv is missing (bash tools/setup.sh --test)"
+fi
+
 # --- one model: every proposal's dimension is applicable, every proposal has a privilege class
 # and a rollback, on the real samples and on every fixture.
 coherent() { # JSON -> 0 when proposals and checklist agree

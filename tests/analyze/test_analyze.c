@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 static const char *tmpdir;
@@ -342,6 +343,18 @@ static void test_compare(void) {
     an_compare(b, 3, slow, 2, 0.01, &r);
     CHECK(!strcmp(r.verdict, "reject") && !r.guard_triggered && !r.does_less, "regression: %s",
           r.reason);
+    /* One side without any I/O: the text says so, never "I/O time +0.0%". */
+    an_run noio[2] = {mkrun(70, 4, 0), mkrun(71, 4, 0)};
+    an_compare(b, 3, noio, 2, 0.01, &r);
+    char *txt = NULL;
+    size_t tn = 0;
+    FILE *mf = open_memstream(&txt, &tn);
+    an_compare_text(b, 3, noio, 2, &r, mf);
+    fclose(mf);
+    CHECK(r.io_none == 2 && txt && strstr(txt, "I/O time: the candidate has no I/O events") &&
+              !strstr(txt, "I/O time: +0.0%"),
+          "candidate without I/O: %s", txt ? strstr(txt, "I/O time") : "(none)");
+    free(txt);
 }
 
 /* ------------------------------------------------------------------ parallel decode */
@@ -565,7 +578,9 @@ static void test_fs(void) {
  * tests/analyze/run.sh aborts on them before the fix): an X event without "cat" (a NULL string
  * reached memcmp/memcpy), timestamps of +-9e18 (signed overflow of max - min in the sort), and
  * three found by fuzzing: a counter's dur_sum of INT64_MAX (ts + dur), an fread's ret * size and
- * a read's offset + bytes past INT64_MAX. */
+ * a read's offset + bytes past INT64_MAX. Out-of-range numbers are skipped and counted, never
+ * wrapped or zeroed: a dur of 2^64+5 us (wrapped to 5 before), 1e300 and a negative dur
+ * (zeroed without a word before). */
 static void test_ub_inputs(void) {
     char p[512];
     snprintf(p, sizeof p, "%s/ub.pfw", tmpdir);
@@ -582,6 +597,12 @@ static void test_ub_inputs(void) {
           "\"args\":{\"fname\":\"/d/x\",\"ret\":4611686018427387904,\"size\":4}}\n"
           "{\"name\":\"read\",\"cat\":\"POSIX\",\"pid\":1,\"tid\":1,\"ts\":9,\"dur\":1,\"ph\":\"X\","
           "\"args\":{\"fname\":\"/d/x\",\"offset\":3107,\"ret\":9223372036854775807}}\n"
+          "{\"name\":\"read\",\"cat\":\"POSIX\",\"pid\":1,\"tid\":1,\"ts\":10,"
+          "\"dur\":18446744073709551621,\"ph\":\"X\"}\n"
+          "{\"name\":\"read\",\"cat\":\"POSIX\",\"pid\":1,\"tid\":1,\"ts\":11,\"dur\":1e300,\"ph\":\"X\"}\n"
+          "{\"name\":\"read\",\"cat\":\"POSIX\",\"pid\":1,\"tid\":1,\"ts\":12,\"dur\":-3,\"ph\":\"X\"}\n"
+          "{\"name\":\"read\",\"cat\":\"POSIX\",\"pid\":1,\"tid\":1,\"ts\":13,\"dur\":1,\"ph\":1,"
+          "\"args\":{\"ret\":-99999999999999999999}}\n"
           "]\n",
           f);
     fclose(f);
@@ -591,9 +612,15 @@ static void test_ub_inputs(void) {
     int rc = an_trace_read(&t, files, 1, &o);
     CHECK(rc == 0 && t.n == 4, "no-cat event kept, out-of-range times rejected: rc %d n %zu", rc,
           t.n);
-    CHECK(t.inputs[0].malformed == 4,
-          "4 out-of-range lines (one a counter's dur_sum) counted as malformed, got %llu",
-          (unsigned long long)t.inputs[0].malformed);
+    CHECK(t.inputs[0].out_of_range == 8 && t.inputs[0].malformed == 0 && t.out_of_range == 8,
+          "8 out-of-range lines (ts +-9e18, dur 9e18, a counter's dur_sum, dur 2^64+5, 1e300, "
+          "-3, ret -1e20) skipped and counted, got %llu (malformed %llu)",
+          (unsigned long long)t.inputs[0].out_of_range, (unsigned long long)t.inputs[0].malformed);
+    CHECK(strstr(t.inputs[0].note, "8 event(s) with an out-of-range number") != NULL,
+          "the warning says so: %s", t.inputs[0].note);
+    for (size_t i = 0; i < t.n; i++)
+        CHECK(t.dur[i] <= 1, "no wrapped or clamped duration kept (event %zu: %lld)", i,
+              (long long)t.dur[i]);
     CHECK(t.n == 4 && t.ts[0] == 1 && !strcmp(an_strtab_get(&t.cats, t.cat[0]), ""),
           "the event without cat has the empty category");
     int64_t fread_bytes = 0, read_bytes = 0;
@@ -619,6 +646,226 @@ static void test_ub_inputs(void) {
     an_trace_free(&t);
 }
 
+/* dftracer 2.x shape (2.1.1 and later, e.g. 2.2.0): integer ph and type, no brackets, args only
+ * with metadata on, start/end records with num_events, aggregated records (ph 3, dft_cnt and
+ * _sum fields or a plain value when it never varied) written after the end, counter samples
+ * (ph 2), an empty file and a file without its end record. */
+static void test_shape2(void) {
+    an_rawev ev;
+    int r = parse("{\"id\":5,\"name\":\"read\",\"cat\":\"POSIX\",\"type\":3,\"pid\":9,\"tid\":9,"
+                  "\"ts\":1796359838475274,\"dur\":13,\"ph\":1}", &ev);
+    CHECK(r == 1 && ev.ph_kind == AN_PH_COMPLETE && ev.ph_int && ev.has_type && ev.type == 3 &&
+              ev.dur == 13 && !ev.fhash, "2.x complete event without args");
+    r = parse("{\"name\":\"HH\",\"cat\":\"dftracer\",\"type\":1,\"pid\":9,\"tid\":9,\"ph\":4,"
+              "\"args\":{\"hhash\":\"68\",\"name\":\"vm\",\"value\":\"68\"}}", &ev);
+    CHECK(r == 1 && ev.ph_kind == AN_PH_META && ev.m_name_n == 2, "2.x metadata");
+    r = parse("{\"name\":\"read\",\"cat\":\"POSIX\",\"type\":3,\"ts\":1796359996000000,\"ph\":3,"
+              "\"pid\":9,\"tid\":9,\"args\":{\"dur_sum\":839,\"ret_sum\":556800,\"dft_cnt\":600}}", &ev);
+    CHECK(r == 1 && ev.ph_kind == AN_PH_AGG && ev.dft_cnt == 600 && ev.dur_sum == 839,
+          "2.x aggregated record");
+    r = parse("{\"name\":\"proc\",\"cat\":\"sys\",\"type\":7,\"ts\":5,\"ph\":2,\"pid\":9,\"tid\":0,"
+              "\"args\":{\"cpu_user_us\":1500,\"cpu_sys_us\":20,\"rss_kb\":100}}", &ev);
+    CHECK(r == 1 && ev.ph_kind == AN_PH_COUNTER &&
+              (ev.ctr_has & (1u << AN_CTR_CPU_USER_US)) && ev.ctr[AN_CTR_CPU_USER_US] == 1500,
+          "counter sample");
+    r = parse("{\"name\":\"read\",\"cat\":\"POSIX\",\"ts\":5,\"ph\":\"C\",\"pid\":9,\"tid\":9,"
+              "\"args\":{\"count\":4,\"dur_sum\":10,\"ret_sum\":400}}", &ev);
+    CHECK(r == 1 && ev.ph_kind == AN_PH_AGG, "early 2.x aggregate written as \"C\"");
+    r = parse("{\"name\":\"x\",\"ts\":5,\"ph\":7}", &ev);
+    CHECK(r == 1 && ev.ph_kind == AN_PH_OTHER, "unknown ph is not an event");
+
+    char d[512], p1[600], p2[600], p3[600];
+    snprintf(d, sizeof d, "%s/shape2", tmpdir);
+    mkdir(d, 0755);
+    snprintf(p1, sizeof p1, "%s/a-preload.pfw.gz", d);
+    snprintf(p2, sizeof p2, "%s/b-preload.pfw.gz", d);
+    snprintf(p3, sizeof p3, "%s/c-preload.pfw.gz", d);
+    const char *a =
+        "{\"name\":\"HH\",\"cat\":\"dftracer\",\"type\":1,\"pid\":9,\"tid\":9,\"ph\":4,\"args\":"
+        "{\"hhash\":\"68\",\"name\":\"vm\",\"value\":\"68\"}}\n"
+        "{\"name\":\"SH\",\"cat\":\"dftracer\",\"type\":1,\"pid\":9,\"tid\":9,\"ph\":4,\"args\":"
+        "{\"hhash\":\"68\",\"name\":\"/usr/bin/srun;-n;2;x\",\"value\":\"e1\"}}\n"
+        "{\"id\":1,\"name\":\"start\",\"cat\":\"dftracer\",\"type\":1,\"pid\":9,\"tid\":9,\"ts\":1000,"
+        "\"dur\":0,\"ph\":1,\"args\":{\"hhash\":\"68\",\"exec_hash\":\"e1\",\"version\":20003}}\n"
+        "{\"name\":\"PR\",\"cat\":\"dftracer\",\"type\":1,\"pid\":9,\"tid\":9,\"ph\":4,\"args\":"
+        "{\"hhash\":\"68\",\"name\":\"rank\",\"value\":\"0\"}}\n"
+        "{\"name\":\"FH\",\"cat\":\"dftracer\",\"type\":1,\"pid\":9,\"tid\":9,\"ph\":4,\"args\":"
+        "{\"hhash\":\"68\",\"name\":\"/d/a.npy\",\"value\":\"f1\"}}\n"
+        "{\"id\":2,\"name\":\"read\",\"cat\":\"POSIX\",\"type\":3,\"pid\":9,\"tid\":9,\"ts\":1100,"
+        "\"dur\":5,\"ph\":1,\"args\":{\"hhash\":\"68\",\"ret\":928,\"fhash\":\"f1\"}}\n"
+        "{\"name\":\"proc\",\"cat\":\"sys\",\"type\":7,\"ts\":1200,\"ph\":2,\"pid\":9,\"tid\":0,"
+        "\"args\":{\"cpu_user_us\":100,\"cpu_sys_us\":0}}\n"
+        "{\"id\":603,\"name\":\"end\",\"cat\":\"dftracer\",\"type\":1,\"pid\":9,\"tid\":9,\"ts\":3000,"
+        "\"dur\":0,\"ph\":1,\"args\":{\"hhash\":\"68\",\"num_events\":602}}\n"
+        "{\"name\":\"read\",\"cat\":\"POSIX\",\"type\":3,\"ts\":1000,\"ph\":3,\"pid\":9,\"tid\":9,"
+        "\"args\":{\"hhash\":\"68\",\"dur_sum\":839,\"ret\":928,\"dft_cnt\":590}}\n"
+        "{\"name\":\"open64\",\"cat\":\"POSIX\",\"type\":3,\"ts\":1000,\"ph\":3,\"pid\":9,\"tid\":9,"
+        "\"args\":{\"hhash\":\"68\",\"dur\":2,\"dft_cnt\":8}}\n";
+    write_gz(p1, a, 2);
+    /* b: cut before its end record */
+    const char *b =
+        "{\"id\":1,\"name\":\"start\",\"cat\":\"dftracer\",\"type\":1,\"pid\":10,\"tid\":10,\"ts\":1000,"
+        "\"dur\":0,\"ph\":1}\n"
+        "{\"id\":2,\"name\":\"write\",\"cat\":\"POSIX\",\"type\":3,\"pid\":10,\"tid\":10,\"ts\":1100,"
+        "\"dur\":5,\"ph\":1}\n";
+    write_gz(p2, b, 1);
+    FILE *f = fopen(p3, "w"); /* empty: a forked child that traced nothing */
+    fclose(f);
+    char *files[3] = {p1, p2, p3};
+    an_trace t;
+    an_read_opts o = {.threads = 2};
+    int rc = an_trace_read(&t, files, 3, &o);
+    CHECK(rc == 0, "2.x files read: %s", err_msg());
+    if (rc)
+        return;
+    CHECK(t.inputs[0].calls == 601 && t.inputs[0].num_events == 602 && t.inputs[0].has_end &&
+              t.inputs[0].shape2, "calls %llu, num_events %llu",
+          (unsigned long long)t.inputs[0].calls, (unsigned long long)t.inputs[0].num_events);
+    CHECK(strstr(t.inputs[0].note, "short: the end record counts 603 event(s), 601 read") != NULL,
+          "a file with fewer calls than its end record declares is said short: '%s'",
+          t.inputs[0].note);
+    CHECK(strstr(t.inputs[1].note, "no end record") != NULL, "a cut 2.x file is said: '%s'",
+          t.inputs[1].note);
+    CHECK(t.inputs[2].empty && !t.inputs[2].note[0] && !t.inputs[2].failed,
+          "an empty file is not an error");
+    CHECK(t.records == 8 && t.nctrs == 1 && t.ctrs[0].v[AN_CTR_CPU_USER_US] == 100,
+          "records as dftracer_stats counts them (%llu), counters kept (%zu)",
+          (unsigned long long)t.records, t.nctrs);
+    uint32_t p9 = 0;
+    for (uint32_t k = 0; k < t.nprocs; k++)
+        if (t.procs[k].pid == 9)
+            p9 = k;
+    CHECK(!strcmp(t.procs[p9].exe, "srun") && t.procs[p9].launcher && t.procs[p9].rank == -1,
+          "the srun launcher is recognised and has no rank (exe '%s', rank %d)",
+          t.procs[p9].exe, t.procs[p9].rank);
+    an_metrics m;
+    CHECK(an_metrics_compute(&t, 0, &m) == 0, "metrics");
+    CHECK(m.ops[AN_T_READ] == 591 && m.bytes_read == 928 * 591ull && m.ops[AN_T_META] == 8 &&
+              fabs(m.t_s[AN_T_META] - 16e-6) < 1e-9 && fabs(m.t_s[AN_T_READ] - 844e-6) < 1e-9,
+          "aggregated records enter the metrics as their calls, bytes and time (reads %llu, "
+          "bytes %llu)", (unsigned long long)m.ops[AN_T_READ], (unsigned long long)m.bytes_read);
+    CHECK(m.hist_read[an_bucket_of(928)] == 591, "the histogram counts every folded call");
+    an_metrics_free(&m);
+    an_trace_free(&t);
+}
+
+/* MPI analysis on a synthetic 4-rank trace in our 2.x shape: NB barriers, each preceded on rank 0
+ * by a 0.5 s write to a checkpoint file while ranks 1-3 wait; ts in us from T0. With a long
+ * measured phase the linked-cause rule fires naming rank 0 and its checkpoint writes; a short one
+ * trips the run.short_phase guard (bottlenecks unranked, no proposal). Counters make rank 0
+ * CPU-bound and rank 1 waiting. */
+static void write_mpi_trace(const char *dir, int nb, int64_t gap_us) {
+    const int64_t T0 = 1800000000000000LL;
+    for (int r = 0; r < 4; r++) {
+        char p[600];
+        snprintf(p, sizeof p, "%s/r%d.pfw", dir, r);
+        FILE *f = fopen(p, "w");
+        int pid = 100 + r;
+        fprintf(f, "{\"name\":\"HH\",\"cat\":\"dftracer\",\"type\":1,\"pid\":%d,\"tid\":%d,\"ph\":4,"
+                   "\"args\":{\"hhash\":\"h\",\"name\":\"n1\",\"value\":\"h\"}}\n", pid, pid);
+        fprintf(f, "{\"name\":\"PR\",\"cat\":\"dftracer\",\"type\":1,\"pid\":%d,\"tid\":%d,\"ph\":4,"
+                   "\"args\":{\"hhash\":\"h\",\"name\":\"rank\",\"value\":\"%d\"}}\n", pid, pid, r);
+        fprintf(f, "{\"name\":\"FH\",\"cat\":\"dftracer\",\"type\":1,\"pid\":%d,\"tid\":%d,\"ph\":4,"
+                   "\"args\":{\"hhash\":\"h\",\"name\":\"/ckpt/checkpoint_%d.pt\",\"value\":\"f%d\"}}\n",
+                pid, pid, r, r);
+        fprintf(f, "{\"id\":1,\"name\":\"MPI_Init\",\"cat\":\"MPI\",\"type\":10,\"pid\":%d,\"tid\":%d,"
+                   "\"ts\":%lld,\"dur\":1000,\"ph\":1,\"args\":{\"hhash\":\"h\",\"comm\":\"0000abcd\","
+                   "\"comm_size\":4,\"rank\":%d}}\n", pid, pid, (long long)T0, r);
+        int64_t t = T0 + 1000;
+        for (int b = 0; b < nb; b++) {
+            int64_t arrive = t + (r == 0 ? 500000 : 1000);
+            if (r == 0)
+                fprintf(f, "{\"id\":%d,\"name\":\"write\",\"cat\":\"POSIX\",\"type\":3,\"pid\":%d,"
+                           "\"tid\":%d,\"ts\":%lld,\"dur\":499000,\"ph\":1,\"args\":{\"hhash\":\"h\","
+                           "\"fhash\":\"f0\",\"count\":1048576,\"ret\":1048576}}\n",
+                        10 + 2 * b, pid, pid, (long long)(t + 500));
+            int64_t end = t + 500000 + 2000;
+            fprintf(f, "{\"id\":%d,\"name\":\"MPI_Barrier\",\"cat\":\"MPI\",\"type\":10,\"pid\":%d,"
+                       "\"tid\":%d,\"ts\":%lld,\"dur\":%lld,\"ph\":1,\"args\":{\"hhash\":\"h\","
+                       "\"comm\":\"0000abcd\",\"comm_size\":4,\"rank\":%d,\"bytes\":0}}\n",
+                    11 + 2 * b, pid, pid, (long long)arrive, (long long)(end - arrive), r);
+            t = end + gap_us;
+        }
+        fprintf(f, "{\"id\":9999,\"name\":\"MPI_Finalize\",\"cat\":\"MPI\",\"type\":10,\"pid\":%d,"
+                   "\"tid\":%d,\"ts\":%lld,\"dur\":100,\"ph\":1,\"args\":{\"hhash\":\"h\","
+                   "\"comm\":\"0000abcd\",\"comm_size\":4,\"rank\":%d}}\n", pid, pid, (long long)t, r);
+        if (r < 2) /* rank 0 busy, rank 1 idle */
+            for (int k = 0; k < 2; k++)
+                fprintf(f, "{\"name\":\"proc\",\"cat\":\"sys\",\"type\":7,\"pid\":%d,\"tid\":0,"
+                           "\"ts\":%lld,\"ph\":2,\"args\":{\"cpu_user_us\":%lld,\"cpu_sys_us\":0}}\n",
+                        pid, (long long)(T0 + k * (t - T0)),
+                        (long long)(k * (r == 0 ? 9 * (t - T0) / 10 : (t - T0) / 20)));
+        fclose(f);
+    }
+}
+
+static void test_mpi(void) {
+    char d1[512], d2[512];
+    snprintf(d1, sizeof d1, "%s/mpi_long", tmpdir);
+    snprintf(d2, sizeof d2, "%s/mpi_short", tmpdir);
+    mkdir(d1, 0755);
+    mkdir(d2, 0755);
+    write_mpi_trace(d1, 6, 2000000); /* ~15 s measured */
+    write_mpi_trace(d2, 2, 1000);    /* ~1 s measured */
+    for (int k = 0; k < 2; k++) {
+        char *files[4], names[4][600];
+        for (int r = 0; r < 4; r++) {
+            snprintf(names[r], sizeof names[r], "%s/r%d.pfw", k ? d2 : d1, r);
+            files[r] = names[r];
+        }
+        an_trace t;
+        an_read_opts o = {.threads = 1};
+        an_metrics m;
+        an_ruleset rs;
+        an_report rep;
+        if (an_trace_read(&t, files, 4, &o) || an_metrics_compute(&t, 0, &m) ||
+            an_rules_default(&rs) || an_report_build(&rep, &t, &m, &rs, NULL)) {
+            CHECK(0, "MPI trace analysed: %s", err_msg());
+            return;
+        }
+        const an_finding *link = NULL, *guard = NULL;
+        for (size_t i = 0; i < rep.nfindings; i++) {
+            if (!strcmp(rep.findings[i].rule->id, "mpi.collective_wait_linked"))
+                link = &rep.findings[i];
+            if (!strcmp(rep.findings[i].rule->id, "run.short_phase"))
+                guard = &rep.findings[i];
+        }
+        int nb = k ? 2 : 6;
+        CHECK(m.has_mpi && m.coll_complete == (uint64_t)nb && fabs(m.coll_wait_s - nb * 3 * 0.499) < 1e-6,
+              "%d barriers matched on 4 ranks, 3 x 0.499 s waited each (%.6f s)", nb, m.coll_wait_s);
+        CHECK(link && t.procs[m.link.proc].rank == 0 && m.link.activity == AN_ACT_CKPT &&
+                  m.link.instances == (uint64_t)nb && !strcmp(link->category, "checkpoint") &&
+                  strstr(link->message, "rank 0's checkpoint writes") &&
+                  strstr(link->entities[2], "/ckpt/checkpoint_0.pt"),
+              "the wait is linked to rank 0's checkpoint writes: %s", link ? link->message : "none");
+        if (!k) {
+            CHECK(!guard && link && strcmp(link->severity, "unranked") && rep.nprops > 0,
+                  "a 15 s phase is ranked (severity %s, %zu proposals)", link ? link->severity : "-",
+                  rep.nprops);
+            uint32_t r0 = 0, r1 = 0;
+            for (uint32_t p = 0; p < t.nprocs; p++) {
+                if (t.procs[p].rank == 0)
+                    r0 = p;
+                if (t.procs[p].rank == 1)
+                    r1 = p;
+            }
+            CHECK(m.has_cpu && m.procs[r0].cpu_want >= 0.7 && m.procs[r1].cpu_want <= 0.2 &&
+                      m.ncpu_bound == 1 && m.ncpu_waiting == 1,
+                  "rank 0 CPU-bound (%.2f), rank 1 waiting (%.2f)", m.procs[r0].cpu_want,
+                  m.procs[r1].cpu_want);
+        } else {
+            CHECK(guard && link && !strcmp(link->severity, "unranked") && rep.nprops == 0 &&
+                      m.phase_s < 5,
+                  "a %.2f s phase: guard fired, the linked wait unranked, no proposal (%zu)",
+                  m.phase_s, rep.nprops);
+        }
+        an_report_free(&rep);
+        an_rules_free(&rs);
+        an_metrics_free(&m);
+        an_trace_free(&t);
+    }
+}
+
 int main(int argc, char **argv) {
     tmpdir = argc > 1 ? argv[1] : "/tmp";
     test_parse();
@@ -626,6 +873,8 @@ int main(int argc, char **argv) {
     test_buckets();
     test_gzip_and_patterns();
     test_ub_inputs();
+    test_shape2();
+    test_mpi();
     test_parts();
     test_fs();
     test_overlap();

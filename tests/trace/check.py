@@ -3,9 +3,11 @@
 prog_io (or python/numpy) must have produced.
 
 Every file is checked the same way: it decodes as a sequence of complete gzip members, each
-ending on a line boundary; line 1 is "["; every other line but a final "]" is JSON; every X event
-has the dftracer fields and args (hhash, p_idx, level); every fhash is defined by an FH line
-earlier in the same file; a closed file ends with an "end" event whose num_events matches.
+ending on a line boundary; every line is JSON (in the 1.x shape, TRACE_SHAPE=1: line 1 is "[" and
+a closed file ends with "]"; in the default 2.x shape there are no brackets, "ph" is an integer and
+every line has an integer "type"); every complete event has the dftracer fields and args (hhash,
+p_idx, level); every fhash is defined by an FH line earlier in the same file; a closed file ends
+with an "end" event whose num_events counts the events before it.
 
 usage: check.py SCENARIO TRACE_DIR DATA_DIR [ARGS...]   (prints "ok ..." lines, exits 1 on failure)
 """
@@ -15,6 +17,9 @@ import sys
 import zlib
 
 FAILS = []
+SHAPE = int(os.environ.get("TRACE_SHAPE", "2"))
+PH_X, PH_M, PH_C = ("X", "M", "C") if SHAPE == 1 else (1, 4, 2)
+TYPES = {"POSIX": 3, "STDIO": 3, "MPI": 10, "MPIIO": 10, "dftracer": 1, "sys": 7}
 
 
 def check(cond, msg):
@@ -41,12 +46,18 @@ def load(path, allow_truncated=False):
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
-    check(lines and lines[0] == "[", f"{path}: first line is not '['")
-    f = {"path": path, "members": len(members), "events": [], "meta": [], "closed": False,
-         "fh": {}}
+    if SHAPE == 1:
+        check(lines and lines[0] == "[", f"{path}: first line is not '['")
+        body = list(enumerate(lines[1:], start=2))
+    else:
+        check(lines and lines[0].startswith("{"), f"{path}: 2.x shape starts with a JSON line")
+        body = list(enumerate(lines, start=1))
+    f = {"path": path, "members": len(members), "events": [], "meta": [], "counters": [],
+         "closed": False, "fh": {}}
     hh = None
-    for i, line in enumerate(lines[1:], start=2):
+    for i, line in body:
         if line == "]":
+            check(SHAPE == 1, f"{path}:{i}: ']' in the 2.x shape")
             check(i == len(lines), f"{path}: ']' is not the last line")
             f["closed"] = True
             continue
@@ -56,7 +67,10 @@ def load(path, allow_truncated=False):
             check(False, f"{path}:{i}: not JSON ({e}): {line[:120]}")
             continue
         a = ev.get("args", {})
-        if ev.get("ph") == "M":
+        if SHAPE == 2:
+            want = 2 if ev.get("name") == "CM" else TYPES.get(ev.get("cat"), 2)
+            check(ev.get("type") == want, f"{path}:{i}: type {ev.get('type')} for cat {ev.get('cat')}, want {want}")
+        if ev.get("ph") == PH_M:
             check(all(k in a for k in ("hhash", "name", "value")), f"{path}:{i}: M line args")
             f["meta"].append(ev)
             if ev["name"] == "FH":
@@ -64,7 +78,11 @@ def load(path, allow_truncated=False):
             if ev["name"] == "HH":
                 hh = a["value"]
             continue
-        check(ev.get("ph") == "X", f"{path}:{i}: ph is not X or M")
+        if ev.get("ph") == PH_C:
+            check("ts" in ev and ev.get("cat") == "sys", f"{path}:{i}: counter line")
+            f["counters"].append(ev)
+            continue
+        check(ev.get("ph") == PH_X, f"{path}:{i}: ph is not {PH_X!r}, {PH_M!r} or {PH_C!r}")
         for k in ("id", "name", "cat", "pid", "tid", "ts", "dur"):
             check(k in ev, f"{path}:{i}: missing {k}")
         check(a.get("hhash") == hh and hh is not None, f"{path}:{i}: hhash not defined by HH")
@@ -74,13 +92,19 @@ def load(path, allow_truncated=False):
             if key in a:
                 check(a[key] in f["fh"], f"{path}:{i}: {key} {a[key]} used before its FH line")
         f["events"].append(ev)
+        if SHAPE == 2 and ev["name"] == "end" and ev["cat"] == "dftracer":
+            f["closed"] = True
     ev = f["events"]
     check(ev and ev[0]["name"] == "start" and ev[0]["cat"] == "dftracer",
           f"{path}: first event is not start")
     if f["closed"]:
         check(ev[-1]["name"] == "end", f"{path}: closed file does not end with 'end'")
-        check(ev[-1]["args"].get("num_events") == len(ev),
-              f"{path}: end.num_events {ev[-1]['args'].get('num_events')} != {len(ev)} events")
+        check(ev[-1]["args"].get("num_events") == len(ev) - 1,
+              f"{path}: end.num_events {ev[-1]['args'].get('num_events')} != {len(ev) - 1} events before it")
+        if SHAPE == 2:
+            cfg = ev[-1]["args"].get("cfg", {})
+            check(cfg.get("format") == 2 and "used" in ev[-1]["args"] and "build" in ev[-1]["args"],
+                  f"{path}: end record without cfg/build/used")
         check(ev[-1]["args"].get("dropped") == 0, f"{path}: events were dropped")
     return f
 

@@ -4,7 +4,8 @@
 # types, byte counts, summaries, threads, fork, exec, SIGTERM, SIGKILL, escaping), the fast
 # encoder and the clock choices, a 4 x 1M-event stress run (all events after a normal exit and
 # after a later SIGKILL; whole gzip members when killed mid-storm), errno preservation, the
-# disable switches, the `scaffold trace` command, a dftracer reader when one is installed, the
+# disable switches, the `scaffold trace` command, the 1.x shape on request, dftracer-utils from the
+# test venv (validate, event counts, dftracer_stats per category and pid against the analyzer), the
 # zlib fallback build, and an ASan/UBSan build of the library on the core scenarios.
 cd "$(dirname "$0")/../.." && source tests/lib.sh
 LIB=$PWD/$BUILD/libscaffold_trace.so
@@ -301,18 +302,71 @@ t_expect_fail "scaffold trace --wait 0 reports what still runs" 0 "still run aft
     "$SCAFFOLD" trace --out "$T/cli/o6" --wait 0 -- sh -c "sleep 2 &"
 t_expect_fail "scaffold trace --wait bad" 2 "wait" "$SCAFFOLD" trace --wait -1 -- true
 
-# An existing dftracer reader (pip dftracer-utils), when installed.
-if command -v dftracer_validate >/dev/null 2>&1 && command -v dftracer_event_count >/dev/null 2>&1; then
-    v=$(dftracer_validate -d "$T/basic/out" 2>&1)
-    n=$(dftracer_event_count -d "$T/basic/out" --index-dir "$T/idx" 2>/dev/null | tail -n 1)
-    want=$("$PYTHON" -c "
+# The 1.x shape on request (SCAFFOLD_TRACE_FORMAT=1): "[" first, "ph":"X"/"M", "]" last.
+TENV="SCAFFOLD_TRACE_FORMAT=1"
+traced basic1 basic
+TRACE_SHAPE=1 check_sc "SCAFFOLD_TRACE_FORMAT=1: the 1.x shape, same events" basic basic1
+TENV=""
+out=$(SCAFFOLD_TRACE_FORMAT=3 SCAFFOLD_TRACE_PREFIX="$T/off/f3" LD_PRELOAD="$LIB" "$TRUE" 2>&1)
+t_check "bad SCAFFOLD_TRACE_FORMAT: one warning naming it" grep -q "SCAFFOLD_TRACE_FORMAT='3'" <<<"$out"
+
+# dftracer-utils 0.0.14 from the pinned test venv reads both shapes: dftracer_validate passes,
+# dftracer_event_count counts every record, and dftracer_stats' records per category and per
+# pid equal scaffold analyze's.
+VPY=$(t_venv_python)
+VB=${VPY:+$(dirname "$VPY")}
+if [ -n "$VB" ] && [ -x "$VB/dftracer_validate" ] && [ -x "$VB/dftracer_stats" ]; then
+    for d in basic basic1 threads annot; do
+        mkdir -p "$T/dfu-$d" && cp "$T/$d"/out/*.pfw.gz "$T/dfu-$d/"
+        v=$("$VB/dftracer_validate" -d "$T/dfu-$d" 2>&1)
+        n=$("$VB/dftracer_event_count" -d "$T/dfu-$d" --index-dir "$T/idx-$d" 2>/dev/null | tail -n 1)
+        want=$(TRACE_SHAPE=$([ $d = basic1 ] && echo 1 || echo 2) "$PYTHON" -c "
 import sys; sys.path.insert(0, 'tests/trace'); import check
-print(sum(len(f['events']) for f in check.load_dir('$T/basic/out')))")
-    if grep -q "0 failed" <<<"$v" && [ "$n" == "$want" ]; then t_ok "dftracer-utils validates and counts $n events"; else
-        t_fail "dftracer-utils" "validate: $v; count $n want $want"; fi
+fs = check.load_dir('$T/$d/out')
+print(sum(len(f['events']) + len(f['counters']) for f in fs))" 2>/dev/null)
+        if grep -q " 0 failed" <<<"$v" && [ -n "$n" ] && [ "$n" == "$want" ]; then
+            t_ok "dftracer-utils ($d, $( [ $d = basic1 ] && echo 1.x || echo 2.x) shape): validates, counts $n records"
+        else
+            t_fail "dftracer-utils ($d)" "validate: $(tail -1 <<<"$v"); count $n want $want"
+        fi
+        t_check "dftracer_stats agrees with scaffold analyze per category and pid ($d)" \
+            "$PYTHON" tests/trace/stats_cmp.py "$VB/dftracer_stats" "$SCAFFOLD" "$T/sidx-$d" "$T/dfu-$d"/*.pfw.gz
+    done
 else
-    echo "skip dftracer-utils reader (pip install dftracer-utils to enable)"
+    echo "SKIP dftracer-utils reader: the test venv is missing (bash tools/setup.sh --test)"
 fi
+
+# System metrics (SCAFFOLD_TRACE_METRICS_MS): counter lines ("proc": CPU time, RSS, I/O bytes,
+# context switches, run-queue delay; "node": load, memory) every interval and at exit; the
+# analyzer tells a busy loop (CPU-bound) from a sleeper (waiting).
+mkdir -p "$T/metrics/out"
+for m in busy idle; do
+    SCAFFOLD_TRACE_METRICS_MS=50 SCAFFOLD_TRACE_PREFIX="$T/metrics/out/trace" LD_PRELOAD="$LIB" "$PYTHON" -c "
+import sys, time
+open('$T/metrics/' + sys.argv[1], 'w').write('x')
+t = time.time()
+while time.time() - t < 1.0:
+    if sys.argv[1] == 'idle':
+        time.sleep(0.05)" "$m" &
+done
+wait
+t_check "metrics: counter lines in every file, valid (check.py), >= 10 samples each" "$PYTHON" -c "
+import sys; sys.path.insert(0, 'tests/trace'); import check
+fs = check.load_dir('$T/metrics/out')
+ok = len(fs) == 2 and all(sum(c['name'] == 'proc' for c in f['counters']) >= 10 and any(c['name'] == 'node' and 'load1_milli' in c['args'] for c in f['counters']) for f in fs)
+sys.exit(0 if ok and not check.FAILS else 1)"
+"$SCAFFOLD" analyze --json "$T/metrics/out" >"$T/metrics.json" 2>/dev/null
+t_check "metrics: the busy process is CPU-bound, the sleeper waiting" "$PYTHON" -c "
+import json, sys
+r = json.load(open(sys.argv[1]))
+c = sorted(p['cpu_class'] for p in r['processes'])
+print(c, [(p['cpu_util'], p['cpu_want']) for p in r['processes']]) if c != ['cpu-bound', 'waiting'] else None
+sys.exit(0 if c == ['cpu-bound', 'waiting'] and any(f['id'] == 'sys.cpu_vs_wait' for f in r['findings']) else 1)" "$T/metrics.json"
+out=$(SCAFFOLD_TRACE_METRICS_MS=3 SCAFFOLD_TRACE_PREFIX="$T/off/m3" LD_PRELOAD="$LIB" "$TRUE" 2>&1)
+t_check "bad SCAFFOLD_TRACE_METRICS_MS: one warning naming it" grep -q "SCAFFOLD_TRACE_METRICS_MS='3'" <<<"$out"
+
+# MPI calls through the MPI sibling (Open MPI, or MPICH with make MPI=mpich).
+source tests/trace/mpi.sh
 
 # The zlib fallback build (no libdeflate): same scenarios, same checks.
 if gcc -std=c11 -D_GNU_SOURCE -O2 -fPIC -fvisibility=hidden -shared -Isrc -Iinclude src/trace/*.c \
