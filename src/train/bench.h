@@ -22,6 +22,9 @@ typedef struct bench_result {
     double loader_wait_s; /* seconds the training loop waited for batches */
     double samples_per_s; /* training samples (all replicas) / epoch durations, this invocation */
     double rss_max_gib, rss_min_gib; /* peak resident memory per rank, max and min over ranks */
+    double minibatch_time_s;    /* upstream's: per full batch the maximum over ranks, the median
+                                 * per epoch, the median of those (NAN: no full batch) */
+    long total_optimizer_steps; /* over the whole run (all invocations) */
 } bench_result;
 
 /* Runs the benchmark. `c` is finalised with absolute directories (cli_config_start). */

@@ -61,6 +61,8 @@ typedef struct train_state {
     float *ce_w;         /* n_classes */
     float *dice_buf;     /* local_batch_size */
     memsource mem;       /* data_store: memory */
+    double minibatch_s;  /* the last train_step's time after its batch arrived (upstream's
+                          * minibatch time); -1 for a batch smaller than local_batch_size */
 } train_state;
 
 /* Collective. Checks the parallel layout and the arguments before anything is written: the
