@@ -182,12 +182,13 @@ static int split_line(parser *ps, char *s, char *e) {
             *w++ = *r == 'n' ? '\n' : *r;
             continue;
         }
-        if (end || *r == ',' || *r == '=') {
+        const char sep = end ? ',' : *r; /* read before the token's NUL may overwrite it */
+        if (sep == ',' || sep == '=') {
             *w = 0;
             if (push_tok(ps, start))
                 return ERR_NOMEM;
             w = start = r + 1;
-            if (end || *r == ',') {
+            if (sep == ',') {
                 if (nent == 16)
                     return ERR_FORMAT;
                 nent++;
