@@ -59,9 +59,12 @@ int train_profile_start(const dist_world *w, train_profile *p) {
     if (!p->on)
         return 0;
     int rc = 0;
-    if (p->dir[0] && fs_check_creatable_dir(p->dir) != 0)
+    if (p->dir[0] && fs_check_creatable_dir(p->dir) != 0) {
+        char why[ERR_MSG_MAX];
+        snprintf(why, sizeof why, "%s", err_msg());
         rc = err_set(ERR_USAGE, "--profile-dir: %s; give a folder that can be created and written",
-                     err_msg());
+                     why);
+    }
     rc = dist_agree(w, rc);
     if (rc)
         return rc;
