@@ -21,8 +21,8 @@ static int compare_profiles(char **b, size_t nb, char **c, size_t nc, double noi
         const char *p = k < nb ? b[k] : c[k - nb];
         rc = an_prof_load(p, &runs[k]);
         if (rc)
-            fprintf(stderr, "scaffold compare: %s profile %s: %s\n", k < nb ? "baseline" : "candidate",
-                    p, err_msg());
+            fprintf(stderr, "scaffold compare: %s profile %s: %s\n",
+                    k < nb ? "baseline" : "candidate", p, err_msg());
     }
     if (!rc) {
         an_prof_result r;

@@ -746,8 +746,8 @@ static void conv3d_bwd(const struct nn_unet_plan *p, float *din, float *dinB, fl
     }
     if (din) {
         prof_begin_(PROF_CONV3D_BWD_DATA);
-        be->conv3d_backward(be, din, dinB, NULL, dout, inA, ca, inB, cb, w, cout, N, D, H, W,
-                            prec, sh, ws);
+        be->conv3d_backward(be, din, dinB, NULL, dout, inA, ca, inB, cb, w, cout, N, D, H, W, prec,
+                            sh, ws);
         prof_end_(PROF_CONV3D_BWD_DATA);
     }
 }
@@ -891,8 +891,8 @@ static void dc_backward_bufs(nn_unet *m, dc_block *b, float *dY, int masked, int
         gn_to_prec(p, dY, n);
     }
     grad_ready(m, b->g2w);
-    conv3d_bwd(p, tmp, NULL, G_(m, b->w2), dY, a1, b->cout, NULL, 0, P_(m, b->w2), b->cout, N,
-       D, H, W, p->prec, sh, conv_ws(m));
+    conv3d_bwd(p, tmp, NULL, G_(m, b->w2), dY, a1, b->cout, NULL, 0, P_(m, b->w2), b->cout, N, D, H,
+               W, p->prec, sh, conv_ws(m));
     grad_ready(m, b->w2);
     OP(groupnorm_backward, tmp, G_(m, b->g1w), G_(m, b->g1b), tmp, c1, a1, b->m1, b->r1,
        P_(m, b->g1w), N, p->S[l], b->cout, p->G, gn_bits(p, 1), p->ws, sh);
@@ -921,7 +921,7 @@ static void dc_backward_conv1(nn_unet *m, dc_block *b, const float *inA, int ca,
     struct nn_unet_plan *p = m->plan;
     const int l = b->level;
     conv3d_bwd(p, din, dinB, G_(m, b->w1), p->gT, inA, ca, inB, cb, P_(m, b->w1), b->cout, N,
-       p->dd[l], p->hh[l], p->ww[l], p->prec, m->shard, conv_ws(m));
+               p->dd[l], p->hh[l], p->ww[l], p->prec, m->shard, conv_ws(m));
     grad_ready(m, b->w1);
 }
 
@@ -1082,11 +1082,11 @@ static void top_up_backward_ck2(nn_unet *m, int N) {
        sh);
     grad_ready(m, b->g2w);
     to_prec(p, Y, n);
-    conv3d_bwd(p, NULL, NULL, G_(m, b->w2), Y, X, c, NULL, 0, P_(m, b->w2), c, N, D, H, W,
-       p->prec, sh, conv_ws(m));
+    conv3d_bwd(p, NULL, NULL, G_(m, b->w2), Y, X, c, NULL, 0, P_(m, b->w2), c, N, D, H, W, p->prec,
+               sh, conv_ws(m));
     grad_ready(m, b->w2);
     conv3d_bwd(p, X, NULL, NULL, Y, X, c, NULL, 0, P_(m, b->w2), c, N, D, H, W, p->prec, sh,
-       conv_ws(m));
+               conv_ws(m));
     OP(groupnorm_backward_x, X, G_(m, b->g1w), G_(m, b->g1b), X, NULL, NULL, 0, B, b->m1, b->r1,
        P_(m, b->g1w), P_(m, b->g1b), N, p->S[0], c, p->G, p->prec, p->ws, sh);
     grad_ready(m, b->g1w);
@@ -1095,15 +1095,14 @@ static void top_up_backward_ck2(nn_unet *m, int N) {
      * part over the upsample */
     p->upt[j] = B;
     up_forward(m, j, N, block_out(m, up_src(p, j), Y, N)); /* B: c1 is dead; Y: c2's gradient */
-    conv3d_bwd(p, NULL, NULL, G_(m, b->w1), X, A, c, B, c, P_(m, b->w1), c, N, D, H, W,
-       p->prec, sh, conv_ws(m));
+    conv3d_bwd(p, NULL, NULL, G_(m, b->w1), X, A, c, B, c, P_(m, b->w1), c, N, D, H, W, p->prec, sh,
+               conv_ws(m));
     grad_ready(m, b->w1);
-    conv3d_bwd(p, Y, B, NULL, X, A, c, B, c, P_(m, b->w1), c, N, D, H, W, p->prec, sh,
-       conv_ws(m));
+    conv3d_bwd(p, Y, B, NULL, X, A, c, B, c, P_(m, b->w1), c, N, D, H, W, p->prec, sh, conv_ws(m));
     /* convT's input once more, in X's first quarter (X is dead; gG is its last quarter) */
     convt3d_bwd(p, j == 0 ? p->dr[L] : p->gG, G_(m, p->upw[j]), G_(m, p->upb[j]), B, c,
-       block_out(m, up_src(p, j), X, N), P_(m, p->upw[j]), p->ch[1], c, N, p->dd[1], p->hh[1],
-       p->ww[1], p->prec, p->ws);
+                block_out(m, up_src(p, j), X, N), P_(m, p->upw[j]), p->ch[1], c, N, p->dd[1],
+                p->hh[1], p->ww[1], p->prec, p->ws);
     grad_ready(m, p->upw[j]);
 }
 
@@ -1117,8 +1116,8 @@ static void down0_backward_ck2(nn_unet *m, int N) {
     dc_forward(m, b, p->xin, ci, NULL, 0, N, c1, a1, c2, NULL);
     /* conv2's input gradient over c2 (read by GN2's backward only) */
     dc_backward_bufs(m, b, p->tY, 0, 0, N, c1, a1, c2, c2, 1);
-    conv3d_bwd(p, NULL, NULL, G_(m, b->w1), c2, p->xin, ci, NULL, 0, P_(m, b->w1), c, N, D,
-       H, W, p->prec, m->shard, conv_ws(m));
+    conv3d_bwd(p, NULL, NULL, G_(m, b->w1), c2, p->xin, ci, NULL, 0, P_(m, b->w1), c, N, D, H, W,
+               p->prec, m->shard, conv_ws(m));
     grad_ready(m, b->w1);
 }
 
@@ -1180,8 +1179,8 @@ static void backward(nn_unet *m, int N) {
         dc_backward_conv1(m, b, inA, ca, inB, cb, p->dr[l], dup, N);
         float *du = j == 0 ? p->dr[L] : p->gG;
         convt3d_bwd(p, du, G_(m, p->upw[j]), G_(m, p->upb[j]), dup, c,
-           out_at(p, up_src(p, j), p->ub), P_(m, p->upw[j]), p->ch[l + 1], c, N, p->dd[l + 1],
-           p->hh[l + 1], p->ww[l + 1], p->prec, p->ws);
+                    out_at(p, up_src(p, j), p->ub), P_(m, p->upw[j]), p->ch[l + 1], c, N,
+                    p->dd[l + 1], p->hh[l + 1], p->ww[l + 1], p->prec, p->ws);
         grad_ready(m, p->upw[j]);
         lay_end(p, p->prof_up[j]);
     }

@@ -108,8 +108,8 @@ static void progress_step(progress *p, int epoch, long done) {
 
 /* The training phase of one epoch: every batch of this replica's share, the minibatch times
  * into mb[0..nmb) (-1 where there was none). Agreed result. */
-static int train_epoch(train_state *s, int epoch, double lr, double acc[3], long *steps,
-                       double *mb, int64_t nmb) {
+static int train_epoch(train_state *s, int epoch, double lr, double acc[3], long *steps, double *mb,
+                       int64_t nmb) {
     const dist_world *w = s->w;
     progress pr = progress_start(s);
     for (int64_t k = 0; k < nmb; k++)
