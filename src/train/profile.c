@@ -797,7 +797,9 @@ static int rank_timeline(int rank, char **out, size_t *len) {
     char host[256], label[320];
     host_name(host, sizeof host);
     snprintf(label, sizeof label, "rank %d (%s)", rank, host);
-    fprintf(f, ",\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":",
+    fprintf(f,
+            ",\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
+            "\"args\":{\"name\":",
             rank);
     json_str(f, label);
     fprintf(f, "}},\n{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
@@ -824,7 +826,9 @@ static int rank_timeline(int rank, char **out, size_t *len) {
         for (size_t i = 0; i < v.nevents; i++) {
             fputs(",\n{\"name\":", f);
             json_str(f, prof_name(ev[i].id));
-            fprintf(f, ",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f}",
+            fprintf(f,
+                    ",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
+                    "\"dur\":%.3f}",
                     prof_kind_of(ev[i].id) == PROF_KIND_MPI ? "mpi" : "region", rank, v.tid,
                     ev[i].t0 * 1e-3, (ev[i].t1 - ev[i].t0) * 1e-3);
         }
@@ -951,9 +955,10 @@ int train_profile_finish(const dist_world *w, const train_profile *p, const scaf
                 char ver[128];
                 snprintf(ver, sizeof ver, "%s (git %s)", SCAFFOLD_VERSION, SCAFFOLD_GIT);
                 json_str(at.fp, ver);
-                fprintf(at.fp, ",\"ranks\":%d,\"time_zero_unix_us\":%lld,\"events_dropped\":%" PRIu64
-                               "},\n\"traceEvents\":[\n{\"name\":\"process_labels\",\"ph\":\"M\","
-                               "\"pid\":0,\"tid\":0,\"args\":{\"labels\":\"scaffold benchmark\"}}",
+                fprintf(at.fp,
+                        ",\"ranks\":%d,\"time_zero_unix_us\":%lld,\"events_dropped\":%" PRIu64
+                        "},\n\"traceEvents\":[\n{\"name\":\"process_labels\",\"ph\":\"M\","
+                        "\"pid\":0,\"tid\":0,\"args\":{\"labels\":\"scaffold benchmark\"}}",
                         w->size, prof_zero_unix_us(), a.dropped);
             }
             int src = dist_gather_stream(w, frag, flen, 0, timeline_sink,

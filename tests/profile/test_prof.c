@@ -189,7 +189,8 @@ static void test_cali_roundtrip(const char *dir) {
     CHECK(v && !strcmp(v, "0.25"), "value");
     CHECK(cali_attr_prop(&f, t) == CALI_PROP_ASVALUE && !strcmp(cali_attr_type(&f, t), "double"),
           "attribute properties and type");
-    CHECK(!strcmp(cali_global(&f, "cmdline"), "[a,b=c]") && !strcmp(cali_global(&f, "jobsize"), "4") &&
+    CHECK(!strcmp(cali_global(&f, "cmdline"), "[a,b=c]") &&
+              !strcmp(cali_global(&f, "jobsize"), "4") &&
               !strcmp(cali_global(&f, "note"), "two\nlines"),
           "globals");
     CHECK(cali_global(&f, "nothing") == NULL, "absent global");
