@@ -348,6 +348,7 @@ static void work_check(const an_prof_run *base, size_t nb, const an_prof_run *ca
     for (int k = 0; k < 4; k++) {
         double b = side_median(base, nb, items[k].get, NULL),
                c = side_median(cand, nc, items[k].get, NULL);
+        r->work_known |= !isnan(b);
         if (b > 0 && (isnan(c) || c < 0.99 * b)) {
             char m[160];
             snprintf(m, sizeof m, "%s %.0f -> %.0f", items[k].name, b, isnan(c) ? 0 : c);
@@ -570,6 +571,10 @@ void an_prof_text(const an_prof_run *base, size_t nb, const an_prof_run *cand, s
               out);
     if (r->does_less)
         fprintf(out, "work: candidate does less: %s\n", r->less);
+    else if (!r->work_known)
+        fputs("work: unknown (the baseline has none of scaffold's epoch, minibatch, validation "
+              "or checkpoint regions): the time alone is compared\n",
+              out);
     else
         fputs("work: same (epochs, training and validation samples, checkpoint writes, calls per "
               "minibatch of every region of the step)\n",
@@ -649,6 +654,7 @@ void an_prof_json(const an_prof_run *base, size_t nb, const an_prof_run *cand, s
     side_json(&w, "candidate", cand, nc);
     an_jw_str(&w, "verdict", r->verdict);
     an_jw_bool(&w, "does_less", r->does_less);
+    an_jw_bool(&w, "work_known", r->work_known);
     an_jw_bool(&w, "same_workload", r->same_workload);
     an_jw_str(&w, "workload_difference", r->workload_diff);
     an_jw_str(&w, "time_basis", r->time_basis);

@@ -62,6 +62,7 @@ typedef struct an_prof_change {
 typedef struct an_prof_result {
     const char *verdict;    /* "keep", "reject", "inconclusive" */
     int does_less, same_workload;
+    int work_known;         /* the baseline has scaffold's work regions (epochs, minibatches...) */
     const char *time_basis; /* "median minibatch time", "batch loop per minibatch", "whole run" */
     double noise, med, lo, hi;
     int per_step;           /* region times are per minibatch */

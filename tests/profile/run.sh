@@ -7,6 +7,12 @@ cd "$(dirname "$0")/../.." && source tests/lib.sh
 export OMP_NUM_THREADS=1
 root=$PWD
 t_cbin "$BUILD/tests/profile/test_prof"
+# make test-asan / test-tsan: $BUILD is the sanitizer build; the unit test is what it checks
+# (threads recording, the reader on damaged files).
+if [ "${SCAFFOLD_TEST_SAN:-0}" = 1 ]; then
+    t_report
+    exit
+fi
 d=$(t_tmpdir)
 cfg="-c $root/configs/benchmark_default.yml -c $root/tests/train/tiny.yml"
 cd "$d"
@@ -84,6 +90,19 @@ grep -q '^workload: different (unet_base_channels 8 -> 16)' <<<"$out" && grep -q
 out=$("$SCAFFOLD" compare --json "$r1" "$r1" -- "$r2" 2>&1)
 "$PYTHON" -c 'import json,sys; d=json.loads(sys.argv[1]); sys.exit(0 if d["kind"] == "profiles" and len(d["baseline"]) == 2 and d["verdict"] and isinstance(d["changed_regions"], list) else 1)' "$out" \
     && t_ok "compare --json on profiles, replicates" || t_fail "compare --json" "$out"
+
+# Caliper's own layouts: per-rank exclusive times (summed up the paths) against a spot file.
+cp "$root/tests/fuzz/corpus/cali/exclusive_per_rank" "$d/ranks.cali"
+cp "$root/tests/fuzz/corpus/cali/caliper_spot_style" "$d/spot.cali"
+out=$("$SCAFFOLD" compare --json "$d/ranks.cali" -- "$d/spot.cali" 2>&1)
+"$PYTHON" - "$out" <<'PY' && t_ok "compare: Caliper's per-rank and spot layouts" || t_fail "compare: Caliper layouts" "$out"
+import json, sys
+d = json.loads(sys.argv[1])
+ch = {c["region"]: c for c in d["changed_regions"]}
+assert not d["work_known"] and d["time_basis"] == "whole run"
+assert abs(ch["main"]["baseline"] - 2.75) < 1e-9 and abs(ch["main"]["candidate"] - 10) < 1e-9
+assert ch["main/solve,step"]["status"] == "gone" and ch["main/cycle/MPI_Allreduce"]["status"] == "new"
+PY
 
 # 5. Bad inputs: one clear message, exit 2, nothing half-written.
 printf 'not a cali file\n' >"$d/bad.cali"
