@@ -56,6 +56,9 @@ int train_profile_env(void) {
 }
 
 int train_profile_start(const dist_world *w, train_profile *p) {
+    /* rank 0's switches for all (a launch that sets SCAFFOLD_PROFILE on some ranks only must not
+     * leave the others out of the profile's collectives) */
+    dist_bcast(w, p, sizeof *p, 0);
     if (!p->on)
         return 0;
     int rc = 0;
@@ -749,10 +752,13 @@ static void report(FILE *f, agg *a, const scaffold_config *c, const bench_result
                    int max_depth, double min_share) {
     const int mainn = child_of_id(a, 0, PROF_MAIN);
     rep_ctx x = {f, mainn >= 0 ? avg_incl(a, mainn) : 0, max_depth, min_share};
+    char mb[32] = "n/a";
+    if (!isnan(r->minibatch_time_s))
+        snprintf(mb, sizeof mb, "%.4f s", r->minibatch_time_s);
     fprintf(f, "scaffold profile: %d rank(s) on %d host(s), %d thread(s) per rank, %s, "
-               "problem_scale %d, unet_base_channels %d; median minibatch time %.4f s\n",
+               "problem_scale %d, unet_base_channels %d; median minibatch time %s\n",
             a->nranks, a->nhosts, a->threads, c->torch_amp ? "bf16" : "fp32", c->problem_scale,
-            c->unet_base_channels, r->minibatch_time_s);
+            c->unet_base_channels, mb);
     fprintf(f, "seconds per rank: min / avg / max over the ranks that ran the region, exclusive "
                "average; %% of main\n");
     fprintf(f, "%-46s %10s %10s %10s %10s %10s %6s\n", "region", "calls/rank", "min", "avg",

@@ -41,9 +41,10 @@ int train_profile_formats(const char *s, unsigned *out);
 /* 1 when SCAFFOLD_PROFILE is 1, true, on or yes (any case), as upstream's PROFILE_TORCH. */
 int train_profile_env(void);
 
-/* Collective, before any work: checks an explicit profile folder can be created (ERR_USAGE
- * naming it otherwise), then starts the timer on every rank at a common time zero (after a
- * barrier) and opens the `main` region. Nothing happens when p->on is 0. Agreed result. */
+/* Collective, before any work: rank 0's switches become every rank's, an explicit profile
+ * folder is checked (ERR_USAGE naming it when it cannot be created), then the timer starts on
+ * every rank at a common time zero (after a barrier) and the `main` region opens. Nothing more
+ * happens when the profile is off. Agreed result. */
 int train_profile_start(const dist_world *w, train_profile *p);
 
 /* Collective, after bench_run succeeded: closes the timer, gathers every rank's regions and

@@ -59,6 +59,12 @@ SCAFFOLD_PROFILE=off "$SCAFFOLD" benchmark $cfg --base-run-dir roff --epochs 1 >
 [ "$(ls "$d/pdir" | tr '\n' ' ')" = "profile-ranks.cali profile.cali profile.json " ] && [ ! -e "$(lastrun rc)/profile" ] \
     && t_ok "--profile-dir, --profile-format perfetto,cali" || t_fail "--profile-dir and formats" "$(ls "$d/pdir" 2>&1)"
 
+# SCAFFOLD_PROFILE on rank 0 only (an MPMD launch): rank 0's switches hold on every rank, no hang.
+out=$(SCAFFOLD_PROFILE=1 timeout 120 $MPIRUN -n 1 "$SCAFFOLD" benchmark $cfg --base-run-dir rm --epochs 1 : \
+    -n 1 env -u SCAFFOLD_PROFILE "$SCAFFOLD" benchmark $cfg --base-run-dir rm --epochs 1 2>&1)
+[ $? -eq 0 ] && grep -q '^scaffold profile: 2 rank(s)' <<<"$out" && t_ok "SCAFFOLD_PROFILE on rank 0 only: both ranks profiled" \
+    || t_fail "SCAFFOLD_PROFILE on rank 0 only" "$out"
+
 # 3. caliper-reader, Hatchet, Thicket and the JSON check on the runs at 1 and 2 ranks.
 VPY=$(cd "$root" && t_venv_python)
 if [ -z "$VPY" ]; then
