@@ -16,9 +16,15 @@
  *       one U-Net training step (zero grad, forward, loss, backward, clip, Adam) at batch 1,
  *       median of R after a warm-up step, with the forward/loss/backward split, the model's
  *       convolution FLOPs, the GFLOP/s reached and the process's peak RSS; --bf16 computes as
- *       torch_amp: 1, --ckpt with activation checkpointing. */
+ *       torch_amp: 1, --ckpt with activation checkpointing.
+ *   bench_step --profile-ab [--scale S] [--base B] [--reps R] [--bf16] [--ckpt]
+ *       the profiler's overhead (core/prof.h): R rounds of one step with the timer off and one
+ *       with it recording every region (as `scaffold benchmark --profile` does), the order
+ *       alternating each round, medians of each. One line: "profile_overhead off_s A on_s B
+ *       ratio B/A regions_per_step N". */
 #include "core/err.h"
 #include "core/log.h"
+#include "core/prof.h"
 #include "core/rng.h"
 #include "nn/gemm.h"
 #include "nn/layers.h"
@@ -286,16 +292,86 @@ static int bench_layer(const char *op, int D, int cin, int cout, int reps, int b
     return 0;
 }
 
+/* One training step as the benchmark runs it (zero grad, forward+loss+backward, clip, Adam). */
+static double one_step(nn_unet *m, nn_optim *o, const float *x, const uint16_t *y,
+                       const float *w) {
+    double loss, dice, t0 = time_now();
+    nn_unet_zero_grad(m);
+    if (nn_unet_forward_backward(m, x, y, 1, w, &loss, &dice)) {
+        fprintf(stderr, "bench_step: step failed: %s\n", err_msg());
+        exit(1);
+    }
+    nn_clip_grad_norm(m->grads, m->nparams, 1.0);
+    nn_optim_step(o, m->params, m->grads, 1e-3);
+    return time_now() - t0;
+}
+
+/* The timer's cost on a step: rounds of (off, on) steps, the order alternating (ABBA), so a
+ * drift of the machine's speed hits both alike; a warm-up step of each first. */
+static int profile_overhead(nn_unet *m, nn_optim *o, const float *x, const uint16_t *y,
+                            const float *w, int reps) {
+    double off[REPS_MAX], on[REPS_MAX];
+    if (prof_start(0))
+        return 1;
+    prof_stop();
+    one_step(m, o, x, y, w);
+    for (int i = -1; i < reps; i++) {
+        for (int k = 0; k < 2; k++) {
+            const int profiled = (k == 0) == (i % 2 != 0);
+            if (profiled)
+                prof_start(0);
+            prof_begin(PROF_MINIBATCH);
+            const double dt = one_step(m, o, x, y, w);
+            prof_end(PROF_MINIBATCH);
+            if (profiled)
+                prof_stop();
+            if (i >= 0)
+                (profiled ? on : off)[i] = dt;
+        }
+    }
+    prof_thread_view v;
+    prof_thread_get(0, &v);
+    const double per_step = (double)(v.nevents + v.dropped) / (reps + 1);
+    /* The timer's own cost per region, on and off, in a loop (robust where whole steps are
+     * noisy): times the regions per step, the share of a step it can take. */
+    enum { PAIRS = 100000 };
+    double t0 = now_s();
+    for (int i = 0; i < PAIRS; i++) {
+        prof_begin(PROF_CONV3D_FWD);
+        prof_end(PROF_CONV3D_FWD);
+    }
+    const double ns_off = (now_s() - t0) / PAIRS * 1e9;
+    prof_start(0);
+    prof_begin(PROF_MINIBATCH);
+    t0 = now_s();
+    for (int i = 0; i < PAIRS; i++) {
+        prof_begin(PROF_CONV3D_FWD);
+        prof_end(PROF_CONV3D_FWD);
+    }
+    const double ns_on = (now_s() - t0) / PAIRS * 1e9;
+    prof_stop();
+    const double mo = median(off, reps), mn = median(on, reps);
+    printf("profile_overhead off_s %.6f on_s %.6f ratio %.4f regions_per_step %.0f "
+           "ns_per_region_on %.1f ns_per_region_off %.2f timer_share %.6f threads %d path %s "
+           "precision %s\n",
+           mo, mn, mn / mo, per_step, ns_on, ns_off, per_step * ns_on * 1e-9 / mo,
+           omp_get_max_threads(), nn_isa_name(nn_isa()),
+           m->opts.precision == NN_BF16 ? "bf16" : "fp32");
+    return 0;
+}
+
 static int usage(void) {
     fprintf(stderr, "usage: bench_step --peak [SECONDS]\n"
                     "       bench_step --layer conv|convt|gn D CIN COUT [--reps R] [--bf16]\n"
                     "       bench_step [--scale S] [--base B] [--classes K] [--reps R] [--bf16] "
+                    "[--ckpt]\n"
+                    "       bench_step --profile-ab [--scale S] [--base B] [--reps R] [--bf16] "
                     "[--ckpt]\n");
     return 2;
 }
 
 int main(int argc, char **argv) {
-    int scale = 5, base = 64, classes = 6, reps = 5, bf16 = 0, ckpt = 0;
+    int scale = 5, base = 64, classes = 6, reps = 5, bf16 = 0, ckpt = 0, profile_ab = 0;
     const char *layer = NULL;
     int ld = 0, lcin = 0, lcout = 0;
     for (int i = 1; i < argc; i++) {
@@ -311,6 +387,8 @@ int main(int argc, char **argv) {
             bf16 = 1;
         else if (!strcmp(argv[i], "--ckpt"))
             ckpt = 1;
+        else if (!strcmp(argv[i], "--profile-ab"))
+            profile_ab = 1;
         else if (!strcmp(argv[i], "--peak")) {
             const double sec = i + 1 < argc ? atof(argv[i + 1]) : 1.0;
             printf("cpu %s\npath %s bf16dp %d amx %d\n", nn_cpu_name(), nn_isa_name(nn_isa()),
@@ -357,6 +435,8 @@ int main(int argc, char **argv) {
         w[c] = 1.0f;
     double t[REPS_MAX], tf[REPS_MAX], tl[REPS_MAX], tb[REPS_MAX];
     reps = reps < 1 ? 1 : reps > REPS_MAX - 1 ? REPS_MAX - 1 : reps;
+    if (profile_ab)
+        return profile_overhead(&m, &o, x, y, w, reps);
     for (int i = 0; i <= reps; i++) { /* step 0 warms up (page faults of the slabs) */
         double loss, dice, t0 = time_now();
         nn_unet_zero_grad(&m);

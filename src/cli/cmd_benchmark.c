@@ -1,29 +1,73 @@
-/* `scaffold benchmark`: the main job (see src/train/bench.h). */
+/* `scaffold benchmark`: the main job (see src/train/bench.h), and its profile (--profile,
+ * src/train/profile.h). */
 #include "cli/cli.h"
 #include "core/config.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/prof.h"
 #include "dist/dist.h"
 #include "core/fsutil.h"
 #include "train/bench.h"
+#include "train/profile.h"
 #include "train/stop.h"
 
+#include <math.h>
 #include <stdio.h>
+
+static int profile_formats(const opt_spec *o, char **vals, int n, void *ctx) {
+    (void)o;
+    (void)n;
+    return train_profile_formats(vals[0], &((train_profile *)ctx)->formats);
+}
+
+static int profile_dir(const opt_spec *o, char **vals, int n, void *ctx) {
+    (void)o;
+    (void)n;
+    train_profile *p = ctx;
+    if (!vals[0][0])
+        return err_set(ERR_USAGE, "an empty folder name");
+    snprintf(p->dir, sizeof p->dir, "%s", vals[0]);
+    return 0;
+}
 
 int cmd_benchmark(int argc, char **argv) {
     dist_world w;
     scaffold_config c;
-    int st = cli_config_start(
+    train_profile prof = {.on = train_profile_env(), .formats = PROFILE_ALL};
+    int flag = 0;
+    const opt_spec extra[] = {
+        OPT_SECTION_("Profiling (ARCHITECTURE decision 11; README \"Profiling\")"),
+        OPT_FLAG_(0, "profile", &flag,
+                  "time the run's regions (also SCAFFOLD_PROFILE=1): report and files in "
+                  "<run folder>/profile"),
+        OPT_FN_(0, "profile-format", profile_formats, &prof, 1, "LIST",
+                "cali, perfetto and/or text, comma-separated [cali,perfetto,text]"),
+        OPT_FN_(0, "profile-dir", profile_dir, &prof, 1, "DIR",
+                "write the profile there instead of <run folder>/profile"),
+        OPT_END_};
+    int st = cli_config_start_opts(
         &argc, &argv, &w, &c,
         "Trains the 3D U-Net over MPI (data parallelism, and spatial parallelism with\n"
         "dc_num_shards) until the validation hard Dice reaches target_dice (or the epoch cap).\n"
         "Generates the fractal library and the dataset first if they are missing. Writes a run\n"
         "folder under base_run_dir (config.yaml, restart.sh, train_stats.csv, checkpoints/,\n"
-        "figures/). Resume with --restart --run-dir DIR.");
+        "figures/, and profile/ with --profile). Resume with --restart --run-dir DIR.",
+        extra);
     if (st >= 0)
         return st;
+    prof.on |= flag;
+    int rc = train_profile_start(&w, &prof);
+    if (rc)
+        return cli_fail(&w, "benchmark", rc);
     bench_result r;
-    int rc = bench_run(&c, &w, argc, argv, &r);
+    prof_begin(PROF_BENCHMARK);
+    rc = bench_run(&c, &w, argc, argv, &r);
+    prof_end(PROF_BENCHMARK);
+    if (rc) {
+        train_profile_abort(&prof);
+        return cli_fail(&w, "benchmark", rc);
+    }
+    rc = train_profile_finish(&w, &prof, &c, &r);
     if (rc)
         return cli_fail(&w, "benchmark", rc);
     if (r.stop_signal) {
@@ -67,24 +111,28 @@ int cmd_benchmark(int argc, char **argv) {
                    r.last_epoch, c.epochs, r.val_dice, c.target_dice, c.run_dir);
         fflush(stdout);
     } else if (w.rank == 0) {
+        char mb[48] = "n/a (no full-size batch)";
+        if (!isnan(r.minibatch_time_s))
+            snprintf(mb, sizeof mb, "%.4f s", r.minibatch_time_s);
         if (r.converged)
             printf("benchmark: reached val dice %.4f >= %.3f at epoch %d on %d rank(s); "
                    "time to target %.2f s (training wall time, I/O included); "
                    "sum of epoch durations %.2f s; FOM (upstream, 1/sum) %.5g 1/s; "
+                   "median minibatch time %s; "
                    "checkpoints %.1f MB in %.2f s; %.3g samples/s; peak memory per rank %.2f "
                    "GiB (max), %.2f GiB (min); precision %s; run folder %s\n",
                    r.val_dice, c.target_dice, r.last_epoch, w.size, r.wall_s, r.sum_epoch_s,
-                   r.fom_upstream, r.ckpt_bytes / 1e6, r.ckpt_s, r.samples_per_s, r.rss_max_gib,
-                   r.rss_min_gib, c.torch_amp ? "bf16" : "fp32", c.run_dir);
+                   r.fom_upstream, mb, r.ckpt_bytes / 1e6, r.ckpt_s, r.samples_per_s,
+                   r.rss_max_gib, r.rss_min_gib, c.torch_amp ? "bf16" : "fp32", c.run_dir);
         else
             printf("benchmark: stopped at epoch %d (cap %d) with val dice %.4f < %.3f on %d "
                    "rank(s); no FOM (not converged); training wall time %.2f s; sum of epoch "
-                   "durations %.2f s; checkpoints %.1f MB in %.2f s; %.3g samples/s; peak "
-                   "memory per rank %.2f GiB (max), %.2f GiB (min); precision %s; run folder "
-                   "%s\n",
+                   "durations %.2f s; median minibatch time %s; checkpoints %.1f MB in %.2f s; "
+                   "%.3g samples/s; peak memory per rank %.2f GiB (max), %.2f GiB (min); "
+                   "precision %s; run folder %s\n",
                    r.last_epoch, c.epochs, r.val_dice, c.target_dice, w.size, r.wall_s,
-                   r.sum_epoch_s, r.ckpt_bytes / 1e6, r.ckpt_s, r.samples_per_s, r.rss_max_gib,
-                   r.rss_min_gib, c.torch_amp ? "bf16" : "fp32", c.run_dir);
+                   r.sum_epoch_s, mb, r.ckpt_bytes / 1e6, r.ckpt_s, r.samples_per_s,
+                   r.rss_max_gib, r.rss_min_gib, c.torch_amp ? "bf16" : "fp32", c.run_dir);
         fflush(stdout);
     }
     dist_finalize(&w);

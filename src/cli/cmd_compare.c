@@ -1,12 +1,47 @@
 /* cmd_compare: `scaffold compare BASE... -- CAND...`: paired comparison of replicated runs with
  * the do-less and non-degradation guards (see analyze/compare.h). */
 #include "analyze/compare.h"
+#include "analyze/profcmp.h"
 #include "cli/cli.h"
 #include "core/err.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Profiles: the regions that changed, with the same guards (analyze/profcmp.h). */
+static int compare_profiles(char **b, size_t nb, char **c, size_t nc, double noise, int json) {
+    an_prof_run *runs = calloc(nb + nc, sizeof *runs);
+    if (!runs) {
+        fprintf(stderr, "scaffold compare: out of memory\n");
+        return 1;
+    }
+    int rc = 0;
+    for (size_t k = 0; k < nb + nc && !rc; k++) {
+        const char *p = k < nb ? b[k] : c[k - nb];
+        rc = an_prof_load(p, &runs[k]);
+        if (rc)
+            fprintf(stderr, "scaffold compare: %s profile %s: %s\n",
+                    k < nb ? "baseline" : "candidate", p, err_msg());
+    }
+    if (!rc) {
+        an_prof_result r;
+        rc = an_prof_compare(runs, nb, runs + nb, nc, noise, &r);
+        if (rc)
+            fprintf(stderr, "scaffold compare: %s\n", err_msg());
+        else if (json)
+            an_prof_json(runs, nb, runs + nb, nc, &r, stdout);
+        else
+            an_prof_text(runs, nb, runs + nb, nc, &r, stdout);
+        an_prof_result_free(&r);
+    }
+    for (size_t k = 0; k < nb + nc; k++)
+        an_prof_free(&runs[k]);
+    free(runs);
+    if (!rc)
+        return 0;
+    return rc == ERR_FORMAT || rc == ERR_USAGE ? 2 : err_exit_status(rc);
+}
 
 int cmd_compare(int argc, char **argv) {
     int json = 0;
@@ -19,7 +54,9 @@ int cmd_compare(int argc, char **argv) {
     const opt_cmd cmd = {
         "compare", "[--json] [--noise PCT] BASE... -- CAND...",
         "Each BASE/CAND is one run: a trace file, a directory of per-process traces or a\n"
-        "glob. Give several runs per side as replicates. Reports the training-phase\n"
+        "glob; or a profile (benchmark --profile): a .cali file, or a run or profile folder\n"
+        "holding profile.cali, whose changed regions are listed. Give several runs per side\n"
+        "as replicates. Reports the training-phase\n"
         "and epoch time deltas as a range against the noise band, the work done on each\n"
         "side in application units when the benchmark's annotations are present (epochs,\n"
         "optimizer steps, samples, bytes delivered, checkpoints; file-system bytes per\n"
@@ -42,6 +79,17 @@ int cmd_compare(int argc, char **argv) {
         return 2;
     }
     size_t nb = (size_t)(sep - i), nc = (size_t)(argc - sep - 1);
+    /* profiles (.cali files, profile or run folders with one) or traces: one kind for all */
+    size_t nprof = 0;
+    for (int k = i; k < argc; k++)
+        nprof += k != sep && an_prof_is_profile(argv[k]);
+    if (nprof && nprof != nb + nc) {
+        fprintf(stderr, "scaffold compare: give profiles (.cali files or folders holding "
+                        "profile.cali) or traces on both sides, not a mix\n");
+        return 2;
+    }
+    if (nprof)
+        return compare_profiles(argv + i, nb, argv + sep + 1, nc, noise, json);
     an_run *runs = calloc(nb + nc, sizeof *runs);
     if (!runs) {
         fprintf(stderr, "scaffold compare: out of memory\n");

@@ -2,6 +2,7 @@
 #include "dist/dist.h"
 
 #include "core/err.h"
+#include "core/prof.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -127,6 +128,13 @@ int dist_launcher_check(const dist_launcher *l, int mpi_size, int mpi_rank) {
                        launcher_fix(l->kind));
     return 0;
 }
+/* An MPI call as a profile region of its own (Caliper's profile.mpi: time per MPI function). */
+#define TIMED(id, call)                                                                            \
+    do {                                                                                           \
+        prof_begin(PROF_##id);                                                                     \
+        call;                                                                                      \
+        prof_end(PROF_##id);                                                                       \
+    } while (0)
 
 int dist_init(dist_world *w, int *argc, char ***argv) {
     /* Read before MPI_Init, which may set some of these variables itself. */
@@ -170,15 +178,15 @@ int dist_agree(const dist_world *w, int rc) {
         return rc;
     /* Lowest failing rank wins: encode (failed ? rank : size). */
     int mine = rc ? w->rank : w->size, first = w->size;
-    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, w->comm);
+    TIMED(MPI_ALLREDUCE, MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, w->comm));
     if (first == w->size)
         return 0;
     int code = rc;
     char msg[ERR_MSG_MAX];
     if (w->rank == first)
         snprintf(msg, sizeof msg, "%s", err_msg());
-    MPI_Bcast(&code, 1, MPI_INT, first, w->comm);
-    MPI_Bcast(msg, sizeof msg, MPI_CHAR, first, w->comm);
+    TIMED(MPI_BCAST, MPI_Bcast(&code, 1, MPI_INT, first, w->comm));
+    TIMED(MPI_BCAST, MPI_Bcast(msg, sizeof msg, MPI_CHAR, first, w->comm));
     if (w->rank != first)
         err_set(code, "%s", msg);
     return code;
@@ -245,7 +253,7 @@ int dist_node_mask_sharing(const dist_world *w) {
 }
 
 void dist_barrier(const dist_world *w) {
-    MPI_Barrier(w->comm);
+    TIMED(MPI_BARRIER, MPI_Barrier(w->comm));
 }
 
 /* MPI counts are int: every buffer collective goes through chunks of at most 2^30 elements. */
@@ -254,14 +262,15 @@ void dist_barrier(const dist_world *w) {
 void dist_bcast(const dist_world *w, void *buf, size_t n, int root) {
     for (size_t off = 0; off < n; off += DIST_CHUNK) {
         size_t len = n - off < DIST_CHUNK ? n - off : DIST_CHUNK;
-        MPI_Bcast((char *)buf + off, (int)len, MPI_BYTE, root, w->comm);
+        TIMED(MPI_BCAST, MPI_Bcast((char *)buf + off, (int)len, MPI_BYTE, root, w->comm));
     }
 }
 
 static void sum_chunked(const dist_world *w, void *buf, size_t n, size_t elem, MPI_Datatype t) {
     for (size_t off = 0; off < n; off += DIST_CHUNK) {
         size_t len = n - off < DIST_CHUNK ? n - off : DIST_CHUNK;
-        MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * elem, (int)len, t, MPI_SUM, w->comm);
+        TIMED(MPI_ALLREDUCE,
+              MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * elem, (int)len, t, MPI_SUM, w->comm));
     }
 }
 
@@ -279,13 +288,13 @@ void dist_sum_u64(const dist_world *w, uint64_t *buf, size_t n) {
 
 double dist_max_double(const dist_world *w, double v) {
     double r = v;
-    MPI_Allreduce(&v, &r, 1, MPI_DOUBLE, MPI_MAX, w->comm);
+    TIMED(MPI_ALLREDUCE, MPI_Allreduce(&v, &r, 1, MPI_DOUBLE, MPI_MAX, w->comm));
     return r;
 }
 
 double dist_sum_double(const dist_world *w, double v) {
     double r = v;
-    MPI_Allreduce(&v, &r, 1, MPI_DOUBLE, MPI_SUM, w->comm);
+    TIMED(MPI_ALLREDUCE, MPI_Allreduce(&v, &r, 1, MPI_DOUBLE, MPI_SUM, w->comm));
     return r;
 }
 
@@ -302,7 +311,7 @@ int dist_max_int(const dist_world *w, int v) {
 
 long long dist_sum_ll(const dist_world *w, long long v) {
     long long r = v;
-    MPI_Allreduce(&v, &r, 1, MPI_LONG_LONG, MPI_SUM, w->comm);
+    TIMED(MPI_ALLREDUCE, MPI_Allreduce(&v, &r, 1, MPI_LONG_LONG, MPI_SUM, w->comm));
     return r;
 }
 
@@ -315,4 +324,70 @@ void dist_block(const dist_world *w, size_t n, size_t *lo, size_t *hi) {
         b = n;
     *lo = a;
     *hi = b;
+}
+
+void dist_max_doubles(const dist_world *w, double *buf, size_t n) {
+    for (size_t off = 0; off < n; off += DIST_CHUNK) {
+        size_t len = n - off < DIST_CHUNK ? n - off : DIST_CHUNK;
+        TIMED(MPI_ALLREDUCE,
+              MPI_Allreduce(MPI_IN_PLACE, buf + off, (int)len, MPI_DOUBLE, MPI_MAX, w->comm));
+    }
+}
+
+/* Pieces of a gathered stream: small enough for a static buffer on the root (no allocation,
+ * so a root short of memory still drains every sender). */
+#define STREAM_PIECE ((size_t)1 << 20)
+
+int dist_gather_stream(const dist_world *w, const void *buf, size_t n, int root,
+                       int (*sink)(void *ctx, int rank, const char *data, size_t n, int last),
+                       void *ctx) {
+    enum { TAG_STREAM = 7301 };
+    static char piece[STREAM_PIECE];
+    if (w->rank != root) {
+        size_t off = 0;
+        do { /* an empty buffer is one empty piece: the root learns the end either way */
+            size_t k = n - off < STREAM_PIECE ? n - off : STREAM_PIECE;
+            MPI_Send((const char *)buf + off, (int)k, MPI_BYTE, root, TAG_STREAM, w->comm);
+            off += k;
+            if (k < STREAM_PIECE)
+                break;
+        } while (1);
+        return 0;
+    }
+    /* The root keeps receiving after a failed sink, so that no sender is left blocked. A piece
+     * shorter than STREAM_PIECE ends a rank's stream. */
+    int rc = 0;
+    for (int r = 0; r < w->size; r++) {
+        if (r == root) {
+            if (rc == 0)
+                rc = sink(ctx, r, buf, n, 1);
+            continue;
+        }
+        for (;;) {
+            MPI_Status st;
+            int k = 0;
+            MPI_Recv(piece, (int)STREAM_PIECE, MPI_BYTE, r, TAG_STREAM, w->comm, &st);
+            MPI_Get_count(&st, MPI_BYTE, &k);
+            int last = (size_t)k < STREAM_PIECE;
+            if (rc == 0)
+                rc = sink(ctx, r, piece, (size_t)k, last);
+            if (last)
+                break;
+        }
+    }
+    return rc;
+}
+
+void dist_mpi_info(char *standard, size_t ns, char *library, size_t nl) {
+    int major = 0, minor = 0, len = 0;
+    MPI_Get_version(&major, &minor);
+    snprintf(standard, ns, "%d.%d", major, minor);
+    char lib[MPI_MAX_LIBRARY_VERSION_STRING];
+    MPI_Get_library_version(lib, &len);
+    lib[len < MPI_MAX_LIBRARY_VERSION_STRING ? len : MPI_MAX_LIBRARY_VERSION_STRING - 1] = 0;
+    /* the first line (MPICH's string runs over many lines of build details) */
+    size_t k = strcspn(lib, "\n");
+    while (k > 0 && (lib[k - 1] == ' ' || lib[k - 1] == '\t' || lib[k - 1] == '\r'))
+        k--;
+    snprintf(library, nl, "%.*s", (int)k, lib);
 }

@@ -95,6 +95,21 @@ void dist_gather_doubles(const dist_world *w, const double *mine, int n, double 
 
 /* Collective: the largest of every rank's v (signals, flags). */
 int dist_max_int(const dist_world *w, int v);
+/* In-place element-wise maximum over every rank of `w`. */
+void dist_max_doubles(const dist_world *w, double *buf, size_t n);
+
+/* Collective. Every rank's bytes reach `root` in rank order (its own included), handed to
+ * sink(ctx, rank, data, n, last) in pieces (last = 1 on a rank's final piece, which may be
+ * empty); the root allocates nothing for it, so a stream of any size passes. After a sink
+ * error the root drains the rest unseen. Returns the first sink error on the root, 0
+ * elsewhere (agree on it). */
+int dist_gather_stream(const dist_world *w, const void *buf, size_t n, int root,
+                       int (*sink)(void *ctx, int rank, const char *data, size_t n, int last),
+                       void *ctx);
+
+/* The MPI standard version ("3.1") and the library's own first line of
+ * MPI_Get_library_version ("Open MPI v4.1.4, ..."; "MPICH Version: 4.0"). */
+void dist_mpi_info(char *standard, size_t ns, char *library, size_t nl);
 
 /* Block partition of n items: this rank's [*lo, *hi). per = ceil(n/size). */
 void dist_block(const dist_world *w, size_t n, size_t *lo, size_t *hi);

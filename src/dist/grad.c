@@ -3,6 +3,7 @@
 
 #include "core/err.h"
 #include "core/log.h"
+#include "core/prof.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -132,8 +133,10 @@ void dist_grad_begin(dist_grad *g) {
 
 static void start_piece(dist_grad *g) {
     const dist_grad_piece *p = &g->piece[g->started];
+    prof_begin(PROF_MPI_IALLREDUCE);
     MPI_Iallreduce(MPI_IN_PLACE, g->grads + p->lo, (int)(p->hi - p->lo), MPI_FLOAT, MPI_SUM,
                    g->w->comm, &g->req[g->started]);
+    prof_end(PROF_MPI_IALLREDUCE);
     g->bytes += (long long)((p->hi - p->lo) * sizeof(float));
     g->started++;
 }
@@ -155,7 +158,9 @@ void dist_grad_finish(dist_grad *g) {
         while (g->started < g->np)
             start_piece(g);
         double t0 = time_now();
+        prof_begin(PROF_MPI_WAITALL);
         MPI_Waitall(g->np, g->req, MPI_STATUSES_IGNORE);
+        prof_end(PROF_MPI_WAITALL);
         g->exposed_s += time_now() - t0;
     }
     set_active(g, 0);

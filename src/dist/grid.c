@@ -5,6 +5,7 @@
 #include "core/err.h"
 #include "core/fault.h"
 #include "core/log.h"
+#include "core/prof.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,7 +130,11 @@ static void halo_wait(dist_spatial *s) {
     if (!s->nreq)
         return;
     double t0 = time_now();
+    prof_begin(PROF_HALO_WAIT);
+    prof_begin(PROF_MPI_WAITALL);
     MPI_Waitall(s->nreq, s->req, MPI_STATUSES_IGNORE);
+    prof_end(PROF_MPI_WAITALL);
+    prof_end(PROF_HALO_WAIT);
     s->halo_wait_s += time_now() - t0;
     for (int i = 0; i < s->nreq; i++)
         MPI_Type_free(&s->type[i]);
@@ -161,7 +166,9 @@ static void halo_finish(void *ctx, float *P, int N, int D, int H, int W, int C) 
 static void spatial_sum(void *ctx, double *buf, int n) {
     dist_spatial *s = ctx;
     double t0 = time_now();
+    prof_begin(PROF_MPI_ALLREDUCE);
     MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, s->g->spatial.comm);
+    prof_end(PROF_MPI_ALLREDUCE);
     s->sum_s += time_now() - t0;
     s->sum_bytes += (long long)n * (long long)sizeof(double);
     s->sums++;

@@ -7,6 +7,8 @@
  * variance is a second pass around the mean (no E[x^2] - mean^2 cancellation). */
 #include "nn/layers.h"
 
+#include "core/prof.h"
+
 #include <float.h>
 #include <math.h>
 #include <omp.h>
@@ -223,8 +225,11 @@ static void gn_group_sums(double *grp, const double *ch, long S, int C, int G,
         grp[g] = s;
     }
     grp[G] = (double)S;
-    if (sh && sh->gn_global)
+    if (sh && sh->gn_global) {
+        prof_begin(PROF_GN_ALLREDUCE);
         sh->sum(sh->ctx, grp, G + 1);
+        prof_end(PROF_GN_ALLREDUCE);
+    }
 }
 
 void nn_groupnorm_forward_sh(float *y, float *mean, float *rstd, const float *x,
@@ -323,8 +328,11 @@ static void gn_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
             mc[c] = (float)shift[c];
             rc[c] = (float)shift[C + c];
         }
-        if (sh && sh->gn_global)
+        if (sh && sh->gn_global) {
+            prof_begin(PROF_GN_ALLREDUCE);
             sh->sum(sh->ctx, abp, 2 * G + 1);
+            prof_end(PROF_GN_ALLREDUCE);
+        }
         const double cnt = abp[2 * G] * cg;
         for (int c = 0; c < C; c++) {
             ca[c] = (float)(abp[c / cg] / cnt);

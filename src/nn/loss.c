@@ -8,6 +8,7 @@
 #include "nn/loss.h"
 
 #include "core/err.h"
+#include "core/prof.h"
 #include "nn/layers.h"
 
 #include <math.h>
@@ -103,8 +104,11 @@ int nn_loss_sh(float *dlogits, const float *logits, const uint16_t *labels,
     acc[2] = bad >= 0;
     /* Over the whole volume: every shard gets the same sums, so the same loss, the same decision
      * on bad labels, and the gradient of the global loss. */
-    if (sh)
+    if (sh) {
+        prof_begin(PROF_LOSS_ALLREDUCE);
         sh->sum(sh->ctx, acc, (int)per);
+        prof_end(PROF_LOSS_ALLREDUCE);
+    }
     if (bad >= 0)
         return bad_label(bad, K);
     if (acc[2] != 0)
@@ -204,8 +208,11 @@ int nn_hard_dice_sh(float *dice, const float *logits, const uint16_t *labels, in
             cb[best] += best == y;
         }
         cnt[3 * K] = bad >= 0;
-        if (sh)
+        if (sh) {
+            prof_begin(PROF_LOSS_ALLREDUCE);
             sh->sum(sh->ctx, cnt, 3 * K + 1);
+            prof_end(PROF_LOSS_ALLREDUCE);
+        }
         if (bad >= 0)
             return bad_label(bad, K);
         if (cnt[3 * K] != 0)

@@ -10,6 +10,7 @@
 
 #include "core/err.h"
 #include "core/log.h"
+#include "core/prof.h"
 #include "core/rng.h"
 #include "nn/backend.h"
 #include "nn/layers.h"
@@ -73,6 +74,12 @@ struct nn_unet_plan {
     void *pslab; /* device backends: parameters, gradients and optimizer state */
     int batch; /* samples in the last forward */
     double t_fwd, t_loss, t_bwd;
+    /* Profile regions (core/prof.h) of the blocks under upstream's module names: down_list.i
+     * (i <= L), up_list.j (j < L) and up_list.L, the 1x1 OutConv. prof_layers: the layer
+     * passes and blocks are timed (host backends only: a device backend's op has only been
+     * queued when it returns). */
+    int prof_down[MAXL + 1], prof_up[MAXL + 1];
+    int prof_layers;
 };
 
 int nn_unet_spec_check(const nn_unet_spec *s, int d, int h, int w) {
@@ -291,6 +298,14 @@ static void plan_dims(struct nn_unet_plan *p, const nn_unet_spec *s, const nn_un
     }
     for (int j = 0; j < L; j++)
         p->up[j].level = L - 1 - j;
+    p->prof_layers = !p->be->device || p->be->host_access;
+    char nm[32];
+    for (int i = 0; i <= L; i++) {
+        snprintf(nm, sizeof nm, "down_list.%d", i);
+        p->prof_down[i] = prof_id(nm, PROF_KIND_REGION);
+        snprintf(nm, sizeof nm, "up_list.%d", i);
+        p->prof_up[i] = prof_id(nm, PROF_KIND_REGION);
+    }
 }
 
 /* Workspace floats of a Conv3d at level l, for a sharded or unsharded call. */
@@ -674,7 +689,89 @@ void nn_unet_last_times(const nn_unet *m, double *fwd, double *loss, double *bwd
  * table (backend.h) with the plan `p` in scope: every layer below runs through it. */
 #define P_(m, idx) ((m)->dparams + (m)->tensors[idx].offset)
 #define G_(m, idx) ((m)->dgrads + (m)->tensors[idx].offset)
-#define OP(name, ...) p->be->name(p->be, __VA_ARGS__)
+#define OPI(name, ...) p->be->name(p->be, __VA_ARGS__)
+
+/* Layer and block regions: when recording and the backend runs its ops on the host (else one
+ * load and one branch). */
+static inline void lay_begin(const struct nn_unet_plan *p, int id) {
+    if (prof_active() && p->prof_layers)
+        prof_begin_(id);
+}
+static inline void lay_end(const struct nn_unet_plan *p, int id) {
+    if (prof_active() && p->prof_layers)
+        prof_end_(id);
+}
+
+/* The region of each op of the table (bench/nn/bench_step --layer's names). */
+enum {
+    OPR_to_channels_last = PROF_TO_LAYOUT,
+    OPR_to_channels_first = PROF_TO_LAYOUT,
+    OPR_conv3d_forward = PROF_CONV3D_FWD,
+    OPR_convt3d_forward = PROF_CONVT3D_FWD,
+    OPR_conv1_forward = PROF_CONV1_FWD,
+    OPR_conv1_backward = PROF_CONV1_BWD,
+    OPR_conv1_backward_relu = PROF_CONV1_BWD,
+    OPR_groupnorm_forward = PROF_GNRELU_FWD,
+    OPR_groupnorm_apply = PROF_GNRELU_APPLY,
+    OPR_groupnorm_backward = PROF_GNRELU_BWD,
+    OPR_groupnorm_backward_x = PROF_GNRELU_BWD,
+    OPR_maxpool3d_forward = PROF_MAXPOOL_FWD,
+    OPR_maxpool3d_backward = PROF_MAXPOOL_BWD,
+    OPR_round_bf16 = PROF_ROUND_BF16,
+    OPR_bf16_narrow = PROF_BF16_STORE,
+    OPR_bf16_widen = PROF_BF16_STORE
+};
+#define OP(name, ...)                                                                              \
+    (lay_begin(p, OPR_##name), p->be->name(p->be, __VA_ARGS__), lay_end(p, OPR_##name))
+
+/* The convolutions' backward passes, each in its region: a call asking for the weight and the
+ * input gradient is issued as two when the layers are timed, weight first (the CPU engine runs
+ * the two passes in that order inside one call, so the results and the work are the same; on a
+ * CPU with AMX the transposed convolution's fused pass then runs as two). */
+static void conv3d_bwd(const struct nn_unet_plan *p, float *din, float *dinB, float *dw,
+                       const float *dout, const float *inA, int ca, const float *inB, int cb,
+                       const float *w, int cout, int N, int D, int H, int W, nn_prec prec,
+                       const nn_shard *sh, float *ws) {
+    nn_backend *be = p->be;
+    if (!(prof_active() && p->prof_layers)) {
+        be->conv3d_backward(be, din, dinB, dw, dout, inA, ca, inB, cb, w, cout, N, D, H, W, prec,
+                            sh, ws);
+        return;
+    }
+    if (dw) {
+        prof_begin_(PROF_CONV3D_BWD_WEIGHT);
+        be->conv3d_backward(be, NULL, NULL, dw, dout, inA, ca, inB, cb, w, cout, N, D, H, W, prec,
+                            sh, ws);
+        prof_end_(PROF_CONV3D_BWD_WEIGHT);
+    }
+    if (din) {
+        prof_begin_(PROF_CONV3D_BWD_DATA);
+        be->conv3d_backward(be, din, dinB, NULL, dout, inA, ca, inB, cb, w, cout, N, D, H, W, prec,
+                            sh, ws);
+        prof_end_(PROF_CONV3D_BWD_DATA);
+    }
+}
+
+static void convt3d_bwd(const struct nn_unet_plan *p, float *din, float *dw, float *db,
+                        const float *dout, long ldo, const float *in, const float *w, int cin,
+                        int cout, int N, int D, int H, int W, nn_prec prec, float *ws) {
+    nn_backend *be = p->be;
+    if (!(prof_active() && p->prof_layers)) {
+        be->convt3d_backward(be, din, dw, db, dout, ldo, in, w, cin, cout, N, D, H, W, prec, ws);
+        return;
+    }
+    if (dw || db) {
+        prof_begin_(PROF_CONVT3D_BWD_WEIGHT);
+        be->convt3d_backward(be, NULL, dw, db, dout, ldo, in, w, cin, cout, N, D, H, W, prec, ws);
+        prof_end_(PROF_CONVT3D_BWD_WEIGHT);
+    }
+    if (din) {
+        prof_begin_(PROF_CONVT3D_BWD_DATA);
+        be->convt3d_backward(be, din, NULL, NULL, dout, ldo, in, w, cin, cout, N, D, H, W, prec,
+                             ws);
+        prof_end_(PROF_CONVT3D_BWD_DATA);
+    }
+}
 
 /* The workspace of a Conv3d k3: the slab's, or for a sharded model created unsharded the
  * whole-block one allocated at its first step (ensure_ws). */
@@ -794,8 +891,8 @@ static void dc_backward_bufs(nn_unet *m, dc_block *b, float *dY, int masked, int
         gn_to_prec(p, dY, n);
     }
     grad_ready(m, b->g2w);
-    OP(conv3d_backward, tmp, NULL, G_(m, b->w2), dY, a1, b->cout, NULL, 0, P_(m, b->w2), b->cout, N,
-       D, H, W, p->prec, sh, conv_ws(m));
+    conv3d_bwd(p, tmp, NULL, G_(m, b->w2), dY, a1, b->cout, NULL, 0, P_(m, b->w2), b->cout, N, D, H,
+               W, p->prec, sh, conv_ws(m));
     grad_ready(m, b->w2);
     OP(groupnorm_backward, tmp, G_(m, b->g1w), G_(m, b->g1b), tmp, c1, a1, b->m1, b->r1,
        P_(m, b->g1w), N, p->S[l], b->cout, p->G, gn_bits(p, 1), p->ws, sh);
@@ -823,8 +920,8 @@ static void dc_backward_conv1(nn_unet *m, dc_block *b, const float *inA, int ca,
                               const float *inB, int cb, float *din, float *dinB, int N) {
     struct nn_unet_plan *p = m->plan;
     const int l = b->level;
-    OP(conv3d_backward, din, dinB, G_(m, b->w1), p->gT, inA, ca, inB, cb, P_(m, b->w1), b->cout, N,
-       p->dd[l], p->hh[l], p->ww[l], p->prec, m->shard, conv_ws(m));
+    conv3d_bwd(p, din, dinB, G_(m, b->w1), p->gT, inA, ca, inB, cb, P_(m, b->w1), b->cout, N,
+               p->dd[l], p->hh[l], p->ww[l], p->prec, m->shard, conv_ws(m));
     grad_ready(m, b->w1);
 }
 
@@ -942,13 +1039,23 @@ static float *top_out(const struct nn_unet_plan *p) {
 static void forward(nn_unet *m, const float *x, int N) {
     struct nn_unet_plan *p = m->plan;
     const int L = p->L;
+    prof_begin(PROF_FORWARD);
     OP(to_channels_last, p->xin, x, N, m->spec.in_channels, p->S[0]);
-    for (int i = 0; i <= L; i++)
+    for (int i = 0; i <= L; i++) {
+        lay_begin(p, p->prof_down[i]);
         block_forward(m, &p->down[i], 0, 0, N, 0);
-    for (int j = 0; j < L; j++)
+        lay_end(p, p->prof_down[i]);
+    }
+    for (int j = 0; j < L; j++) {
+        lay_begin(p, p->prof_up[j]);
         block_forward(m, &p->up[j], 1, j, N, 0);
+        lay_end(p, p->prof_up[j]);
+    }
+    lay_begin(p, p->prof_up[L]);
     OP(conv1_forward, p->logits, top_out(p), P_(m, p->outw), P_(m, p->outb), p->ch[0], p->K,
        (long)N * p->S[0], p->prec, p->ws);
+    lay_end(p, p->prof_up[L]);
+    prof_end(PROF_FORWARD);
     p->batch = N;
 }
 
@@ -975,11 +1082,11 @@ static void top_up_backward_ck2(nn_unet *m, int N) {
        sh);
     grad_ready(m, b->g2w);
     to_prec(p, Y, n);
-    OP(conv3d_backward, NULL, NULL, G_(m, b->w2), Y, X, c, NULL, 0, P_(m, b->w2), c, N, D, H, W,
-       p->prec, sh, conv_ws(m));
+    conv3d_bwd(p, NULL, NULL, G_(m, b->w2), Y, X, c, NULL, 0, P_(m, b->w2), c, N, D, H, W, p->prec,
+               sh, conv_ws(m));
     grad_ready(m, b->w2);
-    OP(conv3d_backward, X, NULL, NULL, Y, X, c, NULL, 0, P_(m, b->w2), c, N, D, H, W, p->prec, sh,
-       conv_ws(m));
+    conv3d_bwd(p, X, NULL, NULL, Y, X, c, NULL, 0, P_(m, b->w2), c, N, D, H, W, p->prec, sh,
+               conv_ws(m));
     OP(groupnorm_backward_x, X, G_(m, b->g1w), G_(m, b->g1b), X, NULL, NULL, 0, B, b->m1, b->r1,
        P_(m, b->g1w), P_(m, b->g1b), N, p->S[0], c, p->G, p->prec, p->ws, sh);
     grad_ready(m, b->g1w);
@@ -988,15 +1095,14 @@ static void top_up_backward_ck2(nn_unet *m, int N) {
      * part over the upsample */
     p->upt[j] = B;
     up_forward(m, j, N, block_out(m, up_src(p, j), Y, N)); /* B: c1 is dead; Y: c2's gradient */
-    OP(conv3d_backward, NULL, NULL, G_(m, b->w1), X, A, c, B, c, P_(m, b->w1), c, N, D, H, W,
-       p->prec, sh, conv_ws(m));
+    conv3d_bwd(p, NULL, NULL, G_(m, b->w1), X, A, c, B, c, P_(m, b->w1), c, N, D, H, W, p->prec, sh,
+               conv_ws(m));
     grad_ready(m, b->w1);
-    OP(conv3d_backward, Y, B, NULL, X, A, c, B, c, P_(m, b->w1), c, N, D, H, W, p->prec, sh,
-       conv_ws(m));
+    conv3d_bwd(p, Y, B, NULL, X, A, c, B, c, P_(m, b->w1), c, N, D, H, W, p->prec, sh, conv_ws(m));
     /* convT's input once more, in X's first quarter (X is dead; gG is its last quarter) */
-    OP(convt3d_backward, j == 0 ? p->dr[L] : p->gG, G_(m, p->upw[j]), G_(m, p->upb[j]), B, c,
-       block_out(m, up_src(p, j), X, N), P_(m, p->upw[j]), p->ch[1], c, N, p->dd[1], p->hh[1],
-       p->ww[1], p->prec, p->ws);
+    convt3d_bwd(p, j == 0 ? p->dr[L] : p->gG, G_(m, p->upw[j]), G_(m, p->upb[j]), B, c,
+                block_out(m, up_src(p, j), X, N), P_(m, p->upw[j]), p->ch[1], c, N, p->dd[1],
+                p->hh[1], p->ww[1], p->prec, p->ws);
     grad_ready(m, p->upw[j]);
 }
 
@@ -1010,8 +1116,8 @@ static void down0_backward_ck2(nn_unet *m, int N) {
     dc_forward(m, b, p->xin, ci, NULL, 0, N, c1, a1, c2, NULL);
     /* conv2's input gradient over c2 (read by GN2's backward only) */
     dc_backward_bufs(m, b, p->tY, 0, 0, N, c1, a1, c2, c2, 1);
-    OP(conv3d_backward, NULL, NULL, G_(m, b->w1), c2, p->xin, ci, NULL, 0, P_(m, b->w1), c, N, D,
-       H, W, p->prec, m->shard, conv_ws(m));
+    conv3d_bwd(p, NULL, NULL, G_(m, b->w1), c2, p->xin, ci, NULL, 0, P_(m, b->w1), c, N, D, H, W,
+               p->prec, m->shard, conv_ws(m));
     grad_ready(m, b->w1);
 }
 
@@ -1024,6 +1130,8 @@ static void backward(nn_unet *m, int N) {
     const long S0 = p->S[0];
     const float *inA, *inB;
     int ca, cb;
+    prof_begin(PROF_BACKWARD);
+    lay_begin(p, p->prof_up[L]);
     to_prec(p, p->dlogits, (size_t)N * S0 * p->K);
     /* The gradient of the last block's output: over that output, through its ReLU, where the
      * backend can (the output is dead once the mask is read: GN2's backward then runs without
@@ -1041,16 +1149,22 @@ static void backward(nn_unet *m, int N) {
         OP(conv1_backward, dtop, G_(m, p->outw), G_(m, p->outb), p->dlogits, p->up[L - 1].a2,
            P_(m, p->outw), p->ch[0], p->K, (long)N * S0, p->prec, p->ws);
     grad_ready(m, p->outw);
+    lay_end(p, p->prof_up[L]);
     for (int j = L - 1; j >= 0; j--) {
         const int l = L - 1 - j;
         const int c = p->ch[l];
         dc_block *b = &p->up[j];
+        lay_begin(p, p->prof_up[j]);
         if (p->ck2 && j == L - 1) {
             top_up_backward_ck2(m, N);
+            lay_end(p, p->prof_up[j]);
             continue;
         }
-        if (p->ckpt)
+        if (p->ckpt) {
+            lay_begin(p, PROF_RECOMPUTE);
             block_forward(m, b, 1, j, N, 1);
+            lay_end(p, PROF_RECOMPUTE);
+        }
         const int last = j == L - 1;
         dc_backward_tail(m, b, last ? dtop : p->gG, last && top_inplace, 1, N);
         if (p->ckpt) {
@@ -1064,26 +1178,34 @@ static void backward(nn_unet *m, int N) {
         block_input(m, b, 1, j, &inA, &ca, &inB, &cb);
         dc_backward_conv1(m, b, inA, ca, inB, cb, p->dr[l], dup, N);
         float *du = j == 0 ? p->dr[L] : p->gG;
-        OP(convt3d_backward, du, G_(m, p->upw[j]), G_(m, p->upb[j]), dup, c,
-           out_at(p, up_src(p, j), p->ub), P_(m, p->upw[j]), p->ch[l + 1], c, N, p->dd[l + 1],
-           p->hh[l + 1], p->ww[l + 1], p->prec, p->ws);
+        convt3d_bwd(p, du, G_(m, p->upw[j]), G_(m, p->upb[j]), dup, c,
+                    out_at(p, up_src(p, j), p->ub), P_(m, p->upw[j]), p->ch[l + 1], c, N,
+                    p->dd[l + 1], p->hh[l + 1], p->ww[l + 1], p->prec, p->ws);
         grad_ready(m, p->upw[j]);
+        lay_end(p, p->prof_up[j]);
     }
     for (int i = L; i >= 0; i--) {
         dc_block *b = &p->down[i];
+        lay_begin(p, p->prof_down[i]);
         if (p->ck2 && i == 0) {
             down0_backward_ck2(m, N);
+            lay_end(p, p->prof_down[i]);
             break;
         }
-        if (p->ckpt)
+        if (p->ckpt) {
+            lay_begin(p, PROF_RECOMPUTE);
             block_forward(m, b, 0, 0, N, 1);
+            lay_end(p, PROF_RECOMPUTE);
+        }
         dc_backward_tail(m, b, p->dr[i], 0, i == L, N); /* below L: skip + pool */
         block_input(m, b, 0, 0, &inA, &ca, &inB, &cb);
         dc_backward_conv1(m, b, inA, ca, inB, cb, i == 0 ? NULL : p->gH, NULL, N);
         if (i > 0)
             OP(maxpool3d_backward, p->dr[i - 1], p->gH, p->pidx[i], N, p->dd[i - 1], p->hh[i - 1],
                p->ww[i - 1], p->ch[i - 1]);
+        lay_end(p, p->prof_down[i]);
     }
+    prof_end(PROF_BACKWARD);
 }
 
 /* Checks the batch, and gives a sharded model created without nn_unet_opts.sharded its
@@ -1137,8 +1259,10 @@ int nn_unet_forward_backward(nn_unet *m, const float *x, const uint16_t *y, int 
     double t0 = time_now();
     forward(m, xd, n);
     double t1 = time_now();
-    rc = OP(loss, p->dlogits, p->logits, yd, ce_weight, n, p->S[0], p->K, loss, NULL, dice, p->ws,
-            m->shard);
+    prof_begin(PROF_LOSS);
+    rc = OPI(loss, p->dlogits, p->logits, yd, ce_weight, n, p->S[0], p->K, loss, NULL, dice, p->ws,
+             m->shard);
+    prof_end(PROF_LOSS);
     if (rc)
         return pass_done(p, rc);
     if (!isfinite(*loss))
@@ -1163,10 +1287,12 @@ int nn_unet_evaluate(nn_unet *m, const float *x, const uint16_t *y, int n,
     if (rc || (rc = stage_batch(m, n, x, y, &xd, &yd)))
         return pass_done(p, rc);
     forward(m, xd, n);
-    rc = OP(loss, NULL, p->logits, yd, ce_weight, n, p->S[0], p->K, loss, NULL, NULL, p->ws,
-            m->shard);
+    prof_begin(PROF_LOSS);
+    rc = OPI(loss, NULL, p->logits, yd, ce_weight, n, p->S[0], p->K, loss, NULL, NULL, p->ws,
+             m->shard);
     if (rc == 0)
-        rc = OP(hard_dice, dice, p->logits, yd, n, p->S[0], p->K, m->shard);
+        rc = OPI(hard_dice, dice, p->logits, yd, n, p->S[0], p->K, m->shard);
+    prof_end(PROF_LOSS);
     return pass_done(p, rc);
 }
 
@@ -1186,7 +1312,7 @@ int nn_unet_predict(nn_unet *m, const float *x, int n, float *logits, uint16_t *
             rc = p->be->download(p->be, logits, p->dlogits, P * p->K * sizeof(float));
     }
     if (mask && rc == 0) {
-        OP(argmax, (uint16_t *)p->dlogits, p->logits, (long)P, p->K);
+        OPI(argmax, (uint16_t *)p->dlogits, p->logits, (long)P, p->K);
         if (!p->be->status)
             rc = p->be->download(p->be, mask, p->dlogits, P * sizeof(uint16_t));
     }

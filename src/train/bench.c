@@ -7,6 +7,7 @@
 #include "core/fault.h"
 #include "core/fsutil.h"
 #include "core/log.h"
+#include "core/prof.h"
 #include "train/ckpt.h"
 #include "train/plot.h"
 #include "train/runfolder.h"
@@ -83,14 +84,17 @@ static int resume_or_clean(const scaffold_config *c, train_state *s, const char 
  * further batch of this replica's share, with a progress line at most every
  * SCAFFOLD_PROGRESS_SECONDS (log_progress; at scale 7 a CPU step takes many seconds). After each
  * step the ranks agree on a stop signal (*stop, train_stop_poll): the epoch ends there. Agreed
- * result. */
+ * result. The minibatch times go into mb[0..nmb) (-1 where there was none). */
 static int train_epoch(train_state *s, int epoch, double lr, double acc[3], long *steps,
-                       int *stop) {
+                       int *stop, double *mb, int64_t nmb) {
     const dist_world *w = s->w;
     const int64_t nb = ds_loader_num_batches(s->train);
     const double per_step = (double)s->cfg->local_batch_size * s->replicas;
     log_progress pr;
     log_progress_start(&pr, (long)nb, *steps);
+    for (int64_t k = 0; k < nmb; k++)
+        mb[k] = -1;
+    prof_begin(PROF_BATCH_LOOP);
     scaffold_trace_region tr =
         SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_TRAIN, SCAFFOLD_TRACE_CAT_PIPELINE);
     int rc = ds_loader_start_epoch_at(s->train, epoch, *steps);
@@ -103,6 +107,8 @@ static int train_epoch(train_state *s, int epoch, double lr, double acc[3], long
             rc = r;
             break;
         }
+        if (*steps < nmb)
+            mb[*steps] = s->minibatch_s;
         (*steps)++;
         /* A launcher that signals one rank during its step (fault point SIGNAL_AT_STEP). */
         if (fault_hit(FAULT_SIGNAL_AT_STEP, w->rank))
@@ -113,9 +119,27 @@ static int train_epoch(train_state *s, int epoch, double lr, double acc[3], long
             log_info("epoch %d: step %ld/%lld, %.2f samples/s, %.1f s elapsed, training ETA %.0f s",
                      epoch, *steps, (long long)nb, per_step / per, el, eta);
     }
+    prof_end(PROF_BATCH_LOOP);
     SCAFFOLD_TRACE_REGION_INT(tr, "steps", *steps);
     SCAFFOLD_TRACE_REGION_END(tr);
     return rc;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median of the positive values of v[0..n) (reorders v); NAN when there are none. */
+static double median_positive(double *v, int64_t n) {
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (v[i] > 0)
+            v[k++] = v[i];
+    if (!k)
+        return NAN;
+    qsort(v, (size_t)k, sizeof *v, cmp_double);
+    return k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
 }
 
 /* A train_stats.csv row from the epoch's sums over the replicas (reference §11.6): training
@@ -152,7 +176,9 @@ static int save_epoch(ckpt_writer *ck, train_state *s, ckpt_state *cs, const run
     if (s->w->rank != 0)
         return 0;
     /* the checkpoint is written from the host mirrors (a copy from the device's) */
+    prof_begin(PROF_CAPTURE);
     int rc = nn_unet_download(&s->model, &s->opt);
+    prof_end(PROF_CAPTURE);
     return rc ? rc : ckpt_save(ck, &s->model, &s->opt, cs, best);
 }
 
@@ -167,7 +193,9 @@ static void finish_run(const scaffold_config *c, bench_result *out) {
         free(rows);
     }
     out->fom_upstream = out->sum_epoch_s > 0 ? 1.0 / out->sum_epoch_s : 0;
+    prof_begin(PROF_GENERATE_FIGURES);
     make_figures(c);
+    prof_end(PROF_GENERATE_FIGURES);
 }
 
 /* A save in the middle of epoch `epoch` (a stop signal): the model and optimizer as they are,
@@ -214,6 +242,12 @@ static int epoch_loop(const scaffold_config *c, train_state *s, ckpt_writer *ck,
     ckpt_state done = *cs; /* the last completed epoch's scalars */
     done.partial_steps = 0;
     done.partial_acc = NULL;
+    /* upstream's minibatch time: per-batch times, their maximum over ranks, epoch medians */
+    double *mb = malloc((size_t)(nb > 0 ? nb : 1) * sizeof *mb), *med = NULL;
+    int nmed = 0;
+    if (!mb)
+        rc = err_set(ERR_NOMEM, "out of memory for %lld minibatch times", (long long)nb);
+    rc = dist_agree(w, rc);
     run_stats_row last_row;
     memset(&last_row, 0, sizeof last_row);
     log_info("training: %lld batches per epoch per replica, target val dice %.3f%s",
@@ -233,7 +267,8 @@ static int epoch_loop(const scaffold_config *c, train_state *s, ckpt_writer *ck,
         scaffold_trace_region tr_epoch =
             SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_EPOCH, SCAFFOLD_TRACE_CAT_PIPELINE);
         SCAFFOLD_TRACE_REGION_INT(tr_epoch, "epoch", epoch);
-        rc = train_epoch(s, epoch, lr, acc, &steps, &stop);
+        prof_begin(PROF_EPOCH);
+        rc = train_epoch(s, epoch, lr, acc, &steps, &stop, mb, nb);
         if (rc == 0 && stop && steps < nb) {
             /* Stopped inside the epoch: saved there, nothing of the epoch is reported. */
             out->stop_epoch = epoch;
@@ -243,6 +278,7 @@ static int epoch_loop(const scaffold_config *c, train_state *s, ckpt_writer *ck,
                 rc = dist_agree(w, save_partial(ck, s, &done, steps, acc, time_now() - t0, lr));
             out->stop_saved = ckpt_on && rc == 0;
             SCAFFOLD_TRACE_REGION_END(tr_epoch);
+            prof_end(PROF_EPOCH);
             break;
         }
         scaffold_trace_region tr_phase =
@@ -255,6 +291,7 @@ static int epoch_loop(const scaffold_config *c, train_state *s, ckpt_writer *ck,
             SCAFFOLD_TRACE_REGION_END(tr_epoch);
             break;
         }
+        prof_begin(PROF_EPOCH_STATS);
         /* Every shard of a replica holds the same sums: add the replicas only. */
         run_stats_row row = epoch_row(&s->grid.replicas, epoch, acc, vacc, &samples);
         if (!isfinite(row.overall_loss) || !isfinite(row.val_loss_avg)) {
@@ -265,6 +302,16 @@ static int epoch_loop(const scaffold_config *c, train_state *s, ckpt_writer *ck,
             break;
         }
         row.epoch_duration = dist_max_double(w, time_now() - t0);
+        /* upstream's minibatch time, after the epoch's time (which this collective must not
+         * change): each batch's maximum over ranks, the epoch's median */
+        if (nb > 0) {
+            dist_max_doubles(w, mb, (size_t)nb);
+            double m = median_positive(mb, nb), *grown = NULL;
+            if (!isnan(m) && (grown = realloc(med, (size_t)(nmed + 1) * sizeof *med)) != NULL) {
+                med = grown;
+                med[nmed++] = m;
+            }
+        }
         row.optimizer_steps = steps;
         samples_all += samples;
         seconds_all += row.epoch_duration;
@@ -277,6 +324,7 @@ static int epoch_loop(const scaffold_config *c, train_state *s, ckpt_writer *ck,
                      epoch, row.overall_loss, row.train_dice, row.val_dice, row.val_loss_avg, lr,
                      row.epoch_duration, samples / row.epoch_duration);
         }
+        prof_end(PROF_EPOCH_STATS);
         out->epochs_run++;
         out->last_epoch = epoch;
         last_row = row;
@@ -296,7 +344,9 @@ static int epoch_loop(const scaffold_config *c, train_state *s, ckpt_writer *ck,
             scaffold_trace_region tr_ck =
                 SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_CAPTURE, SCAFFOLD_TRACE_CAT_CHECKPOINT);
             SCAFFOLD_TRACE_REGION_INT(tr_ck, "async", c->async_save);
+            prof_begin(PROF_CHECKPOINT);
             rc = save_epoch(ck, s, cs, &row, lr);
+            prof_end(PROF_CHECKPOINT);
             SCAFFOLD_TRACE_REGION_END(tr_ck);
             last_saved = epoch;
             done.best_val_loss = cs->best_val_loss;
@@ -308,16 +358,24 @@ static int epoch_loop(const scaffold_config *c, train_state *s, ckpt_writer *ck,
             out->stop_step = out->stop_steps = nb;
             out->stop_saved = ckpt_on && rc == 0;
         }
+        prof_end(PROF_EPOCH);
         epoch++;
     }
+    prof_end(PROF_EPOCH); /* an epoch left by an error */
     out->stop_signal = stop;
+    out->minibatch_time_s = median_positive(med, nmed);
+    out->total_optimizer_steps = total_steps;
+    free(mb);
+    free(med);
     /* A final checkpoint if the last epoch was not saved, with the scalars of the epoch actually
      * saved, so a resume sees its Dice (and does not train past convergence). Not after a stop
      * inside an epoch: the model is no longer that epoch's. */
+    prof_begin(PROF_CHECKPOINT);
     if (rc == 0 && !stop && c->checkpoint_interval > 0 && out->epochs_run > 0 &&
         last_saved != out->last_epoch)
         rc = save_epoch(ck, s, cs, &last_row, last_lr);
     int frc = w->rank == 0 ? ckpt_finish(ck) : 0;
+    prof_end(PROF_CHECKPOINT);
     rc = dist_agree(w, rc ? rc : frc);
     out->wall_s = time_now() - t_train0;
     out->samples_per_s = seconds_all > 0 ? samples_all / seconds_all : 0;
@@ -328,6 +386,7 @@ static int epoch_loop(const scaffold_config *c, train_state *s, ckpt_writer *ck,
 
 int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv, bench_result *out) {
     memset(out, 0, sizeof *out);
+    out->minibatch_time_s = NAN;
     int rc = train_check(c, w);
     if (rc)
         return rc;
@@ -345,17 +404,23 @@ int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv, be
     }
     log_info("run folder: %s", c->run_dir);
     train_state s;
+    prof_begin(PROF_SETUP);
     rc = train_setup(c, w, &dev, &s);
+    prof_end(PROF_SETUP);
     if (rc)
         return rc;
     char ckdir[FS_PATH_MAX + 64];
     snprintf(ckdir, sizeof ckdir, "%s/%s", c->run_dir, c->checkpoint_dir);
     ckpt_state cs;
+    prof_begin(PROF_CLEANUP_OR_RESUME);
     rc = resume_or_clean(c, &s, ckdir, &cs);
+    prof_end(PROF_CLEANUP_OR_RESUME);
     /* From here on SIGTERM, SIGINT and SIGUSR1 stop the run at a step boundary (stop.h). */
     train_stop_install();
+    prof_begin(PROF_WARMUP);
     if (rc == 0)
         rc = train_warmup(&s);
+    prof_end(PROF_WARMUP);
     out->stop_signal = s.stop;
     out->last_epoch = cs.epoch;
     if (rc == 0 && !s.stop) {

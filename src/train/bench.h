@@ -26,6 +26,9 @@ typedef struct bench_result {
      * epoch's stop_steps; epoch 0: in the warmup) and whether a checkpoint holds that point. */
     int stop_signal, stop_epoch, stop_saved;
     long stop_step, stop_steps;
+    double minibatch_time_s;    /* upstream's: per full batch the maximum over ranks, the median
+                                 * per epoch, the median of those (NAN: no full batch) */
+    long total_optimizer_steps; /* over the whole run (all invocations) */
 } bench_result;
 
 /* Runs the benchmark. `c` is finalised with absolute directories (cli_config_start). */

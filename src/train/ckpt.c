@@ -5,6 +5,7 @@
 #include "core/fault.h"
 #include "core/fsutil.h"
 #include "core/log.h"
+#include "core/prof.h"
 #include "nn/checkpoint.h"
 #include "nn/safetensors.h"
 
@@ -148,8 +149,10 @@ static int write_pair(ckpt_writer *w, const float *params, const float *state) {
     const long kill_at = fault_hit(FAULT_KILL_IN_PAIR, w->st.epoch) ? fault_arg(FAULT_KILL_IN_PAIR, 1) : 0;
     unlink(sm); /* a staged pair of an earlier interrupted save is superseded */
     unlink(so);
+    prof_begin(PROF_WRITE);
     if (rc == 0)
         rc = nn_checkpoint_save(sm, &view, &ov, meta.kv, meta.n);
+    prof_end(PROF_WRITE);
     free(meta.acc);
     if (rc)
         return rc;
@@ -180,11 +183,14 @@ static void *writer_main(void *arg) {
      * 0.88x with a normal-priority writer on 2 cores). At the lowest priority the writer runs in
      * the gaps (loader waits, all-reduce, logging) and on spare cores. */
     setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
+    prof_thread_name("checkpoint_writer");
+    prof_begin(PROF_CHECKPOINT_WRITER);
     double t0 = time_now();
     w->result = write_pair(w, w->snap_params, w->snap_state);
     if (w->result)
         snprintf(w->errmsg, sizeof w->errmsg, "%s", err_msg());
     w->seconds += time_now() - t0;
+    prof_end(PROF_CHECKPOINT_WRITER);
     return NULL;
 }
 
@@ -230,9 +236,11 @@ int ckpt_save(ckpt_writer *w, const nn_unet *m, const nn_optim *o, const ckpt_st
         if (!w->snap_params || !w->snap_state)
             return err_set(ERR_NOMEM, "out of memory for the checkpoint snapshot");
     }
+    prof_begin(PROF_CAPTURE);
     memcpy(w->snap_params, m->params, m->nparams * sizeof(float));
     if (nstate)
         memcpy(w->snap_state, o->state, nstate * sizeof(float));
+    prof_end(PROF_CAPTURE);
     w->result = 0;
     if (pthread_create(&w->thread, NULL, writer_main, w) != 0) {
         double t0 = time_now();

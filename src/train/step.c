@@ -5,6 +5,7 @@
 #include "core/err.h"
 #include "core/fault.h"
 #include "core/log.h"
+#include "core/prof.h"
 #include "nn/loss.h"
 #include "train/stop.h"
 
@@ -30,7 +31,9 @@ static int fetch(const train_state *s, ds_loader *l, const float **vol, const ui
                  int *n) {
     scaffold_trace_region tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_FETCH,
                                                            SCAFFOLD_TRACE_CAT_DATALOADER);
+    prof_begin(PROF_LOADER_WAIT);
     int got = ds_loader_next_ref(l, vol, mask, n);
+    prof_end(PROF_LOADER_WAIT);
     SCAFFOLD_TRACE_REGION_INT(tr, "batch_size", *n);
     size_t sample = s->ds->vol_elems * sizeof(float) + s->ds->mask_elems * sizeof(uint16_t);
     SCAFFOLD_TRACE_REGION_INT(tr, "bytes", (int64_t)*n * (int64_t)sample);
@@ -53,6 +56,8 @@ int train_step(train_state *s, double lr, double acc[3]) {
      * others would wait in it forever. */
     if (got == 0)
         return 0;
+    prof_begin(PROF_MINIBATCH);
+    const double t_mb = time_now();
     double loss = 0, dice = 0;
     int rc = got < 0 ? got : fault_fail_step(s->w->rank);
     /* A read error on one rank is agreed before any collective of the step (halo exchanges,
@@ -75,7 +80,9 @@ int train_step(train_state *s, double lr, double acc[3]) {
     /* Every rank completes the gradient all-reduce (the same buckets, whether its backward pass
      * ran or not), then the outcome is agreed. */
     tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_ALL_REDUCE, SCAFFOLD_TRACE_CAT_COMM);
+    prof_begin(PROF_ALL_REDUCE);
     int grc = train_grad_finish(s);
+    prof_end(PROF_ALL_REDUCE);
     rc = rc ? rc : grc;
     SCAFFOLD_TRACE_REGION_INT(tr, "bytes", (int64_t)(s->model.nparams * sizeof(float)));
     SCAFFOLD_TRACE_REGION_END(tr);
@@ -85,19 +92,27 @@ int train_step(train_state *s, double lr, double acc[3]) {
         return rc;
     tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_STEP, SCAFFOLD_TRACE_CAT_COMPUTE);
     /* clip_grad_norm_ 1.0, then the update, where the model computes */
+    prof_begin(PROF_OPTIMIZER);
     rc = nn_unet_step(&s->model, &s->opt, lr, 1.0);
+    prof_end(PROF_OPTIMIZER);
     SCAFFOLD_TRACE_REGION_END(tr);
     if (s->w->size > 1)
         rc = dist_agree(s->w, rc);
     if (rc)
         return rc;
+    prof_begin(PROF_UPDATE_LOSS);
     acc[0] += loss * n;
     acc[1] += dice * n;
     acc[2] += n;
+    prof_end(PROF_UPDATE_LOSS);
+    prof_end(PROF_MINIBATCH);
+    /* upstream times full-size batches only (reference §11.8) */
+    s->minibatch_s = n == s->cfg->local_batch_size ? time_now() - t_mb : -1;
     return 1;
 }
 
 int train_validate(train_state *s, int64_t epoch, int max_batches, double acc[3]) {
+    prof_begin(PROF_VALIDATION);
     int rc = ds_loader_start_epoch(s->val, epoch);
     const int64_t nb = ds_loader_num_batches(s->val);
     const long total = max_batches >= 0 && max_batches < nb ? max_batches : (long)nb;
@@ -132,6 +147,7 @@ int train_validate(train_state *s, int64_t epoch, int max_batches, double acc[3]
         acc[1] += loss * n;
         acc[2] += n;
     }
+    prof_end(PROF_VALIDATION);
     return rc;
 }
 

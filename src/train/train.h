@@ -62,6 +62,8 @@ typedef struct train_state {
     float *dice_buf;     /* local_batch_size */
     memsource mem;       /* data_store: memory */
     int stop;            /* a stop signal agreed during the warmup (train/stop.h), else 0 */
+    double minibatch_s;  /* the last train_step's time after its batch arrived (upstream's
+                          * minibatch time); -1 for a batch smaller than local_batch_size */
 } train_state;
 
 /* Collective. Checks the parallel layout and the arguments before anything is written: the
