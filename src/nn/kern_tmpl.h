@@ -412,6 +412,8 @@ static void kt_wino_wgt(float *d, const float *u, long su) {
     }
 }
 
+#include "nn/kern_wino16.h"
+
 /* ---- Adam ---------------------------------------------------------------------------------- */
 
 /* The Adam update of n parameters (optim.c), written as scalar code for the vectorizer: built
@@ -512,5 +514,11 @@ const nn_kern KT_SYM = {
     .wino_w = kt_wino_w,
     .wino_wgt = kt_wino_wgt,
     .wino_gout = kt_wino_gout,
+    .wino_in16 = kw_wino_in16,
+    .wino_out16 = kw_wino_out16,
+    .wino_w16 = kw_wino_w16,
+    .wino_wgt16 = kw_wino_wgt16,
+    .wino_in16p = kw_wino_in16p,
+    .wino_gout16p = kw_wino_gout16p,
     .adam = kt_adam,
 };
