@@ -358,7 +358,7 @@ int main(int argc, char **argv) {
     double t[REPS_MAX], tf[REPS_MAX], tl[REPS_MAX], tb[REPS_MAX];
     reps = reps < 1 ? 1 : reps > REPS_MAX - 1 ? REPS_MAX - 1 : reps;
     for (int i = 0; i <= reps; i++) { /* step 0 warms up (page faults of the slabs) */
-        double loss, dice, t0 = time_now();
+        double loss, dice, t0 = now_s();
         nn_unet_zero_grad(&m);
         if (nn_unet_forward_backward(&m, x, y, 1, w, &loss, &dice)) {
             fprintf(stderr, "bench_step: step failed\n");
@@ -367,7 +367,7 @@ int main(int argc, char **argv) {
         nn_clip_grad_norm(m.grads, m.nparams, 1.0);
         nn_optim_step(&o, m.params, m.grads, 1e-3);
         if (i > 0) {
-            t[i - 1] = time_now() - t0;
+            t[i - 1] = now_s() - t0;
             nn_unet_last_times(&m, &tf[i - 1], &tl[i - 1], &tb[i - 1]);
         }
     }
