@@ -1109,7 +1109,7 @@ static void test_conv_vs_naive(void) {
         free(x), free(w), free(dy), free(ws), free(y), free(yr), free(dx), free(dxr), free(dw),
             free(dwr);
     }
-    {
+    if (!fx_algo_forced()) { /* the rule's choices (a forced algorithm replaces them) */
         const char *wn = getenv("SCAFFOLD_NN_WINOGRAD");
         const int on = !(wn && wn[0] == '0');
         CHECK(nn_conv3d_winograd(1, 16, 16, 16, 16, 24, NN_FP32) == on &&
