@@ -2237,6 +2237,10 @@ static int ct_amx(int cin, int cout, nn_prec prec) {
     return use_pairs(prec) && nn_isa_amx() && cin % 32 == 0 && cout % 32 == 0;
 }
 
+int nn_convt3d_algo(int cin, int cout, nn_prec prec) {
+    return ct_amx(cin, cout, prec) ? NN_ALGO_AMX : NN_ALGO_DIRECT;
+}
+
 /* Input planes per slab of the backward pass, and its voxel rows' pitch (a multiple of 32):
  * per input voxel, the transposed input and its row of ones (cin + 16), and the output gradient
  * twice (by tap, and as pairs: 16 cout), in bf16. */
