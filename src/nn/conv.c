@@ -14,7 +14,6 @@
 #include "nn/algo.h"
 #include "nn/gemm.h"
 #include "nn/layers.h"
-#include "nn/wino_bf16.h"
 
 #include <omp.h>
 #include <stdlib.h>
@@ -630,7 +629,7 @@ static void wino_wblock(float *restrict ub, const float *w, int ncol, long sc, l
 }
 
 /* bf16: U16[xi][ob][k/2][nr][2] (Kp = K rounded up to even, the extra k zero), the pairs
- * vdpbf16ps takes, rounded to bf16 (nn_wb_pack_u). */
+ * vdpbf16ps takes, rounded to bf16. */
 static void wino_weights(void *U, const float *w, int ncol, int K, long sc, long sk, int flip,
                          int nr, nn_prec prec, int bf16) {
     const int nb = nblocks(ncol, nr), Kp = bf16 ? (K + 1) & ~1 : K;
@@ -645,7 +644,12 @@ static void wino_weights(void *U, const float *w, int ncol, int K, long sc, long
             for (int xi = 0; xi < WINO_NXI; xi++) {
                 const size_t at = (((size_t)xi * nb + ob) * Kp + k0) * nr;
                 if (bf16) /* k0 is even (kc is): whole pairs, an odd K's last one padded */
-                    nn_wb_pack_u((uint16_t *)U + at, ub + xi * run, k1 - k0, nr);
+                    for (int k = 0; k < k1 - k0; k += 2)
+                        nn_wino16_pack_pairs((uint32_t *)((uint16_t *)U + at + (size_t)k * nr),
+                                             ub + xi * run + (size_t)k * nr,
+                                             k0 + k + 1 < k1 ? ub + xi * run + (size_t)(k + 1) * nr
+                                                             : NULL,
+                                             nr);
                 else
                     memcpy((float *)U + at, ub + xi * run, sizeof(float) * run);
             }

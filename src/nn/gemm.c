@@ -480,6 +480,10 @@ void nn_tw_tile_bf16(int X, const uint16_t *A, long lda, const uint16_t *G, long
         }
 }
 
+void nn_wino16_pack_pairs(uint32_t *dst, const float *s0, const float *s1, int n) {
+    K()->pack_pairs(dst, s0, s1, n);
+}
+
 nn_tgb_fn nn_tgb_kernel(int nr, int m) {
     const nn_kern *k = K();
 #if defined(__x86_64__)

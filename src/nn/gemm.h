@@ -109,6 +109,10 @@ void nn_wino16_input_pair(uint32_t *V, long ldv, const float *P, long plane, lon
 void nn_wino16_grad_output(uint32_t *Mo, long ldm, const float *dy, long plane, long row,
                            long ldy, int ncol, int ncp, int odd);
 
+/* dst[j] = bf16(s0[j]) | bf16(s1[j]) << 16 for j < n, a multiple of nn_gemm_vw() (s1 NULL: zero
+ * high halves): two k rows of fp32 transformed weights as the pairs vdpbf16ps takes. */
+void nn_wino16_pack_pairs(uint32_t *dst, const float *s0, const float *s1, int n);
+
 /* The weight-gradient tile on bf16 pairs (vdpbf16ps; emulated under SCAFFOLD_BF16DP=emulate):
  *   Wt[k*ldw + j] += sum_x sum_h A[(x*lda + k)*2 + h] * G[(x*ldg + j)*2 + h]
  * over X pairs of rows, k < mk (<= nn_tw_mr(nr)), j < nr (whole block; G zero past the valid

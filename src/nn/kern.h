@@ -47,6 +47,7 @@ typedef struct nn_kern {
                        int C, int odd);
     void (*wino_gout16p)(uint32_t *Mo, long ldm, const float *dy, long plane, long row, long ldy,
                          int ncol, int ncp, int odd);
+    void (*pack_pairs)(uint32_t *dst, const float *s0, const float *s1, int n);
     void (*adam)(float *p, float *m, float *v, const float *g, long n, const nn_adam_coef *c);
 } nn_kern;
 

@@ -520,5 +520,6 @@ const nn_kern KT_SYM = {
     .wino_wgt16 = kw_wino_wgt16,
     .wino_in16p = kw_wino_in16p,
     .wino_gout16p = kw_wino_gout16p,
+    .pack_pairs = kw_pack_pairs,
     .adam = kt_adam,
 };

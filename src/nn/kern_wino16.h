@@ -256,6 +256,17 @@ static void kw_wino_gout16p(uint32_t *Mo, long ldm, const float *dy, long plane,
     }
 }
 
+/* dst[j] = bf16(s0[j]) | bf16(s1[j]) << 16 (s1 NULL: zero high halves), j < n (whole vectors:
+ * a multiple of the vector width): two k rows of transformed weights as vdpbf16ps pairs. */
+static void kw_pack_pairs(uint32_t *dst, const float *s0, const float *s1, int n) {
+    for (int j = 0; j < n; j += KT_VW) {
+        kt_vu r = (kt_vu)kt_round_bf16(KT_LOAD(s0 + j)) >> 16;
+        if (s1)
+            r |= (kt_vu)kt_round_bf16(KT_LOAD(s1 + j)) & 0xffff0000u;
+        memcpy(dst + j, &r, sizeof r);
+    }
+}
+
 /* U = G g G^T as kt_wino_w with kw_g6 along x and y (fp32; the caller rounds it into pairs) */
 static void kw_wino_w16(float *u, long su, const float *w, long sc, int flip, int nc) {
     float g[27 * KT_VW];
