@@ -2403,14 +2403,17 @@ static void ct_amx_backward(float *din, float *dw, float *db, const float *dout,
 void nn_convt3d_forward_p(float *out, const float *in, const float *w, const float *b, int cin,
                           int cout, int N, int D, int H, int W, nn_prec prec, float *ws) {
     const int nr = nn_gemm_nr(cout), nb = nblocks(cout, nr), amx = ct_amx(cin, cout, prec);
-    const size_t V = (size_t)N * D * H * W, es = amx ? sizeof(uint16_t) : sizeof(float);
+    /* bf16 without AMX but with vdpbf16ps: the same bf16 copy and pairs on the pair kernels
+     * (twice fp32's products per instruction where they issue at the FMA's rate) */
+    const int pairs = amx || (use_pairs(prec) && !nn_isa_amx() && cin % 2 == 0);
+    const size_t V = (size_t)N * D * H * W, es = pairs ? sizeof(uint16_t) : sizeof(float);
     /* Each tap t is its own 1-tap GEMM writing every other voxel: w[ic][oc][t] packed with
      * T = 8 (column oc stride 8, k = ic stride cout*8), so tap t's panel of column block ob is
      * at (ob*8 + t)*cin*nr. On AMX the input is a bf16 copy and the weights bf16 pairs. */
     const void *A;
     void *Bp;
     float *bias;
-    if (amx) {
+    if (pairs) {
         uint16_t *A16 = (uint16_t *)ws;
         const long chunk = 1L << 14, nA = (long)(V * cin);
 #pragma omp parallel for schedule(static)
@@ -2419,7 +2422,7 @@ void nn_convt3d_forward_p(float *out, const float *in, const float *w, const flo
                          nA - i * chunk < chunk ? nA - i * chunk : chunk);
         A = A16;
         Bp = A16 + ((V * cin + 31) & ~(size_t)31);
-        pack_b16(Bp, w, cout, cin, 8, 8, (long)cout * 8, 1, nr, 1, 32);
+        pack_b16(Bp, w, cout, cin, 8, 8, (long)cout * 8, 1, nr, 1, amx ? 32 : 2);
         bias = (float *)((uint16_t *)Bp + 8 * (size_t)nb * nr * cin);
     } else {
         float *rest;
@@ -2459,7 +2462,7 @@ void nn_convt3d_forward_p(float *out, const float *in, const float *w, const flo
                     .c_row = 4L * W * cout,
                     .c_col = 2L * cout,
                     .Wr = W,
-                    .pairs = amx,
+                    .pairs = pairs,
                     .amx = amx,
                     .a_end = amx ? (const char *)A + V * cin * es : NULL,
                 };
