@@ -90,9 +90,11 @@ static const char *context(void) {
     static char c[160];
     snprintf(c, sizeof c, "%s\t%s%s%s\t%d", nn_cpu_name(), nn_isa_name(nn_isa()),
              nn_isa_bf16dp() ? "+bf16" : "", nn_isa_amx() ? "+amx" : "", nn_threads());
-    for (char *p = c; *p; p++) /* a CPU name with a tab or newline would break the format */
-        if ((*p == '\n' || *p == '\r'))
-            *p = ' ';
+    /* the CPU name is the first field: a tab or newline in it would break the format */
+    const size_t n = strlen(nn_cpu_name()) < sizeof c ? strlen(nn_cpu_name()) : sizeof c - 1;
+    for (size_t i = 0; i < n; i++)
+        if (c[i] == '\t' || c[i] == '\n' || c[i] == '\r')
+            c[i] = ' ';
     return c;
 }
 

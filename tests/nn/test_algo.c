@@ -331,7 +331,8 @@ static void conv_pass(int pass, float *y, float *dx, float *dw, const float *x, 
 static void test_real(nn_prec prec, int D, int cin, int cout) {
     const size_t P = (size_t)D * D * D, nw = 27 * (size_t)cin * cout;
     const int bf = prec == NN_BF16;
-    float *x = randv(P * cin, 1, 1, bf), *w = randv(nw, 2, 0.1f, bf), *dy = randv(P * cout, 3, 1, bf);
+    float *x = randv(P * cin, 1, 1, bf), *w = randv(nw, 2, 0.1f, bf);
+    float *dy = randv(P * cout, 3, 1, bf);
     float *ws = ws_alloc(nn_conv3d_ws_floats(1, D, D, D, cin, cout));
     float *y[2], *dx[2], *dw[2];
     int chosen[3];
@@ -371,7 +372,8 @@ static void test_real(nn_prec prec, int D, int cin, int cout) {
 }
 
 int main(void) {
-    snprintf(dir, sizeof dir, "%s/scaffold-test-algo.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/scaffold-test-algo.XXXXXX", tmp ? tmp : "/tmp");
     if (!mkdtemp(dir)) {
         perror("mkdtemp");
         return 1;
