@@ -16,6 +16,11 @@ else
     MPIRUN=${MPIRUN:-mpirun --oversubscribe --allow-run-as-root}
 fi
 
+# The training engine's Conv3d algorithms by its rule, not by measurement (nn/algo.h), and no
+# algorithm cache in $HOME: tests compare runs bit for bit; the tests of the measurement set
+# these themselves.
+export SCAFFOLD_NN_ALGO=${SCAFFOLD_NN_ALGO:-rule} SCAFFOLD_NN_ALGO_CACHE=${SCAFFOLD_NN_ALGO_CACHE:-0}
+
 t_ok() { T_PASSED=$((T_PASSED + 1)); echo "ok   $1"; }
 t_fail() { T_FAILED=$((T_FAILED + 1)); echo "FAIL $1${2:+: $2}"; }
 # t_check NAME CMD...: passes when CMD exits 0.

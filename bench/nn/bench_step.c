@@ -7,25 +7,29 @@
  *       one layer at the U-Net's shapes, median of R: conv = Conv3d k3 (D^3 volume, forward,
  *       backward-data, backward-weights); convt = ConvTranspose3d k2 s2 (D^3 input, forward,
  *       backward-data, backward-weights); gn = GroupNorm(8)+ReLU over COUT channels (forward,
- *       backward). One line per pass: "layer NAME D CIN COUT time_s T gflops G peak_gflops P".
- *       P is the FMA peak measured next to the layer (before every repeat and after the last;
- *       the highest), so a pass and the peak it is compared with see the same state of a
- *       shared host. --bf16: the convolutions as torch_amp: 1 runs them (operands rounded to
- *       bf16; names end in _bf16).
+ *       backward). One line per pass: "layer NAME D CIN COUT time_s T gflops G peak_gflops P
+ *       algo A". P is the FMA peak measured next to the layer (before every repeat and after
+ *       the last; the highest), so a pass and the peak it is compared with see the same state
+ *       of a shared host; A the algorithm that ran (nn/algo.h). --bf16: the convolutions as
+ *       torch_amp: 1 runs them (operands rounded to bf16; names end in _bf16).
  *   bench_step [--scale S] [--base B] [--classes K] [--reps R] [--bf16] [--ckpt]
  *       one U-Net training step (zero grad, forward, loss, backward, clip, Adam) at batch 1,
  *       median of R after a warm-up step, with the forward/loss/backward split, the model's
- *       convolution FLOPs, the GFLOP/s reached and the process's peak RSS; --bf16 computes as
- *       torch_amp: 1, --ckpt with activation checkpointing.
+ *       convolution FLOPs, the GFLOP/s reached, the process's peak RSS and the seconds the
+ *       warm-up spent choosing Conv3d algorithms; --bf16 computes as torch_amp: 1, --ckpt with
+ *       activation checkpointing.
  *   bench_step --profile-ab [--scale S] [--base B] [--reps R] [--bf16] [--ckpt]
  *       the profiler's overhead (core/prof.h): R rounds of one step with the timer off and one
  *       with it recording every region (as `scaffold benchmark --profile` does), the order
  *       alternating each round, medians of each. One line: "profile_overhead off_s A on_s B
- *       ratio B/A regions_per_step N". */
+ *       ratio B/A regions_per_step N".
+ * The Conv3d algorithms are chosen by measurement, as scaffold benchmark does (nn/algo.h: the
+ * warm-up pays it, SCAFFOLD_NN_ALGO and SCAFFOLD_NN_ALGO_CACHE apply); -v prints the choices. */
 #include "core/err.h"
 #include "core/log.h"
 #include "core/prof.h"
 #include "core/rng.h"
+#include "nn/algo.h"
 #include "nn/gemm.h"
 #include "nn/layers.h"
 #include "nn/optim.h"
@@ -189,23 +193,24 @@ static void adj_peak(void) {
 }
 
 static void report(const char *name, int D, int cin, int cout, double *t, int reps,
-                   double flops) {
+                   double flops, int algo) {
     const double m = median(t, reps);
-    printf("layer %s %d %d %d time_s %.6f gflops %.1f peak_gflops %.1f\n", name, D, cin, cout, m,
-           flops > 0 ? flops / m / 1e9 : 0.0, layer_peak);
+    printf("layer %s %d %d %d time_s %.6f gflops %.1f peak_gflops %.1f algo %s\n", name, D, cin,
+           cout, m, flops > 0 ? flops / m / 1e9 : 0.0, layer_peak,
+           algo >= 0 ? nn_algo_name(algo) : "-");
 }
 
 #define REPS_MAX 64
 
 /* The three passes of a convolution: OP_fwd, OP_bwd_data, OP_bwd_weight (+ "_bf16"). */
 static void report3(const char *op, int bf16, int D, int cin, int cout, double *t1, double *t2,
-                    double *t3, int reps, double flops) {
+                    double *t3, int reps, double flops, const int algo[3]) {
     static const char *const pass[3] = {"fwd", "bwd_data", "bwd_weight"};
     double *t[3] = {t1, t2, t3};
     char nm[64];
     for (int i = 0; i < 3; i++) {
         snprintf(nm, sizeof nm, "%s_%s%s", op, pass[i], bf16 ? "_bf16" : "");
-        report(nm, D, cin, cout, t[i], reps, flops);
+        report(nm, D, cin, cout, t[i], reps, flops, algo[i]);
     }
 }
 
@@ -241,7 +246,10 @@ static int bench_layer(const char *op, int D, int cin, int cout, int reps, int b
                 t1[i] = a - t0, t2[i] = b - a, t3[i] = c - b;
         }
         adj_peak();
-        report3("conv3d", bf16, D, cin, cout, t1, t2, t3, reps, fl);
+        int algo[3]; /* the warm-up chose them (measure mode) */
+        for (int p = 0; p < 3; p++)
+            algo[p] = nn_conv3d_algo(p, 1, D, D, D, cin, 0, cout, 0, pr);
+        report3("conv3d", bf16, D, cin, cout, t1, t2, t3, reps, fl, algo);
         free(x), free(w), free(dy), free(y), free(dx), free(dw), free(ws);
     } else if (!strcmp(op, "convt")) {
         const size_t nw = 8 * (size_t)cin * cout;
@@ -265,7 +273,8 @@ static int bench_layer(const char *op, int D, int cin, int cout, int reps, int b
                 t1[i] = a - t0, t2[i] = bb - a, t3[i] = c - bb;
         }
         adj_peak();
-        report3("convt3d", bf16, D, cin, cout, t1, t2, t3, reps, fl);
+        const int a = nn_convt3d_algo(cin, cout, pr), algo[3] = {a, a, a};
+        report3("convt3d", bf16, D, cin, cout, t1, t2, t3, reps, fl, algo);
         free(x), free(w), free(b), free(dy), free(y), free(dx), free(dw), free(db), free(ws);
     } else if (!strcmp(op, "gn")) {
         const int C = cout, G = 8;
@@ -282,8 +291,8 @@ static int bench_layer(const char *op, int D, int cin, int cout, int reps, int b
             if (i >= 0)
                 t1[i] = a - t0, t2[i] = b - a;
         }
-        report("gnrelu_fwd", D, C, C, t1, reps, 0);
-        report("gnrelu_bwd", D, C, C, t2, reps, 0);
+        report("gnrelu_fwd", D, C, C, t1, reps, 0, -1);
+        report("gnrelu_bwd", D, C, C, t2, reps, 0, -1);
         free(x), free(dy), free(y), free(dx), free(g), free(bt), free(dg), free(dbt), free(ws);
     } else {
         fprintf(stderr, "bench_step: unknown layer %s (conv, convt, gn)\n", op);
@@ -366,7 +375,8 @@ static int usage(void) {
                     "       bench_step [--scale S] [--base B] [--classes K] [--reps R] [--bf16] "
                     "[--ckpt]\n"
                     "       bench_step --profile-ab [--scale S] [--base B] [--reps R] [--bf16] "
-                    "[--ckpt]\n");
+                    "[--ckpt]\n"
+                    "       -v: print each Conv3d algorithm choice\n");
     return 2;
 }
 
@@ -374,8 +384,17 @@ int main(int argc, char **argv) {
     int scale = 5, base = 64, classes = 6, reps = 5, bf16 = 0, ckpt = 0, profile_ab = 0;
     const char *layer = NULL;
     int ld = 0, lcin = 0, lcout = 0;
+    /* the Conv3d algorithms by measurement, as scaffold benchmark chooses them (nn/algo.h; the
+     * warm-up pays the measurement): SCAFFOLD_NN_ALGO and SCAFFOLD_NN_ALGO_CACHE apply */
+    nn_algo_set_mode(NN_ALGO_MODE_MEASURE);
+    if (nn_algo_init()) {
+        fprintf(stderr, "bench_step: %s\n", err_msg());
+        return 2;
+    }
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--scale") && i + 1 < argc)
+        if (!strcmp(argv[i], "-v"))
+            log_set_verbosity(1); /* prints each algorithm choice */
+        else if (!strcmp(argv[i], "--scale") && i + 1 < argc)
             scale = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--base") && i + 1 < argc)
             base = atoi(argv[++i]);
@@ -438,7 +457,7 @@ int main(int argc, char **argv) {
     if (profile_ab)
         return profile_overhead(&m, &o, x, y, w, reps);
     for (int i = 0; i <= reps; i++) { /* step 0 warms up (page faults of the slabs) */
-        double loss, dice, t0 = time_now();
+        double loss, dice, t0 = now_s();
         nn_unet_zero_grad(&m);
         if (nn_unet_forward_backward(&m, x, y, 1, w, &loss, &dice)) {
             fprintf(stderr, "bench_step: step failed\n");
@@ -447,17 +466,21 @@ int main(int argc, char **argv) {
         nn_clip_grad_norm(m.grads, m.nparams, 1.0);
         nn_optim_step(&o, m.params, m.grads, 1e-3);
         if (i > 0) {
-            t[i - 1] = time_now() - t0;
+            t[i - 1] = now_s() - t0;
             nn_unet_last_times(&m, &tf[i - 1], &tl[i - 1], &tb[i - 1]);
         }
     }
     const double fl = 3 * unet_fwd_flops(&s, size);
     const double med = median(t, reps);
+    int measured;
+    const double sel = nn_algo_select_seconds(&measured);
     printf("scaffold_step_s %.6f fwd %.4f loss %.4f bwd %.4f gflop %.2f gflops %.1f params %zu "
-           "activations_mib %.0f maxrss_mib %.0f threads %d path %s precision %s ckpt %d\n",
+           "activations_mib %.0f maxrss_mib %.0f threads %d path %s precision %s ckpt %d "
+           "select_s %.3f measured %d\n",
            med, median(tf, reps), median(tl, reps), median(tb, reps), fl / 1e9, fl / med / 1e9,
            m.nparams, (double)m.activation_floats * 4 / (1 << 20), max_rss_mib(),
-           omp_get_max_threads(), nn_isa_name(nn_isa()), bf16 ? "bf16" : "fp32", ckpt);
+           omp_get_max_threads(), nn_isa_name(nn_isa()), bf16 ? "bf16" : "fp32", ckpt, sel,
+           measured);
     free(x), free(y);
     nn_optim_free(&o);
     nn_unet_free(&m);

@@ -17,8 +17,12 @@
 #   NN_STEPS="5:64 6:64" (scale:base pairs) replaces the mode's list of steps (NN_STEPS="": none)
 #   NN_PRECS="fp32 ckpt" replaces the precisions of each step (default fp32 bf16 ckpt); PyTorch's
 #     CPU autocast-bf16 step takes minutes at scale 5/64 on a CPU without AVX512_BF16
-#   NN_LAYERS=0 skips the per-layer tables; NN_LAYERS_BF16=0|1 skips or forces the bf16 one (by
+#   NN_CONVS="32:64:64" (D:cin:cout), NN_CONVTS, NN_GNS="32:64" (D:channels) replace the mode's
+#     layers; NN_LAYERS=0 skips the per-layer tables; NN_LAYERS_BF16=0|1 skips or forces the bf16 one (by
 #     default it runs where the CPU has AVX512_BF16)
+#   NN_FIRSTUSE=0 skips the table of the algorithm selection's cost on first use
+# scaffold's Conv3d algorithms are chosen by measurement (nn/algo.h) with one cache for the run;
+# SCAFFOLD_NN_ALGO=rule (the built-in rule) or an algorithm's name overrides it.
 # Output: tables on stdout; RESULT lines carry the ratios.
 cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build}
@@ -26,6 +30,13 @@ REPS=${1:-3}
 THREADS=${2:-$(nproc)}
 MODE=${3:-quick}
 export OMP_NUM_THREADS=$THREADS OMP_PROC_BIND=${OMP_PROC_BIND:-false}
+# scaffold's Conv3d algorithms by measurement (nn/algo.h), as scaffold benchmark chooses them,
+# with one cache for this run: the first process that meets a shape measures it (in its untimed
+# warm-up), the others reuse its choice, so every row of the run runs the same algorithms
+ALGO_CACHE=$(mktemp)
+rm -f "$ALGO_CACHE"
+trap 'rm -f "$ALGO_CACHE" "$ALGO_CACHE.res"' EXIT
+export SCAFFOLD_NN_ALGO=${SCAFFOLD_NN_ALGO:-measure} SCAFFOLD_NN_ALGO_CACHE=${SCAFFOLD_NN_ALGO_CACHE:-$ALGO_CACHE}
 BIN=$BUILD/bench/nn/bench_step
 [ -x "$BIN" ] || { echo "build first: make"; exit 1; }
 source bench/venv.sh
@@ -50,6 +61,7 @@ else
     CONVTS="16:128:64 8:256:128"
     GNS="32:64 16:128"
 fi
+CONVS=${NN_CONVS-$CONVS} CONVTS=${NN_CONVTS-$CONVTS} GNS=${NN_GNS-$GNS}
 [ "${NN_LAYERS:-1}" = 0 ] && CONVS="" CONVTS="" GNS=""
 layers=$(mktemp)
 run_layer() { # op D cin cout
@@ -75,44 +87,54 @@ fi
 peak2=$("$BIN" --peak 1 | awk '/fma_peak_gflops/ {print $2}')
 peak=$(awk -v a="$(awk '/fma_peak_gflops/ {print $2}' <<<"$peak1")" -v b="$peak2" \
     'BEGIN { print (a > b ? a : b) }')
-# layer_table FILE PEAK (0: no % of peak columns)
+# layer_table FILE [FP32FILE]: each pass of FILE with its algorithm, GFLOP/s and % of the fp32
+# FMA peak measured next to it (Winograd's counted in direct-convolution FLOPs, so above 100% is
+# possible; bf16 passes too, whose vdpbf16ps peak is twice the fp32 one), PyTorch's, and with
+# FP32FILE (the bf16 table) the bf16 pass's time against scaffold's fp32 pass
 layer_table() {
-awk -v peak="$2" '
+awk -v peak="$peak" -v ref="${2:-}" '
+    FNR == 1 { file++ }
+    ref != "" && file == 1 { if ($1 == "ours") { key = $3 " " $4 " " $5 " " $6; r[key] = $8 }; next }
     { who = $1; key = $3 " " $4 " " $5 " " $6; t[who, key] = $8; g[who, key] = $10;
       if (who == "ours" && $11 == "peak_gflops") pk[key] = $12
+      if (who == "ours") al[key] = ($13 == "algo" ? $14 : "-")
       if (!(key in seen)) { seen[key] = 1; order[++n] = key } }
     END {
         for (i = 1; i <= n; i++) {
             split(order[i], k, " ")
             go = g["ours", order[i]]; gt = g["torch", order[i]]
-            p = peak > 0 && pk[order[i]] > 0 ? pk[order[i]] : peak
+            p = pk[order[i]] > 0 ? pk[order[i]] : peak
             pg = go > 0 && p > 0 ? sprintf("%.0f", 100 * go / p) : "-"
             pt = gt > 0 && p > 0 ? sprintf("%.0f", 100 * gt / p) : "-"
-            printf "| %s | %s^3 | %s->%s | %s | %.4f | %s | %s | %.4f | %s | %s | %.2fx |\n",
-                k[1], k[2], k[3], k[4], (go > 0 && p > 0 ? sprintf("%.1f", p) : "-"),
+            vs = ""
+            if (ref != "") vs = (r[order[i]] > 0 ? sprintf(" %.2fx |", r[order[i]] / t["ours", order[i]]) : " - |")
+            printf "| %s | %s^3 | %s->%s | %s | %s | %.4f | %s | %s | %.4f | %s | %s | %.2fx |%s\n",
+                k[1], k[2], k[3], k[4], al[order[i]], (go > 0 && p > 0 ? sprintf("%.1f", p) : "-"),
                 t["ours", order[i]], (go > 0 ? go : "-"), pg,
                 t["torch", order[i]], (gt > 0 ? gt : "-"), pt,
-                t["torch", order[i]] / t["ours", order[i]]
+                t["torch", order[i]] / t["ours", order[i]], vs
             if (go > 0 && p > 0) { sum += 100 * go / p; cnt++; if (100 * go / p < mn || cnt == 1) mn = 100 * go / p }
+            if (ref != "" && r[order[i]] > 0 && t["ours", order[i]] > r[order[i]]) slower++
         }
-        if (cnt) printf "\nRESULT layers: scaffold convolution passes %.0f%%..., lowest %.0f%% of the FMA peak\n", sum / cnt, mn
-    }' "$1" | sed 's/%\.\.\./% on average/'
+        if (cnt) printf "\nRESULT layers%s: scaffold convolution passes %.0f%%..., lowest %.0f%% of the fp32 FMA peak\n", (ref != "" ? " bf16" : ""), sum / cnt, mn
+        if (ref != "") printf "RESULT layers bf16: %d of %d passes slower in bf16 than in fp32\n", slower, n
+    }' ${2:+"$2"} "$1" | sed 's/%\.\.\./% on average/'
 }
 if [ -s "$layers" ]; then
     echo
     echo "## Per layer ($cpu, $THREADS threads, median of $REPS; FMA peak $peak GFLOP/s, the higher of the run's start and end; each row's % peak is against the FMA peak measured between that layer's repeats, the highest, for both engines)"
     echo
-    echo "| layer | volume | channels | FMA peak | scaffold s | GFLOP/s | % peak | PyTorch s | GFLOP/s | % peak | PyTorch/scaffold |"
-    echo "|---|---|---|---|---|---|---|---|---|---|---|"
-    layer_table "$layers" "$peak"
+    echo "| layer | volume | channels | scaffold algorithm | FMA peak | scaffold s | GFLOP/s | % peak | PyTorch s | GFLOP/s | % peak | PyTorch/scaffold |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+    layer_table "$layers"
 fi
 if [ -s "$layers16" ]; then
     echo
-    echo "## Per layer, bf16 ($cpu, $THREADS threads, median of $REPS; scaffold torch_amp: 1, PyTorch CPU autocast to bfloat16; GFLOP/s counted as fp32's, no % of the fp32 FMA peak)"
+    echo "## Per layer, bf16 ($cpu, $THREADS threads, median of $REPS; scaffold torch_amp: 1, PyTorch CPU autocast to bfloat16; GFLOP/s counted as fp32's and against the fp32 FMA peak measured next to the layer: vdpbf16ps peaks at twice it; the last column: scaffold's fp32 pass time over its bf16 one, above 1 when bf16 is faster)"
     echo
-    echo "| layer | volume | channels | FMA peak | scaffold s | GFLOP/s | % peak | PyTorch s | GFLOP/s | % peak | PyTorch/scaffold |"
-    echo "|---|---|---|---|---|---|---|---|---|---|---|"
-    layer_table "$layers16" 0
+    echo "| layer | volume | channels | scaffold algorithm | FMA peak | scaffold s | GFLOP/s | % fp32 peak | PyTorch s | GFLOP/s | % fp32 peak | PyTorch/scaffold | scaffold fp32/bf16 |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    layer_table "$layers16" "$layers"
 fi
 # ConvTranspose3d k2 s2 is three plain GEMMs (forward M = D^3, N = 8 cout, K = cin; input
 # gradient N = cin, K = 8 cout; weight gradient M = cin, N = 8 cout, K = D^3): the most a
@@ -227,3 +249,34 @@ awk '{ delete A; n = split($0, a, " "); for (i = 1; i < n; i++) A[a[i]] = a[i + 
            if (tc[k] > 0) s = s sprintf("; checkpointing %.2fx the time (against the plain steps alternated with it) at %.0f%% of the peak RSS", tc[k] / (tp[k] > 0 ? tp[k] : t0[k]), 100 * rc[k] / r0[k])
            if (s != "") printf "RESULT %s params%s\n", k, s } }' "$raw"
 rm -f "$raw"
+
+# ---- the first use's algorithm selection ---------------------------------------------------
+# One process per model and precision with an empty cache: its warm-up measures every Conv3d
+# pass of the model (nn/algo.h), which is what the first run on a new machine pays once. Its
+# share of an epoch of the default configuration (configs/benchmark_default.yml: 240 volumes,
+# 168 of them training samples, so 168 steps per epoch at batch 1 on one rank; the validation
+# passes, not counted, make the epoch longer still). NN_FIRSTUSE=0 skips it.
+if [ "${NN_FIRSTUSE:-1}" = 1 ] && [ "$SCAFFOLD_NN_ALGO" = measure ]; then
+    echo
+    echo "## Conv3d algorithm selection on first use ($cpu, $THREADS threads; an empty algorithm cache, the warm-up step measures every pass; its share of an epoch of the default configuration, 168 training steps)"
+    echo
+    echo "| model | precision | passes measured | selection s | step s | selection in steps | share of a default epoch |"
+    echo "|---|---|---|---|---|---|---|"
+    for s in $STEPS; do
+        IFS=: read -r sc b <<<"$s"
+        for prec in fp32 bf16; do
+            fresh=$(mktemp)
+            rm -f "$fresh"
+            o=$(SCAFFOLD_NN_ALGO_CACHE=$fresh "$BIN" --scale "$sc" --base "$b" --reps 1 $([ "$prec" = bf16 ] && echo --bf16))
+            rm -f "$fresh"
+            awk -v o="$o" -v sc="$sc" -v b="$b" -v prec="$prec" 'BEGIN {
+                n = split(o, a, " "); for (i = 1; i < n; i++) A[a[i]] = a[i + 1]
+                st = A["scaffold_step_s"]; se = A["select_s"]
+                printf "| scale %s, base %s | %s | %s | %.2f | %.3f | %.1f | %.2f%% |\n", sc, b, prec,
+                    A["measured"], se, st, (st > 0 ? se / st : 0), (st > 0 ? 100 * se / (168 * st) : 0)
+                if (st > 0) printf "RESULT selection %s/%s %s: %.2f s on first use, %.2f%% of a default epoch\n", sc, b, prec, se, 100 * se / (168 * st) >>"'"$ALGO_CACHE"'.res"
+            }'
+        done
+    done
+    [ -s "$ALGO_CACHE.res" ] && echo && cat "$ALGO_CACHE.res"
+fi

@@ -11,6 +11,7 @@
  * same computation on the padded output gradient with the transposed, flipped kernel. The
  * weight gradient reduces over voxels in chunks of rows that fit in L2, into per-thread copies
  * summed in a fixed order (or disjoint tiles for huge layers), so no atomics. */
+#include "nn/algo.h"
 #include "nn/gemm.h"
 #include "nn/layers.h"
 
@@ -78,19 +79,9 @@ static int store_mode(nn_prec prec) {
 }
 
 /* The bf16 pair kernels (vdpbf16ps, or AMX tiles) exist for this precision: a capability, not a
- * choice. Conv3d k3 forward and input gradient run on them only where Winograd does not take
- * the layer (wino_takes, conv3d_pass). */
+ * choice (which algorithm runs a pass is algo.h's). */
 static int use_pairs(nn_prec prec) {
     return prec == NN_BF16 && nn_isa_bf16dp();
-}
-
-/* Winograd takes fp32 layers, and bf16 ones unless AMX tiles run them (K, the reduction's
- * channels, a multiple of 32): otherwise bf16 runs on fp32 Winograd over bf16-rounded operands
- * rather than on vdpbf16ps, which issues at a quarter of the FMA rate on the Xeon measured (a
- * bf16 step 2.3x slower than fp32 there under SCAFFOLD_AMX=0), or on the direct fp32 kernels,
- * while Winograd runs bf16 at fp32's speed (AMD EPYC, AVX2). */
-static int wino_takes(nn_prec prec, int K) {
-    return !(use_pairs(prec) && nn_isa_amx() && K % 32 == 0);
 }
 
 /* ---- packing ---------------------------------------------------------------------------- */
@@ -107,10 +98,11 @@ static int kblocks(int K, int T, int nr, int unit) {
     return nkb < 1 ? 1 : nkb > units ? units : nkb;
 }
 
-/* The k granularity of a bf16 pair layer with K (even) channels: 32 when its tap GEMM runs on
- * AMX tiles (32 k per A tile), else 2. */
-static int kunit(int K, int pairs) {
-    return pairs && nn_isa_amx() && K % 32 == 0 ? 32 : 2;
+/* The bf16 walks (`pairs`): 0 none (fp32 kernels), PAIRS_DP the vdpbf16ps kernels, PAIRS_AMX
+ * AMX tiles. The k granularity of a pair layer: 32 on AMX tiles (32 k per A tile), else 2. */
+enum { PAIRS_DP = 1, PAIRS_AMX = 2 };
+static int kunit(int pairs) {
+    return pairs == PAIRS_AMX ? 32 : 2;
 }
 
 static void kb_range(int K, int nkb, int kb, int unit, int *k0, int *k1) {
@@ -156,13 +148,13 @@ static void pack_b(float *Bp, const float *w, int ncol, int K, int T, long sc, l
 /* The bf16 pair layout of pack_b for Kp = K rounded up to even (k >= K is zero): per (ob, kb),
  * [t][(k - k0)/2][nr][2] at (ob*T*Kp + T*k0)*nr elements. */
 static void pack_b16(uint16_t *Bp, const float *w, int ncol, int K, int T, long sc, long sk,
-                     long st, int nr, int nkb) {
+                     long st, int nr, int nkb, int unit) {
     const int nb = nblocks(ncol, nr), Kp = (K + 1) & ~1;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int ob = 0; ob < nb; ob++)
         for (int kb = 0; kb < nkb; kb++) {
             int k0, k1;
-            kb_range(Kp, nkb, kb, kunit(Kp, 1), &k0, &k1);
+            kb_range(Kp, nkb, kb, unit, &k0, &k1);
             uint16_t *blk = Bp + ((size_t)ob * T * Kp + (size_t)T * k0) * nr;
             /* by k pair, then tap, then column: the lines of w a k pair reads (per column, its
              * runs of taps) stay in L1 over the taps; by tap first, every tap read them again
@@ -315,6 +307,8 @@ static void walk_run(const nn_tg *g, const walk *w, long M, const void *Bp, cons
     const long q = M / nbk, rem = M % nbk;
     const nn_tg_fn kq = w->pairs ? NULL : nn_tg_kernel(g->nr, (int)q),
                    kq1 = w->pairs || !rem ? NULL : nn_tg_kernel(g->nr, (int)q + 1);
+    const nn_tgb_fn bq = w->pairs ? nn_tgb_kernel(g->nr, (int)q) : NULL,
+                    bq1 = w->pairs && rem ? nn_tgb_kernel(g->nr, (int)q + 1) : NULL;
     long err = 0;
     const long pf_step = (w->pf_bytes / 64 + nbk - 1) / nbk * 64;
     long pf_at = 0;
@@ -336,9 +330,13 @@ static void walk_run(const nn_tg *g, const walk *w, long M, const void *Bp, cons
                 oa += ra, oc += rc;
             }
         }
-        if (w->pairs)
-            nn_tg_block_bf16(g, m, (const uint16_t *const *)a, Bp, c, bias, nvalid, mode);
-        else
+        if (w->pairs) {
+            const nn_tgb_fn f = m == q ? bq : bq1;
+            if (f)
+                f(g, (const uint16_t *const *)a, Bp, c, bias, nvalid, mode);
+            else
+                nn_tg_block_bf16(g, m, (const uint16_t *const *)a, Bp, c, bias, nvalid, mode);
+        } else
             (m == q ? kq : kq1)(g, (const float *const *)a, Bp, c, bias, nvalid, mode);
     }
 }
@@ -420,7 +418,7 @@ static void conv27_rows(const nn_tg *g0, float *out, int cdst, const void *P, in
         .c_col = cdst,
         .Wr = W,
         .pairs = pairs,
-        .amx = kunit(csrc, pairs) == 32,
+        .amx = pairs == PAIRS_AMX,
         .a_end = Pend,
     };
     walk_kblocks(*g0, w, (long)(y1 - y0) * W, Bob, csrc, nkb, NULL, nvalid, NN_TG_ZERO, last);
@@ -528,7 +526,8 @@ static int wino_enabled(void) {
 }
 
 static int wino_applies(int D, int H, int W, int K, int ncol, nn_prec prec, const nn_shard *sh) {
-    return wino_enabled() && wino_takes(prec, K) && !sh && D % 2 == 0 && H % 4 == 0 && W % 4 == 0 &&
+    (void)prec;
+    return wino_enabled() && !sh && D % 2 == 0 && H % 4 == 0 && W % 4 == 0 &&
            K >= 8 && ncol >= 8 && (long)K * ncol <= WINO_KMAX &&
            (long)D * H * W >= WINO_VOX_MIN &&
            slab_depth(D, H, W, K, NULL) >= 2;
@@ -536,11 +535,6 @@ static int wino_applies(int D, int H, int W, int K, int ncol, nn_prec prec, cons
 
 static int wino_small_applies(int N, int D, int H, int W, int K, int ncol, nn_prec prec,
                               const nn_shard *sh);
-
-int nn_conv3d_winograd(int N, int D, int H, int W, int cin, int cout, nn_prec prec) {
-    return wino_applies(D, H, W, cin, cout, prec, NULL) ||
-           wino_small_applies(N, D, H, W, cin, cout, prec, NULL);
-}
 
 /* Floats between the rows of V (and of M) past the chunk's nt*K: with rows a multiple of 4 KiB
  * apart (F(2x2x2)'s 192 tiles of 64 channels: 48 KiB), the many streams the transforms write and read all
@@ -614,7 +608,7 @@ static size_t wino_ws_floats(int K, int ncol) {
 /* The transform of columns [ob*nr, ob*nr + nr) (zero past ncol) and k in [k0, k1): point xi's
  * run of (k1 - k0) * nr floats, k major, at ub + xi * (k1 - k0) * nr. */
 static void wino_wblock(float *restrict ub, const float *w, int ncol, long sc, long sk,
-                        int flip, int nr, int ob, int k0, int k1, nn_prec prec) {
+                        int flip, int nr, int ob, int k0, int k1, nn_prec prec, int bf16) {
     const int V = nn_gemm_vw(), ng = nr / V; /* nr: whole vectors */
     const long run = (long)(k1 - k0) * nr;
     float wr[WINO_WV_MAX * 27]; /* bf16: the columns' kernels rounded */
@@ -631,13 +625,18 @@ static void wino_wblock(float *restrict ub, const float *w, int ncol, long sc, l
                         wr[c * 27 + t] = nn_bf16_round(src[c * sc + t]);
                 src = wr, ss = 27;
             }
-            nn_wino_weights(ub + (size_t)(k - k0) * nr + jg * V, run, src, ss, flip, nc);
+            if (bf16)
+                nn_wino16_weights(ub + (size_t)(k - k0) * nr + jg * V, run, src, ss, flip, nc);
+            else
+                nn_wino_weights(ub + (size_t)(k - k0) * nr + jg * V, run, src, ss, flip, nc);
         }
 }
 
-static void wino_weights(float *U, const float *w, int ncol, int K, long sc, long sk, int flip,
-                         int nr, nn_prec prec) {
-    const int nb = nblocks(ncol, nr);
+/* bf16: U16[xi][ob][k/2][nr][2] (Kp = K rounded up to even, the extra k zero), the pairs
+ * vdpbf16ps takes, rounded to bf16. */
+static void wino_weights(void *U, const float *w, int ncol, int K, long sc, long sk, int flip,
+                         int nr, nn_prec prec, int bf16) {
+    const int nb = nblocks(ncol, nr), Kp = bf16 ? (K + 1) & ~1 : K;
     const int kc = WINO_WROW / nr, nkc = (K + kc - 1) / kc;
 #pragma omp parallel for collapse(2) schedule(static) num_threads(nn_threads())
     for (int ob = 0; ob < nb; ob++)
@@ -645,10 +644,19 @@ static void wino_weights(float *U, const float *w, int ncol, int K, long sc, lon
             const int k0 = c * kc, k1 = k0 + kc < K ? k0 + kc : K;
             const size_t run = (size_t)(k1 - k0) * nr; /* <= WINO_WROW: nr <= 64 */
             float ub[WINO_NXI * WINO_WROW];
-            wino_wblock(ub, w, ncol, sc, sk, flip, nr, ob, k0, k1, prec);
-            for (int xi = 0; xi < WINO_NXI; xi++)
-                memcpy(U + (((size_t)xi * nb + ob) * K + k0) * nr, ub + xi * run,
-                       sizeof(float) * run);
+            wino_wblock(ub, w, ncol, sc, sk, flip, nr, ob, k0, k1, prec, bf16);
+            for (int xi = 0; xi < WINO_NXI; xi++) {
+                const size_t at = (((size_t)xi * nb + ob) * Kp + k0) * nr;
+                if (bf16) /* k0 is even (kc is): whole pairs, an odd K's last one padded */
+                    for (int k = 0; k < k1 - k0; k += 2)
+                        nn_wino16_pack_pairs((uint32_t *)((uint16_t *)U + at + (size_t)k * nr),
+                                             ub + xi * run + (size_t)k * nr,
+                                             k0 + k + 1 < k1 ? ub + xi * run + (size_t)(k + 1) * nr
+                                                             : NULL,
+                                             nr);
+                else
+                    memcpy((float *)U + at, ub + xi * run, sizeof(float) * run);
+            }
         }
 }
 
@@ -660,9 +668,10 @@ static long wino_at(long t, long Tx, long Ty, long plane, long row, long vox) {
 
 /* out (Dz, H, W, ncol; voxels ldo floats apart) = the convolution of padded slab P (Dz+2, H+2,
  * W+2, C) with the transformed weights U (wino_weights, block width nr); Dz even, H and W
- * multiples of 4. VM: one chunk's V and M. */
-static void wino_slab(float *out, long ldo, int ncol, const float *P, int C, const float *U,
-                      int nr, int Dz, int H, int W, float *VM) {
+ * multiples of 4. VM: one chunk's V and M. bf16 (winograd-bf16): V in bf16 (Kp = C rounded
+ * up to even channels per tile, the extra one zero) and the GEMMs on the pair kernels. */
+static void wino_slab(float *out, long ldo, int ncol, const float *P, int C, const void *U,
+                      int nr, int Dz, int H, int W, float *VM, int bf16) {
     const int nb = nblocks(ncol, nr), ncp = nb * nr;
     const long Tz = Dz / 2, Ty = H / 4, Tx = W / 4, ntiles = Tz * Ty * Tx;
     const long row = (long)(W + 2) * C, plane = (H + 2) * row;
@@ -681,7 +690,8 @@ static void wino_slab(float *out, long ldo, int ncol, const float *P, int C, con
                                                                         : (long)WINO_CHUNK_BYTES);
     const long chunk = ct > mr ? ct - ct % mr : ct;
     const long aoff[1] = {0};
-    const nn_tg g = {.T = 1, .K = C, .aoff = aoff, .nr = nr};
+    const int Kp = bf16 ? (C + 1) & ~1 : C;
+    const nn_tg g = {.T = 1, .K = Kp, .aoff = aoff, .nr = nr};
 #pragma omp parallel num_threads(nn_threads())
     for (long t0 = 0, nt = 0; t0 < ntiles; t0 += nt) {
         const long left = ntiles - t0;
@@ -690,25 +700,43 @@ static void wino_slab(float *out, long ldo, int ncol, const float *P, int C, con
                                         : chunk;
         if (nt > chunk) /* the workspace holds a chunk */
             nt = chunk;
-        const long ldv = nt * C + WINO_LDPAD, ldm = nt * ncp + WINO_LDPAD;
-        float *V = VM, *M = VM + WINO_NXI * ldv;
+        /* V's rows in elements (bf16: half the bytes, the same cache-line padding) */
+        const long ldv = nt * Kp + (bf16 ? 2 : 1) * WINO_LDPAD, ldm = nt * ncp + WINO_LDPAD;
+        float *V = VM, *M = VM + ((WINO_NXI * ldv / (bf16 ? 2 : 1) + 15) & ~15L);
+        uint16_t *V16 = (uint16_t *)VM;
 #pragma omp for schedule(dynamic, 8)
         for (long i = 0; i < nt; i++) {
-            nn_wino_input(V + i * C, ldv, P + wino_at(t0 + i, Tx, Ty, plane, row, C), plane,
-                          row, C, C);
+            const float *pt = P + wino_at(t0 + i, Tx, Ty, plane, row, C);
+            if (!bf16) {
+                nn_wino_input(V + i * C, ldv, pt, plane, row, C, C);
+                continue;
+            }
+            nn_wino16_input(V16 + i * Kp, ldv, pt, plane, row, C, C);
+            if (Kp > C)
+                for (int xi = 0; xi < WINO_NXI; xi++)
+                    V16[xi * ldv + i * Kp + C] = 0;
         }
 #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int xi = 0; xi < WINO_NXI; xi++)
             for (int ob = 0; ob < nb; ob++) {
-                const walk wk = {.a0 = V + (size_t)xi * ldv, .a_row = 0, .a_col = C,
+                const size_t u = ((size_t)xi * nb + ob) * Kp * nr;
+                const walk wk = {.a0 = bf16 ? (const void *)(V16 + (size_t)xi * ldv)
+                                            : (const void *)(V + (size_t)xi * ldv),
+                                 .a_row = 0, .a_col = Kp,
                                  .c0 = M + (size_t)xi * ldm + ob * nr, .c_row = 0,
-                                 .c_col = ncp, .Wr = (int)nt};
-                walk_run(&g, &wk, nt, U + ((size_t)xi * nb + ob) * C * nr, NULL, nr, NN_TG_ZERO);
+                                 .c_col = ncp, .Wr = (int)nt, .pairs = bf16};
+                walk_run(&g, &wk, nt,
+                         bf16 ? (const void *)((const uint16_t *)U + u)
+                              : (const void *)((const float *)U + u),
+                         NULL, nr, NN_TG_ZERO);
             }
 #pragma omp for schedule(dynamic, 8)
         for (long i = 0; i < nt; i++) {
-            nn_wino_output(out + wino_at(t0 + i, Tx, Ty, oplane, orow, ldo), oplane, orow, ldo,
-                           ncol, M + i * ncp, ldm);
+            float *o = out + wino_at(t0 + i, Tx, Ty, oplane, orow, ldo);
+            if (bf16)
+                nn_wino16_output(o, oplane, orow, ldo, ncol, M + i * ncp, ldm);
+            else
+                nn_wino_output(o, oplane, orow, ldo, ncol, M + i * ncp, ldm);
         }
     }
 }
@@ -719,16 +747,47 @@ static void wino_slab(float *out, long ldo, int ncol, const float *P, int C, con
  * block) tiles of dU are taken by one thread and accumulate chunk after chunk, tiles in order
  * within the kernel: the sums do not depend on the threads. */
 static void wino_dw_slab(float *dU, const float *P, int C, const float *dy, long ldy, int ncol,
-                         int nr, int Dz, int H, int W, float *VM) {
+                         int nr, int Dz, int H, int W, float *VM, int bf16) {
     const int nb = nblocks(ncol, nr), ncp = nb * nr;
     const int mk = nn_tw_mr(nr), nkb = (C + mk - 1) / mk;
     const long Tz = Dz / 2, Ty = H / 4, Tx = W / 4, ntiles = Tz * Ty * Tx;
     const long row = (long)(W + 2) * C, plane = (H + 2) * row;
     const long gplane = (long)H * W * ldy, grow = (long)W * ldy;
     const long chunk = wino_chunk_tiles(C, ncp, wino_dw_chunk_bytes(C, ncp));
+    const int Kp = (C + 1) & ~1;
 #pragma omp parallel num_threads(nn_threads())
     for (long t0 = 0; t0 < ntiles; t0 += chunk) {
         const long nt = ntiles - t0 < chunk ? ntiles - t0 : chunk;
+        if (bf16) {
+            /* winograd-bf16: V and dM in tile pairs (32-bit words of two bf16 values), the
+             * reduction over the pairs on vdpbf16ps; the tiles of a pair are transformed by one
+             * thread, the even one first (it writes whole words) */
+            const long np = (nt + 1) / 2, ldv = np * Kp + WINO_LDPAD, ldm = np * ncp + WINO_LDPAD;
+            uint32_t *V = (uint32_t *)VM, *Mo = V + WINO_NXI * ldv;
+#pragma omp for schedule(dynamic, 4)
+            for (long ip = 0; ip < np; ip++)
+                for (long i = 2 * ip; i < 2 * ip + 2 && i < nt; i++) {
+                    nn_wino16_input_pair(V + ip * Kp, ldv,
+                                         P + wino_at(t0 + i, Tx, Ty, plane, row, C), plane, row,
+                                         C, C, (int)(i & 1));
+                    if (Kp > C && !(i & 1))
+                        for (int xi = 0; xi < WINO_NXI; xi++)
+                            V[xi * ldv + ip * Kp + C] = 0;
+                    nn_wino16_grad_output(Mo + ip * ncp, ldm,
+                                          dy + wino_at(t0 + i, Tx, Ty, gplane, grow, ldy), gplane,
+                                          grow, ldy, ncol, ncp, (int)(i & 1));
+                }
+#pragma omp for collapse(2) schedule(dynamic, 1)
+            for (int xi = 0; xi < WINO_NXI; xi++)
+                for (int ob = 0; ob < nb; ob++)
+                    for (int kb = 0; kb < nkb; kb++) {
+                        const int k0 = kb * mk, k1 = k0 + mk < C ? k0 + mk : C;
+                        nn_tw_tile_bf16((int)np, (const uint16_t *)(V + xi * ldv + k0), Kp,
+                                        (const uint16_t *)(Mo + xi * ldm + ob * nr), ncp, k1 - k0,
+                                        nr, dU + ((size_t)xi * C + k0) * ncp + ob * nr, ncp);
+                    }
+            continue;
+        }
         const long ldv = nt * C + WINO_LDPAD, ldm = nt * ncp + WINO_LDPAD;
         float *V = VM, *Mo = VM + WINO_NXI * ldv;
 #pragma omp for schedule(dynamic, 8)
@@ -759,10 +818,14 @@ static void wino_dw_slab(float *dU, const float *P, int C, const float *dy, long
 /* (G^T dU G)[t] of one input channel and nv <= nn_gemm_vw() output channels, whose 144 points
  * are at src + xi * sxi + v (whole vectors readable): stored in out[v * ov + t] (acc 0), added
  * to it (1), or added rounded to bf16 (2: the gradient of the bf16 weight copy). */
-static void wino_dw_pair(float *out, long ov, int acc, int nv, const float *src, long sxi) {
+static void wino_dw_pair(float *out, long ov, int acc, int nv, const float *src, long sxi,
+                         int bf16) {
     const int V = nn_gemm_vw();
     float d[27 * WINO_WV_MAX];
-    nn_wino_weights_grad(d, src, sxi);
+    if (bf16)
+        nn_wino16_weights_grad(d, src, sxi);
+    else
+        nn_wino_weights_grad(d, src, sxi);
     for (int v = 0; v < nv; v++) {
         float *o = out + v * ov;
         for (int t = 0; t < 27; t++) {
@@ -776,7 +839,8 @@ static void wino_dw_pair(float *out, long ov, int acc, int nv, const float *src,
  * channel pair, a vector of output channels at a time (runs of dU's rows, as in wino_weights;
  * the groups of one input channel run one after the other, so the second half of each cache
  * line read is still there). */
-static void wino_dw_finish(float *dw, const float *dU, int cin, int cout, int nr, nn_prec prec) {
+static void wino_dw_finish(float *dw, const float *dU, int cin, int cout, int nr, nn_prec prec,
+                           int bf16) {
     const int ncp = nblocks(cout, nr) * nr;
     const int V = nn_gemm_vw(), ng = (cout + V - 1) / V;
 #pragma omp parallel for collapse(2) schedule(static) num_threads(nn_threads())
@@ -785,7 +849,7 @@ static void wino_dw_finish(float *dw, const float *dU, int cin, int cout, int nr
             const int oc0 = og * V, nv = cout - oc0 < V ? cout - oc0 : V;
             wino_dw_pair(dw + ((size_t)oc0 * cin + ic) * 27, (long)cin * 27,
                          prec == NN_BF16 ? 2 : 1, nv,
-                         dU + (size_t)ic * ncp + oc0, (long)cin * ncp);
+                         dU + (size_t)ic * ncp + oc0, (long)cin * ncp, bf16);
         }
 }
 
@@ -820,7 +884,8 @@ static int wino_small_group(int N, int D, int H, int W) {
 
 static int wino_small_applies(int N, int D, int H, int W, int K, int ncol, nn_prec prec,
                               const nn_shard *sh) {
-    return wino_enabled() && wino_takes(prec, K) && !sh && D % 2 == 0 && H % 4 == 0 &&
+    (void)prec;
+    return wino_enabled() && !sh && D % 2 == 0 && H % 4 == 0 &&
            W % 4 == 0 && K >= 8 && ncol >= 8 && (long)D * H * W < WINO_VOX_MIN &&
            wino_ntiles(D, H, W) <= WINO_SMALL_TILES &&
            wino_small_group(N, D, H, W) * wino_ntiles(D, H, W) >= WINO_SMALL_MIN;
@@ -941,7 +1006,7 @@ static void wino_small_pass(float *out1, int n1, float *out2, int n2, const floa
                     float *Mb = M + (size_t)ob * WINO_NXI * ldm;
                     for (int c = 0, k0 = 0; k0 < K; c++, k0 += kc) {
                         const int k1 = k0 + kc < K ? k0 + kc : K, nk = k1 - k0;
-                        wino_wblock(U, wp, ncol, sc, sk, flip, nr, ob, k0, k1, prec);
+                        wino_wblock(U, wp, ncol, sc, sk, flip, nr, ob, k0, k1, prec, 0);
                         const nn_tg g = {.T = 1, .K = nk, .aoff = aoff, .nr = nr};
                         const float *Vc = wino_small_v(V, nt, kc, c);
                         for (int xi = 0; xi < WINO_NXI; xi++) {
@@ -1017,7 +1082,7 @@ static void wino_small_dw(float *dw, const float *a, int ca, const float *b, int
                         for (int j = 0; j < nv; j += vw)
                             wino_dw_pair(dT + ((size_t)j * nk + ic) * 27, (long)nk * 27, 0,
                                          nv - j < vw ? nv - j : vw,
-                                         dU + (size_t)ic * nr + j, (long)nk * nr);
+                                         dU + (size_t)ic * nr + j, (long)nk * nr, 0);
                     for (int j = 0; j < nv; j++) {
                         float *restrict o = dw + ((size_t)(ob * nr + j) * K + k0) * 27;
                         const float *restrict d = dT + (size_t)j * nk * 27;
@@ -1553,6 +1618,7 @@ typedef struct wino_in {
     int ca;
     const float *b;
     int cb, K, N, D, H, W, Zc;
+    int bf16; /* winograd-bf16 */
 } wino_in;
 
 /* A range of output columns: n columns into out (voxels ld floats apart; the part's ncol = ld
@@ -1575,13 +1641,15 @@ static void wino_round(float *o, long ld, int n, long nv) {
  * the input padded once and every job's tiles (one chunk's V and M after the last U). */
 static void wino_pass(const wino_in *in, const wino_job *jb, int nj, long sc, long sk, int flip,
                       float *ub) {
-    float *U[2];
-    size_t at = 0;
+    void *U[2];
+    size_t at = 0; /* floats */
+    const int Kp = in->bf16 ? (in->K + 1) & ~1 : in->K;
     for (int j = 0; j < nj; j++) {
         const int nr = nn_gemm_nr(jb[j].ld);
         U[j] = ub + at;
-        wino_weights(U[j], jb[j].w, jb[j].n, in->K, sc, sk, flip, nr, in->prec);
-        at += WINO_NXI * (size_t)in->K * nblocks(jb[j].n, nr) * nr;
+        wino_weights(U[j], jb[j].w, jb[j].n, in->K, sc, sk, flip, nr, in->prec, in->bf16);
+        const size_t nu = WINO_NXI * (size_t)Kp * nblocks(jb[j].n, nr) * nr;
+        at += in->bf16 ? (nu + 1) / 2 : nu;
     }
     float *VM = ub + ((at + 15) & ~(size_t)15);
     const int D = in->D, H = in->H, W = in->W;
@@ -1592,7 +1660,7 @@ static void wino_pass(const wino_in *in, const wino_job *jb, int nj, long sc, lo
             for (int j = 0; j < nj; j++) {
                 float *o = jb[j].out + (((size_t)n * D + z0) * H * W) * jb[j].ld;
                 wino_slab(o, jb[j].ld, jb[j].n, in->P, in->K, U[j], nn_gemm_nr(jb[j].ld), z1 - z0,
-                          H, W, VM);
+                          H, W, VM, in->bf16);
                 /* bf16: the one rounding of the result, while the slab's output is in cache */
                 if (in->prec == NN_BF16)
                     wino_round(o, jb[j].ld, jb[j].n, (long)(z1 - z0) * H * W);
@@ -1600,84 +1668,171 @@ static void wino_pass(const wino_in *in, const wino_job *jb, int nj, long sc, lo
         }
 }
 
-/* out = 27-tap convolution of cat(a, b) (padded into ws) with w addressed w[col*sc + k*sk + t],
- * K = ca + cb input channels; flip for the input gradient. The output columns come in up to
- * two parts, each its own tensor: columns [0, n1) into out1 (N,D,H,W,n1) and, when out2 is
- * given, columns [n1, n1 + n2) into out2 (N,D,H,W,n2) (the input gradient of a concatenation,
- * written straight into the two gradients). */
-static void conv3d_pass(float *out1, int n1, float *out2, int n2, const float *a, int ca,
-                        const float *b, int cb, const float *w, long sc, long sk, int flip, int N,
-                        int D, int H, int W, nn_prec prec, const nn_shard *sh, float *ws) {
-    /* In bf16, Winograd first (wino_takes); where it does not apply, an AMX CPU runs a K that is
-     * no multiple of 32 (the first layer's 3 channels) on the fp32 kernels over bf16-rounded
-     * operands: vdpbf16ps issues there at a quarter of the FMA rate (3 -> 64 at 32^3: 2.37 ms on
-     * the pair kernels, 1.13 on fp32) */
-    const int K = ca + cb;
-    if (wino_small_applies(N, D, H, W, K, n1 + n2, prec, sh)) {
-        wino_small_pass(out1, n1, out2, n2, a, ca, b, cb, w, sc, sk, flip, N, D, H, W, prec, ws);
-        return;
-    }
-    const int wino = wino_applies(D, H, W, K, n1 + n2, prec, sh);
-    const int pairs = !wino && use_pairs(prec) && !sh && !(nn_isa_amx() && K % 32);
+/* A Conv3d k3 pass: out = 27-tap convolution of cat(a, b) (padded into ws) with w addressed
+ * w[col*sc + k*sk + t], K = ca + cb input channels; flip for the input gradient. The output
+ * columns come in up to two parts, each its own tensor: columns [0, n1) into out1
+ * (N,D,H,W,n1) and, when out2 is given, columns [n1, n1 + n2) into out2 (N,D,H,W,n2) (the input
+ * gradient of a concatenation, written straight into the two gradients). */
+typedef struct conv_args {
+    float *out1;
+    int n1;
+    float *out2;
+    int n2;
+    const float *a;
+    int ca;
+    const float *b;
+    int cb;
+    const float *w;
+    long sc, sk;
+    int flip, N, D, H, W;
+    nn_prec prec;
+    const nn_shard *sh;
+    float *ws;
+} conv_args;
+
+/* The direct walk: pairs 0 (fp32 kernels; bf16 on rounded operands), PAIRS_DP or PAIRS_AMX. */
+static void conv3d_direct(const conv_args *x, int pairs) {
+    const int N = x->N, D = x->D, H = x->H, W = x->W, K = x->ca + x->cb;
+    const nn_prec prec = x->prec;
     const int fmt = pairs ? PAD_BF16 : prec == NN_BF16 ? PAD_F32R : PAD_F32;
-    const int Kp = pad_channels(fmt, K);
-    /* Winograd tiles are two planes deep: even slabs (no deeper than the workspace's) */
-    const int Zc = slab_depth(D, H, W, K, sh) & (wino ? ~1 : ~0);
-    void *P = ws;
-    float *Bp = ws + ((slab_floats(D, H, W, K, sh) + 15) & ~(size_t)15);
+    const int Kp = pad_channels(fmt, K), Zc = slab_depth(D, H, W, K, x->sh);
+    void *P = x->ws;
+    float *Bp = x->ws + ((slab_floats(D, H, W, K, x->sh) + 15) & ~(size_t)15);
     long aoff[27];
-    taps27(aoff, H, W, Kp, flip);
-    const int nparts = out2 ? 2 : 1;
-    if (wino) {
-        const wino_in in = {.P = P, .fmt = fmt, .prec = prec, .a = a, .ca = ca, .b = b, .cb = cb,
-                            .K = K, .N = N, .D = D, .H = H, .W = W, .Zc = Zc};
-        wino_job jb[2];
-        size_t at = 0;
-        for (int part = 0; part < nparts; part++) {
-            const int ncol = part ? n2 : n1, nr = nn_gemm_nr(ncol);
-            jb[part] = (wino_job){.out = part ? out2 : out1, .ld = ncol, .n = ncol,
-                                  .w = w + (part ? (long)n1 * sc : 0)};
-            at += WINO_NXI * (size_t)K * nblocks(ncol, nr) * nr;
-        }
-        if (4 * (long)at <= wino_umax()) { /* both parts' U at once: one pass */
-            wino_pass(&in, jb, nparts, sc, sk, flip, Bp);
-            return;
-        }
-        /* U over wino_umax(): a pass per part and column group */
-        for (int part = 0; part < nparts; part++) {
-            const wino_job whole = jb[part];
-            const int gc = wino_group_cols(K, whole.ld, nn_gemm_nr(whole.ld));
-            for (int c0 = 0; c0 < whole.ld; c0 += gc) {
-                const wino_job g = {.out = whole.out + c0, .ld = whole.ld,
-                                    .n = whole.ld - c0 < gc ? whole.ld - c0 : gc,
-                                    .w = whole.w + c0 * sc};
-                wino_pass(&in, &g, 1, sc, sk, flip, Bp);
-            }
-        }
-        return;
-    }
+    taps27(aoff, H, W, Kp, x->flip);
+    const int nparts = x->out2 ? 2 : 1;
     /* With one output part the weights are packed once; with two, per slab (cheap: a slab's
      * convolution does Zc*H*W times the packing's work). */
     for (int n = 0; n < N; n++)
         for (int z0 = 0; z0 < D; z0 += Zc) {
             const int z1 = z0 + Zc < D ? z0 + Zc : D;
-            pad_slab(P, fmt, a, ca, ca, b, cb, n, z0, z1, D, H, W);
+            pad_slab(P, fmt, x->a, x->ca, x->ca, x->b, x->cb, n, z0, z1, D, H, W);
             for (int part = 0; part < nparts; part++) {
-                const int ncol = part ? n2 : n1;
-                const int nr = nn_gemm_nr(ncol), nkb = kblocks(Kp, 27, nr, kunit(Kp, pairs));
+                const int ncol = part ? x->n2 : x->n1;
+                const int nr = nn_gemm_nr(ncol), nkb = kblocks(Kp, 27, nr, kunit(pairs));
                 if (nparts == 2 || (n == 0 && z0 == 0)) {
-                    const float *wp = w + (part ? (long)n1 * sc : 0);
+                    const float *wp = x->w + (part ? (long)x->n1 * x->sc : 0);
                     if (pairs)
-                        pack_b16((uint16_t *)Bp, wp, ncol, K, 27, sc, sk, 1, nr, nkb);
+                        pack_b16((uint16_t *)Bp, wp, ncol, K, 27, x->sc, x->sk, 1, nr, nkb,
+                                 kunit(pairs));
                     else
-                        pack_b(Bp, wp, ncol, K, 27, sc, sk, 1, nr, nkb, prec);
+                        pack_b(Bp, wp, ncol, K, 27, x->sc, x->sk, 1, nr, nkb, prec);
                 }
-                float *out = (part ? out2 : out1) + (((size_t)n * D + z0) * H * W) * ncol;
+                float *out = (part ? x->out2 : x->out1) + (((size_t)n * D + z0) * H * W) * ncol;
                 /* the halo once per sample: the second part reuses the filled border */
                 conv27(out, ncol, P, Kp, pairs, Bp, nr, nkb, aoff, z1 - z0, H, W,
-                       store_mode(prec), part == 0 ? sh : NULL);
+                       store_mode(prec), part == 0 ? x->sh : NULL);
             }
         }
+}
+
+/* Winograd (fp32 GEMMs, or with bf16 on vdpbf16ps): on few tiles, or slab by slab. */
+static void conv3d_winograd(const conv_args *x, int bf16) {
+    const int N = x->N, D = x->D, H = x->H, W = x->W, K = x->ca + x->cb;
+    const nn_prec prec = x->prec;
+    if (wino_small_applies(N, D, H, W, K, x->n1 + x->n2, prec, x->sh)) {
+        wino_small_pass(x->out1, x->n1, x->out2, x->n2, x->a, x->ca, x->b, x->cb, x->w, x->sc,
+                        x->sk, x->flip, N, D, H, W, prec, x->ws);
+        return;
+    }
+    /* Winograd tiles are two planes deep: even slabs (no deeper than the workspace's) */
+    const int Zc = slab_depth(D, H, W, K, NULL) & ~1;
+    float *Bp = x->ws + ((slab_floats(D, H, W, K, NULL) + 15) & ~(size_t)15);
+    const wino_in in = {.P = x->ws, .fmt = prec == NN_BF16 ? PAD_F32R : PAD_F32, .prec = prec,
+                        .a = x->a, .ca = x->ca, .b = x->b, .cb = x->cb, .K = K, .N = N, .D = D,
+                        .H = H, .W = W, .Zc = Zc, .bf16 = bf16};
+    const int nparts = x->out2 ? 2 : 1;
+    wino_job jb[2];
+    size_t at = 0;
+    for (int part = 0; part < nparts; part++) {
+        const int ncol = part ? x->n2 : x->n1, nr = nn_gemm_nr(ncol);
+        jb[part] = (wino_job){.out = part ? x->out2 : x->out1, .ld = ncol, .n = ncol,
+                              .w = x->w + (part ? (long)x->n1 * x->sc : 0)};
+        at += WINO_NXI * (size_t)K * nblocks(ncol, nr) * nr;
+    }
+    if (4 * (long)at <= wino_umax()) { /* both parts' U at once: one pass */
+        wino_pass(&in, jb, nparts, x->sc, x->sk, x->flip, Bp);
+        return;
+    }
+    /* U over wino_umax(): a pass per part and column group */
+    for (int part = 0; part < nparts; part++) {
+        const wino_job whole = jb[part];
+        const int gc = wino_group_cols(K, whole.ld, nn_gemm_nr(whole.ld));
+        for (int c0 = 0; c0 < whole.ld; c0 += gc) {
+            const wino_job g = {.out = whole.out + c0, .ld = whole.ld,
+                                .n = whole.ld - c0 < gc ? whole.ld - c0 : gc,
+                                .w = whole.w + c0 * x->sc};
+            wino_pass(&in, &g, 1, x->sc, x->sk, x->flip, Bp);
+        }
+    }
+}
+
+/* The algorithms that apply to a forward or input-gradient pass (algo.h): the direct walk
+ * always; Winograd on its shapes (unsharded); the bf16 ones where the CPU has the kernels. */
+static unsigned conv3d_eligible(const conv_args *x) {
+    const int K = x->ca + x->cb;
+    unsigned el = 1u << NN_ALGO_DIRECT;
+    const int wino = wino_small_applies(x->N, x->D, x->H, x->W, K, x->n1 + x->n2, x->prec, x->sh) ||
+                     wino_applies(x->D, x->H, x->W, K, x->n1 + x->n2, x->prec, x->sh);
+    if (wino)
+        el |= 1u << NN_ALGO_WINOGRAD;
+    if (use_pairs(x->prec) && !x->sh) {
+        el |= 1u << NN_ALGO_DIRECT_BF16;
+        if (wino_applies(x->D, x->H, x->W, K, x->n1 + x->n2, x->prec, x->sh) &&
+            !wino_small_applies(x->N, x->D, x->H, x->W, K, x->n1 + x->n2, x->prec, x->sh))
+            el |= 1u << NN_ALGO_WINOGRAD_BF16;
+        if (nn_isa_amx() && K % 32 == 0)
+            el |= 1u << NN_ALGO_AMX;
+    }
+    return el;
+}
+
+static void conv3d_run(const nn_algo_job *j, int algo, float *dw) {
+    (void)dw;
+    const conv_args *x = j->ctx;
+    switch (algo) {
+    case NN_ALGO_WINOGRAD:
+        conv3d_winograd(x, 0);
+        break;
+    case NN_ALGO_WINOGRAD_BF16:
+        conv3d_winograd(x, 1);
+        break;
+    case NN_ALGO_DIRECT_BF16:
+        conv3d_direct(x, PAIRS_DP);
+        break;
+    case NN_ALGO_AMX:
+        conv3d_direct(x, PAIRS_AMX);
+        break;
+    default:
+        conv3d_direct(x, 0);
+    }
+}
+
+/* The job of a pass; its key names the layer (cat(ca, cb) -> cout), whichever pass: the input
+ * gradient's own input is the layer's output gradient (x->ca = cout channels), its outputs the
+ * layer's input channels (split: written as ca | cb). */
+static nn_algo_job conv3d_job(const conv_args *x, int pass) {
+    const int fwd = pass == NN_PASS_FWD;
+    nn_algo_job j = {.key = {.pass = pass, .prec = x->prec, .N = x->N, .D = x->D, .H = x->H,
+                             .W = x->W, .ca = fwd ? x->ca : x->n1, .cb = fwd ? x->cb : x->n2,
+                             .cout = fwd ? x->n1 : x->ca, .split = !fwd && x->out2},
+                     .eligible = conv3d_eligible(x),
+                     .run = conv3d_run,
+                     .ctx = (void *)x,
+                     .out = {x->out1, x->out2},
+                     .nout = {(size_t)x->N * x->D * x->H * x->W * x->n1,
+                              x->out2 ? (size_t)x->N * x->D * x->H * x->W * x->n2 : 0}};
+    j.rule = nn_algo_rule(&j);
+    return j;
+}
+
+/* The pass with the algorithm algo.h picks (a measurement on first use in measure mode). */
+static void conv3d_pass(const conv_args *x, int pass) {
+    const nn_algo_job j = conv3d_job(x, pass);
+    int done;
+    const int algo = nn_algo_pick(&j, &done);
+    if (!done)
+        conv3d_run(&j, algo, NULL);
 }
 
 void nn_conv3d_forward_p(float *out, const float *inA, int ca, const float *inB, int cb,
@@ -1685,8 +1840,10 @@ void nn_conv3d_forward_p(float *out, const float *inA, int ca, const float *inB,
                          const nn_shard *sh, float *ws) {
     const int cin = ca + cb;
     /* w[oc][ic][t]: column oc stride cin*27, k = ic stride 27, tap stride 1. */
-    conv3d_pass(out, cout, NULL, 0, inA, ca, inB, cb, w, (long)cin * 27, 27, 0, N, D, H, W, prec,
-                sh, ws);
+    const conv_args x = {.out1 = out, .n1 = cout, .a = inA, .ca = ca, .b = inB, .cb = cb, .w = w,
+                         .sc = (long)cin * 27, .sk = 27, .N = N, .D = D, .H = H, .W = W,
+                         .prec = prec, .sh = sh, .ws = ws};
+    conv3d_pass(&x, NN_PASS_FWD);
 }
 
 /* ---- bf16 weight gradient on AMX tiles ------------------------------------------------------
@@ -1822,80 +1979,166 @@ static void amx_dw(float *dw, const float *a, int ca, const float *b, int cb, co
     }
 }
 
+/* The weight gradient's arguments, for its algorithms (algo.h). */
+typedef struct dw_args {
+    const float *a;
+    int ca;
+    const float *b;
+    int cb;
+    const float *dy;
+    int cout, N, D, H, W;
+    nn_prec prec;
+    const nn_shard *sh;
+    float *ws;
+} dw_args;
+
+/* Winograd's weight gradient on many tiles: dU of one column group at a time where it is over
+ * wino_umax() (else one group), each group's pass over the input on its own. */
+static void dw_winograd(float *dw, const dw_args *x, int bf16) {
+    const int cin = x->ca + x->cb, cout = x->cout, D = x->D, H = x->H, W = x->W;
+    const nn_prec prec = x->prec;
+    if (wino_small_applies(x->N, D, H, W, cin, cout, prec, x->sh)) {
+        wino_small_dw(dw, x->a, x->ca, x->b, x->cb, x->dy, cout, x->N, D, H, W, prec, x->ws);
+        return;
+    }
+    const int Zc = slab_depth(D, H, W, cin, NULL) & ~1, nr = nn_gemm_nr(cout);
+    const int gc = wino_group_cols(cin, cout, nr);
+    float *P = x->ws, *dU = x->ws + ((slab_floats(D, H, W, cin, NULL) + 15) & ~(size_t)15);
+    const size_t nu_max = WINO_NXI * (size_t)cin * nblocks(gc, nr) * nr;
+    float *VM = dU + ((nu_max + 15) & ~(size_t)15);
+    for (int c0 = 0; c0 < cout; c0 += gc) {
+        const int cg = cout - c0 < gc ? cout - c0 : gc;
+        const size_t nu = WINO_NXI * (size_t)cin * nblocks(cg, nr) * nr;
+#pragma omp parallel for schedule(static) num_threads(nn_threads())
+        for (size_t i = 0; i < nu; i++)
+            dU[i] = 0.0f;
+        for (int n = 0; n < x->N; n++)
+            for (int z0 = 0; z0 < D; z0 += Zc) {
+                const int z1 = z0 + Zc < D ? z0 + Zc : D;
+                pad_slab(P, prec == NN_BF16 ? PAD_F32R : PAD_F32, x->a, x->ca, x->ca, x->b, x->cb,
+                         n, z0, z1, D, H, W);
+                const float *g = x->dy + (((size_t)n * D + z0) * H * W) * cout + c0;
+                wino_dw_slab(dU, P, cin, g, cout, cg, nr, z1 - z0, H, W, VM, bf16);
+            }
+        wino_dw_finish(dw + (size_t)c0 * cin * 27, dU, cin, cg, nr, prec, bf16);
+    }
+}
+
+/* The direct weight gradient: padded (halo'd) input x output gradient, reduced over voxels. */
+static void dw_direct(float *dw, const dw_args *x) {
+    const int cin = x->ca + x->cb, cout = x->cout, D = x->D, H = x->H, W = x->W;
+    const nn_shard *sh = x->sh;
+    const int Zc = slab_depth(D, H, W, cin, sh);
+    float *P = x->ws, *Wp = x->ws + ((slab_floats(D, H, W, cin, sh) + 15) & ~(size_t)15);
+    for (int n = 0; n < x->N; n++)
+        for (int z0 = 0; z0 < D; z0 += Zc) {
+            const int z1 = z0 + Zc < D ? z0 + Zc : D;
+            pad_slab(P, x->prec == NN_BF16 ? PAD_F32R : PAD_F32, x->a, x->ca, x->ca, x->b, x->cb,
+                     n, z0, z1, D, H, W);
+            if (sh) {
+                sh->halo_start(sh->ctx, P, 1, D, H, W, cin);
+                sh->halo_finish(sh->ctx, P, 1, D, H, W, cin);
+            }
+            const tw_src r = {.A = P,
+                              .G = x->dy + (((size_t)n * D + z0) * H * W) * cout,
+                              .kind = 0,
+                              .D = z1 - z0,
+                              .H = H,
+                              .W = W,
+                              .cin = cin,
+                              .cout = cout,
+                              .ldg_vox = cout};
+            weight_grad(Wp, &r, (long)(z1 - z0) * H, 27, n > 0 || z0 > 0);
+        }
+    unpack_dw(dw, Wp, cin, cout, x->prec);
+}
+
+static void dw_run(const nn_algo_job *j, int algo, float *dw) {
+    const dw_args *x = j->ctx;
+    if (algo == NN_ALGO_AMX)
+        amx_dw(dw, x->a, x->ca, x->b, x->cb, x->dy, x->cout, x->N, x->D, x->H, x->W,
+               amx_dw_depth(x->N, x->D, x->H, x->W, x->ca + x->cb, x->cout, x->prec, x->sh),
+               x->ws);
+    else if (algo == NN_ALGO_WINOGRAD || algo == NN_ALGO_WINOGRAD_BF16)
+        dw_winograd(dw, x, algo == NN_ALGO_WINOGRAD_BF16);
+    else
+        dw_direct(dw, x);
+}
+
+/* The weight gradient's algorithms: direct; Winograd where it applies (in bf16 too: the
+ * operands are bf16 values, and the transforms' fp32 error, ~1e-5 of the sum, tested, is far
+ * below the one bf16 rounding of the result); winograd-bf16 there with the bf16 kernels; AMX
+ * from 512 voxels (amx_dw_depth). No direct walk on vdpbf16ps exists for it. */
+static nn_algo_job dw_job(float *dw, const dw_args *x) {
+    const int cin = x->ca + x->cb;
+    const int wino = wino_small_applies(x->N, x->D, x->H, x->W, cin, x->cout, x->prec, x->sh) ||
+                     wino_applies(x->D, x->H, x->W, cin, x->cout, x->prec, x->sh);
+    unsigned el = 1u << NN_ALGO_DIRECT;
+    if (wino)
+        el |= 1u << NN_ALGO_WINOGRAD;
+    if (use_pairs(x->prec) && wino_applies(x->D, x->H, x->W, cin, x->cout, x->prec, x->sh))
+        el |= 1u << NN_ALGO_WINOGRAD_BF16;
+    if (amx_dw_depth(x->N, x->D, x->H, x->W, cin, x->cout, x->prec, x->sh))
+        el |= 1u << NN_ALGO_AMX;
+    nn_algo_job j = {.key = {.pass = NN_PASS_BWD_WEIGHT, .prec = x->prec, .N = x->N, .D = x->D,
+                             .H = x->H, .W = x->W, .ca = x->ca, .cb = x->cb, .cout = x->cout},
+                     .eligible = el,
+                     .run = dw_run,
+                     .ctx = (void *)x,
+                     .ndw = 27 * (size_t)cin * x->cout};
+    (void)dw;
+    j.rule = nn_algo_rule(&j);
+    return j;
+}
+
 void nn_conv3d_backward_p(float *din, float *dinB, float *dw, const float *dout,
                           const float *inA, int ca, const float *inB, int cb, const float *w,
                           int cout, int N, int D, int H, int W, nn_prec prec, const nn_shard *sh,
                           float *ws) {
     const int cin = ca + cb;
-    /* Weight gradient: padded (halo'd) input x output gradient, reduced over voxels. In bf16
-     * too on Winograd where it applies: the operands are bf16 values, and the transforms' fp32
-     * error (~1e-5 of the sum, tested) is far below the one bf16 rounding of the result, so
-     * the result is the bf16 weight copy's gradient as a direct sum gives it, to the same one
-     * ulp that the order of fp32 additions already moves. */
-    const int amx_zc = dw ? amx_dw_depth(N, D, H, W, cin, cout, prec, sh) : 0;
-    if (amx_zc) {
-        amx_dw(dw, inA, ca, inB, cb, dout, cout, N, D, H, W, amx_zc, ws);
-    } else if (dw && wino_small_applies(N, D, H, W, cin, cout, NN_FP32, sh)) {
-        wino_small_dw(dw, inA, ca, inB, cb, dout, cout, N, D, H, W, prec, ws);
-    } else if (dw && wino_applies(D, H, W, cin, cout, NN_FP32, sh)) {
-        /* dU of one column group at a time where it is over wino_umax() (else one group),
-         * each group's pass over the input on its own */
-        const int Zc = slab_depth(D, H, W, cin, sh) & ~1, nr = nn_gemm_nr(cout);
-        const int gc = wino_group_cols(cin, cout, nr);
-        float *P = ws, *dU = ws + ((slab_floats(D, H, W, cin, sh) + 15) & ~(size_t)15);
-        const size_t nu_max = WINO_NXI * (size_t)cin * nblocks(gc, nr) * nr;
-        float *VM = dU + ((nu_max + 15) & ~(size_t)15);
-        for (int c0 = 0; c0 < cout; c0 += gc) {
-            const int cg = cout - c0 < gc ? cout - c0 : gc;
-            const size_t nu = WINO_NXI * (size_t)cin * nblocks(cg, nr) * nr;
-#pragma omp parallel for schedule(static) num_threads(nn_threads())
-            for (size_t i = 0; i < nu; i++)
-                dU[i] = 0.0f;
-            for (int n = 0; n < N; n++)
-                for (int z0 = 0; z0 < D; z0 += Zc) {
-                    const int z1 = z0 + Zc < D ? z0 + Zc : D;
-                    pad_slab(P, prec == NN_BF16 ? PAD_F32R : PAD_F32, inA, ca, ca, inB, cb, n, z0,
-                             z1, D, H, W);
-                    wino_dw_slab(dU, P, cin, dout + (((size_t)n * D + z0) * H * W) * cout + c0,
-                                 cout, cg, nr, z1 - z0, H, W, VM);
-                }
-            wino_dw_finish(dw + (size_t)c0 * cin * 27, dU, cin, cg, nr, prec);
-        }
-    } else if (dw) {
-        const int Zc = slab_depth(D, H, W, cin, sh);
-        float *P = ws, *Wp = ws + ((slab_floats(D, H, W, cin, sh) + 15) & ~(size_t)15);
-        for (int n = 0; n < N; n++)
-            for (int z0 = 0; z0 < D; z0 += Zc) {
-                const int z1 = z0 + Zc < D ? z0 + Zc : D;
-                pad_slab(P, prec == NN_BF16 ? PAD_F32R : PAD_F32, inA, ca, ca, inB, cb, n, z0, z1,
-                         D, H, W);
-                if (sh) {
-                    sh->halo_start(sh->ctx, P, 1, D, H, W, cin);
-                    sh->halo_finish(sh->ctx, P, 1, D, H, W, cin);
-                }
-                const tw_src r = {.A = P,
-                                  .G = dout + (((size_t)n * D + z0) * H * W) * cout,
-                                  .kind = 0,
-                                  .D = z1 - z0,
-                                  .H = H,
-                                  .W = W,
-                                  .cin = cin,
-                                  .cout = cout,
-                                  .ldg_vox = cout};
-                weight_grad(Wp, &r, (long)(z1 - z0) * H, 27, n > 0 || z0 > 0);
-            }
-        unpack_dw(dw, Wp, cin, cout, prec);
+    if (dw) {
+        const dw_args x = {.a = inA, .ca = ca, .b = inB, .cb = cb, .dy = dout, .cout = cout,
+                           .N = N, .D = D, .H = H, .W = W, .prec = prec, .sh = sh, .ws = ws};
+        const nn_algo_job j = dw_job(dw, &x);
+        int done;
+        dw_run(&j, nn_algo_pick(&j, &done), dw);
     }
     /* Input gradient: the padded (halo'd) output gradient convolved with the flipped,
      * transposed kernel (tap t of the packed weights pairs with the reversed tap 26 - t of the
      * padded gradient): columns ic stride 27, k = oc stride cin*27. The halo exchange of the
      * output gradient makes every boundary voxel sum exactly the unsharded kernel's terms. */
-    if (din && dinB && cb)
-        conv3d_pass(din, ca, dinB, cb, dout, cout, NULL, 0, w, 27, (long)cin * 27, 1, N, D, H, W,
-                    prec, sh, ws);
-    else if (din)
-        conv3d_pass(din, cin, NULL, 0, dout, cout, NULL, 0, w, 27, (long)cin * 27, 1, N, D, H, W,
-                    prec, sh, ws);
+    if (din) {
+        const int split = dinB && cb;
+        const conv_args x = {.out1 = din, .n1 = split ? ca : cin, .out2 = split ? dinB : NULL,
+                             .n2 = split ? cb : 0, .a = dout, .ca = cout, .w = w, .sc = 27,
+                             .sk = (long)cin * 27, .flip = 1, .N = N, .D = D, .H = H, .W = W,
+                             .prec = prec, .sh = sh, .ws = ws};
+        conv3d_pass(&x, NN_PASS_BWD_DATA);
+    }
+}
+
+int nn_conv3d_algo(int pass, int N, int D, int H, int W, int ca, int cb, int cout, int split,
+                   nn_prec prec) {
+    static float dummy[1]; /* the jobs only look at which outputs exist */
+    if (pass == NN_PASS_BWD_WEIGHT) {
+        const dw_args x = {.ca = ca, .cb = cb, .cout = cout, .N = N, .D = D, .H = H, .W = W,
+                           .prec = prec};
+        const nn_algo_job j = dw_job(dummy, &x);
+        return nn_algo_peek(&j);
+    }
+    conv_args x = {.out1 = dummy, .n1 = cout, .ca = ca, .cb = cb, .N = N, .D = D, .H = H, .W = W,
+                   .prec = prec};
+    if (pass == NN_PASS_BWD_DATA)
+        x = (conv_args){.out1 = dummy, .n1 = split ? ca : ca + cb, .out2 = split ? dummy : NULL,
+                        .n2 = split ? cb : 0, .ca = cout, .flip = 1, .N = N, .D = D, .H = H,
+                        .W = W, .prec = prec};
+    const nn_algo_job j = conv3d_job(&x, pass);
+    return nn_algo_peek(&j);
+}
+
+int nn_conv3d_winograd(int N, int D, int H, int W, int cin, int cout, nn_prec prec) {
+    const int a = nn_conv3d_algo(NN_PASS_FWD, N, D, H, W, cin, 0, cout, 0, prec);
+    return a == NN_ALGO_WINOGRAD || a == NN_ALGO_WINOGRAD_BF16;
 }
 
 void nn_conv3d_forward(float *out, const float *inA, int ca, const float *inB, int cb,
@@ -2002,6 +2245,10 @@ static int ct_amx(int cin, int cout, nn_prec prec) {
     return use_pairs(prec) && nn_isa_amx() && cin % 32 == 0 && cout % 32 == 0;
 }
 
+int nn_convt3d_algo(int cin, int cout, nn_prec prec) {
+    return ct_amx(cin, cout, prec) ? NN_ALGO_AMX : NN_ALGO_DIRECT;
+}
+
 /* Input planes per slab of the backward pass, and its voxel rows' pitch (a multiple of 32):
  * per input voxel, the transposed input and its row of ones (cin + 16), and the output gradient
  * twice (by tap, and as pairs: 16 cout), in bf16. */
@@ -2080,7 +2327,7 @@ static void ct_amx_backward(float *din, float *dw, float *db, const float *dout,
     const nn_tg g = {.T = 8, .K = cout, .aoff = aoff, .nr = nr};
     const int YR = ct_rows(H, W), ny = (H + YR - 1) / YR;
     if (din)
-        pack_b16(Bp, w, cin, cout, 8, (long)cout * 8, 8, 1, nr, nkb);
+        pack_b16(Bp, w, cin, cout, 8, (long)cout * 8, 8, 1, nr, nkb, 32);
     int first = 1;
     for (int n = 0; n < N; n++)
         for (int z0 = 0; z0 < D; z0 += Zc) {
@@ -2160,14 +2407,17 @@ static void ct_amx_backward(float *din, float *dw, float *db, const float *dout,
 void nn_convt3d_forward_p(float *out, const float *in, const float *w, const float *b, int cin,
                           int cout, int N, int D, int H, int W, nn_prec prec, float *ws) {
     const int nr = nn_gemm_nr(cout), nb = nblocks(cout, nr), amx = ct_amx(cin, cout, prec);
-    const size_t V = (size_t)N * D * H * W, es = amx ? sizeof(uint16_t) : sizeof(float);
+    /* bf16 without AMX but with vdpbf16ps: the same bf16 copy and pairs on the pair kernels
+     * (twice fp32's products per instruction where they issue at the FMA's rate) */
+    const int pairs = amx || (use_pairs(prec) && !nn_isa_amx() && cin % 2 == 0);
+    const size_t V = (size_t)N * D * H * W, es = pairs ? sizeof(uint16_t) : sizeof(float);
     /* Each tap t is its own 1-tap GEMM writing every other voxel: w[ic][oc][t] packed with
      * T = 8 (column oc stride 8, k = ic stride cout*8), so tap t's panel of column block ob is
      * at (ob*8 + t)*cin*nr. On AMX the input is a bf16 copy and the weights bf16 pairs. */
     const void *A;
     void *Bp;
     float *bias;
-    if (amx) {
+    if (pairs) {
         uint16_t *A16 = (uint16_t *)ws;
         const long chunk = 1L << 14, nA = (long)(V * cin);
 #pragma omp parallel for schedule(static)
@@ -2176,7 +2426,7 @@ void nn_convt3d_forward_p(float *out, const float *in, const float *w, const flo
                          nA - i * chunk < chunk ? nA - i * chunk : chunk);
         A = A16;
         Bp = A16 + ((V * cin + 31) & ~(size_t)31);
-        pack_b16(Bp, w, cout, cin, 8, 8, (long)cout * 8, 1, nr, 1);
+        pack_b16(Bp, w, cout, cin, 8, 8, (long)cout * 8, 1, nr, 1, amx ? 32 : 2);
         bias = (float *)((uint16_t *)Bp + 8 * (size_t)nb * nr * cin);
     } else {
         float *rest;
@@ -2216,7 +2466,7 @@ void nn_convt3d_forward_p(float *out, const float *in, const float *w, const flo
                     .c_row = 4L * W * cout,
                     .c_col = 2L * cout,
                     .Wr = W,
-                    .pairs = amx,
+                    .pairs = pairs,
                     .amx = amx,
                     .a_end = amx ? (const char *)A + V * cin * es : NULL,
                 };

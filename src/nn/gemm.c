@@ -429,6 +429,71 @@ void nn_wino_grad_output(float *Mo, long ldm, const float *dy, long plane, long 
     K()->wino_gout(Mo, ldm, dy, plane, row, ldy, ncol, ncp);
 }
 
+void nn_wino16_input(uint16_t *V, long ldv, const float *P, long plane, long row, long vox,
+                     int C) {
+    K()->wino_in16(V, ldv, P, plane, row, vox, C);
+}
+
+void nn_wino16_output(float *out, long oplane, long orow, long ovox, int ncol, const float *M,
+                      long ldm) {
+    K()->wino_out16(out, oplane, orow, ovox, ncol, M, ldm);
+}
+
+void nn_wino16_weights(float *u, long su, const float *w, long sc, int flip, int nc) {
+    K()->wino_w16(u, su, w, sc, flip, nc);
+}
+
+void nn_wino16_weights_grad(float *d, const float *u, long su) {
+    K()->wino_wgt16(d, u, su);
+}
+
+void nn_wino16_input_pair(uint32_t *V, long ldv, const float *P, long plane, long row, long vox,
+                          int C, int odd) {
+    K()->wino_in16p(V, ldv, P, plane, row, vox, C, odd);
+}
+
+void nn_wino16_grad_output(uint32_t *Mo, long ldm, const float *dy, long plane, long row,
+                           long ldy, int ncol, int ncp, int odd) {
+    K()->wino_gout16p(Mo, ldm, dy, plane, row, ldy, ncol, ncp, odd);
+}
+
+/* nn_tw_tile_bf16: the vdpbf16ps tiles, or plain C with the pair's products added in turn
+ * (SCAFFOLD_BF16DP=emulate) */
+void nn_tw_tile_bf16(int X, const uint16_t *A, long lda, const uint16_t *G, long ldg, int mk,
+                     int nr, float *Wt, long ldw) {
+    const nn_kern *k = K();
+#if defined(__x86_64__)
+    if (cur_bf16dp == 1) {
+        nn_twb_avx512bf16[nr / k->vw - 1][mk - 1](X, A, lda, G, ldg, Wt, ldw);
+        return;
+    }
+#endif
+    (void)k;
+    for (int m = 0; m < mk; m++)
+        for (int j = 0; j < nr; j++) {
+            float s = Wt[m * ldw + j];
+            for (int x = 0; x < X; x++)
+                for (int h = 0; h < 2; h++)
+                    s += bf16_to_f32(A[((size_t)x * lda + m) * 2 + h]) *
+                         bf16_to_f32(G[((size_t)x * ldg + j) * 2 + h]);
+            Wt[m * ldw + j] = s;
+        }
+}
+
+void nn_wino16_pack_pairs(uint32_t *dst, const float *s0, const float *s1, int n) {
+    K()->pack_pairs(dst, s0, s1, n);
+}
+
+nn_tgb_fn nn_tgb_kernel(int nr, int m) {
+    const nn_kern *k = K();
+#if defined(__x86_64__)
+    if (cur_bf16dp == 1)
+        return nn_tgb_avx512bf16[nr / k->vw - 1][m - 1];
+#endif
+    (void)k, (void)nr, (void)m;
+    return NULL;
+}
+
 void nn_adam_span(float *p, float *m, float *v, const float *g, long n, const nn_adam_coef *c) {
     K()->adam(p, m, v, g, n, c);
 }

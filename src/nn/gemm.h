@@ -90,6 +90,36 @@ void nn_wino_weights_grad(float *d, const float *u, long su);
 void nn_wino_grad_output(float *Mo, long ldm, const float *dy, long plane, long row, long ldy,
                          int ncol, int ncp);
 
+/* winograd-bf16's transforms (kern_wino16.h): the tiles of nn_wino_* with F(4,3) on the points
+ * 0, +-3/2, +-2/3 (a smaller error once the transformed operands are rounded to bf16).
+ * nn_wino16_input writes V rounded to bf16; nn_wino16_weights, nn_wino16_weights_grad and
+ * nn_wino16_output are fp32 as their nn_wino_* counterparts. The weight gradient's operands go
+ * in tile pairs (the reduction over tiles is vdpbf16ps's pair): nn_wino16_input_pair and
+ * nn_wino16_grad_output write one tile's values as the low (even tile) or high (odd) halves of
+ * 32-bit words V[xi*ldv + k], Mo[xi*ldm + j]; the even tile writes whole words (zero high
+ * halves) and must come first. Mo: j < ncp (a multiple of the vector width), zero past ncol. */
+void nn_wino16_input(uint16_t *V, long ldv, const float *P, long plane, long row, long vox,
+                     int C);
+void nn_wino16_output(float *out, long oplane, long orow, long ovox, int ncol, const float *M,
+                      long ldm);
+void nn_wino16_weights(float *u, long su, const float *w, long sc, int flip, int nc);
+void nn_wino16_weights_grad(float *d, const float *u, long su);
+void nn_wino16_input_pair(uint32_t *V, long ldv, const float *P, long plane, long row, long vox,
+                          int C, int odd);
+void nn_wino16_grad_output(uint32_t *Mo, long ldm, const float *dy, long plane, long row,
+                           long ldy, int ncol, int ncp, int odd);
+
+/* dst[j] = bf16(s0[j]) | bf16(s1[j]) << 16 for j < n, a multiple of nn_gemm_vw() (s1 NULL: zero
+ * high halves): two k rows of fp32 transformed weights as the pairs vdpbf16ps takes. */
+void nn_wino16_pack_pairs(uint32_t *dst, const float *s0, const float *s1, int n);
+
+/* The weight-gradient tile on bf16 pairs (vdpbf16ps; emulated under SCAFFOLD_BF16DP=emulate):
+ *   Wt[k*ldw + j] += sum_x sum_h A[(x*lda + k)*2 + h] * G[(x*ldg + j)*2 + h]
+ * over X pairs of rows, k < mk (<= nn_tw_mr(nr)), j < nr (whole block; G zero past the valid
+ * columns). lda, ldg: words (pairs) between pair rows. */
+void nn_tw_tile_bf16(int X, const uint16_t *A, long lda, const uint16_t *G, long ldg, int mk,
+                     int nr, float *Wt, long ldw);
+
 /* The Adam update of n parameters p with moments m and v from gradients g (optim.c holds the
  * algorithm; this is its vector loop): m = b1*m + (1-b1)*g, v = b2*v + (1-b2)*g^2,
  * p -= step_size*m / (sqrt(v)/bc2s + eps). */
@@ -153,6 +183,12 @@ void nn_bf16_pack_pairs(uint16_t *dst, const float *src, long sj, long sk, int t
  * products accumulate in fp32 (vdpbf16ps). */
 void nn_tg_block_bf16(const nn_tg *g, int m, const uint16_t *const *a, const uint16_t *Bp,
                       float *const *c, const float *bias, int nvalid, int mode);
+
+/* The pair kernel nn_tg_block_bf16 runs for m positions at width nr, for callers that run
+ * many blocks (as nn_tg_kernel); NULL under SCAFFOLD_BF16DP=emulate (call nn_tg_block_bf16). */
+typedef void (*nn_tgb_fn)(const nn_tg *g, const uint16_t *const *a, const uint16_t *Bp,
+                          float *const *c, const float *bias, int nvalid, int mode);
+nn_tgb_fn nn_tgb_kernel(int nr, int m);
 
 /* AMX (nn_isa_amx() only): 32 positions whose A rows are a + r*sa (uint16 elements, r < 32),
  * the taps g->aoff, g->K a multiple of 32, Bp in the pair layout [t][K/2][g->nr][2]:

@@ -14,9 +14,6 @@
  * plus one). */
 typedef void (*nn_tw_fn)(int nrows, const float *const *arows, const float *const *grows, int X,
                          long lda, long ldg, float *Wt, long ldw);
-/* bf16 pair kernel (AVX512_BF16 only): as nn_tg_fn on bf16 data, see gemm.h. */
-typedef void (*nn_tgb_fn)(const nn_tg *g, const uint16_t *const *a, const uint16_t *Bp,
-                          float *const *c, const float *bias, int nvalid, int mode);
 
 #define NN_KERN_MAXNV 4
 
@@ -39,14 +36,30 @@ typedef struct nn_kern {
     void (*wino_wgt)(float *d, const float *u, long su);
     void (*wino_gout)(float *Mo, long ldm, const float *dy, long plane, long row, long ldy,
                       int ncol, int ncp);
+    /* winograd-bf16's transforms (kern_wino16.h; gemm.h nn_wino16_*) */
+    void (*wino_in16)(uint16_t *V, long ldv, const float *P, long plane, long row, long vox,
+                      int C);
+    void (*wino_out16)(float *out, long oplane, long orow, long ovox, int ncol, const float *M,
+                       long ldm);
+    void (*wino_w16)(float *u, long su, const float *w, long sc, int flip, int nc);
+    void (*wino_wgt16)(float *d, const float *u, long su);
+    void (*wino_in16p)(uint32_t *V, long ldv, const float *P, long plane, long row, long vox,
+                       int C, int odd);
+    void (*wino_gout16p)(uint32_t *Mo, long ldm, const float *dy, long plane, long row, long ldy,
+                         int ncol, int ncp, int odd);
+    void (*pack_pairs)(uint32_t *dst, const float *s0, const float *s1, int n);
     void (*adam)(float *p, float *m, float *v, const float *g, long n, const nn_adam_coef *c);
 } nn_kern;
 
 extern const nn_kern nn_kern_portable;
 #if defined(__x86_64__)
 extern const nn_kern nn_kern_avx2, nn_kern_avx512;
-/* The AVX512_BF16 pair kernels, [NV-1][m-1] for the nn_kern_avx512 block shapes. */
+/* The AVX512_BF16 pair kernels, [NV-1][m-1] for the nn_kern_avx512 block shapes: the tap GEMM
+ * (nn_tg_block_bf16) and the weight-gradient tile (nn_tw_tile_bf16, [NV-1][mk-1]). */
+typedef void (*nn_twb_fn)(int X, const uint16_t *A, long lda, const uint16_t *G, long ldg,
+                          float *Wt, long ldw);
 extern const nn_tgb_fn *const nn_tgb_avx512bf16[NN_KERN_MAXNV];
+extern const nn_twb_fn *const nn_twb_avx512bf16[NN_KERN_MAXNV];
 /* nn_bf16_pack (gemm.h) with vcvtneps2bf16. */
 void nn_kb_pack(uint16_t *dst, const float *src, long n);
 /* nn_bf16_pack_pairs (gemm.h) with gathers and vcvtne2ps2bf16. */

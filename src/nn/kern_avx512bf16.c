@@ -96,6 +96,54 @@ static const nn_tgb_fn kb_t1[] = {KB_SEQ_16(KB_E, 1)}, kb_t2[] = {KB_SEQ_14(KB_E
                        kb_t3[] = {KB_SEQ_8(KB_E, 3)}, kb_t4[] = {KB_SEQ_6(KB_E, 4)};
 const nn_tgb_fn *const nn_tgb_avx512bf16[NN_KERN_MAXNV] = {kb_t1, kb_t2, kb_t3, kb_t4};
 
+/* The weight-gradient tile on pairs (gemm.h nn_tw_tile_bf16): MR rows of k, NV vectors of
+ * columns, the reduction over pairs of rows in vdpbf16ps's pairs. */
+static inline __attribute__((always_inline)) void
+kb_tw(int X, const uint16_t *restrict A, long lda, const uint16_t *restrict G, long ldg,
+      float *restrict Wt, long ldw, const int MR, const int NV) {
+    __m512 acc[KB_MRMAX][NN_KERN_MAXNV];
+#pragma GCC unroll 16
+    for (int m = 0; m < MR; m++)
+#pragma GCC unroll 4
+        for (int j = 0; j < NV; j++)
+            acc[m][j] = _mm512_loadu_ps(Wt + m * ldw + 16 * j);
+    for (int x = 0; x < X; x++) {
+        __m512bh bv[NN_KERN_MAXNV];
+#pragma GCC unroll 4
+        for (int j = 0; j < NV; j++)
+            bv[j] = (__m512bh)_mm512_loadu_si512(G + ((size_t)x * ldg + 16 * j) * 2);
+        const uint16_t *a = A + (size_t)x * lda * 2;
+#pragma GCC unroll 16
+        for (int m = 0; m < MR; m++) {
+            uint32_t pair;
+            memcpy(&pair, a + 2 * m, sizeof pair);
+            const __m512bh av = (__m512bh)_mm512_set1_epi32((int)pair);
+#pragma GCC unroll 4
+            for (int j = 0; j < NV; j++)
+                acc[m][j] = _mm512_dpbf16_ps(acc[m][j], av, bv[j]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int m = 0; m < MR; m++)
+#pragma GCC unroll 4
+        for (int j = 0; j < NV; j++)
+            _mm512_storeu_ps(Wt + m * ldw + 16 * j, acc[m][j]);
+}
+
+#define KW_INST(MR, NV)                                                                           \
+    static void kb_tw_##MR##_##NV(int X, const uint16_t *A, long lda, const uint16_t *G,          \
+                                  long ldg, float *Wt, long ldw) {                                 \
+        kb_tw(X, A, lda, G, ldg, Wt, ldw, MR, NV);                                                 \
+    }
+#define KW_E(MR, NV) kb_tw_##MR##_##NV,
+KB_SEQ_16(KW_INST, 1)
+KB_SEQ_14(KW_INST, 2)
+KB_SEQ_8(KW_INST, 3)
+KB_SEQ_6(KW_INST, 4)
+static const nn_twb_fn kw_t1[] = {KB_SEQ_16(KW_E, 1)}, kw_t2[] = {KB_SEQ_14(KW_E, 2)},
+                       kw_t3[] = {KB_SEQ_8(KW_E, 3)}, kw_t4[] = {KB_SEQ_6(KW_E, 4)};
+const nn_twb_fn *const nn_twb_avx512bf16[NN_KERN_MAXNV] = {kw_t1, kw_t2, kw_t3, kw_t4};
+
 void nn_kb_pack(uint16_t *dst, const float *src, long n) {
     long i = 0;
     for (; i + 16 <= n; i += 16)

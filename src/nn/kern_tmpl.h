@@ -170,6 +170,8 @@ kt_tw(int nrows, const float *const *arows, const float *const *grows, int X, lo
             KT_STORE(Wt + m * ldw + j * KT_VW, acc[m][j]);
 }
 
+#include "nn/kern_wino16.h"
+
 /* ---- Winograd F(4x4x2, 3x3x3) transforms (conv.c) -------------------------------------------
  * A tile is 2 outputs along z (F(2,3)) by 4 along y and x (F(4,3)); its input block is 4 x 6 x 6
  * points and its transform has 144 points xi = 36a + 6b + c (a along z, b along y, c along x).
@@ -200,21 +202,57 @@ static inline __attribute__((always_inline)) void kt_at4(kt_vf o[4], const kt_vf
     o[3] = d12 + 8.0f * d34 + m[5];
 }
 
-static inline __attribute__((always_inline)) void kt_wi_vec(float *V, long ldv, const float *P,
-                                                            long plane, long row, long C, int nk) {
+/* Where a transform writes its values (KT_ST_*): fp32, bf16, or one half of a tile pair's
+ * 32-bit words (kw_store_pair: the even or the odd tile). The point set (pts): 0 fp32 Winograd's
+ * (0, +-1, +-2), 1 winograd-bf16's (kern_wino16.h). Both are compile-time constants of each
+ * caller, so each instance is straight-line code of its own. */
+enum { KT_ST_F32 = 0, KT_ST_BF16 = 1, KT_ST_PAIR_EVEN = 2, KT_ST_PAIR_ODD = 3 };
+
+static inline __attribute__((always_inline)) void kt_bt(kt_vf r[6], const kt_vf d[6],
+                                                        const int pts) {
+    if (pts)
+        kw_bt4(r, d);
+    else
+        kt_bt4(r, d);
+}
+
+static inline __attribute__((always_inline)) void kt_at(kt_vf o[4], const kt_vf m[6],
+                                                        const int pts) {
+    if (pts)
+        kw_at4(o, m);
+    else
+        kt_at4(o, m);
+}
+
+static inline __attribute__((always_inline)) void kt_put(void *V, long at, kt_vf v, int n,
+                                                         const int st) {
+    if (st == KT_ST_F32)
+        kt_store_n((float *)V + at, v, n);
+    else if (st == KT_ST_BF16)
+        kw_store16((uint16_t *)V + at, v, n);
+    else
+        kw_store_pair((uint32_t *)V + at, v, n, st == KT_ST_PAIR_ODD);
+}
+
+/* The input transform of one vector of channels (nk of them) of the tile at P into V + k0
+ * (elements of the store's kind). */
+static inline __attribute__((always_inline)) void kt_wi_vec(void *V, long k0, long ldv,
+                                                            const float *P, long plane, long row,
+                                                            long C, int nk, const int pts,
+                                                            const int st) {
     kt_vf t[4][6][6];
     for (int a = 0; a < 4; a++) {
         for (int b = 0; b < 6; b++) {
             kt_vf d[6];
             for (int c = 0; c < 6; c++)
                 d[c] = kt_load_n(P + a * plane + b * row + c * C, nk);
-            kt_bt4(t[a][b], d);
+            kt_bt(t[a][b], d, pts);
         }
         for (int c = 0; c < 6; c++) {
             kt_vf d[6], r[6];
             for (int b = 0; b < 6; b++)
                 d[b] = t[a][b][c];
-            kt_bt4(r, d);
+            kt_bt(r, d, pts);
             for (int b = 0; b < 6; b++)
                 t[a][b][c] = r[b];
         }
@@ -224,22 +262,28 @@ static inline __attribute__((always_inline)) void kt_wi_vec(float *V, long ldv, 
             const kt_vf r[4] = {t[0][b][c] - t[2][b][c], t[1][b][c] + t[2][b][c],
                                 t[2][b][c] - t[1][b][c], t[1][b][c] - t[3][b][c]};
             for (int a = 0; a < 4; a++)
-                kt_store_n(V + (a * 36 + b * 6 + c) * ldv, r[a], nk);
+                kt_put(V, (a * 36 + b * 6 + c) * ldv + k0, r[a], nk, st);
         }
+}
+
+static inline __attribute__((always_inline)) void
+kt_wino_in_st(void *V, long ldv, const float *P, long plane, long row, long vox, int C,
+              const int pts, const int st) {
+    int k0 = 0;
+    for (; k0 + KT_VW <= C; k0 += KT_VW)
+        kt_wi_vec(V, k0, ldv, P + k0, plane, row, vox, KT_VW, pts, st);
+    if (k0 < C)
+        kt_wi_vec(V, k0, ldv, P + k0, plane, row, vox, C - k0, pts, st);
 }
 
 static void kt_wino_in(float *V, long ldv, const float *P, long plane, long row, long vox,
                        int C) {
-    int k0 = 0;
-    for (; k0 + KT_VW <= C; k0 += KT_VW)
-        kt_wi_vec(V + k0, ldv, P + k0, plane, row, vox, KT_VW);
-    if (k0 < C)
-        kt_wi_vec(V + k0, ldv, P + k0, plane, row, vox, C - k0);
+    kt_wino_in_st(V, ldv, P, plane, row, vox, C, 0, KT_ST_F32);
 }
 
 static inline __attribute__((always_inline)) void kt_wo_vec(float *out, long oplane, long orow,
                                                             long ncol, const float *M, long ldm,
-                                                            int nc) {
+                                                            int nc, const int pts) {
     kt_vf f[4][4][4];
     for (int a = 0; a < 4; a++) {
         kt_vf e[6][4];
@@ -247,13 +291,13 @@ static inline __attribute__((always_inline)) void kt_wo_vec(float *out, long opl
             kt_vf m[6];
             for (int c = 0; c < 6; c++)
                 m[c] = KT_LOAD(M + (a * 36 + b * 6 + c) * ldm);
-            kt_at4(e[b], m);
+            kt_at(e[b], m, pts);
         }
         for (int c = 0; c < 4; c++) {
             kt_vf m[6], o[4];
             for (int b = 0; b < 6; b++)
                 m[b] = e[b][c];
-            kt_at4(o, m);
+            kt_at(o, m, pts);
             for (int b = 0; b < 4; b++)
                 f[a][b][c] = o[b];
         }
@@ -269,13 +313,20 @@ static inline __attribute__((always_inline)) void kt_wo_vec(float *out, long opl
 
 /* M's rows are padded to whole column blocks (multiples of the vector width): the last vector
  * may be read whole. */
-static void kt_wino_out(float *out, long oplane, long orow, long ovox, int ncol, const float *M,
-                        long ldm) {
+static inline __attribute__((always_inline)) void kt_wino_out_p(float *out, long oplane, long orow,
+                                                                long ovox, int ncol,
+                                                                const float *M, long ldm,
+                                                                const int pts) {
     int c0 = 0;
     for (; c0 + KT_VW <= ncol; c0 += KT_VW)
-        kt_wo_vec(out + c0, oplane, orow, ovox, M + c0, ldm, KT_VW);
+        kt_wo_vec(out + c0, oplane, orow, ovox, M + c0, ldm, KT_VW, pts);
     if (c0 < ncol)
-        kt_wo_vec(out + c0, oplane, orow, ovox, M + c0, ldm, ncol - c0);
+        kt_wo_vec(out + c0, oplane, orow, ovox, M + c0, ldm, ncol - c0, pts);
+}
+
+static void kt_wino_out(float *out, long oplane, long orow, long ovox, int ncol, const float *M,
+                        long ldm) {
+    kt_wino_out_p(out, oplane, orow, ovox, ncol, M, ldm, 0);
 }
 
 /* The adjoint of kt_at4: dm = A dy, dm0 = y0, dm1..4 = y0 + (±1)y1 + y2 + (±1)y3 and
@@ -295,8 +346,9 @@ static inline __attribute__((always_inline)) void kt_a4(kt_vf r[6], const kt_vf 
  * adjoint of F(2,3)'s output transform: dM0 = y0, dM1 = y0 + y1, dM2 = y0 - y1, dM3 = -y1) of
  * the 2x4x4 block at dy (point (a, b, c) at dy + a*plane + b*row + c*ldy), columns [0, ncp):
  * zero past ncol. */
-static void kt_wino_gout(float *Mo, long ldm, const float *dy, long plane, long row, long ldy,
-                         int ncol, int ncp) {
+static inline __attribute__((always_inline)) void
+kt_wino_gout_st(void *Mo, long ldm, const float *dy, long plane, long row, long ldy, int ncol,
+                int ncp, const int pts, const int st) {
     for (int c0 = 0; c0 < ncp; c0 += KT_VW) {
         const int nc = ncol - c0 >= KT_VW ? KT_VW : ncol > c0 ? ncol - c0 : 0;
         kt_vf h[2][6][6];
@@ -306,26 +358,36 @@ static void kt_wino_gout(float *Mo, long ldm, const float *dy, long plane, long 
                 kt_vf y[4];
                 for (int c = 0; c < 4; c++)
                     y[c] = kt_load_n(dy + a * plane + b * row + c * ldy + c0, nc);
-                kt_a4(g[b], y);
+                if (pts)
+                    kw_a4(g[b], y);
+                else
+                    kt_a4(g[b], y);
             }
             for (int c = 0; c < 6; c++) {
                 kt_vf y[4], r[6];
                 for (int b = 0; b < 4; b++)
                     y[b] = g[b][c];
-                kt_a4(r, y);
+                if (pts)
+                    kw_a4(r, y);
+                else
+                    kt_a4(r, y);
                 for (int b = 0; b < 6; b++)
                     h[a][b][c] = r[b];
             }
         }
         for (int b = 0; b < 6; b++)
             for (int c = 0; c < 6; c++) {
-                float *o = Mo + (b * 6 + c) * ldm + c0;
-                KT_STORE(o, h[0][b][c]);
-                KT_STORE(o + 36 * ldm, h[0][b][c] + h[1][b][c]);
-                KT_STORE(o + 72 * ldm, h[0][b][c] - h[1][b][c]);
-                KT_STORE(o + 108 * ldm, -h[1][b][c]);
+                const kt_vf r[4] = {h[0][b][c], h[0][b][c] + h[1][b][c], h[0][b][c] - h[1][b][c],
+                                    -h[1][b][c]};
+                for (int a = 0; a < 4; a++)
+                    kt_put(Mo, (a * 36 + b * 6 + c) * ldm + c0, r[a], KT_VW, st);
             }
     }
+}
+
+static void kt_wino_gout(float *Mo, long ldm, const float *dy, long plane, long row, long ldy,
+                         int ncol, int ncp) {
+    kt_wino_gout_st(Mo, ldm, dy, plane, row, ldy, ncol, ncp, 0, KT_ST_F32);
 }
 
 /* ---- Winograd weight transforms (conv.c) ---------------------------------------------------
@@ -345,7 +407,9 @@ static inline __attribute__((always_inline)) void kt_g6(kt_vf r[6], kt_vf g0, kt
 
 /* Column v (< nc; zeros past it) of the kernels at w + v * sc, tap t = 9z + 3y + x at [t] (or
  * [26 - t] when flip) -> u[xi * su + v] (xi = 36a + 6b + c), whole vectors. */
-static void kt_wino_w(float *u, long su, const float *w, long sc, int flip, int nc) {
+static inline __attribute__((always_inline)) void kt_wino_w_p(float *u, long su, const float *w,
+                                                              long sc, int flip, int nc,
+                                                              const int pts) {
     float g[27 * KT_VW];
     /* column by column: each reads its 27 taps in one run */
     if (nc == KT_VW && !flip)
@@ -360,12 +424,18 @@ static void kt_wino_w(float *u, long su, const float *w, long sc, int flip, int 
     for (int z = 0; z < 3; z++)
         for (int y = 0; y < 3; y++) {
             const float *p = g + (z * 9 + y * 3) * KT_VW;
-            kt_g6(a[z][y], KT_LOAD(p), KT_LOAD(p + KT_VW), KT_LOAD(p + 2 * KT_VW));
+            if (pts)
+                kw_g6(a[z][y], KT_LOAD(p), KT_LOAD(p + KT_VW), KT_LOAD(p + 2 * KT_VW));
+            else
+                kt_g6(a[z][y], KT_LOAD(p), KT_LOAD(p + KT_VW), KT_LOAD(p + 2 * KT_VW));
         }
     for (int c = 0; c < 6; c++) {
         kt_vf b[3][6]; /* [z][y point] */
         for (int z = 0; z < 3; z++)
-            kt_g6(b[z], a[z][0][c], a[z][1][c], a[z][2][c]);
+            if (pts)
+                kw_g6(b[z], a[z][0][c], a[z][1][c], a[z][2][c]);
+            else
+                kt_g6(b[z], a[z][0][c], a[z][1][c], a[z][2][c]);
         for (int bb = 0; bb < 6; bb++) {
             const kt_vf g0 = b[0][bb], g1 = b[1][bb], g2 = b[2][bb];
             const kt_vf r[4] = {g0, 0.5f * (g0 + g1 + g2), 0.5f * (g0 - g1 + g2), g2};
@@ -373,6 +443,10 @@ static void kt_wino_w(float *u, long su, const float *w, long sc, int flip, int 
                 KT_STORE(u + (aa * 36 + bb * 6 + c) * su, r[aa]);
         }
     }
+}
+
+static void kt_wino_w(float *u, long su, const float *w, long sc, int flip, int nc) {
+    kt_wino_w_p(u, su, w, sc, flip, nc, 0);
 }
 
 /* G^T of kt_g6 (6 points -> 3 values). */
@@ -385,14 +459,18 @@ static inline __attribute__((always_inline)) void kt_gt6(kt_vf w[3], const kt_vf
 
 /* The weight gradient's G^T dU G: u[xi * su + v] (whole vectors readable) -> d[t * KT_VW + v]
  * for the 27 taps. */
-static void kt_wino_wgt(float *d, const float *u, long su) {
+static inline __attribute__((always_inline)) void kt_wino_wgt_p(float *d, const float *u, long su,
+                                                                const int pts) {
     kt_vf a[4][6][3]; /* [z point][y point][x] */
     for (int aa = 0; aa < 4; aa++)
         for (int bb = 0; bb < 6; bb++) {
             kt_vf m[6];
             for (int c = 0; c < 6; c++)
                 m[c] = KT_LOAD(u + (aa * 36 + bb * 6 + c) * su);
-            kt_gt6(a[aa][bb], m);
+            if (pts)
+                kw_gt6(a[aa][bb], m);
+            else
+                kt_gt6(a[aa][bb], m);
         }
     for (int x = 0; x < 3; x++) {
         kt_vf b[4][3]; /* [z point][y] */
@@ -400,7 +478,10 @@ static void kt_wino_wgt(float *d, const float *u, long su) {
             kt_vf m[6];
             for (int bb = 0; bb < 6; bb++)
                 m[bb] = a[aa][bb][x];
-            kt_gt6(b[aa], m);
+            if (pts)
+                kw_gt6(b[aa], m);
+            else
+                kt_gt6(b[aa], m);
         }
         for (int y = 0; y < 3; y++) {
             const kt_vf u0 = b[0][y], u1 = b[1][y], u2 = b[2][y], u3 = b[3][y];
@@ -410,6 +491,45 @@ static void kt_wino_wgt(float *d, const float *u, long su) {
             KT_STORE(d + (2 * 9 + y * 3 + x) * KT_VW, 0.5f * s12 + u3);
         }
     }
+}
+
+static void kt_wino_wgt(float *d, const float *u, long su) {
+    kt_wino_wgt_p(d, u, su, 0);
+}
+
+/* winograd-bf16's instances (gemm.h nn_wino16_*) */
+static void kw_wino_in16(uint16_t *V, long ldv, const float *P, long plane, long row, long vox,
+                         int C) {
+    kt_wino_in_st(V, ldv, P, plane, row, vox, C, 1, KT_ST_BF16);
+}
+
+static void kw_wino_in16p(uint32_t *V, long ldv, const float *P, long plane, long row, long vox,
+                          int C, int odd) {
+    if (odd)
+        kt_wino_in_st(V, ldv, P, plane, row, vox, C, 1, KT_ST_PAIR_ODD);
+    else
+        kt_wino_in_st(V, ldv, P, plane, row, vox, C, 1, KT_ST_PAIR_EVEN);
+}
+
+static void kw_wino_out16(float *out, long oplane, long orow, long ovox, int ncol, const float *M,
+                          long ldm) {
+    kt_wino_out_p(out, oplane, orow, ovox, ncol, M, ldm, 1);
+}
+
+static void kw_wino_gout16p(uint32_t *Mo, long ldm, const float *dy, long plane, long row,
+                            long ldy, int ncol, int ncp, int odd) {
+    if (odd)
+        kt_wino_gout_st(Mo, ldm, dy, plane, row, ldy, ncol, ncp, 1, KT_ST_PAIR_ODD);
+    else
+        kt_wino_gout_st(Mo, ldm, dy, plane, row, ldy, ncol, ncp, 1, KT_ST_PAIR_EVEN);
+}
+
+static void kw_wino_w16(float *u, long su, const float *w, long sc, int flip, int nc) {
+    kt_wino_w_p(u, su, w, sc, flip, nc, 1);
+}
+
+static void kw_wino_wgt16(float *d, const float *u, long su) {
+    kt_wino_wgt_p(d, u, su, 1);
 }
 
 /* ---- Adam ---------------------------------------------------------------------------------- */
@@ -512,5 +632,12 @@ const nn_kern KT_SYM = {
     .wino_w = kt_wino_w,
     .wino_wgt = kt_wino_wgt,
     .wino_gout = kt_wino_gout,
+    .wino_in16 = kw_wino_in16,
+    .wino_out16 = kw_wino_out16,
+    .wino_w16 = kw_wino_w16,
+    .wino_wgt16 = kw_wino_wgt16,
+    .wino_in16p = kw_wino_in16p,
+    .wino_gout16p = kw_wino_gout16p,
+    .pack_pairs = kw_pack_pairs,
     .adam = kt_adam,
 };

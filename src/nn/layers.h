@@ -133,6 +133,9 @@ void nn_convt3d_forward_p(float *out, const float *in, const float *w, const flo
 void nn_convt3d_backward_p(float *din, float *dw, float *db, const float *dout, long ldo,
                            const float *in, const float *w, int cin, int cout, int N, int D,
                            int H, int W, nn_prec prec, float *ws);
+/* The algorithm (algo.h nn_algo) the ConvTranspose3d passes run: AMX tiles for bf16 on an AMX
+ * CPU with channels multiples of 32, else the direct fp32 kernels (on bf16 operands in bf16). */
+int nn_convt3d_algo(int cin, int cout, nn_prec prec);
 size_t nn_convt3d_ws_floats(int N, int D, int H, int W, int cin, int cout);
 void nn_convt3d_forward(float *out, const float *in, const float *w, const float *b, int cin,
                         int cout, int N, int D, int H, int W, float *ws);
@@ -238,11 +241,15 @@ void nn_to_channels_last(float *dst, const float *src, int N, int C, long S);
 void nn_to_channels_first(float *dst, const float *src, int N, int C, long S);
 
 /* ---- Naive references (tests and benchmarks): same contracts, plain loops, no workspace ---- */
-/* 1 when a Conv3d k3 of this shape (batch N) computes its forward and input-gradient passes
- * with Winograd F(4x4x2, 3x3x3) (fp32, unsharded, even depth, height and width multiples of 4,
- * 8+ channels, and either at least 4096 voxels and cin * cout <= 81920, or 16 to 32 tiles of
- * 2x4x4 voxels per group of samples; SCAFFOLD_NN_WINOGRAD=0 turns it off), 0 when directly.
- * Its weight gradient too. */
+/* The algorithm (algo.h nn_algo) pass (NN_PASS_FWD, NN_PASS_BWD_DATA, NN_PASS_BWD_WEIGHT) of
+ * a Conv3d k3 of this shape runs, as far as it is known without measuring: the choice made or
+ * forced, pinned or cached, else the rule (split: an input gradient written as ca | cb). */
+int nn_conv3d_algo(int pass, int N, int D, int H, int W, int ca, int cb, int cout, int split,
+                   nn_prec prec);
+/* 1 when the forward pass of this shape runs Winograd F(4x4x2, 3x3x3) (winograd or
+ * winograd-bf16 by nn_conv3d_algo): unsharded, even depth, height and width multiples of 4, 8+
+ * channels, and either at least 4096 voxels and cin * cout <= 1024 * 1024, or 16 to 32 tiles of
+ * 2x4x4 voxels per group of samples; SCAFFOLD_NN_WINOGRAD=0 turns it off. */
 int nn_conv3d_winograd(int N, int D, int H, int W, int cin, int cout, nn_prec prec);
 void nn_conv3d_forward_ref(float *out, const float *in, const float *w, int cin, int cout, int N,
                            int D, int H, int W);

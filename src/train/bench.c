@@ -8,6 +8,7 @@
 #include "core/fsutil.h"
 #include "core/log.h"
 #include "core/prof.h"
+#include "nn/algo.h"
 #include "train/ckpt.h"
 #include "train/plot.h"
 #include "train/runfolder.h"
@@ -182,6 +183,45 @@ static int save_epoch(ckpt_writer *ck, train_state *s, ckpt_state *cs, const run
     return rc ? rc : ckpt_save(ck, &s->model, &s->opt, cs, best);
 }
 
+/* The Conv3d algorithms chosen so far (nn/algo.h): when new ones were chosen since the last
+ * call, rank 0 rewrites <run>/nn_algorithms.tsv (the file SCAFFOLD_NN_ALGO_PIN takes) and adds
+ * them to the trace's metadata; when new ones were measured, the selection's cost is printed,
+ * with its share of the epoch it fell in (epoch_s > 0). */
+static void algo_report(const scaffold_config *c, const dist_world *w, const char *when,
+                        double epoch_s) {
+    static int reported, measured_seen;
+    const int n = nn_algo_count();
+    int measured;
+    const double sel = nn_algo_select_seconds(&measured);
+    if (n == reported)
+        return;
+    if (w->rank == 0) {
+        char path[FS_PATH_MAX + 32];
+        snprintf(path, sizeof path, "%s/nn_algorithms.tsv", c->run_dir);
+        if (nn_algo_write(path))
+            log_warn("%s", err_msg());
+        for (int i = reported; i < n; i++) {
+            const nn_algo_choice *ch = nn_algo_get(i);
+            char key[160];
+            nn_algo_describe(ch, key, sizeof key);
+            key[strcspn(key, ":")] = 0;
+            char k[200];
+            snprintf(k, sizeof k, "nn_algo %s", key);
+            SCAFFOLD_TRACE_METADATA(k, nn_algo_name(ch->algo));
+        }
+    }
+    if (measured > measured_seen) {
+        char share[64] = "";
+        if (epoch_s > 0)
+            snprintf(share, sizeof share, ", %.1f%% of that epoch", 100 * sel / epoch_s);
+        const char *cache = nn_algo_cache_path();
+        log_info("nn algorithms: %d Conv3d passes chosen by %s, %d measured in %.2f s%s (cache "
+                 "%s; the choices in nn_algorithms.tsv, -v prints them)",
+                 n, when, measured, sel, share, cache ? cache : "none");
+    }
+    reported = n, measured_seen = measured;
+}
+
 /* Sum of epoch durations over the whole run (all invocations) from train_stats.csv, the
  * upstream FOM, and the figures. Rank 0. */
 static void finish_run(const scaffold_config *c, bench_result *out) {
@@ -312,6 +352,9 @@ static int epoch_loop(const scaffold_config *c, train_state *s, ckpt_writer *ck,
                 med[nmed++] = m;
             }
         }
+        char when[32];
+        snprintf(when, sizeof when, "epoch %d", epoch);
+        algo_report(c, w, when, row.epoch_duration);
         row.optimizer_steps = steps;
         samples_all += samples;
         seconds_all += row.epoch_duration;
@@ -396,6 +439,14 @@ int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv, be
     rc = train_device_open(c, w, &dev);
     if (rc)
         return rc;
+    /* Conv3d algorithms by measurement (nn/algo.h; SCAFFOLD_NN_ALGO=rule turns it off): a
+     * bad SCAFFOLD_NN_ALGO or pinned file is bad input, reported before the run folder */
+    nn_algo_set_mode(NN_ALGO_MODE_MEASURE);
+    rc = dist_agree(w, nn_algo_init());
+    if (rc) {
+        train_device_close(&dev);
+        return rc;
+    }
     /* Run folder first: an unwritable base_run_dir fails before any expensive work. */
     rc = run_folder_setup(c, w, argc, argv);
     if (rc) {
@@ -423,6 +474,8 @@ int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv, be
     prof_end(PROF_WARMUP);
     out->stop_signal = s.stop;
     out->last_epoch = cs.epoch;
+    if (rc == 0 && !s.stop)
+        algo_report(c, w, "the warmup", 0);
     if (rc == 0 && !s.stop) {
         ckpt_writer ck;
         ckpt_writer_init(&ck, ckdir, c->async_save);

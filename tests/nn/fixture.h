@@ -74,9 +74,20 @@ static size_t fx_numel(const int64_t *sh, int ndim) {
     return n;
 }
 
+/* 1 when SCAFFOLD_NN_ALGO forces an algorithm (nn/algo.h): the checks of which algorithm the
+ * rule gives a shape do not hold then. */
+static inline int fx_algo_forced(void) {
+    const char *a = getenv("SCAFFOLD_NN_ALGO");
+    return a && *a && strcmp(a, "rule") && strcmp(a, "measure");
+}
+
 /* Kernel path banner: prints the path in use and checks that SCAFFOLD_ISA, when set, chose it.
  * With --list-isas as argv[1], prints the paths this CPU can run and returns 1 (caller exits). */
 static inline int fx_isa_setup(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--bf16dp")) { /* 1: the CPU runs vdpbf16ps (run.sh) */
+        printf("%d\n", nn_isa_bf16dp());
+        return 1;
+    }
     if (argc > 1 && !strcmp(argv[1], "--list-isas")) {
         for (int i = 0; i < NN_ISA_COUNT; i++)
             if (nn_isa_supported(i))

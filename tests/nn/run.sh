@@ -17,22 +17,29 @@ done
 if grep -qw avx512 <<<"$ISAS"; then
     SCAFFOLD_ISA=avx512 SCAFFOLD_AMX=0 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
     SCAFFOLD_ISA=avx512 SCAFFOLD_AMX=0 t_cbin "$BUILD/tests/nn/test_unet" "$FIX"
-    # ... and on every shape (without AMX, Winograd takes the bf16 layers it applies to)
-    SCAFFOLD_ISA=avx512 SCAFFOLD_AMX=0 SCAFFOLD_NN_WINOGRAD=0 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
 fi
-# The bf16 pair kernels' packing, padding and drivers through a C stand-in for vdpbf16ps
-# (SCAFFOLD_BF16DP=emulate), on any CPU: as an AVX512_BF16 CPU without AMX runs them (bf16 on
-# Winograd where it applies), and on every shape (Winograd off).
-SCAFFOLD_BF16DP=emulate t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
-SCAFFOLD_BF16DP=emulate SCAFFOLD_NN_WINOGRAD=0 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
-SCAFFOLD_BF16DP=emulate SCAFFOLD_NN_WINOGRAD=0 t_cbin "$BUILD/tests/nn/test_unet" "$FIX"
+# Every Conv3d algorithm (nn/algo.h) on every shape class of the layer tests (Winograd's many-
+# and few-tile shapes, the direct-only ones, concatenations, split input gradients), forced
+# (where a forced algorithm does not apply, the rule runs); the bf16 ones through a C stand-in
+# for vdpbf16ps (SCAFFOLD_BF16DP=emulate: the pair packing, padding and drivers) on a CPU
+# without AVX512_BF16. Under emulation the rule already takes winograd-bf16 where it applies.
+BF16=emulate
+[ "$(SCAFFOLD_BF16DP= "$BUILD/tests/nn/test_layers" --bf16dp)" = 1 ] && BF16=
+for a in direct winograd direct-bf16 winograd-bf16 amx; do
+    case $a in *bf16) dp=$BF16 ;; *) dp= ;; esac
+    SCAFFOLD_BF16DP=$dp SCAFFOLD_NN_ALGO=$a t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
+done
+[ -z "$BF16" ] && SCAFFOLD_BF16DP=emulate t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
+SCAFFOLD_BF16DP=emulate SCAFFOLD_NN_ALGO=direct-bf16 t_cbin "$BUILD/tests/nn/test_unet" "$FIX"
+# The choice itself: measurement, accuracy budget, cache, pin, forcing, bad files
+t_cbin "$BUILD/tests/nn/test_algo"
+SCAFFOLD_BF16DP=emulate t_cbin "$BUILD/tests/nn/test_algo"
 out=$(SCAFFOLD_ISA=bogus "$BUILD/tests/nn/test_layers" --list-isas 2>&1)
 t_check "nn: SCAFFOLD_ISA=bogus is reported" grep -q "SCAFFOLD_ISA=bogus: unknown path" <<<"$out"
 # the weight gradient's second path (tile partition, used for layers too big for replicas)
 SCAFFOLD_NN_DW_REPLICAS=0 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
 # Winograd off (the direct kernels on every shape), and slabs of a few planes (odd depths, which
 # Winograd's two-plane tiles round down, and several slabs per volume on both paths).
-SCAFFOLD_NN_WINOGRAD=0 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
 SCAFFOLD_NN_WINOGRAD=0 t_cbin "$BUILD/tests/nn/test_unet" "$FIX"
 SCAFFOLD_NN_SLAB_BYTES=150000 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
 # Winograd's transformed weights a column group at a time (the path of layers whose U exceeds

@@ -313,6 +313,32 @@ grep -q "waiting threads as set: OMP_WAIT_POLICY=active" <<<"$out" && t_ok "thre
 out=$("$SCAFFOLD" trace --out "$d/envtrace" -- env 2>&1)
 ! grep -q '^GOMP_SPINCOUNT=' <<<"$out" && grep -q '^PATH=' <<<"$out" && t_ok "threads: the default does not leak into child processes" ||
     t_fail "threads: GOMP_SPINCOUNT leaked to a child" "$out"
+# 11. Conv3d algorithms by measurement (nn/algo.h), bf16: the choices land in the run folder and
+# the cache, -v prints them; a run pinned to the folder's file has the first run's losses bit
+# for bit (it measures nothing); a pin of other choices gives the losses of those choices forced
+# (direct everywhere), not of the rule's (winograd where it applies).
+amp="--torch-amp 1 --epochs 1"
+losses() { cut -d, -f1-7 "$(lastrun "$1")/train_stats.csv"; }
+out=$(SCAFFOLD_NN_ALGO=measure SCAFFOLD_NN_ALGO_CACHE="$d/algo.tsv" "$SCAFFOLD" benchmark $cfg $amp --base-run-dir runsa -v 2>&1)
+ra=$(lastrun runsa)
+[ -s "$ra/nn_algorithms.tsv" ] && [ -s "$d/algo.tsv" ] && grep -q 'nn algorithms: [0-9]* Conv3d passes chosen by the warmup, [0-9]* measured in' <<<"$out" \
+    && grep -q 'nn: conv3d fwd bf16 1x16x16x16 8+0->8: .*(measured' <<<"$out" \
+    && t_ok "measured choices: run folder, cache, cost and -v lines" || t_fail "measured choices" "$out"
+out=$(SCAFFOLD_NN_ALGO=measure SCAFFOLD_NN_ALGO_CACHE=0 SCAFFOLD_NN_ALGO_PIN="$ra/nn_algorithms.tsv" "$SCAFFOLD" benchmark $cfg $amp --base-run-dir runsp2 2>&1)
+[ "$(losses runsa)" = "$(losses runsp2)" ] && ! grep -q "measured in" <<<"$out" \
+    && t_ok "a pinned run reproduces the losses bit for bit, measuring nothing" || t_fail "pinned run" "$(losses runsa) / $(losses runsp2): $out"
+awk -F'\t' 'BEGIN { OFS = "\t" } /^#/ { print; next } { $15 = "direct"; print }' "$ra/nn_algorithms.tsv" > "$d/direct.tsv"
+quiet env SCAFFOLD_NN_ALGO_PIN="$d/direct.tsv" "$SCAFFOLD" benchmark $cfg $amp --base-run-dir runsp3
+quiet env SCAFFOLD_NN_ALGO=direct "$SCAFFOLD" benchmark $cfg $amp --base-run-dir runsp4
+quiet env SCAFFOLD_NN_ALGO=winograd "$SCAFFOLD" benchmark $cfg $amp --base-run-dir runsp5
+[ "$(losses runsp3)" = "$(losses runsp4)" ] && [ "$(losses runsp3)" != "$(losses runsp5)" ] \
+    && t_ok "a pin of other choices gives their losses" || t_fail "pin of direct" "$(losses runsp3) / $(losses runsp4) / $(losses runsp5)"
+printf 'not\ta\tchoice\n' > "$d/bad.tsv"
+t_expect_fail "a malformed pinned file" 2 "SCAFFOLD_NN_ALGO_PIN=.*bad.tsv line 1" \
+    env SCAFFOLD_NN_ALGO_PIN="$d/bad.tsv" "$SCAFFOLD" benchmark $cfg --base-run-dir runsbadpin
+t_expect_fail "an unknown SCAFFOLD_NN_ALGO" 2 "SCAFFOLD_NN_ALGO=fastest: unknown" \
+    env SCAFFOLD_NN_ALGO=fastest "$SCAFFOLD" benchmark $cfg --base-run-dir runsbadpin
+[ ! -d runsbadpin ] && t_ok "no run folder for a bad algorithm setting" || t_fail "no run folder for a bad algorithm setting" "$(ls runsbadpin)"
 
 # 6. Bad inputs at -n 2: one clear message, same exit status on all ranks, no hang.
 t_expect_fail "global batch larger than the validation set" 2 "global batch size 4 .* exceeds the validation set" \

@@ -1,0 +1,392 @@
+/* test_algo: the choice of Conv3d algorithms (nn/algo.h): measurement with its accuracy check,
+ * the cache (a choice is deterministic given it), pinning, forcing, the strict budget, bad
+ * environment and files; and on real layers, that a measured call leaves the chosen
+ * algorithm's exact result (the forward pass keeps the last run's output, the weight gradient
+ * accumulates once). Usage: test_algo (a scratch directory under TMPDIR). */
+#include "core/err.h"
+#include "core/fsutil.h"
+#include "core/log.h"
+#include "nn/algo.h"
+#include "nn/gemm.h"
+#include "nn/layers.h"
+#include "test.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char dir[256];
+
+/* ---- a synthetic job: each algorithm writes a known result, some slowly, some wrongly ------- */
+
+#define NOUT 4096
+static float outbuf[NOUT];
+static int runs[NN_ALGO_COUNT];
+static double err_of[NN_ALGO_COUNT];  /* relative error each algorithm writes */
+static double slow_of[NN_ALGO_COUNT]; /* seconds each algorithm spends */
+
+static void spin(double s) {
+    const double t0 = time_now();
+    while (time_now() - t0 < s) {
+    }
+}
+
+static void fake_run(const nn_algo_job *j, int algo, float *dw) {
+    runs[algo]++;
+    float *o = dw ? dw : outbuf;
+    const size_t n = dw ? j->ndw : NOUT;
+    for (size_t i = 0; i < n; i++) {
+        const double v = sin(0.37 * (double)i) + 0.25;
+        /* an error of err_of[algo] relative to each value, alternating in sign */
+        double x = v * (1 + ((i & 1) ? err_of[algo] : -err_of[algo]));
+        o[i] = j->key.prec == NN_BF16 ? nn_bf16_round((float)x) : (float)x;
+    }
+    spin(slow_of[algo]);
+}
+
+static nn_algo_job fake_job(int pass, nn_prec prec, int D, unsigned eligible, int rule) {
+    nn_algo_job j = {.key = {.pass = pass, .prec = prec, .N = 1, .D = D, .H = D, .W = D,
+                             .ca = 8, .cb = 0, .cout = 8},
+                     .eligible = eligible,
+                     .rule = rule,
+                     .run = fake_run,
+                     .out = {outbuf, NULL},
+                     .nout = {NOUT, 0},
+                     .ndw = pass == NN_PASS_BWD_WEIGHT ? 27 * 8 * 8 : 0};
+    return j;
+}
+
+static void reset_runs(void) {
+    memset(runs, 0, sizeof runs);
+}
+
+static const nn_algo_choice *last_choice(void) {
+    return nn_algo_get(nn_algo_count() - 1);
+}
+
+static int file_has(const char *path, const char *needle) {
+    char *data = NULL;
+    size_t n;
+    if (fs_read_file(path, &data, &n))
+        return 0;
+    const int has = strstr(data, needle) != NULL;
+    free(data);
+    return has;
+}
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+}
+
+#define BIT(a) (1u << (a))
+
+static void test_names(void) {
+    int ok = 1;
+    for (int a = 0; a < NN_ALGO_COUNT; a++)
+        ok &= nn_algo_parse(nn_algo_name(a)) == a;
+    CHECK(ok && nn_algo_parse("bogus") < 0 && nn_algo_name(NN_ALGO_COUNT) == NULL,
+          "algorithm names round-trip, unknown ones are refused");
+}
+
+static void test_measure_and_cache(void) {
+    char cache[300];
+    snprintf(cache, sizeof cache, "%s/sub/cache.tsv", dir);
+    setenv("SCAFFOLD_NN_ALGO_CACHE", cache, 1);
+    unsetenv("SCAFFOLD_NN_ALGO");
+    nn_algo_reset();
+    nn_algo_set_mode(NN_ALGO_MODE_MEASURE);
+    const unsigned el = BIT(NN_ALGO_DIRECT) | BIT(NN_ALGO_WINOGRAD);
+
+    /* the faster correct algorithm wins; each runs at least once, the reference first */
+    memset(err_of, 0, sizeof err_of), memset(slow_of, 0, sizeof slow_of);
+    slow_of[NN_ALGO_DIRECT] = 0.004;
+    reset_runs();
+    nn_algo_job j = fake_job(NN_PASS_FWD, NN_FP32, 16, el, NN_ALGO_DIRECT);
+    int done, a = nn_algo_pick(&j, &done);
+    CHECK(a == NN_ALGO_WINOGRAD && runs[NN_ALGO_DIRECT] >= 1 && runs[NN_ALGO_WINOGRAD] >= 1 &&
+              done == 1 && !strcmp(last_choice()->how, "measured"),
+          "measure: the faster algorithm (%s, done %d, runs %d/%d)", nn_algo_name(a), done,
+          runs[NN_ALGO_DIRECT], runs[NN_ALGO_WINOGRAD]);
+    int measured;
+    nn_algo_select_seconds(&measured);
+    CHECK(measured == 1 && file_has(cache, "\tfwd\tfp32\t1\t16\t16\t16\t8\t0\t0\t8\twinograd\t"),
+          "measure: one measurement, stored in the cache file (made with its folder)");
+
+    /* the same shape again: no measurement */
+    reset_runs();
+    a = nn_algo_pick(&j, &done);
+    CHECK(a == NN_ALGO_WINOGRAD && runs[NN_ALGO_DIRECT] + runs[NN_ALGO_WINOGRAD] == 0 && !done,
+          "a shape is measured once per process");
+
+    /* a faster algorithm outside the budget is dropped (1% off an fp32 result) */
+    err_of[NN_ALGO_WINOGRAD] = 0.01;
+    reset_runs();
+    j = fake_job(NN_PASS_FWD, NN_FP32, 20, el, NN_ALGO_WINOGRAD);
+    a = nn_algo_pick(&j, &done);
+    CHECK(a == NN_ALGO_DIRECT && last_choice()->ms_all[NN_ALGO_WINOGRAD] < 0 && !done,
+          "measure: a result outside the fp32 budget is dropped (%s)", nn_algo_name(a));
+
+    /* bf16: 0.5% off passes the budget (2% of the norm, 1 ulp + 3% per element), 5% does not */
+    const unsigned el16 = BIT(NN_ALGO_DIRECT_BF16) | BIT(NN_ALGO_WINOGRAD_BF16);
+    slow_of[NN_ALGO_DIRECT_BF16] = 0.004, err_of[NN_ALGO_WINOGRAD_BF16] = 0.005;
+    j = fake_job(NN_PASS_FWD, NN_BF16, 24, el16, NN_ALGO_DIRECT_BF16);
+    a = nn_algo_pick(&j, &done);
+    CHECK(a == NN_ALGO_WINOGRAD_BF16, "bf16: an error of 0.5%% is within the budget (%s)",
+          nn_algo_name(a));
+    err_of[NN_ALGO_WINOGRAD_BF16] = 0.05;
+    j = fake_job(NN_PASS_FWD, NN_BF16, 28, el16, NN_ALGO_WINOGRAD_BF16);
+    a = nn_algo_pick(&j, &done);
+    CHECK(a == NN_ALGO_DIRECT_BF16, "bf16: an error of 5%% is not (%s)", nn_algo_name(a));
+
+    /* the weight gradient: measured into a scratch buffer, never "done" (it accumulates) */
+    err_of[NN_ALGO_WINOGRAD] = 0;
+    slow_of[NN_ALGO_DIRECT] = 0.004;
+    reset_runs();
+    j = fake_job(NN_PASS_BWD_WEIGHT, NN_FP32, 16, el, NN_ALGO_DIRECT);
+    a = nn_algo_pick(&j, &done);
+    CHECK(a == NN_ALGO_WINOGRAD && !done && runs[NN_ALGO_WINOGRAD] >= 1,
+          "weight gradient: measured on scratch, run again by the caller");
+
+    /* deterministic given the cache: a new process (reset) takes the cached choices without
+     * measuring, even where timing would now choose otherwise */
+    nn_algo_reset();
+    slow_of[NN_ALGO_DIRECT] = 0, slow_of[NN_ALGO_WINOGRAD] = 0.004;
+    reset_runs();
+    j = fake_job(NN_PASS_FWD, NN_FP32, 16, el, NN_ALGO_DIRECT);
+    a = nn_algo_pick(&j, &done);
+    nn_algo_select_seconds(&measured);
+    CHECK(a == NN_ALGO_WINOGRAD && measured == 0 && runs[0] + runs[1] == 0 &&
+              !strcmp(last_choice()->how, "cached"),
+          "deterministic given the cache: %s, %d measured", nn_algo_name(a), measured);
+    /* a cached choice the shape cannot take (not eligible) is measured again */
+    j = fake_job(NN_PASS_FWD, NN_FP32, 16, el, NN_ALGO_DIRECT);
+    j.key.D = 20; /* cached: direct */
+    j.eligible = BIT(NN_ALGO_WINOGRAD) | BIT(NN_ALGO_DIRECT_BF16);
+    j.key.prec = NN_FP32;
+    a = nn_algo_pick(&j, &done);
+    CHECK(a != NN_ALGO_DIRECT, "a cached choice that does not apply is not used");
+
+    /* a malformed cache line is skipped (with a warning), the others still read */
+    char *data = NULL;
+    size_t n;
+    fs_read_file(cache, &data, &n);
+    FILE *f = fopen(cache, "w");
+    fprintf(f, "garbage line\nAMD\tx\t2\tconv3d\tfwd\tfp32\t-1\n%s", data);
+    fclose(f);
+    free(data);
+    nn_algo_reset();
+    reset_runs();
+    j = fake_job(NN_PASS_FWD, NN_FP32, 16, el, NN_ALGO_DIRECT);
+    a = nn_algo_pick(&j, &done);
+    CHECK(a == NN_ALGO_WINOGRAD && runs[0] + runs[1] == 0, "malformed cache lines are skipped");
+
+    /* rule mode: no measurement, no cache */
+    nn_algo_reset();
+    nn_algo_set_mode(NN_ALGO_MODE_RULE);
+    reset_runs();
+    j = fake_job(NN_PASS_FWD, NN_FP32, 40, el, NN_ALGO_DIRECT);
+    a = nn_algo_pick(&j, &done);
+    CHECK(a == NN_ALGO_DIRECT && runs[0] + runs[1] == 0 && !strcmp(last_choice()->how, "rule"),
+          "rule mode: the rule, nothing measured");
+    /* SCAFFOLD_NN_ALGO=measure overrides the program's mode */
+    setenv("SCAFFOLD_NN_ALGO", "measure", 1);
+    nn_algo_reset();
+    CHECK(nn_algo_mode() == NN_ALGO_MODE_MEASURE, "SCAFFOLD_NN_ALGO=measure");
+    unsetenv("SCAFFOLD_NN_ALGO");
+
+    /* an unwritable cache: a warning, the choice kept in memory */
+    char bad[300];
+    snprintf(bad, sizeof bad, "%s/sub/cache.tsv/x.tsv", dir); /* under a file */
+    setenv("SCAFFOLD_NN_ALGO_CACHE", bad, 1);
+    nn_algo_reset();
+    nn_algo_set_mode(NN_ALGO_MODE_MEASURE);
+    j = fake_job(NN_PASS_FWD, NN_FP32, 44, el, NN_ALGO_DIRECT);
+    a = nn_algo_pick(&j, &done);
+    CHECK(a >= 0 && nn_algo_count() == 1, "an unwritable cache does not stop the choice");
+    setenv("SCAFFOLD_NN_ALGO_CACHE", "0", 1);
+    nn_algo_reset();
+    CHECK(nn_algo_cache_path() == NULL, "SCAFFOLD_NN_ALGO_CACHE=0: no cache file");
+}
+
+static void test_pin_force_budget(void) {
+    char pin[300];
+    snprintf(pin, sizeof pin, "%s/pin.tsv", dir);
+    setenv("SCAFFOLD_NN_ALGO_CACHE", "0", 1);
+    unsetenv("SCAFFOLD_NN_ALGO");
+    nn_algo_reset();
+    nn_algo_set_mode(NN_ALGO_MODE_MEASURE);
+    const unsigned el = BIT(NN_ALGO_DIRECT) | BIT(NN_ALGO_WINOGRAD);
+    memset(err_of, 0, sizeof err_of), memset(slow_of, 0, sizeof slow_of);
+    /* a run's choices, written as the run folder's file, then pinned: the same choices, nothing
+     * measured, whatever the timings say now */
+    slow_of[NN_ALGO_WINOGRAD] = 0.004;
+    nn_algo_job j = fake_job(NN_PASS_FWD, NN_FP32, 16, el, NN_ALGO_WINOGRAD);
+    int done, a = nn_algo_pick(&j, &done);
+    CHECK(a == NN_ALGO_DIRECT && nn_algo_write(pin) == 0 && file_has(pin, "\tmeasured\n"),
+          "the choices written with how they were made");
+    slow_of[NN_ALGO_WINOGRAD] = 0, slow_of[NN_ALGO_DIRECT] = 0.004;
+    setenv("SCAFFOLD_NN_ALGO_PIN", pin, 1);
+    nn_algo_reset();
+    CHECK(nn_algo_init() == 0, "a pinned file is read: %s", err_msg());
+    reset_runs();
+    a = nn_algo_pick(&j, &done);
+    CHECK(a == NN_ALGO_DIRECT && runs[0] + runs[1] == 0 && !strcmp(last_choice()->how, "pinned"),
+          "pinned: the file's choice, nothing measured");
+    /* a shape not in the pin is measured as usual */
+    j.key.D = 12;
+    a = nn_algo_pick(&j, &done);
+    CHECK(a == NN_ALGO_WINOGRAD && !strcmp(last_choice()->how, "measured"),
+          "a shape the pin lacks is measured");
+
+    /* bad pins and bad SCAFFOLD_NN_ALGO: ERR_CONFIG naming the file (and line) */
+    char badpin[300];
+    snprintf(badpin, sizeof badpin, "%s/bad.tsv", dir);
+    write_text(badpin, "# comment\nAMD\tavx512\t2\tconv3d\tfwd\tfp32\t1\t16\t16\t16\t8\t0\t0\t8"
+                       "\tnosuchalgo\t1.0\n");
+    setenv("SCAFFOLD_NN_ALGO_PIN", badpin, 1);
+    nn_algo_reset();
+    int rc = nn_algo_init();
+    CHECK(rc == ERR_CONFIG && strstr(err_msg(), "bad.tsv line 2"),
+          "a malformed pin is refused, naming file and line: %s", err_msg());
+    snprintf(badpin, sizeof badpin, "%s/none.tsv", dir);
+    setenv("SCAFFOLD_NN_ALGO_PIN", badpin, 1);
+    nn_algo_reset();
+    rc = nn_algo_init();
+    CHECK(rc == ERR_CONFIG && strstr(err_msg(), "none.tsv"), "a missing pin is refused: %s",
+          err_msg());
+    unsetenv("SCAFFOLD_NN_ALGO_PIN");
+    setenv("SCAFFOLD_NN_ALGO", "fastest", 1);
+    nn_algo_reset();
+    rc = nn_algo_init();
+    CHECK(rc == ERR_CONFIG && strstr(err_msg(), "SCAFFOLD_NN_ALGO=fastest"),
+          "an unknown SCAFFOLD_NN_ALGO is refused: %s", err_msg());
+
+    /* forcing: the named algorithm where it applies, the rule elsewhere */
+    setenv("SCAFFOLD_NN_ALGO", "winograd", 1);
+    nn_algo_reset();
+    reset_runs();
+    j = fake_job(NN_PASS_FWD, NN_FP32, 16, el, NN_ALGO_DIRECT);
+    a = nn_algo_pick(&j, &done);
+    j.key.D = 18, j.eligible = BIT(NN_ALGO_DIRECT);
+    const int b = nn_algo_pick(&j, &done);
+    CHECK(a == NN_ALGO_WINOGRAD && b == NN_ALGO_DIRECT && runs[0] + runs[1] == 0,
+          "forced: where it applies (%s), else the rule (%s)", nn_algo_name(a), nn_algo_name(b));
+    unsetenv("SCAFFOLD_NN_ALGO");
+
+    /* the strict budget leaves winograd-bf16 out of the rule and the measurement */
+    setenv("SCAFFOLD_NN_ALGO_BUDGET", "strict", 1);
+    nn_algo_reset();
+    const unsigned el16 = BIT(NN_ALGO_DIRECT_BF16) | BIT(NN_ALGO_WINOGRAD_BF16);
+    slow_of[NN_ALGO_DIRECT_BF16] = 0.004;
+    reset_runs();
+    j = fake_job(NN_PASS_FWD, NN_BF16, 16, el16, NN_ALGO_WINOGRAD_BF16);
+    j.rule = nn_algo_rule(&j);
+    a = nn_algo_pick(&j, &done);
+    CHECK(j.rule == NN_ALGO_DIRECT_BF16 && a == NN_ALGO_DIRECT_BF16 &&
+              runs[NN_ALGO_WINOGRAD_BF16] == 0,
+          "strict: winograd-bf16 neither the rule nor measured (%s)", nn_algo_name(a));
+    unsetenv("SCAFFOLD_NN_ALGO_BUDGET");
+    nn_algo_reset();
+    j.rule = nn_algo_rule(&j);
+    CHECK(j.rule == NN_ALGO_WINOGRAD_BF16, "default budget: the rule takes winograd-bf16");
+}
+
+/* ---- real layers ---------------------------------------------------------------------------- */
+
+static float *randv(size_t n, unsigned seed, float scale, int bf16) {
+    float *p = malloc((n + 16) * sizeof(float));
+    unsigned s = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        const float v = ((float)(s >> 8) / 16777216.0f * 2 - 1) * scale;
+        p[i] = bf16 ? nn_bf16_round(v) : v;
+    }
+    return p;
+}
+
+static float *ws_alloc(size_t n) {
+    void *p = NULL;
+    if (posix_memalign(&p, 64, (n + 16) * sizeof(float)))
+        exit(1);
+    return memset(p, 0, (n + 16) * sizeof(float));
+}
+
+/* One pass of a Conv3d: 0 forward into y, 1 input gradient into dx, 2 weight gradient into dw. */
+static void conv_pass(int pass, float *y, float *dx, float *dw, const float *x, const float *w,
+                      const float *dy, int D, int cin, int cout, nn_prec prec, float *ws) {
+    if (pass == 0)
+        nn_conv3d_forward_p(y, x, cin, NULL, 0, w, cout, 1, D, D, D, prec, NULL, ws);
+    else
+        nn_conv3d_backward_p(pass == 1 ? dx : NULL, NULL, pass == 2 ? dw : NULL, dy, x, cin, NULL,
+                             0, w, cout, 1, D, D, D, prec, NULL, ws);
+}
+
+/* Measure mode on a Conv3d (forward, input and weight gradient) against the same calls with
+ * the chosen algorithms forced: bit-identical (the measured call keeps exactly the chosen
+ * algorithm's output; the weight gradient adds once into what dw held). */
+static void test_real(nn_prec prec, int D, int cin, int cout) {
+    const size_t P = (size_t)D * D * D, nw = 27 * (size_t)cin * cout;
+    const int bf = prec == NN_BF16;
+    float *x = randv(P * cin, 1, 1, bf), *w = randv(nw, 2, 0.1f, bf);
+    float *dy = randv(P * cout, 3, 1, bf);
+    float *ws = ws_alloc(nn_conv3d_ws_floats(1, D, D, D, cin, cout));
+    float *y[2], *dx[2], *dw[2];
+    int chosen[3];
+    for (int r = 0; r < 2; r++) {
+        y[r] = ws_alloc(P * cout), dx[r] = ws_alloc(P * cin), dw[r] = randv(nw, 4, 1, 0);
+        if (r == 0) {
+            setenv("SCAFFOLD_NN_ALGO", "measure", 1);
+            nn_algo_reset();
+        }
+        for (int pass = 0; pass < 3; pass++) {
+            if (r == 1) { /* each pass forced to what the measurement chose */
+                setenv("SCAFFOLD_NN_ALGO", nn_algo_name(chosen[pass]), 1);
+                nn_algo_reset();
+            }
+            conv_pass(pass, y[r], dx[r], dw[r], x, w, dy, D, cin, cout, prec, ws);
+            if (r == 0)
+                chosen[pass] = nn_conv3d_algo(pass, 1, D, D, D, cin, 0, cout, 0, prec);
+        }
+        if (r == 0) {
+            int measured;
+            nn_algo_select_seconds(&measured);
+            CHECK(measured == 3, "%s conv3d %d^3 %d->%d: three passes measured (%d)",
+                  bf ? "bf16" : "fp32", D, cin, cout, measured);
+        }
+    }
+    CHECK(!memcmp(y[0], y[1], P * cout * sizeof(float)) &&
+              !memcmp(dx[0], dx[1], P * cin * sizeof(float)) &&
+              !memcmp(dw[0], dw[1], nw * sizeof(float)),
+          "%s conv3d %d^3 %d->%d: a measured call gives the chosen algorithms' bits (%s, %s, %s)",
+          bf ? "bf16" : "fp32", D, cin, cout, nn_algo_name(chosen[0]), nn_algo_name(chosen[1]),
+          nn_algo_name(chosen[2]));
+    unsetenv("SCAFFOLD_NN_ALGO");
+    nn_algo_reset();
+    for (int r = 0; r < 2; r++)
+        free(y[r]), free(dx[r]), free(dw[r]);
+    free(x), free(w), free(dy), free(ws);
+}
+
+int main(void) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/scaffold-test-algo.XXXXXX", tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    unsetenv("SCAFFOLD_NN_ALGO_PIN");
+    unsetenv("SCAFFOLD_NN_ALGO_BUDGET");
+    test_names();
+    test_measure_and_cache();
+    test_pin_force_budget();
+    setenv("SCAFFOLD_NN_ALGO_CACHE", "0", 1);
+    test_real(NN_FP32, 16, 16, 24);
+    test_real(NN_BF16, 16, 16, 24);
+    test_real(NN_BF16, 8, 32, 16);
+    fs_rm_rf(dir);
+    return test_report();
+}
