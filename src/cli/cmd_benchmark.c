@@ -11,17 +11,26 @@
 int cmd_benchmark(int argc, char **argv) {
     dist_world w;
     scaffold_config c;
-    int st = cli_config_start(
+    parity_opts po = {NULL, 0};
+    const opt_spec extra[] = {
+        OPT_SECTION_("same-data comparison with PyTorch (bench/train/torch_train.py)"),
+        OPT_STR_(0, "save-initial-weights", &po.initial_weights, "FILE",
+                 "write the initial weights as safetensors with upstream's tensor names"),
+        OPT_FLAG_(0, "save-sample-order", &po.sample_order,
+                  "write sample_order.csv: every step's samples, loss and Dice per replica"),
+        OPT_END_};
+    int st = cli_config_start_opts(
         &argc, &argv, &w, &c,
         "Trains the 3D U-Net over MPI (data parallelism, and spatial parallelism with\n"
         "dc_num_shards) until the validation hard Dice reaches target_dice (or the epoch cap).\n"
         "Generates the fractal library and the dataset first if they are missing. Writes a run\n"
         "folder under base_run_dir (config.yaml, restart.sh, train_stats.csv, checkpoints/,\n"
-        "figures/). Resume with --restart --run-dir DIR.");
+        "figures/). Resume with --restart --run-dir DIR.",
+        extra);
     if (st >= 0)
         return st;
     bench_result r;
-    int rc = bench_run(&c, &w, argc, argv, &r);
+    int rc = bench_run(&c, &w, argc, argv, &po, &r);
     if (rc)
         return cli_fail(&w, "benchmark", rc);
     if (w.rank == 0) {

@@ -105,18 +105,27 @@ static void progress_step(progress *p, int epoch, long done) {
              epoch, done, (long long)p->total, done * p->per_step / el, el, eta);
 }
 
-/* The training phase of one epoch: every batch of this replica's share. Agreed result. */
-static int train_epoch(train_state *s, int epoch, double lr, double acc[3], long *steps) {
+/* The training phase of one epoch: every batch of this replica's share (recorded in `pl` when
+ * sample_order.csv is asked for). Agreed result. */
+static int train_epoch(train_state *s, int epoch, double lr, double acc[3], long *steps,
+                       parity_log *pl) {
     const dist_world *w = s->w;
     progress pr = progress_start(s);
     scaffold_trace_region tr =
         SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_TRAIN, SCAFFOLD_TRACE_CAT_PIPELINE);
     int rc = ds_loader_start_epoch(s->train, epoch);
+    if (rc == 0)
+        rc = parity_log_epoch(pl, s, epoch);
     for (;;) {
         /* A node failure in the middle of an epoch. */
         if (*steps == 1 && w->rank == 0 && fault_hit(FAULT_KILL_AT_EPOCH, epoch))
             raise(SIGKILL);
+        const double before[3] = {acc[0], acc[1], acc[2]};
         int r = rc ? rc : train_step(s, lr, acc);
+        if (r > 0) {
+            const int prc = parity_log_step(pl, s, before, acc);
+            r = prc ? prc : r;
+        }
         if (r <= 0) {
             rc = r;
             break;
@@ -124,6 +133,8 @@ static int train_epoch(train_state *s, int epoch, double lr, double acc[3], long
         (*steps)++;
         progress_step(&pr, epoch, *steps);
     }
+    if (rc == 0)
+        rc = parity_log_flush(pl, s);
     SCAFFOLD_TRACE_REGION_INT(tr, "steps", *steps);
     SCAFFOLD_TRACE_REGION_END(tr);
     return rc;
@@ -183,7 +194,7 @@ static void finish_run(const scaffold_config *c, bench_result *out) {
 
 /* The epoch loop (reference §11.6) from the resumed state `cs`. */
 static int epoch_loop(const scaffold_config *c, train_state *s, ckpt_writer *ck, ckpt_state *cs,
-                      bench_result *out) {
+                      parity_log *pl, bench_result *out) {
     const dist_world *w = s->w;
     double dice = cs->val_dice, t_train0 = time_now(), last_lr = c->starting_learning_rate;
     int epoch = cs->epoch + 1, last_saved = cs->epoch, rc = 0;
@@ -203,7 +214,7 @@ static int epoch_loop(const scaffold_config *c, train_state *s, ckpt_writer *ck,
         scaffold_trace_region tr_epoch =
             SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_EPOCH, SCAFFOLD_TRACE_CAT_PIPELINE);
         SCAFFOLD_TRACE_REGION_INT(tr_epoch, "epoch", epoch);
-        rc = train_epoch(s, epoch, lr, acc, &steps);
+        rc = train_epoch(s, epoch, lr, acc, &steps, pl);
         scaffold_trace_region tr_phase =
             SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_EVALUATE, SCAFFOLD_TRACE_CAT_PIPELINE);
         if (rc == 0)
@@ -268,9 +279,12 @@ static int epoch_loop(const scaffold_config *c, train_state *s, ckpt_writer *ck,
     return rc;
 }
 
-int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv, bench_result *out) {
+int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv,
+              const parity_opts *po, bench_result *out) {
     memset(out, 0, sizeof *out);
     int rc = train_check(c, w);
+    if (rc == 0)
+        rc = dist_agree(w, parity_check(po));
     if (rc)
         return rc;
     /* The device before anything is written (device: cuda without a GPU is bad input); its note
@@ -295,11 +309,17 @@ int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv, be
     ckpt_state cs;
     rc = resume_or_clean(c, &s, ckdir, &cs);
     if (rc == 0)
+        rc = parity_save_initial(po, &s, cs.epoch);
+    parity_log pl;
+    memset(&pl, 0, sizeof pl);
+    if (rc == 0)
+        rc = parity_log_open(&pl, po, &s, cs.epoch + 1);
+    if (rc == 0)
         rc = train_warmup(&s);
     if (rc == 0) {
         ckpt_writer ck;
         ckpt_writer_init(&ck, ckdir, c->async_save);
-        rc = epoch_loop(c, &s, &ck, &cs, out);
+        rc = epoch_loop(c, &s, &ck, &cs, &pl, out);
         out->ckpt_bytes = ck.bytes_written;
         out->ckpt_s = ck.seconds;
         out->loader_wait_s = ds_loader_wait_seconds(s.train);
@@ -312,6 +332,7 @@ int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv, be
     out->rss_min_gib = -dist_max_double(w, -gib);
     if (w->rank == 0 && rc == 0)
         finish_run(c, out);
+    parity_log_free(&pl);
     train_state_free(&s);
     return rc;
 }
