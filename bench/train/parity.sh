@@ -67,7 +67,7 @@ for cfg in $CONFIGS; do
                 --save-initial-weights "$w/init.safetensors" 2>&1)
             line=$(grep '^benchmark:' <<<"$out")
             [ -n "$line" ] || { echo "parity.sh: scaffold failed ($cfg, seed $seed):" >&2; tail -n 5 <<<"$out" >&2; exit 1; }
-            ep=$(sed -nE 's/.* at epoch ([0-9]+) .*/\1/p' <<<"$line")
+            ep=$(sed -nE 's/^benchmark: reached .* at epoch ([0-9]+) .*/\1/p' <<<"$line")
             conv=1
             [ -n "$ep" ] || { conv=0; ep=$(sed -nE 's/.*stopped at epoch ([0-9]+) .*/\1/p' <<<"$line"); }
             t=$(sed -nE 's/.*time to target ([0-9.]+) s.*/\1/p; s/.*training wall time ([0-9.]+) s.*/\1/p' <<<"$line" | head -n 1)

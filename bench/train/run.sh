@@ -4,8 +4,12 @@
 #  1. epoch time with dataloader_num_workers 2 vs 0 (baseline: 0, reading on the training thread)
 #  2. async_save 1 vs 0 with a checkpoint every epoch (baseline: 0); bytes written by both
 #  3. training throughput on 2 ranks vs 1 rank (same local batch; baseline: 1 rank)
-#  4. time to the target Dice on configs/quickstart.yml vs tools/torch_train.py (PyTorch, same
-#     model, loss, optimizer, schedule, reading scaffold's dataset files), same thread count.
+#  4. time to the target Dice on configs/quickstart.yml vs bench/train/torch_train.py (upstream's
+#     training in PyTorch 2.x from the bench venv: same model, loss, CE weights, Adam, clipping,
+#     schedule, metric, reading scaffold's dataset files), same thread count, one seed
+#  5. (not in the default PARTS: hours) convergence parity, bench/train/parity.sh: epochs and time
+#     to the target of scaffold and PyTorch over SEEDS on two configurations, the table with its
+#     rank test and bootstrap interval, and the time-to-target ratio
 # 1-3 run EPOCHS (default 3) epochs; PARTS="1 3" selects parts.
 set -u
 cd "$(dirname "$0")/../.."
@@ -61,14 +65,26 @@ echo "epoch time, quickstart: 2 ranks x 1 thread $(printf %.2f "$t21") s vs 1 ra
 fi
 
 # 4. time to target vs PyTorch
-if has 4 && /usr/bin/python3 -c "import torch" 2>/dev/null; then
+if has 4; then
+    source "$root/bench/venv.sh"
+    PY=$(bench_venv torch) || PY=""
+fi
+if has 4 && [ -n "$PY" ]; then
     out=$(OMP_NUM_THREADS=2 "$S" benchmark $cfg --base-run-dir ttt 2>&1 | grep '^benchmark:')
     ts=$(sed -nE 's/.*time to target ([0-9.]+) s.*/\1/p' <<<"$out")
     es=$(tail -n +2 "$(ls -d ttt/*/ | tail -n 1)/train_stats.csv" | wc -l)
     ds=$(ls -d datasets/*/*/ | head -n 1)
-    tout=$(/usr/bin/python3 "$root/tools/torch_train.py" "$ds" --classes 3 --layers 2 --base 16 --groups 8 --threads 2 | tail -n 1)
+    tout=$("$PY" "$root/bench/train/torch_train.py" "$ds" --scaffold-config "$(ls -d ttt/*/ | tail -n 1)/config.yaml" \
+        --threads 2 --quiet | tail -n 1)
     tt=$(awk '{print $2}' <<<"$tout"); et=$(awk '{print $4}' <<<"$tout")
-    echo "time to val dice 0.95, quickstart, 2 threads: scaffold ${ts:-not reached} s ($es epochs) vs PyTorch ${tt} s ($et epochs): ratio $(awk -v a="$tt" -v b="${ts:-0}" 'BEGIN{if(b>0) printf "%.2f", a/b; else print "n/a"}')x"
+    echo "time to val dice 0.95, quickstart, 2 threads: scaffold ${ts:-not reached} s ($es epochs) vs PyTorch $("$PY" -c 'import torch; print(torch.__version__)') ${tt} s ($et epochs): ratio $(awk -v a="$tt" -v b="${ts:-0}" 'BEGIN{if(b>0) printf "%.2f", a/b; else print "n/a"}')x (one seed: the epochs differ by the draw; part 5 compares distributions)"
+elif has 4; then
+    echo "part 4 skipped: no PyTorch 2.x venv (bench/venv.sh needs PyPI)"
 fi
 cd "$root"
 rm -rf "$d"
+
+# 5. convergence parity over seeds (its own folders; OUT, SEEDS, CONFIGS, THREADS pass through)
+if has 5; then
+    THREADS=${THREADS:-2} bash "$root/bench/train/parity.sh"
+fi
