@@ -102,8 +102,11 @@ def main(path):
         if has_same:
             em = np.array([int(by[s]["same"]["epochs"]) for s in seeds], dtype=float)
             agree = int((np.abs(em - es) <= 1).sum())
+            bm = es[idx].mean(1) / em[idx].mean(1)
+            mlo, mhi = np.percentile(bm, [5, 95])
             print(f"same draw (PyTorch from scaffold's weights, in scaffold's order): mean "
-                  f"{em.mean():.2f} epochs vs scaffold's {es.mean():.2f}; {agree} of {len(seeds)} "
+                  f"{em.mean():.2f} epochs vs scaffold's {es.mean():.2f} (ratio {es.mean() / em.mean():.3f}, "
+                  f"bootstrap 90% [{mlo:.3f}, {mhi:.3f}]); {agree} of {len(seeds)} "
                   f"seeds within one epoch of scaffold, {int((em == es).sum())} equal")
         tr = tt / ts
         print(f"time to target PyTorch/scaffold: median per-seed ratio {np.median(tr):.2f}x, "
