@@ -4,14 +4,18 @@
 #  1. epoch time with dataloader_num_workers 2 vs 0 (baseline: 0, reading on the training thread)
 #  2. async_save 1 vs 0 with a checkpoint every epoch (baseline: 0); bytes written by both
 #  3. training throughput on 2 ranks vs 1 rank (same local batch; baseline: 1 rank)
-#  4. time to the target Dice on configs/quickstart.yml vs tools/torch_train.py (PyTorch, same
-#     model, loss, optimizer, schedule, reading scaffold's dataset files), same thread count.
+#  4. time to the target Dice on configs/quickstart.yml vs bench/train/torch_train.py (upstream's
+#     training in PyTorch 2.x from the bench venv: same model, loss, CE weights, Adam, clipping,
+#     schedule, metric, reading scaffold's dataset files), same thread count, one seed
 #  5. contention: the same time to target quiet and with BUSY (default 1) of the cores taken by
 #     another process (a busy loop), for scaffold, for scaffold with libgomp's own spin before
-#     sleeping (GOMP_SPINCOUNT=300000, the previous behaviour) and for PyTorch, all on NT
-#     (default: all CPUs) threads; busy/quiet ratios of the medians of REPEATS (default 3)
-#     alternated quiet/busy pairs (TARGET: another Dice target). The ideal on 2 cores with 1
-#     busy is 2x.
+#     sleeping (GOMP_SPINCOUNT=300000, the previous behaviour) and for PyTorch 2.x (the harness
+#     of part 4), all on NT (default: all CPUs) threads; busy/quiet ratios of the medians of
+#     REPEATS (default 3) alternated quiet/busy pairs (TARGET: another Dice target). The ideal on
+#     2 cores with 1 busy is 2x.
+#  6. (not in the default PARTS: hours) convergence parity, bench/train/parity.sh: epochs and time
+#     to the target of scaffold and PyTorch over SEEDS on two configurations, the table with its
+#     rank test and bootstrap interval, and the time-to-target ratio
 # 1-3 run EPOCHS (default 3) epochs; PARTS="1 3" selects parts (default 1 2 3 4 5).
 set -u
 cd "$(dirname "$0")/../.."
@@ -67,18 +71,25 @@ echo "epoch time, quickstart: 2 ranks x 1 thread $(printf %.2f "$t21") s vs 1 ra
 fi
 
 # 4. time to target vs PyTorch
-if has 4 && /usr/bin/python3 -c "import torch" 2>/dev/null; then
+if has 4 || has 5; then
+    source "$root/bench/venv.sh"
+    PY=$(bench_venv torch) || PY=""
+fi
+if has 4 && [ -n "$PY" ]; then
     out=$(OMP_NUM_THREADS=2 "$S" benchmark $cfg --base-run-dir ttt 2>&1 | grep '^benchmark:')
     ts=$(sed -nE 's/.*time to target ([0-9.]+) s.*/\1/p' <<<"$out")
     es=$(tail -n +2 "$(ls -d ttt/*/ | tail -n 1)/train_stats.csv" | wc -l)
     ds=$(ls -d datasets/*/*/ | head -n 1)
-    tout=$(/usr/bin/python3 "$root/tools/torch_train.py" "$ds" --classes 3 --layers 2 --base 16 --groups 8 --threads 2 | tail -n 1)
+    tout=$("$PY" "$root/bench/train/torch_train.py" "$ds" --scaffold-config "$(ls -d ttt/*/ | tail -n 1)/config.yaml" \
+        --threads 2 --quiet | tail -n 1)
     tt=$(awk '{print $2}' <<<"$tout"); et=$(awk '{print $4}' <<<"$tout")
-    echo "time to val dice 0.95, quickstart, 2 threads: scaffold ${ts:-not reached} s ($es epochs) vs PyTorch ${tt} s ($et epochs): ratio $(awk -v a="$tt" -v b="${ts:-0}" 'BEGIN{if(b>0) printf "%.2f", a/b; else print "n/a"}')x"
+    echo "time to val dice 0.95, quickstart, 2 threads: scaffold ${ts:-not reached} s ($es epochs) vs PyTorch $("$PY" -c 'import torch; print(torch.__version__)') ${tt} s ($et epochs): ratio $(awk -v a="$tt" -v b="${ts:-0}" 'BEGIN{if(b>0) printf "%.2f", a/b; else print "n/a"}')x (one seed: the epochs differ by the draw; part 5 compares distributions)"
+elif has 4; then
+    echo "part 4 skipped: no PyTorch 2.x venv (bench/venv.sh needs PyPI)"
 fi
 
 # 5. contention: quiet vs one core busy, scaffold vs PyTorch
-if has 5 && /usr/bin/python3 -c "import torch" 2>/dev/null; then
+if has 5 && [ -n "$PY" ]; then
     NT=${NT:-$(env -u OMP_NUM_THREADS nproc)}
     R=${REPEATS:-3}
     ds=$(ls -d datasets/*/*/ | head -n 1)
@@ -88,7 +99,9 @@ if has 5 && /usr/bin/python3 -c "import torch" 2>/dev/null; then
     trap 'busy_stop' EXIT
     TARGET=${TARGET:-0.95} # a lower target proves the script quickly
     ttt_scaffold() { OMP_NUM_THREADS=$NT "$@" "$S" benchmark $cfg --target-dice "$TARGET" --base-run-dir cont 2>&1 | sed -nE 's/^benchmark: .*time to target ([0-9.]+) s.*/\1/p'; }
-    ttt_torch() { /usr/bin/python3 "$root/tools/torch_train.py" "$ds" --classes 3 --layers 2 --base 16 --groups 8 --threads "$NT" --target "$TARGET" | sed -nE 's/^torch_time_to_target_s ([0-9.]+) .*/\1/p'; }
+    [ -d ttt ] || OMP_NUM_THREADS=2 "$S" benchmark $cfg --epochs 1 --base-run-dir ttt >/dev/null 2>&1
+    tcfg="$(ls -d ttt/*/ | tail -n 1)/config.yaml"
+    ttt_torch() { "$PY" "$root/bench/train/torch_train.py" "$ds" --scaffold-config "$tcfg" --threads "$NT" --target "$TARGET" --quiet | sed -nE 's/^torch_time_to_target_s ([0-9.]+) .*/\1/p'; }
     : > sq; : > sb; : > oq; : > ob; : > tq; : > tb
     for rep in $(seq 1 "$R"); do
         for mode in q b; do
@@ -105,3 +118,8 @@ if has 5 && /usr/bin/python3 -c "import torch" 2>/dev/null; then
 fi
 cd "$root"
 rm -rf "$d"
+
+# 6. convergence parity over seeds (its own folders; OUT, SEEDS, CONFIGS, THREADS pass through)
+if has 6; then
+    THREADS=${THREADS:-2} bash "$root/bench/train/parity.sh"
+fi

@@ -35,6 +35,7 @@ int cmd_benchmark(int argc, char **argv) {
     scaffold_config c;
     train_profile prof = {.on = train_profile_env(), .formats = PROFILE_ALL};
     int flag = 0;
+    parity_opts po = {NULL, 0};
     const opt_spec extra[] = {
         OPT_SECTION_("Profiling (ARCHITECTURE decision 11; README \"Profiling\")"),
         OPT_FLAG_(0, "profile", &flag,
@@ -44,6 +45,11 @@ int cmd_benchmark(int argc, char **argv) {
                 "cali, perfetto and/or text, comma-separated [cali,perfetto,text]"),
         OPT_FN_(0, "profile-dir", profile_dir, &prof, 1, "DIR",
                 "write the profile there instead of <run folder>/profile"),
+        OPT_SECTION_("same-data comparison with PyTorch (bench/train/torch_train.py)"),
+        OPT_STR_(0, "save-initial-weights", &po.initial_weights, "FILE",
+                 "write the initial weights as safetensors with upstream's tensor names"),
+        OPT_FLAG_(0, "save-sample-order", &po.sample_order,
+                  "write sample_order.csv: every step's samples, loss and Dice per replica"),
         OPT_END_};
     int st = cli_config_start_opts(
         &argc, &argv, &w, &c,
@@ -61,7 +67,7 @@ int cmd_benchmark(int argc, char **argv) {
         return cli_fail(&w, "benchmark", rc);
     bench_result r;
     prof_begin(PROF_BENCHMARK);
-    rc = bench_run(&c, &w, argc, argv, &r);
+    rc = bench_run(&c, &w, argc, argv, &po, &r);
     prof_end(PROF_BENCHMARK);
     if (rc) {
         train_profile_abort(&prof);

@@ -85,9 +85,10 @@ static int resume_or_clean(const scaffold_config *c, train_state *s, const char 
  * further batch of this replica's share, with a progress line at most every
  * SCAFFOLD_PROGRESS_SECONDS (log_progress; at scale 7 a CPU step takes many seconds). After each
  * step the ranks agree on a stop signal (*stop, train_stop_poll): the epoch ends there. Agreed
- * result. The minibatch times go into mb[0..nmb) (-1 where there was none). */
+ * result. The epoch's samples are recorded in `pl` when sample_order.csv is asked for; the
+ * minibatch times go into mb[0..nmb) (-1 where there was none). */
 static int train_epoch(train_state *s, int epoch, double lr, double acc[3], long *steps,
-                       int *stop, double *mb, int64_t nmb) {
+                       int *stop, double *mb, int64_t nmb, parity_log *pl) {
     const dist_world *w = s->w;
     const int64_t nb = ds_loader_num_batches(s->train);
     const double per_step = (double)s->cfg->local_batch_size * s->replicas;
@@ -99,11 +100,18 @@ static int train_epoch(train_state *s, int epoch, double lr, double acc[3], long
     scaffold_trace_region tr =
         SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_TRAIN, SCAFFOLD_TRACE_CAT_PIPELINE);
     int rc = ds_loader_start_epoch_at(s->train, epoch, *steps);
+    if (rc == 0)
+        rc = parity_log_epoch(pl, s, epoch);
     while (!*stop) {
         /* A node failure in the middle of an epoch. */
         if (*steps == 1 && w->rank == 0 && fault_hit(FAULT_KILL_AT_EPOCH, epoch))
             raise(SIGKILL);
+        const double before[3] = {acc[0], acc[1], acc[2]};
         int r = rc ? rc : train_step(s, lr, acc);
+        if (r > 0) {
+            const int prc = parity_log_step(pl, s, before, acc);
+            r = prc ? prc : r;
+        }
         if (r <= 0) {
             rc = r;
             break;
@@ -121,6 +129,8 @@ static int train_epoch(train_state *s, int epoch, double lr, double acc[3], long
                      epoch, *steps, (long long)nb, per_step / per, el, eta);
     }
     prof_end(PROF_BATCH_LOOP);
+    if (rc == 0)
+        rc = parity_log_flush(pl, s);
     SCAFFOLD_TRACE_REGION_INT(tr, "steps", *steps);
     SCAFFOLD_TRACE_REGION_END(tr);
     return rc;
@@ -271,7 +281,7 @@ static int save_partial(ckpt_writer *ck, train_state *s, const ckpt_state *done,
 /* The epoch loop (reference §11.6) from the resumed state `cs` (which may be in the middle of
  * the next epoch), until the target, the epoch cap or a stop signal. */
 static int epoch_loop(const scaffold_config *c, train_state *s, ckpt_writer *ck, ckpt_state *cs,
-                      bench_result *out) {
+                      parity_log *pl, bench_result *out) {
     const dist_world *w = s->w;
     double dice = cs->val_dice, t_train0 = time_now(), last_lr = c->starting_learning_rate;
     int epoch = cs->epoch + 1, last_saved = cs->epoch, rc = 0, stop = 0;
@@ -308,7 +318,7 @@ static int epoch_loop(const scaffold_config *c, train_state *s, ckpt_writer *ck,
             SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_EPOCH, SCAFFOLD_TRACE_CAT_PIPELINE);
         SCAFFOLD_TRACE_REGION_INT(tr_epoch, "epoch", epoch);
         prof_begin(PROF_EPOCH);
-        rc = train_epoch(s, epoch, lr, acc, &steps, &stop, mb, nb);
+        rc = train_epoch(s, epoch, lr, acc, &steps, &stop, mb, nb, pl);
         if (rc == 0 && stop && steps < nb) {
             /* Stopped inside the epoch: saved there, nothing of the epoch is reported. */
             out->stop_epoch = epoch;
@@ -427,10 +437,13 @@ static int epoch_loop(const scaffold_config *c, train_state *s, ckpt_writer *ck,
     return rc;
 }
 
-int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv, bench_result *out) {
+int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv,
+              const parity_opts *po, bench_result *out) {
     memset(out, 0, sizeof *out);
     out->minibatch_time_s = NAN;
     int rc = train_check(c, w);
+    if (rc == 0)
+        rc = dist_agree(w, parity_check(po));
     if (rc)
         return rc;
     /* The device before anything is written (device: cuda without a GPU is bad input); its note
@@ -468,6 +481,12 @@ int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv, be
     prof_end(PROF_CLEANUP_OR_RESUME);
     /* From here on SIGTERM, SIGINT and SIGUSR1 stop the run at a step boundary (stop.h). */
     train_stop_install();
+    if (rc == 0)
+        rc = parity_save_initial(po, &s, cs.epoch);
+    parity_log pl;
+    memset(&pl, 0, sizeof pl);
+    if (rc == 0)
+        rc = parity_log_open(&pl, po, &s, cs.epoch + 1);
     prof_begin(PROF_WARMUP);
     if (rc == 0)
         rc = train_warmup(&s);
@@ -479,7 +498,7 @@ int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv, be
     if (rc == 0 && !s.stop) {
         ckpt_writer ck;
         ckpt_writer_init(&ck, ckdir, c->async_save);
-        rc = epoch_loop(c, &s, &ck, &cs, out);
+        rc = epoch_loop(c, &s, &ck, &cs, &pl, out);
         out->ckpt_bytes = ck.bytes_written;
         out->ckpt_s = ck.seconds;
         out->loader_wait_s = ds_loader_wait_seconds(s.train);
@@ -494,6 +513,7 @@ int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv, be
         finish_run(c, out);
     train_stop_uninstall();
     free(cs.partial_acc);
+    parity_log_free(&pl);
     train_state_free(&s);
     return rc;
 }

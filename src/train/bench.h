@@ -7,6 +7,7 @@
 
 #include "core/config.h"
 #include "dist/dist.h"
+#include "train/parity.h"
 
 /* Results of a run (rank 0's view; the same on every rank for the scalars). */
 typedef struct bench_result {
@@ -31,7 +32,9 @@ typedef struct bench_result {
     long total_optimizer_steps; /* over the whole run (all invocations) */
 } bench_result;
 
-/* Runs the benchmark. `c` is finalised with absolute directories (cli_config_start). */
-int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv, bench_result *out);
+/* Runs the benchmark. `c` is finalised with absolute directories (cli_config_start); `po`
+ * (NULL: none) asks for the same-data comparison outputs of parity.h. */
+int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv,
+              const parity_opts *po, bench_result *out);
 
 #endif

@@ -358,6 +358,9 @@ t_expect_fail "read failure on rank 1 mid-epoch: agreed, no hang" 1 "rank 1.*inj
     env SCAFFOLD_FAULT_FAIL_STEP=1:3 timeout 120 $MPIRUN -n 2 "$SCAFFOLD" benchmark $cfg \
     --base-run-dir runsbad --warmup-batches 0 --dataset-dir ds_fault
 t_expect_fail "--restart without --run-dir" 2 "needs --run-dir" "$SCAFFOLD" benchmark $cfg --restart
+
+# 8. Step-level parity with upstream's training in PyTorch, and the options behind it.
+source "$root/tests/train/parity.sh"
 cd "$root"
 rm -rf "$d"
 t_report
