@@ -37,9 +37,9 @@ int cli_config_start_opts(int *argc, char ***argv, dist_world *w, scaffold_confi
  * one "scaffold NAME: message" line. Touches no MPI, so every rank reaches the same verdict. */
 int cli_parse(const opt_cmd *cmd, int argc, char **argv, int *first);
 
-/* This process's rank as its launcher says (OMPI_COMM_WORLD_RANK, PMIX_RANK, PMI_RANK,
- * SLURM_PROCID, FLUX_TASK_RANK), 0 when none is set: before MPI starts, so that a message is
- * printed by one process rather than once per rank. */
+/* This process's rank as its launcher says (dist_launcher_detect: Open MPI, Hydra/PMI, srun,
+ * Flux, PMIx), 0 when none says: before MPI starts, so that a message is printed by one process
+ * rather than once per rank. */
 int cli_launcher_rank(void);
 
 /* Prints "scaffold CMD: <err_msg()>" on rank 0, finalises MPI, returns the exit status of rc. */

@@ -12,17 +12,9 @@
 #include <string.h>
 
 int cli_launcher_rank(void) {
-    /* Open MPI, PMIx, Hydra/PMI (MPICH), Slurm, Flux; the first one set wins. */
-    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK",
-                                       "SLURM_PROCID", "FLUX_TASK_RANK", NULL};
-    for (int i = 0; vars[i]; i++) {
-        const char *v = getenv(vars[i]);
-        char *end;
-        long r = v && *v ? strtol(v, &end, 10) : -1;
-        if (v && *v && !*end && r >= 0)
-            return (int)r;
-    }
-    return 0;
+    dist_launcher l;
+    dist_launcher_detect(NULL, &l);
+    return l.rank > 0 ? l.rank : 0;
 }
 
 int cli_parse(const opt_cmd *cmd, int argc, char **argv, int *first) {
