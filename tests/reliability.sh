@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/reliability.sh [FUZZ_SECONDS]: measures the README's reliability figures.
+# tests/reliability.sh [FUZZ_SECONDS]: measures the figures of docs/reliability.md.
 #
 #  1. Kills: `scaffold benchmark` (tests/train/tiny.yml, 4 epochs, a checkpoint every epoch)
 #     killed with SIGKILL at every checkpoint file write (SCAFFOLD_FAULT_KILL_AT_COMMIT, 1 rank),
@@ -16,7 +16,7 @@
 #     its restart.sh resumes to the statistics of an uninterrupted run.
 #  2. Bad inputs: tests/cli/bad_inputs.sh (exit 2, one line, nothing written).
 #  3. Fuzzing: `make fuzz FUZZ_SECONDS=N` when N > 0 (default 0: the long campaigns are run on
-#     their own; see the README).
+#     their own; see docs/reliability.md).
 # Prints one line per case and a summary. Run from the repository root after `make`.
 cd "$(dirname "$0")/.." && source tests/lib.sh
 export OMP_NUM_THREADS=1

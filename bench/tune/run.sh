@@ -3,8 +3,8 @@
 # catalog and the analyzer's proposals -- every lever against the incumbent in sequential A-B
 # pairs (until the 99% interval decides, at most MAX_REPEATS), then the best setting against the
 # baseline (the named baseline of the ratio
-# it prints: the configuration as given, measured in the same run). The README's tuning section
-# and its chart come from this script.
+# it prints: the configuration as given, measured in the same run). The tuning section of
+# docs/usage.md ("Tools") and its chart come from this script.
 #
 #   flock -x /tmp/scaffold-cpu.lock bash bench/tune/run.sh [OUT]
 #

@@ -37,7 +37,7 @@ int cmd_benchmark(int argc, char **argv) {
     int flag = 0;
     parity_opts po = {NULL, 0};
     const opt_spec extra[] = {
-        OPT_SECTION_("Profiling (ARCHITECTURE decision 11; README \"Profiling\")"),
+        OPT_SECTION_("Profiling (ARCHITECTURE decision 11; docs/usage.md \"Profiling\")"),
         OPT_FLAG_(0, "profile", &flag,
                   "time the run's regions (also SCAFFOLD_PROFILE=1): report and files in "
                   "<run folder>/profile"),

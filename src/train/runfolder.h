@@ -20,7 +20,7 @@ int run_folder_setup(scaffold_config *c, const dist_world *w, int argc, char **a
  * how the work is spread over threads and devices; and the spatial layout (dc_num_shards,
  * dc_shard_dims) while group_norm_stats is global (a sharded run then computes the unsharded
  * one). Every other key changes what the run computes (seed, data, model, optimizer, learning
- * rates, precision, target ...). NULL-terminated; the README lists them. */
+ * rates, precision, target ...). NULL-terminated; docs/usage.md lists them. */
 extern const char *const run_resume_mutable_keys[];
 
 /* Before a resume writes anything (rank 0): compares the merged configuration with the run's

@@ -3,7 +3,7 @@
 # tester would type them. Each must exit with status 2, print exactly one line on stderr that
 # starts with "scaffold CMD:" (naming the culprit), print nothing else, and write nothing (the
 # working directory and every configured output directory stay empty). Prints one ok/FAIL line
-# per case and "N passed, N failed"; the count of cases is the README's "bad inputs tried".
+# per case and "N passed, N failed"; the count of cases is what docs/reliability.md reports tried.
 # usage: bash tests/cli/bad_inputs.sh   (from the repository root; BUILD selects the build)
 cd "$(dirname "$0")/../.." && source tests/lib.sh
 S=$SCAFFOLD

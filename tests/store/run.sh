@@ -12,7 +12,8 @@ export TSAN_OPTIONS=${TSAN_OPTIONS:-suppressions=$PWD/tests/store/tsan.supp}
 
 quiet() { "$@" >/dev/null; }
 # MPICH progresses passive-target RMA only inside the target's MPI calls unless its progress
-# thread is on (README, "MPICH"); the rma method's reads from a computing rank need it.
+# thread is on (docs/reliability.md, "MPICH"); the rma method's reads from a computing rank
+# need it.
 [ "${SCAFFOLD_MPI:-openmpi}" = mpich ] && export MPIR_CVAR_ASYNC_PROGRESS=${MPIR_CVAR_ASYNC_PROGRESS:-1}
 
 for m in rma coll; do
