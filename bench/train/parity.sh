@@ -15,6 +15,9 @@
 #             it needs the epochs scaffold needed, the two implementations train alike and any
 #             difference between `scaffold` and `torch` is the luck of the draw (SIDES="scaffold
 #             torch" skips it).
+# Two more sides on request (SIDES="... wsot wtos"), to tell which half of a draw decides it:
+#   wsot      scaffold's initial weights, DistributedSampler order seeded s
+#   wtos      torch.manual_seed(s) weights, scaffold's order
 # Results go to $OUT/results.csv (config,seed,side,epochs,converged,time_s), one row per run,
 # appended as each run ends, so an interrupted study resumes where it stopped (runs already in
 # the file are skipped). bench/train/parity_stats.py then prints the table: epochs side by side,
@@ -76,19 +79,21 @@ for cfg in $CONFIGS; do
         ds=$(ls -d "$w"/datasets/*/*/ | head -n 1)
         rd=$(ls -d "$w"/runs/*/ | tail -n 1)
         # a study started before scaffold saved its weights: the same weights from a short run
-        if want same && ! done_run "$cfg" "$seed" same && [ ! -f "$w/init.safetensors" ]; then
+        if { want same || want wsot; } && [ ! -f "$w/init.safetensors" ] &&
+            ! { done_run "$cfg" "$seed" same && done_run "$cfg" "$seed" wsot; }; then
             run "$S" benchmark "${sc[@]}" --epochs 1 --warmup-batches 0 --base-run-dir "$w/initrun" \
                 --save-initial-weights "$w/init.safetensors" >/dev/null 2>&1 ||
                 { echo "parity.sh: scaffold failed to write the initial weights ($cfg, seed $seed)" >&2; exit 1; }
             rm -rf "$w/initrun"
         fi
-        for side in torch same; do
+        for side in torch same wsot wtos; do
             want "$side" && ! done_run "$cfg" "$seed" "$side" || continue
-            if [ "$side" = torch ]; then
-                draw=(--seed "$seed" --sampler torch --sampler-seed "$seed")
-            else
-                draw=(--init "$w/init.safetensors" --sampler scaffold --sampler-seed "$seed")
-            fi
+            case $side in
+            torch) draw=(--seed "$seed" --sampler torch --sampler-seed "$seed") ;;
+            same) draw=(--init "$w/init.safetensors" --sampler scaffold --sampler-seed "$seed") ;;
+            wsot) draw=(--init "$w/init.safetensors" --sampler torch --sampler-seed "$seed") ;;
+            wtos) draw=(--seed "$seed" --sampler scaffold --sampler-seed "$seed") ;;
+            esac
             out=$(run "$PY" "$root/bench/train/torch_train.py" "$ds" --scaffold-config "$rd/config.yaml" \
                 "${draw[@]}" --max-epochs "$MAX_EPOCHS" --threads "$THREADS" \
                 --stats-out "$w/${side}_stats.csv" --quiet 2>&1)

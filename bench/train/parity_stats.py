@@ -9,6 +9,8 @@ configuration, side by side over the seeds both sides finished, with
     correction) and a paired sign-flip permutation test of the mean difference,
   - the time-to-target ratio PyTorch / scaffold (median over seeds of the per-seed ratio, and the
     ratio of total times): meaningful only when measured on an idle machine,
+  - where the mixed sides ran (wsot: scaffold's weights in PyTorch's order; wtos: the reverse):
+    their mean and slowest epochs beside scaffold's and PyTorch's on the same seeds,
   - where the `same` side ran (PyTorch from scaffold's weights in scaffold's order): its epochs
     beside scaffold's and how many seeds agree within one epoch.
 A run that did not converge counts with its epoch cap (marked '+').
@@ -108,6 +110,20 @@ def main(path):
                   f"{em.mean():.2f} epochs vs scaffold's {es.mean():.2f} (ratio {es.mean() / em.mean():.3f}, "
                   f"bootstrap 90% [{mlo:.3f}, {mhi:.3f}]); {agree} of {len(seeds)} "
                   f"seeds within one epoch of scaffold, {int((em == es).sum())} equal")
+        # The mixed draws (parity.sh SIDES wsot/wtos), over the seeds where they ran: which half
+        # of a draw (initial weights or sample order) carries its tail.
+        for side, what in (("wsot", "scaffold's weights, PyTorch's order"),
+                           ("wtos", "PyTorch's weights, scaffold's order")):
+            ms = [s for s in seeds if side in by[s]]
+            if not ms:
+                continue
+            ev = np.array([int(by[s][side]["epochs"]) for s in ms], dtype=float)
+            et_m = np.array([int(by[s]["torch"]["epochs"]) for s in ms], dtype=float)
+            es_m = np.array([int(by[s]["scaffold"]["epochs"]) for s in ms], dtype=float)
+            capped = sum(1 for s in ms if by[s][side]["converged"] != "1")
+            print(f"mixed draw, {what}: mean {ev.mean():.2f} epochs over {len(ms)} seeds "
+                  f"(scaffold {es_m.mean():.2f}, PyTorch {et_m.mean():.2f} on the same seeds); "
+                  f"slowest {ev.max():.0f}, {capped} capped")
         tr = tt / ts
         print(f"time to target PyTorch/scaffold: median per-seed ratio {np.median(tr):.2f}x, "
               f"total {tt.sum():.1f} s / {ts.sum():.1f} s = {tt.sum() / ts.sum():.2f}x "
