@@ -54,7 +54,7 @@ t_cbin() {
     if [ "$f" -ne 0 ] || [ "$rc" -ne 0 ]; then echo "$out" | grep -v '^ok' | tail -n 30; fi
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
     T_PASSED=$((T_PASSED + p)); T_FAILED=$((T_FAILED + f))
-    echo "ok   $* ($p passed, $f failed)"
+    if [ "$f" -ne 0 ]; then echo "FAIL $* ($p passed, $f failed)"; else echo "ok   $* ($p passed, $f failed)"; fi
 }
 # t_venv_python: prints the python of the pinned test venv (tools/setup.sh --test makes it); fails
 # with nothing printed when it is absent, so that a test says SKIP and names the command.

@@ -311,8 +311,12 @@ stage_sanitizer() {
     local cs rc=0
     cs=$(command -v compute-sanitizer || ls "$CUDA_HOME/bin/compute-sanitizer" 2>/dev/null)
     [ -n "$cs" ] || { echo "compute-sanitizer: not found (the CUDA toolkit's, $CUDA_HOME/bin)"; return 1; }
+    # --report-api-errors no: NCCL's communicator setup probes kernels of other architectures
+    # (cudaFuncGetAttributes -> cudaErrorNoKernelImageForDevice, handled inside NCCL), which
+    # memcheck would count as errors; memory errors are still reported, and every CUDA call of
+    # the backend checks its own status.
     echo "-- memcheck: cu_ops fp32 --quick"
-    "$cs" --tool memcheck --error-exitcode 9 "$BUILD/tests/gpu/cu_ops" fp32 --quick 2>&1 | tail -n 40
+    "$cs" --tool memcheck --report-api-errors no --error-exitcode 9 "$BUILD/tests/gpu/cu_ops" fp32 --quick 2>&1 | tail -n 40
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
     echo "-- memcheck: the kernel programs, --quick"
     "$cs" --tool memcheck --error-exitcode 9 --target-processes all \

@@ -10,9 +10,10 @@
 #      scales and precisions: median step time, and the step's convolution FLOPs (from part 1)
 #      over it in TFLOP/s against cuDNN's best throughput on those convolutions
 #      (target at 7/64 bf16 on one H200: <= 40 ms);
-#   3. time to Dice 0.95: scaffold benchmark with the default configuration (scale 7, 5
-#      classes, torch_amp 1) on one GPU, fractal library generated first (not timed); its
-#      summary line (it trains until the target).
+#   3. time to Dice 0.95: scaffold benchmark on one GPU with configs/quickstart.yml, then the
+#      default configuration (scale 7, 5 classes, torch_amp 1), fractal library generated first
+#      (not timed); the summary line (it trains until the target). DICE_CONFIGS: other
+#      configuration names; DICE_SECONDS: stop each after that many seconds (progress shown).
 # Part 1 also measures the fp32 skip convolutions both ways (cu_conv3d_parts: split into two
 # cuDNN calls, the default, and gathered into one input with SCAFFOLD_CUDA_SKIP=gather) at the
 # largest scale, so that the default can be chosen from a measurement.
@@ -72,14 +73,30 @@ if part 1; then
     SCAFFOLD_CUDA_SKIP=gather "$BIN" --scale "$top" --base 64 --reps "$REPS" | grep -E '\(skip\)|convolutions of one step' || rc=1
 fi
 if part 3; then
+    # each configuration: its fractal library generated first (not timed), then the benchmark
+    # on one GPU, its progress streamed (a window that ends it early still shows how far it got)
+    # and stopped by SIGTERM after DICE_SECONDS (default: no limit; scaffold checkpoints and
+    # exits 143 on TERM). The same configuration on this node's CPUs is not run here (bench/train).
     d=$(mktemp -d "${TMPDIR:-/tmp}/scaffold-gpu-bench.XXXXXX")
-    cfg="$root/configs/benchmark_default.yml" exe="$(cd "$BUILD" && pwd)/scaffold"
-    (cd "$d" && "$exe" generate_fractals -c "$cfg" >gen.log 2>&1) || {
-        tail -5 "$d/gen.log"; rc=1; }
-    out=$(cd "$d" && "$exe" benchmark -c "$cfg" --device cuda 2>&1) || rc=1
-    grep -E '^(device|benchmark:)' <<<"$out" || tail -5 <<<"$out"
-    grep -q '^benchmark: reached' <<<"$out" &&
-        echo "RESULT time to Dice 0.95 (default configuration, one GPU): $(sed -n 's/.*time to target \([0-9.]*\) s.*/\1/p' <<<"$out") s"
+    exe="$(cd "$BUILD" && pwd)/scaffold"
+    for name in ${DICE_CONFIGS:-quickstart benchmark_default}; do
+        cfg="$root/configs/$name.yml"
+        echo "== time to Dice 0.95: configs/$name.yml, --device cuda${DICE_SECONDS:+, stopped after $DICE_SECONDS s}"
+        (cd "$d" && "$exe" generate_fractals -c "$cfg" >"gen-$name.log" 2>&1) || {
+            tail -5 "$d/gen-$name.log"; rc=1; continue; }
+        tail -1 "$d/gen-$name.log"
+        (cd "$d" && if [ -n "${DICE_SECONDS:-}" ]; then timeout -s TERM "$DICE_SECONDS" "$exe" benchmark -c "$cfg" --device cuda
+            else "$exe" benchmark -c "$cfg" --device cuda; fi) 2>&1 | tee "$d/bench-$name.log" |
+            grep --line-buffered -E 'model:|epoch [0-9]+:|^benchmark:|signal|error|FAIL|cuda|GPU'
+        st=${PIPESTATUS[0]}
+        if grep -q '^benchmark: reached' "$d/bench-$name.log"; then
+            echo "RESULT time to Dice 0.95 ($name, one GPU): $(sed -n 's/.*time to target \([0-9.]*\) s.*/\1/p' "$d/bench-$name.log") s"
+        elif [ "$st" = 124 ] || [ "$st" = 143 ]; then
+            echo "RESULT time to Dice 0.95 ($name, one GPU): not reached within $DICE_SECONDS s (last: $(grep -E 'epoch [0-9]+:' "$d/bench-$name.log" | tail -1 | sed 's/^\[[^]]*\]\[[^]]*\] //'))"
+        else
+            echo "FAIL $name: scaffold benchmark exited $st"; tail -5 "$d/bench-$name.log"; rc=1
+        fi
+    done
     rm -rf "$d"
 fi
 exit $rc

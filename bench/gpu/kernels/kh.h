@@ -213,7 +213,8 @@ static inline double kh_perturb(double g, size_t i) {
     return on && i == 0 ? g + 1.0 + 0.01 * fabs(g) : g;
 }
 
-/* llm.c's validate_result: every element within atol + rtol |ref| (a NaN must meet a NaN);
+/* llm.c's validate_result: every element within atol + rtol |ref| (a NaN must meet a NaN, an
+ * infinity the same infinity);
  * prints the first 5 faults and the worst ratio of error to allowance. Returns 1 when all pass
  * (the caller records it with kh_row). */
 static inline int kh_close(const char *what, const float *got, const float *ref, size_t n,
@@ -225,6 +226,11 @@ static inline int kh_close(const char *what, const float *got, const float *ref,
         const double g = kh_perturb(got[i], i), r = ref[i];
         if (isnan(r) || isnan(g)) {
             if (!(isnan(r) && isnan(g)) && bad++ < 5)
+                fprintf(stderr, "  %s[%zu]: got %.9g want %.9g\n", what, i, g, r);
+            continue;
+        }
+        if (isinf(r) || isinf(g)) { /* an infinity must meet the same infinity (inf - inf is NaN) */
+            if (g != r && bad++ < 5)
                 fprintf(stderr, "  %s[%zu]: got %.9g want %.9g\n", what, i, g, r);
             continue;
         }
