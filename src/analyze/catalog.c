@@ -118,7 +118,7 @@ int an_catalog_load(const char *path, an_catalog *c) {
     }
     char label[FS_PATH_MAX + 16];
     snprintf(label, sizeof label, "analyze: %s", path);
-    if ((rc = yamlx_check_duplicates(&d, label, ERR_CONFIG)) != 0) {
+    if ((rc = yamlx_check_document(&d, label, ERR_CONFIG)) != 0) {
         yaml_document_delete(&d);
         yaml_parser_delete(&p);
         fclose(f);

@@ -251,7 +251,7 @@ int config_load_file(scaffold_config *c, const char *path) {
                      node_kind(root));
         goto done;
     }
-    if ((rc = yamlx_check_duplicates(&doc, path, ERR_CONFIG)) != 0)
+    if ((rc = yamlx_check_document(&doc, path, ERR_CONFIG)) != 0)
         goto done;
     for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
          p++) {

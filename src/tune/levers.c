@@ -338,7 +338,7 @@ int tune_levers_parse(const char *text, size_t n, const char *label, int cfg_arg
         return rc;
     }
     yaml_parser_delete(&parser);
-    int rc = yamlx_check_duplicates(&doc, label, ERR_CONFIG);
+    int rc = yamlx_check_document(&doc, label, ERR_CONFIG);
     if (rc == 0)
         rc = parse_doc(&doc, label, cfg_argc, cfg_argv, out);
     yaml_document_delete(&doc);

@@ -2,12 +2,41 @@
 #include "core/config.h"
 #include "core/err.h"
 #include "core/fsutil.h"
+#include "core/yamlx.h"
 #include "test.h"
 
 #include <string.h>
+#include <time.h>
 
 static void write(const char *path, const char *txt) {
     fs_write_file(path, txt, strlen(txt), 0);
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* "k: " and `lists` nested empty lists: a document `lists` + 1 collections deep. */
+static const char *nested(char *buf, size_t n, int lists) {
+    size_t o = (size_t)snprintf(buf, n, "k: ");
+    for (int i = 0; i < lists && o + 2 < n; i++)
+        buf[o++] = '[';
+    for (int i = 0; i < lists && o + 1 < n; i++)
+        buf[o++] = ']';
+    buf[o] = '\0';
+    return buf;
+}
+
+/* config_load_file on `txt`: its return code, and its time in *secs. */
+static int load_timed(scaffold_config *c, const char *path, const char *txt, double *secs) {
+    write(path, txt);
+    config_defaults(c);
+    double t0 = now_s();
+    int rc = config_load_file(c, path);
+    *secs = now_s() - t0;
+    return rc;
 }
 
 int main(void) {
@@ -120,6 +149,86 @@ int main(void) {
     CHECK(config_load_file(&c, bad) == 0, "aux keys accepted: %s", err_msg());
     write(bad, "");
     CHECK(config_load_file(&c, bad) == 0, "empty override file");
+
+    /* Aliases are shared nodes: the reader must not walk them as a tree. The fuzzer's input (now
+     * tests/fuzz/corpus/config/recursive_alias.yml): a mapping anchored &s holding aliases to
+     * itself; the duplicate-key check followed every alias to a depth of 64, 2^64 steps, a hang.
+     * Each of these is one clear error naming the file and line, in well under a second (a
+     * sanitizer build included). */
+    double secs;
+    rc = load_timed(&c, bad, "&s\ne: *s\ns: *s", &secs);
+    CHECK(rc == ERR_CONFIG && strstr(err_msg(), "bad.yml:1: recursive alias: this mapping "
+                                                "contains an alias to itself"),
+          "recursive alias (root): %d %s", rc, err_msg());
+    CHECK(secs < 1.0, "recursive alias refused in %.3f s", secs);
+    rc = load_timed(&c, bad, "seed: 1\nk: &a [*a, *a]\n", &secs);
+    CHECK(rc == ERR_CONFIG && strstr(err_msg(), "bad.yml:2: recursive alias: this list"),
+          "recursive alias (list): %d %s", rc, err_msg());
+    CHECK(secs < 1.0, "recursive list alias refused in %.3f s", secs);
+    /* Billion laughs: 40 anchors, each naming the previous one twice (2^40 nodes as a tree). */
+    char bomb[2048];
+    size_t o = (size_t)snprintf(bomb, sizeof bomb, "a0: &a0 [x, x]\n");
+    for (int i = 1; i < 40; i++)
+        o += (size_t)snprintf(bomb + o, sizeof bomb - o, "a%d: &a%d [*a%d, *a%d]\n", i, i, i - 1,
+                              i - 1);
+    rc = load_timed(&c, bad, bomb, &secs);
+    CHECK(rc == ERR_CONFIG && strstr(err_msg(), "bad.yml:16: aliases expand this list to more "
+                                                "than ") && strstr(err_msg(), "alias bomb"),
+          "alias bomb: %d %s", rc, err_msg());
+    CHECK(secs < 1.0, "alias bomb refused in %.3f s", secs);
+    /* Nesting: 64 levels (the root mapping and 63 lists) pass the check, 65 are refused (the
+     * harness's deep_nesting.yml has 71). */
+    char deep[512];
+    rc = load_timed(&c, bad, nested(deep, sizeof deep, 64), &secs);
+    CHECK(rc == ERR_CONFIG && strstr(err_msg(), "bad.yml:1: collections nested deeper than 64 "
+                                                "levels"),
+          "deep nesting: %d %s", rc, err_msg());
+    CHECK(secs < 1.0, "deep nesting refused in %.3f s", secs);
+    nested(deep, sizeof deep, 63);
+    CHECK(yamlx_check_text(deep, strlen(deep), "t", ERR_CONFIG) == 0, "64 levels accepted: %s",
+          err_msg());
+    /* The depth counts through aliases: 40 lists anchored, then named under 30 more. */
+    o = (size_t)snprintf(deep, sizeof deep, "a: &d ");
+    for (int i = 0; i < 40; i++)
+        deep[o++] = '[';
+    for (int i = 0; i < 40; i++)
+        deep[o++] = ']';
+    o += (size_t)snprintf(deep + o, sizeof deep - o, "\nb: ");
+    for (int i = 0; i < 30; i++)
+        deep[o++] = '[';
+    o += (size_t)snprintf(deep + o, sizeof deep - o, "*d");
+    for (int i = 0; i < 30; i++)
+        deep[o++] = ']';
+    deep[o] = '\0';
+    CHECK(yamlx_check_text(deep, o, "t", ERR_CONFIG) == ERR_CONFIG &&
+              strstr(err_msg(), "t:1: collections nested deeper than 64 levels"),
+          "deep through an alias: %s", err_msg());
+    /* Ordinary aliases still load: a scalar and a list, each named twice. */
+    rc = load_timed(&c, bad, "seed: &s 7\nn_categories: *s\ndc_num_shards: &l [2, 1, 1]\n"
+                             "dc_shard_dims: [2, 3, 4]\nscheduler_metadata: {a: *l, b: *l}\n",
+                    &secs);
+    CHECK(rc == 0 && c.seed == 7 && c.n_categories == 7 && c.dc_num_shards.v[0] == 2,
+          "shared aliases: %s", err_msg());
+    /* Duplicates are found by sorting the keys: a mapping of 20000 keys is checked in linear-
+     * logarithmic time, and the pair named is the one a scan in document order meets first. */
+    size_t cap = 20000 * 16 + 64;
+    char *many = malloc(cap);
+    if (!many)
+        return 1;
+    o = 0;
+    for (int i = 0; i < 20000; i++)
+        o += (size_t)snprintf(many + o, cap - o, "k%d: %d\n", 19999 - i, i);
+    snprintf(many + o, cap - o, "k5: x\nk7: y\n");
+    rc = load_timed(&c, bad, many, &secs);
+    CHECK(rc == ERR_CONFIG && strstr(err_msg(), "key 'k5' appears twice in one mapping (lines "
+                                                "19995 and 20001)"),
+          "duplicate among many keys: %s", err_msg());
+    CHECK(secs < 1.0, "20000 keys checked in %.3f s", secs);
+    free(many);
+    rc = load_timed(&c, bad, "a: 1\nb: 1\nb: 2\na: 2\n", &secs);
+    CHECK(rc == ERR_CONFIG && strstr(err_msg(), "key 'b' appears twice in one mapping (lines 2 "
+                                                "and 3)"),
+          "first duplicate in document order: %s", err_msg());
 
     /* Canonical text and its diff (the rank agreement of the merged configuration). */
     scaffold_config e;
