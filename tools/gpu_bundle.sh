@@ -30,7 +30,6 @@ OUTF=${OUTF:-$BUILD-bundle.tar.gz}
     echo "gpu_bundle: $BUILD has no CUDA build (make CUDA=1 BUILD=$BUILD tests-bin)" >&2
     exit 2
 }
-OMPI_LIB=$(dirname "$(readlink -f "$(ldd "$BUILD/scaffold" | awk '/libmpi\.so/ {print $3}')")")
 OMPI_PREFIX=$(ompi_info --path prefix --parsable 2>/dev/null | sed -n 's/^path:prefix://p')
 OMPI_PKGLIB=$(ompi_info --path pkglibdir --parsable 2>/dev/null | sed -n 's/^path:pkglibdir://p')
 OMPI_PKGDATA=$(ompi_info --path pkgdatadir --parsable 2>/dev/null | sed -n 's/^path:pkgdatadir://p')

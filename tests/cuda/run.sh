@@ -43,6 +43,52 @@ else
     t_cbin $MPIRUN -n 2 "$root/$BUILD/tests/cuda/cu_host"
     # The GPU's whole-U-Net test program on the CPU engine in its place: its own flow checked.
     t_cbin "$root/$BUILD/tests/gpu/cu_unet" fp32 --devmem
+    t_cbin "$root/$BUILD/tests/gpu/cu_unet" bf16 --devmem
+    # tools/gpu_bundle.sh: the build packed for a GPU node without this machine's libraries; its
+    # contents, then scaffold and a 2-rank mpirun from it with the system's Open MPI, PMIx,
+    # libyaml and cairo hidden in a mount namespace (skipped where none can be made).
+    if bash "$root/tools/gpu_bundle.sh" --build "$BUILD" --out "$d/bundle.tar.gz" >"$d/bundle.log" 2>&1; then
+        list=$(tar tzf "$d/bundle.tar.gz")
+        miss=""
+        for f in scaffold tests/gpu/cu_ops tests/gpu/cu_unet bench/gpu/cu_step runtime/env.sh \
+            runtime/lib/libmpi.so.40 runtime/lib/libyaml-0.so.2 runtime/lib/libcairo.so.2 \
+            runtime/ompi/bin/orterun runtime/ompi/bin/orted; do
+            grep -qx "$BUILD/$f" <<<"$list" || miss="$miss $f"
+        done
+        grep -qE '/(libc|libm|libstdc\+\+|libcuda|libcudnn|libnccl)\.so' <<<"$list" &&
+            miss="$miss (it packs the C or C++ runtime, the driver or cuDNN/NCCL)"
+        [ -z "$miss" ] && t_ok "gpu bundle: programs, libraries, Open MPI ($(tail -n 1 "$d/bundle.log" | sed 's/.*: //'))" ||
+            t_fail "gpu bundle: contents" "missing:$miss"
+        mkdir -p "$d/node" && tar xzf "$d/bundle.tar.gz" -C "$d/node"
+        real() { readlink -f "$(ldd "$root/$BUILD/scaffold" | awk -v l="$1" '$1 ~ l {print $3}')"; }
+        pkglib=$(ompi_info --path pkglibdir --parsable 2>/dev/null | sed -n 's/^path:pkglibdir://p')
+        pmix=$(ldd "$pkglib/mca_pmix_ext3x.so" 2>/dev/null | awk '/libpmix/ {print $3}')
+        hide_dirs="$pkglib $(ompi_info --path pkgdatadir --parsable 2>/dev/null | sed -n 's/^path:pkgdatadir://p')"
+        [ -n "$pmix" ] && hide_dirs="$hide_dirs $(dirname "$(dirname "$(readlink -f "$pmix")")")/lib/pmix"
+        hide_files="$(real libmpi) $(real libyaml) $(real libcairo) ${pmix:+$(readlink -f "$pmix")} $(command -v orted) $(command -v orterun)"
+        if unshare -m true 2>/dev/null; then
+            out=$(cd "$d/node" && unshare -m bash -c '
+                for x in $1; do [ -d "$x" ] && [ "${x#/}" != "$x" ] && [ "$x" != / ] && mount -t tmpfs none "$x"; done
+                for x in $2; do [ -f "$x" ] && mount --bind /dev/null "$x"; done
+                source "$3/runtime/env.sh" >/dev/null
+                ldd "$3/scaffold" | grep -E "libmpi|libyaml" | sed "s/ (0x.*//"
+                "$3/scaffold" --version
+                mpirun -n 2 "$3/tests/gpu/cu_ops" --probe' hide "$hide_dirs" "$hide_files" "$BUILD" 2>&1)
+            if grep -q "libmpi.so.40 => $d/node/$BUILD/runtime/lib/" <<<"$out" &&
+                grep -q "libyaml-0.so.2 => $d/node/$BUILD/runtime/lib/" <<<"$out" &&
+                grep -q '^scaffold ' <<<"$out" && [ "$(grep -c '^no GPU visible\|^gpus ' <<<"$out")" = 2 ]; then
+                t_ok "gpu bundle: scaffold and mpirun -n 2 run from it with the system's Open MPI hidden"
+            else
+                t_fail "gpu bundle: run with the system's libraries hidden" "$out"
+            fi
+        else
+            echo "note: no mount namespace here (unshare -m): the bundle's run with the system's libraries hidden NOT checked"
+        fi
+    elif grep -q "not Open MPI" "$d/bundle.log"; then
+        echo "note: gpu bundle: this build's MPI is not Open MPI: not packed, NOT checked"
+    else
+        t_fail "gpu bundle" "$(tail -n 3 "$d/bundle.log")"
+    fi
     if "$root/$BUILD/tests/gpu/cu_ops" --probe >/dev/null 2>&1; then
         echo "note: a GPU is visible: the no-GPU fallback checks below are NOT run here"
     else
