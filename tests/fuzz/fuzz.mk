@@ -24,6 +24,9 @@ REPLAY_BINS  := $(patsubst %,$(BUILD)/tests/fuzz/replay_%,$(FUZZ_NAMES))
 EXTRA_TARGETS += $(REPLAY_BINS)
 
 .PHONY: fuzz fuzz-bin
+# the objects are intermediates of the harness rule: kept, so that a second `make fuzz` links
+# instead of compiling every fuzzed module again
+.SECONDARY: $(FUZZ_LIB_OBJS)
 fuzz: fuzz-bin
 	FUZZ_SEED=$(FUZZ_SEED) bash tests/fuzz/fuzz.sh $(FUZZ_SECONDS) $(FUZZ_BUILD) $(FUZZ_ONLY)
 
