@@ -494,7 +494,10 @@ static int is_bool(int v) {
     return v == 0 || v == 1;
 }
 
-int config_finalize(scaffold_config *c) {
+/* config_finalize in steps, in the order the keys are checked (the first bad key is the one
+ * reported): sizes and rates, the GroupNorm divisibility, the remaining numbers, the shard
+ * layout, the words and paths, the 0/1 switches. */
+static int check_sizes(const scaffold_config *c) {
     if (c->n_categories < 1)
         CFG_FAIL(n_categories, "must be a positive integer, got %d", c->n_categories);
     if (c->problem_scale < 3 || c->problem_scale > 12)
@@ -529,6 +532,11 @@ int config_finalize(scaffold_config *c) {
         CFG_FAIL(group_norm_groups, "must be a positive integer, got %d", c->group_norm_groups);
     if (c->unet_base_channels < 1)
         CFG_FAIL(unet_base_channels, "must be a positive integer, got %d", c->unet_base_channels);
+    return 0;
+}
+
+/* unet_base_channels must be a multiple of group_norm_groups: blame the key the user set. */
+static int check_groups(const scaffold_config *c) {
     if (c->unet_base_channels % c->group_norm_groups != 0) {
         /* Blame the key the user set (both when both were set): a default is no one's choice. */
         int k_ch = CFG_K_unet_base_channels, k_g = CFG_K_group_norm_groups;
@@ -549,6 +557,10 @@ int config_finalize(scaffold_config *c) {
                        src_ch, ch, g, set_g ? ", from " : ", the default", set_g ? src_g : "", g,
                        (ch / g + 1) * g, ch);
     }
+    return 0;
+}
+
+static int check_numbers(const scaffold_config *c) {
     if (c->warmup_batches < 0)
         CFG_FAIL(warmup_batches, "must be >= 0, got %d", c->warmup_batches);
     if (!(c->ce_weight_sample_fraction > 0 && c->ce_weight_sample_fraction <= 1))
@@ -559,6 +571,11 @@ int config_finalize(scaffold_config *c) {
         CFG_FAIL(epochs, "must be -1 (until target_dice) or a positive cap, got %d", c->epochs);
     if (c->datagen_batch_size < 1)
         CFG_FAIL(datagen_batch_size, "must be a positive integer");
+    return 0;
+}
+
+/* Also sets vol_size, which the shard bounds need. */
+static int check_shards(scaffold_config *c) {
     if (c->dc_num_shards.n != c->dc_shard_dims.n)
         CFG_FAIL(dc_num_shards, "must have as many entries as dc_shard_dims (%d vs %d)",
                  c->dc_num_shards.n, c->dc_shard_dims.n);
@@ -574,6 +591,10 @@ int config_finalize(scaffold_config *c) {
             if (c->dc_shard_dims.v[j] == d)
                 CFG_FAIL(dc_shard_dims, "entries must be unique, %d appears twice", d);
     }
+    return 0;
+}
+
+static int check_words(const scaffold_config *c) {
     if (config_optimizer(c) < 0)
         CFG_FAIL(optimizer, "must be ADAM, SGD or RMSProp, got '%s'", c->optimizer);
     if (strcmp(c->framework, "torch") != 0)
@@ -608,6 +629,10 @@ int config_finalize(scaffold_config *c) {
     }
     if (strchr(c->job_name, '/'))
         CFG_FAIL(job_name, "must be a plain name without '/', got '%s'", c->job_name);
+    return 0;
+}
+
+static int check_switches(const scaffold_config *c) {
 #define CFG_BOOL_CHECK(k)                                                                          \
     if (!is_bool(c->k))                                                                            \
         CFG_FAIL(k, "must be 0 or 1, got %d", c->k);
@@ -621,6 +646,14 @@ int config_finalize(scaffold_config *c) {
     CFG_BOOL_CHECK(async_save)
     CFG_BOOL_CHECK(checkpoint_on_signal)
 #undef CFG_BOOL_CHECK
+    return 0;
+}
+
+int config_finalize(scaffold_config *c) {
+    int rc;
+    if ((rc = check_sizes(c)) || (rc = check_groups(c)) || (rc = check_numbers(c)) ||
+        (rc = check_shards(c)) || (rc = check_words(c)) || (rc = check_switches(c)))
+        return rc;
     c->unet_layers = c->problem_scale - c->unet_bottleneck_dim;
     c->point_num = (long)(((double)c->vol_size * c->vol_size * c->vol_size) / 256.0);
     return 0;
