@@ -5,7 +5,7 @@
 # and zlib otherwise (TRACE_DEFLATE=0 forces the zlib build).
 TRACE_CC      ?= gcc
 TRACE_SRCS    := $(wildcard src/trace/*.c)
-TRACE_HDRS    := $(wildcard src/trace/*.h) include/scaffold/trace.h
+TRACE_HDRS    := $(wildcard src/trace/*.h) include/scaffold/trace.h include/scaffold/trace_ops.h
 TRACE_SO      := $(BUILD)/libscaffold_trace.so
 TRACE_WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla -Wformat=2
 TRACE_CFLAGS  := -std=c11 -D_GNU_SOURCE -O2 -g -fPIC -fvisibility=hidden $(TRACE_WARN) \
