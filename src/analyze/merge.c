@@ -447,13 +447,14 @@ static int alloc_columns(an_trace *t, size_t total) {
     return 0;
 }
 
-/* The global processes, keyed by "host\x1fpid" in prockeys (id - 1 = index in t->procs). */
+/* The global processes so far: keys holds "host\x1fpid" (id - 1 = index in t->procs). */
 typedef struct {
     an_strtab keys;
     size_t cap; /* of t->procs */
 } proc_index;
 
-/* Step 2a: a chunk's (name, cat) pairs interned into the global tables. */
+/* Step 2a: a chunk's remap tables allocated, its (name, cat) pairs interned into the global
+ * tables and its file keys marked unresolved. */
 static int remap_pairs(an_trace *t, const chunk *c, remap *r) {
     r->name = malloc((c->npairs + 1) * sizeof *r->name);
     r->cat = malloc((c->npairs + 1) * sizeof *r->cat);
