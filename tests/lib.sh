@@ -59,3 +59,29 @@ t_cbin() {
 # t_venv_python: prints the python of the pinned test venv (tools/setup.sh --test makes it); fails
 # with nothing printed when it is absent, so that a test says SKIP and names the command.
 t_venv_python() { bash tools/test_venv.sh --print 2>/dev/null; }
+# Headless Chromium, for the HTML reports (tests/analyze, tests/tune).
+# t_chrome: prints the browser (chromium, chromium-browser or google-chrome); prints nothing and
+# fails when none is installed (each suite decides whether that is a SKIP or a failure).
+t_chrome() { command -v chromium || command -v chromium-browser || command -v google-chrome; }
+# t_chrome_render CHROME URL DIR: renders URL headless into DIR/shot.png (a 1200x2400
+# screenshot), DIR/chrome.out (the browser's log) and DIR/dom.html (the DOM after the scripts ran).
+t_chrome_render() {
+    local chrome=$1 url=$2 dir=$3
+    local copts="--headless --no-sandbox --disable-gpu"
+    timeout 90 "$chrome" $copts --hide-scrollbars --enable-logging=stderr --v=0 \
+        --window-size=1200,2400 --screenshot="$dir/shot.png" "$url" >"$dir/chrome.out" 2>&1
+    timeout 90 "$chrome" $copts --dump-dom "$url" >"$dir/dom.html" 2>/dev/null
+}
+# t_png_page FILE: FILE is a screenshot of a real page (a PNG of more than 20 KB).
+t_png_page() {
+    "$PYTHON" -c "import sys;b=open(sys.argv[1],'rb').read()
+sys.exit(0 if b[:8]==b'\x89PNG\r\n\x1a\n' and len(b)>20000 else 1)" "$1"
+}
+# t_chrome_console NAME LOG: passes when the browser's log shows no script or loading error.
+t_chrome_console() {
+    if grep -qiE "Uncaught|ERROR:CONSOLE|Failed to load resource" "$2"; then
+        t_fail "$1" "$(grep -iE 'Uncaught|CONSOLE|Failed to load' "$2" | head -3)"
+    else
+        t_ok "$1"
+    fi
+}

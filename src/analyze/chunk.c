@@ -349,75 +349,50 @@ static int64_t agg_bytes(const an_rawev *ev, const pairinfo *pi, int64_t cnt) {
     return -1;
 }
 
-/* 0 stored (or ignored), 1 skipped for an out-of-range number, -1 malformed, ERR_NOMEM. */
-static int chunk_add(chunk *c, const an_rawev *ev) {
-    int kind = ev->ph_kind;
-    if (ev->ph_int)
-        c->shape2 = 1;
-    if (kind == AN_PH_META) {
-        chunk_metadata(c, ev);
-        return 0;
-    }
-    if (kind == AN_PH_OTHER)
-        return 0; /* B/E/i/... events are not produced by dftracer; ignore them */
-    if (!ev->has_ts || !ev->name)
-        return -1;
-    /* A number beyond int64, a negative duration or a time beyond 2^61 us: skipped and counted
-     * (never wrapped or clamped into a plausible value). */
-    if (ev->out_of_range)
+/* An aggregated record's call count and summed duration (*cnt, *dur); 1 when the duration is
+ * out of range (the record is skipped), else 0. */
+static int agg_count_dur(const an_rawev *ev, int64_t *cnt, int64_t *dur) {
+    *cnt = (ev->has & AN_RAW_DFTCNT) ? ev->dft_cnt : (ev->has & AN_RAW_COUNT) ? ev->count : 1;
+    if (*cnt < 1)
+        *cnt = 1;
+    if (ev->has & AN_RAW_DURSUM)
+        *dur = ev->dur_sum;
+    else if ((ev->has & AN_RAW_ADUR) && __builtin_mul_overflow(ev->adur, *cnt, dur))
         return 1;
-    int64_t cnt = 1, dur = ev->has_dur ? ev->dur : 0;
-    if (kind == AN_PH_AGG) {
-        cnt = (ev->has & AN_RAW_DFTCNT) ? ev->dft_cnt : (ev->has & AN_RAW_COUNT) ? ev->count : 1;
-        if (cnt < 1)
-            cnt = 1;
-        if (ev->has & AN_RAW_DURSUM)
-            dur = ev->dur_sum;
-        else if ((ev->has & AN_RAW_ADUR) && __builtin_mul_overflow(ev->adur, cnt, &dur))
-            return 1;
-        if (dur > AN_TS_MAX)
-            return 1;
-    }
-    if (chunk_reserve(c))
-        return ERR_NOMEM;
-    uint32_t pr = chunk_pair(c, ev);
-    if (pr == AN_STR_NONE)
-        return ERR_NOMEM;
-    pairinfo *pi = &c->pairs[pr];
-    uint32_t hk = chunk_host(c, ev);
-    uint32_t proc = chunk_proc(c, ev->has_pid ? ev->pid : 0, hk == AN_STR_NONE ? 0 : hk);
-    if (proc == AN_STR_NONE)
-        return ERR_NOMEM;
-    pi->records++;
-    c->procs[proc].records++;
-    if (kind == AN_PH_COUNTER)
-        return chunk_counter(c, ev, proc);
-    c->calls += (uint64_t)cnt;
-    if (pi->op == AN_OP_TRACER) {
-        const char *nm = an_strtab_get(&c->names, pi->name);
-        if (nm[0] == 'e') {
-            /* dftracer 2.x writes num_events only with metadata on */
-            if ((ev->has & AN_RAW_NUMEV) && ev->num_events >= 0) {
-                c->num_events += (uint64_t)ev->num_events;
-                c->has_count = 1;
-            }
-            c->has_end = 1;
-        } else if (nm[0] == 's') {
-            if (ev->exec_hash) {
-                uint32_t k = chunk_key(c, ev->exec_hash, ev->exec_hash_n);
-                if (k == AN_STR_NONE)
-                    return ERR_NOMEM;
-                c->procs[proc].exekey = k;
-                c->procs[proc].exe_ts = ev->ts;
-            }
-            if (ev->version && ev->version_n >= 14 && !memcmp(ev->version, "scaffold-trace", 14))
-                c->ours = 1;
+    if (*dur > AN_TS_MAX)
+        return 1;
+    return 0;
+}
+
+/* The tracer's own start and end records: the event count the end record states, the
+ * executable and whether the file is ours from the start record. */
+static int tracer_record(chunk *c, const an_rawev *ev, const pairinfo *pi, uint32_t proc) {
+    const char *nm = an_strtab_get(&c->names, pi->name);
+    if (nm[0] == 'e') {
+        /* dftracer 2.x writes num_events only with metadata on */
+        if ((ev->has & AN_RAW_NUMEV) && ev->num_events >= 0) {
+            c->num_events += (uint64_t)ev->num_events;
+            c->has_count = 1;
         }
+        c->has_end = 1;
+    } else if (nm[0] == 's') {
+        if (ev->exec_hash) {
+            uint32_t k = chunk_key(c, ev->exec_hash, ev->exec_hash_n);
+            if (k == AN_STR_NONE)
+                return ERR_NOMEM;
+            c->procs[proc].exekey = k;
+            c->procs[proc].exe_ts = ev->ts;
+        }
+        if (ev->version && ev->version_n >= 14 && !memcmp(ev->version, "scaffold-trace", 14))
+            c->ours = 1;
     }
-    uint32_t fk = event_file(c, ev);
-    if (fk == AN_STR_NONE)
-        return ERR_NOMEM;
-    size_t i = c->n++;
+    return 0;
+}
+
+/* The bytes, offset and flag columns of an event, by what its op records there (the offset
+ * column holds a call count, a communicator, a sample count or a file position). */
+static void event_columns(const an_rawev *ev, const pairinfo *pi, int kind, int64_t cnt,
+                          int64_t *bytes_out, int64_t *off_out, uint8_t *fl_out) {
     int64_t bytes = -1, off = -1;
     uint8_t fl = pi->flags;
     if (kind == AN_PH_AGG) {
@@ -463,17 +438,59 @@ static int chunk_add(chunk *c, const an_rawev *ev) {
         if ((ev->has & AN_RAW_FLAGS) && (ev->flags & 02000))
             fl |= AN_F_APPEND;
     }
-    if (bytes < 0)
-        bytes = -1;
+    *bytes_out = bytes < 0 ? -1 : bytes;
+    *off_out = off;
+    *fl_out = fl;
+}
+
+/* 0 stored (or ignored), 1 skipped for an out-of-range number, -1 malformed, ERR_NOMEM. */
+static int chunk_add(chunk *c, const an_rawev *ev) {
+    int kind = ev->ph_kind;
+    if (ev->ph_int)
+        c->shape2 = 1;
+    if (kind == AN_PH_META) {
+        chunk_metadata(c, ev);
+        return 0;
+    }
+    if (kind == AN_PH_OTHER)
+        return 0; /* B/E/i/... events are not produced by dftracer; ignore them */
+    if (!ev->has_ts || !ev->name)
+        return -1;
+    /* A number beyond int64, a negative duration or a time beyond 2^61 us: skipped and counted
+     * (never wrapped or clamped into a plausible value). */
+    if (ev->out_of_range)
+        return 1;
+    int64_t cnt = 1, dur = ev->has_dur ? ev->dur : 0;
+    if (kind == AN_PH_AGG && agg_count_dur(ev, &cnt, &dur))
+        return 1;
+    if (chunk_reserve(c))
+        return ERR_NOMEM;
+    uint32_t pr = chunk_pair(c, ev);
+    if (pr == AN_STR_NONE)
+        return ERR_NOMEM;
+    pairinfo *pi = &c->pairs[pr];
+    uint32_t hk = chunk_host(c, ev);
+    uint32_t proc = chunk_proc(c, ev->has_pid ? ev->pid : 0, hk == AN_STR_NONE ? 0 : hk);
+    if (proc == AN_STR_NONE)
+        return ERR_NOMEM;
+    pi->records++;
+    c->procs[proc].records++;
+    if (kind == AN_PH_COUNTER)
+        return chunk_counter(c, ev, proc);
+    c->calls += (uint64_t)cnt;
+    if (pi->op == AN_OP_TRACER && tracer_record(c, ev, pi, proc))
+        return ERR_NOMEM;
+    uint32_t fk = event_file(c, ev);
+    if (fk == AN_STR_NONE)
+        return ERR_NOMEM;
+    size_t i = c->n++;
+    event_columns(ev, pi, kind, cnt, &c->bytes[i], &c->offset[i], &c->flags[i]);
     c->ts[i] = ev->ts;
     c->dur[i] = dur;
-    c->offset[i] = off;
-    c->bytes[i] = bytes;
     c->pair[i] = pr;
     c->filekey[i] = fk;
     c->proc[i] = proc;
     c->tid[i] = (uint32_t)ev->tid;
-    c->flags[i] = fl;
     /* Threads per process, counted here (in parallel) rather than over the merged events. */
     uint64_t th = ((uint64_t)proc << 32) | (uint32_t)ev->tid;
     if (th != c->last_thread) {

@@ -1,10 +1,11 @@
-/* classify: operation classes of trace events by name and category (DFAnalyzer's POSIX_IO_CAT
- * lists extended with the 64-bit and vector variants, dftracer's AI categories, DLIO's names),
+/* classify: operation classes of trace events by name and category (POSIX and stdio calls from
+ * the table shared with the tracer, scaffold/trace_ops.h; dftracer's AI categories, DLIO's names),
  * the sub-kinds that need per-name handling when deriving bytes and offsets, and the
  * file-system class of a file (from its recorded type, a --fs-type override, or its path). */
 #include "analyze/reader_int.h"
 
 #include "core/err.h"
+#include "scaffold/trace_ops.h"
 
 #include <ctype.h>
 #include <string.h>
@@ -37,28 +38,31 @@ static int ends(const char *s, size_t n, const char *lit) {
     return n >= m && !memcmp(s + n - m, lit, m);
 }
 
-static const char *const IO_READ[] = {"read", "pread", "pread64", "readv", "preadv", "preadv64",
-                                      "preadv2", "fread", "fread_unlocked", NULL};
-static const char *const IO_WRITE[] = {"write", "pwrite", "pwrite64", "writev", "pwritev",
-                                       "pwritev64", "pwritev2", "fwrite", "fwrite_unlocked", NULL};
-static const char *const IO_SYNC[] = {"fsync", "fdatasync", "msync", "sync", "syncfs",
-                                      "sync_file_range", "fflush", NULL};
-static const char *const IO_META[] = {
-    "open", "open64", "openat", "openat64", "__open_2", "__open64_2", "creat", "creat64", "close",
-    "close_range", "fopen", "fopen64", "fdopen", "freopen", "freopen64", "fclose", "__xstat",
-    "__xstat64", "__lxstat", "__lxstat64", "__fxstat", "__fxstat64", "__fxstatat", "__fxstatat64",
-    "stat", "stat64", "lstat", "lstat64", "fstat", "fstat64", "fstatat", "fstatat64", "newfstatat",
-    "statx", "access", "faccessat", "lseek", "lseek64", "fseek", "fseeko", "fseeko64", "ftell",
-    "ftello", "rewind", "mkdir", "mkdirat", "rmdir", "unlink", "unlinkat", "remove", "rename",
-    "renameat", "renameat2", "link", "linkat", "symlink", "symlinkat", "readlink", "readlinkat",
-    "opendir", "fdopendir", "closedir", "readdir", "readdir64", "getdents", "getdents64", "chdir",
-    "fchdir", "chmod", "fchmod", "fchmodat", "chown", "fchown", "lchown", "fcntl", "fcntl64",
-    "ftruncate", "ftruncate64", "truncate", "truncate64", "utime", "utimes", "utimensat",
-    "mkfifo", "mknod", "fallocate", "posix_fallocate", "seek", NULL};
-static const char *const IO_PCTL[] = {"fork", "vfork", "execl", "execlp", "execle", "execv",
-                                      "execvp", "execvpe", "execve", "exit", "_exit", "wait",
-                                      "waitpid", "kill", "pipe", "posix_spawn", "posix_spawnp",
-                                      NULL};
+/* Every POSIX/stdio call name with the class the analyzer counts it in: the calls scaffold's
+ * tracer records and the names other tracers write for them, from the table shared with the
+ * tracer (scaffold/trace_ops.h; DFAnalyzer's POSIX_IO_CAT lists and their 64-bit variants). */
+static const struct {
+    const char *name;
+    int oc;
+} IO_CALLS[] = {
+#define OP_ROW(id, name, cat, cls, oc, fields, a1, a2) {name, oc},
+    TRC_OPS(OP_ROW)
+#undef OP_ROW
+#define ALIAS_ROW(name, oc) {name, oc},
+    TRC_OP_ALIASES(ALIAS_ROW)
+#undef ALIAS_ROW
+};
+
+/* The op of a POSIX/stdio call by name; AN_OP_IO_OTHER when not one of the classified ones. */
+static int io_op(const char *name, size_t n) {
+    static const int op_of[] = {[OC_OTHER] = AN_OP_IO_OTHER, [OC_READ] = AN_OP_READ,
+                                [OC_WRITE] = AN_OP_WRITE,    [OC_META] = AN_OP_META,
+                                [OC_SYNC] = AN_OP_SYNC,      [OC_PCTL] = AN_OP_PCTL};
+    for (size_t i = 0; i < sizeof IO_CALLS / sizeof IO_CALLS[0]; i++)
+        if (strlen(IO_CALLS[i].name) == n && !memcmp(IO_CALLS[i].name, name, n))
+            return op_of[IO_CALLS[i].oc];
+    return AN_OP_IO_OTHER;
+}
 
 int an_classify(const char *name, size_t nn, const char *cat, size_t cn, unsigned *flags) {
     *flags = 0;
@@ -75,17 +79,7 @@ int an_classify(const char *name, size_t nn, const char *cat, size_t cn, unsigne
                 return AN_OP_SYNC;
             return AN_OP_META;
         }
-        if (name_in(name, nn, IO_READ))
-            return AN_OP_READ;
-        if (name_in(name, nn, IO_WRITE))
-            return AN_OP_WRITE;
-        if (name_in(name, nn, IO_META))
-            return AN_OP_META;
-        if (name_in(name, nn, IO_SYNC))
-            return AN_OP_SYNC;
-        if (name_in(name, nn, IO_PCTL))
-            return AN_OP_PCTL;
-        return AN_OP_IO_OTHER;
+        return io_op(name, nn);
     }
     /* MPI calls (our tracer's MPI sibling, dftracer 2.1+'s MPI layer): cat "MPI" */
     if (ieq(cat, cn, "mpi") && starts(name, nn, "MPI_"))

@@ -427,13 +427,8 @@ static void copy_parallel(an_trace *t, const chunk *ch, const remap *rm, const u
     }
 }
 
-static int merge_chunks(an_trace *t, chunk *ch, size_t nc, const an_read_opts *opts, int nth) {
-    size_t total = 0;
-    for (size_t i = 0; i < nc; i++)
-        total += ch[i].n;
-    if (an_strtab_init(&t->names) || an_strtab_init(&t->cats) || an_strtab_init(&t->files) ||
-        an_strtab_init(&t->hosts) || an_strtab_init(&t->fstypes) || an_strtab_init(&t->rec_cats))
-        return ERR_NOMEM;
+/* Step 1: the event columns, sized for every chunk's events. */
+static int alloc_columns(an_trace *t, size_t total) {
     size_t m = total ? total : 1;
     t->ts = malloc(m * sizeof *t->ts);
     t->dur = malloc(m * sizeof *t->dur);
@@ -446,81 +441,100 @@ static int merge_chunks(an_trace *t, chunk *ch, size_t nc, const an_read_opts *o
     t->tid = malloc(m * sizeof *t->tid);
     t->op = malloc(m);
     t->flags = malloc(m);
-    remap *rm = calloc(nc ? nc : 1, sizeof *rm);
-    head *heap = malloc((nc ? nc : 1) * sizeof *heap);
-    size_t *pos = calloc(nc ? nc : 1, sizeof *pos);
-    uint64_t *src = NULL;
-    an_strtab prockeys;
-    int rc = ERR_NOMEM;
-    if (an_strtab_init(&prockeys))
-        goto out;
     if (!t->ts || !t->dur || !t->offset || !t->bytes || !t->name || !t->cat || !t->file ||
-        !t->proc || !t->tid || !t->op || !t->flags || !rm || !heap || !pos)
-        goto out;
-    size_t proccap = 16;
-    t->procs = malloc(proccap * sizeof *t->procs);
+        !t->proc || !t->tid || !t->op || !t->flags)
+        return ERR_NOMEM;
+    return 0;
+}
+
+/* The global processes so far: keys holds "host\x1fpid" (id - 1 = index in t->procs). */
+typedef struct {
+    an_strtab keys;
+    size_t cap; /* of t->procs */
+} proc_index;
+
+/* Step 2a: a chunk's remap tables allocated, its (name, cat) pairs interned into the global
+ * tables and its file keys marked unresolved. */
+static int remap_pairs(an_trace *t, const chunk *c, remap *r) {
+    r->name = malloc((c->npairs + 1) * sizeof *r->name);
+    r->cat = malloc((c->npairs + 1) * sizeof *r->cat);
+    r->op = malloc(c->npairs + 1);
+    r->flags = malloc(c->npairs + 1);
+    r->proc = malloc((c->nprocs + 1) * sizeof *r->proc);
+    r->file = malloc((c->keys.n + 1) * sizeof *r->file);
+    if (!r->name || !r->cat || !r->op || !r->flags || !r->proc || !r->file)
+        return ERR_NOMEM;
+    for (uint32_t i = 0; i < c->npairs; i++) {
+        const pairinfo *pi = &c->pairs[i];
+        r->name[i] = an_strtab_intern(&t->names, an_strtab_get(&c->names, pi->name),
+                                      an_strtab_len(&c->names, pi->name));
+        r->cat[i] = an_strtab_intern(&t->cats, an_strtab_get(&c->cats, pi->cat),
+                                     an_strtab_len(&c->cats, pi->cat));
+        if (r->name[i] == AN_STR_NONE || r->cat[i] == AN_STR_NONE)
+            return ERR_NOMEM;
+        r->op[i] = pi->op;
+        r->flags[i] = pi->flags;
+    }
+    for (uint32_t i = 0; i < c->keys.n; i++)
+        r->file[i] = AN_STR_NONE;
+    return 0;
+}
+
+/* Step 2b: a chunk's processes mapped to global ones (one per host and pid), with their rank,
+ * record count and executable. */
+static int remap_procs(an_trace *t, const chunk *c, remap *r, proc_index *px) {
+    for (uint32_t i = 0; i < c->nprocs; i++) {
+        const lproc *lp = &c->procs[i];
+        uint32_t hk = lp->hostkey < c->nresolved ? c->resolved[lp->hostkey] : lp->hostkey;
+        const char *host = an_strtab_get(&c->keys, hk);
+        size_t hl = an_strtab_len(&c->keys, hk);
+        uint32_t hid = an_strtab_intern(&t->hosts, host, hl);
+        char key[600];
+        int kl = snprintf(key, sizeof key, "%.*s\x1f%lld", (int)(hl > 500 ? 500 : hl), host,
+                          (long long)lp->pid);
+        uint32_t before = px->keys.n;
+        uint32_t gid = an_strtab_intern(&px->keys, key, (size_t)kl);
+        if (hid == AN_STR_NONE || gid == AN_STR_NONE)
+            return ERR_NOMEM;
+        gid -= 1; /* prockeys id 0 is "" */
+        if (px->keys.n != before) {
+            if (t->nprocs == px->cap) {
+                px->cap *= 2;
+                an_proc *np = realloc(t->procs, px->cap * sizeof *np);
+                if (!np)
+                    return ERR_NOMEM;
+                t->procs = np;
+            }
+            t->procs[t->nprocs++] = (an_proc){.host = hid, .pid = lp->pid, .rank = -1};
+        }
+        int rank = lp->rank >= 0 ? lp->rank : (c->nprocs == 1 ? c->file_rank : -1);
+        if (rank >= 0)
+            t->procs[gid].rank = rank;
+        t->procs[gid].records += lp->records;
+        if (lp->exekey && (!t->procs[gid].exe[0] || lp->exe_ts > t->procs[gid].exe_ts)) {
+            t->procs[gid].exe_ts = lp->exe_ts;
+            uint32_t ek = lp->exekey < c->nresolved ? c->resolved[lp->exekey] : lp->exekey;
+            set_exe(&t->procs[gid], an_strtab_get(&c->keys, ek), an_strtab_len(&c->keys, ek));
+        }
+        r->proc[i] = gid;
+    }
+    return 0;
+}
+
+/* Step 2: per-chunk remap tables (pairs -> global name/cat/op, local procs -> global procs)
+ * and the records per category; launchers lose their rank. */
+static int remap_chunks(an_trace *t, chunk *ch, size_t nc, remap *rm) {
+    proc_index px = {.cap = 16};
+    if (an_strtab_init(&px.keys))
+        return ERR_NOMEM;
+    int rc = ERR_NOMEM;
+    t->procs = malloc(px.cap * sizeof *t->procs);
     if (!t->procs)
         goto out;
-    /* Per-chunk remap tables: pairs -> global name/cat/op, local procs -> global procs. */
     for (size_t k = 0; k < nc; k++) {
         chunk *c = &ch[k];
-        remap *r = &rm[k];
-        r->name = malloc((c->npairs + 1) * sizeof *r->name);
-        r->cat = malloc((c->npairs + 1) * sizeof *r->cat);
-        r->op = malloc(c->npairs + 1);
-        r->flags = malloc(c->npairs + 1);
-        r->proc = malloc((c->nprocs + 1) * sizeof *r->proc);
-        r->file = malloc((c->keys.n + 1) * sizeof *r->file);
-        if (!r->name || !r->cat || !r->op || !r->flags || !r->proc || !r->file)
+        if (remap_pairs(t, c, &rm[k]) || remap_procs(t, c, &rm[k], &px))
             goto out;
-        for (uint32_t i = 0; i < c->npairs; i++) {
-            const pairinfo *pi = &c->pairs[i];
-            r->name[i] = an_strtab_intern(&t->names, an_strtab_get(&c->names, pi->name),
-                                          an_strtab_len(&c->names, pi->name));
-            r->cat[i] = an_strtab_intern(&t->cats, an_strtab_get(&c->cats, pi->cat),
-                                         an_strtab_len(&c->cats, pi->cat));
-            if (r->name[i] == AN_STR_NONE || r->cat[i] == AN_STR_NONE)
-                goto out;
-            r->op[i] = pi->op;
-            r->flags[i] = pi->flags;
-        }
-        for (uint32_t i = 0; i < c->keys.n; i++)
-            r->file[i] = AN_STR_NONE;
-        for (uint32_t i = 0; i < c->nprocs; i++) {
-            lproc *lp = &c->procs[i];
-            uint32_t hk = lp->hostkey < c->nresolved ? c->resolved[lp->hostkey] : lp->hostkey;
-            const char *host = an_strtab_get(&c->keys, hk);
-            size_t hl = an_strtab_len(&c->keys, hk);
-            uint32_t hid = an_strtab_intern(&t->hosts, host, hl);
-            char key[600];
-            int kl = snprintf(key, sizeof key, "%.*s\x1f%lld", (int)(hl > 500 ? 500 : hl), host,
-                              (long long)lp->pid);
-            uint32_t before = prockeys.n;
-            uint32_t gid = an_strtab_intern(&prockeys, key, (size_t)kl);
-            if (hid == AN_STR_NONE || gid == AN_STR_NONE)
-                goto out;
-            gid -= 1; /* prockeys id 0 is "" */
-            if (prockeys.n != before) {
-                if (t->nprocs == proccap) {
-                    proccap *= 2;
-                    an_proc *np = realloc(t->procs, proccap * sizeof *np);
-                    if (!np)
-                        goto out;
-                    t->procs = np;
-                }
-                t->procs[t->nprocs++] = (an_proc){.host = hid, .pid = lp->pid, .rank = -1};
-            }
-            int rank = lp->rank >= 0 ? lp->rank : (c->nprocs == 1 ? c->file_rank : -1);
-            if (rank >= 0)
-                t->procs[gid].rank = rank;
-            t->procs[gid].records += lp->records;
-            if (lp->exekey && (!t->procs[gid].exe[0] || lp->exe_ts > t->procs[gid].exe_ts)) {
-                t->procs[gid].exe_ts = lp->exe_ts;
-                uint32_t ek = lp->exekey < c->nresolved ? c->resolved[lp->exekey] : lp->exekey;
-                set_exe(&t->procs[gid], an_strtab_get(&c->keys, ek), an_strtab_len(&c->keys, ek));
-            }
-            r->proc[i] = gid;
-        }
         /* Records per category, lower-cased as dftracer_stats prints them. */
         for (uint32_t i = 0; i < c->npairs; i++)
             if (c->pairs[i].records &&
@@ -534,10 +548,15 @@ static int merge_chunks(an_trace *t, chunk *ch, size_t nc, const an_read_opts *o
             t->procs[p].launcher = 1;
             t->procs[p].rank = -1;
         }
-    if (merge_counters(t, ch, nc, rm))
-        goto out;
-    /* Global file ids for every key an event uses (chunk order: deterministic), their
-     * file-system classes and system-path flags, all before the events are copied. */
+    rc = 0;
+out:
+    an_strtab_free(&px.keys);
+    return rc;
+}
+
+/* Step 3: global file ids for every key an event uses (chunk order: deterministic), their
+ * file-system classes and system-path flags, all before the events are copied. */
+static int map_files(an_trace *t, chunk *ch, size_t nc, remap *rm, const an_read_opts *opts) {
     for (size_t k = 0; k < nc; k++) {
         chunk *c = &ch[k];
         for (uint32_t fk = 1; fk < c->keys.n; fk++) {
@@ -547,24 +566,25 @@ static int merge_chunks(an_trace *t, chunk *ch, size_t nc, const an_read_opts *o
             uint32_t gf = an_strtab_intern(&t->files, an_strtab_get(&c->keys, rk),
                                            an_strtab_len(&c->keys, rk));
             if (gf == AN_STR_NONE || record_fstype(t, c, fk, gf))
-                goto out;
+                return ERR_NOMEM;
             rm[k].file[fk] = gf;
         }
         rm[k].file[0] = 0;
     }
     if (classify_files(t, opts))
-        goto out;
+        return ERR_NOMEM;
     t->file_ignored = calloc(t->files.n + 1, 1);
     if (!t->file_ignored)
-        goto out;
+        return ERR_NOMEM;
     for (uint32_t f = 1; f < t->files.n; f++)
         t->file_ignored[f] = (uint8_t)(is_system_path(an_strtab_get(&t->files, f)) &&
                                        !opts->include_system);
-    /* k-way merge by timestamp into an order of (chunk, index); ties keep file order, so the
-     * result is deterministic. The columns are then copied in parallel. */
-    src = malloc((total ? total : 1) * sizeof *src);
-    if (!src)
-        goto out;
+    return 0;
+}
+
+/* Step 4: k-way merge by timestamp into src, an order of (chunk, index); ties keep file order,
+ * so the result is deterministic. Returns the number of events ordered. */
+static size_t merge_order(const chunk *ch, size_t nc, head *heap, size_t *pos, uint64_t *src) {
     size_t hn = 0;
     for (size_t k = 0; k < nc; k++)
         if (ch[k].n)
@@ -593,12 +613,14 @@ static int merge_chunks(an_trace *t, chunk *ch, size_t nc, const an_read_opts *o
             heap[0] = heap[--hn];
         heap_down(heap, hn, 0);
     }
-    t->n = o;
-    copy_parallel(t, ch, rm, src, nth);
-    /* Threads per process: the chunks' thread sets, mapped to global processes. */
+    return o;
+}
+
+/* Step 5: threads per process, the chunks' thread sets mapped to global processes. */
+static int count_threads(an_trace *t, const chunk *ch, size_t nc, const remap *rm) {
     an_imap tids;
     if (an_imap_init(&tids, 1024))
-        goto out;
+        return ERR_NOMEM;
     for (size_t k = 0; k < nc; k++) {
         const an_imap *ct = &ch[k].threads;
         for (uint32_t slot = 0; slot < ct->nslots; slot++) {
@@ -608,58 +630,93 @@ static int merge_chunks(an_trace *t, chunk *ch, size_t nc, const an_read_opts *o
             int ins = 0;
             if (!an_imap_get(&tids, ((uint64_t)gp << 32) | (uint32_t)ct->keys[slot], 0, &ins)) {
                 an_imap_free(&tids);
-                goto out;
+                return ERR_NOMEM;
             }
             if (ins)
                 t->procs[gp].nthreads++;
         }
     }
     an_imap_free(&tids);
-    /* Clock skew: the spread of each host's first timestamp (DFAnalyzer warns above 30 s). */
-    if (t->hosts.n > 2 && t->n) {
-        size_t nh = t->hosts.n;
-        int64_t *first = malloc(nh * sizeof *first);
-        if (!first)
-            goto out;
-        for (size_t h = 0; h < nh; h++)
-            first[h] = INT64_MAX;
-        for (size_t k = 0; k < nc; k++)
-            for (uint32_t p = 0; ch[k].proc_first && p < ch[k].nprocs; p++) {
-                uint32_t h = t->procs[rm[k].proc[p]].host;
-                if (ch[k].proc_first[p] < first[h])
-                    first[h] = ch[k].proc_first[p];
-            }
-        double sum = 0, sum2 = 0;
-        int k = 0;
-        for (size_t h = 0; h < nh; h++)
-            if (first[h] != INT64_MAX) {
-                double v = (double)(first[h] - t->ts[0]) / 1e6;
-                sum += v;
-                sum2 += v * v;
-                k++;
-            }
-        free(first);
-        if (k >= 2) {
-            double mean = sum / k, var = sum2 / k - mean * mean;
-            t->host_start_stddev_s = var > 0 ? sqrt(var) : 0;
-            t->clock_skew = t->host_start_stddev_s > 30.0;
+    return 0;
+}
+
+/* Step 6: clock skew, the spread of each host's first timestamp (DFAnalyzer warns above 30 s). */
+static int clock_skew(an_trace *t, const chunk *ch, size_t nc, const remap *rm) {
+    if (t->hosts.n <= 2 || !t->n)
+        return 0;
+    size_t nh = t->hosts.n;
+    int64_t *first = malloc(nh * sizeof *first);
+    if (!first)
+        return ERR_NOMEM;
+    for (size_t h = 0; h < nh; h++)
+        first[h] = INT64_MAX;
+    for (size_t k = 0; k < nc; k++)
+        for (uint32_t p = 0; ch[k].proc_first && p < ch[k].nprocs; p++) {
+            uint32_t h = t->procs[rm[k].proc[p]].host;
+            if (ch[k].proc_first[p] < first[h])
+                first[h] = ch[k].proc_first[p];
         }
+    double sum = 0, sum2 = 0;
+    int k = 0;
+    for (size_t h = 0; h < nh; h++)
+        if (first[h] != INT64_MAX) {
+            double v = (double)(first[h] - t->ts[0]) / 1e6;
+            sum += v;
+            sum2 += v * v;
+            k++;
+        }
+    free(first);
+    if (k >= 2) {
+        double mean = sum / k, var = sum2 / k - mean * mean;
+        t->host_start_stddev_s = var > 0 ? sqrt(var) : 0;
+        t->clock_skew = t->host_start_stddev_s > 30.0;
     }
-    rc = 0;
-out:
-    for (size_t k = 0; k < nc; k++) {
-        free(rm ? rm[k].name : NULL);
-        free(rm ? rm[k].cat : NULL);
-        free(rm ? rm[k].op : NULL);
-        free(rm ? rm[k].flags : NULL);
-        free(rm ? rm[k].proc : NULL);
-        free(rm ? rm[k].file : NULL);
+    return 0;
+}
+
+static void free_remaps(remap *rm, size_t nc) {
+    for (size_t k = 0; rm && k < nc; k++) {
+        free(rm[k].name);
+        free(rm[k].cat);
+        free(rm[k].op);
+        free(rm[k].flags);
+        free(rm[k].proc);
+        free(rm[k].file);
     }
     free(rm);
+}
+
+/* The chunks merged into t's global columns, one step after the other (see each step above). */
+static int merge_chunks(an_trace *t, chunk *ch, size_t nc, const an_read_opts *opts, int nth) {
+    size_t total = 0;
+    for (size_t i = 0; i < nc; i++)
+        total += ch[i].n;
+    if (an_strtab_init(&t->names) || an_strtab_init(&t->cats) || an_strtab_init(&t->files) ||
+        an_strtab_init(&t->hosts) || an_strtab_init(&t->fstypes) || an_strtab_init(&t->rec_cats))
+        return ERR_NOMEM;
+    remap *rm = calloc(nc ? nc : 1, sizeof *rm);
+    head *heap = malloc((nc ? nc : 1) * sizeof *heap);
+    size_t *pos = calloc(nc ? nc : 1, sizeof *pos);
+    uint64_t *src = NULL;
+    int rc = ERR_NOMEM;
+    if (alloc_columns(t, total) || !rm || !heap || !pos)
+        goto out;
+    if (remap_chunks(t, ch, nc, rm) || merge_counters(t, ch, nc, rm) ||
+        map_files(t, ch, nc, rm, opts))
+        goto out;
+    src = malloc((total ? total : 1) * sizeof *src);
+    if (!src)
+        goto out;
+    t->n = merge_order(ch, nc, heap, pos, src);
+    copy_parallel(t, ch, rm, src, nth);
+    if (count_threads(t, ch, nc, rm) || clock_skew(t, ch, nc, rm))
+        goto out;
+    rc = 0;
+out:
+    free_remaps(rm, nc);
     free(heap);
     free(pos);
     free(src);
-    an_strtab_free(&prockeys);
     if (rc)
         err_set(ERR_NOMEM, "analyze: out of memory merging %zu events", total);
     return rc;

@@ -232,48 +232,124 @@ static void phase_pass(const an_trace *t, an_metrics *m, const int64_t *init_end
     m->phase_what = "whole run";
 }
 
-int an_metrics_mpi(const an_trace *t, an_metrics *m) {
-    cpu_pass(t, m);
+/* The working state of the MPI passes: per name (kind, row in m->mpi_calls), per process
+ * (MPI_Init end, MPI_Finalize start, end of its last MPI call), the collective events and the
+ * collective instances they belong to. */
+typedef struct {
+    int8_t *kind;
+    int32_t *callix;
+    int64_t *init_end, *fin_start, *last_end;
+    coll_ev *ce;
+    size_t nce, cap;
+    inst *in;
+    size_t nin, capin;
+    an_imap comms, seqs, insts; /* comm id -> index; (proc, comm) -> next seq; (comm, seq) -> inst */
+} mpi_state;
+
+static int state_init(mpi_state *s, const an_trace *t) {
+    memset(s, 0, sizeof *s);
     size_t nn = t->names.n + 1;
-    int8_t *kind = malloc(nn);
-    int32_t *callix = malloc(nn * sizeof *callix);
-    int64_t *init_end = malloc((t->nprocs + 1) * sizeof *init_end);
-    int64_t *fin_start = malloc((t->nprocs + 1) * sizeof *fin_start);
-    int64_t *last_end = malloc((t->nprocs + 1) * sizeof *last_end);
-    coll_ev *ce = NULL;
-    inst *in = NULL;
-    group *gr = NULL;
-    uint32_t *start = NULL, *idx = NULL;
-    an_imap comms = {0}, seqs = {0}, insts = {0};
-    int rc = ERR_NOMEM;
-    size_t nce = 0, cap = 0, nin = 0, capin = 0, ngr = 0, capgr = 0;
-    if (!kind || !callix || !init_end || !fin_start || !last_end || an_imap_init(&comms, 16) ||
-        an_imap_init(&seqs, 64) || an_imap_init(&insts, 1024))
-        goto out;
+    s->kind = malloc(nn);
+    s->callix = malloc(nn * sizeof *s->callix);
+    s->init_end = malloc((t->nprocs + 1) * sizeof *s->init_end);
+    s->fin_start = malloc((t->nprocs + 1) * sizeof *s->fin_start);
+    s->last_end = malloc((t->nprocs + 1) * sizeof *s->last_end);
+    if (!s->kind || !s->callix || !s->init_end || !s->fin_start || !s->last_end ||
+        an_imap_init(&s->comms, 16) || an_imap_init(&s->seqs, 64) || an_imap_init(&s->insts, 1024))
+        return ERR_NOMEM;
     for (size_t k = 0; k < nn; k++) {
-        kind[k] = -1;
-        callix[k] = -1;
+        s->kind[k] = -1;
+        s->callix[k] = -1;
     }
     for (size_t p = 0; p < t->nprocs; p++)
-        init_end[p] = fin_start[p] = last_end[p] = INT64_MIN;
-    /* Pass 1: per call and process; collectives numbered per (process, communicator). */
+        s->init_end[p] = s->fin_start[p] = s->last_end[p] = INT64_MIN;
+    return 0;
+}
+
+static void state_free(mpi_state *s) {
+    free(s->kind);
+    free(s->callix);
+    free(s->init_end);
+    free(s->fin_start);
+    free(s->last_end);
+    free(s->ce);
+    free(s->in);
+    an_imap_free(&s->comms);
+    an_imap_free(&s->seqs);
+    an_imap_free(&s->insts);
+}
+
+/* The row of call name nm in m->mpi_calls, added on its first event; NULL when out of memory. */
+static an_mpi_call *call_row(const an_trace *t, an_metrics *m, mpi_state *s, uint32_t nm) {
+    if (s->kind[nm] < 0)
+        s->kind[nm] = (int8_t)mpi_kind(an_strtab_get(&t->names, nm));
+    if (s->callix[nm] < 0) {
+        if (m->nmpi_calls % 32 == 0) {
+            an_mpi_call *nc = realloc(m->mpi_calls, (m->nmpi_calls + 32) * sizeof *nc);
+            if (!nc)
+                return NULL;
+            m->mpi_calls = nc;
+        }
+        m->mpi_calls[m->nmpi_calls] = (an_mpi_call){.name = nm, .kind = s->kind[nm]};
+        s->callix[nm] = (int32_t)m->nmpi_calls++;
+    }
+    return &m->mpi_calls[s->callix[nm]];
+}
+
+/* Collective event i of process p: the k-th on its communicator is instance k there (see the
+ * top of the file); updates the instance's arrivals and records the event. */
+static int number_collective(const an_trace *t, mpi_state *s, size_t i, uint32_t p, uint32_t nm) {
+    int ins;
+    uint32_t *ci = an_imap_get(&s->comms, (uint64_t)t->offset[i], s->comms.n, &ins);
+    if (!ci)
+        return ERR_NOMEM;
+    uint32_t cidx = *ci;
+    uint32_t *sq = an_imap_get(&s->seqs, (uint64_t)p << 32 | cidx, 0, &ins);
+    if (!sq)
+        return ERR_NOMEM;
+    uint32_t seq = (*sq)++;
+    uint32_t *ii = an_imap_get(&s->insts, (uint64_t)cidx << 32 | seq, (uint32_t)s->nin, &ins);
+    if (!ii)
+        return ERR_NOMEM;
+    uint32_t k = *ii;
+    if (ins) {
+        if (s->nin == s->capin) {
+            s->capin = s->capin ? 2 * s->capin : 256;
+            inst *n2 = realloc(s->in, s->capin * sizeof *n2);
+            if (!n2)
+                return ERR_NOMEM;
+            s->in = n2;
+        }
+        s->in[s->nin++] = (inst){t->ts[i], t->ts[i], p, 0, (uint32_t)(t->offset[i] & 0xffffff), nm, 0};
+    }
+    inst *x = &s->in[k];
+    x->n++;
+    if (t->ts[i] < x->min_ts)
+        x->min_ts = t->ts[i];
+    if (t->ts[i] >= x->max_ts) {
+        x->max_ts = t->ts[i];
+        x->late = p;
+    }
+    if (s->nce == s->cap) {
+        s->cap = s->cap ? 2 * s->cap : 256;
+        coll_ev *n2 = realloc(s->ce, s->cap * sizeof *n2);
+        if (!n2)
+            return ERR_NOMEM;
+        s->ce = n2;
+    }
+    s->ce[s->nce++] = (coll_ev){i, k, s->last_end[p]};
+    return 0;
+}
+
+/* Pass 1: per call and process; collectives numbered per (process, communicator). */
+static int pass_calls(const an_trace *t, an_metrics *m, mpi_state *s) {
     for (size_t i = 0; i < t->n; i++) {
         if (t->op[i] != AN_OP_MPI && !((t->flags[i] & AN_F_MPIIO) && AN_IS_IO(t->op[i])))
             continue;
         uint32_t nm = t->name[i], p = t->proc[i];
-        if (kind[nm] < 0)
-            kind[nm] = (int8_t)mpi_kind(an_strtab_get(&t->names, nm));
-        if (callix[nm] < 0) {
-            if (m->nmpi_calls % 32 == 0) {
-                an_mpi_call *nc = realloc(m->mpi_calls, (m->nmpi_calls + 32) * sizeof *nc);
-                if (!nc)
-                    goto out;
-                m->mpi_calls = nc;
-            }
-            m->mpi_calls[m->nmpi_calls] = (an_mpi_call){.name = nm, .kind = kind[nm]};
-            callix[nm] = (int32_t)m->nmpi_calls++;
-        }
-        an_mpi_call *c = &m->mpi_calls[callix[nm]];
+        an_mpi_call *c = call_row(t, m, s, nm);
+        if (!c)
+            return ERR_NOMEM;
         double d = (double)t->dur[i] / 1e6;
         c->calls += an_calls(t, i);
         c->time_s += d;
@@ -284,79 +360,37 @@ int an_metrics_mpi(const an_trace *t, an_metrics *m) {
         m->procs[p].mpi_s += d;
         m->procs[p].mpi_calls += an_calls(t, i);
         int64_t end = t->ts[i] + t->dur[i];
-        if (kind[nm] == AN_MPIK_INIT)
-            init_end[p] = end;
-        else if (kind[nm] == AN_MPIK_FINALIZE && fin_start[p] == INT64_MIN)
-            fin_start[p] = t->ts[i];
-        if (kind[nm] == AN_MPIK_COLL && t->op[i] == AN_OP_MPI && t->offset[i] >= 0 &&
-            !(t->flags[i] & AN_F_AGG)) {
-            int ins;
-            uint32_t *ci = an_imap_get(&comms, (uint64_t)t->offset[i], comms.n, &ins);
-            if (!ci)
-                goto out;
-            uint32_t cidx = *ci;
-            uint32_t *sq = an_imap_get(&seqs, (uint64_t)p << 32 | cidx, 0, &ins);
-            if (!sq)
-                goto out;
-            uint32_t seq = (*sq)++;
-            uint32_t *ii = an_imap_get(&insts, (uint64_t)cidx << 32 | seq, (uint32_t)nin, &ins);
-            if (!ii)
-                goto out;
-            uint32_t k = *ii;
-            if (ins) {
-                if (nin == capin) {
-                    capin = capin ? 2 * capin : 256;
-                    inst *n2 = realloc(in, capin * sizeof *n2);
-                    if (!n2)
-                        goto out;
-                    in = n2;
-                }
-                in[nin++] = (inst){t->ts[i], t->ts[i], p, 0,
-                                   (uint32_t)(t->offset[i] & 0xffffff), nm, 0};
-            }
-            inst *x = &in[k];
-            x->n++;
-            if (t->ts[i] < x->min_ts)
-                x->min_ts = t->ts[i];
-            if (t->ts[i] >= x->max_ts) {
-                x->max_ts = t->ts[i];
-                x->late = p;
-            }
-            if (nce == cap) {
-                cap = cap ? 2 * cap : 256;
-                coll_ev *n2 = realloc(ce, cap * sizeof *n2);
-                if (!n2)
-                    goto out;
-                ce = n2;
-            }
-            ce[nce++] = (coll_ev){i, k, last_end[p]};
-        }
-        if (end > last_end[p])
-            last_end[p] = end;
+        if (s->kind[nm] == AN_MPIK_INIT)
+            s->init_end[p] = end;
+        else if (s->kind[nm] == AN_MPIK_FINALIZE && s->fin_start[p] == INT64_MIN)
+            s->fin_start[p] = t->ts[i];
+        if (s->kind[nm] == AN_MPIK_COLL && t->op[i] == AN_OP_MPI && t->offset[i] >= 0 &&
+            !(t->flags[i] & AN_F_AGG) && number_collective(t, s, i, p, nm))
+            return ERR_NOMEM;
+        if (end > s->last_end[p])
+            s->last_end[p] = end;
     }
-    phase_pass(t, m, init_end, fin_start);
-    if (!m->has_mpi) {
-        rc = 0;
-        goto out;
-    }
-    for (size_t p = 0; p < t->nprocs; p++)
-        if (m->procs[p].mpi_calls)
-            m->mpi_proc_time_s += m->procs[p].span_s;
-    /* Pass 2: waits in instances seen on every member; the skew of each. */
-    m->coll_instances = nin;
-    for (size_t k = 0; k < nin; k++)
-        if (in[k].n == in[k].size && in[k].size > 1) {
+    return 0;
+}
+
+/* Pass 2: waits in instances seen on every member; the skew of each. */
+static void pass_waits(const an_trace *t, an_metrics *m, mpi_state *s) {
+    m->coll_instances = s->nin;
+    for (size_t k = 0; k < s->nin; k++) {
+        const inst *x = &s->in[k];
+        if (x->n == x->size && x->size > 1) {
             m->coll_complete++;
-            m->procs[in[k].late].mpi_last++;
-            an_mpi_call *c = &m->mpi_calls[callix[in[k].name]];
+            m->procs[x->late].mpi_last++;
+            an_mpi_call *c = &m->mpi_calls[s->callix[x->name]];
             c->instances++;
-            c->skew_sum_s += (double)(in[k].max_ts - in[k].min_ts) / 1e6;
+            c->skew_sum_s += (double)(x->max_ts - x->min_ts) / 1e6;
         }
-    for (size_t j = 0; j < nce; j++) {
-        inst *x = &in[ce[j].inst];
+    }
+    for (size_t j = 0; j < s->nce; j++) {
+        inst *x = &s->in[s->ce[j].inst];
         if (x->n != x->size || x->size < 2)
             continue;
-        size_t i = ce[j].ev;
+        size_t i = s->ce[j].ev;
         int64_t w = x->max_ts - t->ts[i];
         if (w > t->dur[i])
             w = t->dur[i];
@@ -366,77 +400,106 @@ int an_metrics_mpi(const an_trace *t, an_metrics *m) {
         x->wait += ws;
         m->coll_wait_s += ws;
         m->procs[t->proc[i]].mpi_wait_s += ws;
-        m->mpi_calls[callix[t->name[i]]].wait_s += ws;
+        m->mpi_calls[s->callix[t->name[i]]].wait_s += ws;
     }
-    /* Pass 3: what the last arriver did before each instance where ranks waited. */
-    if (m->coll_wait_s > 0) {
-        if (by_process(t, &start, &idx))
+}
+
+/* The group (late process, activity, collective) in gr[0..*ngr), added if new; NULL when out of
+ * memory. */
+static group *find_group(group **gr, size_t *ngr, size_t *capgr, uint32_t proc, int what,
+                         uint32_t coll) {
+    size_t g = 0;
+    while (g < *ngr && !((*gr)[g].l.proc == proc && (*gr)[g].l.activity == what &&
+                         (*gr)[g].l.coll == coll))
+        g++;
+    if (g == *ngr) {
+        if (*ngr == *capgr) {
+            *capgr = *capgr ? 2 * *capgr : 16;
+            group *n2 = realloc(*gr, *capgr * sizeof *n2);
+            if (!n2)
+                return NULL;
+            *gr = n2;
+        }
+        memset(&(*gr)[*ngr], 0, sizeof **gr);
+        (*gr)[*ngr].l = (an_mpi_link){.proc = proc, .activity = what, .coll = coll};
+        (*ngr)++;
+    }
+    return &(*gr)[g];
+}
+
+/* Pass 3: what the last arriver did before each instance where ranks waited; the group that
+ * accounts for the most waiting becomes m->link. */
+static int pass_link(const an_trace *t, an_metrics *m, mpi_state *s) {
+    uint32_t *start = NULL, *idx = NULL;
+    group *gr = NULL;
+    size_t ngr = 0, capgr = 0;
+    int rc = ERR_NOMEM;
+    if (by_process(t, &start, &idx))
+        goto out;
+    for (size_t j = 0; j < s->nce; j++) {
+        inst *x = &s->in[s->ce[j].inst];
+        size_t i = s->ce[j].ev;
+        if (x->wait <= 0 || t->proc[i] != x->late || t->ts[i] != x->max_ts)
+            continue;
+        x->wait = -x->wait; /* counted once */
+        /* What made it late: its time between the first arrival (the others were ready)
+         * and its own, after its previous MPI call. */
+        int64_t w0 = s->ce[j].prev_end > x->min_ts ? s->ce[j].prev_end : x->min_ts;
+        double act[AN_ACT_COUNT];
+        uint32_t file;
+        activity(t, start, idx, x->late, w0, x->max_ts, act, &file);
+        int best = AN_ACT_UNTRACED;
+        for (int a = 0; a < AN_ACT_COUNT; a++)
+            if (act[a] > act[best])
+                best = a;
+        group *g = find_group(&gr, &ngr, &capgr, x->late, best, x->name);
+        if (!g)
             goto out;
-        for (size_t j = 0; j < nce; j++) {
-            inst *x = &in[ce[j].inst];
-            size_t i = ce[j].ev;
-            if (x->wait <= 0 || t->proc[i] != x->late || t->ts[i] != x->max_ts)
-                continue;
-            x->wait = -x->wait; /* counted once */
-            /* What made it late: its time between the first arrival (the others were ready)
-             * and its own, after its previous MPI call. */
-            int64_t w0 = ce[j].prev_end > x->min_ts ? ce[j].prev_end : x->min_ts;
-            double act[AN_ACT_COUNT];
-            uint32_t file;
-            activity(t, start, idx, x->late, w0, x->max_ts, act, &file);
-            int best = AN_ACT_UNTRACED;
-            for (int a = 0; a < AN_ACT_COUNT; a++)
-                if (act[a] > act[best])
-                    best = a;
-            size_t g = 0;
-            while (g < ngr && !(gr[g].l.proc == x->late && gr[g].l.activity == best &&
-                                gr[g].l.coll == x->name))
-                g++;
-            if (g == ngr) {
-                if (ngr == capgr) {
-                    capgr = capgr ? 2 * capgr : 16;
-                    group *n2 = realloc(gr, capgr * sizeof *n2);
-                    if (!n2)
-                        goto out;
-                    gr = n2;
-                }
-                memset(&gr[ngr], 0, sizeof gr[ngr]);
-                gr[ngr].l = (an_mpi_link){.proc = x->late, .activity = best, .coll = x->name};
-                ngr++;
-            }
-            gr[g].l.instances++;
-            gr[g].l.wait_s += -x->wait;
-            gr[g].l.activity_s += act[best];
-            if (file && !gr[g].l.file)
-                gr[g].l.file = file;
-            m->link.waited_instances++;
-        }
-        size_t bg = 0;
-        for (size_t g = 1; g < ngr; g++)
-            if (gr[g].l.wait_s > gr[bg].l.wait_s)
-                bg = g;
-        if (ngr) {
-            uint64_t wi = m->link.waited_instances;
-            m->link = gr[bg].l;
-            m->link.waited_instances = wi;
-        }
+        g->l.instances++;
+        g->l.wait_s += -x->wait;
+        g->l.activity_s += act[best];
+        if (file && !g->l.file)
+            g->l.file = file;
+        m->link.waited_instances++;
     }
+    size_t bg = 0;
+    for (size_t g = 1; g < ngr; g++)
+        if (gr[g].l.wait_s > gr[bg].l.wait_s)
+            bg = g;
+    if (ngr) {
+        uint64_t wi = m->link.waited_instances;
+        m->link = gr[bg].l;
+        m->link.waited_instances = wi;
+    }
+    rc = 0;
+out:
+    free(gr);
+    free(start);
+    free(idx);
+    return rc;
+}
+
+int an_metrics_mpi(const an_trace *t, an_metrics *m) {
+    cpu_pass(t, m);
+    mpi_state s;
+    int rc = ERR_NOMEM;
+    if (state_init(&s, t) || pass_calls(t, m, &s))
+        goto out;
+    phase_pass(t, m, s.init_end, s.fin_start);
+    if (!m->has_mpi) {
+        rc = 0;
+        goto out;
+    }
+    for (size_t p = 0; p < t->nprocs; p++)
+        if (m->procs[p].mpi_calls)
+            m->mpi_proc_time_s += m->procs[p].span_s;
+    pass_waits(t, m, &s);
+    if (m->coll_wait_s > 0 && pass_link(t, m, &s))
+        goto out;
     if (m->nmpi_calls)
         qsort(m->mpi_calls, m->nmpi_calls, sizeof *m->mpi_calls, cmp_call_time);
     rc = 0;
 out:
-    free(kind);
-    free(callix);
-    free(init_end);
-    free(fin_start);
-    free(last_end);
-    free(ce);
-    free(in);
-    free(gr);
-    free(start);
-    free(idx);
-    an_imap_free(&comms);
-    an_imap_free(&seqs);
-    an_imap_free(&insts);
+    state_free(&s);
     return rc;
 }

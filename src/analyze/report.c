@@ -17,10 +17,8 @@ static void text_rule(FILE *out, const char *title) {
     fprintf(out, "\n== %s\n", title);
 }
 
-void an_report_text(const an_report *r, FILE *out, int top) {
-    const an_trace *t = r->t;
-    const an_metrics *m = r->m;
-    char b1[32], b2[32], b3[32];
+/* The first line, then a warning per damaged file, the clock skew and the left-out events. */
+static void text_header(const an_trace *t, const an_metrics *m, FILE *out) {
     fprintf(out, "scaffold analyze: %zu file(s), %zu events, %zu process(es) on %zu host(s), "
                  "%zu thread(s), wall %.3f s\n",
             t->ninputs, t->n, m->nprocs, m->nhosts, m->nthreads, m->wall_s);
@@ -35,6 +33,11 @@ void an_report_text(const an_report *r, FILE *out, int top) {
         fprintf(out, "  note: %zu events on system paths (/usr/lib, /proc, python, ...) left out "
                      "(--include-system keeps them)\n",
                 m->nignored_events);
+}
+
+/* Where the I/O time went: time, file system, ops, shape, interfaces, access pattern, sizes. */
+static void text_io_summary(const an_metrics *m, FILE *out) {
+    char b1[32], b2[32], b3[32];
     text_rule(out, "I/O summary");
     an_fmt_bytes((double)m->bytes_read, b1, sizeof b1);
     an_fmt_bytes((double)m->bytes_written, b2, sizeof b2);
@@ -82,6 +85,11 @@ void an_report_text(const an_report *r, FILE *out, int top) {
             fprintf(out, " %s:%llu/%llu", an_bucket_names[k], (unsigned long long)m->hist_read[k],
                     (unsigned long long)m->hist_write[k]);
     fputc('\n', out);
+}
+
+/* The I/O against the rest of the run: overlap, epochs, checkpoints, rank imbalance. */
+static void text_io_context(const an_metrics *m, FILE *out) {
+    char b1[32], b2[32];
     if (m->has_compute || m->has_fetch)
         fprintf(out, "  overlap: compute utilisation %.1f%%, unoverlapped I/O %.3f s (%.1f%% of I/O), "
                      "data-loader stall %.3f s (%.1f%% of process time)\n",
@@ -106,39 +114,45 @@ void an_report_text(const an_report *r, FILE *out, int top) {
                      "(straggler ratio %.1f%%), byte imbalance %.1f%%\n",
                 m->io_max_s, m->io_median_s, m->io_min_s, 100 * m->straggler_ratio,
                 100 * m->bytes_imbalance);
-    if (m->has_mpi) {
-        text_rule(out, "MPI");
-        fprintf(out, "  time in MPI calls: %.3f s summed over ranks, %.1f%% of their process time; "
-                     "waiting for the last rank in collectives: %.3f s (%llu of %llu instances "
-                     "seen on every member)\n",
-                m->mpi_s, m->mpi_proc_time_s > 0 ? 100 * m->mpi_s / m->mpi_proc_time_s : 0,
-                m->coll_wait_s, (unsigned long long)m->coll_complete,
-                (unsigned long long)m->coll_instances);
-        for (size_t k = 0; k < m->nmpi_calls && k < (size_t)top; k++) {
-            const an_mpi_call *c = &m->mpi_calls[k];
-            an_fmt_bytes((double)c->bytes, b1, sizeof b1);
-            fprintf(out, "  %-26s %8llu calls %10.3f s %10s", an_strtab_get(&t->names, c->name),
-                    (unsigned long long)c->calls, c->time_s, b1);
-            if (c->instances)
-                fprintf(out, "  wait %.3f s, mean skew %.3f ms", c->wait_s,
-                        1e3 * c->skew_sum_s / (double)c->instances);
-            fputc('\n', out);
-        }
-        for (size_t p = 0; p < m->nprocs; p++) {
-            const an_proc_stat *st = &m->procs[p];
-            if (!st->mpi_calls)
-                continue;
-            char lab[64];
-            an_proc_label(t, (uint32_t)p, lab, sizeof lab);
-            fprintf(out, "  %-12s MPI %.3f s (%.1f%% of %.3f s), waiting %.3f s, last to arrive %llu "
-                         "time(s)%s\n",
-                    lab, st->mpi_s, st->span_s > 0 ? 100 * st->mpi_s / st->span_s : 0, st->span_s,
-                    st->mpi_wait_s, (unsigned long long)st->mpi_last,
-                    st->cpu_want >= 0 ? (st->cpu_want >= 0.7 ? ", CPU-bound" : st->cpu_want <= 0.2 ? ", waiting" : "") : "");
-        }
+}
+
+/* The MPI section: time in MPI, the top calls and each rank's share. */
+static void text_mpi(const an_trace *t, const an_metrics *m, FILE *out, int top) {
+    char b1[32];
+    text_rule(out, "MPI");
+    fprintf(out, "  time in MPI calls: %.3f s summed over ranks, %.1f%% of their process time; "
+                 "waiting for the last rank in collectives: %.3f s (%llu of %llu instances "
+                 "seen on every member)\n",
+            m->mpi_s, m->mpi_proc_time_s > 0 ? 100 * m->mpi_s / m->mpi_proc_time_s : 0,
+            m->coll_wait_s, (unsigned long long)m->coll_complete,
+            (unsigned long long)m->coll_instances);
+    for (size_t k = 0; k < m->nmpi_calls && k < (size_t)top; k++) {
+        const an_mpi_call *c = &m->mpi_calls[k];
+        an_fmt_bytes((double)c->bytes, b1, sizeof b1);
+        fprintf(out, "  %-26s %8llu calls %10.3f s %10s", an_strtab_get(&t->names, c->name),
+                (unsigned long long)c->calls, c->time_s, b1);
+        if (c->instances)
+            fprintf(out, "  wait %.3f s, mean skew %.3f ms", c->wait_s,
+                    1e3 * c->skew_sum_s / (double)c->instances);
+        fputc('\n', out);
     }
-    fprintf(out, "  measured phase: %s, %.3f s\n", m->phase_what ? m->phase_what : "whole run",
-            m->phase_s);
+    for (size_t p = 0; p < m->nprocs; p++) {
+        const an_proc_stat *st = &m->procs[p];
+        if (!st->mpi_calls)
+            continue;
+        char lab[64];
+        an_proc_label(t, (uint32_t)p, lab, sizeof lab);
+        fprintf(out, "  %-12s MPI %.3f s (%.1f%% of %.3f s), waiting %.3f s, last to arrive %llu "
+                     "time(s)%s\n",
+                lab, st->mpi_s, st->span_s > 0 ? 100 * st->mpi_s / st->span_s : 0, st->span_s,
+                st->mpi_wait_s, (unsigned long long)st->mpi_last,
+                st->cpu_want >= 0 ? (st->cpu_want >= 0.7 ? ", CPU-bound" : st->cpu_want <= 0.2 ? ", waiting" : "") : "");
+    }
+}
+
+/* The fired rules (info ones after the rest); returns how many are bottlenecks (neither
+ * info nor guard), which the summary line counts. */
+static size_t text_findings(const an_report *r, FILE *out) {
     text_rule(out, "Findings");
     size_t nb = 0;
     for (size_t i = 0; i < r->nfindings; i++) {
@@ -157,6 +171,10 @@ void an_report_text(const an_report *r, FILE *out, int top) {
     for (size_t i = 0; i < r->nfindings; i++)
         if (!strcmp(r->findings[i].severity, "info"))
             fprintf(out, "  [info] %s: %s\n", r->findings[i].rule->id, r->findings[i].message);
+    return nb;
+}
+
+static void text_checklist(const an_report *r, FILE *out) {
     text_rule(out, "12-dimension checklist");
     for (int d = 0; d < AN_NDIMS; d++) {
         const an_check *c = &r->checklist[d];
@@ -171,6 +189,9 @@ void an_report_text(const an_report *r, FILE *out, int top) {
         else
             fprintf(out, "  %2d. %-52s not applicable: %s\n", c->dim, c->name, c->reason);
     }
+}
+
+static void text_proposals(const an_report *r, FILE *out) {
     text_rule(out, "Proposals (weighted score = 50% app impact + 50% system impact)");
     if (!r->nprops)
         fprintf(out, "  none: nothing to fix\n");
@@ -191,6 +212,10 @@ void an_report_text(const an_report *r, FILE *out, int top) {
         fprintf(out, "      privilege: %s; file systems: %s; apply: %s; rollback: %s\n",
                 p->s->privilege, fsl, p->s->apply, p->s->rollback);
     }
+}
+
+static void text_top_procs(const an_trace *t, const an_metrics *m, FILE *out, int top) {
+    char b1[32];
     text_rule(out, "Top processes by I/O time");
     /* Simple selection of the top processes. */
     size_t shown = 0;
@@ -211,6 +236,10 @@ void an_report_text(const an_report *r, FILE *out, int top) {
                 b1, (unsigned long long)st->ops);
     }
     free(done);
+}
+
+static void text_top_files(const an_trace *t, const an_metrics *m, FILE *out, int top) {
+    char b1[32];
     text_rule(out, "Top files by I/O time");
     for (size_t k = 0; k < m->nfiles && k < (size_t)top; k++) {
         const an_file_stat *fs = &m->files[k];
@@ -218,6 +247,23 @@ void an_report_text(const an_report *r, FILE *out, int top) {
         fprintf(out, "  %.3f s  %8llu ops  %10s  %s%s\n", fs->time_s, (unsigned long long)fs->ops,
                 b1, an_strtab_get(&t->files, fs->file), fs->nprocs > 1 ? " (shared)" : "");
     }
+}
+
+void an_report_text(const an_report *r, FILE *out, int top) {
+    const an_trace *t = r->t;
+    const an_metrics *m = r->m;
+    text_header(t, m, out);
+    text_io_summary(m, out);
+    text_io_context(m, out);
+    if (m->has_mpi)
+        text_mpi(t, m, out, top);
+    fprintf(out, "  measured phase: %s, %.3f s\n", m->phase_what ? m->phase_what : "whole run",
+            m->phase_s);
+    size_t nb = text_findings(r, out);
+    text_checklist(r, out);
+    text_proposals(r, out);
+    text_top_procs(t, m, out, top);
+    text_top_files(t, m, out, top);
     fprintf(out, "\nsummary: %zu events, I/O %.1f%% of process time (per-process unions), %zu finding(s), top proposal: %s\n", t->n,
             100 * m->io_share, nb, r->nprops ? r->props[0].s->name : "none");
 }
@@ -474,40 +520,35 @@ static void json_tables(an_jw *w, const an_report *r, int top) {
     an_jw_end(w, '}');
 }
 
-void an_report_json(const an_report *r, FILE *out, int top) {
-    const an_trace *t = r->t;
-    const an_metrics *m = r->m;
-    an_jw w;
-    an_jw_init(&w, out);
-    an_jw_obj(&w, NULL);
-    an_jw_str(&w, "tool", "scaffold analyze");
-    an_jw_i64(&w, "format", 1);
-    json_inputs(&w, t);
-    an_jw_obj(&w, "run");
-    an_jw_u64(&w, "events", t->n);
-    an_jw_u64(&w, "processes", m->nprocs);
-    an_jw_u64(&w, "hosts", m->nhosts);
-    an_jw_u64(&w, "threads", m->nthreads);
-    an_jw_u64(&w, "files", m->nfiles_io);
-    an_jw_num(&w, "wall_s", m->wall_s);
-    an_jw_num(&w, "process_time_s", m->proc_time_s);
-    an_jw_bool(&w, "clock_skew", t->clock_skew);
-    an_jw_num(&w, "host_start_stddev_s", t->host_start_stddev_s);
-    an_jw_u64(&w, "ignored_system_events", m->nignored_events);
-    an_jw_num(&w, "load_seconds", t->load_seconds);
-    an_jw_end(&w, '}');
-    /* Records as dftracer_stats counts them (every line but metadata; an aggregated record is
-     * one), per lower-cased category and per pid, to compare with it. */
-    an_jw_obj(&w, "records");
-    an_jw_u64(&w, "total", t->records);
-    an_jw_u64(&w, "out_of_range_skipped", t->out_of_range);
-    an_jw_obj(&w, "by_category");
+static void json_run(an_jw *w, const an_trace *t, const an_metrics *m) {
+    an_jw_obj(w, "run");
+    an_jw_u64(w, "events", t->n);
+    an_jw_u64(w, "processes", m->nprocs);
+    an_jw_u64(w, "hosts", m->nhosts);
+    an_jw_u64(w, "threads", m->nthreads);
+    an_jw_u64(w, "files", m->nfiles_io);
+    an_jw_num(w, "wall_s", m->wall_s);
+    an_jw_num(w, "process_time_s", m->proc_time_s);
+    an_jw_bool(w, "clock_skew", t->clock_skew);
+    an_jw_num(w, "host_start_stddev_s", t->host_start_stddev_s);
+    an_jw_u64(w, "ignored_system_events", m->nignored_events);
+    an_jw_num(w, "load_seconds", t->load_seconds);
+    an_jw_end(w, '}');
+}
+
+/* Records as dftracer_stats counts them (every line but metadata; an aggregated record is one),
+ * per lower-cased category and per pid, to compare with it. */
+static void json_records(an_jw *w, const an_trace *t) {
+    an_jw_obj(w, "records");
+    an_jw_u64(w, "total", t->records);
+    an_jw_u64(w, "out_of_range_skipped", t->out_of_range);
+    an_jw_obj(w, "by_category");
     for (uint32_t k = 1; k < t->rec_cats.n; k++)
-        an_jw_u64(&w, an_strtab_get(&t->rec_cats, k), t->rec_cat_n[k]);
+        an_jw_u64(w, an_strtab_get(&t->rec_cats, k), t->rec_cat_n[k]);
     if (t->rec_cats.n && t->rec_cat_n && t->rec_cat_n[0])
-        an_jw_u64(&w, "", t->rec_cat_n[0]);
-    an_jw_end(&w, '}');
-    an_jw_obj(&w, "by_pid");
+        an_jw_u64(w, "", t->rec_cat_n[0]);
+    an_jw_end(w, '}');
+    an_jw_obj(w, "by_pid");
     for (size_t p = 0; p < t->nprocs; p++) {
         size_t q = 0;
         while (q < p && t->procs[q].pid != t->procs[p].pid)
@@ -520,91 +561,115 @@ void an_report_json(const an_report *r, FILE *out, int top) {
                 sum += t->procs[q].records;
         char k[32];
         snprintf(k, sizeof k, "%lld", (long long)t->procs[p].pid);
-        an_jw_u64(&w, k, sum);
+        an_jw_u64(w, k, sum);
     }
-    an_jw_end(&w, '}');
-    an_jw_end(&w, '}');
-    json_io(&w, m);
-    an_jw_obj(&w, "mpi");
-    an_jw_bool(&w, "present", m->has_mpi);
-    an_jw_num(&w, "time_s", m->mpi_s);
-    an_jw_num(&w, "share_of_process_time", m->mpi_proc_time_s > 0 ? m->mpi_s / m->mpi_proc_time_s : 0);
-    an_jw_num(&w, "collective_wait_s", m->coll_wait_s);
-    an_jw_u64(&w, "collective_instances", m->coll_instances);
-    an_jw_u64(&w, "complete_instances", m->coll_complete);
-    an_jw_arr(&w, "calls");
+    an_jw_end(w, '}');
+    an_jw_end(w, '}');
+}
+
+/* The MPI object: totals, every call's row and the linked cause of the collective waits. */
+static void json_mpi(an_jw *w, const an_trace *t, const an_metrics *m) {
+    an_jw_obj(w, "mpi");
+    an_jw_bool(w, "present", m->has_mpi);
+    an_jw_num(w, "time_s", m->mpi_s);
+    an_jw_num(w, "share_of_process_time", m->mpi_proc_time_s > 0 ? m->mpi_s / m->mpi_proc_time_s : 0);
+    an_jw_num(w, "collective_wait_s", m->coll_wait_s);
+    an_jw_u64(w, "collective_instances", m->coll_instances);
+    an_jw_u64(w, "complete_instances", m->coll_complete);
+    an_jw_arr(w, "calls");
     for (size_t k = 0; k < m->nmpi_calls; k++) {
         const an_mpi_call *c = &m->mpi_calls[k];
-        an_jw_obj(&w, NULL);
-        an_jw_str(&w, "name", an_strtab_get(&t->names, c->name));
-        an_jw_u64(&w, "calls", c->calls);
-        an_jw_num(&w, "time_s", c->time_s);
-        an_jw_u64(&w, "bytes", c->bytes);
-        an_jw_num(&w, "wait_s", c->wait_s);
-        an_jw_u64(&w, "instances", c->instances);
-        an_jw_num(&w, "mean_skew_s", c->instances ? c->skew_sum_s / (double)c->instances : 0);
-        an_jw_end(&w, '}');
+        an_jw_obj(w, NULL);
+        an_jw_str(w, "name", an_strtab_get(&t->names, c->name));
+        an_jw_u64(w, "calls", c->calls);
+        an_jw_num(w, "time_s", c->time_s);
+        an_jw_u64(w, "bytes", c->bytes);
+        an_jw_num(w, "wait_s", c->wait_s);
+        an_jw_u64(w, "instances", c->instances);
+        an_jw_num(w, "mean_skew_s", c->instances ? c->skew_sum_s / (double)c->instances : 0);
+        an_jw_end(w, '}');
     }
-    an_jw_end(&w, ']');
+    an_jw_end(w, ']');
     if (m->link.instances) {
         char lab[64];
         an_proc_label(t, m->link.proc, lab, sizeof lab);
-        an_jw_obj(&w, "linked_cause");
-        an_jw_str(&w, "process", lab);
-        an_jw_i64(&w, "rank", t->procs[m->link.proc].rank);
-        an_jw_str(&w, "activity", an_activity_names[m->link.activity]);
-        an_jw_str(&w, "collective", an_strtab_get(&t->names, m->link.coll));
-        an_jw_str(&w, "file", m->link.file ? an_strtab_get(&t->files, m->link.file) : "");
-        an_jw_u64(&w, "instances", m->link.instances);
-        an_jw_u64(&w, "waited_instances", m->link.waited_instances);
-        an_jw_num(&w, "wait_s", m->link.wait_s);
-        an_jw_num(&w, "activity_s", m->link.activity_s);
-        an_jw_end(&w, '}');
+        an_jw_obj(w, "linked_cause");
+        an_jw_str(w, "process", lab);
+        an_jw_i64(w, "rank", t->procs[m->link.proc].rank);
+        an_jw_str(w, "activity", an_activity_names[m->link.activity]);
+        an_jw_str(w, "collective", an_strtab_get(&t->names, m->link.coll));
+        an_jw_str(w, "file", m->link.file ? an_strtab_get(&t->files, m->link.file) : "");
+        an_jw_u64(w, "instances", m->link.instances);
+        an_jw_u64(w, "waited_instances", m->link.waited_instances);
+        an_jw_num(w, "wait_s", m->link.wait_s);
+        an_jw_num(w, "activity_s", m->link.activity_s);
+        an_jw_end(w, '}');
     }
-    an_jw_end(&w, '}');
-    an_jw_obj(&w, "phase");
-    an_jw_str(&w, "what", m->phase_what ? m->phase_what : "whole run");
-    an_jw_num(&w, "seconds", m->phase_s);
-    an_jw_end(&w, '}');
-    an_jw_obj(&w, "cpu");
-    an_jw_bool(&w, "present", m->has_cpu);
-    an_jw_u64(&w, "processes", m->ncpu_procs);
-    an_jw_u64(&w, "cpu_bound", m->ncpu_bound);
-    an_jw_u64(&w, "waiting", m->ncpu_waiting);
-    an_jw_end(&w, '}');
+    an_jw_end(w, '}');
+}
+
+/* The smaller objects that put the I/O in context: phase, CPU, file system, overlap,
+ * checkpoints, epochs, stragglers. */
+static void json_context(an_jw *w, const an_trace *t, const an_metrics *m) {
+    an_jw_obj(w, "phase");
+    an_jw_str(w, "what", m->phase_what ? m->phase_what : "whole run");
+    an_jw_num(w, "seconds", m->phase_s);
+    an_jw_end(w, '}');
+    an_jw_obj(w, "cpu");
+    an_jw_bool(w, "present", m->has_cpu);
+    an_jw_u64(w, "processes", m->ncpu_procs);
+    an_jw_u64(w, "cpu_bound", m->ncpu_bound);
+    an_jw_u64(w, "waiting", m->ncpu_waiting);
+    an_jw_end(w, '}');
     static const char *const how[] = {"none", "path", "trace", "user"};
-    an_jw_obj(&w, "filesystem");
-    an_jw_str(&w, "class", m->fs_hint);
-    an_jw_num(&w, "share_of_io_time", m->fs_share);
-    an_jw_str(&w, "how", how[m->fs_how < 4 ? m->fs_how : 0]);
-    an_jw_str(&w, "example", m->fs_example ? an_strtab_get(&t->files, m->fs_example) : "");
-    an_jw_end(&w, '}');
-    an_jw_obj(&w, "overlap");
-    an_jw_bool(&w, "has_compute", m->has_compute);
-    an_jw_bool(&w, "has_fetch", m->has_fetch);
-    an_jw_num(&w, "compute_util", m->compute_util);
-    an_jw_num(&w, "unoverlapped_io_s", m->unoverlapped_io_s);
-    an_jw_num(&w, "loader_stall_s", m->stall_s);
-    an_jw_end(&w, '}');
-    an_jw_obj(&w, "checkpoint");
-    an_jw_u64(&w, "events", m->ckpt_events);
-    an_jw_u64(&w, "bytes", m->ckpt_bytes);
-    an_jw_num(&w, "time_s", m->ckpt_time_s);
-    an_jw_num(&w, "bandwidth_Bps", m->ckpt_bw);
-    an_jw_num(&w, "share_of_wall", m->wall_s > 0 ? m->ckpt_time_s / m->wall_s : 0);
-    an_jw_end(&w, '}');
-    an_jw_obj(&w, "epochs");
-    an_jw_u64(&w, "count", m->epochs);
-    an_jw_num(&w, "mean_s", m->epoch_mean_s);
-    an_jw_num(&w, "min_s", m->epochs ? m->epoch_min_s : 0);
-    an_jw_num(&w, "max_s", m->epoch_max_s);
-    an_jw_end(&w, '}');
-    an_jw_obj(&w, "stragglers");
-    an_jw_num(&w, "ratio", m->straggler_ratio);
-    an_jw_num(&w, "io_max_s", m->io_max_s);
-    an_jw_num(&w, "io_median_s", m->io_median_s);
-    an_jw_num(&w, "bytes_imbalance", m->bytes_imbalance);
-    an_jw_end(&w, '}');
+    an_jw_obj(w, "filesystem");
+    an_jw_str(w, "class", m->fs_hint);
+    an_jw_num(w, "share_of_io_time", m->fs_share);
+    an_jw_str(w, "how", how[m->fs_how < 4 ? m->fs_how : 0]);
+    an_jw_str(w, "example", m->fs_example ? an_strtab_get(&t->files, m->fs_example) : "");
+    an_jw_end(w, '}');
+    an_jw_obj(w, "overlap");
+    an_jw_bool(w, "has_compute", m->has_compute);
+    an_jw_bool(w, "has_fetch", m->has_fetch);
+    an_jw_num(w, "compute_util", m->compute_util);
+    an_jw_num(w, "unoverlapped_io_s", m->unoverlapped_io_s);
+    an_jw_num(w, "loader_stall_s", m->stall_s);
+    an_jw_end(w, '}');
+    an_jw_obj(w, "checkpoint");
+    an_jw_u64(w, "events", m->ckpt_events);
+    an_jw_u64(w, "bytes", m->ckpt_bytes);
+    an_jw_num(w, "time_s", m->ckpt_time_s);
+    an_jw_num(w, "bandwidth_Bps", m->ckpt_bw);
+    an_jw_num(w, "share_of_wall", m->wall_s > 0 ? m->ckpt_time_s / m->wall_s : 0);
+    an_jw_end(w, '}');
+    an_jw_obj(w, "epochs");
+    an_jw_u64(w, "count", m->epochs);
+    an_jw_num(w, "mean_s", m->epoch_mean_s);
+    an_jw_num(w, "min_s", m->epochs ? m->epoch_min_s : 0);
+    an_jw_num(w, "max_s", m->epoch_max_s);
+    an_jw_end(w, '}');
+    an_jw_obj(w, "stragglers");
+    an_jw_num(w, "ratio", m->straggler_ratio);
+    an_jw_num(w, "io_max_s", m->io_max_s);
+    an_jw_num(w, "io_median_s", m->io_median_s);
+    an_jw_num(w, "bytes_imbalance", m->bytes_imbalance);
+    an_jw_end(w, '}');
+}
+
+void an_report_json(const an_report *r, FILE *out, int top) {
+    const an_trace *t = r->t;
+    const an_metrics *m = r->m;
+    an_jw w;
+    an_jw_init(&w, out);
+    an_jw_obj(&w, NULL);
+    an_jw_str(&w, "tool", "scaffold analyze");
+    an_jw_i64(&w, "format", 1);
+    json_inputs(&w, t);
+    json_run(&w, t, m);
+    json_records(&w, t);
+    json_io(&w, m);
+    json_mpi(&w, t, m);
+    json_context(&w, t, m);
     json_findings(&w, r);
     json_checklist_proposals(&w, r);
     json_tables(&w, r, top);

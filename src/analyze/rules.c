@@ -275,123 +275,272 @@ static double safe_div(double a, double b) {
     return b > 0 ? a / b : 0;
 }
 
+/* ------------------------------------------------------------------ the metrics rules read
+ * One reader per metric: the value, or -1 with *why when the metric does not apply to this
+ * trace. A new metric is one reader and one row of RULE_METRICS. */
+#define METRIC(fn)                                                                                 \
+    static int fn(const an_trace *t __attribute__((unused)), const an_metrics *m, double *v,      \
+                  const char **why __attribute__((unused)))
+#define NOT_APPLICABLE(reason) return (*why = (reason), -1)
+#define NO_IO_TIME "no I/O time in the trace"
+
+/* Processes that did any I/O (imbalance needs two). */
+static size_t io_procs(const an_metrics *m) {
+    size_t k = 0;
+    for (size_t p = 0; p < m->nprocs; p++)
+        k += m->procs[p].ops > 0;
+    return k;
+}
+
+METRIC(metadata_time_share) {
+    if (m->io_time_s <= 0)
+        NOT_APPLICABLE(NO_IO_TIME);
+    *v = m->t_s[AN_T_META] / m->io_time_s;
+    return 0;
+}
+METRIC(op_imbalance) {
+    uint64_t rops = m->ops[AN_T_READ], wops = m->ops[AN_T_WRITE];
+    if (rops + wops == 0)
+        NOT_APPLICABLE("no read or write operation");
+    *v = fabs((double)wops - (double)rops) / (double)(rops + wops);
+    return 0;
+}
+METRIC(rw_size_imbalance) {
+    double b = (double)(m->bytes_read + m->bytes_written);
+    if (b <= 0)
+        NOT_APPLICABLE("no bytes read or written (sizes absent: args off?)");
+    *v = fabs((double)m->bytes_written - (double)m->bytes_read) / b;
+    return 0;
+}
+METRIC(read_time_share) {
+    if (m->io_time_s <= 0)
+        NOT_APPLICABLE(NO_IO_TIME);
+    *v = m->t_s[AN_T_READ] / m->io_time_s;
+    return 0;
+}
+METRIC(write_time_share) {
+    if (m->io_time_s <= 0)
+        NOT_APPLICABLE(NO_IO_TIME);
+    *v = m->t_s[AN_T_WRITE] / m->io_time_s;
+    return 0;
+}
+METRIC(read_mean_size) {
+    if (!m->ops[AN_T_READ] || !m->bytes_read)
+        NOT_APPLICABLE("no read with a known size");
+    *v = (double)m->bytes_read / (double)m->ops[AN_T_READ];
+    return 0;
+}
+METRIC(write_mean_size) {
+    if (!m->ops[AN_T_WRITE] || !m->bytes_written)
+        NOT_APPLICABLE("no write with a known size");
+    *v = (double)m->bytes_written / (double)m->ops[AN_T_WRITE];
+    return 0;
+}
+METRIC(random_share) {
+    uint64_t classified = m->read_classified + m->write_classified;
+    if (!classified)
+        NOT_APPLICABLE("no read/write with a known offset");
+    *v = (double)(m->read_random + m->write_random) / (double)classified;
+    return 0;
+}
+METRIC(random_ops) {
+    *v = (double)(m->read_random + m->write_random);
+    return 0;
+}
+METRIC(unoverlapped_io_share) {
+    if (!m->has_compute)
+        NOT_APPLICABLE("no compute annotation in the trace, so overlap cannot be measured");
+    if (m->io_union_s <= 0)
+        NOT_APPLICABLE(NO_IO_TIME);
+    *v = m->unoverlapped_io_s / m->io_union_s;
+    return 0;
+}
+METRIC(io_share) {
+    *v = m->io_share;
+    return 0;
+}
+METRIC(compute_util) {
+    if (!m->has_compute)
+        NOT_APPLICABLE("no compute annotation in the trace");
+    *v = m->compute_util;
+    return 0;
+}
+METRIC(small_request_share) {
+    if (!m->data_ops_known_size)
+        NOT_APPLICABLE("no read/write with a known size");
+    *v = (double)m->small_ops / (double)m->data_ops_known_size;
+    return 0;
+}
+METRIC(small_requests) {
+    *v = (double)m->small_ops;
+    return 0;
+}
+METRIC(stdio_byte_share) {
+    double b = (double)(m->stdio_bytes + m->posix_bytes + m->mpiio_bytes);
+    if (b <= 0)
+        NOT_APPLICABLE("no bytes moved");
+    *v = (double)m->stdio_bytes / b;
+    return 0;
+}
+METRIC(meta_record_max_s) {
+    *v = m->meta_max_record_s;
+    return 0;
+}
+METRIC(straggler_ratio) {
+    if (io_procs(m) < 2)
+        NOT_APPLICABLE("fewer than two processes do I/O");
+    *v = m->straggler_ratio;
+    return 0;
+}
+METRIC(rank_bytes_imbalance) {
+    if (io_procs(m) < 2)
+        NOT_APPLICABLE("fewer than two processes do I/O");
+    if (m->bytes_read + m->bytes_written == 0)
+        NOT_APPLICABLE("no bytes moved");
+    *v = m->bytes_imbalance;
+    return 0;
+}
+METRIC(loader_stall_share) {
+    if (!m->has_fetch)
+        NOT_APPLICABLE("no data-loader (fetch) annotation in the trace");
+    *v = safe_div(m->stall_s, m->proc_time_s);
+    return 0;
+}
+METRIC(measured_phase_s) {
+    if (t->n == 0)
+        NOT_APPLICABLE("no event");
+    *v = m->phase_s;
+    return 0;
+}
+METRIC(mpi_linked_wait_share) {
+    if (!m->has_mpi)
+        NOT_APPLICABLE("no MPI event in the trace (trace MPI programs with scaffold trace, "
+                       "which preloads libscaffold_trace_mpi.so)");
+    if (!m->coll_complete)
+        NOT_APPLICABLE("no collective seen on every member of its communicator");
+    if (m->coll_wait_s <= 0)
+        NOT_APPLICABLE("no rank waited in a collective");
+    *v = m->link.wait_s / m->coll_wait_s;
+    return 0;
+}
+METRIC(mpi_wait_share) {
+    if (!m->has_mpi || m->mpi_proc_time_s <= 0)
+        NOT_APPLICABLE("no MPI event in the trace");
+    *v = m->coll_wait_s / m->mpi_proc_time_s;
+    return 0;
+}
+METRIC(cpu_procs) {
+    if (!m->has_cpu)
+        NOT_APPLICABLE("no CPU counters in the trace (SCAFFOLD_TRACE_METRICS_MS or scaffold "
+                       "trace --metrics-ms)");
+    *v = (double)m->ncpu_procs;
+    return 0;
+}
+METRIC(checkpoint_share) {
+    if (!m->ckpt_time_s)
+        NOT_APPLICABLE("no checkpoint annotation and no checkpoint-like file written");
+    *v = safe_div(m->ckpt_time_s, m->wall_s);
+    return 0;
+}
+#undef METRIC
+#undef NOT_APPLICABLE
+#undef NO_IO_TIME
+
+/* The share of run time at stake when a bottleneck rule on a metric fires (what a fix could
+ * win): the time of the class of operations concerned, over process or wall time. */
+static double stake_meta(const an_metrics *m) {
+    return an_class_share(m, AN_T_META);
+}
+static double stake_read(const an_metrics *m) {
+    return an_class_share(m, AN_T_READ);
+}
+static double stake_write(const an_metrics *m) {
+    return an_class_share(m, AN_T_WRITE);
+}
+static double data_share(const an_metrics *m) {
+    return an_class_share(m, AN_T_READ) + an_class_share(m, AN_T_WRITE);
+}
+static double stake_random(const an_metrics *m) {
+    uint64_t c = m->read_classified + m->write_classified;
+    return (c ? (double)(m->read_random + m->write_random) / (double)c : 0) * data_share(m);
+}
+static double proc_time(const an_metrics *m) {
+    return m->proc_time_s > 0 ? m->proc_time_s : 1;
+}
+static double wall_time(const an_metrics *m) {
+    return m->wall_s > 0 ? m->wall_s : 1;
+}
+static double stake_unoverlapped(const an_metrics *m) {
+    return m->unoverlapped_io_s / proc_time(m);
+}
+static double stake_compute(const an_metrics *m) {
+    return 1.0 - m->compute_util;
+}
+static double stake_small(const an_metrics *m) {
+    return (m->data_ops_known_size ? (double)m->small_ops / (double)m->data_ops_known_size : 0) *
+           data_share(m);
+}
+static double stake_stdio(const an_metrics *m) {
+    return m->io_time_s > 0 ? m->stdio_time_s / m->io_time_s * m->exposed_io_s / proc_time(m) : 0;
+}
+static double stake_straggler(const an_metrics *m) {
+    return (m->io_max_s - m->io_median_s) / wall_time(m);
+}
+static double stake_stall(const an_metrics *m) {
+    return m->stall_s / proc_time(m);
+}
+static double stake_ckpt(const an_metrics *m) {
+    return m->ckpt_time_s / wall_time(m);
+}
+static double stake_mpi_linked(const an_metrics *m) {
+    return m->mpi_proc_time_s > 0 ? m->link.wait_s / m->mpi_proc_time_s : 0;
+}
+
+/* Every metric a rule may name: its unit (how a message writes it), its reader and the run time
+ * at stake when a bottleneck rule on it fires (NULL: none, it only qualifies another). */
+static const an_rule_metric_def RULE_METRICS[] = {
+    {"metadata_time_share", AN_UNIT_SHARE, metadata_time_share, stake_meta},
+    {"op_imbalance", AN_UNIT_SHARE, op_imbalance, NULL},
+    {"rw_size_imbalance", AN_UNIT_SHARE, rw_size_imbalance, NULL},
+    {"read_time_share", AN_UNIT_SHARE, read_time_share, stake_read},
+    {"write_time_share", AN_UNIT_SHARE, write_time_share, stake_write},
+    {"read_mean_size", AN_UNIT_BYTES, read_mean_size, NULL},
+    {"write_mean_size", AN_UNIT_BYTES, write_mean_size, NULL},
+    {"random_share", AN_UNIT_SHARE, random_share, stake_random},
+    {"random_ops", AN_UNIT_COUNT, random_ops, NULL},
+    {"unoverlapped_io_share", AN_UNIT_SHARE, unoverlapped_io_share, stake_unoverlapped},
+    {"io_share", AN_UNIT_SHARE, io_share, NULL},
+    {"compute_util", AN_UNIT_SHARE, compute_util, stake_compute},
+    {"small_request_share", AN_UNIT_SHARE, small_request_share, stake_small},
+    {"small_requests", AN_UNIT_COUNT, small_requests, NULL},
+    {"stdio_byte_share", AN_UNIT_SHARE, stdio_byte_share, stake_stdio},
+    {"meta_record_max_s", AN_UNIT_SECONDS, meta_record_max_s, stake_meta},
+    {"straggler_ratio", AN_UNIT_SHARE, straggler_ratio, stake_straggler},
+    {"rank_bytes_imbalance", AN_UNIT_SHARE, rank_bytes_imbalance, stake_straggler},
+    {"loader_stall_share", AN_UNIT_SHARE, loader_stall_share, stake_stall},
+    {"measured_phase_s", AN_UNIT_SECONDS, measured_phase_s, NULL},
+    {"mpi_linked_wait_share", AN_UNIT_SHARE, mpi_linked_wait_share, stake_mpi_linked},
+    {"mpi_wait_share", AN_UNIT_SHARE, mpi_wait_share, NULL},
+    {"cpu_procs", AN_UNIT_COUNT, cpu_procs, NULL},
+    {"checkpoint_share", AN_UNIT_SHARE, checkpoint_share, stake_ckpt},
+};
+
+const an_rule_metric_def *an_rule_metric_find(const char *name) {
+    for (size_t i = 0; i < sizeof RULE_METRICS / sizeof RULE_METRICS[0]; i++)
+        if (!strcmp(RULE_METRICS[i].name, name))
+            return &RULE_METRICS[i];
+    return NULL;
+}
+
 int an_rule_metric(const char *name, const an_trace *t, const an_metrics *m, double *v,
                    const char **why) {
-    (void)t;
-    double io = m->io_time_s;
-    uint64_t rops = m->ops[AN_T_READ], wops = m->ops[AN_T_WRITE];
-    uint64_t classified = m->read_classified + m->write_classified;
+    const an_rule_metric_def *d = an_rule_metric_find(name);
     *why = NULL;
-    if (!strcmp(name, "metadata_time_share")) {
-        if (io <= 0)
-            return *why = "no I/O time in the trace", -1;
-        *v = m->t_s[AN_T_META] / io;
-    } else if (!strcmp(name, "op_imbalance")) {
-        if (rops + wops == 0)
-            return *why = "no read or write operation", -1;
-        *v = fabs((double)wops - (double)rops) / (double)(rops + wops);
-    } else if (!strcmp(name, "rw_size_imbalance")) {
-        double b = (double)(m->bytes_read + m->bytes_written);
-        if (b <= 0)
-            return *why = "no bytes read or written (sizes absent: args off?)", -1;
-        *v = fabs((double)m->bytes_written - (double)m->bytes_read) / b;
-    } else if (!strcmp(name, "read_time_share")) {
-        if (io <= 0)
-            return *why = "no I/O time in the trace", -1;
-        *v = m->t_s[AN_T_READ] / io;
-    } else if (!strcmp(name, "write_time_share")) {
-        if (io <= 0)
-            return *why = "no I/O time in the trace", -1;
-        *v = m->t_s[AN_T_WRITE] / io;
-    } else if (!strcmp(name, "read_mean_size")) {
-        if (!rops || !m->bytes_read)
-            return *why = "no read with a known size", -1;
-        *v = (double)m->bytes_read / (double)rops;
-    } else if (!strcmp(name, "write_mean_size")) {
-        if (!wops || !m->bytes_written)
-            return *why = "no write with a known size", -1;
-        *v = (double)m->bytes_written / (double)wops;
-    } else if (!strcmp(name, "random_share")) {
-        if (!classified)
-            return *why = "no read/write with a known offset", -1;
-        *v = (double)(m->read_random + m->write_random) / (double)classified;
-    } else if (!strcmp(name, "random_ops")) {
-        *v = (double)(m->read_random + m->write_random);
-    } else if (!strcmp(name, "unoverlapped_io_share")) {
-        if (!m->has_compute)
-            return *why = "no compute annotation in the trace, so overlap cannot be measured", -1;
-        if (m->io_union_s <= 0)
-            return *why = "no I/O time in the trace", -1;
-        *v = m->unoverlapped_io_s / m->io_union_s;
-    } else if (!strcmp(name, "io_share")) {
-        *v = m->io_share;
-    } else if (!strcmp(name, "compute_util")) {
-        if (!m->has_compute)
-            return *why = "no compute annotation in the trace", -1;
-        *v = m->compute_util;
-    } else if (!strcmp(name, "small_request_share")) {
-        if (!m->data_ops_known_size)
-            return *why = "no read/write with a known size", -1;
-        *v = (double)m->small_ops / (double)m->data_ops_known_size;
-    } else if (!strcmp(name, "small_requests")) {
-        *v = (double)m->small_ops;
-    } else if (!strcmp(name, "stdio_byte_share")) {
-        double b = (double)(m->stdio_bytes + m->posix_bytes + m->mpiio_bytes);
-        if (b <= 0)
-            return *why = "no bytes moved", -1;
-        *v = (double)m->stdio_bytes / b;
-    } else if (!strcmp(name, "meta_record_max_s")) {
-        *v = m->meta_max_record_s;
-    } else if (!strcmp(name, "straggler_ratio")) {
-        size_t k = 0;
-        for (size_t p = 0; p < m->nprocs; p++)
-            k += m->procs[p].ops > 0;
-        if (k < 2)
-            return *why = "fewer than two processes do I/O", -1;
-        *v = m->straggler_ratio;
-    } else if (!strcmp(name, "rank_bytes_imbalance")) {
-        size_t k = 0;
-        for (size_t p = 0; p < m->nprocs; p++)
-            k += m->procs[p].ops > 0;
-        if (k < 2)
-            return *why = "fewer than two processes do I/O", -1;
-        if (m->bytes_read + m->bytes_written == 0)
-            return *why = "no bytes moved", -1;
-        *v = m->bytes_imbalance;
-    } else if (!strcmp(name, "loader_stall_share")) {
-        if (!m->has_fetch)
-            return *why = "no data-loader (fetch) annotation in the trace", -1;
-        *v = safe_div(m->stall_s, m->proc_time_s);
-    } else if (!strcmp(name, "measured_phase_s")) {
-        if (t->n == 0)
-            return *why = "no event", -1;
-        *v = m->phase_s;
-    } else if (!strcmp(name, "mpi_linked_wait_share")) {
-        if (!m->has_mpi)
-            return *why = "no MPI event in the trace (trace MPI programs with scaffold trace, "
-                          "which preloads libscaffold_trace_mpi.so)", -1;
-        if (!m->coll_complete)
-            return *why = "no collective seen on every member of its communicator", -1;
-        if (m->coll_wait_s <= 0)
-            return *why = "no rank waited in a collective", -1;
-        *v = m->link.wait_s / m->coll_wait_s;
-    } else if (!strcmp(name, "mpi_wait_share")) {
-        if (!m->has_mpi || m->mpi_proc_time_s <= 0)
-            return *why = "no MPI event in the trace", -1;
-        *v = m->coll_wait_s / m->mpi_proc_time_s;
-    } else if (!strcmp(name, "cpu_procs")) {
-        if (!m->has_cpu)
-            return *why = "no CPU counters in the trace (SCAFFOLD_TRACE_METRICS_MS or scaffold "
-                          "trace --metrics-ms)", -1;
-        *v = (double)m->ncpu_procs;
-    } else if (!strcmp(name, "checkpoint_share")) {
-        if (!m->ckpt_time_s)
-            return *why = "no checkpoint annotation and no checkpoint-like file written", -1;
-        *v = safe_div(m->ckpt_time_s, m->wall_s);
-    } else {
-        return *why = "unknown metric", -1;
+    if (!d) {
+        *why = "unknown metric";
+        return -1;
     }
-    return 0;
+    return d->read(t, m, v, why);
 }
 
 static int holds(const char *op, double v, double thr) {
@@ -406,43 +555,12 @@ static int holds(const char *op, double v, double thr) {
     return 0;
 }
 
-/* Share of run time at stake for a rule's category. */
+/* Share of run time at stake for a rule (its metric's, see RULE_METRICS); none for info rules. */
 static double stake_of(const an_rule *r, const an_metrics *m) {
-    double pt = m->proc_time_s > 0 ? m->proc_time_s : 1;
-    double wall = m->wall_s > 0 ? m->wall_s : 1;
-    const char *k = r->metric;
-    double data = an_class_share(m, AN_T_READ) + an_class_share(m, AN_T_WRITE);
     if (!strcmp(r->level, "info"))
         return 0;
-    if (!strcmp(k, "metadata_time_share") || !strcmp(k, "meta_record_max_s"))
-        return an_class_share(m, AN_T_META);
-    if (!strcmp(k, "read_time_share"))
-        return an_class_share(m, AN_T_READ);
-    if (!strcmp(k, "write_time_share"))
-        return an_class_share(m, AN_T_WRITE);
-    if (!strcmp(k, "random_share")) {
-        uint64_t c = m->read_classified + m->write_classified;
-        return (c ? (double)(m->read_random + m->write_random) / (double)c : 0) * data;
-    }
-    if (!strcmp(k, "unoverlapped_io_share"))
-        return m->unoverlapped_io_s / pt;
-    if (!strcmp(k, "compute_util"))
-        return 1.0 - m->compute_util;
-    if (!strcmp(k, "small_request_share"))
-        return (m->data_ops_known_size ? (double)m->small_ops / (double)m->data_ops_known_size
-                                       : 0) *
-               data;
-    if (!strcmp(k, "stdio_byte_share"))
-        return m->io_time_s > 0 ? m->stdio_time_s / m->io_time_s * m->exposed_io_s / pt : 0;
-    if (!strcmp(k, "straggler_ratio") || !strcmp(k, "rank_bytes_imbalance"))
-        return (m->io_max_s - m->io_median_s) / wall;
-    if (!strcmp(k, "loader_stall_share"))
-        return m->stall_s / pt;
-    if (!strcmp(k, "checkpoint_share"))
-        return m->ckpt_time_s / wall;
-    if (!strcmp(k, "mpi_linked_wait_share"))
-        return m->mpi_proc_time_s > 0 ? m->link.wait_s / m->mpi_proc_time_s : 0;
-    return 0;
+    const an_rule_metric_def *d = an_rule_metric_find(r->metric);
+    return d && d->stake ? d->stake(m) : 0;
 }
 
 /* The linked collective wait: its cause's category (what a fix must change), message and
@@ -628,16 +746,15 @@ static int cmp_finding(const void *a, const void *b) {
     return strcmp(x->rule->id, y->rule->id);
 }
 
+/* A metric's value (or threshold) in its unit. */
 static const char *fmt_val(const char *metric, double v, char *buf, size_t cap) {
-    size_t ml = strlen(metric);
-    if (ml > 5 && !strcmp(metric + ml - 5, "_size"))
-        an_fmt_bytes(v, buf, cap);
-    else if (strstr(metric, "_s") == metric + strlen(metric) - 2)
-        snprintf(buf, cap, "%.2f s", v);
-    else if (!strcmp(metric, "small_requests") || !strcmp(metric, "random_ops"))
-        snprintf(buf, cap, "%.0f", v);
-    else
-        snprintf(buf, cap, "%.1f%%", 100 * v);
+    const an_rule_metric_def *d = an_rule_metric_find(metric);
+    switch (d ? d->unit : AN_UNIT_SHARE) {
+    case AN_UNIT_BYTES: an_fmt_bytes(v, buf, cap); break;
+    case AN_UNIT_SECONDS: snprintf(buf, cap, "%.2f s", v); break;
+    case AN_UNIT_COUNT: snprintf(buf, cap, "%.0f", v); break;
+    default: snprintf(buf, cap, "%.1f%%", 100 * v); break;
+    }
     return buf;
 }
 

@@ -20,7 +20,7 @@ typedef struct an_rule {
     const char *source;    /* WisIO, DFAnalyzer, Drishti, DFDiagnoser, DLIO, Mohan et al., ... */
     const char *citation;  /* authors, venue, year, URL */
     const char *title;
-    const char *metric;    /* see an_rule_metric() */
+    const char *metric;    /* a name of an_rule_metric_find()'s table */
     const char *op;        /* ">", ">=", "<" */
     double threshold;
     const char *metric2;   /* second condition, or NULL */
@@ -59,8 +59,25 @@ int an_rules_load_overrides(an_ruleset *rs, const char *path);
 /* Writes the table as YAML. */
 void an_rules_dump(const an_ruleset *rs, FILE *out);
 
+/* The metrics the rules name (metric, metric2), one table in rules.c: each with its unit (how
+ * a finding's message writes its value and threshold), its reader, and the share of run time
+ * at stake when a bottleneck rule on it fires. */
+typedef enum { AN_UNIT_SHARE, AN_UNIT_SECONDS, AN_UNIT_BYTES, AN_UNIT_COUNT } an_unit;
+
+typedef struct an_rule_metric_def {
+    const char *name;
+    an_unit unit;
+    /* 0 and *v, or -1 when the metric does not apply to this trace (*why says why). */
+    int (*read)(const an_trace *t, const an_metrics *m, double *v, const char **why);
+    /* Share of run time at stake in [0,1] (clamped by the caller); NULL: none. */
+    double (*stake)(const an_metrics *m);
+} an_rule_metric_def;
+
+/* The metric called name, or NULL. */
+const an_rule_metric_def *an_rule_metric_find(const char *name);
+
 /* Value of a named metric. Returns 0 and sets *v, or -1 when the metric does not apply to
- * this trace (e.g. overlap without compute annotations); *why then says why. */
+ * this trace (e.g. overlap without compute annotations) or is unknown; *why then says why. */
 int an_rule_metric(const char *name, const an_trace *t, const an_metrics *m, double *v,
                    const char **why);
 

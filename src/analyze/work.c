@@ -59,23 +59,10 @@ static int phase_of(const proc_phase *p, int64_t s) {
     return s >= p->warm0 ? AN_PH_WARMUP : AN_PH_SETUP;
 }
 
-int an_work_compute(const an_trace *t, const an_metrics *m, an_work *w) {
-    memset(w, 0, sizeof *w);
-    size_t np = t->nprocs;
-    proc_phase *pp = calloc(np ? np : 1, sizeof *pp);
-    uint8_t *ckfile = calloc((size_t)t->files.n + 1, 1);
-    int64_t span[AN_PH_COUNT][2];
-    int rc = pp && ckfile ? 0 : err_set(ERR_NOMEM, "out of memory measuring the work");
-    if (rc)
-        goto out;
-    for (size_t k = 0; k < m->nfiles; k++)
-        if (m->files[k].is_ckpt)
-            ckfile[m->files[k].file] = 1;
-    for (size_t p = 0; p < np; p++)
-        pp[p].e0 = pp[p].warm0 = INT64_MAX;
-    uint32_t step_name = an_strtab_find(&t->names, "step", 4);
-    int has_step = 0;
-    /* Pass 1: per-process epoch span, regions, first fetch/compute. */
+/* Pass 1: per-process epoch span, evaluation and checkpoint regions, first fetch/compute;
+ * *has_step says whether a compute annotation is named "step" (then only those are steps). */
+static int find_regions(const an_trace *t, proc_phase *pp, uint32_t step_name, int *has_step) {
+    int rc = 0;
     for (size_t i = 0; i < t->n && rc == 0; i++) {
         proc_phase *p = &pp[t->proc[i]];
         int64_t s = t->ts[i], e = s + t->dur[i];
@@ -93,29 +80,41 @@ int an_work_compute(const an_trace *t, const an_metrics *m, an_work *w) {
         case AN_OP_COMPUTE:
             if (s < p->warm0)
                 p->warm0 = s;
-            has_step |= t->op[i] == AN_OP_COMPUTE && t->name[i] == step_name;
+            *has_step |= t->op[i] == AN_OP_COMPUTE && t->name[i] == step_name;
             break;
         default: break;
         }
     }
-    if (rc) {
-        err_set(rc, "out of memory measuring the work");
-        goto out;
+    return rc;
+}
+
+/* A training-phase fetch or compute event: batches, samples and bytes delivered, steps. */
+static void count_train_event(const an_trace *t, size_t i, int in_eval, uint32_t step_name,
+                              int has_step, an_work *w) {
+    int op = t->op[i];
+    if (op == AN_OP_FETCH) {
+        int split = in_eval ? 1 : 0;
+        int64_t items = t->offset[i];
+        if (items == 0)
+            return; /* the end-of-epoch call that found no batch */
+        w->batches[split]++;
+        if (items > 0)
+            w->samples[split] += (uint64_t)items;
+        else
+            w->samples_known[split] = 0;
+        if (t->bytes[i] >= 0) {
+            w->delivered_bytes += (uint64_t)t->bytes[i];
+            w->delivered_known = 1;
+        }
+    } else if (op == AN_OP_COMPUTE && !in_eval && (!has_step || t->name[i] == step_name)) {
+        w->steps++;
     }
-    for (int k = 0; k < AN_PH_COUNT; k++) {
-        span[k][0] = INT64_MAX;
-        span[k][1] = INT64_MIN;
-    }
-    for (size_t p = 0; p < np; p++) {
-        w->nprocs += pp[p].epochs > 0;
-        if (pp[p].epochs > w->epochs)
-            w->epochs = pp[p].epochs;
-        if (pp[p].warm0 > pp[p].e0)
-            pp[p].warm0 = pp[p].e0; /* no warmup: setup runs up to the first epoch */
-    }
-    w->annotated = w->epochs > 0;
-    w->samples_known[0] = w->samples_known[1] = 1;
-    /* Pass 2: attribute every event to its process's phase. */
+}
+
+/* Pass 2: attribute every event to its process's phase: the phases' spans, checkpoints,
+ * file-system bytes per phase, and the training phase's work. */
+static void attribute_events(const an_trace *t, proc_phase *pp, const uint8_t *ckfile,
+                             uint32_t step_name, int has_step, int64_t span[][2], an_work *w) {
     for (size_t i = 0; i < t->n; i++) {
         int op = t->op[i];
         if (op == AN_OP_TRACER)
@@ -150,26 +149,46 @@ int an_work_compute(const an_trace *t, const an_metrics *m, an_work *w) {
             }
             continue;
         }
-        if (ph != AN_PH_TRAIN)
-            continue;
-        if (op == AN_OP_FETCH) {
-            int split = in_eval ? 1 : 0;
-            int64_t items = t->offset[i];
-            if (items == 0)
-                continue; /* the end-of-epoch call that found no batch */
-            w->batches[split]++;
-            if (items > 0)
-                w->samples[split] += (uint64_t)items;
-            else
-                w->samples_known[split] = 0;
-            if (t->bytes[i] >= 0) {
-                w->delivered_bytes += (uint64_t)t->bytes[i];
-                w->delivered_known = 1;
-            }
-        } else if (op == AN_OP_COMPUTE && !in_eval && (!has_step || t->name[i] == step_name)) {
-            w->steps++;
-        }
+        if (ph == AN_PH_TRAIN)
+            count_train_event(t, i, in_eval, step_name, has_step, w);
     }
+}
+
+int an_work_compute(const an_trace *t, const an_metrics *m, an_work *w) {
+    memset(w, 0, sizeof *w);
+    size_t np = t->nprocs;
+    proc_phase *pp = calloc(np ? np : 1, sizeof *pp);
+    uint8_t *ckfile = calloc((size_t)t->files.n + 1, 1);
+    int64_t span[AN_PH_COUNT][2];
+    int rc = pp && ckfile ? 0 : err_set(ERR_NOMEM, "out of memory measuring the work");
+    if (rc)
+        goto out;
+    for (size_t k = 0; k < m->nfiles; k++)
+        if (m->files[k].is_ckpt)
+            ckfile[m->files[k].file] = 1;
+    for (size_t p = 0; p < np; p++)
+        pp[p].e0 = pp[p].warm0 = INT64_MAX;
+    uint32_t step_name = an_strtab_find(&t->names, "step", 4);
+    int has_step = 0;
+    rc = find_regions(t, pp, step_name, &has_step);
+    if (rc) {
+        err_set(rc, "out of memory measuring the work");
+        goto out;
+    }
+    for (int k = 0; k < AN_PH_COUNT; k++) {
+        span[k][0] = INT64_MAX;
+        span[k][1] = INT64_MIN;
+    }
+    for (size_t p = 0; p < np; p++) {
+        w->nprocs += pp[p].epochs > 0;
+        if (pp[p].epochs > w->epochs)
+            w->epochs = pp[p].epochs;
+        if (pp[p].warm0 > pp[p].e0)
+            pp[p].warm0 = pp[p].e0; /* no warmup: setup runs up to the first epoch */
+    }
+    w->annotated = w->epochs > 0;
+    w->samples_known[0] = w->samples_known[1] = 1;
+    attribute_events(t, pp, ckfile, step_name, has_step, span, w);
     for (int k = 0; k < AN_PH_COUNT; k++)
         w->phase_s[k] = span[k][1] > span[k][0] ? (double)(span[k][1] - span[k][0]) / 1e6 : 0;
     for (int k = 0; k < 2; k++)

@@ -15,7 +15,7 @@
 #include <sys/mman.h>
 
 const trc_opinfo trc_ops[TRC_OP_COUNT] = {
-#define TRC_OP_INFO(id, name, cat, cls, fields, a1, a2) {name, #cat, a1, a2, cls, fields},
+#define TRC_OP_INFO(id, name, cat, cls, oc, fields, a1, a2) {name, #cat, a1, a2, cls, fields},
     TRC_OPS(TRC_OP_INFO)
 #undef TRC_OP_INFO
 };

@@ -5,7 +5,7 @@
 # and zlib otherwise (TRACE_DEFLATE=0 forces the zlib build).
 TRACE_CC      ?= gcc
 TRACE_SRCS    := $(wildcard src/trace/*.c)
-TRACE_HDRS    := $(wildcard src/trace/*.h) include/scaffold/trace.h
+TRACE_HDRS    := $(wildcard src/trace/*.h) include/scaffold/trace.h include/scaffold/trace_ops.h
 TRACE_SO      := $(BUILD)/libscaffold_trace.so
 TRACE_WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wvla -Wformat=2
 TRACE_CFLAGS  := -std=c11 -D_GNU_SOURCE -O2 -g -fPIC -fvisibility=hidden $(TRACE_WARN) \
@@ -23,12 +23,14 @@ $(TRACE_SO): $(TRACE_SRCS) $(TRACE_HDRS) src/trace/module.mk
 	@mkdir -p $(dir $@)
 	$(TRACE_CC) $(TRACE_CFLAGS) $(TRACE_LDFLAGS) $(TRACE_SRCS) -o $@ $(TRACE_LIBS)
 
-# The MPI sibling (src/trace/mpi/wrap_mpi.c, see src/trace/mpi_hooks.h): compiled with this
-# build's MPI compiler wrapper for mpi.h, linked without libmpi (--as-needed drops it: every PMPI
-# function is looked up at run time), so it loads into any process. `scaffold trace` preloads it
+# The MPI sibling (src/trace/mpi/wrap_mpi.c, its wrappers generated from the list in
+# wrap_mpi.def; see src/trace/mpi_hooks.h): compiled with this build's MPI compiler wrapper for
+# mpi.h, linked without libmpi (--as-needed drops it: every PMPI function is looked up at run
+# time), so it loads into any process. `scaffold trace` preloads it
 # after the tracer. The check below fails the build if a link-time MPI dependency crept in.
 TRACE_MPI_SO := $(BUILD)/libscaffold_trace_mpi.so
-$(TRACE_MPI_SO): src/trace/mpi/wrap_mpi.c src/trace/mpi_hooks.h src/trace/module.mk
+$(TRACE_MPI_SO): src/trace/mpi/wrap_mpi.c src/trace/mpi/wrap_mpi.def src/trace/mpi_hooks.h \
+                 src/trace/module.mk
 	@mkdir -p $(dir $@)
 	$(MPICC) -std=c11 -D_GNU_SOURCE -O2 -g -fPIC -fvisibility=hidden $(TRACE_WARN) -Isrc \
 	    -shared -Wl,--as-needed -Wl,-z,relro $< -o $@ -ldl -lpthread

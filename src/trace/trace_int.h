@@ -12,6 +12,8 @@
 #ifndef SCAFFOLD_TRACE_INT_H
 #define SCAFFOLD_TRACE_INT_H
 
+#include "scaffold/trace_ops.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -38,138 +40,10 @@ extern unsigned trc_used; /* flusher side: layers seen in the current file */
 #define TRC_FRAG_MAX 768 /* JSON fragment of one region's args */
 
 /* ---------------------------------------------------------------- operations */
-/* Which args an event carries (format.c prints them in this order). */
-enum {
-    TF_FD = 1 << 0,
-    TF_FHASH = 1 << 1,
-    TF_COUNT = 1 << 2,
-    TF_OFFSET = 1 << 3,
-    TF_RET = 1 << 4,
-    TF_A1 = 1 << 5,
-    TF_A2 = 1 << 6,
-    TF_H2 = 1 << 7,   /* second path hash (rename target, sendfile out file) */
-    TF_BYTES = 1 << 8 /* fread/fwrite: bytes = a1 (item size) * ret */
-};
-/* Summary class of an operation. */
-enum { TC_OTHER, TC_READ, TC_WRITE, TC_OPEN, TC_CLOSE, TC_SEEK, TC_STAT, TC_SYNC, TC_MMAP, TC_META };
-
-#define TRC_OPS(X)                                                                                 \
-    X(open, "open", POSIX, TC_OPEN, TF_FD | TF_FHASH | TF_RET | TF_A1 | TF_A2, "flags", "mode")    \
-    X(openat, "openat", POSIX, TC_OPEN, TF_FD | TF_FHASH | TF_RET | TF_A1 | TF_A2, "flags", "mode") \
-    X(creat, "creat", POSIX, TC_OPEN, TF_FD | TF_FHASH | TF_RET | TF_A2, "", "mode")              \
-    X(close, "close", POSIX, TC_CLOSE, TF_FD | TF_FHASH | TF_RET, "", "")                          \
-    X(read, "read", POSIX, TC_READ, TF_FD | TF_FHASH | TF_COUNT | TF_OFFSET | TF_RET, "", "")      \
-    X(write, "write", POSIX, TC_WRITE, TF_FD | TF_FHASH | TF_COUNT | TF_OFFSET | TF_RET, "", "")   \
-    X(pread, "pread", POSIX, TC_READ, TF_FD | TF_FHASH | TF_COUNT | TF_OFFSET | TF_RET, "", "")    \
-    X(pwrite, "pwrite", POSIX, TC_WRITE, TF_FD | TF_FHASH | TF_COUNT | TF_OFFSET | TF_RET, "", "") \
-    X(readv, "readv", POSIX, TC_READ, TF_FD | TF_FHASH | TF_COUNT | TF_OFFSET | TF_RET | TF_A1,    \
-      "iovcnt", "")                                                                                \
-    X(writev, "writev", POSIX, TC_WRITE, TF_FD | TF_FHASH | TF_COUNT | TF_OFFSET | TF_RET | TF_A1, \
-      "iovcnt", "")                                                                                \
-    X(preadv, "preadv", POSIX, TC_READ, TF_FD | TF_FHASH | TF_COUNT | TF_OFFSET | TF_RET | TF_A1,  \
-      "iovcnt", "")                                                                                \
-    X(pwritev, "pwritev", POSIX, TC_WRITE,                                                         \
-      TF_FD | TF_FHASH | TF_COUNT | TF_OFFSET | TF_RET | TF_A1, "iovcnt", "")                      \
-    X(preadv2, "preadv2", POSIX, TC_READ,                                                          \
-      TF_FD | TF_FHASH | TF_COUNT | TF_OFFSET | TF_RET | TF_A1 | TF_A2, "iovcnt", "flags")         \
-    X(pwritev2, "pwritev2", POSIX, TC_WRITE,                                                       \
-      TF_FD | TF_FHASH | TF_COUNT | TF_OFFSET | TF_RET | TF_A1 | TF_A2, "iovcnt", "flags")         \
-    X(lseek, "lseek", POSIX, TC_SEEK, TF_FD | TF_FHASH | TF_OFFSET | TF_RET | TF_A1, "whence", "") \
-    X(fsync, "fsync", POSIX, TC_SYNC, TF_FD | TF_FHASH | TF_RET, "", "")                           \
-    X(fdatasync, "fdatasync", POSIX, TC_SYNC, TF_FD | TF_FHASH | TF_RET, "", "")                   \
-    X(ftruncate, "ftruncate", POSIX, TC_META, TF_FD | TF_FHASH | TF_OFFSET | TF_RET, "", "")       \
-    X(truncate, "truncate", POSIX, TC_META, TF_FHASH | TF_OFFSET | TF_RET, "", "")                 \
-    X(posix_fadvise, "posix_fadvise", POSIX, TC_META,                                              \
-      TF_FD | TF_FHASH | TF_OFFSET | TF_COUNT | TF_RET | TF_A1, "advice", "")                      \
-    X(sendfile, "sendfile", POSIX, TC_READ,                                                       \
-      TF_FD | TF_FHASH | TF_COUNT | TF_OFFSET | TF_RET | TF_A1 | TF_H2, "out_fd", "")              \
-    X(copy_file_range, "copy_file_range", POSIX, TC_READ,                                         \
-      TF_FD | TF_FHASH | TF_COUNT | TF_OFFSET | TF_RET | TF_A1 | TF_H2, "out_fd", "")              \
-    X(mmap, "mmap", POSIX, TC_MMAP, TF_FD | TF_FHASH | TF_COUNT | TF_OFFSET | TF_A1 | TF_A2 | TF_RET,\
-      "prot", "flags")                                                                             \
-    X(munmap, "munmap", POSIX, TC_META, TF_FHASH | TF_COUNT | TF_RET, "", "")                      \
-    X(msync, "msync", POSIX, TC_SYNC, TF_FHASH | TF_COUNT | TF_RET | TF_A1, "flags", "")           \
-    X(stat, "stat", POSIX, TC_STAT, TF_FHASH | TF_RET, "", "")                                     \
-    X(lstat, "lstat", POSIX, TC_STAT, TF_FHASH | TF_RET, "", "")                                   \
-    X(fstat, "fstat", POSIX, TC_STAT, TF_FD | TF_FHASH | TF_RET, "", "")                           \
-    X(fstatat, "fstatat", POSIX, TC_STAT, TF_FD | TF_FHASH | TF_RET | TF_A1, "flags", "")          \
-    X(statx, "statx", POSIX, TC_STAT, TF_FD | TF_FHASH | TF_RET | TF_A1 | TF_A2, "flags", "mask")  \
-    X(xstat, "__xstat", POSIX, TC_STAT, TF_FHASH | TF_RET, "", "")                                 \
-    X(lxstat, "__lxstat", POSIX, TC_STAT, TF_FHASH | TF_RET, "", "")                               \
-    X(fxstat, "__fxstat", POSIX, TC_STAT, TF_FD | TF_FHASH | TF_RET, "", "")                       \
-    X(fxstatat, "__fxstatat", POSIX, TC_STAT, TF_FD | TF_FHASH | TF_RET | TF_A1, "flags", "")      \
-    X(access, "access", POSIX, TC_META, TF_FHASH | TF_RET | TF_A1, "mode", "")                     \
-    X(faccessat, "faccessat", POSIX, TC_META, TF_FHASH | TF_RET | TF_A1, "mode", "")               \
-    X(dup, "dup", POSIX, TC_META, TF_FD | TF_FHASH | TF_RET, "", "")                               \
-    X(dup2, "dup2", POSIX, TC_META, TF_FD | TF_FHASH | TF_RET, "", "")                             \
-    X(dup3, "dup3", POSIX, TC_META, TF_FD | TF_FHASH | TF_RET | TF_A1, "flags", "")                \
-    X(fcntl, "fcntl", POSIX, TC_META, TF_FD | TF_FHASH | TF_RET | TF_A1, "cmd", "")                \
-    X(getdents64, "getdents64", POSIX, TC_META, TF_FD | TF_FHASH | TF_COUNT | TF_RET, "", "")      \
-    X(opendir, "opendir", POSIX, TC_OPEN, TF_FD | TF_FHASH | TF_RET, "", "")                       \
-    X(fdopendir, "fdopendir", POSIX, TC_OPEN, TF_FD | TF_FHASH | TF_RET, "", "")                   \
-    X(readdir, "readdir", POSIX, TC_META, TF_FD | TF_FHASH | TF_RET, "", "")                       \
-    X(closedir, "closedir", POSIX, TC_CLOSE, TF_FD | TF_FHASH | TF_RET, "", "")                    \
-    X(mkdir, "mkdir", POSIX, TC_META, TF_FHASH | TF_RET | TF_A2, "", "mode")                       \
-    X(mkdirat, "mkdirat", POSIX, TC_META, TF_FHASH | TF_RET | TF_A2, "", "mode")                   \
-    X(rmdir, "rmdir", POSIX, TC_META, TF_FHASH | TF_RET, "", "")                                   \
-    X(unlink, "unlink", POSIX, TC_META, TF_FHASH | TF_RET, "", "")                                 \
-    X(unlinkat, "unlinkat", POSIX, TC_META, TF_FHASH | TF_RET | TF_A1, "flags", "")                \
-    X(remove, "remove", POSIX, TC_META, TF_FHASH | TF_RET, "", "")                                 \
-    X(rename, "rename", POSIX, TC_META, TF_FHASH | TF_H2 | TF_RET, "", "")                         \
-    X(renameat, "renameat", POSIX, TC_META, TF_FHASH | TF_H2 | TF_RET, "", "")                     \
-    X(renameat2, "renameat2", POSIX, TC_META, TF_FHASH | TF_H2 | TF_RET | TF_A1, "flags", "")      \
-    X(link, "link", POSIX, TC_META, TF_FHASH | TF_H2 | TF_RET, "", "")                             \
-    X(linkat, "linkat", POSIX, TC_META, TF_FHASH | TF_H2 | TF_RET | TF_A1, "flags", "")            \
-    X(symlink, "symlink", POSIX, TC_META, TF_FHASH | TF_RET, "", "")                               \
-    X(readlink, "readlink", POSIX, TC_META, TF_FHASH | TF_RET, "", "")                             \
-    X(chmod, "chmod", POSIX, TC_META, TF_FHASH | TF_RET | TF_A2, "", "mode")                       \
-    X(fchmod, "fchmod", POSIX, TC_META, TF_FD | TF_FHASH | TF_RET | TF_A2, "", "mode")             \
-    X(chown, "chown", POSIX, TC_META, TF_FHASH | TF_RET, "", "")                                   \
-    X(utime, "utime", POSIX, TC_META, TF_FHASH | TF_RET, "", "")                                   \
-    X(utimensat, "utimensat", POSIX, TC_META, TF_FHASH | TF_RET, "", "")                           \
-    X(mkfifo, "mkfifo", POSIX, TC_META, TF_FHASH | TF_RET | TF_A2, "", "mode")                     \
-    X(chdir, "chdir", POSIX, TC_META, TF_FHASH | TF_RET, "", "")                                   \
-    X(fchdir, "fchdir", POSIX, TC_META, TF_FD | TF_FHASH | TF_RET, "", "")                         \
-    X(fork, "fork", POSIX, TC_OTHER, TF_RET, "", "")                                               \
-    X(exec, "exec", POSIX, TC_OTHER, TF_FHASH | TF_RET, "", "")                                  \
-    X(fopen, "fopen", STDIO, TC_OPEN, TF_FD | TF_FHASH | TF_RET, "", "")                           \
-    X(fdopen, "fdopen", STDIO, TC_OPEN, TF_FD | TF_FHASH | TF_RET, "", "")                         \
-    X(freopen, "freopen", STDIO, TC_OPEN, TF_FD | TF_FHASH | TF_RET, "", "")                       \
-    X(fclose, "fclose", STDIO, TC_CLOSE, TF_FD | TF_FHASH | TF_RET, "", "")                        \
-    X(fread, "fread", STDIO, TC_READ,                                                              \
-      TF_FD | TF_FHASH | TF_COUNT | TF_OFFSET | TF_RET | TF_A1 | TF_BYTES, "size", "")             \
-    X(fwrite, "fwrite", STDIO, TC_WRITE,                                                           \
-      TF_FD | TF_FHASH | TF_COUNT | TF_OFFSET | TF_RET | TF_A1 | TF_BYTES, "size", "")             \
-    X(fgets, "fgets", STDIO, TC_READ, TF_FD | TF_FHASH | TF_COUNT | TF_OFFSET | TF_RET, "", "")    \
-    X(fputs, "fputs", STDIO, TC_WRITE, TF_FD | TF_FHASH | TF_COUNT | TF_OFFSET | TF_RET, "", "")   \
-    X(fgetc, "fgetc", STDIO, TC_READ, TF_FD | TF_FHASH | TF_OFFSET | TF_RET, "", "")               \
-    X(getc, "getc", STDIO, TC_READ, TF_FD | TF_FHASH | TF_OFFSET | TF_RET, "", "")                 \
-    X(fputc, "fputc", STDIO, TC_WRITE, TF_FD | TF_FHASH | TF_OFFSET | TF_RET, "", "")              \
-    X(putc, "putc", STDIO, TC_WRITE, TF_FD | TF_FHASH | TF_OFFSET | TF_RET, "", "")                \
-    X(getw, "getw", STDIO, TC_READ, TF_FD | TF_FHASH | TF_OFFSET | TF_RET, "", "")                 \
-    X(putw, "putw", STDIO, TC_WRITE, TF_FD | TF_FHASH | TF_OFFSET | TF_RET, "", "")                \
-    X(ungetc, "ungetc", STDIO, TC_OTHER, TF_FD | TF_FHASH | TF_RET, "", "")                        \
-    X(fprintf, "fprintf", STDIO, TC_WRITE, TF_FD | TF_FHASH | TF_OFFSET | TF_RET, "", "")          \
-    X(fscanf, "fscanf", STDIO, TC_READ, TF_FD | TF_FHASH | TF_RET, "", "")                         \
-    X(fseek, "fseek", STDIO, TC_SEEK, TF_FD | TF_FHASH | TF_OFFSET | TF_RET | TF_A1, "whence", "") \
-    X(fseeko, "fseeko", STDIO, TC_SEEK, TF_FD | TF_FHASH | TF_OFFSET | TF_RET | TF_A1, "whence", "")\
-    X(ftell, "ftell", STDIO, TC_SEEK, TF_FD | TF_FHASH | TF_RET, "", "")                           \
-    X(ftello, "ftello", STDIO, TC_SEEK, TF_FD | TF_FHASH | TF_RET, "", "")                         \
-    X(rewind, "rewind", STDIO, TC_SEEK, TF_FD | TF_FHASH, "", "")                                  \
-    X(fgetpos, "fgetpos", STDIO, TC_SEEK, TF_FD | TF_FHASH | TF_RET, "", "")                       \
-    X(fsetpos, "fsetpos", STDIO, TC_SEEK, TF_FD | TF_FHASH | TF_RET, "", "")                       \
-    X(fflush, "fflush", STDIO, TC_SYNC, TF_FD | TF_FHASH | TF_RET, "", "")                         \
-    X(setvbuf, "setvbuf", STDIO, TC_OTHER, TF_FD | TF_FHASH | TF_RET | TF_A1 | TF_A2, "mode", "size")\
-    X(feof, "feof", STDIO, TC_OTHER, TF_FD | TF_FHASH | TF_RET, "", "")                            \
-    X(ferror, "ferror", STDIO, TC_OTHER, TF_FD | TF_FHASH | TF_RET, "", "")                        \
-    X(clearerr, "clearerr", STDIO, TC_OTHER, TF_FD | TF_FHASH, "", "")                             \
-    X(flockfile, "flockfile", STDIO, TC_OTHER, TF_FD | TF_FHASH, "", "")                           \
-    X(ftrylockfile, "ftrylockfile", STDIO, TC_OTHER, TF_FD | TF_FHASH | TF_RET, "", "")            \
-    X(funlockfile, "funlockfile", STDIO, TC_OTHER, TF_FD | TF_FHASH, "", "")                       \
-    X(pclose, "pclose", STDIO, TC_CLOSE, TF_FD | TF_FHASH | TF_RET, "", "")
-
+/* The calls and what their events carry: TRC_OPS in scaffold/trace_ops.h (shared with the
+ * analyzer). */
 enum trc_op {
-#define TRC_OP_ENUM(id, name, cat, cls, fields, a1, a2) TRC_OP_##id,
+#define TRC_OP_ENUM(id, name, cat, cls, oc, fields, a1, a2) TRC_OP_##id,
     TRC_OPS(TRC_OP_ENUM)
 #undef TRC_OP_ENUM
     TRC_OP_COUNT

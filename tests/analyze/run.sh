@@ -256,22 +256,14 @@ t_expect_fail "bad override value" 2 "bad.yaml:3: threshold must be a number" \
 
 # --- HTML in headless Chromium: renders without errors, screenshot, text present
 "$SCAFFOLD" analyze --html "$d/report.html" "$d/fx/unoverlapped" >/dev/null 2>&1
-CHROME=$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)
+CHROME=$(t_chrome)
 if [ -z "$CHROME" ]; then
     echo "SKIP html-in-chromium: chromium is not installed (apt-get install chromium)"
 else
-    copts="--headless --no-sandbox --disable-gpu --hide-scrollbars --enable-logging=stderr --v=0"
-    timeout 90 "$CHROME" $copts --window-size=1200,2400 --screenshot="$d/shot.png" \
-        "file://$d/report.html" >"$d/chrome.out" 2>&1
+    t_chrome_render "$CHROME" "file://$d/report.html" "$d"
     t_check "chromium screenshot written" test -s "$d/shot.png"
-    t_check "screenshot is a real page (PNG, > 20 KB)" \
-        "$PYTHON" -c "import sys;b=open(sys.argv[1],'rb').read();sys.exit(0 if b[:8]==b'\x89PNG\r\n\x1a\n' and len(b)>20000 else 1)" "$d/shot.png"
-    if grep -qiE "Uncaught|ERROR:CONSOLE|Failed to load resource" "$d/chrome.out"; then
-        t_fail "page loads without console errors" "$(grep -iE 'Uncaught|CONSOLE|Failed to load' "$d/chrome.out" | head -3)"
-    else
-        t_ok "page loads without console errors"
-    fi
-    timeout 90 "$CHROME" --headless --no-sandbox --disable-gpu --dump-dom "file://$d/report.html" >"$d/dom.html" 2>/dev/null
+    t_check "screenshot is a real page (PNG, > 20 KB)" t_png_page "$d/shot.png"
+    t_chrome_console "page loads without console errors" "$d/chrome.out"
     t_check "rendered page text: sections and finding" "$PYTHON" -c "
 import sys,re
 t=re.sub(r'<[^>]+>',' ',open(sys.argv[1]).read())

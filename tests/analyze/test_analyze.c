@@ -255,6 +255,10 @@ static void test_rules_and_catalogue(void) {
     for (size_t i = 0; i < rs.n; i++) {
         CHECK(rs.rules[i].citation && strstr(rs.rules[i].citation, "http"),
               "rule %s cites a URL", rs.rules[i].id);
+        /* the rules name their metrics; each name must be a row of the metric table */
+        CHECK(an_rule_metric_find(rs.rules[i].metric) &&
+                  (!rs.rules[i].metric2 || an_rule_metric_find(rs.rules[i].metric2)),
+              "rule %s: its metrics are in the table", rs.rules[i].id);
         has_small |= !strcmp(rs.rules[i].id, "wisio.small_reads") && rs.rules[i].threshold == 0.5 &&
                      rs.rules[i].threshold2 == 1048576;
         has_drishti_meta |= !strcmp(rs.rules[i].id, "drishti.metadata_time") &&

@@ -188,21 +188,13 @@ sys.exit(0 if ok else 1)
 PY
 
 # --- report.html in headless Chromium
-CHROME=$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)
+CHROME=$(t_chrome)
 if [ -z "$CHROME" ]; then
     t_fail "report.html in chromium" "chromium is not installed (tools/packages.d/tune.test.txt)"
 else
-    copts="--headless --no-sandbox --disable-gpu --hide-scrollbars --enable-logging=stderr --v=0"
-    timeout 90 "$CHROME" $copts --window-size=1200,2400 --screenshot="$d/shot.png" \
-        "file://$d/t1/report.html" >"$d/chrome.out" 2>&1
-    t_check "report.html: chromium screenshot is a real page" \
-        "$PYTHON" -c "import sys;b=open(sys.argv[1],'rb').read();sys.exit(0 if b[:8]==b'\x89PNG\r\n\x1a\n' and len(b)>20000 else 1)" "$d/shot.png"
-    if grep -qiE "Uncaught|ERROR:CONSOLE|Failed to load resource" "$d/chrome.out"; then
-        t_fail "report.html loads without console errors" "$(grep -iE 'Uncaught|CONSOLE|Failed' "$d/chrome.out" | head -3)"
-    else
-        t_ok "report.html loads without console errors"
-    fi
-    timeout 90 "$CHROME" --headless --no-sandbox --disable-gpu --dump-dom "file://$d/t1/report.html" >"$d/dom.html" 2>/dev/null
+    t_chrome_render "$CHROME" "file://$d/t1/report.html" "$d"
+    t_check "report.html: chromium screenshot is a real page" t_png_page "$d/shot.png"
+    t_chrome_console "report.html loads without console errors" "$d/chrome.out"
     t_check "report.html: trial table, FOM chart with bands, checklist and proposals" "$PYTHON" -c "
 import sys,re
 h=open(sys.argv[1]).read()
