@@ -8,6 +8,7 @@
 #include "analyze/rules.h"
 #include "core/err.h"
 #include "core/fsutil.h"
+#include "core/job.h"
 #include "core/sha256.h"
 
 #include <dirent.h>
@@ -119,7 +120,7 @@ int tune_analyze(const char *trace_dir, const char *catalog, tune_analysis *a) {
 
 static void on_signal(int sig) {
     /* The run's supervisor ends its session (it would also notice the tuner's death). */
-    int sid = tune_inflight_sid;
+    int sid = job_inflight;
     if (sid > 0)
         kill(sid, SIGTERM);
     signal(sig, SIG_DFL);
@@ -339,7 +340,7 @@ static void clean_unfinished(tune_state *S) {
         const tune_journal_child *c = &S->prev.child[i];
         if (tune_journal_has_run(&S->prev, c->trial, c->side, c->rep))
             continue;
-        int n = tune_session_kill(c->sid, c->start, SIGTERM);
+        int n = job_session_kill(c->sid, c->start, SIGTERM);
         if (!n)
             continue;
         fprintf(stderr, "tune: --resume: %d process%s of run %s %c%d of the killed tune still "
@@ -347,9 +348,9 @@ static void clean_unfinished(tune_state *S) {
                 c->rep + 1, c->sid);
         double t0 = now_s();
         int killed = 0;
-        while ((n = tune_session_kill(c->sid, c->start, 0)) > 0 && now_s() - t0 < 15) {
+        while ((n = job_session_kill(c->sid, c->start, 0)) > 0 && now_s() - t0 < 15) {
             if (!killed && now_s() - t0 > 5) {
-                tune_session_kill(c->sid, c->start, SIGKILL);
+                job_session_kill(c->sid, c->start, SIGKILL);
                 killed = 1;
             }
             struct timespec ts = {0, 50 * 1000 * 1000};
