@@ -1,34 +1,21 @@
-/* `scaffold scaling`: a scaling study as one command (what upstream's run_scaling_study.sh and
- * collate_scaling_study.py do by hand). For every point (rank count x shard layout) it launches
- * one `scaffold benchmark` through a launcher, in its own folder, then collates scaling.csv,
- * scaling.png and a summary line.
- *
- *   OUT/config.yaml              the merged configuration every point runs (refused on resume
- *                                when the configuration differs)
- *   OUT/points/<id>/log.txt      the point's output; runs/ its run folder
- *   OUT/points/<id>/result.csv   written (atomically) when the point ends, success or failure:
- *                                a resumed study skips the points that have one
- *   OUT/scaling.csv, scaling.png
- *
- * This process does not use MPI: it only starts launchers (mpirun, srun, flux run ...). */
-#include "cli/cli.h"
-#include "core/config.h"
+/* scaling: the scaling study (see scaling.h): its points, their commands and jobs, the results
+ * read back from their logs, scaling.csv and scaling.png. */
+#include "scaling/scaling.h"
+
 #include "core/err.h"
 #include "core/fsutil.h"
+#include "core/job.h"
 #include "core/log.h"
 #include "train/plot.h"
 #include "train/runfolder.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #define SC_MAX_RANKS 64
@@ -43,12 +30,6 @@ typedef struct sc_point {
     char status[256];
     double sps, epoch_s, fom, ttt, rss_max, rss_min, eff;
 } sc_point;
-
-typedef struct sc_opts {
-    const char *ranks, *shards, *launcher, *mode, *out;
-    int threads;
-    double timeout;
-} sc_opts;
 
 /* "1,2,4" -> ints (each >= 1). */
 static int parse_ranks(const char *s, int *v, int *n) {
@@ -113,78 +94,32 @@ static void appendf(char *buf, size_t n, const char *fmt, ...) {
     va_end(ap);
 }
 
-/* The running point's process group: SIGTERM/SIGINT/SIGHUP of the study take it along (a
- * launcher left behind would keep the cores), then the study dies of the signal. */
-static volatile sig_atomic_t sc_child;
-
+/* The running point's job (core/job.h): SIGTERM/SIGINT/SIGHUP of the study kill its process
+ * group (a launcher left behind would keep the cores), then the study dies of the signal. */
 static void sc_on_signal(int sig) {
-    if (sc_child > 0)
-        kill(-(pid_t)sc_child, SIGKILL);
+    if (job_inflight > 0)
+        kill(-(pid_t)job_inflight, SIGKILL);
     signal(sig, SIG_DFL);
     raise(sig);
 }
 
-/* Runs `cmd` with sh, output to `log`, in its own process group; kills the group after
- * `timeout` seconds (0: none). Returns the exit status, 128 + signal, or -1 (could not start). */
+/* Runs `cmd` with sh as a job, output to `log`; kills it after `timeout` seconds (0: none).
+ * Returns the exit status, 128 + signal, 124 (timed out) or -1 (could not start). */
 static int run_logged(const char *cmd, const char *log, double timeout, int threads) {
-    /* The study's signals stay blocked until sc_child names the new group: a SIGTERM arriving
-     * between fork and that assignment would otherwise leave the point running, orphaned, and
-     * writing into the log the rerun reuses. */
-    sigset_t block, old;
-    sigemptyset(&block);
-    sigaddset(&block, SIGTERM);
-    sigaddset(&block, SIGINT);
-    sigaddset(&block, SIGHUP);
-    sigprocmask(SIG_BLOCK, &block, &old);
-    /* A fresh file, not the old one truncated: a writer left from an earlier study keeps its
-     * own (unlinked) file instead of overwriting this run's lines. */
-    unlink(log);
-    pid_t pid = fork();
-    if (pid < 0) {
-        sigprocmask(SIG_SETMASK, &old, NULL);
+    char omp[48];
+    const char *env[2] = {NULL, NULL};
+    if (threads > 0) {
+        snprintf(omp, sizeof omp, "OMP_NUM_THREADS=%d", threads);
+        env[0] = omp;
+    }
+    char *const argv[] = {"sh", "-c", (char *)cmd, NULL};
+    const job_spec js = {
+        .who = "scaling", .path = "/bin/sh", .argv = argv, .log = log, .timeout_s = timeout,
+        .env = env};
+    job_result r;
+    if (job_run(&js, &r))
         return -1;
-    }
-    if (pid == 0) {
-        setpgid(0, 0);
-        sigprocmask(SIG_SETMASK, &old, NULL);
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        if (threads > 0) {
-            char t[16];
-            snprintf(t, sizeof t, "%d", threads);
-            setenv("OMP_NUM_THREADS", t, 1);
-        }
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    setpgid(pid, pid);
-    sc_child = pid;
-    sigprocmask(SIG_SETMASK, &old, NULL);
-    double t0 = time_now();
-    int st = 0;
-    for (;;) {
-        pid_t r = waitpid(pid, &st, WNOHANG);
-        if (r == pid)
-            break;
-        if (r < 0 && errno != EINTR) {
-            sc_child = 0;
-            return -1;
-        }
-        if (timeout > 0 && time_now() - t0 > timeout) {
-            kill(-pid, SIGKILL);
-            waitpid(pid, &st, 0);
-            sc_child = 0;
-            return 124;
-        }
-        const struct timespec nap = {0, 200000000};
-        nanosleep(&nap, NULL);
-    }
-    sc_child = 0;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    return r.timed_out ? 124 : r.status;
 }
 
 /* The number after `key` in `line` (NAN if absent). */
@@ -390,83 +325,39 @@ static int plot_study(const char *path, const sc_point *pts, int np, const int (
     return plot_png(path, "scaling study", panels, 2);
 }
 
-int cmd_scaling(int argc, char **argv) {
-    sc_opts o = {NULL, "1 1 1", NULL, "weak", NULL, 0, 0};
-    const opt_spec extra[] = {
-        OPT_SECTION_("scaling study"),
-        OPT_STR_(0, "ranks", &o.ranks, "LIST", "rank counts, comma-separated (1,2,4); required"),
-        OPT_STR_(0, "shards", &o.shards, "\"A B C;...\"",
-                 "dc_num_shards layouts, ';'-separated [\"1 1 1\"]"),
-        OPT_STR_(0, "launcher", &o.launcher, "CMD",
-                 "launcher prefix; {n} is replaced by the rank count, else -n N is appended "
-                 "[mpirun --bind-to none --oversubscribe, with --allow-run-as-root as root]"),
-        OPT_STR_(0, "mode", &o.mode, "weak|strong",
-                 "weak: local_batch_size per replica fixed; strong: the configuration's "
-                 "local_batch_size is the global batch, split over the replicas [weak]"),
-        OPT_INT_(0, "threads", &o.threads, 1, 4096, "N",
-                 "OMP_NUM_THREADS of every rank [inherited]"),
-        OPT_DOUBLE_(0, "timeout", &o.timeout, 0, OPT_NO_MAX, "S",
-                    "kill a point after S seconds (0: no limit) [0]"),
-        OPT_STR_(0, "out", &o.out, "DIR", "study folder (created; resumed if it exists); required"),
-        OPT_END_};
-    const char *summary =
-        "Runs a scaling study: one `scaffold benchmark` per point (rank count x shard layout)\n"
-        "through a launcher, then OUT/scaling.csv (ranks, replicas, shards, samples/s, epoch\n"
-        "time, FOM when converged, parallel efficiency, memory per rank), OUT/scaling.png and\n"
-        "a summary line. Every point runs the merged configuration (so --epochs N caps each\n"
-        "point). A failed point is recorded, not fatal; rerunning the same command resumes\n"
-        "(finished points are kept).";
-    scaffold_config c;
-    config_defaults(&c);
-    int rc = config_parse_args_opts(&c, argc, argv, 1, extra);
-    if (rc == OPT_HELP) {
-        config_usage_opts(stdout, "scaling", summary, extra);
-        return 0;
-    }
-    int ranks[SC_MAX_RANKS], nr = 0, shards[SC_MAX_SHARDS][3], nsh = 0;
-    if (rc == 0)
-        rc = config_finalize(&c);
-    if (rc == 0 && (!o.ranks || !o.out))
+
+/* Checks the options, makes the configuration's directories and OUT absolute (out), creates
+ * OUT and writes or checks OUT/config.yaml. */
+static int sc_prepare(scaffold_config *c, const scaling_opts *o, int *ranks, int *nr,
+                      int (*shards)[3], int *nsh, char *out, size_t cap) {
+    int rc = 0;
+    if (!o->ranks || !o->out)
         rc = err_set(ERR_USAGE, "--ranks LIST and --out DIR are required");
     if (rc == 0)
-        rc = parse_ranks(o.ranks, ranks, &nr);
+        rc = parse_ranks(o->ranks, ranks, nr);
     if (rc == 0)
-        rc = parse_shards(o.shards, shards, &nsh);
-    if (rc == 0 && strcmp(o.mode, "weak") && strcmp(o.mode, "strong"))
-        rc = err_set(ERR_USAGE, "--mode: expected weak or strong, got '%s'", o.mode);
-    if (rc == 0 && c.dc_shard_dims.n != 3)
+        rc = parse_shards(o->shards, shards, nsh);
+    if (rc == 0 && strcmp(o->mode, "weak") && strcmp(o->mode, "strong"))
+        rc = err_set(ERR_USAGE, "--mode: expected weak or strong, got '%s'", o->mode);
+    if (rc == 0 && c->dc_shard_dims.n != 3)
         rc = err_set(ERR_CONFIG, "dc_shard_dims: scaling layouts give 3 counts, the "
-                                 "configuration has %d dims", c.dc_shard_dims.n);
-    char *dirs[3] = {c.fract_base_dir, c.dataset_dir, c.base_run_dir}, abs[FS_PATH_MAX],
-         out[FS_PATH_MAX];
+                                 "configuration has %d dims", c->dc_shard_dims.n);
+    char *dirs[3] = {c->fract_base_dir, c->dataset_dir, c->base_run_dir}, abs[FS_PATH_MAX];
     for (int i = 0; i < 3 && rc == 0; i++)
         if ((rc = fs_abspath(dirs[i], abs, sizeof abs)) == 0)
             snprintf(dirs[i], CFG_STR_MAX, "%s", abs);
     if (rc == 0)
-        rc = fs_abspath(o.out, out, sizeof out);
+        rc = fs_abspath(o->out, out, cap);
     if (rc == 0)
         rc = fs_mkdir_p(out);
     if (rc == 0)
-        rc = study_config(&c, out);
-    if (rc) {
-        fprintf(stderr, "scaffold scaling: %s\n", err_msg());
-        return err_exit_status(rc);
-    }
-    char exe[FS_PATH_MAX];
-    ssize_t el = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    snprintf(exe + (el > 0 ? el : 0), sizeof exe - (size_t)(el > 0 ? el : 0), "%s",
-             el > 0 ? "" : "scaffold");
-    signal(SIGTERM, sc_on_signal);
-    signal(SIGINT, sc_on_signal);
-    signal(SIGHUP, sc_on_signal);
-    const char *launcher = o.launcher ? o.launcher
-                           /* No binding: Open MPI binds each of up to 2 ranks to one core, where
-                            * a rank's --threads would share it. */
-                           : geteuid() == 0
-                               ? "mpirun --allow-run-as-root --bind-to none --oversubscribe"
-                               : "mpirun --bind-to none --oversubscribe";
-    /* The points, in order: layouts, then rank counts. */
-    sc_point pts[SC_MAX_POINTS];
+        rc = study_config(c, out);
+    return rc;
+}
+
+/* The points, in order: layouts, then rank counts. Returns how many. */
+static int sc_points(sc_point *pts, const int *ranks, int nr, const int (*shards)[3], int nsh,
+                     const scaffold_config *c, const char *mode) {
     int np = 0;
     for (int s = 0; s < nsh; s++)
         for (int r = 0; r < nr; r++) {
@@ -477,69 +368,87 @@ int cmd_scaling(int argc, char **argv) {
             memcpy(p->shards, shards[s], sizeof p->shards);
             int T = shards[s][0] * shards[s][1] * shards[s][2];
             p->replicas = p->ranks / T;
-            p->batch = c.local_batch_size;
-            if (!strcmp(o.mode, "strong") && p->replicas > 0)
-                p->batch = c.local_batch_size / p->replicas;
+            p->batch = c->local_batch_size;
+            if (!strcmp(mode, "strong") && p->replicas > 0)
+                p->batch = c->local_batch_size / p->replicas;
             snprintf(p->id, sizeof p->id, "n%d_s%dx%dx%d", p->ranks, shards[s][0], shards[s][1],
                      shards[s][2]);
         }
-    int done = 0, failed = 0;
-    for (int i = 0; i < np; i++) {
-        sc_point *p = &pts[i];
-        char dir[FS_PATH_MAX + 128], cmd[16384] = "", log[FS_PATH_MAX + 160];
-        snprintf(dir, sizeof dir, "%s/points/%s", out, p->id);
-        snprintf(log, sizeof log, "%s/log.txt", dir);
-        if (load_result(dir, p)) {
-            log_info("scaling: point %s already done (%s)", p->id, p->status);
-        } else if ((rc = fs_mkdir_p(dir)) != 0) {
-            fprintf(stderr, "scaffold scaling: %s\n", err_msg());
-            return err_exit_status(rc);
-        } else {
-            const int T = p->shards[0] * p->shards[1] * p->shards[2];
-            if (p->ranks % T)
-                snprintf(p->status, sizeof p->status,
-                         "failed: %d ranks are not a multiple of the %d shards", p->ranks, T);
-            else if (!strcmp(o.mode, "strong") && c.local_batch_size % p->replicas)
-                snprintf(p->status, sizeof p->status,
-                         "failed: strong scaling needs local_batch_size %d divisible by %d "
-                         "replicas", c.local_batch_size, p->replicas);
-            else {
-                /* A killed point leaves a partial run folder: start it afresh. */
-                snprintf(cmd, sizeof cmd, "rm -rf ");
-                appendf(cmd, sizeof cmd, "'%s/runs' && ", dir);
-                if (strstr(launcher, "{n}")) {
-                    const char *q = strstr(launcher, "{n}");
-                    appendf(cmd, sizeof cmd, "%.*s%d%s ", (int)(q - launcher), launcher, p->ranks,
-                            q + 3);
-                } else {
-                    appendf(cmd, sizeof cmd, "%s -n %d ", launcher, p->ranks);
-                }
-                sh_quote(cmd, sizeof cmd, exe);
-                appendf(cmd, sizeof cmd, " benchmark -c ");
-                char cfgp[FS_PATH_MAX + 32], runs[FS_PATH_MAX + 160];
-                snprintf(cfgp, sizeof cfgp, "%s/config.yaml", out);
-                snprintf(runs, sizeof runs, "%s/runs", dir);
-                sh_quote(cmd, sizeof cmd, cfgp);
-                appendf(cmd, sizeof cmd, " --base-run-dir ");
-                sh_quote(cmd, sizeof cmd, runs);
-                appendf(cmd, sizeof cmd,
-                        " --dc-num-shards %d %d %d --local-batch-size %d", p->shards[0],
-                        p->shards[1], p->shards[2], p->batch);
-                log_info("scaling: point %d/%d %s: %d rank(s), shards %dx%dx%d, batch %d", i + 1,
-                         np, p->id, p->ranks, p->shards[0], p->shards[1], p->shards[2],
-                         p->batch);
-                int st = run_logged(cmd, log, o.timeout, o.threads);
-                collect(p, dir, st);
-            }
-            if (save_result(dir, p) != 0)
-                log_warn("scaling: %s", err_msg());
-            log_info("scaling: point %s: %s%s", p->id, p->status,
-                     p->ok || !fs_exists(log) ? "" : " (see its log.txt)");
-        }
-        done += p->ok;
-        failed += !p->ok;
+    return np;
+}
+
+/* What every point shares: the study folder, the launcher prefix, this executable. */
+typedef struct sc_study {
+    const scaling_opts *o;
+    const scaffold_config *c;
+    const char *out, *launcher;
+    char exe[FS_PATH_MAX];
+} sc_study;
+
+/* The point's shell command: its stale run folder removed, then the launcher running
+ * `scaffold benchmark` with the study's configuration and the point's layout. */
+static void sc_point_command(char *cmd, size_t cap, const sc_study *S, const char *dir,
+                             const sc_point *p) {
+    /* A killed point leaves a partial run folder: start it afresh. */
+    snprintf(cmd, cap, "rm -rf ");
+    appendf(cmd, cap, "'%s/runs' && ", dir);
+    const char *q = strstr(S->launcher, "{n}");
+    if (q)
+        appendf(cmd, cap, "%.*s%d%s ", (int)(q - S->launcher), S->launcher, p->ranks, q + 3);
+    else
+        appendf(cmd, cap, "%s -n %d ", S->launcher, p->ranks);
+    sh_quote(cmd, cap, S->exe);
+    appendf(cmd, cap, " benchmark -c ");
+    char cfgp[FS_PATH_MAX + 32], runs[FS_PATH_MAX + 160];
+    snprintf(cfgp, sizeof cfgp, "%s/config.yaml", S->out);
+    snprintf(runs, sizeof runs, "%s/runs", dir);
+    sh_quote(cmd, cap, cfgp);
+    appendf(cmd, cap, " --base-run-dir ");
+    sh_quote(cmd, cap, runs);
+    appendf(cmd, cap, " --dc-num-shards %d %d %d --local-batch-size %d", p->shards[0],
+            p->shards[1], p->shards[2], p->batch);
+}
+
+/* Point i of np: its result.csv when an earlier study finished it, else it runs (or is refused
+ * for its layout) and its result.csv is written. Returns an error only when its folder cannot
+ * be made. */
+static int sc_run_point(const sc_study *S, sc_point *p, int i, int np) {
+    char dir[FS_PATH_MAX + 128], cmd[16384], log[FS_PATH_MAX + 160];
+    snprintf(dir, sizeof dir, "%s/points/%s", S->out, p->id);
+    snprintf(log, sizeof log, "%s/log.txt", dir);
+    if (load_result(dir, p)) {
+        log_info("scaling: point %s already done (%s)", p->id, p->status);
+        return 0;
     }
-    /* Efficiency against the successful point with the fewest ranks (the first such). */
+    int rc = fs_mkdir_p(dir);
+    if (rc)
+        return rc;
+    const int T = p->shards[0] * p->shards[1] * p->shards[2];
+    const int local_batch = S->c->local_batch_size;
+    if (p->ranks % T) {
+        snprintf(p->status, sizeof p->status,
+                 "failed: %d ranks are not a multiple of the %d shards", p->ranks, T);
+    } else if (!strcmp(S->o->mode, "strong") && local_batch % p->replicas) {
+        snprintf(p->status, sizeof p->status,
+                 "failed: strong scaling needs local_batch_size %d divisible by %d replicas",
+                 local_batch, p->replicas);
+    } else {
+        sc_point_command(cmd, sizeof cmd, S, dir, p);
+        log_info("scaling: point %d/%d %s: %d rank(s), shards %dx%dx%d, batch %d", i + 1, np,
+                 p->id, p->ranks, p->shards[0], p->shards[1], p->shards[2], p->batch);
+        int st = run_logged(cmd, log, S->o->timeout, S->o->threads);
+        collect(p, dir, st);
+    }
+    if (save_result(dir, p) != 0)
+        log_warn("scaling: %s", err_msg());
+    log_info("scaling: point %s: %s%s", p->id, p->status,
+             p->ok || !fs_exists(log) ? "" : " (see its log.txt)");
+    return 0;
+}
+
+/* Efficiency against the successful point with the fewest ranks (the first such), which is
+ * returned (NULL: none succeeded). */
+static const sc_point *sc_efficiency(sc_point *pts, int np) {
     const sc_point *base = NULL;
     for (int i = 0; i < np; i++)
         if (pts[i].ok && pts[i].sps > 0 && (!base || pts[i].ranks < base->ranks))
@@ -548,24 +457,23 @@ int cmd_scaling(int argc, char **argv) {
         pts[i].eff = base && pts[i].ok
                          ? (pts[i].sps / base->sps) / ((double)pts[i].ranks / base->ranks)
                          : NAN;
-    char path[FS_PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/scaling.csv", out);
+    return base;
+}
+
+static int sc_write_csv(const char *path, const sc_point *pts, int np) {
     fs_atomic a;
-    rc = fs_atomic_open(&a, path);
-    if (rc == 0) {
-        fprintf(a.fp, "%s\n", SC_HEADER);
-        for (int i = 0; i < np; i++)
-            row(a.fp, &pts[i]);
-        rc = fs_atomic_commit(&a, 1);
-    }
-    char png[FS_PATH_MAX + 32];
-    snprintf(png, sizeof png, "%s/scaling.png", out);
-    if (rc == 0)
-        rc = plot_study(png, pts, np, (const int(*)[3])shards, nsh, base);
-    if (rc) {
-        fprintf(stderr, "scaffold scaling: %s\n", err_msg());
-        return err_exit_status(rc);
-    }
+    int rc = fs_atomic_open(&a, path);
+    if (rc)
+        return rc;
+    fprintf(a.fp, "%s\n", SC_HEADER);
+    for (int i = 0; i < np; i++)
+        row(a.fp, &pts[i]);
+    return fs_atomic_commit(&a, 1);
+}
+
+/* The summary line: the best point, the efficiency at the most ranks. */
+static void sc_summary(const sc_study *S, const sc_point *pts, int np, int done, int failed,
+                       const sc_point *base, const char *csv, const char *png) {
     const sc_point *best = NULL, *last = NULL;
     for (int i = 0; i < np; i++)
         if (pts[i].ok) {
@@ -578,11 +486,51 @@ int cmd_scaling(int argc, char **argv) {
         printf("scaling: %d points (%d ok, %d failed), %s mode; best %.3g samples/s at %d "
                "rank(s), shards %dx%dx%d; efficiency at %d ranks, shards %dx%dx%d: %.0f%% of %d "
                "rank(s); %s, %s\n",
-               np, done, failed, o.mode, best->sps, best->ranks, best->shards[0], best->shards[1],
-               best->shards[2], last->ranks, last->shards[0], last->shards[1], last->shards[2],
-               100.0 * last->eff, base->ranks, path, png);
+               np, done, failed, S->o->mode, best->sps, best->ranks, best->shards[0],
+               best->shards[1], best->shards[2], last->ranks, last->shards[0], last->shards[1],
+               last->shards[2], 100.0 * last->eff, base->ranks, csv, png);
     else
-        printf("scaling: %d points, all failed (see %s/points/*/log.txt); %s\n", np, out, path);
+        printf("scaling: %d points, all failed (see %s/points/*/log.txt); %s\n", np, S->out, csv);
     fflush(stdout);
-    return done ? 0 : 1;
+}
+
+int scaling_study(scaffold_config *c, const scaling_opts *o, int *all_failed) {
+    int ranks[SC_MAX_RANKS], nr = 0, shards[SC_MAX_SHARDS][3], nsh = 0;
+    char out[FS_PATH_MAX];
+    int rc = sc_prepare(c, o, ranks, &nr, shards, &nsh, out, sizeof out);
+    if (rc)
+        return rc;
+    sc_study S = {.o = o, .c = c, .out = out};
+    ssize_t el = readlink("/proc/self/exe", S.exe, sizeof S.exe - 1);
+    snprintf(S.exe + (el > 0 ? el : 0), sizeof S.exe - (size_t)(el > 0 ? el : 0), "%s",
+             el > 0 ? "" : "scaffold");
+    signal(SIGTERM, sc_on_signal);
+    signal(SIGINT, sc_on_signal);
+    signal(SIGHUP, sc_on_signal);
+    S.launcher = o->launcher ? o->launcher
+                 /* No binding: Open MPI binds each of up to 2 ranks to one core, where a rank's
+                  * --threads would share it. */
+                 : geteuid() == 0 ? "mpirun --allow-run-as-root --bind-to none --oversubscribe"
+                                  : "mpirun --bind-to none --oversubscribe";
+    sc_point pts[SC_MAX_POINTS];
+    int np = sc_points(pts, ranks, nr, (const int(*)[3])shards, nsh, c, o->mode);
+    int done = 0, failed = 0;
+    for (int i = 0; i < np; i++) {
+        if ((rc = sc_run_point(&S, &pts[i], i, np)) != 0)
+            return rc;
+        done += pts[i].ok;
+        failed += !pts[i].ok;
+    }
+    const sc_point *base = sc_efficiency(pts, np);
+    char csv[FS_PATH_MAX + 32], png[FS_PATH_MAX + 32];
+    snprintf(csv, sizeof csv, "%s/scaling.csv", out);
+    snprintf(png, sizeof png, "%s/scaling.png", out);
+    rc = sc_write_csv(csv, pts, np);
+    if (rc == 0)
+        rc = plot_study(png, pts, np, (const int(*)[3])shards, nsh, base);
+    if (rc)
+        return rc;
+    sc_summary(&S, pts, np, done, failed, base, csv, png);
+    *all_failed = done == 0;
+    return 0;
 }
