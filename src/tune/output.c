@@ -10,6 +10,7 @@
 #include "tune/tune.h"
 
 #include "analyze/out.h"
+#include "analyze/report.h"
 #include "core/err.h"
 #include "core/fsutil.h"
 
@@ -585,17 +586,6 @@ static int write_best(const tune_state *S, const char *path) {
 
 /* ------------------------------------------------------------------ report.html */
 
-static void he(FILE *o, const char *s) {
-    for (; s && *s; s++)
-        switch (*s) {
-        case '<': fputs("&lt;", o); break;
-        case '>': fputs("&gt;", o); break;
-        case '&': fputs("&amp;", o); break;
-        case '"': fputs("&quot;", o); break;
-        default: fputc(*s, o);
-        }
-}
-
 static const char *verdict_color(const char *v) {
     return !strcmp(v, "accept")         ? "#2e7d32"
            : !strcmp(v, "revert")       ? "#c62828"
@@ -696,18 +686,18 @@ static void chart(FILE *o, const tune_state *S) {
         if (t == S->final)
             fputs("final: best vs baseline", o);
         else {
-            he(o, S->lv.l[t->lever].name);
+            an_html_escape(o, S->lv.l[t->lever].name);
             fputc('=', o);
-            he(o, t->value);
+            an_html_escape(o, t->value);
         }
         fprintf(o, ": %s</title></circle><text x=\"%d\" y=\"%d\" font-size=\"10\" "
                    "transform=\"rotate(40 %d %d)\">%s", t->v.verdict, x - 3, T + H + 12, x - 3,
                 T + H + 12, t == S->final ? "best vs baseline" : t->id);
         if (t != S->final) {
             fputc(' ', o);
-            he(o, S->lv.l[t->lever].name);
+            an_html_escape(o, S->lv.l[t->lever].name);
             fputc('=', o);
-            he(o, t->value);
+            an_html_escape(o, t->value);
         }
         fputs("</text>\n", o);
     }
@@ -728,7 +718,7 @@ static void analysis_html(FILE *o, const char *title, const tune_analysis *a) {
     fprintf(o, "<h3>%s</h3>\n", title);
     if (!a->ok) {
         fputs("<p>not analysed: ", o);
-        he(o, a->error);
+        an_html_escape(o, a->error);
         fputs("</p>\n", o);
         return;
     }
@@ -736,21 +726,21 @@ static void analysis_html(FILE *o, const char *title, const tune_analysis *a) {
           "<th>reason</th></tr>\n", o);
     for (int d = 0; d < 12; d++) {
         fprintf(o, "<tr><td>%d</td><td>", a->check[d].dim);
-        he(o, a->check[d].name);
+        an_html_escape(o, a->check[d].name);
         fputs("</td><td>", o);
-        he(o, a->check[d].verdict);
+        an_html_escape(o, a->check[d].verdict);
         fputs("</td><td>", o);
         if (a->check[d].applicable)
             fprintf(o, "%.1f%%", a->check[d].impact_pct);
         fputs("</td><td>", o);
-        he(o, a->check[d].reason);
+        an_html_escape(o, a->check[d].reason);
         fputs("</td></tr>\n", o);
     }
     fputs("</table>\n<table><tr><th>proposal</th><th>dimension</th><th>app impact</th>"
           "<th>system impact</th><th>weighted score</th></tr>\n", o);
     for (int i = 0; i < a->nprops; i++) {
         fputs("<tr><td>", o);
-        he(o, a->prop[i].name);
+        an_html_escape(o, a->prop[i].name);
         fprintf(o, " (%s)</td><td>%d</td><td>%.1f%%</td><td>%.1f%%</td><td>%.1f</td></tr>\n",
                 a->prop[i].key, a->prop[i].dim, a->prop[i].app_pct, a->prop[i].sys_pct,
                 a->prop[i].score);
@@ -778,25 +768,25 @@ static int write_html(const tune_state *S, const char *path) {
           ".v{font-weight:bold}td.r{min-width:420px}</style></head><body>\n"
           "<h1>scaffold tune</h1>\n", o);
     fputs("<p>", o);
-    he(o, S->host);
+    an_html_escape(o, S->host);
     fputs(" &middot; ", o);
-    he(o, S->cpu);
+    an_html_escape(o, S->cpu);
     fprintf(o, " (%d CPUs) &middot; layout %dx%d &middot; sequential A-B pairs, %d to %d per "
                "trial (a verdict needs %d) &middot; objective <b>%s</b> (%s)</p>\n<p>",
             S->ncpu, S->ranks, S->threads, S->o->repeats, S->o->max_repeats, TUNE_MIN_PAIRS,
             tune_objective_names[ob], fom_unit(ob));
-    he(o, fom_definition(ob));
+    an_html_escape(o, fom_definition(ob));
     fputs("</p>\n<h2>Summary</h2>\n<p>", o);
-    he(o, sent);
+    an_html_escape(o, sent);
     fprintf(o, ". Bottleneck class: <b>%s</b> (", S->cls ? S->cls : "?");
-    he(o, S->cls_reason);
+    an_html_escape(o, S->cls_reason);
     fputs(").</p>\n<p>Best setting: ", o);
     char set[600] = "the baseline (no lever accepted)";
     if (b.set)
         tune_setting_str(b.set, &S->lv, set, sizeof set);
     else if (b.tried)
         snprintf(set, sizeof set, "the baseline (the accepted setting was not confirmed)");
-    he(o, set);
+    an_html_escape(o, set);
     fputs("</p>\n<h2>FOM per trial</h2>\n", o);
     chart(o, S);
     fputs("<h2>Trials</h2>\n<table><tr><th>trial</th><th>lever</th><th>value</th>"
@@ -808,19 +798,19 @@ static int write_html(const tune_state *S, const char *path) {
         if ((t->lever < 0 && t != S->final) || !t->done)
             continue;
         fprintf(o, "<tr><td>%s</td><td>", t == S->final ? "final" : t->id);
-        he(o, t == S->final ? "best vs baseline" : S->lv.l[t->lever].name);
+        an_html_escape(o, t == S->final ? "best vs baseline" : S->lv.l[t->lever].name);
         fputs("</td><td>", o);
         if (t == S->final) {
             char fs[600];
             tune_setting_str(&t->cand, &S->lv, fs, sizeof fs);
-            he(o, fs);
+            an_html_escape(o, fs);
         } else {
-            he(o, t->value);
+            an_html_escape(o, t->value);
         }
         fprintf(o, "</td><td>%d</td><td class=\"v\" style=\"color:%s\">%s</td><td>",
                 t == S->final ? 0 : S->lv.l[t->lever].dimension, verdict_color(t->v.verdict),
                 t->v.verdict);
-        he(o, t->v.guard);
+        an_html_escape(o, t->v.guard);
         if (isfinite(t->v.d.med) && isfinite(t->v.d.noise))
             fprintf(o, "</td><td>%.4g</td><td>%.4g</td><td>%+.1f%% (%+.1f%% .. %+.1f%%)</td>"
                        "<td>&#177;%.1f%%</td><td>%d</td><td class=\"r\">", t->v.base_med,
@@ -829,7 +819,7 @@ static int write_html(const tune_state *S, const char *path) {
         else
             fprintf(o, "</td><td>&ndash;</td><td>&ndash;</td><td>&ndash;</td><td>&ndash;</td>"
                     "<td>%d</td><td class=\"r\">", t->v.pairs);
-        he(o, t->v.reason);
+        an_html_escape(o, t->v.reason);
         fputs("</td></tr>\n", o);
     }
     fputs("</table>\n", o);
@@ -839,29 +829,29 @@ static int write_html(const tune_state *S, const char *path) {
             if (!nb++)
                 fputs("<h3>Blocked levers</h3>\n<ul>\n", o);
             fputs("<li>", o);
-            he(o, S->lv.l[i].name);
+            an_html_escape(o, S->lv.l[i].name);
             fputs(": ", o);
-            he(o, S->lv.l[i].blocked);
+            an_html_escape(o, S->lv.l[i].blocked);
             fputs("</li>\n", o);
         }
     if (nb)
         fputs("</ul>\n", o);
     if (S->untried[0]) {
         fputs("<p>Not tried (budget): ", o);
-        he(o, S->untried);
+        an_html_escape(o, S->untried);
         fputs("</p>\n", o);
     }
     fputs("<h2>The analyzer's proposals on the baseline</h2>\n<table><tr><th>strategy</th>"
           "<th>lever</th></tr>\n", o);
     for (int i = 0; i < S->nmapped; i++) {
         fputs("<tr><td>", o);
-        he(o, S->mapped[i].key);
+        an_html_escape(o, S->mapped[i].key);
         fputs("</td><td>", o);
         if (S->mapped[i].lever[0])
-            he(o, S->mapped[i].lever);
+            an_html_escape(o, S->mapped[i].lever);
         else {
             fputs("needs a system change: ", o);
-            he(o, S->mapped[i].why);
+            an_html_escape(o, S->mapped[i].why);
         }
         fputs("</td></tr>\n", o);
     }
