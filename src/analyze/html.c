@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void esc(FILE *o, const char *s) {
+void an_html_escape(FILE *o, const char *s) {
     for (; s && *s; s++) {
         switch (*s) {
         case '<': fputs("&lt;", o); break;
@@ -21,6 +21,9 @@ static void esc(FILE *o, const char *s) {
         }
     }
 }
+
+/* The short name of the many calls below. */
+static void esc(FILE *o, const char *s) { an_html_escape(o, s); }
 
 static const char *const COLORS[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2",
                                      "#bab0ab", "#59a14f", "#edc948", "#b07aa1"};

@@ -102,6 +102,9 @@ void an_report_text(const an_report *r, FILE *out, int top);
 void an_report_json(const an_report *r, FILE *out, int top);
 /* Writes the self-contained HTML page atomically. 0 or ERR_IO. (html.c) */
 int an_report_html(const an_report *r, const char *path, int top);
+/* Writes s (NULL: nothing) with <, >, & and " escaped, for HTML text and attribute values; the
+ * one escaper of scaffold's HTML pages (tune's report.html uses it too). (html.c) */
+void an_html_escape(FILE *o, const char *s);
 
 
 #endif

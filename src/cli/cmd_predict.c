@@ -22,6 +22,44 @@ static int fail(int rc) {
     return rc;
 }
 
+/* Loads --input and checks it is a finite float32 volume (in_channels, D, H, W) for the model.
+ * Returns 0 (*vol: the voxels, *shp: its shape as text), else the exit status after the message. */
+static int load_volume(const char *input, int in_channels, npy_header *h, float **vol, char *shp,
+                       size_t cap) {
+    *vol = NULL;
+    int lrc = npy_load(input, h, (void **)vol);
+    if (lrc == ERR_FORMAT) {
+        /* The user's own file: nothing here regenerates it. */
+        char msg[ERR_MSG_MAX];
+        snprintf(msg, sizeof msg, "%s", err_msg());
+        err_set(lrc, "%s; --input must be a whole .npy file as numpy.save writes it (was it "
+                "copied completely?)", msg);
+        return fail(2);
+    }
+    if (lrc)
+        return fail(lrc == ERR_NOMEM ? 1 : 2);
+    npy_shape_str(h->ndim, h->shape, shp, cap);
+    if (h->dtype != NPY_F32 || h->ndim != 4 || h->shape[0] != in_channels) {
+        free(*vol);
+        fprintf(stderr,
+                "scaffold predict: %s: expected a float32 volume of shape (%d, D, H, W), found "
+                "%s %s; volumes are written by generate_dataset as (3, D, H, W) float32\n",
+                input, in_channels, npy_descr(h->dtype), shp);
+        return 2;
+    }
+    /* A NaN or Inf voxel would give a mask that looks like a result. */
+    size_t bad = 0, nvals = h->nbytes / sizeof(float);
+    for (size_t i = 0; i < nvals; i++)
+        bad += !isfinite((*vol)[i]);
+    if (bad) {
+        free(*vol);
+        fprintf(stderr, "scaffold predict: %s: %zu of %zu values are not finite (NaN or Inf); "
+                        "predict needs a finite volume\n", input, bad, nvals);
+        return 2;
+    }
+    return 0;
+}
+
 int cmd_predict(int argc, char **argv) {
     const char *ckpt = NULL, *input = NULL, *logits_out = NULL, *mask_out = NULL;
     int groups = 0, threads = 0;
@@ -64,38 +102,11 @@ int cmd_predict(int argc, char **argv) {
     if (nn_checkpoint_spec(ckpt, groups, &spec))
         return fail(2);
     npy_header h;
-    float *vol = NULL;
-    int lrc = npy_load(input, &h, (void **)&vol);
-    if (lrc == ERR_FORMAT) {
-        /* The user's own file: nothing here regenerates it. */
-        char msg[ERR_MSG_MAX];
-        snprintf(msg, sizeof msg, "%s", err_msg());
-        err_set(lrc, "%s; --input must be a whole .npy file as numpy.save writes it (was it "
-                "copied completely?)", msg);
-        return fail(2);
-    }
-    if (lrc)
-        return fail(lrc == ERR_NOMEM ? 1 : 2);
+    float *vol;
     char shp[128];
-    npy_shape_str(h.ndim, h.shape, shp, sizeof shp);
-    if (h.dtype != NPY_F32 || h.ndim != 4 || h.shape[0] != spec.in_channels) {
-        free(vol);
-        fprintf(stderr,
-                "scaffold predict: %s: expected a float32 volume of shape (%d, D, H, W), found "
-                "%s %s; volumes are written by generate_dataset as (3, D, H, W) float32\n",
-                input, spec.in_channels, npy_descr(h.dtype), shp);
-        return 2;
-    }
-    /* A NaN or Inf voxel would give a mask that looks like a result. */
-    size_t bad = 0, nvals = h.nbytes / sizeof(float);
-    for (size_t i = 0; i < nvals; i++)
-        bad += !isfinite(vol[i]);
-    if (bad) {
-        free(vol);
-        fprintf(stderr, "scaffold predict: %s: %zu of %zu values are not finite (NaN or Inf); "
-                        "predict needs a finite volume\n", input, bad, nvals);
-        return 2;
-    }
+    int vst = load_volume(input, spec.in_channels, &h, &vol, shp, sizeof shp);
+    if (vst)
+        return vst;
     const int D = (int)h.shape[1], H = (int)h.shape[2], W = (int)h.shape[3];
     nn_unet m;
     int rc = nn_unet_create(&m, &spec, 1, D, H, W);

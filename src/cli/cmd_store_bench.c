@@ -3,7 +3,7 @@
 #include "cli/cli.h"
 #include "core/err.h"
 #include "dist/dist.h"
-#include "cli/store_bench.h"
+#include "store/store_bench.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -10,6 +10,7 @@
 #include "tune/tune.h"
 
 #include "analyze/out.h"
+#include "analyze/report.h"
 #include "core/err.h"
 #include "core/fsutil.h"
 
@@ -227,182 +228,211 @@ void tune_print_summary(const tune_state *S, FILE *out) {
     fflush(out);
 }
 
-static int write_json(const tune_state *S, const char *path) {
-    fs_atomic a;
-    int rc = fs_atomic_open(&a, path);
-    if (rc)
-        return rc;
-    tune_objective ob = S->o->objective;
-    an_jw w;
-    an_jw_init(&w, a.fp);
-    an_jw_obj(&w, NULL);
-    an_jw_str(&w, "tool", "scaffold tune");
-    an_jw_str(&w, "objective", tune_objective_names[ob]);
-    an_jw_obj(&w, "fom");
-    an_jw_str(&w, "definition", fom_definition(ob));
-    an_jw_str(&w, "unit", fom_unit(ob));
-    an_jw_bool(&w, "higher_is_better", tune_fom_higher_better(ob));
-    an_jw_str(&w, "also_reported", "throughput (samples/s) and steady epoch time for every run; "
+/* tune.json: what the tune judged, on which machine, with which settings. */
+static void json_setup(an_jw *w, const tune_state *S) {
+    const tune_objective ob = S->o->objective;
+    an_jw_str(w, "tool", "scaffold tune");
+    an_jw_str(w, "objective", tune_objective_names[ob]);
+    an_jw_obj(w, "fom");
+    an_jw_str(w, "definition", fom_definition(ob));
+    an_jw_str(w, "unit", fom_unit(ob));
+    an_jw_bool(w, "higher_is_better", tune_fom_higher_better(ob));
+    an_jw_str(w, "also_reported", "throughput (samples/s) and steady epoch time for every run; "
                                    "time to target when a run converged");
-    an_jw_str(&w, "batch_levers", "a lever that changes the batch (local_batch_size, the rank "
+    an_jw_str(w, "batch_levers", "a lever that changes the batch (local_batch_size, the rank "
                                   "count) is judged on epoch time");
-    an_jw_end(&w, '}');
-    an_jw_obj(&w, "machine");
-    an_jw_str(&w, "host", S->host);
-    an_jw_str(&w, "cpu", S->cpu);
-    an_jw_i64(&w, "cpus", S->ncpu);
-    an_jw_end(&w, '}');
-    an_jw_obj(&w, "settings");
-    an_jw_i64(&w, "repeats", S->o->repeats);
-    an_jw_i64(&w, "max_repeats", S->o->max_repeats);
-    an_jw_i64(&w, "min_pairs_for_a_verdict", TUNE_MIN_PAIRS);
-    an_jw_i64(&w, "epochs_cap", S->L.epochs_cap);
-    an_jw_num(&w, "noise_floor", S->o->noise);
-    an_jw_num(&w, "budget_s", S->o->budget_s > 0 ? S->o->budget_s : NAN);
+    an_jw_end(w, '}');
+    an_jw_obj(w, "machine");
+    an_jw_str(w, "host", S->host);
+    an_jw_str(w, "cpu", S->cpu);
+    an_jw_i64(w, "cpus", S->ncpu);
+    an_jw_end(w, '}');
+    an_jw_obj(w, "settings");
+    an_jw_i64(w, "repeats", S->o->repeats);
+    an_jw_i64(w, "max_repeats", S->o->max_repeats);
+    an_jw_i64(w, "min_pairs_for_a_verdict", TUNE_MIN_PAIRS);
+    an_jw_i64(w, "epochs_cap", S->L.epochs_cap);
+    an_jw_num(w, "noise_floor", S->o->noise);
+    an_jw_num(w, "budget_s", S->o->budget_s > 0 ? S->o->budget_s : NAN);
     char lay[32];
     snprintf(lay, sizeof lay, "%dx%d", S->ranks, S->threads);
-    an_jw_str(&w, "base_layout_ranks_x_threads", lay);
-    an_jw_str(&w, "launcher", S->o->launcher ? S->o->launcher : (S->ranks > 1 ? "mpirun" : ""));
-    an_jw_str(&w, "levers_file", S->o->levers_file ? S->o->levers_file : "");
-    an_jw_arr(&w, "config_args");
+    an_jw_str(w, "base_layout_ranks_x_threads", lay);
+    an_jw_str(w, "launcher", S->o->launcher ? S->o->launcher : (S->ranks > 1 ? "mpirun" : ""));
+    an_jw_str(w, "levers_file", S->o->levers_file ? S->o->levers_file : "");
+    an_jw_arr(w, "config_args");
     for (int i = 1; i < S->o->cfg_argc; i++)
-        an_jw_str(&w, NULL, S->o->cfg_argv[i]);
-    an_jw_end(&w, ']');
-    an_jw_end(&w, '}');
-    /* Baseline. */
+        an_jw_str(w, NULL, S->o->cfg_argv[i]);
+    an_jw_end(w, ']');
+    an_jw_end(w, '}');
+}
+
+/* tune.json: the baseline's runs and figure of merit. */
+static void json_baseline(an_jw *w, const tune_state *S) {
+    const tune_objective ob = S->o->objective;
     const tune_trial *b = S->baseline;
     double bm, bb;
     side_stats(b->a, b->na, ob, S->o->noise, &bm, &bb);
-    an_jw_obj(&w, "baseline");
-    an_jw_str(&w, "config", "the configuration arguments in settings.config_args");
-    foms_json(&w, "fom", b->a, b->na, ob);
-    an_jw_num(&w, "fom_median", bm);
-    an_jw_num(&w, "fom_band", bb);
-    foms_json(&w, "throughput", b->a, b->na, TUNE_OBJ_THROUGHPUT);
-    foms_json(&w, "epoch_s", b->a, b->na, TUNE_OBJ_EPOCH);
-    foms_json(&w, "time_to_target_s", b->a, b->na, TUNE_OBJ_TTT);
-    runs_json(&w, "runs", b->a, b->na, ob);
-    an_jw_end(&w, '}');
-    /* Discriminator. */
-    an_jw_obj(&w, "discriminator");
-    an_jw_str(&w, "class", S->cls ? S->cls : "");
-    an_jw_str(&w, "reason", S->cls_reason);
-    an_jw_num(&w, "thread_speedup", S->thread_speedup);
-    an_jw_num(&w, "precision_speedup_bf16_over_fp32", S->precision_speedup);
-    an_jw_num(&w, "loader_wait_share", S->base_an.loader_wait_share);
-    an_jw_num(&w, "exposed_io_share", S->base_an.io_share);
-    an_jw_num(&w, "checkpoint_share", S->base_an.ckpt_share);
+    an_jw_obj(w, "baseline");
+    an_jw_str(w, "config", "the configuration arguments in settings.config_args");
+    foms_json(w, "fom", b->a, b->na, ob);
+    an_jw_num(w, "fom_median", bm);
+    an_jw_num(w, "fom_band", bb);
+    foms_json(w, "throughput", b->a, b->na, TUNE_OBJ_THROUGHPUT);
+    foms_json(w, "epoch_s", b->a, b->na, TUNE_OBJ_EPOCH);
+    foms_json(w, "time_to_target_s", b->a, b->na, TUNE_OBJ_TTT);
+    runs_json(w, "runs", b->a, b->na, ob);
+    an_jw_end(w, '}');
+}
+
+/* tune.json: the discriminator (bottleneck class, probes) and the lever order it gave. */
+static void json_discriminator(an_jw *w, const tune_state *S) {
+    const tune_objective ob = S->o->objective;
+    an_jw_obj(w, "discriminator");
+    an_jw_str(w, "class", S->cls ? S->cls : "");
+    an_jw_str(w, "reason", S->cls_reason);
+    an_jw_num(w, "thread_speedup", S->thread_speedup);
+    an_jw_num(w, "precision_speedup_bf16_over_fp32", S->precision_speedup);
+    an_jw_num(w, "loader_wait_share", S->base_an.loader_wait_share);
+    an_jw_num(w, "exposed_io_share", S->base_an.io_share);
+    an_jw_num(w, "checkpoint_share", S->base_an.ckpt_share);
     if (S->probe_threads)
-        runs_json(&w, "threads_probe", S->probe_threads->a, 1, ob);
+        runs_json(w, "threads_probe", S->probe_threads->a, 1, ob);
     if (S->probe_precision)
-        runs_json(&w, "precision_probe", S->probe_precision->a, 1, ob);
-    an_jw_arr(&w, "lever_order");
+        runs_json(w, "precision_probe", S->probe_precision->a, 1, ob);
+    an_jw_arr(w, "lever_order");
     for (int k = 0; k < TUNE_MAX_LEVERS && S->order[k] >= 0; k++)
-        an_jw_str(&w, NULL, S->lv.l[S->order[k]].name);
-    an_jw_end(&w, ']');
-    an_jw_end(&w, '}');
-    /* The analyzer's proposals mapped to levers. */
-    an_jw_arr(&w, "proposals");
+        an_jw_str(w, NULL, S->lv.l[S->order[k]].name);
+    an_jw_end(w, ']');
+    an_jw_end(w, '}');
+}
+
+/* tune.json: the analyzer's proposals mapped to levers, and the levers. */
+static void json_levers(an_jw *w, const tune_state *S) {
+    an_jw_arr(w, "proposals");
     for (int i = 0; i < S->nmapped; i++) {
-        an_jw_obj(&w, NULL);
-        an_jw_str(&w, "strategy", S->mapped[i].key);
+        an_jw_obj(w, NULL);
+        an_jw_str(w, "strategy", S->mapped[i].key);
         if (S->mapped[i].lever[0])
-            an_jw_str(&w, "lever", S->mapped[i].lever);
+            an_jw_str(w, "lever", S->mapped[i].lever);
         else
-            an_jw_str(&w, "needs_system_change", S->mapped[i].why);
-        an_jw_end(&w, '}');
+            an_jw_str(w, "needs_system_change", S->mapped[i].why);
+        an_jw_end(w, '}');
     }
-    an_jw_end(&w, ']');
-    /* Levers. */
-    an_jw_arr(&w, "levers");
+    an_jw_end(w, ']');
+    an_jw_arr(w, "levers");
     for (int i = 0; i < S->lv.n; i++) {
         const tune_lever *l = &S->lv.l[i];
         if (!strcmp(l->origin, "discriminator probe"))
             continue;
-        an_jw_obj(&w, NULL);
-        an_jw_str(&w, "name", l->name);
-        an_jw_arr(&w, "values");
+        an_jw_obj(w, NULL);
+        an_jw_str(w, "name", l->name);
+        an_jw_arr(w, "values");
         for (int v = 0; v < l->nvalues; v++)
-            an_jw_str(&w, NULL, l->values[v]);
-        an_jw_end(&w, ']');
-        an_jw_i64(&w, "dimension", l->dimension);
-        an_jw_str(&w, "origin", l->origin);
+            an_jw_str(w, NULL, l->values[v]);
+        an_jw_end(w, ']');
+        an_jw_i64(w, "dimension", l->dimension);
+        an_jw_str(w, "origin", l->origin);
         if (l->blocked[0])
-            an_jw_str(&w, "blocked", l->blocked);
-        an_jw_end(&w, '}');
+            an_jw_str(w, "blocked", l->blocked);
+        an_jw_end(w, '}');
     }
-    an_jw_end(&w, ']');
-    /* Trials. */
-    an_jw_arr(&w, "trials");
+    an_jw_end(w, ']');
+}
+
+/* tune.json: every finished trial with its verdict and runs. */
+static void json_trials(an_jw *w, const tune_state *S) {
+    const tune_objective ob = S->o->objective;
+    an_jw_arr(w, "trials");
     for (int i = 0; i < S->ntrials; i++) {
         const tune_trial *t = &S->trials[i];
         if (t->lever < 0 || !t->done)
             continue;
         char set[600];
         tune_setting_str(&t->cand, &S->lv, set, sizeof set);
-        an_jw_obj(&w, NULL);
-        an_jw_str(&w, "id", t->id);
-        an_jw_str(&w, "lever", S->lv.l[t->lever].name);
-        an_jw_str(&w, "value", t->value);
-        an_jw_i64(&w, "dimension", S->lv.l[t->lever].dimension);
-        an_jw_str(&w, "setting", set);
-        an_jw_str(&w, "verdict", t->v.verdict);
-        an_jw_str(&w, "guard", t->v.guard);
-        an_jw_str(&w, "reason", t->v.reason);
-        an_jw_str(&w, "judged_on", tune_objective_names[t->v.judged]);
+        an_jw_obj(w, NULL);
+        an_jw_str(w, "id", t->id);
+        an_jw_str(w, "lever", S->lv.l[t->lever].name);
+        an_jw_str(w, "value", t->value);
+        an_jw_i64(w, "dimension", S->lv.l[t->lever].dimension);
+        an_jw_str(w, "setting", set);
+        an_jw_str(w, "verdict", t->v.verdict);
+        an_jw_str(w, "guard", t->v.guard);
+        an_jw_str(w, "reason", t->v.reason);
+        an_jw_str(w, "judged_on", tune_objective_names[t->v.judged]);
         double am, ab, cm, cb;
         side_stats(t->a, t->na, ob, S->o->noise, &am, &ab);
         side_stats(t->b, t->nb, ob, S->o->noise, &cm, &cb);
-        an_jw_num(&w, "fom_median", cm);
-        an_jw_num(&w, "fom_band", cb);
-        an_jw_num(&w, "incumbent_fom_median", am);
-        an_jw_num(&w, "incumbent_fom_band", ab);
-        an_jw_num(&w, "gain", t->v.d.med);
-        an_jw_num(&w, "gain_low", t->v.d.lo);
-        an_jw_num(&w, "gain_high", t->v.d.hi);
-        an_jw_num(&w, "noise_band", t->v.d.noise);
-        an_jw_i64(&w, "pairs", t->v.pairs);
+        an_jw_num(w, "fom_median", cm);
+        an_jw_num(w, "fom_band", cb);
+        an_jw_num(w, "incumbent_fom_median", am);
+        an_jw_num(w, "incumbent_fom_band", ab);
+        an_jw_num(w, "gain", t->v.d.med);
+        an_jw_num(w, "gain_low", t->v.d.lo);
+        an_jw_num(w, "gain_high", t->v.d.hi);
+        an_jw_num(w, "noise_band", t->v.d.noise);
+        an_jw_i64(w, "pairs", t->v.pairs);
         if (!strcmp(t->v.verdict, "inconclusive"))
-            an_jw_i64(&w, "more_pairs_needed", t->v.more_pairs);
-        an_jw_num(&w, "throughput_gain", t->v.tput_gain);
-        an_jw_num(&w, "epoch_time_gain", t->v.epoch_gain);
-        runs_json(&w, "incumbent_runs", t->a, t->na, ob);
-        runs_json(&w, "candidate_runs", t->b, t->nb, ob);
-        an_jw_end(&w, '}');
+            an_jw_i64(w, "more_pairs_needed", t->v.more_pairs);
+        an_jw_num(w, "throughput_gain", t->v.tput_gain);
+        an_jw_num(w, "epoch_time_gain", t->v.epoch_gain);
+        runs_json(w, "incumbent_runs", t->a, t->na, ob);
+        runs_json(w, "candidate_runs", t->b, t->nb, ob);
+        an_jw_end(w, '}');
     }
-    an_jw_end(&w, ']');
-    an_jw_str(&w, "stopped", S->stopped ? S->stopped : "complete");
-    an_jw_str(&w, "untried", S->untried);
-    /* Best: the overrides recommended (none when the final check did not confirm them). */
+    an_jw_end(w, ']');
+}
+
+/* tune.json: the best setting, the overrides recommended (none when the final check did not
+ * confirm them). */
+static void json_best(an_jw *w, const tune_state *S) {
+    const tune_objective ob = S->o->objective;
     tune_best bst;
     tune_best_of(S, &bst);
     char sent[1600];
     best_sentence(S, &bst, sent, sizeof sent);
-    an_jw_obj(&w, "best");
-    an_jw_obj(&w, "overrides");
+    an_jw_obj(w, "best");
+    an_jw_obj(w, "overrides");
     for (int i = 0; bst.set && i < bst.set->n; i++)
-        an_jw_str(&w, S->lv.l[bst.set->lever[i]].name, bst.set->value[i]);
-    an_jw_end(&w, '}');
-    an_jw_obj(&w, "accepted_in_trials");
+        an_jw_str(w, S->lv.l[bst.set->lever[i]].name, bst.set->value[i]);
+    an_jw_end(w, '}');
+    an_jw_obj(w, "accepted_in_trials");
     for (int i = 0; bst.tried && i < bst.tried->n; i++)
-        an_jw_str(&w, S->lv.l[bst.tried->lever[i]].name, bst.tried->value[i]);
-    an_jw_end(&w, '}');
-    an_jw_bool(&w, "confirmed", bst.set && bst.checked);
-    an_jw_num(&w, "fom_median", bst.cand);
-    an_jw_num(&w, "baseline_fom_median", bst.base);
-    an_jw_str(&w, "compared_with", bst.basis);
-    an_jw_num(&w, "gain", bst.d.med);
-    an_jw_num(&w, "gain_low", bst.d.lo);
-    an_jw_num(&w, "gain_high", bst.d.hi);
-    an_jw_num(&w, "noise_band", bst.d.noise);
-    an_jw_i64(&w, "pairs", bst.pairs);
-    an_jw_str(&w, "verdict_vs_baseline", bst.verdict);
-    an_jw_str(&w, "summary", sent);
+        an_jw_str(w, S->lv.l[bst.tried->lever[i]].name, bst.tried->value[i]);
+    an_jw_end(w, '}');
+    an_jw_bool(w, "confirmed", bst.set && bst.checked);
+    an_jw_num(w, "fom_median", bst.cand);
+    an_jw_num(w, "baseline_fom_median", bst.base);
+    an_jw_str(w, "compared_with", bst.basis);
+    an_jw_num(w, "gain", bst.d.med);
+    an_jw_num(w, "gain_low", bst.d.lo);
+    an_jw_num(w, "gain_high", bst.d.hi);
+    an_jw_num(w, "noise_band", bst.d.noise);
+    an_jw_i64(w, "pairs", bst.pairs);
+    an_jw_str(w, "verdict_vs_baseline", bst.verdict);
+    an_jw_str(w, "summary", sent);
     if (S->final && S->final->done) {
-        runs_json(&w, "baseline_runs", S->final->a, S->final->na, ob);
-        runs_json(&w, "best_runs", S->final->b, S->final->nb, ob);
+        runs_json(w, "baseline_runs", S->final->a, S->final->na, ob);
+        runs_json(w, "best_runs", S->final->b, S->final->nb, ob);
     }
-    an_jw_end(&w, '}');
+    an_jw_end(w, '}');
+}
+
+static int write_json(const tune_state *S, const char *path) {
+    fs_atomic a;
+    int rc = fs_atomic_open(&a, path);
+    if (rc)
+        return rc;
+    an_jw w;
+    an_jw_init(&w, a.fp);
+    an_jw_obj(&w, NULL);
+    json_setup(&w, S);
+    json_baseline(&w, S);
+    json_discriminator(&w, S);
+    json_levers(&w, S);
+    json_trials(&w, S);
+    an_jw_str(&w, "stopped", S->stopped ? S->stopped : "complete");
+    an_jw_str(&w, "untried", S->untried);
+    json_best(&w, S);
     an_jw_obj(&w, "analysis");
     analysis_json(&w, "baseline", &S->base_an);
     analysis_json(&w, "best", &S->best_an);
@@ -556,17 +586,6 @@ static int write_best(const tune_state *S, const char *path) {
 
 /* ------------------------------------------------------------------ report.html */
 
-static void he(FILE *o, const char *s) {
-    for (; s && *s; s++)
-        switch (*s) {
-        case '<': fputs("&lt;", o); break;
-        case '>': fputs("&gt;", o); break;
-        case '&': fputs("&amp;", o); break;
-        case '"': fputs("&quot;", o); break;
-        default: fputc(*s, o);
-        }
-}
-
 static const char *verdict_color(const char *v) {
     return !strcmp(v, "accept")         ? "#2e7d32"
            : !strcmp(v, "revert")       ? "#c62828"
@@ -667,18 +686,18 @@ static void chart(FILE *o, const tune_state *S) {
         if (t == S->final)
             fputs("final: best vs baseline", o);
         else {
-            he(o, S->lv.l[t->lever].name);
+            an_html_escape(o, S->lv.l[t->lever].name);
             fputc('=', o);
-            he(o, t->value);
+            an_html_escape(o, t->value);
         }
         fprintf(o, ": %s</title></circle><text x=\"%d\" y=\"%d\" font-size=\"10\" "
                    "transform=\"rotate(40 %d %d)\">%s", t->v.verdict, x - 3, T + H + 12, x - 3,
                 T + H + 12, t == S->final ? "best vs baseline" : t->id);
         if (t != S->final) {
             fputc(' ', o);
-            he(o, S->lv.l[t->lever].name);
+            an_html_escape(o, S->lv.l[t->lever].name);
             fputc('=', o);
-            he(o, t->value);
+            an_html_escape(o, t->value);
         }
         fputs("</text>\n", o);
     }
@@ -699,7 +718,7 @@ static void analysis_html(FILE *o, const char *title, const tune_analysis *a) {
     fprintf(o, "<h3>%s</h3>\n", title);
     if (!a->ok) {
         fputs("<p>not analysed: ", o);
-        he(o, a->error);
+        an_html_escape(o, a->error);
         fputs("</p>\n", o);
         return;
     }
@@ -707,21 +726,21 @@ static void analysis_html(FILE *o, const char *title, const tune_analysis *a) {
           "<th>reason</th></tr>\n", o);
     for (int d = 0; d < 12; d++) {
         fprintf(o, "<tr><td>%d</td><td>", a->check[d].dim);
-        he(o, a->check[d].name);
+        an_html_escape(o, a->check[d].name);
         fputs("</td><td>", o);
-        he(o, a->check[d].verdict);
+        an_html_escape(o, a->check[d].verdict);
         fputs("</td><td>", o);
         if (a->check[d].applicable)
             fprintf(o, "%.1f%%", a->check[d].impact_pct);
         fputs("</td><td>", o);
-        he(o, a->check[d].reason);
+        an_html_escape(o, a->check[d].reason);
         fputs("</td></tr>\n", o);
     }
     fputs("</table>\n<table><tr><th>proposal</th><th>dimension</th><th>app impact</th>"
           "<th>system impact</th><th>weighted score</th></tr>\n", o);
     for (int i = 0; i < a->nprops; i++) {
         fputs("<tr><td>", o);
-        he(o, a->prop[i].name);
+        an_html_escape(o, a->prop[i].name);
         fprintf(o, " (%s)</td><td>%d</td><td>%.1f%%</td><td>%.1f%%</td><td>%.1f</td></tr>\n",
                 a->prop[i].key, a->prop[i].dim, a->prop[i].app_pct, a->prop[i].sys_pct,
                 a->prop[i].score);
@@ -749,25 +768,25 @@ static int write_html(const tune_state *S, const char *path) {
           ".v{font-weight:bold}td.r{min-width:420px}</style></head><body>\n"
           "<h1>scaffold tune</h1>\n", o);
     fputs("<p>", o);
-    he(o, S->host);
+    an_html_escape(o, S->host);
     fputs(" &middot; ", o);
-    he(o, S->cpu);
+    an_html_escape(o, S->cpu);
     fprintf(o, " (%d CPUs) &middot; layout %dx%d &middot; sequential A-B pairs, %d to %d per "
                "trial (a verdict needs %d) &middot; objective <b>%s</b> (%s)</p>\n<p>",
             S->ncpu, S->ranks, S->threads, S->o->repeats, S->o->max_repeats, TUNE_MIN_PAIRS,
             tune_objective_names[ob], fom_unit(ob));
-    he(o, fom_definition(ob));
+    an_html_escape(o, fom_definition(ob));
     fputs("</p>\n<h2>Summary</h2>\n<p>", o);
-    he(o, sent);
+    an_html_escape(o, sent);
     fprintf(o, ". Bottleneck class: <b>%s</b> (", S->cls ? S->cls : "?");
-    he(o, S->cls_reason);
+    an_html_escape(o, S->cls_reason);
     fputs(").</p>\n<p>Best setting: ", o);
     char set[600] = "the baseline (no lever accepted)";
     if (b.set)
         tune_setting_str(b.set, &S->lv, set, sizeof set);
     else if (b.tried)
         snprintf(set, sizeof set, "the baseline (the accepted setting was not confirmed)");
-    he(o, set);
+    an_html_escape(o, set);
     fputs("</p>\n<h2>FOM per trial</h2>\n", o);
     chart(o, S);
     fputs("<h2>Trials</h2>\n<table><tr><th>trial</th><th>lever</th><th>value</th>"
@@ -779,19 +798,19 @@ static int write_html(const tune_state *S, const char *path) {
         if ((t->lever < 0 && t != S->final) || !t->done)
             continue;
         fprintf(o, "<tr><td>%s</td><td>", t == S->final ? "final" : t->id);
-        he(o, t == S->final ? "best vs baseline" : S->lv.l[t->lever].name);
+        an_html_escape(o, t == S->final ? "best vs baseline" : S->lv.l[t->lever].name);
         fputs("</td><td>", o);
         if (t == S->final) {
             char fs[600];
             tune_setting_str(&t->cand, &S->lv, fs, sizeof fs);
-            he(o, fs);
+            an_html_escape(o, fs);
         } else {
-            he(o, t->value);
+            an_html_escape(o, t->value);
         }
         fprintf(o, "</td><td>%d</td><td class=\"v\" style=\"color:%s\">%s</td><td>",
                 t == S->final ? 0 : S->lv.l[t->lever].dimension, verdict_color(t->v.verdict),
                 t->v.verdict);
-        he(o, t->v.guard);
+        an_html_escape(o, t->v.guard);
         if (isfinite(t->v.d.med) && isfinite(t->v.d.noise))
             fprintf(o, "</td><td>%.4g</td><td>%.4g</td><td>%+.1f%% (%+.1f%% .. %+.1f%%)</td>"
                        "<td>&#177;%.1f%%</td><td>%d</td><td class=\"r\">", t->v.base_med,
@@ -800,7 +819,7 @@ static int write_html(const tune_state *S, const char *path) {
         else
             fprintf(o, "</td><td>&ndash;</td><td>&ndash;</td><td>&ndash;</td><td>&ndash;</td>"
                     "<td>%d</td><td class=\"r\">", t->v.pairs);
-        he(o, t->v.reason);
+        an_html_escape(o, t->v.reason);
         fputs("</td></tr>\n", o);
     }
     fputs("</table>\n", o);
@@ -810,29 +829,29 @@ static int write_html(const tune_state *S, const char *path) {
             if (!nb++)
                 fputs("<h3>Blocked levers</h3>\n<ul>\n", o);
             fputs("<li>", o);
-            he(o, S->lv.l[i].name);
+            an_html_escape(o, S->lv.l[i].name);
             fputs(": ", o);
-            he(o, S->lv.l[i].blocked);
+            an_html_escape(o, S->lv.l[i].blocked);
             fputs("</li>\n", o);
         }
     if (nb)
         fputs("</ul>\n", o);
     if (S->untried[0]) {
         fputs("<p>Not tried (budget): ", o);
-        he(o, S->untried);
+        an_html_escape(o, S->untried);
         fputs("</p>\n", o);
     }
     fputs("<h2>The analyzer's proposals on the baseline</h2>\n<table><tr><th>strategy</th>"
           "<th>lever</th></tr>\n", o);
     for (int i = 0; i < S->nmapped; i++) {
         fputs("<tr><td>", o);
-        he(o, S->mapped[i].key);
+        an_html_escape(o, S->mapped[i].key);
         fputs("</td><td>", o);
         if (S->mapped[i].lever[0])
-            he(o, S->mapped[i].lever);
+            an_html_escape(o, S->mapped[i].lever);
         else {
             fputs("needs a system change: ", o);
-            he(o, S->mapped[i].why);
+            an_html_escape(o, S->mapped[i].why);
         }
         fputs("</td></tr>\n", o);
     }

@@ -1,61 +1,25 @@
 /* runner: one traced benchmark run of a setting and its measurements (see tune.h).
  *
- * The run is `scaffold trace --out DIR/trace -- [LAUNCHER -n R] scaffold benchmark ARGS` in a
- * session of its own led by a supervisor (see tune_run_one in tune.h), so that a timeout, a
+ * The run is `scaffold trace --out DIR/trace -- [LAUNCHER -n R] scaffold benchmark ARGS`, a job
+ * of core/job.h (a session of its own led by a supervisor), so that a timeout, a
  * signal to the tuner or the tuner's death ends the whole tree, with its output in DIR/log.txt
  * and its run folder under DIR/run. Measurements come from the run's
  * train_stats.csv (epoch durations, losses, Dice), its summary line (time to target) and its
  * trace through compare's summary (the samples actually processed, steps, work). */
 #include "tune/tune.h"
 
-#include "core/claim.h"
 #include "core/err.h"
 #include "core/fsutil.h"
+#include "core/job.h"
 #include "train/runfolder.h"
 
 #include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-volatile int tune_inflight_sid;
-
-unsigned long long tune_proc_start(int pid) {
-    unsigned long long s = 0;
-    return claim_proc_info(pid, NULL, &s) == 0 ? s : 0;
-}
-
-int tune_session_kill(int sid, unsigned long long start, int sig) {
-    if (sid <= 1)
-        return 0;
-    unsigned long long lead = 0;
-    /* The leader runs under another start time: the id now names another session. (While any
-     * process of a session lives, its id is not reused, so members without a leader are
-     * ours.) */
-    if (start && claim_proc_info(sid, NULL, &lead) == 0 && lead != start)
-        return 0;
-    DIR *d = opendir("/proc");
-    if (!d)
-        return 0;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        int pid = atoi(e->d_name), sess;
-        if (pid <= 1 || pid == (int)getpid() || claim_proc_info(pid, &sess, NULL) || sess != sid)
-            continue;
-        n += kill(pid, sig) == 0;
-    }
-    closedir(d);
-    return n;
-}
 
 void tune_machine(char *host, size_t hcap, char *cpu, size_t ccap, int *ncpu) {
     if (gethostname(host, hcap) != 0)
@@ -129,12 +93,6 @@ static void layout_of(const tune_launch *L, const tune_levers *lv, const tune_se
 }
 
 #define MAX_ARGS 512
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* The single run folder the benchmark created under base. */
 static int find_run_folder(const char *base, char *out, size_t cap) {
@@ -248,75 +206,6 @@ static void measure(const char *dir, const char *logp, int status, tune_meas *m)
     m->ok = 1;
 }
 
-static volatile sig_atomic_t sup_stop;
-static void sup_on_signal(int sig) {
-    (void)sig;
-    sup_stop = 1;
-}
-
-/* The supervisor (a child of the tuner; never returns): leads a new session, dies with the
- * tuner, runs the command in the session and ends everything left in it. */
-static void supervise(pid_t tuner, const tune_launch *L, const tune_levers *lv,
-                      const tune_setting *s, const char *logp, const char **av,
-                      const char *omp) {
-    setsid();
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = sup_on_signal; /* no SA_RESTART: waits return at once */
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-    /* The tuner's death (kill -9 included) sends SIGTERM here. */
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != tuner)
-        _exit(137); /* it died before the line above */
-    pid_t c = fork();
-    if (c == 0) {
-        signal(SIGTERM, SIG_DFL);
-        signal(SIGINT, SIG_DFL);
-        signal(SIGHUP, SIG_DFL);
-        int fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        int devnull = open("/dev/null", O_RDONLY);
-        if (devnull >= 0)
-            dup2(devnull, 0);
-        int has_launch = 0;
-        for (int i = 0; i < s->n; i++) {
-            const tune_lever *l = &lv->l[s->lever[i]];
-            if (l->kind == TUNE_L_ENV)
-                setenv(l->name + 4, s->value[i], 1);
-            has_launch |= l->kind == TUNE_L_LAUNCH;
-        }
-        if (has_launch)
-            setenv("OMP_NUM_THREADS", omp, 1);
-        execv(L->self, (char *const *)av);
-        fprintf(stderr, "scaffold tune: cannot run %s: %s\n", L->self, strerror(errno));
-        _exit(127);
-    }
-    int st = 0x7f00;
-    double term_at = 0;
-    while (c > 0) {
-        pid_t r = waitpid(c, &st, WNOHANG);
-        if (r == c || (r < 0 && errno != EINTR))
-            break;
-        if (sup_stop && !term_at) {
-            tune_session_kill(getpid(), 0, SIGTERM);
-            term_at = now_s();
-        } else if (term_at && now_s() - term_at > 5) {
-            tune_session_kill(getpid(), 0, SIGKILL);
-        }
-        struct timespec ts = {0, 20 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    /* What the command left running (an orphaned rank, a daemon) goes with it. */
-    tune_session_kill(getpid(), 0, SIGKILL);
-    _exit(WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1);
-}
-
 int tune_run_one(const tune_launch *L, const tune_levers *lv, const tune_setting *s,
                  const char *dir, tune_meas *m) {
     memset(m, 0, sizeof *m);
@@ -339,7 +228,7 @@ int tune_run_one(const tune_launch *L, const tune_levers *lv, const tune_setting
 
     const char *av[MAX_ARGS];
     int ac = 0;
-    char nbuf[16], epochs[32], omp[16];
+    char nbuf[16], epochs[32];
     av[ac++] = L->self;
     av[ac++] = "trace";
     av[ac++] = "--out";
@@ -373,52 +262,46 @@ int tune_run_one(const tune_launch *L, const tune_levers *lv, const tune_setting
         av[ac++] = epochs;
     }
     av[ac] = NULL;
-    snprintf(omp, sizeof omp, "%d", threads);
 
-    double t0 = now_s();
-    fflush(NULL);
-    pid_t tuner = getpid();
-    pid_t pid = fork();
-    if (pid < 0)
-        return err_set(ERR_IO, "fork: %s", strerror(errno));
-    if (pid == 0)
-        supervise(tuner, L, lv, s, logp, av, omp);
-    tune_inflight_sid = pid;
-    if (L->on_start)
-        L->on_start(L->ctx, pid, tune_proc_start(pid));
-    int st = 0, timed_out = 0;
-    double killed_at = 0;
-    for (;;) {
-        pid_t r = waitpid(pid, &st, WNOHANG);
-        if (r == pid)
-            break;
-        if (r < 0 && errno != EINTR) {
-            st = 0x7f00;
-            break;
+    /* The run's environment: the setting's env levers, and with a launch lever the threads of
+     * its layout. */
+    char envbuf[TUNE_MAX_LEVERS + 1][TUNE_NAME_MAX + TUNE_VALUE_MAX + 8];
+    const char *env[TUNE_MAX_LEVERS + 2];
+    int ne = 0, has_launch = 0;
+    for (int i = 0; i < s->n; i++) {
+        const tune_lever *l = &lv->l[s->lever[i]];
+        if (l->kind == TUNE_L_ENV) {
+            snprintf(envbuf[ne], sizeof envbuf[ne], "%s=%s", l->name + 4, s->value[i]);
+            env[ne] = envbuf[ne];
+            ne++;
         }
-        double el = now_s() - t0;
-        if (L->timeout_s > 0 && el > L->timeout_s && !killed_at) {
-            timed_out = 1;
-            kill(pid, SIGTERM); /* the supervisor ends its session */
-            killed_at = el;
-        } else if (killed_at && el > killed_at + 10) {
-            kill(pid, SIGKILL);
-            tune_session_kill(pid, 0, SIGKILL);
-        }
-        struct timespec ts = {0, 20 * 1000 * 1000};
-        nanosleep(&ts, NULL);
+        has_launch |= l->kind == TUNE_L_LAUNCH;
     }
-    /* Whatever is left of the session (the supervisor removes it; this covers a supervisor that
-     * was killed itself). */
-    tune_session_kill(pid, 0, SIGKILL);
-    tune_inflight_sid = 0;
-    m->wall_s = now_s() - t0;
-    int status = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1;
-    if (timed_out) {
+    if (has_launch) {
+        snprintf(envbuf[ne], sizeof envbuf[ne], "OMP_NUM_THREADS=%d", threads);
+        env[ne] = envbuf[ne];
+        ne++;
+    }
+    env[ne] = NULL;
+    const job_spec js = {.who = "tune",
+                         .path = L->self,
+                         .argv = (char *const *)av,
+                         .log = logp,
+                         .timeout_s = L->timeout_s,
+                         .grace_s = 10,
+                         .env = env,
+                         .on_start = L->on_start,
+                         .ctx = L->ctx};
+    job_result jr;
+    int rc = job_run(&js, &jr);
+    if (rc)
+        return rc;
+    m->wall_s = jr.wall_s;
+    if (jr.timed_out) {
         snprintf(m->error, sizeof m->error, "timed out after %.0f s (see %s)", L->timeout_s,
                  logp);
         return 0;
     }
-    measure(dir, logp, status, m);
+    measure(dir, logp, jr.status, m);
     return 0;
 }

@@ -8,6 +8,7 @@
 #include "analyze/rules.h"
 #include "core/err.h"
 #include "core/fsutil.h"
+#include "core/job.h"
 #include "core/sha256.h"
 
 #include <dirent.h>
@@ -119,7 +120,7 @@ int tune_analyze(const char *trace_dir, const char *catalog, tune_analysis *a) {
 
 static void on_signal(int sig) {
     /* The run's supervisor ends its session (it would also notice the tuner's death). */
-    int sid = tune_inflight_sid;
+    int sid = job_inflight;
     if (sid > 0)
         kill(sid, SIGTERM);
     signal(sig, SIG_DFL);
@@ -339,7 +340,7 @@ static void clean_unfinished(tune_state *S) {
         const tune_journal_child *c = &S->prev.child[i];
         if (tune_journal_has_run(&S->prev, c->trial, c->side, c->rep))
             continue;
-        int n = tune_session_kill(c->sid, c->start, SIGTERM);
+        int n = job_session_kill(c->sid, c->start, SIGTERM);
         if (!n)
             continue;
         fprintf(stderr, "tune: --resume: %d process%s of run %s %c%d of the killed tune still "
@@ -347,9 +348,9 @@ static void clean_unfinished(tune_state *S) {
                 c->rep + 1, c->sid);
         double t0 = now_s();
         int killed = 0;
-        while ((n = tune_session_kill(c->sid, c->start, 0)) > 0 && now_s() - t0 < 15) {
+        while ((n = job_session_kill(c->sid, c->start, 0)) > 0 && now_s() - t0 < 15) {
             if (!killed && now_s() - t0 > 5) {
-                tune_session_kill(c->sid, c->start, SIGKILL);
+                job_session_kill(c->sid, c->start, SIGKILL);
                 killed = 1;
             }
             struct timespec ts = {0, 50 * 1000 * 1000};
@@ -530,9 +531,10 @@ static int check_baseline(const tune_state *S) {
     return 0;
 }
 
-static int tune_loop(tune_state *S) {
-    const tune_opts *o = S->o;
-    int N = o->repeats;
+/* The baseline's runs, then the run timeout they give and their analysis (the proposals mapped
+ * to levers). */
+static int run_baseline(tune_state *S) {
+    const int N = S->o->repeats;
     tune_setting empty;
     memset(&empty, 0, sizeof empty);
     S->baseline = new_trial(S, "baseline", -1, NULL, &empty, NULL, N, 0);
@@ -550,33 +552,120 @@ static int tune_loop(tune_state *S) {
         slowest = fmax(slowest, S->baseline->a[i].wall_s);
     S->L.timeout_s = fmax(120, 10 * slowest);
     tune_analyze(S->baseline->a[0].trace_dir, NULL, &S->base_an);
-    map_proposals(S, o->levers_file == NULL);
-    /* Discriminator probes: one run each, fewer threads and the other precision. */
-    if (o->discriminate) {
-        if (S->threads > 1) {
-            int li = probe_lever(S, "env:OMP_NUM_THREADS", TUNE_L_ENV, -1);
-            tune_setting p = empty;
-            if (li >= 0) {
-                tune_setting_put(&p, li, "1");
-                S->probe_threads = new_trial(S, "probe-threads", -1, "1", &p, NULL, 1, 0);
-            }
+    map_proposals(S, S->o->levers_file == NULL);
+    return 0;
+}
+
+/* Discriminator probes: one run each, fewer threads and the other precision. */
+static int run_probes(tune_state *S) {
+    tune_setting empty;
+    memset(&empty, 0, sizeof empty);
+    if (S->threads > 1) {
+        int li = probe_lever(S, "env:OMP_NUM_THREADS", TUNE_L_ENV, -1);
+        tune_setting p = empty;
+        if (li >= 0) {
+            tune_setting_put(&p, li, "1");
+            S->probe_threads = new_trial(S, "probe-threads", -1, "1", &p, NULL, 1, 0);
         }
-        int li = probe_lever(S, "torch_amp", TUNE_L_CONFIG, -1);
-        scaffold_config *c = malloc(sizeof *c);
-        if (li >= 0 && c && load_config(o, c) == 0) {
-            tune_setting p = empty;
-            char v[8];
-            snprintf(v, sizeof v, "%d", !c->torch_amp);
-            tune_setting_put(&p, li, v);
-            S->probe_precision = new_trial(S, "probe-precision", -1, v, &p, NULL, 1, 0);
-        }
-        free(c);
-        S->runs_planned += (S->probe_threads != NULL) + (S->probe_precision != NULL);
-        if (S->probe_threads && (rc = run_trial(S, S->probe_threads)))
-            return rc;
-        if (S->probe_precision && (rc = run_trial(S, S->probe_precision)))
-            return rc;
     }
+    int li = probe_lever(S, "torch_amp", TUNE_L_CONFIG, -1);
+    scaffold_config *c = malloc(sizeof *c);
+    if (li >= 0 && c && load_config(S->o, c) == 0) {
+        tune_setting p = empty;
+        char v[8];
+        snprintf(v, sizeof v, "%d", !c->torch_amp);
+        tune_setting_put(&p, li, v);
+        S->probe_precision = new_trial(S, "probe-precision", -1, v, &p, NULL, 1, 0);
+    }
+    free(c);
+    S->runs_planned += (S->probe_threads != NULL) + (S->probe_precision != NULL);
+    int rc = 0;
+    if (S->probe_threads && (rc = run_trial(S, S->probe_threads)))
+        return rc;
+    if (S->probe_precision && (rc = run_trial(S, S->probe_precision)))
+        return rc;
+    return 0;
+}
+
+/* Would NP more pairs overrun the budget? (A trial the journal has finished costs nothing.) */
+static int over_budget(const tune_state *S, const char *id, int NP) {
+    double per = S->runs_done ? S->run_s_sum / S->runs_done : 0;
+    int resumed = tune_journal_find(&S->prev, id, 'A', 0) != NULL;
+    return S->o->budget_s > 0 && !resumed && now_s() - S->t0 + per * 2 * NP > S->o->budget_s;
+}
+
+/* Trial `id`: value vi of lever li against the incumbent (NP pairs), or, past the budget, the
+ * value noted as untried. An accepted value becomes the incumbent's. */
+static int try_value(tune_state *S, const char *id, int li, int vi, int NP) {
+    const tune_lever *l = &S->lv.l[li];
+    char cur[TUNE_VALUE_MAX];
+    tune_setting cand = S->incumbent;
+    tune_setting_put(&cand, li, l->values[vi]);
+    /* The budget: stop before a trial that cannot finish in time. */
+    if (over_budget(S, id, NP)) {
+        S->stopped = "budget";
+        size_t u = strlen(S->untried);
+        snprintf(S->untried + u, sizeof S->untried - u, "%s%s=%s", u ? " " : "", l->name,
+                 l->values[vi]);
+        S->runs_planned -= 2 * NP;
+        return 0;
+    }
+    tune_trial *t = new_trial(S, id, li, l->values[vi], &S->incumbent, &cand, NP, NP);
+    if (!t)
+        return err_set(ERR_NOMEM, "too many trials (at most %d)", TUNE_MAX_TRIALS);
+    const char *was = current_value(S, li, cur, sizeof cur);
+    char what[600];
+    snprintf(what, sizeof what, "%s=%s (incumbent %s)", l->name, l->values[vi], was);
+    progress(S, t, what);
+    int rc = run_trial(S, t);
+    if (rc)
+        return rc;
+    fprintf(stderr, "tune:   %s=%s: %s%s%s -- %s\n", l->name, l->values[vi], t->v.verdict,
+            t->v.guard[0] ? " " : "", t->v.guard, t->v.reason);
+    if (!strcmp(t->v.verdict, "accept"))
+        S->incumbent = cand;
+    S->elapsed_s = now_s() - S->t0;
+    tune_write_outputs(S);
+    return 0;
+}
+
+/* The best setting against the baseline, paired again (within the budget), and its analysis.
+ * A setting the final check did not confirm is not the best: the baseline is. */
+static int final_check(tune_state *S, int NP) {
+    if (!S->incumbent.n || over_budget(S, "final", NP)) {
+        if (S->incumbent.n)
+            S->stopped = "budget";
+        S->best_an = S->base_an;
+        return 0;
+    }
+    tune_setting empty;
+    memset(&empty, 0, sizeof empty);
+    S->final = new_trial(S, "final", -1, NULL, &empty, &S->incumbent, NP, NP);
+    if (!S->final)
+        return err_set(ERR_NOMEM, "out of memory");
+    progress(S, S->final, "the best setting against the baseline");
+    int rc = run_trial(S, S->final);
+    if (rc)
+        return rc;
+    fprintf(stderr, "tune:   final check: %s%s%s -- %s\n", S->final->v.verdict,
+            S->final->v.guard[0] ? " " : "", S->final->v.guard, S->final->v.reason);
+    /* The best setting's analysis with this tune's catalog: the dimensions it measured. */
+    char cat[1200];
+    snprintf(cat, sizeof cat, "%s/lever_catalog.yaml", S->out);
+    tune_write_outputs(S);
+    if (!strcmp(S->final->v.verdict, "accept"))
+        tune_analyze(S->final->b[0].trace_dir, cat, &S->best_an);
+    else
+        S->best_an = S->base_an;
+    return 0;
+}
+
+static int tune_loop(tune_state *S) {
+    int rc = run_baseline(S);
+    if (rc == 0 && S->o->discriminate)
+        rc = run_probes(S);
+    if (rc)
+        return rc;
     classify(S);
     fprintf(stderr, "tune: bottleneck class: %s (%s)\n", S->cls, S->cls_reason);
     /* Plan: every value of every lever, in order. */
@@ -591,72 +680,16 @@ static int tune_loop(tune_state *S) {
     S->stopped = "complete";
     for (int k = 0; k < TUNE_MAX_LEVERS && S->order[k] >= 0; k++) {
         int li = S->order[k];
-        const tune_lever *l = &S->lv.l[li];
-        if (l->blocked[0])
+        if (S->lv.l[li].blocked[0])
             continue;
-        for (int vi = 0; vi < l->nvalues; vi++) {
-            char id[32], cur[TUNE_VALUE_MAX];
+        for (int vi = 0; vi < S->lv.l[li].nvalues; vi++) {
+            char id[32];
             snprintf(id, sizeof id, "t%02d", ++tn);
-            tune_setting cand = S->incumbent;
-            tune_setting_put(&cand, li, l->values[vi]);
-            /* The budget: stop before a trial that cannot finish in time (a resumed trial
-             * costs nothing). */
-            double per = S->runs_done ? S->run_s_sum / S->runs_done : 0;
-            int resumed = tune_journal_find(&S->prev, id, 'A', 0) != NULL;
-            if (o->budget_s > 0 && !resumed && now_s() - S->t0 + per * 2 * NP > o->budget_s) {
-                S->stopped = "budget";
-                size_t u = strlen(S->untried);
-                snprintf(S->untried + u, sizeof S->untried - u, "%s%s=%s", u ? " " : "",
-                         l->name, l->values[vi]);
-                S->runs_planned -= 2 * NP;
-                continue;
-            }
-            tune_trial *t = new_trial(S, id, li, l->values[vi], &S->incumbent, &cand, NP, NP);
-            if (!t)
-                return err_set(ERR_NOMEM, "too many trials (at most %d)", TUNE_MAX_TRIALS);
-            const char *was = current_value(S, li, cur, sizeof cur);
-            char what[600];
-            snprintf(what, sizeof what, "%s=%s (incumbent %s)", l->name, l->values[vi], was);
-            progress(S, t, what);
-            if ((rc = run_trial(S, t)))
+            if ((rc = try_value(S, id, li, vi, NP)))
                 return rc;
-            fprintf(stderr, "tune:   %s=%s: %s%s%s -- %s\n", l->name, l->values[vi],
-                    t->v.verdict, t->v.guard[0] ? " " : "", t->v.guard, t->v.reason);
-            if (!strcmp(t->v.verdict, "accept"))
-                S->incumbent = cand;
-            S->elapsed_s = now_s() - S->t0;
-            tune_write_outputs(S);
         }
     }
-    /* The best setting against the baseline, paired again (within the budget). */
-    double per = S->runs_done ? S->run_s_sum / S->runs_done : 0;
-    int resumed = tune_journal_find(&S->prev, "final", 'A', 0) != NULL;
-    if (S->incumbent.n && o->budget_s > 0 && !resumed &&
-        now_s() - S->t0 + per * 2 * NP > o->budget_s) {
-        S->stopped = "budget";
-        S->best_an = S->base_an;
-    } else if (S->incumbent.n) {
-        S->final = new_trial(S, "final", -1, NULL, &empty, &S->incumbent, NP, NP);
-        if (!S->final)
-            return err_set(ERR_NOMEM, "out of memory");
-        progress(S, S->final, "the best setting against the baseline");
-        if ((rc = run_trial(S, S->final)))
-            return rc;
-        fprintf(stderr, "tune:   final check: %s%s%s -- %s\n", S->final->v.verdict,
-                S->final->v.guard[0] ? " " : "", S->final->v.guard, S->final->v.reason);
-        /* The best setting's analysis with this tune's catalog: the dimensions it measured.
-         * A setting the final check did not confirm is not the best: the baseline is. */
-        char cat[1200];
-        snprintf(cat, sizeof cat, "%s/lever_catalog.yaml", S->out);
-        tune_write_outputs(S);
-        if (!strcmp(S->final->v.verdict, "accept"))
-            tune_analyze(S->final->b[0].trace_dir, cat, &S->best_an);
-        else
-            S->best_an = S->base_an;
-    } else {
-        S->best_an = S->base_an;
-    }
-    return 0;
+    return final_check(S, NP);
 }
 
 /* Whether the recommended setting sets some lever to `value`. */
@@ -669,6 +702,85 @@ static int uses_value(const tune_state *S, const char *value) {
     return 0;
 }
 
+/* The options tune_main checks before anything else. */
+static int check_opts(const tune_opts *o) {
+    if (!o->out || !o->out[0])
+        return err_set(ERR_USAGE, "--out DIR is required (where tune.json and the runs go)");
+    if (o->repeats < 1 || o->repeats > TUNE_MAX_REPEATS)
+        return err_set(ERR_USAGE, "--repeats must be 1..%d", TUNE_MAX_REPEATS);
+    if (o->max_repeats && (o->max_repeats < o->repeats || o->max_repeats < TUNE_MIN_PAIRS ||
+                           o->max_repeats > TUNE_MAX_REPEATS))
+        return err_set(ERR_USAGE, "--max-repeats %d: must be in [%d, %d] and at least --repeats "
+                       "(%d): a verdict needs at least %d pairs", o->max_repeats,
+                       TUNE_MIN_PAIRS, TUNE_MAX_REPEATS, o->repeats, TUNE_MIN_PAIRS);
+    return 0;
+}
+
+/* The levers: the --levers file, or the built-in ones for configuration c and this machine.
+ * *text: what the signature covers (the file's text, or the built-in set's name). */
+static int load_levers(tune_state *S, const scaffold_config *c, char **text) {
+    const tune_opts *o = S->o;
+    if (o->levers_file) {
+        int rc = tune_levers_load(o->levers_file, o->cfg_argc, o->cfg_argv, &S->lv);
+        if (rc)
+            return rc;
+        size_t n;
+        if (fs_read_file(o->levers_file, text, &n))
+            *text = NULL;
+        return 0;
+    }
+    /* The staged dataset lives in a folder of this tune's own (named after its --out), so
+     * tunes never share or remove each other's, and a resumed tune finds its own. */
+    char abs[1024], hex[65];
+    unsigned char d[SHA256_DIGEST_LEN];
+    int rc = fs_abspath(o->out, abs, sizeof abs);
+    if (rc)
+        return rc;
+    sha256(abs, strlen(abs), d);
+    sha256_hex(d, hex);
+    snprintf(S->stage_dir, sizeof S->stage_dir, "/dev/shm/scaffold-tune-%.12s", hex);
+    tune_levers_builtin(c, S->ncpu, S->ranks, S->threads, S->stage_dir, &S->lv);
+    char buf[64];
+    snprintf(buf, sizeof buf, "built-in ncpu=%d", S->ncpu);
+    *text = strdup(buf);
+    return 0;
+}
+
+/* OUT/journal.tsv: read back (and what a killed tune left running ended) with --resume, else
+ * refused when it exists; then OUT is made and the journal opened for appending. */
+static int open_journal(tune_state *S) {
+    char jpath[1100];
+    snprintf(jpath, sizeof jpath, "%s/journal.tsv", S->out);
+    int rc;
+    if (S->o->resume) {
+        if ((rc = tune_journal_read(jpath, S->signature, &S->prev)))
+            return rc;
+        clean_unfinished(S);
+    } else if (fs_exists(jpath)) {
+        return err_set(ERR_USAGE, "%s already holds a tune (journal.tsv): continue it with "
+                                  "--resume or choose a new --out", S->out);
+    }
+    /* Everything is valid: from here on, files are written. */
+    if ((rc = fs_mkdir_p(S->out)) || (rc = fs_check_writable_dir(S->out)) ||
+        (rc = tune_journal_start(jpath, S->signature, S->o->resume, &S->journal)))
+        return rc;
+    return 0;
+}
+
+static void free_state(tune_state *S) {
+    if (S) {
+        if (S->journal)
+            fclose(S->journal);
+        tune_journal_free(&S->prev);
+        for (int i = 0; S->trials && i < S->ntrials; i++) {
+            free(S->trials[i].a);
+            free(S->trials[i].b);
+        }
+        free(S->trials);
+    }
+    free(S);
+}
+
 int tune_main(const tune_opts *o) {
     tune_state *S = calloc(1, sizeof *S);
     scaffold_config *c = malloc(sizeof *c);
@@ -679,22 +791,7 @@ int tune_main(const tune_opts *o) {
     S->o = o;
     S->t0 = now_s();
     S->stopped = "complete";
-    if (!o->out || !o->out[0]) {
-        rc = err_set(ERR_USAGE, "--out DIR is required (where tune.json and the runs go)");
-        goto out;
-    }
-    if (o->repeats < 1 || o->repeats > TUNE_MAX_REPEATS) {
-        rc = err_set(ERR_USAGE, "--repeats must be 1..%d", TUNE_MAX_REPEATS);
-        goto out;
-    }
-    if (o->max_repeats && (o->max_repeats < o->repeats || o->max_repeats < TUNE_MIN_PAIRS ||
-                           o->max_repeats > TUNE_MAX_REPEATS)) {
-        rc = err_set(ERR_USAGE, "--max-repeats %d: must be in [%d, %d] and at least --repeats "
-                     "(%d): a verdict needs at least %d pairs", o->max_repeats,
-                     TUNE_MIN_PAIRS, TUNE_MAX_REPEATS, o->repeats, TUNE_MIN_PAIRS);
-        goto out;
-    }
-    if ((rc = load_config(o, c)))
+    if ((rc = check_opts(o)) || (rc = load_config(o, c)))
         goto out;
     tune_machine(S->host, sizeof S->host, S->cpu, sizeof S->cpu, &S->ncpu);
     S->ranks = o->np > 0 ? o->np : 1;
@@ -712,27 +809,8 @@ int tune_main(const tune_opts *o) {
             goto out;
         }
     }
-    if (o->levers_file) {
-        if ((rc = tune_levers_load(o->levers_file, o->cfg_argc, o->cfg_argv, &S->lv)))
-            goto out;
-        size_t n;
-        if (fs_read_file(o->levers_file, &levers_text, &n))
-            levers_text = NULL;
-    } else {
-        /* The staged dataset lives in a folder of this tune's own (named after its --out), so
-         * tunes never share or remove each other's, and a resumed tune finds its own. */
-        char abs[1024], hex[65];
-        unsigned char d[SHA256_DIGEST_LEN];
-        if ((rc = fs_abspath(o->out, abs, sizeof abs)))
-            goto out;
-        sha256(abs, strlen(abs), d);
-        sha256_hex(d, hex);
-        snprintf(S->stage_dir, sizeof S->stage_dir, "/dev/shm/scaffold-tune-%.12s", hex);
-        tune_levers_builtin(c, S->ncpu, S->ranks, S->threads, S->stage_dir, &S->lv);
-        char buf[64];
-        snprintf(buf, sizeof buf, "built-in ncpu=%d", S->ncpu);
-        levers_text = strdup(buf);
-    }
+    if ((rc = load_levers(S, c, &levers_text)))
+        goto out;
     ssize_t sl = readlink("/proc/self/exe", S->self, sizeof S->self - 1);
     if (sl <= 0) {
         rc = err_set(ERR_IO, "cannot find the scaffold executable (/proc/self/exe)");
@@ -747,20 +825,7 @@ int tune_main(const tune_opts *o) {
     S->L.np = S->ranks;
     S->L.launcher = o->launcher;
     make_signature(S, levers_text ? levers_text : "");
-    char jpath[1100];
-    snprintf(jpath, sizeof jpath, "%s/journal.tsv", S->out);
-    if (o->resume) {
-        if ((rc = tune_journal_read(jpath, S->signature, &S->prev)))
-            goto out;
-        clean_unfinished(S);
-    } else if (fs_exists(jpath)) {
-        rc = err_set(ERR_USAGE, "%s already holds a tune (journal.tsv): continue it with "
-                                "--resume or choose a new --out", S->out);
-        goto out;
-    }
-    /* Everything is valid: from here on, files are written. */
-    if ((rc = fs_mkdir_p(S->out)) || (rc = fs_check_writable_dir(S->out)) ||
-        (rc = tune_journal_start(jpath, S->signature, o->resume, &S->journal)))
+    if ((rc = open_journal(S)))
         goto out;
     S->trials = calloc(TUNE_MAX_TRIALS, sizeof *S->trials);
     if (!S->trials) {
@@ -788,17 +853,7 @@ int tune_main(const tune_opts *o) {
     if (rc == 0 && S->stage_dir[0] && !uses_value(S, S->stage_dir) && fs_is_dir(S->stage_dir))
         fs_rm_rf(S->stage_dir);
 out:
-    if (S) {
-        if (S->journal)
-            fclose(S->journal);
-        tune_journal_free(&S->prev);
-        for (int i = 0; S->trials && i < S->ntrials; i++) {
-            free(S->trials[i].a);
-            free(S->trials[i].b);
-        }
-        free(S->trials);
-    }
-    free(S);
+    free_state(S);
     free(c);
     free(levers_text);
     return rc;

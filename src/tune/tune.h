@@ -137,24 +137,12 @@ void tune_setting_str(const tune_setting *s, const tune_levers *lv, char *buf, s
  * Returns 0 when the run could be attempted (m->ok says whether it succeeded), or an error
  * (the tracer missing, the directory unwritable).
  *
- * The run lives in a session of its own, led by a supervisor process forked from the tuner:
- * launchers give each rank a process group of its own, but every process the run starts stays
- * in that session. The supervisor has PR_SET_PDEATHSIG, so when the tuner dies (kill -9
- * included) it ends the whole session (SIGTERM, SIGKILL after 5 s) and exits; it also removes
- * whatever the run leaves behind when it ends. */
+ * The run is a job of core/job.h: a session of its own, led by a supervisor process forked from
+ * the tuner, that ends with the tuner (kill -9 included) and takes along whatever the run leaves
+ * behind; L->on_start gets its session id (job_inflight names it while it runs). A timeout
+ * sends SIGTERM to the supervisor, SIGKILL 10 s later. */
 int tune_run_one(const tune_launch *L, const tune_levers *lv, const tune_setting *s,
                  const char *dir, tune_meas *m);
-
-/* The supervisor (= session id) of the run in flight (0 when none), for signal handlers. */
-extern volatile int tune_inflight_sid;
-
-/* Sends `sig` to every process of session `sid` but the caller, unless a process `sid` runs
- * that started at another time than `start` (the id was reused; start 0: not checked).
- * Returns how many processes were signalled. */
-int tune_session_kill(int sid, unsigned long long start, int sig);
-
-/* Start time of process pid in clock ticks since boot (0 if unknown). */
-unsigned long long tune_proc_start(int pid);
 
 /* This machine: host name, CPU model, online CPUs. */
 void tune_machine(char *host, size_t hcap, char *cpu, size_t ccap, int *ncpu);

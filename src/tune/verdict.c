@@ -138,21 +138,16 @@ static double conv_tol(const tune_meas *a, int na, double (*get)(const tune_meas
     return fmax(0.02, 2 * spread_of(a, na, get, i));
 }
 
-void tune_judge(const tune_meas *a, int na, const tune_meas *b, int nb, tune_objective obj,
-                int batch_lever, double min_noise, tune_verdict *v) {
-    memset(v, 0, sizeof *v);
-    v->guard = "";
-    v->judged = obj;
-    v->base_med = v->cand_med = NAN;
-    v->d.med = v->d.lo = v->d.hi = v->d.noise = NAN;
-    v->tput_gain = v->epoch_gain = NAN;
-    v->firm = 1; /* until the noise decides */
+/* A run of either side that failed: blocked, or rejected for a non-finite loss. Returns 1 when
+ * that decided the verdict. */
+static int judge_failed_runs(const tune_meas *a, int na, const tune_meas *b, int nb,
+                             tune_verdict *v) {
     for (int i = 0; i < na; i++)
         if (!a[i].ok) {
             v->verdict = "blocked";
             snprintf(v->reason, sizeof v->reason, "the incumbent failed to run: %s",
                      a[i].error);
-            return;
+            return 1;
         }
     for (int i = 0; i < nb; i++)
         if (!b[i].ok) {
@@ -165,17 +160,13 @@ void tune_judge(const tune_meas *a, int na, const tune_meas *b, int nb, tune_obj
                 snprintf(v->reason, sizeof v->reason, "the candidate failed to run: %s",
                          b[i].error);
             }
-            return;
+            return 1;
         }
-    /* The figure of merit, measured first so that a guard's verdict carries it as evidence. A
-     * lever that changes the batch is judged on epoch time (the same samples per epoch), as
-     * samples/s is easy to inflate with the batch. */
-    tune_objective j = obj == TUNE_OBJ_THROUGHPUT && batch_lever ? TUNE_OBJ_EPOCH : obj;
-    v->judged = j;
-    const int np = na < nb ? na : nb;
-    paired_delta(a, b, np, j, min_noise, &v->d, &v->base_med, &v->cand_med, &v->pairs,
-                 &v->more_pairs);
-    /* Non-finite or rising losses. */
+    return 0;
+}
+
+/* Guard: a non-finite training or validation loss of the candidate. */
+static int guard_non_finite(const tune_meas *b, int nb, tune_verdict *v) {
     for (int i = 0; i < nb; i++) {
         const tune_meas *m = &b[i];
         for (int e = 0; e < m->nepochs; e++)
@@ -183,45 +174,57 @@ void tune_judge(const tune_meas *a, int na, const tune_meas *b, int nb, tune_obj
                 v->verdict = "guard-reject";
                 v->guard = "non-finite";
                 snprintf(v->reason, sizeof v->reason, "non-finite loss at epoch %d", e + 1);
-                return;
+                return 1;
             }
     }
-    int ne = a[0].nepochs;
-    for (int i = 1; i < na; i++)
-        ne = a[i].nepochs < ne ? a[i].nepochs : ne;
-    for (int i = 0; i < nb; i++)
-        ne = b[i].nepochs < ne ? b[i].nepochs : ne;
-    v->firm = 0;
-    if (ne >= 2) {
-        double c0 = med_of(b, nb, g_loss, 0), c1 = med_of(b, nb, g_loss, ne - 1);
-        double a0 = med_of(a, na, g_loss, 0), a1 = med_of(a, na, g_loss, ne - 1);
-        if (c1 > c0 * (1 + conv_tol(b, nb, g_loss, ne - 1)) && a1 <= a0) {
-            v->verdict = "guard-reject";
-            v->guard = "rising-loss";
-            snprintf(v->reason, sizeof v->reason,
-                     "rising losses: training loss %.4g at epoch 1 -> %.4g at epoch %d while the "
-                     "incumbent's falls (%.4g -> %.4g)", c0, c1, ne, a0, a1);
-            return;
-        }
-    }
-    /* Does less: compare's work check on the traces. */
+    return 0;
+}
+
+/* Guard: the candidate's training loss rises over the ne epochs every run has while the
+ * incumbent's falls. */
+static int guard_rising_loss(const tune_meas *a, int na, const tune_meas *b, int nb, int ne,
+                             tune_verdict *v) {
+    if (ne < 2)
+        return 0;
+    double c0 = med_of(b, nb, g_loss, 0), c1 = med_of(b, nb, g_loss, ne - 1);
+    double a0 = med_of(a, na, g_loss, 0), a1 = med_of(a, na, g_loss, ne - 1);
+    if (!(c1 > c0 * (1 + conv_tol(b, nb, g_loss, ne - 1)) && a1 <= a0))
+        return 0;
+    v->verdict = "guard-reject";
+    v->guard = "rising-loss";
+    snprintf(v->reason, sizeof v->reason,
+             "rising losses: training loss %.4g at epoch 1 -> %.4g at epoch %d while the "
+             "incumbent's falls (%.4g -> %.4g)", c0, c1, ne, a0, a1);
+    return 1;
+}
+
+/* Guard: does less, by compare's work check on the traces (cr: its result, whose datapath
+ * note the verdict's reason carries). */
+static int guard_does_less(const tune_meas *a, int na, const tune_meas *b, int nb,
+                           an_compare_result *cr, tune_verdict *v) {
     an_run ra[TUNE_MAX_REPEATS], rb[TUNE_MAX_REPEATS];
     int ka = 0, kb = 0;
     for (int i = 0; i < na && ka < TUNE_MAX_REPEATS; i++)
         ra[ka++] = a[i].run;
     for (int i = 0; i < nb && kb < TUNE_MAX_REPEATS; i++)
         rb[kb++] = b[i].run;
-    an_compare_result cr;
-    memset(&cr, 0, sizeof cr);
-    an_compare_work(ra, (size_t)ka, rb, (size_t)kb, &cr);
-    if (cr.does_less) {
-        v->firm = 1;
-        v->verdict = "guard-reject";
-        v->guard = "does-less";
-        snprintf(v->reason, sizeof v->reason, "does less, not faster: %s", cr.less);
-        return;
-    }
-    /* Phantom throughput: the effective batch changed without a batch lever. */
+    memset(cr, 0, sizeof *cr);
+    an_compare_work(ra, (size_t)ka, rb, (size_t)kb, cr);
+    if (!cr->does_less)
+        return 0;
+    v->firm = 1;
+    v->verdict = "guard-reject";
+    v->guard = "does-less";
+    snprintf(v->reason, sizeof v->reason, "does less, not faster: %s", cr->less);
+    return 1;
+}
+
+/* Guard: phantom throughput, either the effective batch changed without a batch lever or
+ * samples/s went up while the epoch time did not go down. Sets v's throughput and epoch gains
+ * on the way. */
+static int guard_phantom(const tune_meas *a, int na, const tune_meas *b, int nb,
+                         tune_objective obj, int batch_lever, double min_noise,
+                         tune_verdict *v) {
     double sa = med_of(a, na, g_sps, 0), sb = med_of(b, nb, g_sps, 0);
     double pa = med_of(a, na, g_spe, 0), pb = med_of(b, nb, g_spe, 0);
     if (!batch_lever && sa > 0 && sb > 0 && fabs(sb / sa - 1) > 0.01) {
@@ -232,8 +235,9 @@ void tune_judge(const tune_meas *a, int na, const tune_meas *b, int nb, tune_obj
                  "phantom throughput: %.3g samples per step against the incumbent's %.3g "
                  "(%.3g vs %.3g samples per epoch): the effective batch changed",
                  sb, sa, pb, pa);
-        return;
+        return 1;
     }
+    const int np = na < nb ? na : nb;
     an_delta dt, de;
     double ta, tb, ea, eb;
     int pt, pe, mt, me;
@@ -248,9 +252,15 @@ void tune_judge(const tune_meas *a, int na, const tune_meas *b, int nb, tune_obj
         snprintf(v->reason, sizeof v->reason,
                  "phantom throughput: samples/s %+.1f%% but epoch time not down (%+.1f%% better, "
                  "band +-%.1f%%)", 100 * dt.med, 100 * de.med, 100 * de.noise);
-        return;
+        return 1;
     }
-    /* Degraded convergence: the candidate's losses above the incumbent's beyond the band. */
+    return 0;
+}
+
+/* Guard: degraded convergence, the candidate's losses above the incumbent's beyond the band at
+ * some epoch, or its last validation Dice below. */
+static int guard_convergence(const tune_meas *a, int na, const tune_meas *b, int nb, int ne,
+                             tune_objective obj, int batch_lever, tune_verdict *v) {
     static const struct {
         const char *name;
         double (*get)(const tune_meas *, int);
@@ -273,7 +283,7 @@ void tune_judge(const tune_meas *a, int na, const tune_meas *b, int nb, tune_obj
                              ? "; the lever changes the global batch, so fewer steps per epoch: "
                                "--objective time-to-target judges it on the time to the target"
                              : "");
-                return;
+                return 1;
             }
         }
     if (ne >= 1) {
@@ -285,9 +295,16 @@ void tune_judge(const tune_meas *a, int na, const tune_meas *b, int nb, tune_obj
             snprintf(v->reason, sizeof v->reason,
                      "degraded convergence: validation Dice %.4f at epoch %d against the "
                      "incumbent's %.4f (band %.3f)", y, ne, x, tol);
-            return;
+            return 1;
         }
     }
+    return 0;
+}
+
+/* No guard spoke: the verdict from the figure of merit's paired change (v->d) on objective j
+ * (obj: the one asked for), with compare's datapath note when it has one. */
+static void judge_fom(tune_objective obj, tune_objective j, double min_noise,
+                      const char *datapath, tune_verdict *v) {
     int sign = an_delta_sign(&v->d);
     if (isnan(v->d.med)) {
         v->verdict = "blocked";
@@ -325,6 +342,42 @@ void tune_judge(const tune_meas *a, int na, const tune_meas *b, int nb, tune_obj
                                 : "within the noise",
                      more, batch_note);
     }
-    if (cr.datapath[0] && n > 0 && (size_t)n < sizeof v->reason)
-        snprintf(v->reason + n, sizeof v->reason - (size_t)n, "; %s", cr.datapath);
+    if (datapath[0] && n > 0 && (size_t)n < sizeof v->reason)
+        snprintf(v->reason + n, sizeof v->reason - (size_t)n, "; %s", datapath);
+}
+
+void tune_judge(const tune_meas *a, int na, const tune_meas *b, int nb, tune_objective obj,
+                int batch_lever, double min_noise, tune_verdict *v) {
+    memset(v, 0, sizeof *v);
+    v->guard = "";
+    v->judged = obj;
+    v->base_med = v->cand_med = NAN;
+    v->d.med = v->d.lo = v->d.hi = v->d.noise = NAN;
+    v->tput_gain = v->epoch_gain = NAN;
+    v->firm = 1; /* until the noise decides */
+    if (judge_failed_runs(a, na, b, nb, v))
+        return;
+    /* The figure of merit, measured first so that a guard's verdict carries it as evidence. A
+     * lever that changes the batch is judged on epoch time (the same samples per epoch), as
+     * samples/s is easy to inflate with the batch. */
+    tune_objective j = obj == TUNE_OBJ_THROUGHPUT && batch_lever ? TUNE_OBJ_EPOCH : obj;
+    v->judged = j;
+    const int np = na < nb ? na : nb;
+    paired_delta(a, b, np, j, min_noise, &v->d, &v->base_med, &v->cand_med, &v->pairs,
+                 &v->more_pairs);
+    if (guard_non_finite(b, nb, v))
+        return;
+    /* The epochs every run has. */
+    int ne = a[0].nepochs;
+    for (int i = 1; i < na; i++)
+        ne = a[i].nepochs < ne ? a[i].nepochs : ne;
+    for (int i = 0; i < nb; i++)
+        ne = b[i].nepochs < ne ? b[i].nepochs : ne;
+    v->firm = 0;
+    an_compare_result cr;
+    if (guard_rising_loss(a, na, b, nb, ne, v) || guard_does_less(a, na, b, nb, &cr, v) ||
+        guard_phantom(a, na, b, nb, obj, batch_lever, min_noise, v) ||
+        guard_convergence(a, na, b, nb, ne, obj, batch_lever, v))
+        return;
+    judge_fom(obj, j, min_noise, cr.datapath, v);
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Core unit tests (err, rng, npy, fsutil, config, opt, fault, claim, cpus), the rank agreement of the merged
+# Core unit tests (err, rng, npy, fsutil, config, opt, fault, claim, cpus, job), the rank agreement of the merged
 # configuration, plus .npy interoperability with numpy.
 cd "$(dirname "$0")/../.." && source tests/lib.sh
 t_cbin "$BUILD/tests/core/test_core"
@@ -8,6 +8,7 @@ t_cbin "$BUILD/tests/core/test_opt"
 t_cbin "$BUILD/tests/core/test_fault"
 t_cbin "$BUILD/tests/core/test_claim"
 t_cbin "$BUILD/tests/core/test_cpus"
+t_cbin "$BUILD/tests/core/test_job"
 d=$(t_tmpdir)
 
 # Ranks that disagree on the merged configuration: one message naming the keys, exit 2, no hang,

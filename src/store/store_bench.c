@@ -3,7 +3,7 @@
  * Each rank's shard holds self-describing rows (word w of global row g = mix64(g, w)), every
  * timed run ends by checking the rows of its last call, and the baseline (local memcpy of random
  * rows) runs on all ranks at once, like the reads, so both see the same memory-bus contention. */
-#include "cli/store_bench.h"
+#include "store/store_bench.h"
 
 #include "core/err.h"
 #include "core/fsutil.h"
