@@ -147,7 +147,7 @@ void train_cpu_report(const dist_node_cpu *n) {
 
 void train_state_free(train_state *s) {
     train_grad_free(s);
-    dist_grid_free(&s->grid);
+    par_grid_free(&s->grid);
     ds_loader_destroy(s->train);
     ds_loader_destroy(s->val);
     memsource_free(&s->mem);
@@ -298,7 +298,7 @@ static int build_grid(const scaffold_config *c, const dist_world *w, train_state
     int axes[3];
     for (int i = 0; i < l.n; i++)
         axes[i] = l.dims[i] - 2;
-    rc = dist_grid_create(&s->grid, w, l.n, axes, l.counts);
+    rc = par_grid_create(&s->grid, w, l.n, axes, l.counts);
     s->replicas = s->grid.nrep;
     s->replica = s->grid.replica;
     return rc;
@@ -318,7 +318,7 @@ int train_setup(scaffold_config *c, const dist_world *w, train_device *dev, trai
     if (rc == 0)
         rc = dist_agree(w, build_model(c, s));
     if (rc == 0 && s->grid.T > 1) {
-        dist_spatial_init(&s->sp, &s->grid, !strcmp(c->group_norm_stats, "global"));
+        par_spatial_init(&s->sp, &s->grid, !strcmp(c->group_norm_stats, "global"));
         s->model.shard = &s->sp.ops;
     }
     if (rc == 0)

@@ -13,15 +13,16 @@
  *   ckpt.c   ckpt_resume (load on rank 0, agree, broadcast) with the checkpoint files.
  *
  * Every function taking the state is collective over the world and returns an agreed error
- * where it says so. All MPI goes through src/dist. */
+ * where it says so. All MPI goes through src/mpi (the base) and src/parallel (DistConv, gradient
+ * buckets). */
 #ifndef SCAFFOLD_TRAIN_TRAIN_H
 #define SCAFFOLD_TRAIN_TRAIN_H
 
 #include "core/config.h"
 #include "dataset/dataset.h"
-#include "dist/dist.h"
-#include "dist/grad.h"
-#include "dist/grid.h"
+#include "mpi/dist.h"
+#include "parallel/grad.h"
+#include "parallel/grid.h"
 #include "nn/backend.h"
 #include "nn/optim.h"
 #include "nn/unet.h"
@@ -49,9 +50,9 @@ void train_device_close(train_device *d);
 typedef struct train_state {
     const scaffold_config *cfg;
     const dist_world *w; /* the world */
-    dist_grid grid;      /* replicas x spatial shards; grid.replicas sums the epoch statistics */
-    dist_spatial sp;     /* the model's sharding hooks when the volume is split (T > 1) */
-    dist_grad grad;      /* the bucketed, overlapped gradient all-reduce (world size > 1) */
+    par_grid grid;      /* replicas x spatial shards; grid.replicas sums the epoch statistics */
+    par_spatial sp;     /* the model's sharding hooks when the volume is split (T > 1) */
+    par_grad grad;      /* the bucketed, overlapped gradient all-reduce (world size > 1) */
     train_device dev;    /* the backend; on a GPU its NCCL all-reduce replaces grad */
     int replicas, replica;
     dataset *ds;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Spatial parallelism (src/dist, DistConv semantics): process grid and halo exchange, the
+# Spatial parallelism (src/parallel over src/mpi, DistConv semantics): process grid and halo exchange, the
 # sharded U-Net against the unsharded one and against PyTorch's per-shard GroupNorm, then
 # `scaffold benchmark` with dc_num_shards: losses vs unsharded, bad layouts, resume across
 # layouts, the in-memory store, a failure in the middle of an exchange. Oversubscribed (up to 8

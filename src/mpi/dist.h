@@ -1,9 +1,18 @@
-/* dist: the MPI layer. One `dist_world` per process (rank, size, communicator); a single process
- * started without mpirun is a valid 1-rank world (singleton init). The error agreement here is
- * what keeps a failure on one rank from hanging the others: every fallible collective step ends
- * with dist_agree(), which gives all ranks the same return code and the failing rank's message. */
-#ifndef SCAFFOLD_DIST_DIST_H
-#define SCAFFOLD_DIST_DIST_H
+/* dist: the MPI base (src/mpi). One `dist_world` per process (rank, size, communicator); a single
+ * process started without mpirun is a valid 1-rank world (singleton init). The error agreement
+ * here is what keeps a failure on one rank from hanging the others: every fallible collective
+ * step ends with dist_agree(), which gives all ranks the same return code and the failing rank's
+ * message.
+ *
+ * The product's collectives go through this module (the fractal library, the dataset, training,
+ * the NCCL bootstrap of the CUDA backend); it includes no engine (nn/) header, so everything that
+ * only needs MPI sits below the engine. On purpose outside it: src/trace (its PMPI wrappers are
+ * MPI by nature), src/store (one-sided windows are its job) and src/parallel (non-blocking halo
+ * exchanges with subarray datatypes and the overlapped gradient all-reduce, on communicators of
+ * its own). The prefix stays `dist_`: a lower-case `mpi_` would collide with the Fortran
+ * bindings' symbols (mpi_bcast, ...) that MPI libraries export. */
+#ifndef SCAFFOLD_MPI_DIST_H
+#define SCAFFOLD_MPI_DIST_H
 
 #include <mpi.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
 /* dist: MPI world setup, error agreement and small collectives (see dist.h). */
-#include "dist/dist.h"
+#include "mpi/dist.h"
 
 #include "core/err.h"
 #include "core/prof.h"
