@@ -272,7 +272,7 @@ static int generate_classes(const fractal_spec *c, const dist_world *w, int need
                   nmine, time_now() - tr0);
         /* Gather the accepted proposals on rank 0, in rank order = attempt order. */
         int total = 0;
-        MPI_Gather(&nmine, 1, MPI_INT, counts, 1, MPI_INT, 0, w->comm);
+        dist_gather_ints(w, &nmine, 1, counts, 0);
         ifs_params *all = NULL;
         if (w->rank == 0) {
             for (int r = 0; r < w->size; r++) {
@@ -282,8 +282,8 @@ static int generate_classes(const fractal_spec *c, const dist_world *w, int need
             }
             all = malloc((size_t)(total ? total : 1) * sizeof *all);
         }
-        MPI_Gatherv(mine, nmine * IFS_NPARAMS, MPI_DOUBLE, all, counts, displs, MPI_DOUBLE, 0,
-                    w->comm);
+        dist_gatherv_doubles(w, (const double *)mine, nmine * IFS_NPARAMS, (double *)all, counts,
+                             displs, 0);
         base += per * w->size;
         if (w->rank == 0) {
             accepted_total += total;
@@ -692,8 +692,8 @@ static int generate_instances(const fractal_spec *c, const dist_world *w, fracta
         }
     }
     rc = dist_agree(w, rc);
-    if (rc == 0 && w->size > 1)
-        MPI_Allreduce(MPI_IN_PLACE, failed, ncat, MPI_INT, MPI_MAX, w->comm);
+    if (rc == 0)
+        dist_max_ints(w, failed, ncat);
     out->rejected = 0;
     for (int i = 0; i < ncat; i++)
         out->rejected += failed[i] != 0;
