@@ -28,6 +28,15 @@ static int shard_id(int n, const int axes[], const int counts[], const int idx[3
     return id;
 }
 
+int par_grid_check(int world_size, int T) {
+    if (world_size % T == 0)
+        return 0;
+    return err_set(ERR_CONFIG,
+                   "world size %d is not divisible by the number of spatial shards %d "
+                   "(dc_num_shards); run on a multiple of %d ranks or change dc_num_shards",
+                   world_size, T, T);
+}
+
 int par_grid_create(par_grid *g, const dist_world *w, int n, const int axes[],
                      const int counts[]) {
     memset(g, 0, sizeof *g);
@@ -42,12 +51,7 @@ int par_grid_create(par_grid *g, const dist_world *w, int n, const int axes[],
         T *= counts[i];
         g->counts[axes[i]] = counts[i];
     }
-    if (w->size % T != 0)
-        rc = err_set(ERR_CONFIG,
-                     "world size %d is not divisible by the number of spatial shards %d "
-                     "(dc_num_shards); run on a multiple of %d ranks or change dc_num_shards",
-                     w->size, T, T);
-    rc = dist_agree(w, rc);
+    rc = dist_agree(w, par_grid_check(w->size, T));
     if (rc)
         return rc;
     g->T = T;

@@ -37,6 +37,10 @@ typedef struct par_grid {
 /* Collective over w. n (axis, count) pairs in the layout's order, axis 0..2 = D, H, W (unique),
  * count >= 1. The world size must be a multiple of the product T: otherwise ERR_CONFIG naming
  * dc_num_shards, agreed. par_grid_free is NULL-safe and idempotent. */
+/* Local: 0 when a world of world_size ranks splits into replicas of T spatial shards, else
+ * ERR_CONFIG naming dc_num_shards and the fix (the caller agrees). */
+int par_grid_check(int world_size, int T);
+
 int par_grid_create(par_grid *g, const dist_world *w, int n, const int axes[],
                      const int counts[]);
 void par_grid_free(par_grid *g);

@@ -27,20 +27,17 @@ static size_t cudnn_ws_bytes(void) {
 }
 #endif
 
-int train_device_open(const scaffold_config *c, const dist_world *w, train_device *d) {
+int train_device_open(const scaffold_config *c, const ds_layout *l, const dist_world *w,
+                      train_device *d) {
     memset(d, 0, sizeof *d);
     d->gpu = -1;
     int rc = 0;
 #ifdef SCAFFOLD_CUDA
     /* A spatially sharded run needs the halo exchanges and spatial sums of the CPU engine. */
-    ds_layout l;
-    rc = ds_layout_from_config(c, &l);
-    const char *cpu_only =
-        rc == 0 && ds_layout_total(&l) > 1
-            ? "spatial sharding (dc_num_shards) runs on the CPU backend only"
-            : NULL;
-    if (rc == 0)
-        rc = cu_device_select(c->device, w->comm, cpu_only, &d->gpu, d->note, sizeof d->note);
+    const char *cpu_only = ds_layout_total(l) > 1
+                               ? "spatial sharding (dc_num_shards) runs on the CPU backend only"
+                               : NULL;
+    rc = cu_device_select(c->device, w->comm, cpu_only, &d->gpu, d->note, sizeof d->note);
     rc = dist_agree(w, rc);
     if (rc == 0 && d->gpu >= 0) {
         rc = dist_agree(w, cu_backend_create(&d->be, d->gpu, c->torch_amp, cudnn_ws_bytes()));
@@ -50,7 +47,7 @@ int train_device_open(const scaffold_config *c, const dist_world *w, train_devic
     if (rc)
         return rc;
 #else
-    (void)c, (void)w;
+    (void)c, (void)l, (void)w;
 #endif
     const char *dm = getenv("SCAFFOLD_DEVMEM");
     if (d->gpu < 0 && dm && !strcmp(dm, "1")) {
