@@ -4,7 +4,7 @@
 For the ScaFFold U-Net (levels L = problem_scale - unet_bottleneck_dim, base channels C0,
 channels C0 * 2^i at level i, K classes) trained with batch 1 per replica on a volume of side
 V = 2^problem_scale split into kd x kh x kw blocks, this computes per rank and per optimizer
-step exactly what src/dist sends:
+step exactly what src/parallel sends:
 
   halo    every Conv3d k3 exchanges one voxel plane per side of each sharded axis: the input
           in the forward pass, the input again and the output gradient in the backward pass

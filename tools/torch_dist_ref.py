@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch reference for scaffold's spatial parallelism (src/dist, group_norm_stats: shard).
+"""PyTorch reference for scaffold's spatial parallelism (src/parallel, group_norm_stats: shard).
 
 Upstream DistConv (reference scaffold-upstream.md section 10.3) splits the volume over ranks;
 its convolutions exchange halos, so they compute exactly what the unsharded convolution

@@ -17,7 +17,7 @@
 #include "core/fsutil.h"
 #include "core/log.h"
 #include "dataset/dataset.h"
-#include "dist/dist.h"
+#include "mpi/dist.h"
 
 #include <errno.h>
 #include <fcntl.h>

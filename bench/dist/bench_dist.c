@@ -1,4 +1,4 @@
-/* bench_dist: one training step of the U-Net split over ranks (src/dist), timed and split into
+/* bench_dist: one training step of the U-Net split over ranks (src/parallel), timed and split into
  * its parts, under mpirun. Every rank builds the model on its block of a synthetic volume
  * (D x H x W, any extents divisible as the layout needs), runs WARMUP + STEPS steps (forward,
  * loss, backward with the bucketed gradient all-reduce, Adam), and rank 0 prints one line:
@@ -8,7 +8,7 @@
  *        act_mib_per_rank M params P
  *
  * Times are medians over the steps of the per-step maximum over ranks. A barrier between the
- * backward pass and dist_grad_finish separates the ranks' skew (skew_s: waiting for the slowest
+ * backward pass and par_grad_finish separates the ranks' skew (skew_s: waiting for the slowest
  * rank's backward pass, which no overlap can hide) from the exposed gradient wait (what is left
  * of the all-reduce once every rank has finished computing). compute = step - halo wait - sums
  * - skew - exposed (what the rank spent computing, including the progress thread's share).
@@ -21,8 +21,8 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/opt.h"
-#include "dist/grad.h"
-#include "dist/grid.h"
+#include "parallel/grad.h"
+#include "parallel/grid.h"
 #include "nn/optim.h"
 #include "nn/unet.h"
 
@@ -73,9 +73,9 @@ int main(int argc, char **argv) {
     }
     static const int axes[3] = {0, 1, 2};
     const int counts[3] = {sd, shh, sw};
-    dist_grid g;
+    par_grid g;
     if (rc == 0)
-        rc = dist_grid_create(&g, &w, 3, axes, counts);
+        rc = par_grid_create(&g, &w, 3, axes, counts);
     if (rc) {
         if (w.rank == 0)
             fprintf(stderr, "bench_dist: %s\n", err_msg());
@@ -86,8 +86,8 @@ int main(int argc, char **argv) {
     nn_unet_spec spec = {3, 6, layers, base, 8 < base ? 8 : base};
     nn_unet m;
     nn_optim o;
-    dist_spatial sp;
-    dist_grad gr;
+    par_spatial sp;
+    par_grad gr;
     rc = nn_unet_create_opts(&m, &spec, &(nn_unet_opts){.sharded = g.T > 1}, batch, ext[0],
                              ext[1], ext[2]);
     if (rc == 0)
@@ -101,10 +101,10 @@ int main(int argc, char **argv) {
     }
     nn_unet_init_params(&m, 1);
     if (g.T > 1) {
-        dist_spatial_init(&sp, &g, !shard_stats);
+        par_spatial_init(&sp, &g, !shard_stats);
         m.shard = &sp.ops;
     }
-    dist_grad_init(&gr, &w, &m, 1.0 / g.nrep);
+    par_grad_init(&gr, &w, &m, 1.0 / g.nrep);
     const size_t S = (size_t)ext[0] * ext[1] * ext[2];
     float *x = malloc((size_t)batch * 3 * S * sizeof *x), cw[6] = {1, 3, 3, 3, 3, 3};
     uint16_t *y = malloc((size_t)batch * S * sizeof *y);
@@ -125,12 +125,12 @@ int main(int argc, char **argv) {
         dist_barrier(&w);
         double t0 = time_now();
         nn_unet_zero_grad(&m);
-        dist_grad_begin(&gr);
+        par_grad_begin(&gr);
         rc = nn_unet_forward_backward(&m, x, y, batch, cw, &loss, &dice);
         double k0 = time_now();
         dist_barrier(&w);
         double sk = time_now() - k0;
-        dist_grad_finish(&gr);
+        par_grad_finish(&gr);
         nn_clip_grad_norm(m.grads, m.nparams, 1.0);
         nn_optim_step(&o, m.params, m.grads, 1e-3);
         double t = time_now() - t0;
@@ -171,8 +171,8 @@ int main(int argc, char **argv) {
     }
     if (rc && w.rank == 0)
         fprintf(stderr, "bench_dist: %s\n", err_msg());
-    dist_grad_free(&gr);
-    dist_grid_free(&g);
+    par_grad_free(&gr);
+    par_grid_free(&g);
     nn_unet_free(&m);
     nn_optim_free(&o);
     free(x), free(y), free(ts), free(th), free(tg), free(te), free(tc), free(tb), free(tk);

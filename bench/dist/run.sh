@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Spatial and data parallelism (src/dist) measured with bench_dist, one OpenMP thread per rank,
+# Spatial and data parallelism (src/parallel) measured with bench_dist, one OpenMP thread per rank,
 # each configuration REPS times (default 3) interleaved, medians of the per-step maxima over
 # ranks. Baselines measured in the same run:
 #  1. strong scaling, fixed volume (64^3, base 16, 3 levels): 2 ranks [2,1,1] and 4 ranks

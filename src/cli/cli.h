@@ -6,7 +6,7 @@
 
 #include "core/config.h"
 #include "core/opt.h"
-#include "dist/dist.h"
+#include "mpi/dist.h"
 
 int cmd_generate_fractals(int argc, char **argv);
 int cmd_generate_dataset(int argc, char **argv);

@@ -5,7 +5,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "core/prof.h"
-#include "dist/dist.h"
+#include "mpi/dist.h"
 #include "core/fsutil.h"
 #include "train/bench.h"
 #include "train/profile.h"

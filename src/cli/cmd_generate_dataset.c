@@ -5,7 +5,7 @@
 #include "core/err.h"
 #include "core/log.h"
 #include "dataset/dataset.h"
-#include "dist/dist.h"
+#include "mpi/dist.h"
 #include "fractal/library.h"
 
 #include <stdio.h>

@@ -4,7 +4,7 @@
 #include "core/err.h"
 #include "core/fsutil.h"
 #include "core/log.h"
-#include "dist/dist.h"
+#include "mpi/dist.h"
 #include "fractal/library.h"
 
 #include <stdio.h>

@@ -2,7 +2,7 @@
  * parsing and exit codes only; the measurements live in src/store/store_bench.c). */
 #include "cli/cli.h"
 #include "core/err.h"
-#include "dist/dist.h"
+#include "mpi/dist.h"
 #include "store/store_bench.h"
 
 #include <stdio.h>

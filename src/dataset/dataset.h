@@ -42,7 +42,7 @@
 #include "dataset/cache.h"
 #include "dataset/layout.h"
 #include "dataset/loader.h"
-#include "dist/dist.h"
+#include "mpi/dist.h"
 
 #include <stddef.h>
 #include <stdint.h>

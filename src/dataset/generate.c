@@ -163,6 +163,124 @@ static int make_tree(const char *staging, const ds_plan *plan) {
     return ds_plan_write_csv(plan, p);
 }
 
+/* Collective: the layout checked and the volume plan made from the spec (freed on error, where
+ * it is zeroed), agreed. */
+static int prepare_plan(const ds_spec *c, const dist_world *w, ds_plan *plan) {
+    int rc = ds_layout_check(&c->layout, c->vol_size, ERR_CONFIG,
+                             "keys 'dc_num_shards'/'dc_shard_dims'");
+    if (rc == 0 && c->n_categories > 65535)
+        rc = err_set(ERR_CONFIG, "key 'n_categories': %d classes do not fit the uint16 mask",
+                     c->n_categories);
+    if (rc == 0)
+        rc = ds_plan_make(c, plan);
+    else
+        memset(plan, 0, sizeof *plan);
+    rc = dist_agree(w, rc);
+    if (rc)
+        ds_plan_free(plan);
+    return rc;
+}
+
+/* Rank 0: looks for a cached dataset (*found, its folder in path); without one, takes the
+ * config_id's claim (cache.h), which also makes debris removal safe, and looks again, as the job
+ * it waited for (*waited) may have published what this one needs. The claim is kept only when
+ * this job must generate. */
+static int find_or_claim(const ds_spec *c, const char *cfgdir, const char *claim, char *path,
+                         size_t pathsz, dataset_prep_info *info, int *found, int *waited) {
+    const char *commit = c->enforce_commit_id ? DS_CODE_VERSION : NULL;
+    int rc = 0;
+    /* Nothing is written before we know we must generate: a cached dataset on a read-only
+     * file system is still usable. */
+    if (!c->from_scratch) {
+        rc = ds_cache_find(cfgdir, info->config_id, commit, path, pathsz);
+        *found = rc == 1;
+        if (rc == 1)
+            rc = 0;
+    }
+    if (rc == 0 && *found && ds_cache_has_staging(cfgdir)) {
+        /* A killed generation's staging directory beside a usable dataset: removed when its
+         * writer is gone (never waited for; on a read-only file system it just stays). */
+        if (claim_try(claim, NULL) == 1) {
+            ds_cache_remove_staging(cfgdir, &info->stale_removed);
+            claim_release(claim);
+        }
+        err_clear();
+    }
+    if (rc == 0 && !*found)
+        rc = fs_check_writable_dir(cfgdir);
+    if (rc == 0 && !*found) {
+        char what[FS_PATH_MAX + 64];
+        snprintf(what, sizeof what, "the dataset %s (config_id %s)", cfgdir, info->config_id);
+        double t_wait = time_now();
+        rc = claim_take(claim, what);
+        *waited = time_now() - t_wait > 0.05;
+        if (rc == 0)
+            rc = ds_cache_remove_staging(cfgdir, &info->stale_removed);
+        /* The job this one waited for may have published what it needs. */
+        if (rc == 0 && !c->from_scratch) {
+            rc = ds_cache_find(cfgdir, info->config_id, commit, path, pathsz);
+            *found = rc == 1;
+            if (rc == 1)
+                rc = 0;
+        }
+        if (rc || *found)
+            claim_release(claim);
+    }
+    return rc;
+}
+
+/* Collective: this rank's block of the (volume, shard) tasks written into staging, rank 0
+ * reporting progress; g's byte and file counts say what was written. Agreed. */
+static int generate_tasks(gen_state *g, const dist_world *w, const char *staging, double t0) {
+    const int ntotal = ds_layout_total(&g->layout);
+    const size_t ntasks = (size_t)g->plan->num_volumes * (size_t)ntotal;
+    int rc = gen_alloc(g);
+    size_t lo, hi;
+    dist_block(w, ntasks, &lo, &hi);
+    double last_log = t0;
+    for (size_t t = lo; rc == 0 && t < hi; t++) {
+        rc = gen_task(g, staging, (int)(t / (size_t)ntotal), (int)(t % (size_t)ntotal));
+        double now = time_now();
+        if (w->rank == 0 && (now - last_log > 5.0 || t + 1 == hi)) {
+            log_info("dataset: rank 0 %zu/%zu tasks, %.1f MB written, %.1f s", t + 1 - lo,
+                     hi - lo, (double)g->bytes / 1e6, now - t0);
+            last_log = now;
+        }
+    }
+    gen_free(g);
+    return dist_agree(w, rc);
+}
+
+/* Rank 0: the staging tree's meta.yaml (with the mask values of both splits), then the tree
+ * published under cfgdir; path receives the published folder. */
+static int publish(const ds_spec *c, const ds_plan *plan, const char *staging,
+                   const char *cfgdir, char *path, size_t pathsz) {
+    int *tv = malloc(((size_t)c->n_categories + 1) * 2 * sizeof *tv);
+    if (!tv)
+        return err_set(ERR_NOMEM, "out of memory");
+    int *vv = tv + c->n_categories + 1;
+    int ntv = ds_plan_mask_values(plan, 0, tv), nvv = ds_plan_mask_values(plan, 1, vv);
+    snprintf(path, pathsz, "%s/meta.yaml", staging);
+    int rc = ds_meta_write(path, c, plan->num_volumes, plan->n_train, plan->n_val, tv, ntv, vv,
+                           nvv);
+    free(tv);
+    if (rc == 0)
+        rc = ds_cache_publish(staging, cfgdir, path, pathsz);
+    return rc;
+}
+
+/* Rank 0, after a failed generation: nothing partial stays visible; the staging directory is
+ * removed here (a killed run leaves it hidden, with its claim, until the next holder removes
+ * it), keeping the error's message. */
+static void discard_staging(const char *staging, int rc) {
+    if (!staging[0] || !fs_is_dir(staging))
+        return;
+    char msg[ERR_MSG_MAX];
+    snprintf(msg, sizeof msg, "%s", err_msg());
+    fs_rm_rf(staging);
+    err_set(rc, "%s", msg);
+}
+
 int dataset_prepare(const ds_spec *c, const dist_world *w, char *dir, size_t dirsz,
                     dataset_prep_info *info) {
     dataset_prep_info local;
@@ -174,68 +292,16 @@ int dataset_prepare(const ds_spec *c, const dist_world *w, char *dir, size_t dir
     snprintf(cfgdir, sizeof cfgdir, "%s/%s", c->dataset_dir, info->config_id);
 
     ds_plan plan;
-    ds_layout layout = c->layout;
-    int rc = ds_layout_check(&layout, c->vol_size, ERR_CONFIG, "keys 'dc_num_shards'/'dc_shard_dims'");
-    if (rc == 0 && c->n_categories > 65535)
-        rc = err_set(ERR_CONFIG, "key 'n_categories': %d classes do not fit the uint16 mask",
-                     c->n_categories);
-    if (rc == 0)
-        rc = ds_plan_make(c, &plan);
-    else
-        memset(&plan, 0, sizeof plan);
-    rc = dist_agree(w, rc);
-    if (rc) {
-        ds_plan_free(&plan);
+    int rc = prepare_plan(c, w, &plan);
+    if (rc)
         return rc;
-    }
     info->num_volumes = plan.num_volumes;
 
-    /* Rank 0: look for a cached dataset; without one, generate under the config_id's claim
-     * (cache.h), which also makes debris removal safe. */
     char path[FS_PATH_MAX] = "", claim[FS_PATH_MAX + 16];
     ds_cache_claim_path(cfgdir, claim, sizeof claim);
-    const char *commit = c->enforce_commit_id ? DS_CODE_VERSION : NULL;
     int found = 0, waited = 0;
-    if (w->rank == 0) {
-        /* Nothing is written before we know we must generate: a cached dataset on a read-only
-         * file system is still usable. */
-        if (!c->from_scratch) {
-            rc = ds_cache_find(cfgdir, info->config_id, commit, path, sizeof path);
-            found = rc == 1;
-            if (rc == 1)
-                rc = 0;
-        }
-        if (rc == 0 && found && ds_cache_has_staging(cfgdir)) {
-            /* A killed generation's staging directory beside a usable dataset: removed when its
-             * writer is gone (never waited for; on a read-only file system it just stays). */
-            if (claim_try(claim, NULL) == 1) {
-                ds_cache_remove_staging(cfgdir, &info->stale_removed);
-                claim_release(claim);
-            }
-            err_clear();
-        }
-        if (rc == 0 && !found)
-            rc = fs_check_writable_dir(cfgdir);
-        if (rc == 0 && !found) {
-            char what[FS_PATH_MAX + 64];
-            snprintf(what, sizeof what, "the dataset %s (config_id %s)", cfgdir,
-                     info->config_id);
-            double t_wait = time_now();
-            rc = claim_take(claim, what);
-            waited = time_now() - t_wait > 0.05;
-            if (rc == 0)
-                rc = ds_cache_remove_staging(cfgdir, &info->stale_removed);
-            /* The job this one waited for may have published what it needs. */
-            if (rc == 0 && !c->from_scratch) {
-                rc = ds_cache_find(cfgdir, info->config_id, commit, path, sizeof path);
-                found = rc == 1;
-                if (rc == 1)
-                    rc = 0;
-            }
-            if (rc || found)
-                claim_release(claim);
-        }
-    }
+    if (w->rank == 0)
+        rc = find_or_claim(c, cfgdir, claim, path, sizeof path, info, &found, &waited);
     rc = dist_agree(w, rc);
     if (rc) {
         ds_plan_free(&plan);
@@ -261,64 +327,27 @@ int dataset_prepare(const ds_spec *c, const dist_world *w, char *dir, size_t dir
     }
     rc = dist_agree(w, rc);
     dist_bcast(w, staging, sizeof staging, 0);
-    int ntotal = ds_layout_total(&layout);
-    size_t ntasks = (size_t)plan.num_volumes * (size_t)ntotal;
     if (rc == 0)
         log_info("dataset: generating %d volumes x %d shard(s) (config_id %s, %d^3 voxels, "
                  "%d rank(s)) in %s",
-                 plan.num_volumes, ntotal, info->config_id, c->vol_size, w->size, staging);
+                 plan.num_volumes, ds_layout_total(&c->layout), info->config_id, c->vol_size,
+                 w->size, staging);
     double t0 = time_now();
     gen_state g;
     memset(&g, 0, sizeof g);
     g.c = c;
     g.plan = &plan;
-    g.layout = layout;
-    if (rc == 0) {
-        rc = gen_alloc(&g);
-        size_t lo, hi;
-        dist_block(w, ntasks, &lo, &hi);
-        double last_log = t0;
-        for (size_t t = lo; rc == 0 && t < hi; t++) {
-            rc = gen_task(&g, staging, (int)(t / (size_t)ntotal), (int)(t % (size_t)ntotal));
-            double now = time_now();
-            if (w->rank == 0 && (now - last_log > 5.0 || t + 1 == hi)) {
-                log_info("dataset: rank 0 %zu/%zu tasks, %.1f MB written, %.1f s", t + 1 - lo,
-                         hi - lo, (double)g.bytes / 1e6, now - t0);
-                last_log = now;
-            }
-        }
-        gen_free(&g);
-        rc = dist_agree(w, rc);
-    }
+    g.layout = c->layout;
+    if (rc == 0)
+        rc = generate_tasks(&g, w, staging, t0);
     info->bytes = dist_sum_ll(w, g.bytes);
     info->files = dist_sum_ll(w, g.files);
-    if (rc == 0 && w->rank == 0) {
-        int *tv = malloc(((size_t)c->n_categories + 1) * 2 * sizeof *tv);
-        if (!tv) {
-            rc = err_set(ERR_NOMEM, "out of memory");
-        } else {
-            int *vv = tv + c->n_categories + 1;
-            int ntv = ds_plan_mask_values(&plan, 0, tv), nvv = ds_plan_mask_values(&plan, 1, vv);
-            snprintf(path, sizeof path, "%s/meta.yaml", staging);
-            rc = ds_meta_write(path, c, plan.num_volumes, plan.n_train, plan.n_val, tv, ntv, vv,
-                               nvv);
-            free(tv);
-        }
-        if (rc == 0)
-            rc = ds_cache_publish(staging, cfgdir, path, sizeof path);
-    }
+    if (rc == 0 && w->rank == 0)
+        rc = publish(c, &plan, staging, cfgdir, path, sizeof path);
     rc = dist_agree(w, rc);
     info->seconds = dist_max_double(w, time_now() - t0);
-    if (rc) {
-        /* Nothing partial stays visible: the staging directory is hidden and removed here (a
-         * killed run leaves it hidden, with its claim, until the next holder removes it). */
-        if (w->rank == 0 && staging[0] && fs_is_dir(staging)) {
-            char msg[ERR_MSG_MAX];
-            snprintf(msg, sizeof msg, "%s", err_msg());
-            fs_rm_rf(staging);
-            err_set(rc, "%s", msg);
-        }
-    }
+    if (rc && w->rank == 0)
+        discard_staging(staging, rc);
     if (w->rank == 0)
         claim_release(claim); /* every rank has finished writing (agreed above) */
     if (rc) {

@@ -3,6 +3,18 @@
 
 #include "core/err.h"
 
+/* The config's first n (dims, counts) pairs as a layout, unused pairs zero: the one place that
+ * reads the layout keys. */
+static void layout_of(const scaffold_config *c, int n, ds_layout *out) {
+    out->n = n;
+    for (int i = 0; i < n; i++) {
+        out->dims[i] = c->dc_shard_dims.v[i];
+        out->counts[i] = c->dc_num_shards.v[i];
+    }
+    for (int i = n; i < 3; i++)
+        out->dims[i] = out->counts[i] = 0;
+}
+
 ds_spec ds_spec_of(const scaffold_config *c) {
     ds_spec s = {.dataset_dir = c->dataset_dir,
                  .seed = c->seed,
@@ -16,11 +28,8 @@ ds_spec ds_spec_of(const scaffold_config *c) {
                  .from_scratch = c->datagen_from_scratch,
                  .enforce_commit_id = c->dataset_reuse_enforce_commit_id,
                  .fractals = fractal_spec_of(c)};
-    s.layout.n = c->dc_num_shards.n < c->dc_shard_dims.n ? c->dc_num_shards.n : c->dc_shard_dims.n;
-    for (int i = 0; i < s.layout.n; i++) {
-        s.layout.dims[i] = c->dc_shard_dims.v[i];
-        s.layout.counts[i] = c->dc_num_shards.v[i];
-    }
+    layout_of(c, c->dc_num_shards.n < c->dc_shard_dims.n ? c->dc_num_shards.n : c->dc_shard_dims.n,
+              &s.layout);
     return s;
 }
 
@@ -28,12 +37,6 @@ int ds_layout_from_config(const scaffold_config *c, ds_layout *out) {
     if (c->dc_num_shards.n != c->dc_shard_dims.n)
         return err_set(ERR_CONFIG,
                        "key 'dc_num_shards': must have as many entries as dc_shard_dims");
-    out->n = c->dc_num_shards.n;
-    for (int i = 0; i < out->n; i++) {
-        out->dims[i] = c->dc_shard_dims.v[i];
-        out->counts[i] = c->dc_num_shards.v[i];
-    }
-    for (int i = out->n; i < 3; i++)
-        out->dims[i] = out->counts[i] = 0;
+    layout_of(c, c->dc_num_shards.n, out);
     return ds_layout_check(out, c->vol_size, ERR_CONFIG, "keys 'dc_num_shards'/'dc_shard_dims'");
 }

@@ -177,165 +177,223 @@ static int same_params(const ifs_params *a, const ifs_params *b) {
     return memcmp(a, b, sizeof *a) == 0;
 }
 
+/* The state of one class search (generate_classes): the library's index space on rank 0, the
+ * round's buffers on every rank, and the counts that size the next round. */
+typedef struct class_search {
+    const fractal_spec *c;
+    const dist_world *w;
+    char dir[FS_PATH_MAX];
+    int cap;               /* index space: existing files may use indices up to this cap */
+    int need, remaining;
+    unsigned char *valid;  /* cap: index i holds a valid class file (rank 0) */
+    ifs_params *params;    /* cap: its parameters (rank 0) */
+    size_t n;              /* point_num */
+    double *pts;           /* n x 3: one proposal's chaos game */
+    ifs_params *mine;      /* batch_size: this rank's accepted proposals of the round */
+    long long *mine_at;    /* their attempt numbers */
+    int *counts, *displs;  /* w->size: the round's gather (rank 0) */
+    long base;             /* attempts made so far, over all ranks */
+    long accepted_total, prev_per;
+    double last_report;
+} class_search;
+
+/* A search that finds nothing stops after this many attempts (ERR_CONFIG). */
+#define CLASS_ATTEMPT_CAP 100000000L
+
+static void class_search_free(class_search *cs) {
+    free(cs->mine);
+    free(cs->mine_at);
+    free(cs->counts);
+    free(cs->displs);
+    free(cs->pts);
+    free(cs->valid);
+    free(cs->params);
+}
+
+/* Rank 0: counts the valid class files already there into *have. Too few: the search goes on
+ * under the class claim (another job may be searching: wait for it, then look again, as it may
+ * have written what this job needs). */
+static int classes_scan_or_claim(class_search *cs, const char *claim, int *have) {
+    int rc = fs_mkdir_p(cs->dir);
+    if (rc == 0)
+        *have = scan_classes(cs->dir, cs->valid, cs->params, cs->cap, 0);
+    if (rc == 0 && *have < cs->need) {
+        char what[FS_PATH_MAX + 32];
+        snprintf(what, sizeof what, "the fractal classes in %s", cs->dir);
+        rc = claim_take(claim, what);
+        if (rc == 0)
+            *have = scan_classes(cs->dir, cs->valid, cs->params, cs->cap, 1);
+    } else if (rc == 0) {
+        clear_dead_claim(cs->dir, ".claim");
+    }
+    return rc;
+}
+
+/* Collective. Per-rank attempts this round: upstream's rule once the acceptance rate is known;
+ * the first round tries 4x what is needed (the rate is typically 20-60%). */
+static long classes_round_attempts(class_search *cs) {
+    const int size = cs->w->size;
+    long per;
+    if (cs->accepted_total == 0) {
+        /* Rate unknown: start at 4x what is needed, then grow 4x per empty round. */
+        per = cs->prev_per ? 4 * cs->prev_per : (4L * cs->remaining + size - 1) / size;
+    } else {
+        double rate = (double)cs->accepted_total / (double)cs->base;
+        per = (long)ceil(ceil(1.1 * cs->remaining / rate) / size);
+    }
+    if (per > cs->c->batch_size)
+        per = cs->c->batch_size;
+    if (per < 1)
+        per = 1;
+    /* Only rank 0 knows the acceptance count: its choice is the one every rank uses, or the
+     * ranks would try different attempt ranges and the library would depend on the rank
+     * count. */
+    dist_bcast(cs->w, &per, sizeof per, 0);
+    cs->prev_per = per;
+    return per;
+}
+
+/* This rank's attempts first..first+per-1: the accepted proposals go to cs->mine. Returns how
+ * many. */
+static int classes_try(class_search *cs, long first, long per) {
+    const fractal_spec *c = cs->c;
+    int nmine = 0;
+    double tr0 = time_now();
+    for (long a = first; a < first + per; a++) {
+        ifs_params ip;
+        ifs_propose(c->seed, (uint64_t)a, &ip);
+        int ok = ifs_chaos(&ip, c->seed, RNG_CLASS_CHAOS, (uint64_t)a, 0, cs->pts, cs->n);
+        if (ifs_accept(cs->pts, cs->n, ok, c->normalize, c->variance_threshold, NULL)) {
+            cs->mine[nmine] = ip;
+            cs->mine_at[nmine++] = a;
+        }
+    }
+    log_debug("class round: attempts %ld..%ld, %d accepted, %.3f s", first, first + per - 1,
+              nmine, time_now() - tr0);
+    return nmine;
+}
+
+/* Collective. The round's accepted proposals of every rank on rank 0, in rank order = attempt
+ * order (allocated there, *total of them; NULL elsewhere). */
+static ifs_params *classes_gather(class_search *cs, int nmine, int *total) {
+    const dist_world *w = cs->w;
+    *total = 0;
+    dist_gather_ints(w, &nmine, 1, cs->counts, 0);
+    ifs_params *all = NULL;
+    if (w->rank == 0) {
+        for (int r = 0; r < w->size; r++) {
+            cs->displs[r] = *total * IFS_NPARAMS;
+            *total += cs->counts[r];
+            cs->counts[r] *= IFS_NPARAMS;
+        }
+        all = malloc((size_t)(*total ? *total : 1) * sizeof *all);
+    }
+    dist_gatherv_doubles(w, (const double *)cs->mine, nmine * IFS_NPARAMS, (double *)all,
+                         cs->counts, cs->displs, 0);
+    return all;
+}
+
+/* Rank 0: writes the round's proposals that are not classes already into the lowest free
+ * indices, until no more are needed. */
+static int classes_keep(class_search *cs, const ifs_params *all, int total, fractal_summary *s) {
+    int rc = 0;
+    for (int i = 0; i < total && cs->remaining > 0 && rc == 0; i++) {
+        int dup = 0;
+        for (int k = 0; k < cs->cap && !dup; k++)
+            dup = cs->valid[k] && same_params(&cs->params[k], &all[i]);
+        if (dup)
+            continue;
+        int idx = 0;
+        while (idx < cs->cap && cs->valid[idx])
+            idx++;
+        char path[FS_PATH_MAX + 16];
+        snprintf(path, sizeof path, "%s/%06d.csv", cs->dir, idx);
+        rc = write_class(path, &all[i]);
+        if (rc == 0) {
+            cs->valid[idx] = 1;
+            cs->params[idx] = all[i];
+            cs->remaining--;
+            s->classes_new++;
+        }
+    }
+    return rc;
+}
+
+/* Rank 0, after a round: the progress line (at most every second), and the attempt cap, whose
+ * error replaces the round's. */
+static int classes_round_end(class_search *cs, int rc) {
+    double now = time_now();
+    if (now - cs->last_report > 1.0 || cs->remaining == 0) {
+        log_info("classes: %d/%d accepted, %ld attempts (%.0f%% acceptance)",
+                 cs->need - cs->remaining, cs->need, cs->base,
+                 100.0 * (double)cs->accepted_total / (double)cs->base);
+        cs->last_report = now;
+    }
+    if (cs->remaining > 0 && cs->base >= CLASS_ATTEMPT_CAP)
+        rc = err_set(ERR_CONFIG,
+                     "no fractal class found after %ld attempts: variance_threshold %g "
+                     "is too high for %ld points per fractal (lower it or "
+                     "problem_scale)",
+                     cs->base, cs->c->variance_threshold, cs->c->point_num);
+    return rc;
+}
+
 /* Class search (collective): makes sure at least `need` valid class files exist. */
 static int generate_classes(const fractal_spec *c, const dist_world *w, int need,
                             fractal_summary *s) {
-    char dir[FS_PATH_MAX];
-    fractal_class_dir(c, dir, sizeof dir);
-    /* Index space: existing files may use indices up to this cap. */
-    const int cap = need + 4096;
-    unsigned char *valid = calloc((size_t)cap, 1);
-    ifs_params *params = calloc((size_t)cap, sizeof *params);
-    int rc = valid && params ? 0 : err_set(ERR_NOMEM, "out of memory");
+    class_search cs = {.c = c, .w = w, .need = need, .cap = need + 4096};
+    fractal_class_dir(c, cs.dir, sizeof cs.dir);
+    cs.valid = calloc((size_t)cs.cap, 1);
+    cs.params = calloc((size_t)cs.cap, sizeof *cs.params);
+    int rc = cs.valid && cs.params ? 0 : err_set(ERR_NOMEM, "out of memory");
     int have = 0;
     char claim[FS_PATH_MAX + 16];
-    snprintf(claim, sizeof claim, "%s/.claim", dir);
-    if (w->rank == 0 && rc == 0) {
-        rc = fs_mkdir_p(dir);
-        if (rc == 0)
-            have = scan_classes(dir, valid, params, cap, 0);
-        /* Too few: search under the class claim (another job may be searching: wait for it,
-         * then look again, as it may have written what this job needs). */
-        if (rc == 0 && have < need) {
-            char what[FS_PATH_MAX + 32];
-            snprintf(what, sizeof what, "the fractal classes in %s", dir);
-            rc = claim_take(claim, what);
-            if (rc == 0)
-                have = scan_classes(dir, valid, params, cap, 1);
-        } else if (rc == 0) {
-            clear_dead_claim(dir, ".claim");
-        }
-    }
+    snprintf(claim, sizeof claim, "%s/.claim", cs.dir);
+    if (w->rank == 0 && rc == 0)
+        rc = classes_scan_or_claim(&cs, claim, &have);
     rc = dist_agree(w, rc);
+    double t0 = 0;
+    if (rc == 0) {
+        dist_bcast(w, &have, sizeof have, 0);
+        cs.remaining = need - have;
+        t0 = time_now();
+        cs.n = (size_t)c->point_num;
+        cs.pts = malloc(cs.n * 3 * sizeof *cs.pts);
+        if (!cs.pts)
+            rc = err_set(ERR_NOMEM, "out of memory for %zu points", cs.n);
+        rc = dist_agree(w, rc);
+    }
     if (rc) {
         if (w->rank == 0)
             claim_release(claim);
-        free(valid);
-        free(params);
+        class_search_free(&cs);
         return rc;
     }
-    dist_bcast(w, &have, sizeof have, 0);
-    int remaining = need - have;
-    double t0 = time_now();
-    size_t n = (size_t)c->point_num;
-    double *pts = malloc(n * 3 * sizeof *pts);
-    if (!pts)
-        rc = err_set(ERR_NOMEM, "out of memory for %zu points", n);
-    rc = dist_agree(w, rc);
-    if (rc) {
-        if (w->rank == 0)
-            claim_release(claim);
-        free(valid);
-        free(params);
-        return rc;
-    }
-    long base = 0, accepted_total = 0, prev_per = 0;
-    double last_report = t0;
-    ifs_params *mine = malloc((size_t)c->batch_size * sizeof *mine);
-    long long *mine_at = malloc((size_t)c->batch_size * sizeof *mine_at);
-    int *counts = calloc((size_t)w->size, sizeof *counts);
-    int *displs = calloc((size_t)w->size, sizeof *displs);
-    const long attempt_cap = 100000000L;
-    while (remaining > 0 && rc == 0) {
-        /* Per-rank attempts this round: upstream's rule once the acceptance rate is known;
-         * the first round tries 4x what is needed (the rate is typically 20-60%). */
-        long per;
-        if (accepted_total == 0) {
-            /* Rate unknown: start at 4x what is needed, then grow 4x per empty round. */
-            per = prev_per ? 4 * prev_per : (4L * remaining + w->size - 1) / w->size;
-        } else {
-            double rate = (double)accepted_total / (double)base;
-            per = (long)ceil(ceil(1.1 * remaining / rate) / w->size);
-        }
-        if (per > c->batch_size)
-            per = c->batch_size;
-        if (per < 1)
-            per = 1;
-        /* Only rank 0 knows the acceptance count: its choice is the one every rank uses, or the
-         * ranks would try different attempt ranges and the library would depend on the rank
-         * count. */
-        dist_bcast(w, &per, sizeof per, 0);
-        prev_per = per;
-        long first = base + (long)w->rank * per;
-        int nmine = 0;
-        double tr0 = time_now();
-        for (long a = first; a < first + per; a++) {
-            ifs_params ip;
-            ifs_propose(c->seed, (uint64_t)a, &ip);
-            int ok = ifs_chaos(&ip, c->seed, RNG_CLASS_CHAOS, (uint64_t)a, 0, pts, n);
-            if (ifs_accept(pts, n, ok, c->normalize, c->variance_threshold, NULL)) {
-                mine[nmine] = ip;
-                mine_at[nmine++] = a;
-            }
-        }
-        log_debug("class round: attempts %ld..%ld, %d accepted, %.3f s", first, first + per - 1,
-                  nmine, time_now() - tr0);
-        /* Gather the accepted proposals on rank 0, in rank order = attempt order. */
-        int total = 0;
-        MPI_Gather(&nmine, 1, MPI_INT, counts, 1, MPI_INT, 0, w->comm);
-        ifs_params *all = NULL;
+    cs.last_report = t0;
+    cs.mine = malloc((size_t)c->batch_size * sizeof *cs.mine);
+    cs.mine_at = malloc((size_t)c->batch_size * sizeof *cs.mine_at);
+    cs.counts = calloc((size_t)w->size, sizeof *cs.counts);
+    cs.displs = calloc((size_t)w->size, sizeof *cs.displs);
+    while (cs.remaining > 0 && rc == 0) {
+        long per = classes_round_attempts(&cs);
+        int nmine = classes_try(&cs, cs.base + (long)w->rank * per, per), total;
+        ifs_params *all = classes_gather(&cs, nmine, &total);
+        cs.base += per * w->size;
         if (w->rank == 0) {
-            for (int r = 0; r < w->size; r++) {
-                displs[r] = total * IFS_NPARAMS;
-                total += counts[r];
-                counts[r] *= IFS_NPARAMS;
-            }
-            all = malloc((size_t)(total ? total : 1) * sizeof *all);
-        }
-        MPI_Gatherv(mine, nmine * IFS_NPARAMS, MPI_DOUBLE, all, counts, displs, MPI_DOUBLE, 0,
-                    w->comm);
-        base += per * w->size;
-        if (w->rank == 0) {
-            accepted_total += total;
-            for (int i = 0; i < total && remaining > 0 && rc == 0; i++) {
-                int dup = 0;
-                for (int k = 0; k < cap && !dup; k++)
-                    dup = valid[k] && same_params(&params[k], &all[i]);
-                if (dup)
-                    continue;
-                int idx = 0;
-                while (idx < cap && valid[idx])
-                    idx++;
-                char path[FS_PATH_MAX + 16];
-                snprintf(path, sizeof path, "%s/%06d.csv", dir, idx);
-                rc = write_class(path, &all[i]);
-                if (rc == 0) {
-                    valid[idx] = 1;
-                    params[idx] = all[i];
-                    remaining--;
-                    s->classes_new++;
-                }
-            }
+            cs.accepted_total += total;
+            rc = classes_keep(&cs, all, total, s);
             free(all);
-            double now = time_now();
-            if (now - last_report > 1.0 || remaining == 0) {
-                log_info("classes: %d/%d accepted, %ld attempts (%.0f%% acceptance)",
-                         need - remaining, need, base,
-                         100.0 * (double)accepted_total / (double)base);
-                last_report = now;
-            }
-            if (remaining > 0 && base >= attempt_cap)
-                rc = err_set(ERR_CONFIG,
-                             "no fractal class found after %ld attempts: variance_threshold %g "
-                             "is too high for %ld points per fractal (lower it or "
-                             "problem_scale)",
-                             base, c->variance_threshold, c->point_num);
+            rc = classes_round_end(&cs, rc);
         }
         rc = dist_agree(w, rc);
-        dist_bcast(w, &remaining, sizeof remaining, 0);
+        dist_bcast(w, &cs.remaining, sizeof cs.remaining, 0);
     }
     if (w->rank == 0)
         claim_release(claim);
-    s->attempts += base;
-    s->points += (double)base * (double)n;
+    s->attempts += cs.base;
+    s->points += (double)cs.base * (double)cs.n;
     s->class_seconds += time_now() - t0;
-    free(mine);
-    free(mine_at);
-    free(counts);
-    free(displs);
-    free(pts);
-    free(valid);
-    free(params);
+    class_search_free(&cs);
     return rc;
 }
 
@@ -555,174 +613,234 @@ typedef struct inst_pass {
     int wait_cat;  /* the first of them */
 } inst_pass;
 
+/* One pass of instance generation (generate_instances): what rank 0 reads and claims, the work
+ * every rank shares, and what the writing counts. */
+typedef struct inst_plan {
+    const fractal_spec *c;
+    char cdir[FS_PATH_MAX], idir[FS_PATH_MAX], rjpath[FS_PATH_MAX + 16];
+    int ncat;
+    ifs_params *cls;      /* ncat: each category's class (broadcast) */
+    int *work, nwork;     /* cat * 145 + inst: the instances to write (broadcast) */
+    int *as;              /* ncat: each category's index into cl (rank 0) */
+    int *failed;          /* ncat: categories whose class diverged (maximum over the ranks) */
+    unsigned char *held;  /* ncat, rank 0: claims taken in this pass */
+    lib_class *cl;        /* rank 0: the class files */
+    lib_reject *rj;       /* rank 0: the rejected records */
+    int ncl, nrj;
+    long stale;           /* stale claims broken */
+    long fallback, attempts, written;
+    double t0;            /* when the writing started */
+} inst_plan;
+
+static void inst_plan_free(inst_plan *p) {
+    free(p->cls), free(p->work), free(p->as), free(p->failed), free(p->cl), free(p->rj);
+    free(p->held);
+}
+
+/* Rank 0: the class files, the rejected records and each category's class from them
+ * (out->missing: categories left without one); the instance folder is made on the first
+ * reading. */
+static int instances_assign(inst_plan *p, inst_pass *out, int first) {
+    free(p->cl), free(p->rj);
+    p->cl = NULL, p->rj = NULL;
+    int rc = list_classes(p->cdir, &p->cl, &p->ncl);
+    if (rc == 0 && first)
+        rc = fs_mkdir_p(p->idir);
+    if (rc == 0)
+        rc = read_rejected(p->rjpath, &p->rj, &p->nrj);
+    if (rc == 0)
+        out->missing = assign_classes(p->cl, p->ncl, p->rj, p->nrj, p->ncat, p->as);
+    return rc;
+}
+
+/* Rank 0: claims every incomplete category that no other job holds (p->held, *nheld of them);
+ * the ones held elsewhere are counted in out->pending. */
+static int instances_claim(inst_plan *p, inst_pass *out, int *nheld) {
+    int rc = 0;
+    for (int cat = 0; cat < p->ncat && rc == 0 && out->missing == 0; cat++) {
+        char d[FS_PATH_MAX + 16], claim[FS_PATH_MAX + 32];
+        snprintf(d, sizeof d, "%s/%06d", p->idir, cat);
+        rc = fs_mkdir_p(d);
+        if (rc)
+            continue;
+        if (category_complete(p->c, d, cat, &p->cl[p->as[cat]])) {
+            clear_dead_claim(d, ".claim");
+            continue;
+        }
+        category_claim_path(p->idir, cat, claim, sizeof claim);
+        int r = claim_try(claim, NULL);
+        if (r < 0) {
+            rc = r;
+        } else if (r == 1) {
+            p->held[cat] = 1;
+            (*nheld)++;
+        } else if (out->pending++ == 0) {
+            out->wait_cat = cat;
+        }
+    }
+    return rc;
+}
+
+/* Rank 0: the instances of the held categories that are missing or corrupt (removed) go to
+ * p->work, with each category's class in p->cls. */
+static int instances_list_work(inst_plan *p, const inst_pass *out) {
+    const fractal_spec *c = p->c;
+    int rc = 0;
+    for (int cat = 0; cat < p->ncat && rc == 0 && out->missing == 0; cat++) {
+        if (!p->held[cat])
+            continue;
+        char d[FS_PATH_MAX + 16], path[FS_PATH_MAX];
+        snprintf(d, sizeof d, "%s/%06d", p->idir, cat);
+        remove_debris(d);
+        p->cls[cat] = p->cl[p->as[cat]].p;
+        long st = claim_category(d, cat, &p->cl[p->as[cat]]);
+        if (st < 0)
+            rc = (int)st;
+        p->stale += st > 0 ? st : 0;
+        for (int i = 0; i < IFS_INSTANCES && rc == 0; i++) {
+            fractal_instance_path(c, cat, i, path, sizeof path);
+            if (instance_valid(path, c->point_num))
+                continue;
+            if (fs_exists(path)) {
+                log_warn("%s is truncated or corrupt; regenerating it", path);
+                unlink(path);
+            }
+            p->work[p->nwork++] = cat * IFS_INSTANCES + i;
+        }
+    }
+    return rc;
+}
+
+/* Rank 0: assigns classes, claims the categories to generate and lists their work. */
+static int instances_plan(inst_plan *p, inst_pass *out) {
+    int rc = instances_assign(p, out, 1);
+    if (rc == 0)
+        clear_dead_claim(p->idir, ".rejected.claim");
+    int nheld = 0;
+    if (rc == 0)
+        rc = instances_claim(p, out, &nheld);
+    /* The claims are ours: read the shared records again, as the jobs that held them before
+     * may have rejected a class for them (they record it before releasing). */
+    if (rc == 0 && nheld)
+        rc = instances_assign(p, out, 0);
+    if (rc == 0)
+        rc = instances_list_work(p, out);
+    return rc;
+}
+
+/* This rank's block [lo, hi) of the work: each instance written as .npy, a diverging class
+ * marked in p->failed (its other instances skipped); rank 0 reports progress. */
+static int instances_write(inst_plan *p, const dist_world *w, size_t lo, size_t hi, int rc) {
+    const fractal_spec *c = p->c;
+    size_t n = (size_t)c->point_num;
+    float *pts = malloc(n * 3 * sizeof *pts);
+    double *scratch = malloc(n * 3 * sizeof *scratch);
+    if (!pts || !scratch)
+        rc = err_set(ERR_NOMEM, "out of memory for %zu points", n);
+    double last = p->t0 = time_now();
+    for (size_t k = lo; k < hi && rc == 0; k++) {
+        int cat = p->work[k] / IFS_INSTANCES, inst = p->work[k] % IFS_INSTANCES;
+        if (p->failed[cat])
+            continue; /* this class is being replaced: its other instances are moot */
+        int a = ifs_instance(&p->cls[cat], c->seed, cat, inst, pts, scratch, n);
+        p->attempts += a < 0 ? 5 : a + 1;
+        if (a < 0) {
+            /* Diverges even with the class's own parameters at this point count. */
+            p->failed[cat] = 1;
+            continue;
+        }
+        p->fallback += a == 4;
+        char path[FS_PATH_MAX];
+        fractal_instance_path(c, cat, inst, path, sizeof path);
+        int64_t shape[2] = {(int64_t)n, 3};
+        rc = npy_save(path, NPY_F32, 2, shape, pts);
+        p->written += rc == 0;
+        double now = time_now();
+        if (w->rank == 0 && (now - last > 2.0)) {
+            double done = (double)(k - lo + 1);
+            log_info("instances: ~%.0f/%d done (%.0f instances/s over %d ranks)",
+                     done * w->size < p->nwork ? done * w->size : p->nwork, p->nwork,
+                     done * w->size / (now - p->t0), w->size);
+            last = now;
+        }
+    }
+    free(pts), free(scratch);
+    return rc;
+}
+
+/* Rank 0, after the writing: marks what this job made, and records the classes that diverged
+ * (every category of theirs takes another class in the next pass). */
+static int instances_record(const inst_plan *p, unsigned char *made, const inst_pass *out) {
+    for (int k = 0; k < p->nwork; k++)
+        if (!p->failed[p->work[k] / IFS_INSTANCES])
+            made[p->work[k]] = 1;
+    if (!out->rejected)
+        return 0;
+    for (int i = 0; i < p->ncat; i++)
+        if (p->failed[i])
+            log_warn("class %s diverges at %ld points as category %d; category %d takes "
+                     "another class (recorded in %s)",
+                     p->cl[p->as[i]].name, p->c->point_num, i, i, p->rjpath);
+    return add_rejected(p->idir, p->rjpath, p->cl, p->as, p->failed, p->ncat);
+}
+
 /* Collective. One pass of instance generation for the current class assignment, over the
  * categories that are incomplete and not claimed by another job; `made` (rank 0, ncat * 145)
  * marks the instances this job wrote. Claims are taken by rank 0 and released once every rank
  * has finished writing. */
 static int generate_instances(const fractal_spec *c, const dist_world *w, fractal_summary *s,
                               unsigned char *made, inst_pass *out) {
-    char cdir[FS_PATH_MAX], idir[FS_PATH_MAX], rjpath[FS_PATH_MAX + 16];
-    fractal_class_dir(c, cdir, sizeof cdir);
-    fractal_instance_dir(c, idir, sizeof idir);
-    snprintf(rjpath, sizeof rjpath, "%s/rejected.csv", idir);
-    const int ncat = c->n_categories;
+    inst_plan p = {.c = c, .ncat = c->n_categories};
+    fractal_class_dir(c, p.cdir, sizeof p.cdir);
+    fractal_instance_dir(c, p.idir, sizeof p.idir);
+    snprintf(p.rjpath, sizeof p.rjpath, "%s/rejected.csv", p.idir);
+    const int ncat = p.ncat;
     const long total = (long)ncat * IFS_INSTANCES;
-    ifs_params *cls = calloc((size_t)ncat, sizeof *cls);
-    int *work = malloc((size_t)total * sizeof *work); /* cat * 145 + inst */
-    int *as = malloc((size_t)ncat * sizeof *as), *failed = calloc((size_t)ncat, sizeof *failed);
-    unsigned char *held = calloc((size_t)ncat, 1); /* rank 0: claims taken in this pass */
-    lib_class *cl = NULL;
-    lib_reject *rj = NULL;
-    int ncl = 0, nrj = 0, nwork = 0;
-    long stale = 0;
-    int rc = cls && work && as && failed && held ? 0 : err_set(ERR_NOMEM, "out of memory");
+    p.cls = calloc((size_t)ncat, sizeof *p.cls);
+    p.work = malloc((size_t)total * sizeof *p.work);
+    p.as = malloc((size_t)ncat * sizeof *p.as);
+    p.failed = calloc((size_t)ncat, sizeof *p.failed);
+    p.held = calloc((size_t)ncat, 1);
+    int rc = p.cls && p.work && p.as && p.failed && p.held ? 0
+                                                           : err_set(ERR_NOMEM, "out of memory");
     memset(out, 0, sizeof *out);
     out->wait_cat = -1;
-    char claim[FS_PATH_MAX + 32];
-    if (w->rank == 0 && rc == 0) {
-        rc = list_classes(cdir, &cl, &ncl);
-        if (rc == 0)
-            rc = fs_mkdir_p(idir);
-        if (rc == 0)
-            rc = read_rejected(rjpath, &rj, &nrj);
-        if (rc == 0)
-            out->missing = assign_classes(cl, ncl, rj, nrj, ncat, as);
-        if (rc == 0)
-            clear_dead_claim(idir, ".rejected.claim");
-        int nheld = 0;
-        for (int cat = 0; cat < ncat && rc == 0 && out->missing == 0; cat++) {
-            char d[FS_PATH_MAX + 16];
-            snprintf(d, sizeof d, "%s/%06d", idir, cat);
-            rc = fs_mkdir_p(d);
-            if (rc)
-                continue;
-            if (category_complete(c, d, cat, &cl[as[cat]])) {
-                clear_dead_claim(d, ".claim");
-                continue;
-            }
-            category_claim_path(idir, cat, claim, sizeof claim);
-            int r = claim_try(claim, NULL);
-            if (r < 0) {
-                rc = r;
-            } else if (r == 1) {
-                held[cat] = 1;
-                nheld++;
-            } else if (out->pending++ == 0) {
-                out->wait_cat = cat;
-            }
-        }
-        /* The claims are ours: read the shared records again, as the jobs that held them before
-         * may have rejected a class for them (they record it before releasing). */
-        if (rc == 0 && nheld) {
-            free(cl), free(rj);
-            cl = NULL, rj = NULL;
-            rc = list_classes(cdir, &cl, &ncl);
-            if (rc == 0)
-                rc = read_rejected(rjpath, &rj, &nrj);
-            if (rc == 0)
-                out->missing = assign_classes(cl, ncl, rj, nrj, ncat, as);
-        }
-        for (int cat = 0; cat < ncat && rc == 0 && out->missing == 0; cat++) {
-            if (!held[cat])
-                continue;
-            char d[FS_PATH_MAX + 16], p[FS_PATH_MAX];
-            snprintf(d, sizeof d, "%s/%06d", idir, cat);
-            remove_debris(d);
-            cls[cat] = cl[as[cat]].p;
-            long st = claim_category(d, cat, &cl[as[cat]]);
-            if (st < 0)
-                rc = (int)st;
-            stale += st > 0 ? st : 0;
-            for (int i = 0; i < IFS_INSTANCES && rc == 0; i++) {
-                fractal_instance_path(c, cat, i, p, sizeof p);
-                if (instance_valid(p, c->point_num))
-                    continue;
-                if (fs_exists(p)) {
-                    log_warn("%s is truncated or corrupt; regenerating it", p);
-                    unlink(p);
-                }
-                work[nwork++] = cat * IFS_INSTANCES + i;
-            }
-        }
-    }
-    out->nclasses = ncl;
+    if (w->rank == 0 && rc == 0)
+        rc = instances_plan(&p, out);
+    out->nclasses = p.ncl;
     rc = dist_agree(w, rc);
     dist_bcast(w, out, sizeof *out, 0);
     if (rc == 0 && !out->missing) {
-        dist_bcast(w, &nwork, sizeof nwork, 0);
-        dist_bcast(w, cls, (size_t)ncat * sizeof *cls, 0);
-        dist_bcast(w, work, (size_t)nwork * sizeof *work, 0);
+        dist_bcast(w, &p.nwork, sizeof p.nwork, 0);
+        dist_bcast(w, p.cls, (size_t)ncat * sizeof *p.cls, 0);
+        dist_bcast(w, p.work, (size_t)p.nwork * sizeof *p.work, 0);
     }
     s->instances_total = total;
-    s->instances_stale += stale;
+    s->instances_stale += p.stale;
     size_t lo = 0, hi = 0;
     if (rc == 0 && !out->missing)
-        dist_block(w, (size_t)nwork, &lo, &hi);
-    size_t n = (size_t)c->point_num;
-    float *pts = malloc(n * 3 * sizeof *pts);
-    double *scratch = malloc(n * 3 * sizeof *scratch);
-    if (!pts || !scratch)
-        rc = err_set(ERR_NOMEM, "out of memory for %zu points", n);
-    double t0 = time_now(), last = t0;
-    long fallback = 0, attempts = 0, written = 0;
-    for (size_t k = lo; k < hi && rc == 0; k++) {
-        int cat = work[k] / IFS_INSTANCES, inst = work[k] % IFS_INSTANCES;
-        if (failed[cat])
-            continue; /* this class is being replaced: its other instances are moot */
-        int a = ifs_instance(&cls[cat], c->seed, cat, inst, pts, scratch, n);
-        attempts += a < 0 ? 5 : a + 1;
-        if (a < 0) {
-            /* Diverges even with the class's own parameters at this point count. */
-            failed[cat] = 1;
-            continue;
-        }
-        fallback += a == 4;
-        char p[FS_PATH_MAX];
-        fractal_instance_path(c, cat, inst, p, sizeof p);
-        int64_t shape[2] = {(int64_t)n, 3};
-        rc = npy_save(p, NPY_F32, 2, shape, pts);
-        written += rc == 0;
-        double now = time_now();
-        if (w->rank == 0 && (now - last > 2.0)) {
-            double done = (double)(k - lo + 1);
-            log_info("instances: ~%.0f/%d done (%.0f instances/s over %d ranks)",
-                     done * w->size < nwork ? done * w->size : nwork, nwork,
-                     done * w->size / (now - t0), w->size);
-            last = now;
-        }
-    }
-    rc = dist_agree(w, rc);
-    if (rc == 0 && w->size > 1)
-        MPI_Allreduce(MPI_IN_PLACE, failed, ncat, MPI_INT, MPI_MAX, w->comm);
+        dist_block(w, (size_t)p.nwork, &lo, &hi);
+    rc = dist_agree(w, instances_write(&p, w, lo, hi, rc));
+    if (rc == 0)
+        dist_max_ints(w, p.failed, ncat);
     out->rejected = 0;
     for (int i = 0; i < ncat; i++)
-        out->rejected += failed[i] != 0;
-    if (rc == 0 && w->rank == 0) {
-        for (int k = 0; k < nwork; k++)
-            if (!failed[work[k] / IFS_INSTANCES])
-                made[work[k]] = 1;
-        if (out->rejected) {
-            for (int i = 0; i < ncat; i++)
-                if (failed[i])
-                    log_warn("class %s diverges at %ld points as category %d; category %d takes "
-                             "another class (recorded in %s)",
-                             cl[as[i]].name, c->point_num, i, i, rjpath);
-            rc = add_rejected(idir, rjpath, cl, as, failed, ncat);
-        }
-    }
+        out->rejected += p.failed[i] != 0;
+    if (rc == 0 && w->rank == 0)
+        rc = instances_record(&p, made, out);
     rc = dist_agree(w, rc);
     /* Every rank has finished writing: the categories are complete (or recorded as rejected). */
     for (int cat = 0; w->rank == 0 && cat < ncat; cat++)
-        if (held[cat]) {
-            category_claim_path(idir, cat, claim, sizeof claim);
+        if (p.held[cat]) {
+            char claim[FS_PATH_MAX + 32];
+            category_claim_path(p.idir, cat, claim, sizeof claim);
             claim_release(claim);
         }
-    s->instances_new += dist_sum_ll(w, written);
-    s->instances_fallback += dist_sum_ll(w, fallback);
-    s->points += (double)dist_sum_ll(w, attempts) * (double)n;
-    s->instance_seconds += dist_max_double(w, time_now() - t0);
-    free(pts), free(scratch), free(cls), free(work), free(as), free(failed), free(cl), free(rj);
-    free(held);
+    s->instances_new += dist_sum_ll(w, p.written);
+    s->instances_fallback += dist_sum_ll(w, p.fallback);
+    s->points += (double)dist_sum_ll(w, p.attempts) * (double)c->point_num;
+    s->instance_seconds += dist_max_double(w, time_now() - p.t0);
+    inst_plan_free(&p);
     return rc;
 }
 

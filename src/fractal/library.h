@@ -34,7 +34,7 @@
 #define SCAFFOLD_FRACTAL_LIBRARY_H
 
 #include "core/config.h"
-#include "dist/dist.h"
+#include "mpi/dist.h"
 #include "fractal/ifs.h"
 
 #include <stdint.h>

@@ -8,7 +8,7 @@
 #include "core/err.h"
 #include "core/fsutil.h"
 #include "core/rng.h"
-#include "dist/dist.h"
+#include "mpi/dist.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -5,7 +5,7 @@
 #ifndef SCAFFOLD_STORE_STORE_IMPL_H
 #define SCAFFOLD_STORE_STORE_IMPL_H
 
-#include "dist/dist.h"
+#include "mpi/dist.h"
 #include "store/store.h"
 
 #include <pthread.h>

@@ -278,31 +278,156 @@ static int save_partial(ckpt_writer *ck, train_state *s, const ckpt_state *done,
     return rc;
 }
 
+/* What the epoch loop carries from one epoch to the next. */
+typedef struct epoch_run {
+    const scaffold_config *c;
+    train_state *s;
+    ckpt_writer *ck;
+    ckpt_state *cs;
+    bench_result *out;
+    int64_t nb;            /* batches per epoch per replica */
+    int ckpt_on;           /* checkpoints at an interval or on a signal */
+    int last_saved;        /* the last epoch checkpointed */
+    int stop;              /* a stop signal, agreed */
+    double dice;           /* the last validation Dice */
+    double samples_all, seconds_all;
+    long total_steps;
+    ckpt_state done;       /* the last completed epoch's scalars */
+    /* upstream's minibatch time: per-batch times, their maximum over ranks, epoch medians */
+    double *mb;            /* nb */
+    double *med;
+    int nmed;
+    run_stats_row last_row;
+    double last_lr;
+} epoch_run;
+
+/* Stopped inside epoch `epoch` after `steps` steps: saved there (when checkpoints are on),
+ * nothing of the epoch is reported. */
+static int epoch_stop_inside(epoch_run *r, int epoch, long steps, const double acc[3],
+                             double seconds, double lr) {
+    bench_result *out = r->out;
+    int rc = 0;
+    out->stop_epoch = epoch;
+    out->stop_step = steps;
+    out->stop_steps = r->nb;
+    if (r->ckpt_on)
+        rc = dist_agree(r->s->w, save_partial(r->ck, r->s, &r->done, steps, acc, seconds, lr));
+    out->stop_saved = r->ckpt_on && rc == 0;
+    return rc;
+}
+
+/* Collective. Completes the epoch's statistics row (duration, steps; the minibatch median kept
+ * for the run) and rank 0 appends it to train_stats.csv and logs it. */
+static int epoch_record(epoch_run *r, run_stats_row *row, int epoch, long steps, double samples,
+                        double lr, double t0) {
+    const dist_world *w = r->s->w;
+    row->epoch_duration = dist_max_double(w, time_now() - t0);
+    /* upstream's minibatch time, after the epoch's time (which this collective must not
+     * change): each batch's maximum over ranks, the epoch's median */
+    if (r->nb > 0) {
+        dist_max_doubles(w, r->mb, (size_t)r->nb);
+        double m = median_positive(r->mb, r->nb), *grown = NULL;
+        if (!isnan(m) &&
+            (grown = realloc(r->med, (size_t)(r->nmed + 1) * sizeof *r->med)) != NULL) {
+            r->med = grown;
+            r->med[r->nmed++] = m;
+        }
+    }
+    char when[32];
+    snprintf(when, sizeof when, "epoch %d", epoch);
+    algo_report(r->c, w, when, row->epoch_duration);
+    row->optimizer_steps = steps;
+    r->samples_all += samples;
+    r->seconds_all += row->epoch_duration;
+    r->total_steps += steps;
+    row->total_optimizer_steps = r->total_steps;
+    if (w->rank != 0)
+        return 0;
+    int rc = run_stats_append(r->c->run_dir, row);
+    log_info("epoch %d: loss %.4f, train dice %.4f, val dice %.4f, val loss %.4f, "
+             "lr %.3g, %.2f s, %.1f samples/s",
+             epoch, row->overall_loss, row->train_dice, row->val_dice, row->val_loss_avg, lr,
+             row->epoch_duration, samples / row->epoch_duration);
+    return rc;
+}
+
+/* Epoch `epoch` is complete: the result and the scalars a checkpoint records follow it. */
+static void epoch_done(epoch_run *r, const run_stats_row *row, int epoch, double lr) {
+    r->out->epochs_run++;
+    r->out->last_epoch = epoch;
+    r->last_row = *row;
+    r->last_lr = lr;
+    r->dice = row->val_dice;
+    r->done.epoch = epoch;
+    r->done.val_loss_avg = row->val_loss_avg;
+    r->done.val_dice = row->val_dice;
+    r->done.total_optimizer_steps = r->done.global_step = r->total_steps;
+    r->done.lr = lr;
+}
+
+/* The epoch's checkpoint, rank 0 writing (the caller agrees on the outcome). */
+static int epoch_checkpoint(epoch_run *r, const run_stats_row *row, int epoch, double lr) {
+    scaffold_trace_region tr_ck =
+        SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_CAPTURE, SCAFFOLD_TRACE_CAT_CHECKPOINT);
+    SCAFFOLD_TRACE_REGION_INT(tr_ck, "async", r->c->async_save);
+    prof_begin(PROF_CHECKPOINT);
+    int rc = save_epoch(r->ck, r->s, r->cs, row, lr);
+    prof_end(PROF_CHECKPOINT);
+    SCAFFOLD_TRACE_REGION_END(tr_ck);
+    r->last_saved = epoch;
+    r->done.best_val_loss = r->cs->best_val_loss;
+    return rc;
+}
+
+/* After the last epoch: the run's figures in `out`, and a final checkpoint if the last epoch was
+ * not saved, with the scalars of the epoch actually saved, so a resume sees its Dice (and does
+ * not train past convergence). Not after a stop inside an epoch: the model is no longer that
+ * epoch's. Returns the agreed outcome. */
+static int epoch_loop_finish(epoch_run *r, int rc, double t_train0) {
+    const scaffold_config *c = r->c;
+    const dist_world *w = r->s->w;
+    bench_result *out = r->out;
+    out->stop_signal = r->stop;
+    out->minibatch_time_s = median_positive(r->med, r->nmed);
+    out->total_optimizer_steps = r->total_steps;
+    free(r->mb);
+    free(r->med);
+    prof_begin(PROF_CHECKPOINT);
+    if (rc == 0 && !r->stop && c->checkpoint_interval > 0 && out->epochs_run > 0 &&
+        r->last_saved != out->last_epoch)
+        rc = save_epoch(r->ck, r->s, r->cs, &r->last_row, r->last_lr);
+    int frc = w->rank == 0 ? ckpt_finish(r->ck) : 0;
+    prof_end(PROF_CHECKPOINT);
+    rc = dist_agree(w, rc ? rc : frc);
+    out->wall_s = time_now() - t_train0;
+    out->samples_per_s = r->seconds_all > 0 ? r->samples_all / r->seconds_all : 0;
+    out->val_dice = r->dice;
+    out->converged = r->dice >= c->target_dice;
+    return rc;
+}
+
 /* The epoch loop (reference §11.6) from the resumed state `cs` (which may be in the middle of
  * the next epoch), until the target, the epoch cap or a stop signal. */
 static int epoch_loop(const scaffold_config *c, train_state *s, ckpt_writer *ck, ckpt_state *cs,
                       parity_log *pl, bench_result *out) {
     const dist_world *w = s->w;
-    double dice = cs->val_dice, t_train0 = time_now(), last_lr = c->starting_learning_rate;
-    int epoch = cs->epoch + 1, last_saved = cs->epoch, rc = 0, stop = 0;
-    const int ckpt_on = c->checkpoint_interval > 0 || c->checkpoint_on_signal;
-    const int64_t nb = ds_loader_num_batches(s->train);
-    double samples_all = 0, seconds_all = 0;
-    long total_steps = cs->total_optimizer_steps, resumed_steps = cs->partial_steps;
-    ckpt_state done = *cs; /* the last completed epoch's scalars */
-    done.partial_steps = 0;
-    done.partial_acc = NULL;
-    /* upstream's minibatch time: per-batch times, their maximum over ranks, epoch medians */
-    double *mb = malloc((size_t)(nb > 0 ? nb : 1) * sizeof *mb), *med = NULL;
-    int nmed = 0;
-    if (!mb)
-        rc = err_set(ERR_NOMEM, "out of memory for %lld minibatch times", (long long)nb);
+    epoch_run r = {.c = c, .s = s, .ck = ck, .cs = cs, .out = out, .dice = cs->val_dice,
+                   .last_lr = c->starting_learning_rate, .last_saved = cs->epoch,
+                   .total_steps = cs->total_optimizer_steps, .done = *cs};
+    double t_train0 = time_now();
+    int epoch = cs->epoch + 1, rc = 0;
+    r.ckpt_on = c->checkpoint_interval > 0 || c->checkpoint_on_signal;
+    r.nb = ds_loader_num_batches(s->train);
+    long resumed_steps = cs->partial_steps;
+    r.done.partial_steps = 0;
+    r.done.partial_acc = NULL;
+    r.mb = malloc((size_t)(r.nb > 0 ? r.nb : 1) * sizeof *r.mb);
+    if (!r.mb)
+        rc = err_set(ERR_NOMEM, "out of memory for %lld minibatch times", (long long)r.nb);
     rc = dist_agree(w, rc);
-    run_stats_row last_row;
-    memset(&last_row, 0, sizeof last_row);
     log_info("training: %lld batches per epoch per replica, target val dice %.3f%s",
-             (long long)nb, c->target_dice, c->epochs > 0 ? "" : " (no epoch cap)");
-    while (rc == 0 && !stop && dice < c->target_dice) {
+             (long long)r.nb, c->target_dice, c->epochs > 0 ? "" : " (no epoch cap)");
+    while (rc == 0 && !r.stop && r.dice < c->target_dice) {
         if (c->epochs != -1 && epoch > c->epochs)
             break;
         double t0 = time_now(), lr = train_lr(c, epoch), samples = 0;
@@ -318,15 +443,9 @@ static int epoch_loop(const scaffold_config *c, train_state *s, ckpt_writer *ck,
             SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_EPOCH, SCAFFOLD_TRACE_CAT_PIPELINE);
         SCAFFOLD_TRACE_REGION_INT(tr_epoch, "epoch", epoch);
         prof_begin(PROF_EPOCH);
-        rc = train_epoch(s, epoch, lr, acc, &steps, &stop, mb, nb, pl);
-        if (rc == 0 && stop && steps < nb) {
-            /* Stopped inside the epoch: saved there, nothing of the epoch is reported. */
-            out->stop_epoch = epoch;
-            out->stop_step = steps;
-            out->stop_steps = nb;
-            if (ckpt_on)
-                rc = dist_agree(w, save_partial(ck, s, &done, steps, acc, time_now() - t0, lr));
-            out->stop_saved = ckpt_on && rc == 0;
+        rc = train_epoch(s, epoch, lr, acc, &steps, &r.stop, r.mb, r.nb, pl);
+        if (rc == 0 && r.stop && steps < r.nb) {
+            rc = epoch_stop_inside(&r, epoch, steps, acc, time_now() - t0, lr);
             SCAFFOLD_TRACE_REGION_END(tr_epoch);
             prof_end(PROF_EPOCH);
             break;
@@ -351,97 +470,36 @@ static int epoch_loop(const scaffold_config *c, train_state *s, ckpt_writer *ck,
                          epoch, row.overall_loss, row.val_loss_avg);
             break;
         }
-        row.epoch_duration = dist_max_double(w, time_now() - t0);
-        /* upstream's minibatch time, after the epoch's time (which this collective must not
-         * change): each batch's maximum over ranks, the epoch's median */
-        if (nb > 0) {
-            dist_max_doubles(w, mb, (size_t)nb);
-            double m = median_positive(mb, nb), *grown = NULL;
-            if (!isnan(m) && (grown = realloc(med, (size_t)(nmed + 1) * sizeof *med)) != NULL) {
-                med = grown;
-                med[nmed++] = m;
-            }
-        }
-        char when[32];
-        snprintf(when, sizeof when, "epoch %d", epoch);
-        algo_report(c, w, when, row.epoch_duration);
-        row.optimizer_steps = steps;
-        samples_all += samples;
-        seconds_all += row.epoch_duration;
-        total_steps += steps;
-        row.total_optimizer_steps = total_steps;
-        if (w->rank == 0) {
-            rc = run_stats_append(c->run_dir, &row);
-            log_info("epoch %d: loss %.4f, train dice %.4f, val dice %.4f, val loss %.4f, "
-                     "lr %.3g, %.2f s, %.1f samples/s",
-                     epoch, row.overall_loss, row.train_dice, row.val_dice, row.val_loss_avg, lr,
-                     row.epoch_duration, samples / row.epoch_duration);
-        }
+        rc = epoch_record(&r, &row, epoch, steps, samples, lr, t0);
         prof_end(PROF_EPOCH_STATS);
-        out->epochs_run++;
-        out->last_epoch = epoch;
-        last_row = row;
-        last_lr = lr;
-        dice = row.val_dice;
-        done.epoch = epoch;
-        done.val_loss_avg = row.val_loss_avg;
-        done.val_dice = row.val_dice;
-        done.total_optimizer_steps = done.global_step = total_steps;
-        done.lr = lr;
+        epoch_done(&r, &row, epoch, lr);
         /* A signal during the validation stops here, at the epoch's end. */
-        if (!stop)
-            stop = train_stop_poll(w);
+        if (!r.stop)
+            r.stop = train_stop_poll(w);
         /* Checkpoints: rank 0 writes; the outcome is agreed. */
         if (rc == 0 && ((c->checkpoint_interval > 0 && epoch % c->checkpoint_interval == 0) ||
-                        (stop && ckpt_on))) {
-            scaffold_trace_region tr_ck =
-                SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_CAPTURE, SCAFFOLD_TRACE_CAT_CHECKPOINT);
-            SCAFFOLD_TRACE_REGION_INT(tr_ck, "async", c->async_save);
-            prof_begin(PROF_CHECKPOINT);
-            rc = save_epoch(ck, s, cs, &row, lr);
-            prof_end(PROF_CHECKPOINT);
-            SCAFFOLD_TRACE_REGION_END(tr_ck);
-            last_saved = epoch;
-            done.best_val_loss = cs->best_val_loss;
-        }
+                        (r.stop && r.ckpt_on)))
+            rc = epoch_checkpoint(&r, &row, epoch, lr);
         SCAFFOLD_TRACE_REGION_END(tr_epoch);
         rc = dist_agree(w, rc);
-        if (stop) {
+        if (r.stop) {
             out->stop_epoch = epoch;
-            out->stop_step = out->stop_steps = nb;
-            out->stop_saved = ckpt_on && rc == 0;
+            out->stop_step = out->stop_steps = r.nb;
+            out->stop_saved = r.ckpt_on && rc == 0;
         }
         prof_end(PROF_EPOCH);
         epoch++;
     }
     prof_end(PROF_EPOCH); /* an epoch left by an error */
-    out->stop_signal = stop;
-    out->minibatch_time_s = median_positive(med, nmed);
-    out->total_optimizer_steps = total_steps;
-    free(mb);
-    free(med);
-    /* A final checkpoint if the last epoch was not saved, with the scalars of the epoch actually
-     * saved, so a resume sees its Dice (and does not train past convergence). Not after a stop
-     * inside an epoch: the model is no longer that epoch's. */
-    prof_begin(PROF_CHECKPOINT);
-    if (rc == 0 && !stop && c->checkpoint_interval > 0 && out->epochs_run > 0 &&
-        last_saved != out->last_epoch)
-        rc = save_epoch(ck, s, cs, &last_row, last_lr);
-    int frc = w->rank == 0 ? ckpt_finish(ck) : 0;
-    prof_end(PROF_CHECKPOINT);
-    rc = dist_agree(w, rc ? rc : frc);
-    out->wall_s = time_now() - t_train0;
-    out->samples_per_s = seconds_all > 0 ? samples_all / seconds_all : 0;
-    out->val_dice = dice;
-    out->converged = dice >= c->target_dice;
-    return rc;
+    return epoch_loop_finish(&r, rc, t_train0);
 }
 
 int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv,
               const parity_opts *po, bench_result *out) {
     memset(out, 0, sizeof *out);
     out->minibatch_time_s = NAN;
-    int rc = train_check(c, w);
+    ds_layout layout;
+    int rc = train_check(c, w, &layout);
     if (rc == 0)
         rc = dist_agree(w, parity_check(po));
     if (rc)
@@ -449,7 +507,7 @@ int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv,
     /* The device before anything is written (device: cuda without a GPU is bad input); its note
      * comes with the model, after the run folder's checks. */
     train_device dev;
-    rc = train_device_open(c, w, &dev);
+    rc = train_device_open(c, &layout, w, &dev);
     if (rc)
         return rc;
     /* Conv3d algorithms by measurement (nn/algo.h; SCAFFOLD_NN_ALGO=rule turns it off): a
@@ -469,7 +527,7 @@ int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv,
     log_info("run folder: %s", c->run_dir);
     train_state s;
     prof_begin(PROF_SETUP);
-    rc = train_setup(c, w, &dev, &s);
+    rc = train_setup(c, &layout, w, &dev, &s);
     prof_end(PROF_SETUP);
     if (rc)
         return rc;

@@ -6,7 +6,7 @@
 #define SCAFFOLD_TRAIN_BENCH_H
 
 #include "core/config.h"
-#include "dist/dist.h"
+#include "mpi/dist.h"
 #include "train/parity.h"
 
 /* Results of a run (rank 0's view; the same on every rank for the scalars). */

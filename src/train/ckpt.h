@@ -28,7 +28,7 @@
 #ifndef SCAFFOLD_TRAIN_CKPT_H
 #define SCAFFOLD_TRAIN_CKPT_H
 
-#include "dist/dist.h"
+#include "mpi/dist.h"
 #include "nn/optim.h"
 #include "nn/unet.h"
 

@@ -1,7 +1,7 @@
 /* device: where the benchmark computes (the `device` key, docs/gpu.md): the decision, agreed by
  * every rank, between the CPU engine and one GPU per rank; the model's backend (the CUDA
  * table of src/nn/cuda in a CUDA build); and the gradient all-reduce that goes with it: MPI over
- * host memory (src/dist/grad.c) for the CPU backends, NCCL over the device slab for CUDA.
+ * host memory (src/parallel/grad.c) for the CPU backends, NCCL over the device slab for CUDA.
  *
  * SCAFFOLD_DEVMEM=1 (tests) runs a CPU decision on nn_backend_cpu_devmem: the CPU engine behind a
  * device backend's discipline, so the training loop's uploads and downloads are exercised (and a
@@ -27,20 +27,17 @@ static size_t cudnn_ws_bytes(void) {
 }
 #endif
 
-int train_device_open(const scaffold_config *c, const dist_world *w, train_device *d) {
+int train_device_open(const scaffold_config *c, const ds_layout *l, const dist_world *w,
+                      train_device *d) {
     memset(d, 0, sizeof *d);
     d->gpu = -1;
     int rc = 0;
 #ifdef SCAFFOLD_CUDA
     /* A spatially sharded run needs the halo exchanges and spatial sums of the CPU engine. */
-    ds_layout l;
-    rc = ds_layout_from_config(c, &l);
-    const char *cpu_only =
-        rc == 0 && ds_layout_total(&l) > 1
-            ? "spatial sharding (dc_num_shards) runs on the CPU backend only"
-            : NULL;
-    if (rc == 0)
-        rc = cu_device_select(c->device, w->comm, cpu_only, &d->gpu, d->note, sizeof d->note);
+    const char *cpu_only = ds_layout_total(l) > 1
+                               ? "spatial sharding (dc_num_shards) runs on the CPU backend only"
+                               : NULL;
+    rc = cu_device_select(c->device, w->comm, cpu_only, &d->gpu, d->note, sizeof d->note);
     rc = dist_agree(w, rc);
     if (rc == 0 && d->gpu >= 0) {
         rc = dist_agree(w, cu_backend_create(&d->be, d->gpu, c->torch_amp, cudnn_ws_bytes()));
@@ -50,7 +47,7 @@ int train_device_open(const scaffold_config *c, const dist_world *w, train_devic
     if (rc)
         return rc;
 #else
-    (void)c, (void)w;
+    (void)c, (void)l, (void)w;
 #endif
     const char *dm = getenv("SCAFFOLD_DEVMEM");
     if (d->gpu < 0 && dm && !strcmp(dm, "1")) {
@@ -82,7 +79,7 @@ static int nccl_grad(train_state *s, double scale) {
         off[i] = m->tensors[i].offset;
         num[i] = m->tensors[i].numel;
     }
-    /* The CPU path's bucket size (src/dist/grad.c): SCAFFOLD_GRAD_BUCKET_MB, default 4. */
+    /* The CPU path's bucket size (src/parallel/grad.c): SCAFFOLD_GRAD_BUCKET_MB, default 4. */
     const char *e = getenv("SCAFFOLD_GRAD_BUCKET_MB");
     double mb = e && *e ? atof(e) : 4;
     size_t cap = (size_t)(mb * 1048576.0 / sizeof(float));
@@ -120,10 +117,10 @@ int train_grad_init(train_state *s, double scale) {
         return s->w->size > 1 ? nccl_grad(s, scale) : 0;
     }
     /* MPI over the memory the model computes on (m->grads itself on the CPU engine): a view of
-     * the model whose grads are those, so src/dist/grad.c attaches its hook unchanged. */
+     * the model whose grads are those, so src/parallel/grad.c attaches its hook unchanged. */
     nn_unet view = s->model;
     view.grads = s->model.dgrads;
-    int rc = dist_grad_init(&s->grad, s->w, &view, scale);
+    int rc = par_grad_init(&s->grad, s->w, &view, scale);
     s->model.grad_ready = view.grad_ready;
     s->model.grad_ctx = view.grad_ctx;
     return rc;
@@ -137,7 +134,7 @@ void train_grad_begin(train_state *s) {
     }
 #endif
     if (s->grad.piece) /* not on one GPU: nothing to reduce */
-        dist_grad_begin(&s->grad);
+        par_grad_begin(&s->grad);
 }
 
 int train_grad_finish(train_state *s) {
@@ -146,7 +143,7 @@ int train_grad_finish(train_state *s) {
         return cu_grad_finish(s->dev.grad);
 #endif
     if (s->grad.piece)
-        dist_grad_finish(&s->grad);
+        par_grad_finish(&s->grad);
     return 0;
 }
 
@@ -156,5 +153,5 @@ void train_grad_free(train_state *s) {
     cu_comm_free(s->dev.comm);
 #endif
     s->dev.grad = s->dev.comm = NULL;
-    dist_grad_free(&s->grad);
+    par_grad_free(&s->grad);
 }

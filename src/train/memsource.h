@@ -6,7 +6,7 @@
 #define SCAFFOLD_TRAIN_MEMSOURCE_H
 
 #include "dataset/dataset.h"
-#include "dist/dist.h"
+#include "mpi/dist.h"
 #include "store/store.h"
 
 typedef struct memsource {

@@ -22,7 +22,7 @@
 #define SCAFFOLD_TRAIN_PROFILE_H
 
 #include "core/config.h"
-#include "dist/dist.h"
+#include "mpi/dist.h"
 #include "train/bench.h"
 
 enum { PROFILE_CALI = 1, PROFILE_PERFETTO = 2, PROFILE_TEXT = 4, PROFILE_ALL = 7 };

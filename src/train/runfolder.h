@@ -8,7 +8,7 @@
 
 #include "core/config.h"
 #include "core/fsutil.h"
-#include "dist/dist.h"
+#include "mpi/dist.h"
 
 /* Collective. A fresh run (no run_dir given) creates a new folder on rank 0 and writes the
  * files above; an explicit run_dir (--run-dir or config) resumes there: it must exist, and

@@ -69,18 +69,14 @@ static int check_cached_layout(const scaffold_config *c, const ds_layout *l) {
     return rc;
 }
 
-int train_check(const scaffold_config *c, const dist_world *w) {
-    ds_layout l;
-    int rc = ds_layout_from_config(c, &l);
-    if (rc == 0 && w->size % ds_layout_total(&l) != 0)
-        rc = err_set(ERR_CONFIG,
-                     "world size %d is not divisible by the number of spatial shards %d "
-                     "(dc_num_shards); run on a multiple of %d ranks or change dc_num_shards",
-                     w->size, ds_layout_total(&l), ds_layout_total(&l));
+int train_check(const scaffold_config *c, const dist_world *w, ds_layout *l) {
+    int rc = ds_layout_from_config(c, l);
     if (rc == 0)
-        rc = check_layout(c, &l);
+        rc = par_grid_check(w->size, ds_layout_total(l));
+    if (rc == 0)
+        rc = check_layout(c, l);
     if (rc == 0 && w->rank == 0)
-        rc = check_cached_layout(c, &l);
+        rc = check_cached_layout(c, l);
     if (rc == 0 && c->restart && !c->run_dir[0])
         rc = err_set(ERR_USAGE, "--restart needs --run-dir DIR (the run folder to resume)");
     char threads[768];
@@ -88,7 +84,7 @@ int train_check(const scaffold_config *c, const dist_world *w) {
     dist_node_cpu u; /* one node split gives the ranks per node and their CPU use */
     dist_node_cpu_use(w, nn_threads(), &u);
     if (rc == 0)
-        rc = train_preflight(c, &l, w, u.ranks);
+        rc = train_preflight(c, l, w, u.ranks);
     rc = dist_agree(w, rc);
     if (rc == 0 && w->rank == 0) {
         log_info("%s", threads);
@@ -147,7 +143,7 @@ void train_cpu_report(const dist_node_cpu *n) {
 
 void train_state_free(train_state *s) {
     train_grad_free(s);
-    dist_grid_free(&s->grid);
+    par_grid_free(&s->grid);
     ds_loader_destroy(s->train);
     ds_loader_destroy(s->val);
     memsource_free(&s->mem);
@@ -289,22 +285,19 @@ static int build_loaders(const scaffold_config *c, train_state *s) {
     return dist_agree(s->w, rc);
 }
 
-/* The process grid of the config's layout (the dataset's shard ids). Collective. */
-static int build_grid(const scaffold_config *c, const dist_world *w, train_state *s) {
-    ds_layout l;
-    int rc = dist_agree(w, ds_layout_from_config(c, &l));
-    if (rc)
-        return rc;
+/* The process grid of the layout (the dataset's shard ids). Collective. */
+static int build_grid(const ds_layout *l, const dist_world *w, train_state *s) {
     int axes[3];
-    for (int i = 0; i < l.n; i++)
-        axes[i] = l.dims[i] - 2;
-    rc = dist_grid_create(&s->grid, w, l.n, axes, l.counts);
+    for (int i = 0; i < l->n; i++)
+        axes[i] = l->dims[i] - 2;
+    int rc = par_grid_create(&s->grid, w, l->n, axes, l->counts);
     s->replicas = s->grid.nrep;
     s->replica = s->grid.replica;
     return rc;
 }
 
-int train_setup(scaffold_config *c, const dist_world *w, train_device *dev, train_state *s) {
+int train_setup(scaffold_config *c, const ds_layout *l, const dist_world *w, train_device *dev,
+                train_state *s) {
     memset(s, 0, sizeof *s);
     s->cfg = c;
     s->w = w;
@@ -312,13 +305,13 @@ int train_setup(scaffold_config *c, const dist_world *w, train_device *dev, trai
     memset(dev, 0, sizeof *dev);
     if (w->rank == 0 && s->dev.note[0])
         log_info("%s", s->dev.note);
-    int rc = build_grid(c, w, s);
+    int rc = build_grid(l, w, s);
     if (rc == 0)
         rc = open_data(c, s);
     if (rc == 0)
         rc = dist_agree(w, build_model(c, s));
     if (rc == 0 && s->grid.T > 1) {
-        dist_spatial_init(&s->sp, &s->grid, !strcmp(c->group_norm_stats, "global"));
+        par_spatial_init(&s->sp, &s->grid, !strcmp(c->group_norm_stats, "global"));
         s->model.shard = &s->sp.ops;
     }
     if (rc == 0)

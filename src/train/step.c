@@ -76,7 +76,7 @@ int train_step(train_state *s, double lr, double acc[3]) {
     rc = nn_unet_forward_backward(&s->model, vol, mask, n, s->ce_w, &loss, &dice);
     SCAFFOLD_TRACE_REGION_END(tr);
     if (rc == 0 && s->model.shard)
-        rc = dist_spatial_status(&s->sp);
+        rc = par_spatial_status(&s->sp);
     /* Every rank completes the gradient all-reduce (the same buckets, whether its backward pass
      * ran or not), then the outcome is agreed. */
     tr = SCAFFOLD_TRACE_REGION_BEGIN(SCAFFOLD_TRACE_ALL_REDUCE, SCAFFOLD_TRACE_CAT_COMM);
@@ -141,7 +141,7 @@ int train_validate(train_state *s, int64_t epoch, int max_batches, double acc[3]
         rc = nn_unet_evaluate(&s->model, vol, mask, n, s->ce_w, &loss, s->dice_buf);
         SCAFFOLD_TRACE_REGION_END(tr);
         if (rc == 0 && s->model.shard)
-            rc = dist_spatial_status(&s->sp);
+            rc = par_spatial_status(&s->sp);
         for (int i = 0; i < n && rc == 0; i++)
             acc[0] += s->dice_buf[i];
         acc[1] += loss * n;

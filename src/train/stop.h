@@ -8,7 +8,7 @@
 #ifndef SCAFFOLD_TRAIN_STOP_H
 #define SCAFFOLD_TRAIN_STOP_H
 
-#include "dist/dist.h"
+#include "mpi/dist.h"
 
 /* Installs the handlers (the previous ones are kept for train_stop_uninstall). */
 void train_stop_install(void);

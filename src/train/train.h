@@ -13,15 +13,16 @@
  *   ckpt.c   ckpt_resume (load on rank 0, agree, broadcast) with the checkpoint files.
  *
  * Every function taking the state is collective over the world and returns an agreed error
- * where it says so. All MPI goes through src/dist. */
+ * where it says so. All MPI goes through src/mpi (the base) and src/parallel (DistConv, gradient
+ * buckets). */
 #ifndef SCAFFOLD_TRAIN_TRAIN_H
 #define SCAFFOLD_TRAIN_TRAIN_H
 
 #include "core/config.h"
 #include "dataset/dataset.h"
-#include "dist/dist.h"
-#include "dist/grad.h"
-#include "dist/grid.h"
+#include "mpi/dist.h"
+#include "parallel/grad.h"
+#include "parallel/grid.h"
 #include "nn/backend.h"
 #include "nn/optim.h"
 #include "nn/unet.h"
@@ -42,16 +43,17 @@ typedef struct train_device {
  * when every rank has one and the run is not spatially sharded, else auto stays on the CPU and
  * cuda is refused naming the reason), and the backend made for it. Called before anything is
  * written (device: cuda without a GPU is bad input). 0 or an agreed error. */
-int train_device_open(const scaffold_config *c, const dist_world *w, train_device *d);
+int train_device_open(const scaffold_config *c, const ds_layout *l, const dist_world *w,
+                      train_device *d);
 void train_device_close(train_device *d);
 
 /* Everything one training run holds; freed by train_state_free. */
 typedef struct train_state {
     const scaffold_config *cfg;
     const dist_world *w; /* the world */
-    dist_grid grid;      /* replicas x spatial shards; grid.replicas sums the epoch statistics */
-    dist_spatial sp;     /* the model's sharding hooks when the volume is split (T > 1) */
-    dist_grad grad;      /* the bucketed, overlapped gradient all-reduce (world size > 1) */
+    par_grid grid;      /* replicas x spatial shards; grid.replicas sums the epoch statistics */
+    par_spatial sp;     /* the model's sharding hooks when the volume is split (T > 1) */
+    par_grad grad;      /* the bucketed, overlapped gradient all-reduce (world size > 1) */
     train_device dev;    /* the backend; on a GPU its NCCL all-reduce replaces grad */
     int replicas, replica;
     dataset *ds;
@@ -67,10 +69,11 @@ typedef struct train_state {
 } train_state;
 
 /* Collective. Checks the parallel layout and the arguments before anything is written: the
- * world a multiple of prod(dc_num_shards), shards dividing every level into even blocks of at
- * least 2 voxels down to the bottleneck. 0 or an agreed ERR_CONFIG/ERR_USAGE naming the key and
- * the fix. */
-int train_check(const scaffold_config *c, const dist_world *w);
+ * world a multiple of prod(dc_num_shards) (par_grid_check), shards dividing every level into
+ * even blocks of at least 2 voxels down to the bottleneck. Fills `l` with the config's layout
+ * (ds_layout_from_config, computed here once), which train_device_open and train_setup take.
+ * 0 or an agreed ERR_CONFIG/ERR_USAGE naming the key and the fix. */
+int train_check(const scaffold_config *c, const dist_world *w, ds_layout *l);
 
 /* Collective. Sets the threads each rank computes with from the CPUs it was given (core/cpus.h:
  * the affinity mask within the cgroup quota, divided among the node's ranks on the same mask, at
@@ -113,7 +116,8 @@ int train_memory_check(const scaffold_config *c, const ds_layout *l, const dist_
 /* Collective. Builds everything listed above on the device `dev` (train_device_open; the state
  * takes it over, and rank 0 prints its note); `c->run_dir` must be set up. On error the state
  * is freed and the agreed error returned. */
-int train_setup(scaffold_config *c, const dist_world *w, train_device *dev, train_state *s);
+int train_setup(scaffold_config *c, const ds_layout *l, const dist_world *w, train_device *dev,
+                train_state *s);
 void train_state_free(train_state *s);
 
 /* The gradient all-reduce of the model's gradients (device.c): init attaches it as the model's

@@ -8,7 +8,7 @@
  * the device memory plan of a bf16 model with bf16 storage. Last, the real collective selection
  * (cu_device_select) under MPI with this machine's probe. */
 #include "core/err.h"
-#include "dist/grad.h"
+#include "parallel/grad.h"
 #include "nn/backend.h"
 #include "nn/cuda/cu_int.h"
 #include "nn/unet.h"
@@ -298,7 +298,7 @@ static void test_buckets(void) {
         uo[i] = m.tensors[i].offset;
         un[i] = m.tensors[i].numel;
     }
-    /* The same buckets as the CPU path's all-reduce (src/dist/grad.c) for the same size. */
+    /* The same buckets as the CPU path's all-reduce (src/parallel/grad.c) for the same size. */
     dist_world w = {.comm = MPI_COMM_WORLD}; /* no progress thread: thread_level 0 */
     MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &w.size);
@@ -310,9 +310,9 @@ static void test_buckets(void) {
         CHECK(nb >= 1 && check_plan(uo, un, m.ntensors, cap, ub, nb),
               "U-Net (%d tensors, %zu params), cap %zu: %d buckets", m.ntensors, m.nparams, cap,
               nb);
-        dist_grad g;
-        if (dist_grad_init(&g, &w, &m, 1.0) != 0) {
-            CHECK(0, "dist_grad_init: %s", err_msg());
+        par_grad g;
+        if (par_grad_init(&g, &w, &m, 1.0) != 0) {
+            CHECK(0, "par_grad_init: %s", err_msg());
             continue;
         }
         int same = g.np == nb;
@@ -320,7 +320,7 @@ static void test_buckets(void) {
             same = g.piece[k].first == ub[k].first && g.piece[k].lo == ub[k].offset &&
                    g.piece[k].hi == ub[k].offset + ub[k].count;
         CHECK(same, "cap %zu: %d buckets, the CPU path's %d differ", cap, nb, g.np);
-        dist_grad_free(&g);
+        par_grad_free(&g);
     }
     unsetenv("SCAFFOLD_GRAD_BUCKET_MB");
     free(uo);

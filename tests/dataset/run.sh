@@ -16,7 +16,7 @@ dir_of() { sed -n 's/.* in \(\/[^:]*\)\(: .*\)\{0,1\}$/\1/p' <<<"$1" | tail -n 1
 
 san_build() { # san_build SAN: objects once, then both test binaries, in $d/san-<SAN>/
     local o=$d/san-${1//,/-} root=$PWD
-    mkdir -p "$o" && (cd "$o" && for f in "$root"/src/dataset/*.c "$root"/src/core/*.c "$root"/src/dist/dist.c "$root"/src/fractal/*.c "$root"/src/tracehooks/*.c; do
+    mkdir -p "$o" && (cd "$o" && for f in "$root"/src/dataset/*.c "$root"/src/core/*.c "$root"/src/mpi/dist.c "$root"/src/fractal/*.c "$root"/src/tracehooks/*.c; do
         mpicc -std=c11 -D_GNU_SOURCE -O1 -g -fno-omit-frame-pointer -ffp-contract=off -fsanitize="$1" -I"$root/src" -I"$root/include" -c "$f" -o "$(basename "${f%.c}").$(basename "$(dirname "$f")").o" || exit 1
     done
     for t in test_dataset test_loader; do

@@ -3,7 +3,7 @@
 #include "core/config.h"
 #include "core/err.h"
 #include "core/log.h"
-#include "dist/dist.h"
+#include "mpi/dist.h"
 #include "core/sha256.h"
 #include "dataset/cache.h"
 #include "dataset/compose.h"

@@ -14,7 +14,7 @@
 #include "core/log.h"
 #include "dataset/dataset.h"
 #include "dataset/loader.h"
-#include "dist/dist.h"
+#include "mpi/dist.h"
 #include "test.h"
 
 #include <pthread.h>

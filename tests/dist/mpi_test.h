@@ -3,7 +3,7 @@
 #ifndef SCAFFOLD_TESTS_DIST_MPI_TEST_H
 #define SCAFFOLD_TESTS_DIST_MPI_TEST_H
 
-#include "dist/dist.h"
+#include "mpi/dist.h"
 #include "test.h"
 
 static int mpi_test_report(dist_world *w) {

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Spatial parallelism (src/dist, DistConv semantics): process grid and halo exchange, the
-# sharded U-Net against the unsharded one and against PyTorch's per-shard GroupNorm, then
-# `scaffold benchmark` with dc_num_shards: losses vs unsharded, bad layouts, resume across
-# layouts, the in-memory store, a failure in the middle of an exchange. Oversubscribed (up to 8
-# ranks on the cores there are), so the volumes are tiny.
+# Spatial parallelism (src/parallel over src/mpi, DistConv semantics): process grid and halo
+# exchange, the sharded U-Net against the unsharded one and against PyTorch's per-shard
+# GroupNorm, then `scaffold benchmark` with dc_num_shards: losses vs unsharded, bad layouts,
+# resume across layouts, the in-memory store, a failure in the middle of an exchange.
+# Oversubscribed (up to 8 ranks on the cores there are), so the volumes are tiny.
 cd "$(dirname "$0")/../.." && source tests/lib.sh
 export OMP_NUM_THREADS=1
 T="timeout 300"
@@ -13,6 +13,10 @@ B=$BUILD/tests/dist
 # thing: a launcher whose world this binary's MPI does not join (the other MPI's mpirun), and a
 # launcher's variables set by hand around a singleton. Every process exits 2, one line in all.
 t_cbin $B/test_launcher
+# The base's small collectives (gathers, flag maximum, a communicator's world) and the one
+# shard-divisibility check, singleton and on 3 ranks (uneven gathers).
+t_cbin $B/test_collectives
+t_cbin $T $MPIRUN -n 3 $B/test_collectives
 if [ "${SCAFFOLD_MPI:-openmpi}" = mpich ]; then
     other="mpirun.openmpi --oversubscribe --allow-run-as-root"; other_name="mpirun \\(Open MPI\\)"
 else

@@ -1,4 +1,4 @@
-/* test_halo: the process grid and the halo exchange (src/dist/grid.h), under mpirun.
+/* test_halo: the process grid and the halo exchange (src/parallel/grid.h), under mpirun.
  *
  *   test_halo           every layout the world size allows (all three dims, dim orders), odd
  *                       channel counts, batch 2: the grid's shard of each rank equals the
@@ -11,7 +11,7 @@
  *                       hangs), and the agreed error names it on every rank. */
 #include "core/err.h"
 #include "dataset/dataset.h"
-#include "dist/grid.h"
+#include "parallel/grid.h"
 #include "mpi_test.h"
 
 #include <string.h>
@@ -23,7 +23,7 @@ static float value(int n, int z, int y, int x, int c) {
 }
 
 /* One exchange on a (N, ext+2, C) padded block; returns the number of wrong voxels. */
-static long exchange_and_check(dist_spatial *sp, const dist_grid *g, int N, int C,
+static long exchange_and_check(par_spatial *sp, const par_grid *g, int N, int C,
                                const int full[3]) {
     int ext[3], d0[3];
     for (int a = 0; a < 3; a++) {
@@ -68,8 +68,8 @@ static void test_layout(const layout *L) {
     int axes[3];
     for (int i = 0; i < L->n; i++)
         axes[i] = L->dims[i] - 2;
-    dist_grid g;
-    if (dist_grid_create(&g, &W, L->n, axes, L->counts)) {
+    par_grid g;
+    if (par_grid_create(&g, &W, L->n, axes, L->counts)) {
         CHECK(0, "grid: %s", err_msg());
         return;
     }
@@ -86,8 +86,8 @@ static void test_layout(const layout *L) {
           g.spatial.rank, g.spatial.size);
     CHECK(g.replicas.size == g.nrep && g.replicas.rank == g.replica, "%s: replica comm %d/%d",
           name, g.replicas.rank, g.replicas.size);
-    dist_spatial sp;
-    dist_spatial_init(&sp, &g, 1);
+    par_spatial sp;
+    par_spatial_init(&sp, &g, 1);
     /* Unequal extents per axis show a transposed face; odd channel counts a packing slip. */
     const int full[3] = {8, 12, 4};
     for (int C = 1; C <= 5; C += 2) {
@@ -98,30 +98,30 @@ static void test_layout(const layout *L) {
     double v[2] = {1, (double)g.shard};
     sp.ops.sum(sp.ops.ctx, v, 2);
     CHECK(v[0] == g.T && v[1] == g.T * (g.T - 1) / 2.0, "%s: spatial sum %g %g", name, v[0], v[1]);
-    dist_grid_free(&g);
+    par_grid_free(&g);
 }
 
 static void test_fault(void) {
     static const int axes[1] = {0}, counts[1] = {2};
-    dist_grid g;
-    if (dist_grid_create(&g, &W, 1, axes, counts)) {
+    par_grid g;
+    if (par_grid_create(&g, &W, 1, axes, counts)) {
         CHECK(0, "grid: %s", err_msg());
         return;
     }
-    dist_spatial sp;
-    dist_spatial_init(&sp, &g, 1);
+    par_spatial sp;
+    par_spatial_init(&sp, &g, 1);
     const int full[3] = {8, 4, 4};
     long bad = 0;
     for (int k = 0; k < 3; k++)
         bad += exchange_and_check(&sp, &g, 1, 3, full);
     CHECK(bad == 0, "exchanges after the failure: %ld wrong voxels", bad);
-    int rc = dist_spatial_status(&sp);
+    int rc = par_spatial_status(&sp);
     CHECK((rc != 0) == (W.rank == 1), "rank %d status %d", W.rank, rc);
     rc = dist_agree(&W, rc);
     CHECK(rc == ERR_IO && strstr(err_msg(), "injected failure in halo exchange 2 on rank 1"),
           "agreed: %d %s", rc, err_msg());
-    CHECK(dist_spatial_status(&sp) == 0, "status cleared");
-    dist_grid_free(&g);
+    CHECK(par_spatial_status(&sp) == 0, "status cleared");
+    par_grid_free(&g);
 }
 
 int main(int argc, char **argv) {

@@ -3,7 +3,7 @@
  * values, and the messages of a mismatch. Environments are set with setenv, as a launcher would.
  * No MPI world is needed (the check is given MPI's size and rank). */
 #include "core/err.h"
-#include "dist/dist.h"
+#include "mpi/dist.h"
 #include "test.h"
 
 #include <stdlib.h>

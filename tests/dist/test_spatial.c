@@ -1,4 +1,4 @@
-/* test_spatial: the U-Net split over ranks (src/dist/grid.h) against the unsharded model.
+/* test_spatial: the U-Net split over ranks (src/parallel/grid.h) against the unsharded model.
  *
  *   mpirun -n R test_spatial SD SH SW
  *       dc_num_shards [SD, SH, SW] over dims [2, 3, 4]; R / (SD*SH*SW) replicas. With global
@@ -12,8 +12,8 @@
  *       (per-shard GroupNorm) in float64; and the fixture differs from the whole-volume
  *       statistics, so this test tells the two semantics apart. */
 #include "core/err.h"
-#include "dist/grad.h"
-#include "dist/grid.h"
+#include "parallel/grad.h"
+#include "parallel/grid.h"
 #include "nn/fixture.h"
 #include "nn/unet.h"
 #include "mpi_test.h"
@@ -63,12 +63,12 @@ static void cut_labels(uint16_t *out, const uint16_t *in, int N, const int full[
 }
 
 /* One training step of the sharded model: forward, loss, backward, gradient all-reduce. */
-static int step(nn_unet *m, dist_grad *gr, const float *x, const uint16_t *y, int N,
+static int step(nn_unet *m, par_grad *gr, const float *x, const uint16_t *y, int N,
                 const float *w, double *loss, double *dice) {
     nn_unet_zero_grad(m);
-    dist_grad_begin(gr);
+    par_grad_begin(gr);
     int rc = nn_unet_forward_backward(m, x, y, N, w, loss, dice);
-    dist_grad_finish(gr);
+    par_grad_finish(gr);
     return rc;
 }
 
@@ -117,8 +117,8 @@ static void make_job(job *j, int nrep, int N, int size) {
 }
 
 /* The sharded model of this rank: block extent/offset from the grid; hooks attached. */
-static int make_sharded_p(nn_unet *m, const job *j, const dist_grid *g, dist_spatial *sp,
-                          dist_grad *gr, int gn_global, int ckpt, int prec, int d0[3],
+static int make_sharded_p(nn_unet *m, const job *j, const par_grid *g, par_spatial *sp,
+                          par_grad *gr, int gn_global, int ckpt, int prec, int d0[3],
                           int ext[3]) {
     for (int a = 0; a < 3; a++) {
         ext[a] = j->full[a] / g->counts[a];
@@ -127,20 +127,20 @@ static int make_sharded_p(nn_unet *m, const job *j, const dist_grid *g, dist_spa
     const nn_unet_opts o = {.precision = prec, .checkpointing = ckpt};
     if (nn_unet_create_opts(m, &j->spec, &o, j->N, ext[0], ext[1], ext[2]))
         return 1;
-    dist_spatial_init(sp, g, gn_global);
+    par_spatial_init(sp, g, gn_global);
     m->shard = &sp->ops;
-    return dist_grad_init(gr, g->world, m, 1.0 / g->nrep);
+    return par_grad_init(gr, g->world, m, 1.0 / g->nrep);
 }
 
-static int make_sharded(nn_unet *m, const job *j, const dist_grid *g, dist_spatial *sp,
-                        dist_grad *gr, int gn_global, int ckpt, int d0[3], int ext[3]) {
+static int make_sharded(nn_unet *m, const job *j, const par_grid *g, par_spatial *sp,
+                        par_grad *gr, int gn_global, int ckpt, int d0[3], int ext[3]) {
     return make_sharded_p(m, j, g, sp, gr, gn_global, ckpt, NN_FP32, d0, ext);
 }
 
 static void test_global(const int counts[3]) {
     static const int axes[3] = {0, 1, 2};
-    dist_grid g;
-    if (dist_grid_create(&g, &W, 3, axes, counts)) {
+    par_grid g;
+    if (par_grid_create(&g, &W, 3, axes, counts)) {
         CHECK(0, "grid: %s", err_msg());
         return;
     }
@@ -175,8 +175,8 @@ static void test_global(const int counts[3]) {
     }
     /* Sharded. */
     nn_unet m;
-    dist_spatial sp;
-    dist_grad gr;
+    par_spatial sp;
+    par_grad gr;
     int d0[3], ext[3];
     CHECK(make_sharded(&m, &j, &g, &sp, &gr, 1, 0, d0, ext) == 0, "%s", err_msg());
     memcpy(m.params, ref.params, ref.nparams * sizeof(float));
@@ -188,7 +188,7 @@ static void test_global(const int counts[3]) {
     cut_labels(ybl, j.y + (size_t)g.replica * N * S, N, full, d0, ext);
     double loss, dice;
     CHECK(step(&m, &gr, xb, ybl, N, j.w, &loss, &dice) == 0, "%s", err_msg());
-    CHECK(dist_spatial_status(&sp) == 0, "%s", err_msg());
+    CHECK(par_spatial_status(&sp) == 0, "%s", err_msg());
     char nm[160];
     snprintf(nm, sizeof nm, "[%d,%d,%d] x %d: logits of block (%d,%d,%d)", counts[0], counts[1],
              counts[2], g.nrep, g.idx[0], g.idx[1], g.idx[2]);
@@ -207,26 +207,26 @@ static void test_global(const int counts[3]) {
     /* The same shard with activation checkpointing: the same gradients, bit for bit. */
     {
         nn_unet mc;
-        dist_spatial spc;
-        dist_grad grc;
+        par_spatial spc;
+        par_grad grc;
         double lc, dc;
         CHECK(make_sharded(&mc, &j, &g, &spc, &grc, 1, 1, d0, ext) == 0, "%s", err_msg());
         memcpy(mc.params, ref.params, ref.nparams * sizeof(float));
         CHECK(step(&mc, &grc, xb, ybl, N, j.w, &lc, &dc) == 0, "%s", err_msg());
-        CHECK(dist_spatial_status(&spc) == 0, "%s", err_msg());
+        CHECK(par_spatial_status(&spc) == 0, "%s", err_msg());
         CHECK(lc == loss && dc == dice &&
                   !memcmp(mc.grads, m.grads, m.nparams * sizeof(float)),
               "[%d,%d,%d] x %d: checkpointed shard's loss, Dice or gradients differ", counts[0],
               counts[1], counts[2], g.nrep);
-        dist_grad_free(&grc);
+        par_grad_free(&grc);
         nn_unet_free(&mc);
     }
     /* bf16: the plain shard (its down blocks' conv outputs kept as bf16) and the checkpointed
      * one (which keeps none) give the same loss, Dice and gradients, bit for bit. */
     {
         nn_unet mb[2];
-        dist_spatial spb[2];
-        dist_grad grb[2];
+        par_spatial spb[2];
+        par_grad grb[2];
         double lb2[2], db2[2];
         for (int k = 0; k < 2; k++) {
             CHECK(make_sharded_p(&mb[k], &j, &g, &spb[k], &grb[k], 1, k, NN_BF16, d0, ext) == 0,
@@ -234,7 +234,7 @@ static void test_global(const int counts[3]) {
             memcpy(mb[k].params, ref.params, ref.nparams * sizeof(float));
             CHECK(step(&mb[k], &grb[k], xb, ybl, N, j.w, &lb2[k], &db2[k]) == 0, "%s",
                   err_msg());
-            CHECK(dist_spatial_status(&spb[k]) == 0, "%s", err_msg());
+            CHECK(par_spatial_status(&spb[k]) == 0, "%s", err_msg());
         }
         CHECK(lb2[0] == lb2[1] && db2[0] == db2[1] &&
                   !memcmp(mb[0].grads, mb[1].grads, m.nparams * sizeof(float)),
@@ -244,7 +244,7 @@ static void test_global(const int counts[3]) {
         CHECK(fabs(lb2[0] - loss) <= 0.05 * fabs(loss), "bf16 shard loss %.9g vs fp32 %.9g",
               lb2[0], loss);
         for (int k = 0; k < 2; k++) {
-            dist_grad_free(&grb[k]);
+            par_grad_free(&grb[k]);
             nn_unet_free(&mb[k]);
         }
     }
@@ -257,10 +257,10 @@ static void test_global(const int counts[3]) {
     for (int n = 0; n < N; n++)
         CHECK(fabsf(hd[n] - hd_ref[n]) <= 1e-6f, "hard dice %d: %.9g vs %.9g", n, hd[n],
               hd_ref[n]);
-    dist_grad_free(&gr);
+    par_grad_free(&gr);
     nn_unet_free(&m);
     nn_unet_free(&ref);
-    dist_grid_free(&g);
+    par_grid_free(&g);
     free(gsum), free(lref), free(xb), free(lb), free(ybl);
     free(j.x), free(j.y), free(j.w);
 }
@@ -273,8 +273,8 @@ static void test_shard_fixture(const char *path) {
         CHECK(0, "%s", err_msg());
         return;
     }
-    dist_grid g;
-    if (dist_grid_create(&g, &W, 3, axes, counts)) {
+    par_grid g;
+    if (par_grid_create(&g, &W, 3, axes, counts)) {
         CHECK(0, "grid: %s", err_msg());
         return;
     }
@@ -290,8 +290,8 @@ static void test_shard_fixture(const char *path) {
     j.w = fx_get(&st, "weight", NULL, NULL);
     float *yf = fx_get(&st, "labels", NULL, NULL);
     nn_unet m;
-    dist_spatial sp;
-    dist_grad gr;
+    par_spatial sp;
+    par_grad gr;
     int d0[3], ext[3];
     CHECK(make_sharded(&m, &j, &g, &sp, &gr, 0, 0, d0, ext) == 0, "%s", err_msg());
     for (int i = 0; i < m.ntensors; i++) {
@@ -339,9 +339,9 @@ static void test_shard_fixture(const char *path) {
     dmax = dist_max_double(&W, dmax);
     CHECK(dmax > 1e-2, "global statistics give the per-shard logits too (max diff %.3g): the "
                        "fixture does not tell the semantics apart", dmax);
-    dist_grad_free(&gr);
+    par_grad_free(&gr);
     nn_unet_free(&m);
-    dist_grid_free(&g);
+    par_grid_free(&g);
     nn_st_close(&st);
     free(xb), free(yfull), free(ybl), free(yf), free(lfull), free(lb), free(lv), free(j.x), free(j.w);
 }

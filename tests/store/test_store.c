@@ -9,7 +9,7 @@
  * of reads is identical on all ranks where the coll method needs it (same calls, same order). */
 #include "core/err.h"
 #include "core/rng.h"
-#include "dist/dist.h"
+#include "mpi/dist.h"
 #include "store/store.h"
 #include "test.h"
 

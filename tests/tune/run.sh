@@ -19,7 +19,7 @@ cc=mpicc
 [ "${SCAFFOLD_MPI:-openmpi}" = mpich ] && cc=mpicc.mpich
 if $cc -std=c11 -D_GNU_SOURCE -O0 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined \
     -fno-omit-frame-pointer -Isrc -Iinclude -Itests tests/tune/test_tune.c src/tune/*.c src/analyze/*.c \
-    src/core/*.c src/train/runfolder.c src/dist/dist.c -o "$d/test_tune_asan" -lyaml -lz -lm -lpthread 2>"$d/asan.err"; then
+    src/core/*.c src/train/runfolder.c src/mpi/dist.c -o "$d/test_tune_asan" -lyaml -lz -lm -lpthread 2>"$d/asan.err"; then
     ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 t_cbin "$d/test_tune_asan" "$d/asan"
 else
     t_fail "ASan/UBSan build of test_tune" "$(head -c 400 "$d/asan.err")"

@@ -1,8 +1,11 @@
 /* comm: the gradient all-reduce over NCCL, one GPU per rank, bootstrapped over MPI: rank 0 makes
- * the NCCL unique id, MPI_Bcast hands it to every rank, each joins with ncclCommInitRank. Buckets
+ * the NCCL unique id, a broadcast of the MPI base (src/mpi) hands it to every rank, each joins
+ * with ncclCommInitRank. Buckets
  * (cu_bucket_plan) are reduced on a stream of their own after an event on the compute stream, so
  * a bucket's all-reduce overlaps the backward pass that is still computing earlier layers. */
 #include "nn/cuda/cu_int.h"
+
+#include "mpi/dist.h"
 
 #include <nccl.h>
 #include <stdlib.h>
@@ -28,9 +31,8 @@ static int fail_nccl(ncclResult_t r, const char *what) {
     } while (0)
 
 /* Every rank learns whether all ranks succeeded (1) or not (0). */
-static int all_ok(MPI_Comm comm, int ok) {
-    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, comm);
-    return ok;
+static int all_ok(const dist_world *w, int ok) {
+    return !dist_max_int(w, !ok);
 }
 
 static int comm_streams(cu_comm *m) {
@@ -43,9 +45,8 @@ static int comm_streams(cu_comm *m) {
 
 int cu_comm_create(cu_comm **out, cu_ctx *c, MPI_Comm comm) {
     *out = NULL;
-    int rank, size;
-    MPI_Comm_rank(comm, &rank);
-    MPI_Comm_size(comm, &size);
+    dist_world w;
+    dist_world_of(&w, comm);
     cu_comm *m = calloc(1, sizeof *m);
     int rc = m ? 0 : err_set(ERR_NOMEM, "NCCL communicator: out of host memory");
     if (m) {
@@ -58,26 +59,26 @@ int cu_comm_create(cu_comm **out, cu_ctx *c, MPI_Comm comm) {
         ncclUniqueId id;
     } boot;
     memset(&boot, 0, sizeof boot);
-    if (rank == 0) {
+    if (w.rank == 0) {
         ncclResult_t r = ncclGetUniqueId(&boot.id);
         boot.ok = r == ncclSuccess;
         if (!boot.ok && rc == 0)
             rc = fail_nccl(r, "ncclGetUniqueId");
     }
-    MPI_Bcast(&boot, (int)sizeof boot, MPI_BYTE, 0, comm);
+    dist_bcast(&w, &boot, sizeof boot, 0);
     if (rc == 0 && !boot.ok)
         rc = err_set(ERR_INTERNAL, "NCCL: rank 0 could not create the communicator id");
     /* ncclCommInitRank blocks until every rank has joined: join only if every rank can. */
-    if (!all_ok(comm, rc == 0)) {
+    if (!all_ok(&w, rc == 0)) {
         cu_comm_free(m);
         return rc ? rc : err_set(ERR_INTERNAL, "NCCL: another rank failed before the join");
     }
-    ncclResult_t r = ncclCommInitRank(&m->nccl, size, boot.id, rank);
+    ncclResult_t r = ncclCommInitRank(&m->nccl, w.size, boot.id, w.rank);
     if (r != ncclSuccess) {
         m->nccl = NULL;
         rc = fail_nccl(r, "ncclCommInitRank");
     }
-    if (!all_ok(comm, rc == 0)) {
+    if (!all_ok(&w, rc == 0)) {
         cu_comm_free(m);
         return rc ? rc : err_set(ERR_INTERNAL, "NCCL: another rank failed to join");
     }

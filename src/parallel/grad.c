@@ -1,5 +1,5 @@
 /* grad: bucketed, overlapped gradient all-reduce (see grad.h). */
-#include "dist/grad.h"
+#include "parallel/grad.h"
 
 #include "core/err.h"
 #include "core/log.h"
@@ -21,7 +21,7 @@ static long progress_nap_us(void) {
 }
 
 static void *progress_main(void *arg) {
-    dist_grad *g = arg;
+    par_grad *g = arg;
     const long us = progress_nap_us();
     const struct timespec nap = {us / 1000000, us % 1000000 * 1000};
     pthread_mutex_lock(&g->mu);
@@ -45,7 +45,7 @@ static double env_double(const char *name, double def) {
     return e && *e ? atof(e) : def;
 }
 
-int dist_grad_init(dist_grad *g, const dist_world *w, nn_unet *m, double scale) {
+int par_grad_init(par_grad *g, const dist_world *w, nn_unet *m, double scale) {
     memset(g, 0, sizeof *g);
     g->w = w;
     g->grads = m->grads;
@@ -69,7 +69,7 @@ int dist_grad_init(dist_grad *g, const dist_world *w, nn_unet *m, double scale) 
         size_t lo = m->tensors[t].offset;
         for (size_t a = hi; a > lo;) { /* pieces from the top, in backward order */
             size_t b = a - lo > GRAD_PIECE_MAX ? a - GRAD_PIECE_MAX : lo;
-            g->piece[g->np++] = (dist_grad_piece){t, b, a};
+            g->piece[g->np++] = (par_grad_piece){t, b, a};
             a = b;
         }
         hi = lo;
@@ -83,7 +83,7 @@ int dist_grad_init(dist_grad *g, const dist_world *w, nn_unet *m, double scale) 
         g->req = NULL;
         return rc;
     }
-    m->grad_ready = dist_grad_ready;
+    m->grad_ready = par_grad_ready;
     m->grad_ctx = g;
     if (w->size > 1 && w->thread_level == MPI_THREAD_MULTIPLE) {
         MPI_Comm_dup(w->comm, &g->probe);
@@ -98,7 +98,7 @@ int dist_grad_init(dist_grad *g, const dist_world *w, nn_unet *m, double scale) 
     return 0;
 }
 
-void dist_grad_free(dist_grad *g) {
+void par_grad_free(par_grad *g) {
     if (!g || !g->piece)
         return;
     if (g->has_thread) {
@@ -117,7 +117,7 @@ void dist_grad_free(dist_grad *g) {
     memset(g, 0, sizeof *g);
 }
 
-static void set_active(dist_grad *g, int on) {
+static void set_active(par_grad *g, int on) {
     if (!g->has_thread)
         return;
     pthread_mutex_lock(&g->mu);
@@ -126,13 +126,13 @@ static void set_active(dist_grad *g, int on) {
     pthread_mutex_unlock(&g->mu);
 }
 
-void dist_grad_begin(dist_grad *g) {
+void par_grad_begin(par_grad *g) {
     g->started = 0;
     set_active(g, 1);
 }
 
-static void start_piece(dist_grad *g) {
-    const dist_grad_piece *p = &g->piece[g->started];
+static void start_piece(par_grad *g) {
+    const par_grad_piece *p = &g->piece[g->started];
     prof_begin(PROF_MPI_IALLREDUCE);
     MPI_Iallreduce(MPI_IN_PLACE, g->grads + p->lo, (int)(p->hi - p->lo), MPI_FLOAT, MPI_SUM,
                    g->w->comm, &g->req[g->started]);
@@ -141,8 +141,8 @@ static void start_piece(dist_grad *g) {
     g->started++;
 }
 
-void dist_grad_ready(void *ctx, int first) {
-    dist_grad *g = ctx;
+void par_grad_ready(void *ctx, int first) {
+    par_grad *g = ctx;
     if (!g->overlap || g->w->size == 1)
         return;
     while (g->started < g->np && g->piece[g->started].first >= first)
@@ -153,7 +153,7 @@ void dist_grad_ready(void *ctx, int first) {
     }
 }
 
-void dist_grad_finish(dist_grad *g) {
+void par_grad_finish(par_grad *g) {
     if (g->w->size > 1) {
         while (g->started < g->np)
             start_piece(g);

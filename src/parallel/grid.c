@@ -1,6 +1,6 @@
 /* grid: the process grid, its sub-communicators, and the halo/sum hooks over the spatial group
  * (see grid.h). */
-#include "dist/grid.h"
+#include "parallel/grid.h"
 
 #include "core/err.h"
 #include "core/fault.h"
@@ -28,7 +28,16 @@ static int shard_id(int n, const int axes[], const int counts[], const int idx[3
     return id;
 }
 
-int dist_grid_create(dist_grid *g, const dist_world *w, int n, const int axes[],
+int par_grid_check(int world_size, int T) {
+    if (world_size % T == 0)
+        return 0;
+    return err_set(ERR_CONFIG,
+                   "world size %d is not divisible by the number of spatial shards %d "
+                   "(dc_num_shards); run on a multiple of %d ranks or change dc_num_shards",
+                   world_size, T, T);
+}
+
+int par_grid_create(par_grid *g, const dist_world *w, int n, const int axes[],
                      const int counts[]) {
     memset(g, 0, sizeof *g);
     g->world = w;
@@ -42,12 +51,7 @@ int dist_grid_create(dist_grid *g, const dist_world *w, int n, const int axes[],
         T *= counts[i];
         g->counts[axes[i]] = counts[i];
     }
-    if (w->size % T != 0)
-        rc = err_set(ERR_CONFIG,
-                     "world size %d is not divisible by the number of spatial shards %d "
-                     "(dc_num_shards); run on a multiple of %d ranks or change dc_num_shards",
-                     w->size, T, T);
-    rc = dist_agree(w, rc);
+    rc = dist_agree(w, par_grid_check(w->size, T));
     if (rc)
         return rc;
     g->T = T;
@@ -70,11 +74,11 @@ int dist_grid_create(dist_grid *g, const dist_world *w, int n, const int axes[],
         rc = split(w, g->shard, g->replica, &g->replicas);
     rc = dist_agree(w, rc);
     if (rc)
-        dist_grid_free(g);
+        par_grid_free(g);
     return rc;
 }
 
-void dist_grid_free(dist_grid *g) {
+void par_grid_free(par_grid *g) {
     if (!g || !g->world) /* never created (zeroed) */
         return;
     if (g->spatial.comm != MPI_COMM_NULL)
@@ -87,7 +91,7 @@ void dist_grid_free(dist_grid *g) {
 /* ---- halo exchange -------------------------------------------------------------------------- */
 
 /* Fault point HALO (SCAFFOLD_FAULT_HALO=R:K): rank R records a failure at its K-th exchange. */
-static void fault_halo(dist_spatial *s) {
+static void fault_halo(par_spatial *s) {
     if (s->rc == 0 && fault_hit(FAULT_HALO, s->g->world->rank)) {
         s->rc = err_set(ERR_IO, "injected failure in halo exchange %ld on rank %d",
                         s->exchanges, s->g->world->rank);
@@ -99,8 +103,8 @@ static void fault_halo(dist_spatial *s) {
  * first and last planes along a go to the neighbours below and above, theirs land in P's border
  * planes 0 and ext+1. Faces span the full padded extent of the other axes (earlier halos
  * included). Tags: 2a for a face sent downwards, 2a+1 upwards. */
-static void halo_post(dist_spatial *s, int a, float *P, int N, int D, int H, int W, int C) {
-    const dist_grid *g = s->g;
+static void halo_post(par_spatial *s, int a, float *P, int N, int D, int H, int W, int C) {
+    const par_grid *g = s->g;
     const int ext = a == 0 ? D : a == 1 ? H : W;
     int sizes[5] = {N, D + 2, H + 2, W + 2, C}, sub[5] = {N, D + 2, H + 2, W + 2, C};
     sub[1 + a] = 1;
@@ -126,7 +130,7 @@ static void halo_post(dist_spatial *s, int a, float *P, int N, int D, int H, int
     }
 }
 
-static void halo_wait(dist_spatial *s) {
+static void halo_wait(par_spatial *s) {
     if (!s->nreq)
         return;
     double t0 = time_now();
@@ -142,7 +146,7 @@ static void halo_wait(dist_spatial *s) {
 }
 
 static void halo_start(void *ctx, float *P, int N, int D, int H, int W, int C) {
-    dist_spatial *s = ctx;
+    par_spatial *s = ctx;
     s->exchanges++;
     fault_halo(s);
     s->axis = 3;
@@ -154,7 +158,7 @@ static void halo_start(void *ctx, float *P, int N, int D, int H, int W, int C) {
 }
 
 static void halo_finish(void *ctx, float *P, int N, int D, int H, int W, int C) {
-    dist_spatial *s = ctx;
+    par_spatial *s = ctx;
     halo_wait(s);
     for (int a = s->axis + 1; a < 3; a++)
         if (s->g->counts[a] > 1) {
@@ -164,7 +168,7 @@ static void halo_finish(void *ctx, float *P, int N, int D, int H, int W, int C) 
 }
 
 static void spatial_sum(void *ctx, double *buf, int n) {
-    dist_spatial *s = ctx;
+    par_spatial *s = ctx;
     double t0 = time_now();
     prof_begin(PROF_MPI_ALLREDUCE);
     MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, s->g->spatial.comm);
@@ -174,7 +178,7 @@ static void spatial_sum(void *ctx, double *buf, int n) {
     s->sums++;
 }
 
-void dist_spatial_init(dist_spatial *s, const dist_grid *g, int gn_global) {
+void par_spatial_init(par_spatial *s, const par_grid *g, int gn_global) {
     memset(s, 0, sizeof *s);
     s->g = g;
     s->ops.ctx = s;
@@ -187,7 +191,7 @@ void dist_spatial_init(dist_spatial *s, const dist_grid *g, int gn_global) {
     s->ops.sum = spatial_sum;
 }
 
-int dist_spatial_status(dist_spatial *s) {
+int par_spatial_status(par_spatial *s) {
     int rc = s->rc;
     if (rc)
         err_set(rc, "%s", s->msg);

@@ -1,9 +1,18 @@
-/* dist: the MPI layer. One `dist_world` per process (rank, size, communicator); a single process
- * started without mpirun is a valid 1-rank world (singleton init). The error agreement here is
- * what keeps a failure on one rank from hanging the others: every fallible collective step ends
- * with dist_agree(), which gives all ranks the same return code and the failing rank's message. */
-#ifndef SCAFFOLD_DIST_DIST_H
-#define SCAFFOLD_DIST_DIST_H
+/* dist: the MPI base (src/mpi). One `dist_world` per process (rank, size, communicator); a single
+ * process started without mpirun is a valid 1-rank world (singleton init). The error agreement
+ * here is what keeps a failure on one rank from hanging the others: every fallible collective
+ * step ends with dist_agree(), which gives all ranks the same return code and the failing rank's
+ * message.
+ *
+ * The product's collectives go through this module (the fractal library, the dataset, training,
+ * the NCCL bootstrap of the CUDA backend); it includes no engine (nn/) header, so everything that
+ * only needs MPI sits below the engine. On purpose outside it: src/trace (its PMPI wrappers are
+ * MPI by nature), src/store (one-sided windows are its job) and src/parallel (non-blocking halo
+ * exchanges with subarray datatypes and the overlapped gradient all-reduce, on communicators of
+ * its own). The prefix stays `dist_`: a lower-case `mpi_` would collide with the Fortran
+ * bindings' symbols (mpi_bcast, ...) that MPI libraries export. */
+#ifndef SCAFFOLD_MPI_DIST_H
+#define SCAFFOLD_MPI_DIST_H
 
 #include <mpi.h>
 #include <stddef.h>
@@ -57,6 +66,10 @@ const char *dist_mpi_name(void);
  * and ERR_USAGE is returned on every process. 0, ERR_MPI or ERR_USAGE. */
 int dist_init(dist_world *w, int *argc, char ***argv);
 
+/* Fills `w` for an existing communicator (its rank and size; no launcher), so that code handed
+ * a communicator (the NCCL bootstrap) reaches it through this module's collectives. */
+void dist_world_of(dist_world *w, MPI_Comm comm);
+
 /* Finalises MPI if dist_init initialised it. */
 void dist_finalize(dist_world *w);
 
@@ -93,8 +106,19 @@ void dist_sum_u64(const dist_world *w, uint64_t *buf, size_t n);
  * elsewhere). */
 void dist_gather_doubles(const dist_world *w, const double *mine, int n, double *all, int root);
 
+/* Collective: rank r's n ints at all[r * n] on `root` (all: size * n ints there; ignored
+ * elsewhere). */
+void dist_gather_ints(const dist_world *w, const int *mine, int n, int *all, int root);
+/* Collective: rank r's n doubles at all[displs[r]] on `root`, where counts[r] is rank r's n
+ * (counts, displs and all are read on root only: every rank's count is known there first, e.g.
+ * from dist_gather_ints). */
+void dist_gatherv_doubles(const dist_world *w, const double *mine, int n, double *all,
+                          const int counts[], const int displs[], int root);
+
 /* Collective: the largest of every rank's v (signals, flags). */
 int dist_max_int(const dist_world *w, int v);
+/* In-place element-wise maximum of n ints (flags per item) over every rank of `w`. */
+void dist_max_ints(const dist_world *w, int *buf, int n);
 /* In-place element-wise maximum over every rank of `w`. */
 void dist_max_doubles(const dist_world *w, double *buf, size_t n);
 

@@ -1,5 +1,5 @@
 /* dist: MPI world setup, error agreement and small collectives (see dist.h). */
-#include "dist/dist.h"
+#include "mpi/dist.h"
 
 #include "core/err.h"
 #include "core/prof.h"
@@ -165,6 +165,14 @@ int dist_init(dist_world *w, int *argc, char ***argv) {
     return rc;
 }
 
+void dist_world_of(dist_world *w, MPI_Comm comm) {
+    memset(w, 0, sizeof *w);
+    w->comm = comm;
+    MPI_Comm_rank(comm, &w->rank);
+    MPI_Comm_size(comm, &w->size);
+    MPI_Query_thread(&w->thread_level);
+}
+
 void dist_finalize(dist_world *w) {
     (void)w;
     int fin = 0;
@@ -302,11 +310,25 @@ void dist_gather_doubles(const dist_world *w, const double *mine, int n, double 
     MPI_Gather(mine, n, MPI_DOUBLE, all, n, MPI_DOUBLE, root, w->comm);
 }
 
+void dist_gather_ints(const dist_world *w, const int *mine, int n, int *all, int root) {
+    MPI_Gather(mine, n, MPI_INT, all, n, MPI_INT, root, w->comm);
+}
+
+void dist_gatherv_doubles(const dist_world *w, const double *mine, int n, double *all,
+                          const int counts[], const int displs[], int root) {
+    MPI_Gatherv(mine, n, MPI_DOUBLE, all, counts, displs, MPI_DOUBLE, root, w->comm);
+}
+
 int dist_max_int(const dist_world *w, int v) {
     int r = v;
     if (w->size > 1)
         MPI_Allreduce(&v, &r, 1, MPI_INT, MPI_MAX, w->comm);
     return r;
+}
+
+void dist_max_ints(const dist_world *w, int *buf, int n) {
+    if (w->size > 1)
+        MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_INT, MPI_MAX, w->comm);
 }
 
 long long dist_sum_ll(const dist_world *w, long long v) {
