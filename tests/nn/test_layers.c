@@ -7,6 +7,7 @@
 #include "nn/algo.h"
 #include "nn/layers.h"
 #include "nn/loss.h"
+#include "nn/ref.h"
 #include "test.h"
 
 #include "core/rng.h"
@@ -749,7 +750,7 @@ static void fp32_differs(const char *name, const float *got, const float *want, 
 
 /* bf16 Conv3d on shapes whose channel counts are multiples of 32 (the AMX tiles where the CPU
  * has them, the vdpbf16ps kernels under SCAFFOLD_AMX=0, the fp32 kernels elsewhere), against
- * the ideal result: bf16 operands, sums in double (nn_conv3d_forward_ref; the input gradient
+ * the ideal result: bf16 operands, sums in double (nn_ref_conv3d_forward; the input gradient
  * as the forward pass of the flipped, transposed weights over dy), one rounding. Widths that
  * leave a partial last tile of 32 padded positions, a 16-column block, two k blocks, and a
  * concatenated input. */
@@ -790,9 +791,9 @@ static void test_conv_bf16_vs_ideal(void) {
         float *ws = ws_alloc(nn_conv3d_ws_floats(N, D, H, W, cin, cout));
         float *y = zeros(P * cout), *yi = zeros(P * cout), *dx = zeros(P * cin),
               *dxi = zeros(P * cin);
-        nn_conv3d_forward_ref(yi, x, w, cin, cout, N, D, H, W);
+        nn_ref_conv3d_forward(yi, x, w, cin, cout, N, D, H, W);
         nn_round_bf16(yi, P * cout);
-        nn_conv3d_forward_ref(dxi, dy, wt, cout, cin, N, D, H, W);
+        nn_ref_conv3d_forward(dxi, dy, wt, cout, cin, N, D, H, W);
         nn_round_bf16(dxi, P * cin);
         nn_conv3d_forward_p(y, xa, ca, cb ? xb : NULL, cb, w, cout, N, D, H, W, NN_BF16, NULL,
                             ws);
@@ -1093,9 +1094,9 @@ static void test_conv_vs_naive(void) {
         float *y = zeros(P * cout), *yr = zeros(P * cout), *dx = zeros(P * cin),
               *dxr = zeros(P * cin), *dw = zeros(nw), *dwr = zeros(nw);
         nn_conv3d_forward_p(y, x, cin, NULL, 0, w, cout, N, D, H, W, NN_FP32, NULL, ws);
-        nn_conv3d_forward_ref(yr, x, w, cin, cout, N, D, H, W);
+        nn_ref_conv3d_forward(yr, x, w, cin, cout, N, D, H, W);
         nn_conv3d_backward_p(dx, NULL, dw, dy, x, cin, NULL, 0, w, cout, N, D, H, W, NN_FP32, NULL, ws);
-        nn_conv3d_backward_ref(dxr, dwr, dy, x, w, cin, cout, N, D, H, W);
+        nn_ref_conv3d_backward(dxr, dwr, dy, x, w, cin, cout, N, D, H, W);
         snprintf(nm, sizeof nm, "conv3d %dx%dx%dx%d %d->%d forward vs naive", N, D, H, W, cin,
                  cout);
         const float atol = nn_conv3d_winograd(N, D, H, W, cin, cout, NN_FP32) ? WINO_ATOL : 1e-5f;
@@ -1146,12 +1147,12 @@ static void test_conv_vs_naive(void) {
               *db = zeros(P * cb), *dxr = zeros(P * cin), *dwr = zeros(nw), *dg = zeros(P * cin),
               *dw = zeros(nw);
         nn_conv3d_forward_p(y, xa, ca, xb, cb, w, cout, N, D, H, W, NN_FP32, NULL, ws);
-        nn_conv3d_forward_ref(yr, x, w, cin, cout, N, D, H, W);
+        nn_ref_conv3d_forward(yr, x, w, cin, cout, N, D, H, W);
         snprintf(nm, sizeof nm, "conv3d concat %d^3 8+16->16 forward vs naive", side);
         check_close(nm, y, yr, P * cout, WINO_ATOL, 1e-4f);
         nn_conv3d_backward_p(da, db, dw, dy, xa, ca, xb, cb, w, cout, N, D, H, W, NN_FP32, NULL,
                              ws);
-        nn_conv3d_backward_ref(dxr, dwr, dy, x, w, cin, cout, N, D, H, W);
+        nn_ref_conv3d_backward(dxr, dwr, dy, x, w, cin, cout, N, D, H, W);
         for (size_t v = 0; v < P; v++) {
             memcpy(dg + v * cin, da + v * ca, sizeof(float) * ca);
             memcpy(dg + v * cin + ca, db + v * cb, sizeof(float) * cb);
