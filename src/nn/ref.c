@@ -62,8 +62,11 @@ static size_t convt_out(int n, int z, int y, int x, int t, int D, int H, int W) 
     return (oz * 2 * H + 2 * y + (t / 2) % 2) * 2 * W + 2 * x + t % 2;
 }
 
-void nn_ref_convt3d_forward(float *y, const float *x, const float *w, const float *b, int cin,
-                            int cout, int N, int D, int H, int W) {
+/* The loops of both directions: y (when given) from x, w and b; with dy (ldo floats per voxel)
+ * the gradients' sums in double. */
+static void convt_loops(float *y, double *dxd, double *dwd, double *dbd, const float *x,
+                        const float *w, const float *b, const float *dy, long ldo, int cin,
+                        int cout, int N, int D, int H, int W) {
     for (int n = 0; n < N; n++)
         for (int z = 0; z < D; z++)
             for (int yy = 0; yy < H; yy++)
@@ -72,13 +75,27 @@ void nn_ref_convt3d_forward(float *y, const float *x, const float *w, const floa
                         const size_t v = (((size_t)n * D + z) * H + yy) * W + xx;
                         const size_t o = convt_out(n, z, yy, xx, t, D, H, W);
                         for (int oc = 0; oc < cout; oc++) {
-                            double acc = b[oc];
-                            for (int ic = 0; ic < cin; ic++)
-                                acc += (double)x[v * cin + ic] *
-                                       w[((size_t)ic * cout + oc) * 8 + t];
-                            y[o * cout + oc] = (float)acc;
+                            const double g = dy ? dy[o * ldo + oc] : 0.0;
+                            double acc = y ? b[oc] : 0.0;
+                            for (int ic = 0; ic < cin; ic++) {
+                                const size_t wi = ((size_t)ic * cout + oc) * 8 + t;
+                                acc += (double)x[v * cin + ic] * w[wi];
+                                if (dy) {
+                                    dxd[v * cin + ic] += g * w[wi];
+                                    dwd[wi] += (double)x[v * cin + ic] * g;
+                                }
+                            }
+                            if (y)
+                                y[o * cout + oc] = (float)acc;
+                            if (dy)
+                                dbd[oc] += g;
                         }
                     }
+}
+
+void nn_ref_convt3d_forward(float *y, const float *x, const float *w, const float *b, int cin,
+                            int cout, int N, int D, int H, int W) {
+    convt_loops(y, NULL, NULL, NULL, x, w, b, NULL, 0, cin, cout, N, D, H, W);
 }
 
 void nn_ref_convt3d_backward(float *dx, float *dw, float *db, const float *dy, long ldo,
@@ -87,23 +104,7 @@ void nn_ref_convt3d_backward(float *dx, float *dw, float *db, const float *dy, l
     const size_t P = (size_t)N * D * H * W, nw = 8 * (size_t)cin * cout;
     double *dxd = calloc(P * cin, sizeof(double)), *dwd = calloc(nw, sizeof(double));
     double *dbd = calloc((size_t)cout, sizeof(double));
-    for (int n = 0; n < N; n++)
-        for (int z = 0; z < D; z++)
-            for (int yy = 0; yy < H; yy++)
-                for (int xx = 0; xx < W; xx++)
-                    for (int t = 0; t < 8; t++) {
-                        const size_t v = (((size_t)n * D + z) * H + yy) * W + xx;
-                        const size_t o = convt_out(n, z, yy, xx, t, D, H, W);
-                        for (int oc = 0; oc < cout; oc++) {
-                            const double g = dy[o * ldo + oc];
-                            for (int ic = 0; ic < cin; ic++) {
-                                const size_t wi = ((size_t)ic * cout + oc) * 8 + t;
-                                dxd[v * cin + ic] += g * w[wi];
-                                dwd[wi] += (double)x[v * cin + ic] * g;
-                            }
-                            dbd[oc] += g;
-                        }
-                    }
+    convt_loops(NULL, dxd, dwd, dbd, x, w, NULL, dy, ldo, cin, cout, N, D, H, W);
     if (dx)
         for (size_t i = 0; i < P * cin; i++)
             dx[i] = (float)dxd[i];
@@ -236,7 +237,9 @@ static int pool_arg(const float *in, int n, int z, int y, int x, int c, int D, i
     return k;
 }
 
-void nn_ref_maxpool3d_forward(float *out, const float *in, int N, int D, int H, int W, int C) {
+/* Every window: out (when given) = its winner, din (when given) += dout at its winner. */
+static void pool_loops(float *out, float *din, const float *dout, const float *in, int N, int D,
+                       int H, int W, int C) {
     for (int n = 0; n < N; n++)
         for (int z = 0; z < D / 2; z++)
             for (int y = 0; y < H / 2; y++)
@@ -244,21 +247,21 @@ void nn_ref_maxpool3d_forward(float *out, const float *in, int N, int D, int H, 
                     for (int c = 0; c < C; c++) {
                         const int k = pool_arg(in, n, z, y, x, c, D, H, W, C);
                         const size_t o = (((size_t)n * (D / 2) + z) * (H / 2) + y) * (W / 2) + x;
-                        out[o * C + c] = in[pool_in(n, z, y, x, k, D, H, W) * C + c];
+                        const size_t i = pool_in(n, z, y, x, k, D, H, W) * C + c;
+                        if (out)
+                            out[o * C + c] = in[i];
+                        if (din)
+                            din[i] += dout[o * C + c];
                     }
+}
+
+void nn_ref_maxpool3d_forward(float *out, const float *in, int N, int D, int H, int W, int C) {
+    pool_loops(out, NULL, NULL, in, N, D, H, W, C);
 }
 
 void nn_ref_maxpool3d_backward(float *din, const float *dout, const float *in, int N, int D, int H,
                                int W, int C) {
-    for (int n = 0; n < N; n++)
-        for (int z = 0; z < D / 2; z++)
-            for (int y = 0; y < H / 2; y++)
-                for (int x = 0; x < W / 2; x++)
-                    for (int c = 0; c < C; c++) {
-                        const int k = pool_arg(in, n, z, y, x, c, D, H, W, C);
-                        const size_t o = (((size_t)n * (D / 2) + z) * (H / 2) + y) * (W / 2) + x;
-                        din[pool_in(n, z, y, x, k, D, H, W) * C + c] += dout[o * C + c];
-                    }
+    pool_loops(NULL, din, dout, in, N, D, H, W, C);
 }
 
 void nn_ref_loss(float *dlogits, const float *logits, const uint16_t *labels,

@@ -79,9 +79,7 @@ int nn_unet_create_opts(nn_unet *m, const nn_unet_spec *s, const nn_unet_opts *o
     memset(m, 0, sizeof *m);
     if (!o)
         o = &defaults;
-    int rc = nn_unet_spec_check(s, d, h, w);
-    if (!rc)
-        rc = unet_opts_check(o);
+    int rc = unet_check(s, o, d, h, w);
     if (rc)
         return rc;
     m->opts = *o;

@@ -77,9 +77,9 @@ static inline size_t maxz(size_t a, size_t b) {
 
 /* ---- unet_plan.c ------------------------------------------------------------------------- */
 
-/* The options' checks (nn_unet_spec_check checks the spec): 0, or an err.h code with the
+/* The spec's checks (nn_unet_spec_check) and the options': 0, or an err.h code with the
  * message set. */
-int unet_opts_check(const nn_unet_opts *o);
+int unet_check(const nn_unet_spec *s, const nn_unet_opts *o, int d, int h, int w);
 /* The parameter table in upstream's state_dict order: fills t (when given) and p's tensor
  * indices (when given), sets *nparams (when given) to the parameter count; returns the tensor
  * count. */

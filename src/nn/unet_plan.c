@@ -42,7 +42,10 @@ int nn_unet_spec_check(const nn_unet_spec *s, int d, int h, int w) {
     return 0;
 }
 
-int unet_opts_check(const nn_unet_opts *o) {
+int unet_check(const nn_unet_spec *s, const nn_unet_opts *o, int d, int h, int w) {
+    const int rc = nn_unet_spec_check(s, d, h, w);
+    if (rc)
+        return rc;
     if (o->precision != NN_FP32 && o->precision != NN_BF16)
         return err_set(ERR_CONFIG, "U-Net precision %d: it must be 0 (fp32) or 1 (bf16, "
                                    "torch_amp: 1)",
@@ -390,9 +393,7 @@ int nn_unet_memory_estimate(const nn_unet_spec *s, const nn_unet_opts *o, int ba
     memset(out, 0, sizeof *out);
     if (!o)
         o = &defaults;
-    int rc = nn_unet_spec_check(s, d, h, w);
-    if (!rc)
-        rc = unet_opts_check(o);
+    const int rc = unet_check(s, o, d, h, w);
     if (rc)
         return rc;
     if (batch < 1)
