@@ -151,7 +151,6 @@ void nn_conv1_dx_voxel(float *restrict d, const float *restrict dout, const floa
             d[c] = nn_bf16_round(d[c]);
 }
 
-
 size_t nn_conv1_ws_floats(long P, int cin, int cout) {
     return nn_conv1_ws_floats_p(P, cin, cout, NN_FP32);
 }

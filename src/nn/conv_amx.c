@@ -40,7 +40,6 @@ static size_t amx_dw_floats(int Zc, int H, int W, int cin, int cout, long *ldx, 
     return 27 * (size_t)cin * cout + 16 + ((size_t)cin * *ldx + (size_t)*qs * cout) / 2;
 }
 
-
 /* The slab depth for conv_amx_dw within the layer's workspace; 0 when AMX does not apply. */
 int conv_amx_dw_depth(int N, int D, int H, int W, int cin, int cout, nn_prec prec,
                       const nn_shard *sh) {

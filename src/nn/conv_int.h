@@ -33,7 +33,6 @@ static inline int use_pairs(nn_prec prec) {
     return prec == NN_BF16 && nn_isa_bf16dp();
 }
 
-
 /* Reduction blocks: the packed weights of one (column block, k block) pair, T*klen*nr floats,
  * stay in L2 while every position of a work item streams past them. Block edges fall on
  * multiples of `unit` k: 2 (the bf16 kernels take k in pairs), 32 on AMX (kunit). */

@@ -78,7 +78,6 @@ void conv_pack_b16(uint16_t *Bp, const float *w, int ncol, int K, int T, long sc
         }
 }
 
-
 #define SLAB_BYTES (48u << 20) /* padded planes per slab: about this many bytes, at least 1 */
 
 /* SLAB_BYTES, or SCAFFOLD_NN_SLAB_BYTES (tests: several slabs on small volumes), read once. */
@@ -150,7 +149,6 @@ void conv_pad_slab(void *P, int fmt, const float *a, long lda_, int ca, const fl
             }
         }
 }
-
 
 void conv_walk_run(const nn_tg *g, const conv_walk *w, long M, const void *Bp, const float *bias,
                    int nvalid, int mode) {

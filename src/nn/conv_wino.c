@@ -67,7 +67,6 @@ int conv_wino_applies(int D, int H, int W, int K, int ncol, nn_prec prec, const 
            conv_slab_depth(D, H, W, K, NULL) >= 2;
 }
 
-
 /* Floats between the rows of V (and of M) past the chunk's nt*K: with rows a multiple of 4 KiB
  * apart (F(2x2x2)'s 192 tiles of 64 channels: 48 KiB), the many streams the transforms write and read all
  * fall in one L1 set and a few L2 sets. One cache line more per row spreads them over all sets

@@ -8,7 +8,6 @@
 
 /* ---- ConvTranspose3d k2 s2 -------------------------------------------------------------- */
 
-
 size_t nn_convt3d_ws_floats_p(int N, int D, int H, int W, int cin, int cout, nn_prec prec) {
     size_t pf = packed_floats(cout, cin, 8), pb = packed_floats(cin, cout, 8);
     size_t pw = conv_weight_grad_ws(8, cin + 1, cout, (long)N * D * H, H, W); /* + the ones */

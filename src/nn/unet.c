@@ -144,7 +144,6 @@ int nn_unet_create_opts(nn_unet *m, const nn_unet_spec *s, const nn_unet_opts *o
     return 0;
 }
 
-
 int nn_unet_init_params(nn_unet *m, uint64_t seed) {
     for (int i = 0; i < m->ntensors; i++) {
         const nn_tensor_info *t = &m->tensors[i];
@@ -416,7 +415,6 @@ static void dc_forward(nn_unet *m, dc_block *b, const float *inA, int ca, const 
         gn_to_prec(p, a2, n);
     }
 }
-
 
 /* Backward of one DoubleConv up to its first convolution: GN2 (dY, the gradient of b->a2, in
  * place), conv2 (input gradient into tmp, weight gradient) and GN1 (in place in tmp), leaving

@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 int nn_unet_spec_check(const nn_unet_spec *s, int d, int h, int w) {
     if (s->layers < 1 || s->layers > MAXL)
         return err_set(ERR_CONFIG,
@@ -171,7 +170,6 @@ int nn_unet_find_tensor(const nn_unet *m, const char *name) {
             return i;
     return -1;
 }
-
 
 /* Extents, channels and block levels of the plan for a (d, h, w) volume. */
 void unet_plan_dims(struct nn_unet_plan *p, const nn_unet_spec *s, const nn_unet_opts *o, int d,
