@@ -2,7 +2,7 @@
  * chosen by measurement as cuDNN's Find and PyTorch's cudnn.benchmark do, with the choices
  * cached per CPU model, kernel path, thread count and shape.
  *
- * The algorithms (conv.c runs them; which apply depends on the shape, the precision and the
+ * The algorithms (conv3d.c runs them; which apply depends on the shape, the precision and the
  * CPU):
  *   direct         implicit GEMM over the 27 taps on the fp32 kernels (bf16: on bf16-rounded
  *                  operands, one rounding of the result: exact products, fp32 sums)
@@ -10,7 +10,7 @@
  *                  operands, one rounding; the transforms' fp32 error is ~1e-5 of the result)
  *   direct-bf16    the direct walk on vdpbf16ps (AVX512_BF16; bf16 forward and input gradient)
  *   winograd-bf16  Winograd whose transformed-domain GEMMs run on vdpbf16ps: fp32 transforms and
- *                  accumulation, the transformed operands rounded to bf16 (conv.c,
+ *                  accumulation, the transformed operands rounded to bf16 (conv_wino.c,
  *                  kern_wino16.h, kern_avx512bf16.c)
  *   amx            AMX tiles (bf16; channels multiples of 32)
  *
@@ -69,7 +69,7 @@ typedef struct nn_algo_key {
     int N, D, H, W, ca, cb, cout, split;
 } nn_algo_key;
 
-/* One pass to choose for (conv.c fills it): which algorithms apply (bit 1 << algo), the rule's
+/* One pass to choose for (conv3d.c fills it): which algorithms apply (bit 1 << algo), the rule's
  * choice, and a runner that computes the pass with a given algorithm. For a measurement, the
  * forward and input-gradient runners write the call's outputs (out[0], out[1]: nout[i] floats
  * each, compared between algorithms); the weight gradient's writes into `dw` (ndw floats,

@@ -68,7 +68,7 @@ int nn_gemm_nr(int n);
  * every supported path (so workspace sized with it fits whatever path runs). */
 int nn_gemm_ncol_max(int n);
 
-/* Winograd F(4x4x2, 3x3x3) transforms of one tile on the path in use, channels-last (conv.c).
+/* Winograd F(4x4x2, 3x3x3) transforms of one tile on the path in use, channels-last (conv_wino.c).
  * nn_wino_input: V[xi*ldv + k] (xi = 36a + 6b + c, k < C) = B^T d B of the 4x6x6 input block
  * whose point (a, b, c) is at P + a*plane + b*row + c*vox (channels k < C of each point: a
  * slice of a wider tensor when C < vox). nn_wino_output: the 2x4x4 outputs A^T M A of
@@ -198,7 +198,7 @@ nn_tgb_fn nn_tgb_kernel(int nr, int m);
 void nn_tg_amx(const nn_tg *g, const uint16_t *a, long sa, const uint16_t *Bp, float *const *c,
                const float *bias, int nvalid, int mode);
 
-/* AMX weight-gradient pieces (nn_isa_amx() only; conv.c):
+/* AMX weight-gradient pieces (nn_isa_amx() only; conv_amx.c):
  * nn_amx_pack_t: dst[c*ldd + v] = bf16(src[v*lds + c]), v < nv, c < nc (the transposed
  *   operand: one row of positions per channel);
  * nn_amx_pack_pair: dst[2j + i] = bf16(s_i[j]), j < nc (a multiple of 16), s_i NULL = zeros

@@ -2,7 +2,7 @@
  * at a fixed stride times the column block, accumulated in four 16x16 fp32 tiles over taps and k (TDPBF16PS:
  * 16x16x32 products per instruction, where vdpbf16ps does 16x2). Tiles 0-3 hold C (positions
  * 0-15 / 16-31 x columns j..j+15 / j+16..j+31), 4-5 the two A tiles (16 positions x 32 k),
- * 6-7 two B tiles (16 k pairs x 16 columns x 2, the pair layout of pack_b16 read at its row
+ * 6-7 two B tiles (16 k pairs x 16 columns x 2, the pair layout of conv_pack_b16 read at its row
  * stride). The results go through a small buffer to the caller's rows, with the mode's
  * initial value and rounding applied there (AVX-512).
  * Compiled for AMX-BF16 (and AVX512_BF16, which every AMX CPU has) whatever the build's flags;
@@ -111,7 +111,7 @@ void nn_amx_tg(const nn_tg *g, const uint16_t *a, long sa, const uint16_t *Bp, f
     }
 }
 
-/* ---- weight gradient (conv.c amx_dw) ------------------------------------------------------ */
+/* ---- weight gradient (conv_amx.c conv_amx_dw) --------------------------------------------- */
 
 void nn_amx_pack_t(uint16_t *dst, long ldd, const float *src, long lds, int nv, int nc) {
     const __m512i idx = _mm512_mullo_epi32(

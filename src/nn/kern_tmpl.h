@@ -172,7 +172,7 @@ kt_tw(int nrows, const float *const *arows, const float *const *grows, int X, lo
 
 #include "nn/kern_wino16.h"
 
-/* ---- Winograd F(4x4x2, 3x3x3) transforms (conv.c) -------------------------------------------
+/* ---- Winograd F(4x4x2, 3x3x3) transforms (conv_wino.c) ---------------------------------------
  * A tile is 2 outputs along z (F(2,3)) by 4 along y and x (F(4,3)); its input block is 4 x 6 x 6
  * points and its transform has 144 points xi = 36a + 6b + c (a along z, b along y, c along x).
  *   F(2,3): B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1], A^T = [1 1 1 0; 0 1 -1 -1];
@@ -390,7 +390,7 @@ static void kt_wino_gout(float *Mo, long ldm, const float *dy, long plane, long 
     kt_wino_gout_st(Mo, ldm, dy, plane, row, ldy, ncol, ncp, 0, KT_ST_F32);
 }
 
-/* ---- Winograd weight transforms (conv.c) ---------------------------------------------------
+/* ---- Winograd weight transforms (conv_wino.c) -----------------------------------------------
  * U = G g G^T of KT_VW columns side by side (lane v = column v), F(4,3) along x and y and F(2,3)
  * along z, G the 6x3 (4x3) matrix of the points 0, 1, -1, 2, -2, inf (0, 1, -1, inf). The paths
  * with FMA may fuse a product and a sum, so their last bits differ from the others' (as the

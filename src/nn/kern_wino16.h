@@ -1,4 +1,4 @@
-/* kern_wino16: the transforms of winograd-bf16 (algo.h; conv.c drives them), included by
+/* kern_wino16: the transforms of winograd-bf16 (algo.h; conv_wino.c drives them), included by
  * kern_tmpl.h and so compiled once per instruction set like the fp32 ones.
  *
  * The tile is fp32 Winograd's (2 x 4 x 4 outputs, F(2,3) along z and F(4,3) along y and x), but

@@ -1,6 +1,6 @@
 /* layers: GroupNorm (+ fused ReLU), ReLU, MaxPool3d(2), concatenation, log-softmax and layout
  * conversion, forward and backward, channels-last (see layers.h). The convolutions are in
- * conv.c.
+ * conv3d.c, convt.c and conv1.c (and the conv_*.c they share).
  *
  * GroupNorm statistics: each thread sums its share of voxels per channel (float partial sums over
  * blocks of 64 voxels, added into double), the per-thread sums are combined per group, and the

@@ -21,42 +21,11 @@
 #ifndef SCAFFOLD_NN_LAYERS_H
 #define SCAFFOLD_NN_LAYERS_H
 
+#include "nn/base.h"
+
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 
-/* Precision of the convolutions. NN_BF16 follows PyTorch's CPU autocast: inputs, weights and
- * bias are rounded to bf16, products accumulate in fp32, outputs (forward results, input,
- * weight and bias gradients) are rounded to bf16 and returned in fp32 arrays; the output
- * gradient `dout` a backward pass receives must already hold bf16 values (autocast's gradient
- * of a bf16 tensor is bf16: round with nn_round_bf16). GroupNorm, ReLU, pooling, softmax and
- * the loss stay fp32. */
-typedef enum { NN_FP32 = 0, NN_BF16 = 1 } nn_prec;
-
-/* x rounded to the nearest bf16 (ties to even), as fp32 (a NaN stays a quiet NaN); the same in
- * place over n floats. Inline: the element loops that round (GroupNorm's output) vectorise. */
-static inline float nn_bf16_round(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    u = (u & 0x7fffffffu) > 0x7f800000u ? (u | 0x400000u) & 0xffff0000u
-                                         : (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-void nn_round_bf16(float *x, size_t n);
-/* Storage of a tensor whose values are bf16 (a bf16 run's conv outputs) in half the bytes:
- * dst[i] = the upper 16 bits of src[i] (exact for bf16 values, denormals included), and back. */
-void nn_bf16_narrow(uint16_t *dst, const float *src, size_t n);
-void nn_bf16_widen(float *dst, const uint16_t *src, size_t n);
-
-#define NN_MAX_THREADS 64
-#define NN_SLICES 64 /* fixed partition of every reduction over voxels */
-
-/* Threads the layers use: min(omp_get_max_threads(), NN_MAX_THREADS). */
-int nn_threads(void);
-/* Sets the threads the layers use from now on (the calling thread's OpenMP default; the
- * engine's parallel regions start from the thread that owns the model). */
-void nn_set_threads(int n);
 
 /* ---- Spatial sharding hooks --------------------------------------------------------------
  * When the volume is split into blocks over several ranks (DistConv, src/dist), each rank runs
@@ -240,7 +209,7 @@ void nn_log_softmax_backward(float *dx, const float *dy, const float *y, long P,
 void nn_to_channels_last(float *dst, const float *src, int N, int C, long S);
 void nn_to_channels_first(float *dst, const float *src, int N, int C, long S);
 
-/* ---- Naive references (tests and benchmarks): same contracts, plain loops, no workspace ---- */
+/* ---- Conv3d algorithm queries (naive references: ref.h) ---------------------------------- */
 /* The algorithm (algo.h nn_algo) pass (NN_PASS_FWD, NN_PASS_BWD_DATA, NN_PASS_BWD_WEIGHT) of
  * a Conv3d k3 of this shape runs, as far as it is known without measuring: the choice made or
  * forced, pinned or cached, else the rule (split: an input gradient written as ca | cb). */
@@ -251,9 +220,5 @@ int nn_conv3d_algo(int pass, int N, int D, int H, int W, int ca, int cb, int cou
  * channels, and either at least 4096 voxels and cin * cout <= 1024 * 1024, or 16 to 32 tiles of
  * 2x4x4 voxels per group of samples; SCAFFOLD_NN_WINOGRAD=0 turns it off. */
 int nn_conv3d_winograd(int N, int D, int H, int W, int cin, int cout, nn_prec prec);
-void nn_conv3d_forward_ref(float *out, const float *in, const float *w, int cin, int cout, int N,
-                           int D, int H, int W);
-void nn_conv3d_backward_ref(float *din, float *dw, const float *dout, const float *in,
-                            const float *w, int cin, int cout, int N, int D, int H, int W);
 
 #endif

@@ -45,13 +45,11 @@ static int bad_label_elsewhere(int K) {
                    K, K - 1);
 }
 
-int nn_loss_sh(float *dlogits, const float *logits, const uint16_t *labels,
-               const float *ce_weight, int N, long S, int K, double *loss_out, double *ce_out,
-               double *dice_out, float *ws, const nn_shard *sh) {
-    const int nth = nn_threads();
-    const size_t per = loss_thread_doubles(N, K);
-    double *acc = (double *)ws;
-    double *coef = acc + per * NN_SLICES; /* alpha, beta per (n, c) */
+/* The per-slice sums of the loss (layout in nn_loss_sh): softmax per voxel (into dlogits when
+ * given), the weighted cross-entropy's numerator and denominator, and the Dice sums. */
+static void loss_slice_sums(double *acc, size_t per, float *dlogits, const float *logits,
+                            const uint16_t *labels, const float *ce_weight, int N, long S, int K,
+                            int nth) {
     /* NN_SLICES fixed voxel slices with their own sums, combined in order: the loss does not
      * depend on the number of threads. */
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nth)
@@ -90,6 +88,41 @@ int nn_loss_sh(float *dlogits, const float *logits, const uint16_t *labels,
             st[n * K + y] += 1;
         }
     }
+}
+
+/* dlogits (holding the softmax) becomes the gradient of the loss: the Dice part through the
+ * per-(sample, class) coefficients coef (alpha, beta), the cross-entropy's through inv_den. */
+static void loss_grad(float *dlogits, const uint16_t *labels, const float *ce_weight,
+                      const double *coef, double inv_den, int N, long S, int K, int nth) {
+    const long P = (long)N * S;
+#pragma omp parallel for schedule(static) num_threads(nth)
+    for (long v = 0; v < P; v++) {
+        const int n = (int)(v / S);
+        float *pv = dlogits + v * K;
+        const int y = labels[v];
+        float g[256];
+        double gs = 0;
+        for (int c = 0; c < K; c++) {
+            const double *cf = coef + 2 * (n * K + c);
+            double gv = (cf[0] * (c == y) + cf[1]) * pv[c];
+            if (c == y)
+                gv -= ce_weight[y] * inv_den;
+            g[c] = (float)gv;
+            gs += gv;
+        }
+        for (int c = 0; c < K; c++)
+            pv[c] = g[c] - pv[c] * (float)gs;
+    }
+}
+
+int nn_loss_sh(float *dlogits, const float *logits, const uint16_t *labels,
+               const float *ce_weight, int N, long S, int K, double *loss_out, double *ce_out,
+               double *dice_out, float *ws, const nn_shard *sh) {
+    const int nth = nn_threads();
+    const size_t per = loss_thread_doubles(N, K);
+    double *acc = (double *)ws;
+    double *coef = acc + per * NN_SLICES; /* alpha, beta per (n, c) */
+    loss_slice_sums(acc, per, dlogits, logits, labels, ce_weight, N, S, K, nth);
     /* Reduce the slices into slice 0's area, in order: [num, den, bad, label, sums...]. */
     long bad = acc[2] != 0 ? (long)acc[3] : -1;
     for (int t = 1; t < NN_SLICES; t++) {
@@ -146,26 +179,7 @@ int nn_loss_sh(float *dlogits, const float *logits, const uint16_t *labels,
         *dice_out = dice;
     if (!dlogits)
         return 0;
-    const double inv_den = 1.0 / (den > 1e-12 ? den : 1e-12);
-    const long P = (long)N * S;
-#pragma omp parallel for schedule(static) num_threads(nth)
-    for (long v = 0; v < P; v++) {
-        const int n = (int)(v / S);
-        float *pv = dlogits + v * K;
-        const int y = labels[v];
-        float g[256];
-        double gs = 0;
-        for (int c = 0; c < K; c++) {
-            const double *cf = coef + 2 * (n * K + c);
-            double gv = (cf[0] * (c == y) + cf[1]) * pv[c];
-            if (c == y)
-                gv -= ce_weight[y] * inv_den;
-            g[c] = (float)gv;
-            gs += gv;
-        }
-        for (int c = 0; c < K; c++)
-            pv[c] = g[c] - pv[c] * (float)gs;
-    }
+    loss_grad(dlogits, labels, ce_weight, coef, 1.0 / (den > 1e-12 ? den : 1e-12), N, S, K, nth);
     return 0;
 }
 

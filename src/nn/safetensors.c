@@ -409,6 +409,85 @@ size_t nn_st_numel(const nn_st_entry *e) {
     return n;
 }
 
+/* The header's JSON object: every tensor's entry (name, dtype, shape, byte range) into st->t, and
+ * the metadata. */
+static int parse_header(jp *j, nn_st_file *st, const char *path) {
+    int rc;
+    if ((rc = jp_expect(j, '{')))
+        return rc;
+    if (jp_peek(j) == '}') {
+        j->p++;
+    } else {
+        for (;;) {
+            char *key = NULL;
+            if ((rc = jp_string(j, &key)) || (rc = jp_expect(j, ':'))) {
+                free(key);
+                return rc;
+            }
+            if (!strcmp(key, "__metadata__")) {
+                free(key);
+                if ((rc = parse_meta(j, st)))
+                    return rc;
+            } else {
+                nn_st_entry *t = realloc(st->t, sizeof *t * (st->nt + 1));
+                if (!t) {
+                    free(key);
+                    return err_set(ERR_NOMEM, "%s: out of memory", path);
+                }
+                st->t = t;
+                memset(&t[st->nt], 0, sizeof t[0]);
+                t[st->nt].name = key;
+                st->nt++;
+                if ((rc = parse_tensor(j, &t[st->nt - 1])))
+                    return rc;
+            }
+            int c = jp_peek(j);
+            j->p++;
+            if (c == '}')
+                break;
+            if (c != ',') {
+                j->p--;
+                return jp_fail(j, "expected ',' or '}'");
+            }
+        }
+    }
+    jp_ws(j);
+    if (j->p != j->end)
+        return jp_fail(j, "trailing bytes after the JSON object");
+    return 0;
+}
+
+/* Every entry's dtype known, its byte range inside the data (buf bytes) and matching its shape,
+ * and no name twice. */
+static int check_entries(const nn_st_file *st, const char *path, uint64_t buf) {
+    for (int i = 0; i < st->nt; i++) {
+        const nn_st_entry *e = &st->t[i];
+        size_t is = dtype_size(e->dtype);
+        if (!is)
+            return err_set(ERR_FORMAT, "%s: tensor '%s' has unknown dtype '%s'", path, e->name,
+                           e->dtype);
+        /* numel * itemsize without overflow: it must not exceed the data buffer anyway */
+        uint64_t bytes = is;
+        int too_big = 0;
+        for (int d = 0; d < e->ndim; d++) {
+            const uint64_t dim = (uint64_t)e->shape[d];
+            if (dim && bytes > buf / dim)
+                too_big = 1;
+            bytes = too_big ? 0 : bytes * dim;
+        }
+        if (too_big || e->end < e->begin || e->end > buf || e->end - e->begin != bytes)
+            return err_set(ERR_FORMAT,
+                           "%s: tensor '%s' byte range [%" PRIu64 ", %" PRIu64
+                           ") does not match its shape and dtype or lies past the end of the file "
+                           "(%" PRIu64 " data bytes); the file is truncated or corrupt",
+                           path, e->name, e->begin, e->end, buf);
+        for (int k = 0; k < i; k++)
+            if (!strcmp(st->t[k].name, e->name))
+                return err_set(ERR_FORMAT, "%s: tensor '%s' appears twice", path, e->name);
+    }
+    return 0;
+}
+
 int nn_st_open(nn_st_file *st, const char *path) {
     memset(st, 0, sizeof *st);
     st->path = strdup(path);
@@ -451,83 +530,9 @@ int nn_st_open(nn_st_file *st, const char *path) {
     hdr[n] = 0;
     st->data_start = 8 + n;
     jp j = {.s = hdr, .end = hdr + n, .path = path, .p = hdr};
-    if ((rc = jp_expect(&j, '{')))
+    if ((rc = parse_header(&j, st, path)))
         goto out;
-    if (jp_peek(&j) == '}') {
-        j.p++;
-    } else {
-        for (;;) {
-            char *key = NULL;
-            if ((rc = jp_string(&j, &key)) || (rc = jp_expect(&j, ':'))) {
-                free(key);
-                goto out;
-            }
-            if (!strcmp(key, "__metadata__")) {
-                free(key);
-                if ((rc = parse_meta(&j, st)))
-                    goto out;
-            } else {
-                nn_st_entry *t = realloc(st->t, sizeof *t * (st->nt + 1));
-                if (!t) {
-                    free(key);
-                    rc = err_set(ERR_NOMEM, "%s: out of memory", path);
-                    goto out;
-                }
-                st->t = t;
-                memset(&t[st->nt], 0, sizeof t[0]);
-                t[st->nt].name = key;
-                st->nt++;
-                if ((rc = parse_tensor(&j, &t[st->nt - 1])))
-                    goto out;
-            }
-            int c = jp_peek(&j);
-            j.p++;
-            if (c == '}')
-                break;
-            if (c != ',') {
-                j.p--;
-                rc = jp_fail(&j, "expected ',' or '}'");
-                goto out;
-            }
-        }
-    }
-    jp_ws(&j);
-    if (j.p != j.end) {
-        rc = jp_fail(&j, "trailing bytes after the JSON object");
-        goto out;
-    }
-    const uint64_t buf = fsize - st->data_start;
-    for (int i = 0; i < st->nt; i++) {
-        const nn_st_entry *e = &st->t[i];
-        size_t is = dtype_size(e->dtype);
-        if (!is) {
-            rc = err_set(ERR_FORMAT, "%s: tensor '%s' has unknown dtype '%s'", path, e->name,
-                         e->dtype);
-            goto out;
-        }
-        /* numel * itemsize without overflow: it must not exceed the data buffer anyway */
-        uint64_t bytes = is;
-        int too_big = 0;
-        for (int d = 0; d < e->ndim; d++) {
-            const uint64_t dim = (uint64_t)e->shape[d];
-            if (dim && bytes > buf / dim)
-                too_big = 1;
-            bytes = too_big ? 0 : bytes * dim;
-        }
-        if (too_big || e->end < e->begin || e->end > buf || e->end - e->begin != bytes) {
-            rc = err_set(ERR_FORMAT,
-                         "%s: tensor '%s' byte range [%" PRIu64 ", %" PRIu64
-                         ") does not match its shape and dtype or lies past the end of the file "
-                         "(%" PRIu64 " data bytes); the file is truncated or corrupt",
-                         path, e->name, e->begin, e->end, buf);
-            goto out;
-        }
-        for (int k = 0; k < i; k++)
-            if (!strcmp(st->t[k].name, e->name)) {
-                rc = err_set(ERR_FORMAT, "%s: tensor '%s' appears twice", path, e->name);
-                goto out;
-            }
-    }
+    rc = check_entries(st, path, fsize - st->data_start);
 out:
     free(hdr);
     fclose(f);

@@ -7,6 +7,7 @@
  * three scratch buffers sized for the top level) and the shared layer workspace are carved out
  * of one activation slab sized at creation for the maximum batch. Kernels never allocate. */
 #include "nn/unet.h"
+#include "nn/unet_int.h"
 
 #include "core/err.h"
 #include "core/log.h"
@@ -22,227 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAXL 16
-
-typedef struct dc_block {
-    int cin, cout, level;
-    int w1, g1w, g1b, w2, g2w, g2b; /* tensor indices */
-    /* (N, S, cout): conv outputs (NULL with checkpointing: recomputed into scratch), block
-     * output (GN+ReLU of c2) */
-    float *c1, *c2, *a2;
-    float *m1, *r1, *m2, *r2; /* (N, G) */
-    /* h16 (down blocks above the bottleneck): c1 and c2 kept as bf16 from the forward pass to
-     * the backward pass; c1 and c2 are then the same-level up block's, free scratch at both
-     * ends */
-    uint16_t *h1, *h2;
-} dc_block;
-
-struct nn_unet_plan {
-    nn_backend *be; /* every layer runs through it (backend.h) */
-    int L, K, G;
-    nn_prec prec;
-    int ckpt; /* activation checkpointing: only block outputs (and GN statistics) are kept */
-    int ck2;  /* checkpointing with the backend's groupnorm_backward_x: the top level's scratch
-               * is tX and tY, and the other levels' is carved from them (ckpt_roles) */
-    int sharded; /* ws sized for whole-block padded copies (sharded convolutions) */
-    int h16;     /* bf16 without checkpointing: the down blocks' conv outputs kept as bf16 */
-    float *ws_sh; /* a sharded model created unsharded: its whole-block workspace, allocated at
-                   * the first step when ws is smaller (NULL until then, or if ws suffices) */
-    int dd[MAXL + 1], hh[MAXL + 1], ww[MAXL + 1], ch[MAXL + 1];
-    long S[MAXL + 1];
-    dc_block down[MAXL + 1], up[MAXL];
-    int upw[MAXL], upb[MAXL], outw, outb;
-    float *pool[MAXL + 1]; /* pool[i] = maxpool(r_{i-1}), (N, S_i, ch_{i-1}), i >= 1 */
-    uint8_t *pidx[MAXL + 1];
-    float *upt[MAXL]; /* convT output of up block j, (N, S_l, ch_l) */
-    float *xin, *logits, *dlogits;
-    float *dr[MAXL + 1];
-    float *gG, *gT, *gH;
-    /* checkpointing scratch: conv output, pool output and argmax of the block being run or
-     * recomputed */
-    float *cs, *pools;
-    uint8_t *pidxs;
-    float *tX, *tY; /* ck2: the two top-level scratch tensors */
-    float *sb, *ub; /* ck2: where block_out makes a lower block's output for a skip or a pool
-                     * (sb) and for an upsample (ub); both in the last up block's output,
-                     * after the pool output */
-    size_t q;       /* ck2: floats of a lower-level scratch slot (a quarter of a top tensor) */
-    float *ws;
-    size_t ws_floats;
-    float *slab;
-    uint8_t *islab;
-    void *pslab; /* device backends: parameters, gradients and optimizer state */
-    int batch; /* samples in the last forward */
-    double t_fwd, t_loss, t_bwd;
-    /* Profile regions (core/prof.h) of the blocks under upstream's module names: down_list.i
-     * (i <= L), up_list.j (j < L) and up_list.L, the 1x1 OutConv. prof_layers: the layer
-     * passes and blocks are timed (host backends only: a device backend's op has only been
-     * queued when it returns). */
-    int prof_down[MAXL + 1], prof_up[MAXL + 1];
-    int prof_layers;
-};
-
-int nn_unet_spec_check(const nn_unet_spec *s, int d, int h, int w) {
-    if (s->layers < 1 || s->layers > MAXL)
-        return err_set(ERR_CONFIG,
-                       "U-Net layers = problem_scale - unet_bottleneck_dim = %d: it must be in "
-                       "1..%d (make problem_scale larger than unet_bottleneck_dim)",
-                       s->layers, MAXL);
-    if (s->in_channels < 1 || s->in_channels > 4096)
-        return err_set(ERR_CONFIG, "U-Net input channels %d out of range (1..4096)",
-                       s->in_channels);
-    if (s->n_classes < 2 || s->n_classes > 256)
-        return err_set(ERR_CONFIG, "U-Net classes = n_categories + 1 = %d: it must be in 2..256",
-                       s->n_classes);
-    if (s->base_channels < 1 || s->base_channels > 65536)
-        return err_set(ERR_CONFIG, "unet_base_channels = %d: it must be in 1..65536",
-                       s->base_channels);
-    if (s->groups < 1 || s->base_channels % s->groups)
-        return err_set(ERR_CONFIG,
-                       "group_norm_groups = %d must divide unet_base_channels = %d (every level "
-                       "has a multiple of the base channels)",
-                       s->groups, s->base_channels);
-    const int q = 1 << s->layers;
-    if (d < q || h < q || w < q || d % q || h % q || w % q)
-        return err_set(ERR_CONFIG,
-                       "volume %dx%dx%d: each extent must be a positive multiple of 2^layers = %d "
-                       "(the U-Net halves it %d times)",
-                       d, h, w, q, s->layers);
-    return 0;
-}
-
-static int opts_check(const nn_unet_opts *o) {
-    if (o->precision != NN_FP32 && o->precision != NN_BF16)
-        return err_set(ERR_CONFIG, "U-Net precision %d: it must be 0 (fp32) or 1 (bf16, "
-                                   "torch_amp: 1)",
-                       o->precision);
-    if (o->checkpointing != 0 && o->checkpointing != 1)
-        return err_set(ERR_CONFIG, "activation_checkpointing = %d: it must be 0 or 1",
-                       o->checkpointing);
-    if (o->sharded != 0 && o->sharded != 1)
-        return err_set(ERR_CONFIG, "U-Net option sharded = %d: it must be 0 or 1", o->sharded);
-    if (o->optimizer < NN_OPT_ADAM || o->optimizer > NN_OPT_RMSPROP)
-        return err_set(ERR_CONFIG, "U-Net option optimizer = %d: unknown", o->optimizer);
-    const nn_backend *be = o->backend;
-    if (be && be->device && !be->host_access && o->sharded)
-        return err_set(ERR_CONFIG, "the %s backend does not run spatially sharded models "
-                                   "(dc_num_shards): use device: cpu",
-                       be->name);
-    if (be && be->device && !be->host_access && (nn_prec)o->precision != be->prec)
-        return err_set(ERR_INTERNAL, "the %s backend computes in %s, the model asks for %s",
-                       be->name, be->prec == NN_BF16 ? "bf16" : "fp32",
-                       o->precision == NN_BF16 ? "bf16" : "fp32");
-    return 0;
-}
-
-/* ---- parameter table ---------------------------------------------------------------------- */
-
-static void add_tensor(nn_tensor_info *t, int *nt, size_t *off, const char *name, int ndim,
-                       int64_t a, int64_t b, int64_t c, int64_t d, int64_t e) {
-    nn_tensor_info *x = t ? &t[*nt] : NULL;
-    int64_t sh[5] = {a, b, c, d, e};
-    size_t numel = 1;
-    for (int i = 0; i < ndim; i++)
-        numel *= (size_t)sh[i];
-    if (x) {
-        snprintf(x->name, sizeof x->name, "%s", name);
-        x->ndim = ndim;
-        memcpy(x->shape, sh, sizeof sh);
-        x->offset = *off;
-        x->numel = numel;
-    }
-    (*nt)++;
-    *off += numel;
-}
-
-/* DoubleConv tensors under prefix (conv, GroupNorm weight and bias, twice, as upstream's
- * nn.Sequential numbers them); records their indices in b when given. */
-static void add_dc(nn_tensor_info *t, int *nt, size_t *off, const char *prefix, int cin, int cout,
-                   dc_block *b) {
-    static const char *const part[6] = {"0.weight", "1.weight", "1.bias",
-                                        "3.weight", "4.weight", "4.bias"};
-    const int first = *nt; /* the six tensors take consecutive indices */
-    for (int i = 0; i < 6; i++) {
-        char name[96];
-        snprintf(name, sizeof name, "%s.double_conv.%s", prefix, part[i]);
-        if (i % 3 == 0) /* the convolutions: cout x cin (then cout x cout) x 3 x 3 x 3 */
-            add_tensor(t, nt, off, name, 5, cout, i ? cout : cin, 3, 3, 3);
-        else
-            add_tensor(t, nt, off, name, 1, cout, 0, 0, 0, 0);
-    }
-    if (b) {
-        b->cin = cin;
-        b->cout = cout;
-        b->w1 = first;
-        b->g1w = first + 1;
-        b->g1b = first + 2;
-        b->w2 = first + 3;
-        b->g2w = first + 4;
-        b->g2b = first + 5;
-    }
-}
-
-/* Builds the tensor table (t may be NULL to count). Returns the tensor count. */
-static int build_tensors(const nn_unet_spec *s, nn_tensor_info *t, size_t *nparams,
-                         struct nn_unet_plan *p) {
-    const int L = s->layers;
-    int nt = 0;
-    size_t off = 0;
-    char prefix[96];
-    long ch[MAXL + 2];
-    for (int i = 0; i <= L; i++)
-        ch[i] = (long)s->base_channels << i;
-    add_dc(t, &nt, &off, "down_list.0", s->in_channels, (int)ch[0], p ? &p->down[0] : NULL);
-    for (int i = 1; i <= L; i++) {
-        snprintf(prefix, sizeof prefix, "down_list.%d.maxpool_conv.1", i);
-        add_dc(t, &nt, &off, prefix, (int)ch[i - 1], (int)ch[i], p ? &p->down[i] : NULL);
-    }
-    for (int j = 0; j < L; j++) {
-        const int l = L - 1 - j;
-        char name[96];
-        if (p)
-            p->upw[j] = nt;
-        snprintf(name, sizeof name, "up_list.%d.up.weight", j);
-        add_tensor(t, &nt, &off, name, 5, ch[l + 1], ch[l], 2, 2, 2);
-        if (p)
-            p->upb[j] = nt;
-        snprintf(name, sizeof name, "up_list.%d.up.bias", j);
-        add_tensor(t, &nt, &off, name, 1, ch[l], 0, 0, 0, 0);
-        snprintf(prefix, sizeof prefix, "up_list.%d.conv", j);
-        add_dc(t, &nt, &off, prefix, (int)ch[l + 1], (int)ch[l], p ? &p->up[j] : NULL);
-    }
-    char name[96];
-    if (p)
-        p->outw = nt;
-    snprintf(name, sizeof name, "up_list.%d.conv.weight", L);
-    add_tensor(t, &nt, &off, name, 5, s->n_classes, ch[0], 1, 1, 1);
-    if (p)
-        p->outb = nt;
-    snprintf(name, sizeof name, "up_list.%d.conv.bias", L);
-    add_tensor(t, &nt, &off, name, 1, s->n_classes, 0, 0, 0, 0);
-    if (nparams)
-        *nparams = off;
-    return nt;
-}
-
-size_t nn_unet_param_count(const nn_unet_spec *s) {
-    size_t n = 0;
-    build_tensors(s, NULL, &n, NULL);
-    return n;
-}
-
-int nn_unet_find_tensor(const nn_unet *m, const char *name) {
-    for (int i = 0; i < m->ntensors; i++)
-        if (!strcmp(m->tensors[i].name, name))
-            return i;
-    return -1;
-}
-
 /* ---- creation ----------------------------------------------------------------------------- */
-
-static size_t maxz(size_t a, size_t b) {
-    return a > b ? a : b;
-}
 
 static void *alloc64(size_t bytes) {
     void *p = NULL;
@@ -268,195 +49,6 @@ void nn_unet_free(nn_unet *m) {
     }
     free(p);
     memset(m, 0, sizeof *m);
-}
-
-/* Extents, channels and block levels of the plan for a (d, h, w) volume. */
-static void plan_dims(struct nn_unet_plan *p, const nn_unet_spec *s, const nn_unet_opts *o, int d,
-                      int h, int w) {
-    const int L = s->layers;
-    p->be = o->backend ? o->backend : nn_backend_cpu();
-    p->L = L;
-    p->K = s->n_classes;
-    p->G = s->groups;
-    p->prec = (nn_prec)o->precision;
-    p->ckpt = o->checkpointing;
-    p->ck2 = p->ckpt && p->be->groupnorm_backward_x;
-    p->sharded = o->sharded;
-    /* A bf16 run's conv outputs hold bf16 values (the convolutions round them), so keeping
-     * them as bf16 loses nothing; SCAFFOLD_NN_BF16_STORE=0 keeps them in fp32 (the tests
-     * compare the two) */
-    const char *e = getenv("SCAFFOLD_NN_BF16_STORE");
-    p->h16 = p->prec == NN_BF16 && !p->ckpt && L >= 1 && p->be->bf16_narrow &&
-             p->be->bf16_widen && !(e && e[0] == '0');
-    for (int i = 0; i <= L; i++) {
-        p->dd[i] = d >> i;
-        p->hh[i] = h >> i;
-        p->ww[i] = w >> i;
-        p->S[i] = (long)p->dd[i] * p->hh[i] * p->ww[i];
-        p->ch[i] = s->base_channels << i;
-        p->down[i].level = i;
-    }
-    for (int j = 0; j < L; j++)
-        p->up[j].level = L - 1 - j;
-    p->prof_layers = !p->be->device || p->be->host_access;
-    char nm[32];
-    for (int i = 0; i <= L; i++) {
-        snprintf(nm, sizeof nm, "down_list.%d", i);
-        p->prof_down[i] = prof_id(nm, PROF_KIND_REGION);
-        snprintf(nm, sizeof nm, "up_list.%d", i);
-        p->prof_up[i] = prof_id(nm, PROF_KIND_REGION);
-    }
-}
-
-/* Workspace floats of a Conv3d at level l, for a sharded or unsharded call. */
-static size_t conv3d_ws(const struct nn_unet_plan *p, int N, int l, int cin, int cout, int sh) {
-    return p->be->conv3d_ws(N, p->dd[l], p->hh[l], p->ww[l], cin, cout, sh);
-}
-
-/* The largest workspace any layer needs when the model is sharded. */
-static size_t ws_sharded(const struct nn_unet_plan *p, int N) {
-    size_t ws = 0;
-    for (int b = 0; b < 2 * p->L + 1; b++) {
-        const dc_block *blk = b <= p->L ? &p->down[b] : &p->up[b - p->L - 1];
-        ws = maxz(ws, conv3d_ws(p, N, blk->level, blk->cin, blk->cout, 1));
-        ws = maxz(ws, conv3d_ws(p, N, blk->level, blk->cout, blk->cout, 1));
-    }
-    return ws;
-}
-
-/* Lays out the activation slab for batch N: with p->slab and p->islab NULL only counts (floats,
- * index bytes, and the workspace's share of the floats), else also carves the pointers. The
- * one definition of the layout, so nn_unet_memory_estimate is exact. */
-static void plan_slabs(struct nn_unet_plan *p, const nn_unet_spec *s, int N, size_t *floats,
-                       size_t *ibytes, size_t *ws_floats) {
-    const int L = p->L, G = p->G;
-    size_t off = 0, ioff = 0;
-#define TAKE(ptr, nfl)                                                                             \
-    do {                                                                                           \
-        (ptr) = p->slab ? p->slab + off : NULL;                                                    \
-        off += ((size_t)(nfl) + 15) & ~(size_t)15;                                                 \
-    } while (0)
-#define ITAKE(ptr, n)                                                                              \
-    do {                                                                                           \
-        (ptr) = p->islab ? p->islab + ioff : NULL;                                                 \
-        ioff += ((size_t)(n) + 63) & ~(size_t)63;                                                  \
-    } while (0)
-    for (int b = 0; b < 2 * L + 1; b++) {
-        dc_block *blk = b <= L ? &p->down[b] : &p->up[b - L - 1];
-        const size_t n = (size_t)N * p->S[blk->level] * blk->cout;
-        blk->h1 = blk->h2 = NULL;
-        if (p->ckpt) {
-            blk->c1 = blk->c2 = NULL;
-        } else if (p->h16 && b < L) {
-            float *h;
-            TAKE(h, (n + 1) / 2);
-            blk->h1 = (uint16_t *)h;
-            TAKE(h, (n + 1) / 2);
-            blk->h2 = (uint16_t *)h;
-        } else {
-            TAKE(blk->c1, n);
-            TAKE(blk->c2, n);
-        }
-        TAKE(blk->a2, n);
-        TAKE(blk->m1, (size_t)N * G);
-        TAKE(blk->r1, (size_t)N * G);
-        TAKE(blk->m2, (size_t)N * G);
-        TAKE(blk->r2, (size_t)N * G);
-    }
-    for (int i = 0; i < L && p->h16; i++) {
-        p->down[i].c1 = p->up[L - 1 - i].c1;
-        p->down[i].c2 = p->up[L - 1 - i].c2;
-    }
-    const size_t top = (size_t)N * p->S[0] * p->ch[0];
-    const size_t pool1 = L >= 1 ? (size_t)N * p->S[1] * p->ch[0] : 0;
-    if (p->ck2) {
-        /* Two top-level tensors, tX and tY; the lower levels' scratch is carved from tX in
-         * quarters (a level-l tensor, l >= 1, is at most a quarter of a top one) and their pool
-         * output lives in the last up block's output, written only at the end of the forward
-         * pass and dead once the top up block's backward is done (ckpt_roles). */
-        TAKE(p->tX, top);
-        TAKE(p->tY, top);
-        p->q = (top / 4 + 15) & ~(size_t)15;
-        ITAKE(p->pidxs, pool1);
-        for (int i = 1; i <= L; i++) {
-            p->pool[i] = p->up[L - 1].a2;
-            p->pidx[i] = p->pidxs;
-        }
-        /* sb: a level-1 tensor at most (N S_1 ch_1 = top / 4), ub: a level-1 one for the top
-         * up block, a level-2 one below; with the pool output top / 8 + top / 4 + top / 4 */
-        p->sb = p->ub = NULL;
-        if (p->slab && L >= 1) {
-            p->sb = p->pool[1] + ((pool1 + 15) & ~(size_t)15);
-            p->ub = p->sb + (((size_t)N * p->S[1] * p->ch[1] + 15) & ~(size_t)15);
-        }
-    } else if (p->ckpt) {
-        /* One block at a time: its conv output (the largest block's) and pool output (level
-         * 1's, the largest); the upsample output lives in gH (see block_forward). */
-        TAKE(p->cs, top);
-        TAKE(p->pools, pool1);
-        ITAKE(p->pidxs, pool1);
-        for (int i = 1; i <= L; i++) {
-            p->pool[i] = p->pools;
-            p->pidx[i] = p->pidxs;
-        }
-    } else {
-        p->cs = p->pools = NULL;
-        p->pidxs = NULL;
-        for (int i = 1; i <= L; i++) {
-            const size_t n = (size_t)N * p->S[i] * p->ch[i - 1];
-            TAKE(p->pool[i], n);
-            ITAKE(p->pidx[i], n);
-        }
-        for (int j = 0; j < L; j++) {
-            const int l = L - 1 - j;
-            TAKE(p->upt[j], (size_t)N * p->S[l] * p->ch[l]);
-        }
-    }
-    /* dr[l] (l < L) shares the buffer of the up block at level l's output: that output is dead
-     * once the block's GroupNorm backward has read it, before its conv1 backward first writes
-     * dr[l] (the next up block, which reads it as input, runs its backward earlier). */
-    TAKE(p->dr[L], (size_t)N * p->S[L] * p->ch[L]);
-    for (int l = 0; l < L; l++)
-        p->dr[l] = p->up[L - 1 - l].a2;
-    if (p->ck2) /* the top up block's output holds its own backward's tensors */
-        p->dr[0] = p->tY;
-    TAKE(p->xin, (size_t)N * p->S[0] * s->in_channels);
-    TAKE(p->logits, (size_t)N * p->S[0] * p->K);
-    TAKE(p->dlogits, (size_t)N * p->S[0] * p->K);
-    /* gG: the gradient of an up block's output. The last block's arrives in place over its
-     * output when the backend folds the ReLU into the 1x1 conv's backward (conv1_backward_relu);
-     * then gG only carries the convT gradients, level 1's at most. */
-    const size_t lvl1 = L >= 1 ? (size_t)N * p->S[1] * p->ch[1] : 0;
-    if (!p->ck2) {
-        TAKE(p->gG, p->be->conv1_backward_relu ? lvl1 : top);
-        TAKE(p->gT, top);
-        TAKE(p->gH, top);
-    }
-    /* Workspace: the largest any layer needs. */
-    const nn_backend *be = p->be;
-    size_t ws = be->loss_ws(N, p->S[0], p->K);
-    for (int b = 0; b < 2 * L + 1; b++) {
-        const dc_block *blk = b <= L ? &p->down[b] : &p->up[b - L - 1];
-        const int l = blk->level;
-        ws = maxz(ws, conv3d_ws(p, N, l, blk->cin, blk->cout, p->sharded));
-        ws = maxz(ws, conv3d_ws(p, N, l, blk->cout, blk->cout, p->sharded));
-        ws = maxz(ws, be->groupnorm_ws(N, p->S[l], blk->cout));
-    }
-    for (int j = 0; j < L; j++) {
-        const int l = L - 1 - j;
-        ws = maxz(ws, be->convt3d_ws(N, p->dd[l + 1], p->hh[l + 1], p->ww[l + 1], p->ch[l + 1],
-                                     p->ch[l], p->prec));
-    }
-    ws = maxz(ws, be->conv1_ws((long)N * p->S[0], p->ch[0], p->K, p->prec));
-    if (p->ck2)
-        ws = maxz(ws, be->groupnorm_x_ws(p->ch[0], p->K));
-    ws = (ws + 15) & ~(size_t)15;
-    TAKE(p->ws, ws);
-#undef TAKE
-#undef ITAKE
-    *floats = off;
-    *ibytes = ioff;
-    *ws_floats = ws;
 }
 
 /* A device backend's slab: parameters, gradients and the optimizer state of opts.optimizer,
@@ -487,9 +79,7 @@ int nn_unet_create_opts(nn_unet *m, const nn_unet_spec *s, const nn_unet_opts *o
     memset(m, 0, sizeof *m);
     if (!o)
         o = &defaults;
-    int rc = nn_unet_spec_check(s, d, h, w);
-    if (!rc)
-        rc = opts_check(o);
+    int rc = unet_check(s, o, d, h, w);
     if (rc)
         return rc;
     m->opts = *o;
@@ -505,7 +95,7 @@ int nn_unet_create_opts(nn_unet *m, const nn_unet_spec *s, const nn_unet_opts *o
         return err_set(ERR_NOMEM, "U-Net plan: out of memory");
     m->plan = p;
     const int N = max_batch;
-    m->ntensors = build_tensors(s, NULL, &m->nparams, NULL);
+    m->ntensors = unet_build_tensors(s, NULL, &m->nparams, NULL);
     m->tensors = calloc((size_t)m->ntensors, sizeof *m->tensors);
     m->params = alloc64(m->nparams * sizeof(float));
     m->grads = alloc64(m->nparams * sizeof(float));
@@ -513,10 +103,10 @@ int nn_unet_create_opts(nn_unet *m, const nn_unet_spec *s, const nn_unet_opts *o
         nn_unet_free(m);
         return err_set(ERR_NOMEM, "U-Net parameters: cannot allocate 2 x %zu floats", m->nparams);
     }
-    build_tensors(s, m->tensors, NULL, p);
+    unet_build_tensors(s, m->tensors, NULL, p);
     memset(m->params, 0, m->nparams * sizeof(float));
     memset(m->grads, 0, m->nparams * sizeof(float));
-    plan_dims(p, s, o, d, h, w);
+    unet_plan_dims(p, s, o, d, h, w);
     nn_backend *be = p->be;
     if (be->device && (rc = param_slab(m))) {
         nn_unet_free(m);
@@ -527,7 +117,7 @@ int nn_unet_create_opts(nn_unet *m, const nn_unet_spec *s, const nn_unet_opts *o
         m->dgrads = m->grads;
     }
     size_t floats, ibytes, wsf;
-    plan_slabs(p, s, N, &floats, &ibytes, &wsf);
+    unet_plan_slabs(p, s, N, &floats, &ibytes, &wsf);
     m->activation_floats = floats;
     m->activation_index_bytes = ibytes;
     void *slab = NULL, *islab = NULL;
@@ -548,42 +138,9 @@ int nn_unet_create_opts(nn_unet *m, const nn_unet_spec *s, const nn_unet_opts *o
     }
     p->slab = slab;
     p->islab = islab;
-    plan_slabs(p, s, N, &floats, &ibytes, &wsf);
+    unet_plan_slabs(p, s, N, &floats, &ibytes, &wsf);
     p->ws_floats = wsf;
     be->workspace(be, p->ws, wsf);
-    return 0;
-}
-
-int nn_unet_memory_estimate(const nn_unet_spec *s, const nn_unet_opts *o, int batch, int d,
-                            int h, int w, int optimizer, nn_unet_memory *out) {
-    static const nn_unet_opts defaults = {0};
-    memset(out, 0, sizeof *out);
-    if (!o)
-        o = &defaults;
-    int rc = nn_unet_spec_check(s, d, h, w);
-    if (!rc)
-        rc = opts_check(o);
-    if (rc)
-        return rc;
-    if (batch < 1)
-        return err_set(ERR_CONFIG, "batch size %d: it must be at least 1", batch);
-    if (optimizer < NN_OPT_ADAM || optimizer > NN_OPT_RMSPROP)
-        return err_set(ERR_CONFIG, "optimizer kind %d: unknown", optimizer);
-    struct nn_unet_plan *p = calloc(1, sizeof *p);
-    if (!p)
-        return err_set(ERR_NOMEM, "U-Net plan: out of memory");
-    size_t nparams = 0;
-    build_tensors(s, NULL, &nparams, p);
-    plan_dims(p, s, o, d, h, w);
-    size_t floats, ibytes, wsf;
-    plan_slabs(p, s, batch, &floats, &ibytes, &wsf);
-    free(p);
-    out->params = nparams * sizeof(float);
-    out->grads = nparams * sizeof(float);
-    out->optimizer = nn_optim_state_floats((nn_optim_kind)optimizer, nparams) * sizeof(float);
-    out->workspace = wsf * sizeof(float);
-    out->activations = (floats - wsf) * sizeof(float) + ibytes;
-    out->total = out->params + out->grads + out->optimizer + out->workspace + out->activations;
     return 0;
 }
 
@@ -859,7 +416,6 @@ static void dc_forward(nn_unet *m, dc_block *b, const float *inA, int ca, const 
     }
 }
 
-
 /* Backward of one DoubleConv up to its first convolution: GN2 (dY, the gradient of b->a2, in
  * place), conv2 (input gradient into tmp, weight gradient) and GN1 (in place in tmp), leaving
  * the gradient of c1 in tmp for the caller's conv1 backward. Buffers (dc_backward_tail gives
@@ -974,7 +530,7 @@ static void block_input(nn_unet *m, const dc_block *b, int is_up, int j, const f
 
 /* ck2: the scratch roles of block_forward and dc_backward_tail for a block at the top level
  * (down block 0's c1 and c2 in tY, a1 in tX; the upsample in tX) or below it (cs, gT, gH and
- * gG the quarters of tX; the pool output is in the top up block's output, see plan_slabs). */
+ * gG the quarters of tX; the pool output is in the top up block's output, see unet_plan_slabs). */
 static void ckpt_roles(struct nn_unet_plan *p, int top) {
     if (!p->ck2)
         return;
@@ -1219,8 +775,8 @@ static int check_batch(nn_unet *m, int n) {
         return err_set(ERR_CONFIG, "the %s backend does not run spatially sharded models "
                                    "(dc_num_shards): use device: cpu",
                        p->be->name);
-    if (m->shard && !p->sharded && !p->ws_sh && ws_sharded(p, m->max_batch) > p->ws_floats) {
-        const size_t fl = ws_sharded(p, m->max_batch);
+    if (m->shard && !p->sharded && !p->ws_sh && unet_ws_sharded(p, m->max_batch) > p->ws_floats) {
+        const size_t fl = unet_ws_sharded(p, m->max_batch);
         void *ws = NULL;
         if (p->be->alloc(p->be, &ws, fl * sizeof(float)))
             return err_set(ERR_NOMEM, "U-Net: cannot allocate the %.2f GiB workspace of a sharded "

@@ -12,7 +12,10 @@ t_check "nn: at least the portable path is listed ($ISAS)" grep -qw portable <<<
 for isa in $ISAS; do
     SCAFFOLD_ISA=$isa t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
     SCAFFOLD_ISA=$isa t_cbin "$BUILD/tests/nn/test_unet" "$FIX"
+    # every op's fast path against its plain reference (src/nn/ref.c), on random input
+    SCAFFOLD_ISA=$isa t_cbin "$BUILD/tests/nn/test_ops"
 done
+SCAFFOLD_NN_WINOGRAD=0 t_cbin "$BUILD/tests/nn/test_ops"
 # bf16 on the vdpbf16ps kernels where the AVX-512 path would take AMX tiles
 if grep -qw avx512 <<<"$ISAS"; then
     SCAFFOLD_ISA=avx512 SCAFFOLD_AMX=0 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"

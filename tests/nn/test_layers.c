@@ -7,6 +7,7 @@
 #include "nn/algo.h"
 #include "nn/layers.h"
 #include "nn/loss.h"
+#include "nn/ref.h"
 #include "test.h"
 
 #include "core/rng.h"
@@ -749,7 +750,7 @@ static void fp32_differs(const char *name, const float *got, const float *want, 
 
 /* bf16 Conv3d on shapes whose channel counts are multiples of 32 (the AMX tiles where the CPU
  * has them, the vdpbf16ps kernels under SCAFFOLD_AMX=0, the fp32 kernels elsewhere), against
- * the ideal result: bf16 operands, sums in double (nn_conv3d_forward_ref; the input gradient
+ * the ideal result: bf16 operands, sums in double (nn_ref_conv3d_forward; the input gradient
  * as the forward pass of the flipped, transposed weights over dy), one rounding. Widths that
  * leave a partial last tile of 32 padded positions, a 16-column block, two k blocks, and a
  * concatenated input. */
@@ -790,9 +791,9 @@ static void test_conv_bf16_vs_ideal(void) {
         float *ws = ws_alloc(nn_conv3d_ws_floats(N, D, H, W, cin, cout));
         float *y = zeros(P * cout), *yi = zeros(P * cout), *dx = zeros(P * cin),
               *dxi = zeros(P * cin);
-        nn_conv3d_forward_ref(yi, x, w, cin, cout, N, D, H, W);
+        nn_ref_conv3d_forward(yi, x, w, cin, cout, N, D, H, W);
         nn_round_bf16(yi, P * cout);
-        nn_conv3d_forward_ref(dxi, dy, wt, cout, cin, N, D, H, W);
+        nn_ref_conv3d_forward(dxi, dy, wt, cout, cin, N, D, H, W);
         nn_round_bf16(dxi, P * cin);
         nn_conv3d_forward_p(y, xa, ca, cb ? xb : NULL, cb, w, cout, N, D, H, W, NN_BF16, NULL,
                             ws);
@@ -842,52 +843,6 @@ static void test_conv_bf16_vs_ideal(void) {
     }
 }
 
-/* ConvTranspose3d k2 s2 by its definition, in double, each result rounded to float once: y
- * (N, 2D, 2H, 2W, cout) from x, w (PyTorch's [ic][oc][t]) and b; with dy (voxel stride ldo)
- * also dx, dw and db. The reference of the ConvTranspose3d tests. */
-static void convt_ref(float *y, float *dx, float *dw, float *db, const float *x, const float *w,
-                      const float *b, const float *dy, long ldo, int cin, int cout, int N, int D,
-                      int H, int W) {
-    const size_t P = (size_t)N * D * H * W, nw = 8 * (size_t)cin * cout;
-    double *dxd = dy ? calloc(P * cin, sizeof(double)) : NULL;
-    double *dwd = dy ? calloc(nw, sizeof(double)) : NULL;
-    double *dbd = dy ? calloc((size_t)cout, sizeof(double)) : NULL;
-    for (int n = 0; n < N; n++)
-        for (int z = 0; z < D; z++)
-            for (int yy = 0; yy < H; yy++)
-                for (int xx = 0; xx < W; xx++)
-                    for (int t = 0; t < 8; t++) {
-                        const size_t v = (((size_t)n * D + z) * H + yy) * W + xx;
-                        const size_t oz = (size_t)n * 2 * D + 2 * z + t / 4;
-                        const size_t o =
-                            (oz * 2 * H + 2 * yy + (t / 2) % 2) * 2 * W + 2 * xx + t % 2;
-                        for (int oc = 0; oc < cout; oc++) {
-                            const double g = dy ? dy[o * ldo + oc] : 0.0;
-                            double acc = b[oc];
-                            for (int ic = 0; ic < cin; ic++) {
-                                const size_t wi = ((size_t)ic * cout + oc) * 8 + t;
-                                acc += (double)x[v * cin + ic] * w[wi];
-                                if (dy) {
-                                    dxd[v * cin + ic] += g * w[wi];
-                                    dwd[wi] += (double)x[v * cin + ic] * g;
-                                }
-                            }
-                            y[o * cout + oc] = (float)acc;
-                            if (dy)
-                                dbd[oc] += g;
-                        }
-                    }
-    if (!dy)
-        return;
-    for (size_t i = 0; i < P * cin; i++)
-        dx[i] = (float)dxd[i];
-    for (size_t i = 0; i < nw; i++)
-        dw[i] = (float)dwd[i];
-    for (int oc = 0; oc < cout; oc++)
-        db[oc] = (float)dbd[oc];
-    free(dxd), free(dwd), free(dbd);
-}
-
 /* bf16 ConvTranspose3d k2 s2 on channel counts that are multiples of 32 (AMX tiles where the
  * CPU has them, else the fp32 kernels on bf16 operands), against the ideal result (bf16
  * operands, sums in double, one rounding): a partial last tile of 32 voxels and rows shorter
@@ -912,7 +867,8 @@ static void test_convt_bf16_vs_ideal(void) {
         nn_round_bf16(dy, 8 * P * ldo);
         float *yi = zeros(8 * P * cout), *dxi = zeros(P * cin), *dwi = zeros(nw),
               *dbi = zeros(cout);
-        convt_ref(yi, dxi, dwi, dbi, x, w, b, dy, ldo, cin, cout, N, D, H, W);
+        nn_ref_convt3d_forward(yi, x, w, b, cin, cout, N, D, H, W);
+        nn_ref_convt3d_backward(dxi, dwi, dbi, dy, ldo, x, w, cin, cout, N, D, H, W);
         nn_round_bf16(yi, 8 * P * cout);
         nn_round_bf16(dxi, P * cin);
         nn_round_bf16(dwi, nw);
@@ -1041,7 +997,8 @@ static void test_convt_vs_naive(void) {
         /* the reference sums up to 16384 voxels: in double (float sums of that many terms
          * are themselves off by ~1e-3) */
         float *dbr = zeros(cout);
-        convt_ref(yr, dxr, dwr, dbr, x, w, b, dy, cout, cin, cout, N, D, H, W);
+        nn_ref_convt3d_forward(yr, x, w, b, cin, cout, N, D, H, W);
+        nn_ref_convt3d_backward(dxr, dwr, dbr, dy, cout, x, w, cin, cout, N, D, H, W);
         nn_convt3d_forward_p(y, x, w, b, cin, cout, N, D, H, W, NN_FP32, ws);
         nn_convt3d_backward_p(dx, dw, db, dy, cout, x, w, cin, cout, N, D, H, W, NN_FP32, ws);
         snprintf(nm, sizeof nm, "convt3d %dx%dx%dx%d %d->%d forward vs naive", N, D, H, W, cin,
@@ -1093,9 +1050,9 @@ static void test_conv_vs_naive(void) {
         float *y = zeros(P * cout), *yr = zeros(P * cout), *dx = zeros(P * cin),
               *dxr = zeros(P * cin), *dw = zeros(nw), *dwr = zeros(nw);
         nn_conv3d_forward_p(y, x, cin, NULL, 0, w, cout, N, D, H, W, NN_FP32, NULL, ws);
-        nn_conv3d_forward_ref(yr, x, w, cin, cout, N, D, H, W);
+        nn_ref_conv3d_forward(yr, x, w, cin, cout, N, D, H, W);
         nn_conv3d_backward_p(dx, NULL, dw, dy, x, cin, NULL, 0, w, cout, N, D, H, W, NN_FP32, NULL, ws);
-        nn_conv3d_backward_ref(dxr, dwr, dy, x, w, cin, cout, N, D, H, W);
+        nn_ref_conv3d_backward(dxr, dwr, dy, x, w, cin, cout, N, D, H, W);
         snprintf(nm, sizeof nm, "conv3d %dx%dx%dx%d %d->%d forward vs naive", N, D, H, W, cin,
                  cout);
         const float atol = nn_conv3d_winograd(N, D, H, W, cin, cout, NN_FP32) ? WINO_ATOL : 1e-5f;
@@ -1146,12 +1103,12 @@ static void test_conv_vs_naive(void) {
               *db = zeros(P * cb), *dxr = zeros(P * cin), *dwr = zeros(nw), *dg = zeros(P * cin),
               *dw = zeros(nw);
         nn_conv3d_forward_p(y, xa, ca, xb, cb, w, cout, N, D, H, W, NN_FP32, NULL, ws);
-        nn_conv3d_forward_ref(yr, x, w, cin, cout, N, D, H, W);
+        nn_ref_conv3d_forward(yr, x, w, cin, cout, N, D, H, W);
         snprintf(nm, sizeof nm, "conv3d concat %d^3 8+16->16 forward vs naive", side);
         check_close(nm, y, yr, P * cout, WINO_ATOL, 1e-4f);
         nn_conv3d_backward_p(da, db, dw, dy, xa, ca, xb, cb, w, cout, N, D, H, W, NN_FP32, NULL,
                              ws);
-        nn_conv3d_backward_ref(dxr, dwr, dy, x, w, cin, cout, N, D, H, W);
+        nn_ref_conv3d_backward(dxr, dwr, dy, x, w, cin, cout, N, D, H, W);
         for (size_t v = 0; v < P; v++) {
             memcpy(dg + v * cin, da + v * ca, sizeof(float) * ca);
             memcpy(dg + v * cin + ca, db + v * cb, sizeof(float) * cb);
@@ -1174,7 +1131,7 @@ static void test_conv_vs_naive(void) {
         float *ws = ws_alloc(nn_convt3d_ws_floats_p(N, D, H, W, cin, cout, NN_FP32));
         float *y = zeros(8 * P * cout), *yr = zeros(8 * P * cout);
         nn_convt3d_forward_p(y, x, w, b, cin, cout, N, D, H, W, NN_FP32, ws);
-        convt_ref(yr, NULL, NULL, NULL, x, w, b, NULL, 0, cin, cout, N, D, H, W);
+        nn_ref_convt3d_forward(yr, x, w, b, cin, cout, N, D, H, W);
         snprintf(nm, sizeof nm, "convt3d %d->%d forward vs naive", cin, cout);
         check_close(nm, y, yr, 8 * P * cout, 1e-5f, 1e-4f);
         /* backward vs finite sums: dx[ic] = sum_t sum_oc dy * w, dw = sum x * dy */

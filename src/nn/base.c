@@ -1,0 +1,38 @@
+/* base: the engine's smallest shared helpers (base.h): its thread count and bf16 rounding. */
+#include "nn/base.h"
+
+#include <omp.h>
+#include <string.h>
+
+int nn_threads(void) {
+    int t = omp_get_max_threads();
+    return t > NN_MAX_THREADS ? NN_MAX_THREADS : (t < 1 ? 1 : t);
+}
+
+void nn_set_threads(int n) {
+    omp_set_num_threads(n > 0 ? n : 1);
+}
+/* ---- bf16 ------------------------------------------------------------------------------------ */
+
+void nn_round_bf16(float *x, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++)
+        x[i] = nn_bf16_round(x[i]);
+}
+
+void nn_bf16_narrow(uint16_t *dst, const float *src, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &src[i], sizeof u);
+        dst[i] = (uint16_t)(u >> 16);
+    }
+}
+
+void nn_bf16_widen(float *dst, const uint16_t *src, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        const uint32_t u = (uint32_t)src[i] << 16;
+        memcpy(&dst[i], &u, sizeof u);
+    }
+}

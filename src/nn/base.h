@@ -1,0 +1,44 @@
+/* base: the engine's smallest shared helpers, below the layers and the convolutions: the
+ * convolutions' precision (nn_prec), bf16 rounding and storage, and the thread count the
+ * layers use (an OpenMP team bounded by NN_MAX_THREADS). Implemented in base.c. */
+#ifndef SCAFFOLD_NN_BASE_H
+#define SCAFFOLD_NN_BASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Precision of the convolutions. NN_BF16 follows PyTorch's CPU autocast: inputs, weights and
+ * bias are rounded to bf16, products accumulate in fp32, outputs (forward results, input,
+ * weight and bias gradients) are rounded to bf16 and returned in fp32 arrays; the output
+ * gradient `dout` a backward pass receives must already hold bf16 values (autocast's gradient
+ * of a bf16 tensor is bf16: round with nn_round_bf16). GroupNorm, ReLU, pooling, softmax and
+ * the loss stay fp32. */
+typedef enum { NN_FP32 = 0, NN_BF16 = 1 } nn_prec;
+
+/* x rounded to the nearest bf16 (ties to even), as fp32 (a NaN stays a quiet NaN); the same in
+ * place over n floats. Inline: the element loops that round (GroupNorm's output) vectorise. */
+static inline float nn_bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    u = (u & 0x7fffffffu) > 0x7f800000u ? (u | 0x400000u) & 0xffff0000u
+                                         : (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+void nn_round_bf16(float *x, size_t n);
+/* Storage of a tensor whose values are bf16 (a bf16 run's conv outputs) in half the bytes:
+ * dst[i] = the upper 16 bits of src[i] (exact for bf16 values, denormals included), and back. */
+void nn_bf16_narrow(uint16_t *dst, const float *src, size_t n);
+void nn_bf16_widen(float *dst, const uint16_t *src, size_t n);
+
+#define NN_MAX_THREADS 64
+#define NN_SLICES 64 /* fixed partition of every reduction over voxels */
+
+/* Threads the layers use: min(omp_get_max_threads(), NN_MAX_THREADS). */
+int nn_threads(void);
+/* Sets the threads the layers use from now on (the calling thread's OpenMP default; the
+ * engine's parallel regions start from the thread that owns the model). */
+void nn_set_threads(int n);
+
+#endif

@@ -1,0 +1,316 @@
+/* conv_amx: the bf16 paths on AMX tiles that have their own layout: the Conv3d k3 weight
+ * gradient (input transposed over the padded slab, output gradient as position pairs) and the
+ * ConvTranspose3d backward pass (output gradient regrouped by tap). The AMX forward passes are
+ * the ordinary walks (conv_pack.c) on the tile kernel. */
+#include "nn/conv_int.h"
+
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- bf16 weight gradient on AMX tiles ------------------------------------------------------
+ * dW[t][ic][oc] = sum over voxels v of x(v + tap t)[ic] * dy(v)[oc], as tile products over the
+ * positions (TDPBF16PS reduces over 32 of them per instruction): the input transposed into one
+ * row of positions per channel over the padded slab (xT, bf16), where output voxel (z, y, x)
+ * has the corner position q = (z*Hp + y)*Wp + x and tap (dz, dy, dx) reads q + dz*Hp*Wp +
+ * dy*Wp + dx, so every tap is an offset into the same rows; the output gradient as position
+ * pairs (dyP, bf16, the B-tile layout), zero at the corner positions that are padding (y >= H
+ * or x >= W), which therefore add nothing; fp32 accumulators per (tap, 32 input x 32 output
+ * channels) kept in four tiles over a chunk of positions whose dyP stays in L2, stored
+ * between chunks. The sum is over bf16 operands in fp32, rounded to bf16 once at the end, as
+ * the direct kernels do. Layout in the layer's workspace: acc [27][cin][cout] fp32, xT
+ * [cin][ldx], dyP [qs/2][cout][2]; the slab depth is the deepest that fits. */
+#define AMX_DW_CHUNK_BYTES (1u << 20)
+/* Fewer voxels per call, or fewer voxels than channels, and the accumulators' traffic (27*cin*cout
+ * floats stored per tile group and reduced at the end) outweighs the tile products: at 8^3 (512
+ * voxels) 1024->1024 the AMX pass took 89 ms against 55 for the fp32 one, 512->512 the same
+ * (14 ms), 256->256 3.5 against 4.8 ms; from 16^3 up it runs about twice as fast */
+#define AMX_DW_VOX_MIN 512
+
+static long amx_round32(long v) {
+    return (v + 31) & ~31L;
+}
+
+/* Floats of the layout for slabs of Zc planes (ldx, qs: xT's row pitch, dyP's positions). */
+static size_t amx_dw_floats(int Zc, int H, int W, int cin, int cout, long *ldx, long *qs) {
+    const long HW = (long)(H + 2) * (W + 2);
+    /* A tiles read 32 positions from q + the largest tap offset, q < qs */
+    *ldx = amx_round32((Zc + 2) * HW + 2 * (W + 2) + 2 + 32);
+    *qs = amx_round32((long)Zc * HW);
+    return 27 * (size_t)cin * cout + 16 + ((size_t)cin * *ldx + (size_t)*qs * cout) / 2;
+}
+
+/* The slab depth for conv_amx_dw within the layer's workspace; 0 when AMX does not apply. */
+int conv_amx_dw_depth(int N, int D, int H, int W, int cin, int cout, nn_prec prec,
+                      const nn_shard *sh) {
+    if (!use_pairs(prec) || sh || !nn_isa_amx() || cin % 16 || cout % 16 ||
+        (long)N * D * H * W < AMX_DW_VOX_MIN || (long)N * D * H * W < (cin > cout ? cin : cout))
+        return 0;
+    const size_t cap = conv3d_ws(N, D, H, W, cin, cout, NULL);
+    long ldx, qs;
+    for (int Zc = D; Zc >= 1; Zc--)
+        if (amx_dw_floats(Zc, H, W, cin, cout, &ldx, &qs) <= cap)
+            return Zc;
+    return 0;
+}
+
+void conv_amx_dw(float *dw, const float *a, int ca, const float *b, int cb, const float *dy,
+                 int cout, int N, int D, int H, int W, int Zc, float *ws) {
+    const int cin = ca + cb, Hp = H + 2, Wp = W + 2;
+    const long HW = (long)Hp * Wp;
+    long ldx, qs;
+    amx_dw_floats(Zc, H, W, cin, cout, &ldx, &qs);
+    float *acc = ws;
+    uint16_t *xT = (uint16_t *)(((uintptr_t)(acc + 27 * (size_t)cin * cout) + 63) & ~(uintptr_t)63);
+    uint16_t *dyP = xT + (size_t)cin * ldx;
+    const int nig = (cin / 16 + 1) / 2, nog = (cout / 16 + 1) / 2, ng = 27 * nig * nog;
+    /* positions per chunk: the chunk's dyP (read by every tile group) within L2; the A rows of
+     * one (tap, input block) are reused by the output blocks that follow it */
+    long qc = (long)(AMX_DW_CHUNK_BYTES / (2 * (size_t)cout)) & ~31L;
+    qc = qc < 256 ? 256 : qc;
+    int first = 1;
+    for (int n = 0; n < N; n++)
+        for (int z0 = 0; z0 < D; z0 += Zc) {
+            const int nz = z0 + Zc < D ? Zc : D - z0;
+            const long q_end = amx_round32(nz * HW), tail = (nz + 2) * HW;
+            /* xT: the padded planes z0 - 1 .. z0 + nz, then zeros to the row's end (read by the
+             * last tiles, times zero gradients: stale values could be NaN patterns) */
+#pragma omp parallel for collapse(2) schedule(static)
+            for (long zs = 0; zs < nz + 2; zs++)
+                for (long yp = 0; yp < Hp; yp++) {
+                    const long p0 = (zs * Hp + yp) * Wp, z = z0 - 1 + zs, y = yp - 1;
+                    if (z < 0 || z >= D || y < 0 || y >= H) {
+                        for (int ic = 0; ic < cin; ic++)
+                            memset(xT + ic * ldx + p0, 0, sizeof(uint16_t) * Wp);
+                        continue;
+                    }
+                    for (int ic = 0; ic < cin; ic++)
+                        xT[ic * ldx + p0] = 0, xT[ic * ldx + p0 + Wp - 1] = 0;
+                    const size_t src = (((size_t)n * D + z) * H + y) * W;
+                    nn_amx_pack_t(xT + p0 + 1, ldx, a + src * ca, ca, W, ca);
+                    if (cb)
+                        nn_amx_pack_t(xT + (size_t)ca * ldx + p0 + 1, ldx, b + src * cb, cb, W,
+                                      cb);
+                }
+            for (int ic = 0; ic < cin; ic++)
+                memset(xT + ic * ldx + tail, 0, sizeof(uint16_t) * (ldx - tail));
+            /* dyP: the pairs of corner positions below q_end */
+#pragma omp parallel for schedule(static)
+            for (long pp = 0; pp < q_end / 2; pp++) {
+                const float *sp[2];
+                for (int i = 0; i < 2; i++) {
+                    const long q = 2 * pp + i, zs = q / HW, y = q % HW / Wp, x = q % Wp;
+                    sp[i] = zs < nz && y < H && x < W
+                                ? dy + ((((size_t)n * D + z0 + zs) * H + y) * W + x) * cout
+                                : NULL;
+                }
+                nn_amx_pack_pair(dyP + pp * 2 * cout, sp[0], sp[1], cout);
+            }
+#pragma omp parallel
+            for (long q0 = 0; q0 < q_end; q0 += qc) {
+                const long nq = q_end - q0 < qc ? q_end - q0 : qc;
+#pragma omp for schedule(dynamic, 1)
+                for (int g = 0; g < ng; g++) {
+                    const int t = g / (nig * nog), ic0 = 32 * (g / nog % nig), oc0 = 32 * (g % nog);
+                    const long aoff = t / 9 * HW + t / 3 % 3 * Wp + t % 3;
+                    nn_amx_dw(xT + ic0 * ldx + q0 + aoff, ldx, dyP + q0 * cout + 2 * oc0, cout,
+                              nq, cin - ic0 > 16 ? 2 : 1, cout - oc0 > 16 ? 2 : 1,
+                              acc + ((size_t)t * cin + ic0) * cout + oc0, cout, first && !q0);
+                }
+            }
+            first = 0;
+        }
+    /* dw[oc][ic][t] += bf16(acc[t][ic][oc]): the gradient of the bf16 weight copy. Per input
+     * channel and block of 16 output channels, one line from each of acc's 27 tap rows (read
+     * once: element by element the 27 rows, cin*cout floats apart, fall into one L1 set and
+     * evict each other, which took 40% of an 8^3 512->512 pass) */
+#pragma omp parallel for schedule(static)
+    for (int ic = 0; ic < cin; ic++) {
+        float tb[27][16];
+        for (int oc0 = 0; oc0 < cout; oc0 += 16) {
+            for (int t = 0; t < 27; t++)
+                memcpy(tb[t], acc + ((size_t)t * cin + ic) * cout + oc0, sizeof tb[t]);
+            for (int j = 0; j < 16; j++) {
+                float *d = dw + ((size_t)(oc0 + j) * cin + ic) * 27;
+                for (int t = 0; t < 27; t++)
+                    d[t] += nn_bf16_round(tb[t][j]);
+            }
+        }
+    }
+}
+
+/* ---- bf16 ConvTranspose3d on AMX tiles -------------------------------------------------------
+ * Tap t = (dz, dy, dx) of a k2 s2 transposed convolution joins input voxel v = (z, y, x) to
+ * output voxel (2z + dz, 2y + dy, 2x + dx): eight 1x1 products. Forward (in
+ * nn_convt3d_forward_p): per tap a 1-tap GEMM over the input (packed to bf16 once) writing
+ * every other output voxel. Input gradient: the
+ * output gradient regrouped by tap into bf16 planes indexed like the input ([t][v][c]), so
+ * the eight taps are offsets into one buffer and 32 consecutive voxels are one fixed stride
+ * apart (an A tile). Weight gradient: dW_t = sum over v of x(v)^T dout_t(v), on nn_amx_dw with
+ * the input transposed (one row of voxels per channel) and each tap's output gradient as voxel
+ * pairs. The last two go slab by slab of input planes, so the packed copies stay within half
+ * of conv_slab_bytes() (24 MiB) whatever the volume. Sums in fp32 over bf16 operands, one rounding,
+ * as the other bf16 kernels. */
+
+int convt_amx(int cin, int cout, nn_prec prec) {
+    return use_pairs(prec) && nn_isa_amx() && cin % 32 == 0 && cout % 32 == 0;
+}
+
+int nn_convt3d_algo(int cin, int cout, nn_prec prec) {
+    return convt_amx(cin, cout, prec) ? NN_ALGO_AMX : NN_ALGO_DIRECT;
+}
+
+/* Input planes per slab of the backward pass, and its voxel rows' pitch (a multiple of 32):
+ * per input voxel, the transposed input and its row of ones (cin + 16), and the output gradient
+ * twice (by tap, and as pairs: 16 cout), in bf16. */
+static int ct_amx_slab(int D, int H, int W, int cin, int cout, long *ldv) {
+    const size_t plane = (size_t)H * W * (cin + 16 + 16 * (size_t)cout) * sizeof(uint16_t);
+    int Zc = (int)(conv_slab_bytes() / 2 / plane);
+    Zc = Zc < 1 ? 1 : Zc > D ? D : Zc;
+    *ldv = amx_round32((long)Zc * H * W);
+    return Zc;
+}
+
+/* Floats of the backward pass's layout: acc [8][cin + 16][cout] fp32; xT [cin + 16][ldv],
+ * dyP [8][ldv/2][cout][2], Dt [8][ldv][cout] and the input gradient's packed weights, bf16. */
+size_t convt_amx_ws_floats(int D, int H, int W, int cin, int cout) {
+    long ldv;
+    ct_amx_slab(D, H, W, cin, cout, &ldv);
+    const size_t acc = 8 * ((size_t)cin + 16) * cout + 16;
+    const size_t u16 = ((size_t)cin + 16) * ldv + 16 * (size_t)ldv * cout +
+                       8 * (size_t)nn_gemm_ncol_max(cin) * cout + 32;
+    return acc + u16 / 2 + 64;
+}
+
+/* The output gradient of input planes [z0, z0 + nz) of sample n, once: by tap into Dt
+ * (Dt[(t*ldv + v)*cout + c], v the voxel's index in the slab) and as voxel pairs into dyP
+ * (dyP[t*ldv*cout + (v/2)*2*cout + 2c + v%2], zero beyond the slab's voxels); either may be
+ * NULL. */
+static void ct_amx_pack_dout(uint16_t *Dt, uint16_t *dyP, const float *dout, long ldo, int cout,
+                             int n, int z0, int nz, int D, int H, int W, long ldv) {
+    const long HW = (long)H * W, nv = nz * HW;
+    /* voxel pairs in order, all taps of a pair together: dout is read as 4 rows streaming
+     * forward (by tap first, every other voxel of each row, 8 times: 1.6x slower at 64^3) */
+#pragma omp parallel for schedule(static)
+    for (long pp = 0; pp < ldv / 2; pp++)
+        for (int t = 0; t < 8; t++) {
+            const float *sp[2];
+            for (int i = 0; i < 2; i++) {
+                const long v = 2 * pp + i, z = v / HW, y = v % HW / W, x = v % W;
+                sp[i] = v < nv ? dout + ((((size_t)n * 2 * D + 2 * (z0 + z) + t / 4) * 2 * H +
+                                          2 * y + t / 2 % 2) * 2 * W + 2 * x + t % 2) * ldo
+                               : NULL;
+            }
+            if (dyP)
+                nn_amx_pack_pair(dyP + ((size_t)t * ldv + 2 * pp) * cout, sp[0], sp[1], cout);
+            for (int i = 0; i < 2 && Dt; i++)
+                if (sp[i])
+                    nn_bf16_pack(Dt + ((size_t)t * ldv + 2 * pp + i) * cout, sp[i], cout);
+        }
+}
+
+/* The backward pass, slab by slab of input planes: dw (PyTorch layout [ic][oc][t]) +=
+ * bf16(sum over voxels of x^T dout_t) on nn_amx_dw, db from a row of ones under x^T (no pass of
+ * its own over the output gradient), din = sum over taps of dout_t W_t^T as a tap GEMM over Dt
+ * (the taps offsets into it); the output gradient is read once for both. */
+void convt_amx_backward(float *din, float *dw, float *db, const float *dout, long ldo,
+                        const float *in, const float *w, int cin, int cout, int N, int D,
+                        int H, int W, float *ws) {
+    long ldv;
+    const int Zc = ct_amx_slab(D, H, W, cin, cout, &ldv);
+    const long HW = (long)H * W;
+    const int ci = cin + (db ? 16 : 0); /* rows of xT: the input's, then ones and zeros */
+    float *acc = ws;
+    uint16_t *xT = (uint16_t *)(((uintptr_t)(acc + 8 * (size_t)ci * cout) + 63) & ~(uintptr_t)63);
+    uint16_t *dyP = dw ? xT + (size_t)ci * ldv : NULL;
+    uint16_t *Dt = din ? xT + (size_t)ci * ldv + 8 * (size_t)ldv * cout : NULL;
+    uint16_t *Bp = xT + (size_t)ci * ldv + 16 * (size_t)ldv * cout;
+    /* weight gradient: tile groups (tap, 32 rows of xT, 32 output channels) over chunks of
+     * voxels whose operands stay in L2 */
+    const int nig = (ci / 16 + 1) / 2, nog = (cout / 16 + 1) / 2, ng = 8 * nig * nog;
+    long qc = (long)(AMX_DW_CHUNK_BYTES / (2 * (size_t)(ci + cout))) & ~31L;
+    qc = qc < 256 ? 256 : qc;
+    /* input gradient: as the fp32 pass, work items of a few rows of din */
+    const int nr = nn_gemm_nr(cin), nb = nblocks(cin, nr), nkb = kblocks(cout, 8, nr, 32);
+    long aoff[8];
+    for (int t = 0; t < 8; t++)
+        aoff[t] = (long)t * ldv * cout;
+    const nn_tg g = {.T = 8, .K = cout, .aoff = aoff, .nr = nr};
+    const int YR = convt_rows(H, W), ny = (H + YR - 1) / YR;
+    if (din)
+        conv_pack_b16(Bp, w, cin, cout, 8, (long)cout * 8, 8, 1, nr, nkb, 32);
+    int first = 1;
+    for (int n = 0; n < N; n++)
+        for (int z0 = 0; z0 < D; z0 += Zc) {
+            const int nz = z0 + Zc < D ? Zc : D - z0;
+            const long nv = nz * HW;
+            ct_amx_pack_dout(Dt, dyP, dout, ldo, cout, n, z0, nz, D, H, W, ldv);
+            if (dw) {
+#pragma omp parallel for schedule(static)
+                for (long v0 = 0; v0 < nv; v0 += 256)
+                    nn_amx_pack_t(xT + v0, ldv, in + (((size_t)n * D + z0) * HW + v0) * cin,
+                                  cin, (int)(nv - v0 < 256 ? nv - v0 : 256), cin);
+                for (int ic = 0; ic < cin; ic++) /* zeros after the slab's voxels */
+                    memset(xT + (size_t)ic * ldv + nv, 0, sizeof(uint16_t) * (ldv - nv));
+                if (db && first) { /* bf16 1.0 (0x3F80), then zero rows */
+                    for (long q = 0; q < ldv; q++)
+                        xT[(size_t)cin * ldv + q] = 0x3F80;
+                    memset(xT + ((size_t)cin + 1) * ldv, 0, sizeof(uint16_t) * 15 * ldv);
+                }
+#pragma omp parallel
+                for (long q0 = 0; q0 < ldv; q0 += qc) {
+                    const long nq = ldv - q0 < qc ? ldv - q0 : qc;
+#pragma omp for schedule(dynamic, 1)
+                    for (int gi = 0; gi < ng; gi++) {
+                        const int t = gi / (nig * nog), ic0 = 32 * (gi / nog % nig);
+                        const int oc0 = 32 * (gi % nog);
+                        nn_amx_dw(xT + (size_t)ic0 * ldv + q0, ldv,
+                                  dyP + ((size_t)t * ldv + q0) * cout + 2 * oc0, cout, nq,
+                                  ci - ic0 > 16 ? 2 : 1, cout - oc0 > 16 ? 2 : 1,
+                                  acc + ((size_t)t * ci + ic0) * cout + oc0, cout, first && !q0);
+                    }
+                }
+            }
+            first = 0;
+            if (!din)
+                continue;
+            const int ngr = convt_groups((long)nz * ny, nb);
+#pragma omp parallel for schedule(dynamic, 2)
+            for (long it = 0; it < (long)nz * ny * ngr; it++) {
+                const int og = (int)(it % ngr), yb = (int)(it / ngr % ny), z = (int)(it / ngr / ny);
+                const int y = yb * YR, nyr = H - y < YR ? H - y : YR;
+                for (int ob = og * nb / ngr; ob < (og + 1) * nb / ngr; ob++) {
+                    const int n0 = ob * nr, nvalid = cin - n0 < nr ? cin - n0 : nr;
+                    const conv_walk wk = {
+                        .a0 = Dt + ((size_t)z * H + y) * W * cout,
+                        .a_row = (long)W * cout,
+                        .a_col = cout,
+                        .c0 = din + ((((size_t)n * D + z0 + z) * H + y) * W) * cin + n0,
+                        .c_row = (long)W * cin,
+                        .c_col = cin,
+                        .Wr = W,
+                        .pairs = 1,
+                        .amx = 1,
+                        .a_end = Dt + 8 * (size_t)ldv * cout,
+                    };
+                    conv_walk_kblocks(g, wk, (long)nyr * W, Bp + (size_t)ob * 8 * cout * nr, cout,
+                                      nkb, NULL, nvalid, NN_TG_ZERO, NN_TG_RBF16);
+                }
+            }
+        }
+    if (!dw)
+        return;
+#pragma omp parallel for schedule(static)
+    for (int ic = 0; ic < cin; ic++)
+        for (int oc = 0; oc < cout; oc++)
+            for (int t = 0; t < 8; t++)
+                dw[((size_t)ic * cout + oc) * 8 + t] +=
+                    nn_bf16_round(acc[((size_t)t * ci + ic) * cout + oc]);
+    if (db)
+        for (int oc = 0; oc < cout; oc++) {
+            float s = 0;
+            for (int t = 0; t < 8; t++)
+                s += acc[((size_t)t * ci + cin) * cout + oc];
+            db[oc] += nn_bf16_round(s);
+        }
+}

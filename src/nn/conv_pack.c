@@ -1,0 +1,261 @@
+/* conv_pack: the pieces every convolution pass is built from: weights packed into the
+ * microkernels' column blocks (fp32, or bf16 pairs), the zero-padded input slab (fusing the skip
+ * concatenation and the rounding to bf16), and the walks that run the kernels over a work item's
+ * positions (conv_int.h says who uses what). */
+#include "nn/conv_int.h"
+
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* dst[i] = src[i] (fp32) or its bf16 rounding, for the nn_prec in use. */
+void conv_copy_prec(float *dst, const float *src, size_t n, nn_prec prec) {
+    if (prec == NN_BF16) {
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < n; i++)
+            dst[i] = nn_bf16_round(src[i]);
+    } else {
+        memcpy(dst, src, n * sizeof(float));
+    }
+}
+
+/* ---- packing ---------------------------------------------------------------------------- */
+
+/* Bp, per column block ob and k block kb = [k0, k1), holds [t][k - k0][nr] at
+ * ob*T*K*nr + T*k0*nr: w(col = ob*nr + j, k, t) with w addressed as w[col*sc + k*sk + t*st],
+ * zero for col >= ncol; rounded to bf16 when prec says so. */
+void conv_pack_b(float *Bp, const float *w, int ncol, int K, int T, long sc, long sk, long st,
+                 int nr, int nkb, nn_prec prec) {
+    const int nb = nblocks(ncol, nr);
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int ob = 0; ob < nb; ob++)
+        for (int kb = 0; kb < nkb; kb++) {
+            int k0, k1;
+            kb_range(K, nkb, kb, 2, &k0, &k1);
+            float *blk = Bp + ((size_t)ob * T * K + (size_t)T * k0) * nr;
+            /* A few k at a time, all taps: the source lines they touch (nr columns x PACK_KB
+             * x T floats, 14 KiB at 27 taps) stay in L1 while every tap reads them. Taps
+             * outermost re-read each line T times from beyond L2 for wide layers (8^3
+             * 512->512: a 884 KiB block). */
+            enum { PACK_KB = 8 };
+            for (int kc = k0; kc < k1; kc += PACK_KB) {
+                const int kce = kc + PACK_KB < k1 ? kc + PACK_KB : k1;
+                for (int t = 0; t < T; t++)
+                    for (int k = kc; k < kce; k++) {
+                        float *dst = blk + ((size_t)t * (k1 - k0) + (k - k0)) * nr;
+                        for (int j = 0; j < nr; j++) {
+                            const int col = ob * nr + j;
+                            const float v = col < ncol ? w[col * sc + k * sk + t * st] : 0.0f;
+                            dst[j] = prec == NN_BF16 ? nn_bf16_round(v) : v;
+                        }
+                    }
+            }
+        }
+}
+
+/* The bf16 pair layout of conv_pack_b for Kp = K rounded up to even (k >= K is zero): per (ob, kb),
+ * [t][(k - k0)/2][nr][2] at (ob*T*Kp + T*k0)*nr elements. */
+void conv_pack_b16(uint16_t *Bp, const float *w, int ncol, int K, int T, long sc, long sk,
+                   long st, int nr, int nkb, int unit) {
+    const int nb = nblocks(ncol, nr), Kp = (K + 1) & ~1;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int ob = 0; ob < nb; ob++)
+        for (int kb = 0; kb < nkb; kb++) {
+            int k0, k1;
+            kb_range(Kp, nkb, kb, unit, &k0, &k1);
+            uint16_t *blk = Bp + ((size_t)ob * T * Kp + (size_t)T * k0) * nr;
+            /* by k pair, then tap, then column: the lines of w a k pair reads (per column, its
+             * runs of taps) stay in L1 over the taps; by tap first, every tap read them again
+             * from memory (44% of an 8^3 512->512 pass) */
+            for (int k = k0; k < k1; k += 2)
+                for (int t = 0; t < T; t++) {
+                    uint16_t *dst = blk + ((size_t)t * (k1 - k0) + (k - k0)) * nr;
+                    const int nv = k < K ? (ncol - ob * nr < nr ? ncol - ob * nr : nr) : 0;
+                    nn_bf16_pack_pairs(dst, w + ob * nr * sc + k * sk + t * st, sc, sk, k + 1 < K,
+                                       nv);
+                    memset(dst + 2 * nv, 0, sizeof(uint16_t) * 2 * (nr - nv));
+                }
+        }
+}
+
+#define SLAB_BYTES (48u << 20) /* padded planes per slab: about this many bytes, at least 1 */
+
+/* SLAB_BYTES, or SCAFFOLD_NN_SLAB_BYTES (tests: several slabs on small volumes), read once. */
+size_t conv_slab_bytes(void) {
+    static size_t b;
+    if (!b) {
+        const char *e = getenv("SCAFFOLD_NN_SLAB_BYTES");
+        const size_t v = e ? (size_t)strtoull(e, NULL, 10) : 0;
+        b = v ? v : SLAB_BYTES;
+    }
+    return b;
+}
+
+/* Output planes per slab: depends on the shape only (so do results and workspace). A sharded
+ * call pads the whole block (the halo exchange fills a block's border), see conv_slab_depth. */
+static int slab_planes(int D, int H, int W, int C) {
+    const size_t plane = (size_t)(H + 2) * (W + 2) * C * sizeof(float);
+    long z = (long)(conv_slab_bytes() / (plane ? plane : 1)) - 2;
+    return z < 1 ? 1 : z > D ? D : (int)z;
+}
+
+int conv_slab_depth(int D, int H, int W, int C, const nn_shard *sh) {
+    return sh ? D : slab_planes(D, H, W, C);
+}
+
+/* Floats of a slab buffer (any format) for C channels. */
+size_t conv_slab_floats(int D, int H, int W, int C, const nn_shard *sh) {
+    return ((size_t)conv_slab_depth(D, H, W, C, sh) + 2) * (H + 2) * (W + 2) * ((C + 1) & ~1);
+}
+
+void conv_pad_slab(void *P, int fmt, const float *a, long lda_, int ca, const float *b, int cb,
+                   int n, int z0, int z1, int D, int H, int W) {
+    const int C = pad_channels(fmt, ca + cb);
+    const size_t es = pad_esize(fmt), rowb = (size_t)(W + 2) * C * es;
+    const long Hp = H + 2, nz = z1 - z0 + 2;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (long zs = 0; zs < nz; zs++)
+        for (long yp = 0; yp < Hp; yp++) {
+            char *row = (char *)P + ((size_t)zs * Hp + yp) * rowb;
+            const long z = z0 - 1 + zs, y = yp - 1;
+            if (z < 0 || z >= D || y < 0 || y >= H) { /* border row */
+                memset(row, 0, rowb);
+                continue;
+            }
+            memset(row, 0, C * es);
+            memset(row + rowb - C * es, 0, C * es);
+            const size_t src = (((size_t)n * D + z) * H + y) * W;
+            for (int x = 0; x < W; x++) {
+                const float *sa = a + (src + x) * lda_, *sb = b ? b + (src + x) * cb : NULL;
+                if (fmt == PAD_F32) {
+                    float *d = (float *)(row + (size_t)(x + 1) * C * es);
+                    memcpy(d, sa, sizeof(float) * ca);
+                    if (cb)
+                        memcpy(d + ca, sb, sizeof(float) * cb);
+                } else if (fmt == PAD_F32R) {
+                    float *d = (float *)(row + (size_t)(x + 1) * C * es);
+                    for (int c = 0; c < ca; c++)
+                        d[c] = nn_bf16_round(sa[c]);
+                    for (int c = 0; c < cb; c++)
+                        d[ca + c] = nn_bf16_round(sb[c]);
+                } else {
+                    uint16_t *d = (uint16_t *)(row + (size_t)(x + 1) * C * es);
+                    nn_bf16_pack(d, sa, ca);
+                    if (cb)
+                        nn_bf16_pack(d + ca, sb, cb);
+                    if (C > ca + cb)
+                        d[C - 1] = 0;
+                }
+            }
+        }
+}
+
+void conv_walk_run(const nn_tg *g, const conv_walk *w, long M, const void *Bp, const float *bias,
+                   int nvalid, int mode) {
+    const int nbk = nn_tg_nblocks(M, g->nr);
+    const size_t es = w->pairs ? sizeof(uint16_t) : sizeof(float);
+    const char *a[NN_TG_MR_MAX];
+    float *c[NN_TG_MR_MAX];
+    /* position offsets stepped along rows (bytes of A, floats of C): sa per position, ra and
+     * rc more per row */
+    const long sa = w->a_col * (long)es, ra = (w->a_row - w->Wr * w->a_col) * (long)es,
+               rc = w->c_row - w->Wr * w->c_col;
+    long oa = 0, oc = 0, x = 0;
+    /* Block b is [floor(M * b / nbk), floor(M * (b + 1) / nbk)): q positions, one more when
+     * floor(rem * (b + 1) / nbk) steps, tracked without a division per block; the kernels of
+     * the two sizes are looked up once. */
+    const long q = M / nbk, rem = M % nbk;
+    const nn_tg_fn kq = w->pairs ? NULL : nn_tg_kernel(g->nr, (int)q),
+                   kq1 = w->pairs || !rem ? NULL : nn_tg_kernel(g->nr, (int)q + 1);
+    const nn_tgb_fn bq = w->pairs ? nn_tgb_kernel(g->nr, (int)q) : NULL,
+                    bq1 = w->pairs && rem ? nn_tgb_kernel(g->nr, (int)q + 1) : NULL;
+    long err = 0;
+    const long pf_step = (w->pf_bytes / 64 + nbk - 1) / nbk * 64;
+    long pf_at = 0;
+    for (int b = 0; b < nbk; b++) {
+        for (long e = pf_at + pf_step; pf_at < e && pf_at < w->pf_bytes; pf_at += 64)
+            __builtin_prefetch(w->pf + pf_at, 0, 2);
+        int m = (int)q;
+        err += rem;
+        if (err >= nbk) {
+            err -= nbk;
+            m++;
+        }
+        for (int i = 0; i < m; i++) {
+            a[i] = (const char *)w->a0 + oa;
+            c[i] = w->c0 + oc;
+            oa += sa, oc += w->c_col;
+            if (++x == w->Wr) { /* next row */
+                x = 0;
+                oa += ra, oc += rc;
+            }
+        }
+        if (w->pairs) {
+            const nn_tgb_fn f = m == q ? bq : bq1;
+            if (f)
+                f(g, (const uint16_t *const *)a, Bp, c, bias, nvalid, mode);
+            else
+                nn_tg_block_bf16(g, m, (const uint16_t *const *)a, Bp, c, bias, nvalid, mode);
+        } else
+            (m == q ? kq : kq1)(g, (const float *const *)a, Bp, c, bias, nvalid, mode);
+    }
+}
+
+/* conv_walk_run on AMX: the positions taken as the padded rows they sit in (position x of row y
+ * at padded position q = y*Lp + x, so A is one fixed stride apart), 32 padded positions per
+ * call, the padding columns' results dropped (2 of Lp: 6% at 32 columns). A block whose last
+ * row's reads would pass the slab's end runs on the pair kernels instead. */
+static void walk_amx(const nn_tg *g, const conv_walk *w, long M, const void *Bp, const float *bias,
+                     int nvalid, int mode) {
+    const long Lp = w->a_row / w->a_col, Q = (M / w->Wr - 1) * Lp + w->Wr;
+    long maxoff = 0;
+    for (int t = 0; t < g->T; t++)
+        maxoff = g->aoff[t] > maxoff ? g->aoff[t] : maxoff;
+    const uint16_t *a0 = w->a0, *end = w->a_end;
+    const int mr = nn_tg_mr(g->nr);
+    float *c[32];
+    long y = 0, x = 0;
+    for (long q0 = 0; q0 < Q; q0 += 32) {
+        for (int r = 0; r < 32; r++) {
+            c[r] = q0 + r < Q && x < w->Wr ? w->c0 + y * w->c_row + x * w->c_col : NULL;
+            if (++x == Lp)
+                x = 0, y++;
+        }
+        const uint16_t *a = a0 + q0 * w->a_col;
+        if (a + 31 * w->a_col + maxoff + g->K <= end) {
+            nn_tg_amx(g, a, w->a_col, Bp, c, bias, nvalid, mode);
+            continue;
+        }
+        const uint16_t *ap[NN_TG_MR_MAX];
+        float *cp[NN_TG_MR_MAX];
+        int m = 0;
+        for (int r = 0; r < 32; r++) {
+            if (c[r])
+                ap[m] = a + r * w->a_col, cp[m++] = c[r];
+            if (m && (m == mr || r == 31)) {
+                nn_tg_block_bf16(g, m, ap, Bp, cp, bias, nvalid, mode);
+                m = 0;
+            }
+        }
+    }
+}
+
+/* One work item over all k blocks of K (packed weights Bob of its column block): the first
+ * block initialises C (mode0), the others add; `last` bits (rounding) apply to the last. */
+void conv_walk_kblocks(nn_tg g, conv_walk w, long M, const void *Bob, int K, int nkb,
+                       const float *bias, int nvalid, int mode0, int last) {
+    const char *a0 = w.a0;
+    const size_t es = w.pairs ? sizeof(uint16_t) : sizeof(float);
+    for (int kb = 0; kb < nkb; kb++) {
+        int k0, k1;
+        kb_range(K, nkb, kb, w.amx ? 32 : 2, &k0, &k1);
+        g.K = k1 - k0;
+        w.a0 = a0 + (size_t)k0 * es;
+        const int mode = (kb ? NN_TG_ACCUM : mode0) | (kb == nkb - 1 ? last : 0);
+        const void *B = (const char *)Bob + (size_t)g.T * k0 * g.nr * es;
+        if (w.amx)
+            walk_amx(&g, &w, M, B, bias, nvalid, mode);
+        else
+            conv_walk_run(&g, &w, M, B, bias, nvalid, mode);
+    }
+}

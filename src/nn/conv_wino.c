@@ -1,0 +1,630 @@
+/* conv_wino: Conv3d k3 by Winograd F(4x4x2, 3x3x3), fp32 and bf16 (vdpbf16ps): the slab
+ * pass over a whole volume, the same on few tiles (small volumes, U never whole), and the weight
+ * gradient by the same tiles. conv3d.c picks it (algo.h) and drives it. */
+#include "nn/conv_int.h"
+
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- Winograd F(4x4x2, 3x3x3) ------------------------------------------------------------
+ * A stride-1 3x3x3 convolution computes each block of 2 x 4 x 4 outputs (a tile: z, y, x) from
+ * the 4 x 6 x 6 block of padded input around it: with F(2,3) along z and F(4,3) along y and x,
+ * V = B^T d B (per channel), U = G g G^T (per input and output channel), and for each of the 144
+ * points xi of the transformed tile M[xi] = V[xi] U[xi], a GEMM over the input channels; the
+ * outputs are A^T M A. That is 144 products per tile and channel pair where the direct
+ * convolution does 32 * 27 = 864: 6x fewer FMAs, for three transforms (additions and a few
+ * multiplications by 2, 4, 5, 8, vectorised over channels) and a larger rounding error than
+ * F(2,3)'s (F(4,3)'s points reach 2 and its transforms multiply by up to 8: about 1e-5 of a
+ * 64-channel sum, tested against the naive loops). F(2x2x2) was the first version: 3.4x fewer
+ * FMAs but 8 transformed points per output where this has 4.5, and its transforms' cache
+ * traffic (V and M are that many times the tile) bounded it. Used by the fp32 passes of
+ * unsharded layers whose extents are multiples of 2 (depth) and 4 (height, width): forward and
+ * input gradient (conv3d_pass), weight gradient (conv_wino_dw_slab).
+ * Tiles are taken in chunks whose V and M (144 rows each) stay in the last-level cache (unless
+ * U is larger still, see conv_wino_slab): the threads transform a chunk's inputs, run its 144 x
+ * column-block GEMMs with the microkernel (each GEMM's U panel is reused by every tile of the
+ * chunk), then transform its outputs. */
+#define WINO_CHUNK_BYTES (6u << 20) /* V and M of one chunk of tiles */
+/* The weight gradient's chunks grow with dU: each chunk adds its tiles into all of dU (144 * K *
+ * ncp floats), so the longer the chunk, the fewer times dU is read and written and the longer
+ * the microkernel's reduction; but V and M then leave the last-level cache. 2.5 dU, between 6
+ * and 24 MiB: 128 -> 128 channels (dU 9 MiB) get 22.5 MiB, 64 -> 64 (2.25 MiB) keep 6.
+ * Measured with 24 against 6 MiB, alternated: 32^3 128 -> 128 0.11-0.13 s against 0.14-0.25 s,
+ * 16^3 128 -> 128 0.017-0.024 against 0.028-0.030 s, but 64^3 64 -> 64 0.34-0.40 s against
+ * 0.17-0.29 s and 32^3 64 -> 64 no change. */
+#define WINO_DW_CHUNK_BYTES (24u << 20)
+static long wino_dw_chunk_bytes(int K, int ncp) {
+    const long b = 4L * WINO_NXI * K * ncp * 5 / 2;
+    return b < (long)WINO_CHUNK_BYTES ? (long)WINO_CHUNK_BYTES
+           : b > (long)WINO_DW_CHUNK_BYTES ? (long)WINO_DW_CHUNK_BYTES
+                                           : b;
+}
+/* K * ncol above this: direct. U (144 K ncol floats) is read once per chunk of tiles, and the
+ * widest chunks of the large-K layers are few tiles (27 at K = 1024): 512 -> 256 at 32^3 and
+ * 512 and 1024 -> 512 at 16^3 (U 94 to 340 MB) still ran 2.2-2.7x faster than direct (280
+ * GFLOP/s) on a 2-core Xeon with a large last-level cache. The bound keeps U under 600 MB. */
+#define WINO_KMAX (1024 * 1024)
+/* Fewer voxels per sample: too few tiles to repay transforming the weights at every call (8^3
+ * at 256 -> 256 channels ran at half the direct speed) */
+#define WINO_VOX_MIN 4096
+
+/* SCAFFOLD_NN_WINOGRAD=0 turns it off (benchmarks and tests compare both). */
+static int wino_enabled(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("SCAFFOLD_NN_WINOGRAD");
+        on = !(e && e[0] == '0');
+    }
+    return on;
+}
+
+int conv_wino_applies(int D, int H, int W, int K, int ncol, nn_prec prec, const nn_shard *sh) {
+    (void)prec;
+    return wino_enabled() && !sh && D % 2 == 0 && H % 4 == 0 && W % 4 == 0 &&
+           K >= 8 && ncol >= 8 && (long)K * ncol <= WINO_KMAX &&
+           (long)D * H * W >= WINO_VOX_MIN &&
+           conv_slab_depth(D, H, W, K, NULL) >= 2;
+}
+
+/* Floats between the rows of V (and of M) past the chunk's nt*K: with rows a multiple of 4 KiB
+ * apart (F(2x2x2)'s 192 tiles of 64 channels: 48 KiB), the many streams the transforms write and read all
+ * fall in one L1 set and a few L2 sets. One cache line more per row spreads them over all sets
+ * (F(2x2x2)'s input transform took 20% of a 128^3 64 -> 64 layer's time before, and the passes
+ * ran 8-40% faster after). */
+#define WINO_LDPAD 16
+
+/* Tiles per chunk of `bytes` for K input and ncp padded output channels. */
+static long wino_chunk_tiles(int K, int ncp, long bytes) {
+    long t = (bytes / (long)sizeof(float) - 2L * WINO_NXI * WINO_LDPAD) /
+             ((long)WINO_NXI * (K + ncp));
+    return t < 16 ? 16 : t;
+}
+
+/* U (or dU) larger than this is made a group of whole column blocks at a time, each group's
+ * pass over the input on its own (the input transform once per group): the workspace holds one
+ * group. At scale 7 / base 64 the deepest up block's conv1 (1024 -> 512 at 16^3, U 340 MB) is
+ * then three groups and the workspace 371 -> 160 MiB, at the price of 2 more input transforms of
+ * its 1024 channels (a few percent of that layer's time). */
+#define WINO_UBYTES_MAX (128L << 20)
+
+/* WINO_UBYTES_MAX, or SCAFFOLD_NN_WINO_UMAX bytes (the tests run every layer in groups of one
+ * column block with a small one). */
+long conv_wino_umax(void) {
+    static long v = -1;
+    if (v < 0) {
+        const char *e = getenv("SCAFFOLD_NN_WINO_UMAX");
+        const long x = e ? atol(e) : 0;
+        v = x > 0 ? x : WINO_UBYTES_MAX;
+    }
+    return v;
+}
+
+/* Columns per group of a Winograd pass with K input channels and ncol output columns in blocks
+ * of nr: all of them, or as many whole blocks as conv_wino_umax() holds (at least one). */
+int conv_wino_group_cols(int K, int ncol, int nr) {
+    const long blk = 4L * WINO_NXI * K * nr, nb = nblocks(ncol, nr), g = conv_wino_umax() / blk;
+    return nb * blk <= conv_wino_umax() ? ncol : (int)(g < 1 ? 1 : g) * nr;
+}
+
+/* Floats of the Winograd workspace after the slab: U of one or two output parts (ncol columns
+ * in all, each part padded to whole blocks), or of one column group where U is larger than
+ * conv_wino_umax(), and one chunk's V and M. */
+size_t conv_wino_ws_floats(int K, int ncol) {
+    int ncp = nn_gemm_ncol_max(ncol) + 64; /* each part pads to whole blocks (< 32) */
+    const long cap = conv_wino_umax() / (4L * WINO_NXI * K); /* columns */
+    if (ncp > cap) /* a group: whole blocks within the cap, or one block (<= 64 columns) */
+        ncp = cap > 64 ? (int)cap : 64;
+    /* a chunk of any part or of the weight gradient (at least the forward's), or 16 tiles of
+     * the widest */
+    size_t vm = (size_t)wino_dw_chunk_bytes(K, ncp) / sizeof(float),
+           v16 = WINO_NXI * (16 * (size_t)(K + ncp) + 2 * WINO_LDPAD);
+    return WINO_NXI * (size_t)K * ncp + (vm > v16 ? vm : v16) + 64;
+}
+
+/* Widest group of columns the weight transforms take side by side (nn_gemm_vw()). */
+#define WINO_WV_MAX 16
+
+/* U[xi][ob][k][j] (the packed B panels of the 144 GEMMs) for output column ob*nr + j: G g G^T
+ * of g[u] = w[col*sc + k*sk + tap(u)], tap(u) = u or, for the input gradient, 26 - u. Columns
+ * go a vector at a time (nn_wino_weights): each of the 144 points is then a run of U's row, where
+ * one column at a
+ * time scattered 144 single floats over a U larger than the L2 (a 16^3 layer's pass spent most
+ * of its time here). A work item takes WINO_WROW floats of consecutive k (a few k times all nr
+ * columns) and writes each point's run of them in one piece: one run of WV columns per point
+ * and k wrote 144 pieces 32 bytes long, each in its own page of a U of tens of MiB, and the
+ * transform took 18% of a 16^3 256->256 forward pass. */
+#define WINO_WROW 128
+
+/* The transform of columns [ob*nr, ob*nr + nr) (zero past ncol) and k in [k0, k1): point xi's
+ * run of (k1 - k0) * nr floats, k major, at ub + xi * (k1 - k0) * nr. */
+static void wino_wblock(float *restrict ub, const float *w, int ncol, long sc, long sk,
+                        int flip, int nr, int ob, int k0, int k1, nn_prec prec, int bf16) {
+    const int V = nn_gemm_vw(), ng = nr / V; /* nr: whole vectors */
+    const long run = (long)(k1 - k0) * nr;
+    float wr[WINO_WV_MAX * 27]; /* bf16: the columns' kernels rounded */
+    for (int k = k0; k < k1; k++)
+        for (int jg = 0; jg < ng; jg++) {
+            const long col0 = (long)ob * nr + jg * V;
+            /* columns < ncol (none: any valid pointer, nothing is read) */
+            const int nc = ncol - col0 < V ? (ncol > col0 ? (int)(ncol - col0) : 0) : V;
+            const float *src = nc ? w + col0 * sc + k * sk : w;
+            long ss = sc;
+            if (prec == NN_BF16 && nc) {
+                for (int c = 0; c < nc; c++)
+                    for (int t = 0; t < 27; t++)
+                        wr[c * 27 + t] = nn_bf16_round(src[c * sc + t]);
+                src = wr, ss = 27;
+            }
+            if (bf16)
+                nn_wino16_weights(ub + (size_t)(k - k0) * nr + jg * V, run, src, ss, flip, nc);
+            else
+                nn_wino_weights(ub + (size_t)(k - k0) * nr + jg * V, run, src, ss, flip, nc);
+        }
+}
+
+/* bf16: U16[xi][ob][k/2][nr][2] (Kp = K rounded up to even, the extra k zero), the pairs
+ * vdpbf16ps takes, rounded to bf16. */
+void conv_wino_weights(void *U, const float *w, int ncol, int K, long sc, long sk, int flip,
+                       int nr, nn_prec prec, int bf16) {
+    const int nb = nblocks(ncol, nr), Kp = bf16 ? (K + 1) & ~1 : K;
+    const int kc = WINO_WROW / nr, nkc = (K + kc - 1) / kc;
+#pragma omp parallel for collapse(2) schedule(static) num_threads(nn_threads())
+    for (int ob = 0; ob < nb; ob++)
+        for (int c = 0; c < nkc; c++) {
+            const int k0 = c * kc, k1 = k0 + kc < K ? k0 + kc : K;
+            const size_t run = (size_t)(k1 - k0) * nr; /* <= WINO_WROW: nr <= 64 */
+            float ub[WINO_NXI * WINO_WROW];
+            wino_wblock(ub, w, ncol, sc, sk, flip, nr, ob, k0, k1, prec, bf16);
+            for (int xi = 0; xi < WINO_NXI; xi++) {
+                const size_t at = (((size_t)xi * nb + ob) * Kp + k0) * nr;
+                if (bf16) /* k0 is even (kc is): whole pairs, an odd K's last one padded */
+                    for (int k = 0; k < k1 - k0; k += 2)
+                        nn_wino16_pack_pairs((uint32_t *)((uint16_t *)U + at + (size_t)k * nr),
+                                             ub + xi * run + (size_t)k * nr,
+                                             k0 + k + 1 < k1 ? ub + xi * run + (size_t)(k + 1) * nr
+                                                             : NULL,
+                                             nr);
+                else
+                    memcpy((float *)U + at, ub + xi * run, sizeof(float) * run);
+            }
+        }
+}
+
+/* Offset of tile t's first point (tiles numbered x fastest, Tx x Ty per plane) in a tensor with
+ * the given plane, row and voxel strides: tiles are 2 planes, 4 rows and 4 voxels apart. */
+static long wino_at(long t, long Tx, long Ty, long plane, long row, long vox) {
+    return 2 * (t / (Tx * Ty)) * plane + 4 * (((t / Tx) % Ty) * row + (t % Tx) * vox);
+}
+
+/* out (Dz, H, W, ncol; voxels ldo floats apart) = the convolution of padded slab P (Dz+2, H+2,
+ * W+2, C) with the transformed weights U (conv_wino_weights, block width nr); Dz even, H and W
+ * multiples of 4. VM: one chunk's V and M. bf16 (winograd-bf16): V in bf16 (Kp = C rounded
+ * up to even channels per tile, the extra one zero) and the GEMMs on the pair kernels. */
+void conv_wino_slab(float *out, long ldo, int ncol, const float *P, int C, const void *U,
+                    int nr, int Dz, int H, int W, float *VM, int bf16) {
+    const int nb = nblocks(ncol, nr), ncp = nb * nr;
+    const long Tz = Dz / 2, Ty = H / 4, Tx = W / 4, ntiles = Tz * Ty * Tx;
+    const long row = (long)(W + 2) * C, plane = (H + 2) * row;
+    const long oplane = (long)H * W * ldo, orow = (long)W * ldo;
+    /* Every chunk reads all of U: a U larger than the last-level cache gets the weight
+     * gradient's largest chunks (16^3 and 32^3 256->256, U 36 MiB: 8 and 52 passes over it
+     * with 6 MiB chunks; 1.5x and 1.2x faster with 24). A U that stays in cache keeps 6 MiB
+     * (32^3 128->128, U 9 MiB: 0.88x with 24, V and M then leave the cache). Chunks are whole
+     * blocks of the microkernel's rows (85 tiles ran a 5-row block in every GEMM), and a last
+     * chunk shorter than half of one is shared with the one before (128 tiles in chunks of
+     * 42 left one of 2). */
+    const long ubytes = 4L * WINO_NXI * C * ncp;
+    const long mr = nn_tg_mr(nr),
+               ct = wino_chunk_tiles(C, ncp,
+                                     ubytes > (long)WINO_DW_CHUNK_BYTES ? (long)WINO_DW_CHUNK_BYTES
+                                                                        : (long)WINO_CHUNK_BYTES);
+    const long chunk = ct > mr ? ct - ct % mr : ct;
+    const long aoff[1] = {0};
+    const int Kp = bf16 ? (C + 1) & ~1 : C;
+    const nn_tg g = {.T = 1, .K = Kp, .aoff = aoff, .nr = nr};
+#pragma omp parallel num_threads(nn_threads())
+    for (long t0 = 0, nt = 0; t0 < ntiles; t0 += nt) {
+        const long left = ntiles - t0;
+        nt = left <= chunk ? left
+             : left < chunk + chunk / 2 ? ((left + 1) / 2 + mr - 1) / mr * mr
+                                        : chunk;
+        if (nt > chunk) /* the workspace holds a chunk */
+            nt = chunk;
+        /* V's rows in elements (bf16: half the bytes, the same cache-line padding) */
+        const long ldv = nt * Kp + (bf16 ? 2 : 1) * WINO_LDPAD, ldm = nt * ncp + WINO_LDPAD;
+        float *V = VM, *M = VM + ((WINO_NXI * ldv / (bf16 ? 2 : 1) + 15) & ~15L);
+        uint16_t *V16 = (uint16_t *)VM;
+#pragma omp for schedule(dynamic, 8)
+        for (long i = 0; i < nt; i++) {
+            const float *pt = P + wino_at(t0 + i, Tx, Ty, plane, row, C);
+            if (!bf16) {
+                nn_wino_input(V + i * C, ldv, pt, plane, row, C, C);
+                continue;
+            }
+            nn_wino16_input(V16 + i * Kp, ldv, pt, plane, row, C, C);
+            if (Kp > C)
+                for (int xi = 0; xi < WINO_NXI; xi++)
+                    V16[xi * ldv + i * Kp + C] = 0;
+        }
+#pragma omp for collapse(2) schedule(dynamic, 1)
+        for (int xi = 0; xi < WINO_NXI; xi++)
+            for (int ob = 0; ob < nb; ob++) {
+                const size_t u = ((size_t)xi * nb + ob) * Kp * nr;
+                const conv_walk wk = {.a0 = bf16 ? (const void *)(V16 + (size_t)xi * ldv)
+                                            : (const void *)(V + (size_t)xi * ldv),
+                                      .a_row = 0, .a_col = Kp,
+                                      .c0 = M + (size_t)xi * ldm + ob * nr, .c_row = 0,
+                                      .c_col = ncp, .Wr = (int)nt, .pairs = bf16};
+                conv_walk_run(&g, &wk, nt,
+                              bf16 ? (const void *)((const uint16_t *)U + u)
+                              : (const void *)((const float *)U + u),
+                              NULL, nr, NN_TG_ZERO);
+            }
+#pragma omp for schedule(dynamic, 8)
+        for (long i = 0; i < nt; i++) {
+            float *o = out + wino_at(t0 + i, Tx, Ty, oplane, orow, ldo);
+            if (bf16)
+                nn_wino16_output(o, oplane, orow, ldo, ncol, M + i * ncp, ldm);
+            else
+                nn_wino_output(o, oplane, orow, ldo, ncol, M + i * ncp, ldm);
+        }
+    }
+}
+
+/* Weight gradient by the same tiles: dU[xi] (K x ncp) += V[xi]^T dM[xi] over a slab's tiles,
+ * V the input transform (as in the forward pass) and dM = A dY A^T the output gradient's; at
+ * the end dW = G^T dU G per channel pair (conv_wino_dw_finish). Each chunk's (xi, k block, column
+ * block) tiles of dU are taken by one thread and accumulate chunk after chunk, tiles in order
+ * within the kernel: the sums do not depend on the threads. */
+void conv_wino_dw_slab(float *dU, const float *P, int C, const float *dy, long ldy, int ncol,
+                       int nr, int Dz, int H, int W, float *VM, int bf16) {
+    const int nb = nblocks(ncol, nr), ncp = nb * nr;
+    const int mk = nn_tw_mr(nr), nkb = (C + mk - 1) / mk;
+    const long Tz = Dz / 2, Ty = H / 4, Tx = W / 4, ntiles = Tz * Ty * Tx;
+    const long row = (long)(W + 2) * C, plane = (H + 2) * row;
+    const long gplane = (long)H * W * ldy, grow = (long)W * ldy;
+    const long chunk = wino_chunk_tiles(C, ncp, wino_dw_chunk_bytes(C, ncp));
+    const int Kp = (C + 1) & ~1;
+#pragma omp parallel num_threads(nn_threads())
+    for (long t0 = 0; t0 < ntiles; t0 += chunk) {
+        const long nt = ntiles - t0 < chunk ? ntiles - t0 : chunk;
+        if (bf16) {
+            /* winograd-bf16: V and dM in tile pairs (32-bit words of two bf16 values), the
+             * reduction over the pairs on vdpbf16ps; the tiles of a pair are transformed by one
+             * thread, the even one first (it writes whole words) */
+            const long np = (nt + 1) / 2, ldv = np * Kp + WINO_LDPAD, ldm = np * ncp + WINO_LDPAD;
+            uint32_t *V = (uint32_t *)VM, *Mo = V + WINO_NXI * ldv;
+#pragma omp for schedule(dynamic, 4)
+            for (long ip = 0; ip < np; ip++)
+                for (long i = 2 * ip; i < 2 * ip + 2 && i < nt; i++) {
+                    nn_wino16_input_pair(V + ip * Kp, ldv,
+                                         P + wino_at(t0 + i, Tx, Ty, plane, row, C), plane, row,
+                                         C, C, (int)(i & 1));
+                    if (Kp > C && !(i & 1))
+                        for (int xi = 0; xi < WINO_NXI; xi++)
+                            V[xi * ldv + ip * Kp + C] = 0;
+                    nn_wino16_grad_output(Mo + ip * ncp, ldm,
+                                          dy + wino_at(t0 + i, Tx, Ty, gplane, grow, ldy), gplane,
+                                          grow, ldy, ncol, ncp, (int)(i & 1));
+                }
+#pragma omp for collapse(2) schedule(dynamic, 1)
+            for (int xi = 0; xi < WINO_NXI; xi++)
+                for (int ob = 0; ob < nb; ob++)
+                    for (int kb = 0; kb < nkb; kb++) {
+                        const int k0 = kb * mk, k1 = k0 + mk < C ? k0 + mk : C;
+                        nn_tw_tile_bf16((int)np, (const uint16_t *)(V + xi * ldv + k0), Kp,
+                                        (const uint16_t *)(Mo + xi * ldm + ob * nr), ncp, k1 - k0,
+                                        nr, dU + ((size_t)xi * C + k0) * ncp + ob * nr, ncp);
+                    }
+            continue;
+        }
+        const long ldv = nt * C + WINO_LDPAD, ldm = nt * ncp + WINO_LDPAD;
+        float *V = VM, *Mo = VM + WINO_NXI * ldv;
+#pragma omp for schedule(dynamic, 8)
+        for (long i = 0; i < nt; i++) {
+            nn_wino_input(V + i * C, ldv, P + wino_at(t0 + i, Tx, Ty, plane, row, C), plane,
+                          row, C, C);
+            nn_wino_grad_output(Mo + i * ncp, ldm,
+                                dy + wino_at(t0 + i, Tx, Ty, gplane, grow, ldy), gplane, grow,
+                                ldy, ncol, ncp);
+        }
+        /* one (xi, column block) per item, its k blocks inside: the item's dM panel stays in
+         * L1 while V[xi] streams past, and the items are large enough that handing them out
+         * costs little (per k block, the dispatch cost up to a fifth of the kernel time) */
+#pragma omp for collapse(2) schedule(dynamic, 1)
+        for (int xi = 0; xi < WINO_NXI; xi++)
+            for (int ob = 0; ob < nb; ob++) {
+                const float *gr = Mo + (size_t)xi * ldm + ob * nr;
+                for (int kb = 0; kb < nkb; kb++) {
+                    const int k0 = kb * mk, k1 = k0 + mk < C ? k0 + mk : C;
+                    const float *ar = V + (size_t)xi * ldv + k0;
+                    nn_tw_tile(1, &ar, &gr, (int)nt, C, ncp, k1 - k0, nr, nr,
+                               dU + ((size_t)xi * C + k0) * ncp + ob * nr, ncp);
+                }
+            }
+    }
+}
+
+/* (G^T dU G)[t] of one input channel and nv <= nn_gemm_vw() output channels, whose 144 points
+ * are at src + xi * sxi + v (whole vectors readable): stored in out[v * ov + t] (acc 0), added
+ * to it (1), or added rounded to bf16 (2: the gradient of the bf16 weight copy). */
+static void wino_dw_pair(float *out, long ov, int acc, int nv, const float *src, long sxi,
+                         int bf16) {
+    const int V = nn_gemm_vw();
+    float d[27 * WINO_WV_MAX];
+    if (bf16)
+        nn_wino16_weights_grad(d, src, sxi);
+    else
+        nn_wino_weights_grad(d, src, sxi);
+    for (int v = 0; v < nv; v++) {
+        float *o = out + v * ov;
+        for (int t = 0; t < 27; t++) {
+            const float g = d[t * V + v];
+            o[t] = acc == 0 ? g : o[t] + (acc == 2 ? nn_bf16_round(g) : g);
+        }
+    }
+}
+
+/* dw (PyTorch layout, w[oc][ic][t]; dU's cout columns in blocks of nr) += G^T dU G for each
+ * channel pair, a vector of output channels at a time (runs of dU's rows, as in conv_wino_weights;
+ * the groups of one input channel run one after the other, so the second half of each cache
+ * line read is still there). */
+void conv_wino_dw_finish(float *dw, const float *dU, int cin, int cout, int nr, nn_prec prec,
+                         int bf16) {
+    const int ncp = nblocks(cout, nr) * nr;
+    const int V = nn_gemm_vw(), ng = (cout + V - 1) / V;
+#pragma omp parallel for collapse(2) schedule(static) num_threads(nn_threads())
+    for (int ic = 0; ic < cin; ic++)
+        for (int og = 0; og < ng; og++) {
+            const int oc0 = og * V, nv = cout - oc0 < V ? cout - oc0 : V;
+            wino_dw_pair(dw + ((size_t)oc0 * cin + ic) * 27, (long)cin * 27,
+                         prec == NN_BF16 ? 2 : 1, nv,
+                         dU + (size_t)ic * ncp + oc0, (long)cin * ncp, bf16);
+        }
+}
+
+/* ---- Winograd on few tiles --------------------------------------------------------------
+ * Below WINO_VOX_MIN voxels a sample has too few tiles (8^3: 16) to repay writing the whole U
+ * (144 * K * ncol floats, 36 MiB at 256 -> 256) to memory and reading it back: that traffic
+ * took half of an 8^3 256->256 forward pass, and the direct kernels stayed faster. Here U never
+ * exists whole: the tiles of a few samples (at most WINO_SMALL_TILES) are transformed once into
+ * V, and each work item, one column block, transforms its weights WINO_SMALL_UBYTES at a time
+ * (k chunks, all 144 points) into a per-thread buffer that stays in L2 and runs the 144 GEMMs
+ * of that chunk from it at once, accumulating M chunk after chunk (the kernel adds in k order
+ * within a chunk and reloads what it stored, so the sums are the one-chunk sums: the results
+ * are bit-identical to conv_wino_slab's). The weight gradient mirrors it: per (column block, k
+ * chunk) the chunk's dU is reduced over the tiles into the buffer and transformed back into dw at
+ * once. The weights are transformed per group of samples; a volume of one sample fits. */
+#define WINO_SMALL_TILES 32            /* tiles per group of samples, at most */
+#define WINO_SMALL_MIN 16              /* and at least (4^3, 4 tiles: 0.7-0.9x the direct) */
+#define WINO_SMALL_UBYTES (448u << 10) /* a thread's chunk of U (or dU): within the L2 */
+/* Floats of a thread's slot: the chunk, and the weight gradient's transformed chunk (27 taps
+ * where dU has 144 points) */
+#define WINO_SMALL_SLOT ((WINO_SMALL_UBYTES / sizeof(float)) / WINO_NXI * (WINO_NXI + 27))
+
+static long wino_ntiles(int D, int H, int W) {
+    return (long)(D / 2) * (H / 4) * (W / 4);
+}
+
+/* Samples per group: as many whole samples as WINO_SMALL_TILES holds (at least one). */
+static int wino_small_group(int N, int D, int H, int W) {
+    const long g = WINO_SMALL_TILES / wino_ntiles(D, H, W);
+    return g < 1 ? 1 : g > N ? N : (int)g;
+}
+
+int conv_wino_small_applies(int N, int D, int H, int W, int K, int ncol, nn_prec prec,
+                            const nn_shard *sh) {
+    (void)prec;
+    return wino_enabled() && !sh && D % 2 == 0 && H % 4 == 0 &&
+           W % 4 == 0 && K >= 8 && ncol >= 8 && (long)D * H * W < WINO_VOX_MIN &&
+           wino_ntiles(D, H, W) <= WINO_SMALL_TILES &&
+           wino_small_group(N, D, H, W) * wino_ntiles(D, H, W) >= WINO_SMALL_MIN;
+}
+
+/* Floats of a whole padded sample (the small path pads whole samples, whatever the slabs). */
+static size_t wino_small_pad(int D, int H, int W, int K) {
+    const size_t f = ((size_t)D + 2) * (H + 2) * (W + 2) * K;
+    return (f + 15) & ~(size_t)15;
+}
+
+/* k per chunk of U for block width nr: WINO_SMALL_UBYTES, whole 8s. */
+static int wino_small_kc(int nr) {
+    const int kc = (int)(WINO_SMALL_UBYTES / (sizeof(float) * WINO_NXI * nr)) & ~7;
+    return kc < 8 ? 8 : kc;
+}
+
+/* V of a group of nt tiles in k chunks of kc: chunk c, k in [k0, k1), holds point xi's rows
+ * (one per tile, k1 - k0 floats each) at wino_small_v(V, nt, kc, c) + xi * ldv, ldv = nt *
+ * (k1 - k0) + WINO_LDPAD. RATIONALE: the work items read one chunk of every point at a time;
+ * in one [xi][tile][K] array those are a few cache lines per tile K floats apart (at 512
+ * channels the GEMMs of an 8^3 pass ran at a third of the kernel's speed), here a chunk is one
+ * run. M (and dM) are kept per column block for the same reason: block ob's point xi holds nt
+ * rows of nr floats at M + ob * WINO_NXI * ldm + xi * ldm, ldm = nt * nr + WINO_LDPAD. */
+static float *wino_small_v(float *V, long nt, int kc, int c) {
+    return V + WINO_NXI * ((size_t)nt * kc * c + (size_t)c * WINO_LDPAD);
+}
+
+/* The small path's workspace for a group of N samples, K channels and ncol columns (at most
+ * two parts, each padded to whole blocks of at least 4 floats): a padded sample P, the group's
+ * V, its M (or dM), and every thread slot's chunk of U. Returns its floats; with ws, points
+ * P, V, M and the slots into it (the one layout workspace sizing and the passes share). */
+typedef struct wino_small_ws {
+    float *P, *V, *M, *slots;
+} wino_small_ws;
+
+static size_t wino_small_layout(float *ws, int N, int D, int H, int W, int K, int ncol,
+                                wino_small_ws *L) {
+    const size_t nt = (size_t)wino_small_group(N, D, H, W) * wino_ntiles(D, H, W);
+    const size_t ncp = (size_t)nn_gemm_ncol_max(ncol) + 64;
+    const size_t v = WINO_NXI * (nt * K + (size_t)(K / 8 + 1) * WINO_LDPAD),
+                 m = WINO_NXI * (nt * ncp + (ncp / 4) * WINO_LDPAD);
+    const size_t at_v = wino_small_pad(D, H, W, K), at_m = at_v + ((v + 15) & ~(size_t)15),
+                 at_s = at_m + ((m + 15) & ~(size_t)15);
+    if (ws)
+        *L = (wino_small_ws){.P = ws, .V = ws + at_v, .M = ws + at_m, .slots = ws + at_s};
+    return at_s + (size_t)NN_MAX_THREADS * WINO_SMALL_SLOT + 64;
+}
+
+size_t conv_wino_small_ws_floats(int N, int D, int H, int W, int K, int ncol) {
+    return wino_small_layout(NULL, N, D, H, W, K, ncol, NULL);
+}
+
+/* V (k chunks of kc) of samples [n0, n0 + ns) (their tiles one after another) of cat(a, b):
+ * each sample padded into P, then transformed; with dy (the weight gradient), also the output
+ * gradient's dM per column block of nr. */
+static void wino_small_in(float *V, int kc, float *P, int fmt, const float *a, int ca,
+                          const float *b, int cb, float *dM, const float *dy, int ncol, int nr,
+                          int n0, int ns, int D, int H, int W) {
+    const int K = ca + cb, nkc = (K + kc - 1) / kc, nb = nblocks(ncol, nr);
+    const long nt1 = wino_ntiles(D, H, W), nt = ns * nt1, Tx = W / 4, Ty = H / 4;
+    const long row = (long)(W + 2) * K, plane = (H + 2) * row, ldm = nt * nr + WINO_LDPAD;
+    const long gplane = (long)H * W * ncol, grow = (long)W * ncol;
+    for (int s = 0; s < ns; s++) {
+        conv_pad_slab(P, fmt, a, ca, ca, b, cb, n0 + s, 0, D, D, H, W);
+        const float *g = dy ? dy + (size_t)(n0 + s) * D * H * W * ncol : NULL;
+#pragma omp parallel for schedule(dynamic, 2) num_threads(nn_threads())
+        for (long i = 0; i < nt1; i++) {
+            const long t = s * nt1 + i;
+            const float *pt = P + wino_at(i, Tx, Ty, plane, row, K);
+            for (int c = 0; c < nkc; c++) {
+                const int k0 = c * kc, nk = K - k0 < kc ? K - k0 : kc;
+                nn_wino_input(wino_small_v(V, nt, kc, c) + t * nk, nt * nk + WINO_LDPAD, pt + k0,
+                              plane, row, K, nk);
+            }
+            if (g)
+                for (int ob = 0; ob < nb; ob++) {
+                    const int n0c = ob * nr, nv = ncol - n0c < nr ? ncol - n0c : nr;
+                    nn_wino_grad_output(dM + (size_t)ob * WINO_NXI * ldm + t * nr, ldm,
+                                        g + wino_at(i, Tx, Ty, gplane, grow, ncol) + n0c, gplane,
+                                        grow, ncol, nv, nr);
+                }
+        }
+    }
+}
+
+/* conv3d_pass's Winograd on few tiles (conv_wino_small_applies): outputs as conv3d_pass's. Per work
+ * item (column block): per k chunk, the chunk of U into the thread's buffer and the 144 GEMMs
+ * from it; then the block's output transform. */
+void conv_wino_small_pass(float *out1, int n1, float *out2, int n2, const float *a, int ca,
+                          const float *b, int cb, const float *w, long sc, long sk, int flip,
+                          int N, int D, int H, int W, nn_prec prec, float *ws) {
+    const int K = ca + cb, grp = wino_small_group(N, D, H, W);
+    const long nt1 = wino_ntiles(D, H, W), Tx = W / 4, Ty = H / 4;
+    wino_small_ws L;
+    wino_small_layout(ws, N, D, H, W, K, n1 + n2, &L);
+    float *P = L.P, *V = L.V, *M = L.M, *Ub = L.slots;
+    const long aoff[1] = {0};
+    for (int n0 = 0; n0 < N; n0 += grp) {
+        const int ns = N - n0 < grp ? N - n0 : grp;
+        const long nt = ns * nt1;
+        for (int part = 0; part < (out2 ? 2 : 1); part++) {
+            const int ncol = part ? n2 : n1, nr = nn_gemm_nr(ncol), nb = nblocks(ncol, nr);
+            const int kc = wino_small_kc(nr);
+            const long ldm = nt * nr + WINO_LDPAD;
+            const long oplane = (long)H * W * ncol, orow = (long)W * ncol;
+            const float *wp = w + (part ? (long)n1 * sc : 0);
+            float *out = part ? out2 : out1;
+            /* V is chunked for the part's kc (the same for both parts but on odd widths) */
+            if (part == 0 || kc != wino_small_kc(nn_gemm_nr(n1)))
+                wino_small_in(V, kc, P, prec == NN_BF16 ? PAD_F32R : PAD_F32, a, ca, b, cb, NULL,
+                              NULL, 0, nr, n0, ns, D, H, W);
+#pragma omp parallel num_threads(nn_threads())
+            {
+                float *U = Ub + (size_t)omp_get_thread_num() * WINO_SMALL_SLOT;
+#pragma omp for schedule(dynamic, 1)
+                for (int ob = 0; ob < nb; ob++) {
+                    float *Mb = M + (size_t)ob * WINO_NXI * ldm;
+                    for (int c = 0, k0 = 0; k0 < K; c++, k0 += kc) {
+                        const int k1 = k0 + kc < K ? k0 + kc : K, nk = k1 - k0;
+                        wino_wblock(U, wp, ncol, sc, sk, flip, nr, ob, k0, k1, prec, 0);
+                        const nn_tg g = {.T = 1, .K = nk, .aoff = aoff, .nr = nr};
+                        const float *Vc = wino_small_v(V, nt, kc, c);
+                        for (int xi = 0; xi < WINO_NXI; xi++) {
+                            const conv_walk wk = {.a0 = Vc + (size_t)xi * (nt * nk + WINO_LDPAD),
+                                                  .a_row = 0, .a_col = nk,
+                                                  .c0 = Mb + (size_t)xi * ldm, .c_row = 0,
+                                                  .c_col = nr, .Wr = (int)nt};
+                            conv_walk_run(&g, &wk, nt, U + (size_t)xi * nk * nr, NULL, nr,
+                                          k0 ? NN_TG_ACCUM : NN_TG_ZERO);
+                        }
+                    }
+                    const int nv = ncol - ob * nr < nr ? ncol - ob * nr : nr;
+                    for (long i = 0; i < nt; i++) {
+                        float *o = out + (size_t)(n0 + i / nt1) * D * H * W * ncol + ob * nr;
+                        nn_wino_output(o + wino_at(i % nt1, Tx, Ty, oplane, orow, ncol), oplane,
+                                       orow, ncol, nv, Mb + i * nr, ldm);
+                    }
+                }
+            }
+        }
+    }
+    if (prec == NN_BF16) { /* the one rounding of the bf16 result (small volumes: one pass) */
+        nn_round_bf16(out1, (size_t)N * D * H * W * n1);
+        if (out2)
+            nn_round_bf16(out2, (size_t)N * D * H * W * n2);
+    }
+}
+
+/* dw += the weight gradient of a Conv3d k3 on few tiles (conv_wino_small_applies), per group of
+ * samples: V and dM of the group's tiles, then per (column block, k chunk) dU of the chunk
+ * reduced over the tiles (tiles in order: the sums do not depend on the threads) and
+ * transformed back. */
+void conv_wino_small_dw(float *dw, const float *a, int ca, const float *b, int cb,
+                        const float *dy, int cout, int N, int D, int H, int W, nn_prec prec,
+                        float *ws) {
+    const int K = ca + cb, grp = wino_small_group(N, D, H, W);
+    const int nr = nn_gemm_nr(cout), nb = nblocks(cout, nr);
+    const int mk = nn_tw_mr(nr), kc = wino_small_kc(nr), nkc = (K + kc - 1) / kc;
+    const int vw = nn_gemm_vw();
+    const long nt1 = wino_ntiles(D, H, W);
+    wino_small_ws L;
+    wino_small_layout(ws, N, D, H, W, K, cout, &L);
+    float *P = L.P, *V = L.V, *dM = L.M, *Ub = L.slots;
+    for (int n0 = 0; n0 < N; n0 += grp) {
+        const int ns = N - n0 < grp ? N - n0 : grp;
+        const long nt = ns * nt1, ldm = nt * nr + WINO_LDPAD;
+        wino_small_in(V, kc, P, prec == NN_BF16 ? PAD_F32R : PAD_F32, a, ca, b, cb, dM, dy, cout,
+                      nr, n0, ns, D, H, W);
+#pragma omp parallel num_threads(nn_threads())
+        {
+            /* the slot holds 171 * kc * nr floats: kc * nr <= WINO_SMALL_UBYTES / 4 / 144 */
+            float *dU = Ub + (size_t)omp_get_thread_num() * WINO_SMALL_SLOT,
+                  *dT = dU + (size_t)WINO_NXI * kc * nr;
+#pragma omp for collapse(2) schedule(dynamic, 1)
+            for (int ob = 0; ob < nb; ob++)
+                for (int c = 0; c < nkc; c++) {
+                    const int k0 = c * kc, k1 = k0 + kc < K ? k0 + kc : K, nk = k1 - k0;
+                    const float *Vc = wino_small_v(V, nt, kc, c);
+                    memset(dU, 0, sizeof(float) * WINO_NXI * nk * nr);
+                    for (int xi = 0; xi < WINO_NXI; xi++) {
+                        const float *gr = dM + ((size_t)ob * WINO_NXI + xi) * ldm;
+                        for (int kk = 0; kk < nk; kk += mk) {
+                            const float *ar = Vc + (size_t)xi * (nt * nk + WINO_LDPAD) + kk;
+                            nn_tw_tile(1, &ar, &gr, (int)nt, nk, nr, nk - kk < mk ? nk - kk : mk,
+                                       nr, nr, dU + ((size_t)xi * nk + kk) * nr, nr);
+                        }
+                    }
+                    /* transformed into dT[oc - ob * nr][ic - k0][t], then added to dw one
+                     * output channel's run at a time (added pair by pair, the scattered
+                     * read-modify-writes of dw took a third of an 8^3 pass) */
+                    const int nv = cout - ob * nr < nr ? cout - ob * nr : nr;
+                    for (int ic = 0; ic < nk; ic++)
+                        for (int j = 0; j < nv; j += vw)
+                            wino_dw_pair(dT + ((size_t)j * nk + ic) * 27, (long)nk * 27, 0,
+                                         nv - j < vw ? nv - j : vw,
+                                         dU + (size_t)ic * nr + j, (long)nk * nr, 0);
+                    for (int j = 0; j < nv; j++) {
+                        float *restrict o = dw + ((size_t)(ob * nr + j) * K + k0) * 27;
+                        const float *restrict d = dT + (size_t)j * nk * 27;
+                        if (prec == NN_BF16)
+                            for (int i = 0; i < nk * 27; i++)
+                                o[i] += nn_bf16_round(d[i]);
+                        else
+                            for (int i = 0; i < nk * 27; i++)
+                                o[i] += d[i];
+                    }
+                }
+        }
+    }
+}
