@@ -20,12 +20,14 @@ cwrun short --data-store files --epochs 1
 cwrun fewer --data-store files --epochs 4 --n-instances-used-per-fractal 6
 # A 35% band floor: these runs train for a fraction of a second on a shared machine (one CI run
 # measured memory/files epoch times from -7.7% to +31.9%, median +20%, and a 10% floor rejected
-# it on time). What is tested is that the verdict is decided on time (keep or inconclusive),
+# it on time; a CI run with a busy neighbour measured +76%). What is tested is that the verdict is
+# decided on time (keep, inconclusive, or a reject whose reason is the training phase's time),
 # never on the bytes the store no longer reads, and that the change is named a data-path one.
 out=$("$SCAFFOLD" compare --noise 35 "$cw"/files? -- "$cw"/memory? 2>&1)
-if grep -qE "^verdict: (keep|inconclusive) " <<<"$out" && ! grep -q "does less" <<<"$out" &&
-    grep -q "data-path change" <<<"$out"; then
-    t_ok "compare files -> memory store: keep/inconclusive on time, a data-path change"
+if { grep -qE "^verdict: (keep|inconclusive) " <<<"$out" ||
+    grep -qE "^verdict: reject -- regression: training phase time " <<<"$out"; } &&
+    ! grep -q "does less" <<<"$out" && grep -q "data-path change" <<<"$out"; then
+    t_ok "compare files -> memory store: decided on time, a data-path change ($(grep -oE '^verdict: [a-z]+' <<<"$out"))"
 else
     t_fail "compare files -> memory store" "$(tail -4 <<<"$out")"
 fi
