@@ -28,7 +28,7 @@
 
 
 /* ---- Spatial sharding hooks --------------------------------------------------------------
- * When the volume is split into blocks over several ranks (DistConv, src/dist), each rank runs
+ * When the volume is split into blocks over several ranks (DistConv, src/parallel), each rank runs
  * the layers on its block and three things need other ranks; the model reaches them through
  * these callbacks, so this module stays free of MPI. NULL everywhere means one shard.
  *  - Conv3d k3 p1 reads one voxel beyond its block: after the zero-padded copy of its input,

@@ -97,7 +97,7 @@ typedef struct nn_unet {
      *  - grad_ready(grad_ctx, first): called during the backward pass each time the gradients
      *    of tensors first..ntensors-1 are final (they become final in reverse state_dict
      *    order), so that a data-parallel all-reduce of those slab ranges can start while the
-     *    rest of the backward pass runs (src/dist/grad.h). */
+     *    rest of the backward pass runs (src/parallel/grad.h). */
     const struct nn_shard *shard;
     void (*grad_ready)(void *grad_ctx, int first);
     void *grad_ctx;

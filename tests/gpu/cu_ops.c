@@ -261,7 +261,7 @@ static void test_convt3d(int N, int D, int H, int W, int cin, int cout, int skip
     as_output(din, P * cin);
     as_output(dw, nw);
     /* the bias gradient from the unrounded dout (the GPU sums it in fp64), the sum rounded to
-     * bf16 in a bf16 run as the engine's bf16 path rounds it (src/nn/conv.c) */
+     * bf16 in a bf16 run as the engine's bf16 path rounds it (src/nn/conv_wgrad.c) */
     memset(db, 0, sizeof(float) * cout);
     nn_convt3d_backward(NULL, dwx, db, dcat + skip, ldo, in, w, cin, cout, N, D, H, W, ws);
     bias_grad_ref(db, db0, cout);

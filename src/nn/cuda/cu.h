@@ -120,7 +120,7 @@ int cu_wcache_find(cu_wcache *c, const float *w, int ca, int cin, int cout, int 
 
 /* ---- Bucketed all-reduce plan ----------------------------------------------------------------
  * Gradient tensors (state_dict order, contiguous in the slab) grouped into buckets exactly as
- * the CPU path's all-reduce does (src/dist/grad.c): from the LAST tensor backwards (the order in
+ * the CPU path's all-reduce does (src/parallel/grad.c): from the LAST tensor backwards (the order in
  * which backward finishes them), a bucket closes at the tensor that brings it to cap floats or
  * more; the lowest bucket may be smaller. Bucket i covers floats [offset, offset+count) and
  * tensors first..last; it may start once tensors >= first are final. Returns the number of
@@ -374,7 +374,7 @@ int cu_allreduce_bucket(cu_comm *m, float *grads, const cu_bucket *b, float scal
 /* Makes the compute stream wait for every bucket started so far. */
 int cu_allreduce_wait(cu_comm *m);
 
-/* A model's bucketed gradient all-reduce (the device twin of src/dist/grad.h): the buckets of
+/* A model's bucketed gradient all-reduce (the device twin of src/parallel/grad.h): the buckets of
  * cu_bucket_plan over the gradient tensors (offsets and sizes in floats, state_dict order,
  * contiguous in `grads`, a device array), each summed and scaled by `scale` (1/replicas).
  * cu_grad_ready is the model's grad_ready callback (ctx = the cu_grad): it starts every bucket

@@ -173,7 +173,7 @@ int cu_bucket_plan(const size_t *offset, const size_t *numel, int ntensors, size
                            i, offset[i], expect);
         expect += numel[i];
     }
-    /* src/dist/grad.c's rule: from the last tensor backwards, a bucket closes at the tensor that
+    /* src/parallel/grad.c's rule: from the last tensor backwards, a bucket closes at the tensor that
      * brings it to cap floats or more (the lowest bucket may be smaller). */
     int nb = 0, last = ntensors - 1;
     size_t hi = expect, acc = 0;
