@@ -1,5 +1,6 @@
 /* job: one child command in a session of its own, led by a supervisor (see job.h). */
 #include "core/job.h"
+#include "core/log.h"
 
 #include "core/claim.h"
 #include "core/err.h"
@@ -16,6 +17,12 @@
 #include <unistd.h>
 
 volatile sig_atomic_t job_inflight;
+
+void job_end_inflight(void) {
+    const int sid = job_inflight;
+    if (sid > 0)
+        kill(sid, SIGTERM); /* the supervisor ends its session: SIGTERM, SIGKILL after 5 s */
+}
 
 unsigned long long job_proc_start(int pid) {
     unsigned long long s = 0;
@@ -44,12 +51,6 @@ int job_session_kill(int sid, unsigned long long start, int sig) {
     }
     closedir(d);
     return n;
-}
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 static void nap_20ms(void) {
@@ -121,8 +122,8 @@ static void supervise(pid_t caller, const job_spec *s, const sigset_t *old) {
             break;
         if (sup_stop && !term_at) {
             job_session_kill(getpid(), 0, SIGTERM);
-            term_at = now_s();
-        } else if (term_at && now_s() - term_at > 5) {
+            term_at = time_now();
+        } else if (term_at && time_now() - term_at > 5) {
             job_session_kill(getpid(), 0, SIGKILL);
         }
         nap_20ms();
@@ -142,7 +143,7 @@ static int wait_job(const job_spec *s, pid_t pid, double t0, int *timed_out) {
             return st;
         if (r < 0 && errno != EINTR)
             return 0x7f00;
-        double el = now_s() - t0;
+        double el = time_now() - t0;
         if (s->timeout_s > 0 && el > s->timeout_s && !killed_at) {
             *timed_out = 1;
             killed_at = el;
@@ -168,7 +169,7 @@ int job_run(const job_spec *s, job_result *r) {
     sigaddset(&block, SIGINT);
     sigaddset(&block, SIGHUP);
     unlink(s->log);
-    double t0 = now_s();
+    double t0 = time_now();
     fflush(NULL);
     pid_t caller = getpid();
     sigprocmask(SIG_BLOCK, &block, &old);
@@ -188,7 +189,7 @@ int job_run(const job_spec *s, job_result *r) {
      * was killed itself). */
     job_session_kill(pid, 0, SIGKILL);
     job_inflight = 0;
-    r->wall_s = now_s() - t0;
+    r->wall_s = time_now() - t0;
     r->status = exit_code(st);
     return 0;
 }

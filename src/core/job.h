@@ -49,6 +49,9 @@ int job_run(const job_spec *s, job_result *r);
 /* The session (= supervisor pid = its process group) of the job in flight, 0 when none: for
  * the caller's signal handlers. */
 extern volatile sig_atomic_t job_inflight;
+/* For the caller's signal handlers (async-signal-safe): asks the job in flight, if any, to end;
+ * its supervisor then ends every process of its session, the caller's death notwithstanding. */
+void job_end_inflight(void);
 
 /* Sends `sig` to every process of session `sid` but the caller, unless a process `sid` runs
  * that started at another time than `start` (the id was reused; start 0: not checked).

@@ -94,11 +94,11 @@ static void appendf(char *buf, size_t n, const char *fmt, ...) {
     va_end(ap);
 }
 
-/* The running point's job (core/job.h): SIGTERM/SIGINT/SIGHUP of the study kill its process
- * group (a launcher left behind would keep the cores), then the study dies of the signal. */
+/* The running point's job (core/job.h): SIGTERM/SIGINT/SIGHUP of the study end its whole
+ * session (a launcher or rank left behind would keep the cores), then the study dies of the
+ * signal. */
 static void sc_on_signal(int sig) {
-    if (job_inflight > 0)
-        kill(-(pid_t)job_inflight, SIGKILL);
+    job_end_inflight();
     signal(sig, SIG_DFL);
     raise(sig);
 }

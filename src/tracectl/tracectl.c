@@ -145,18 +145,11 @@ static int trace_reap_orphans(int wait_s) {
     return waitpid(-1, NULL, WNOHANG) < 0 ? 0 : 1;
 }
 
-/* "--opt: <message>" as the error (a copy: err_set writes over err_msg). */
-static int trace_opt_error(const char *opt) {
-    char msg[ERR_MSG_MAX];
-    snprintf(msg, sizeof msg, "%s", err_msg());
-    return err_set(ERR_USAGE, "%s: %s", opt, msg);
-}
-
 /* SCAFFOLD_TRACE_INCLUDE / _EXCLUDE from a ':' list of directories. */
 static int trace_set_list(const char *var, const char *opt, const char *dirs) {
     char list[8192];
     if (trace_abs_list(dirs, list, sizeof list) != 0)
-        return trace_opt_error(opt);
+        return err_prefix("%s", opt);
     setenv(var, list, 1);
     return 0;
 }

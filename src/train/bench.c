@@ -289,7 +289,6 @@ typedef struct epoch_run {
     int ckpt_on;           /* checkpoints at an interval or on a signal */
     int last_saved;        /* the last epoch checkpointed */
     int stop;              /* a stop signal, agreed */
-    double dice;           /* the last validation Dice */
     double samples_all, seconds_all;
     long total_steps;
     ckpt_state done;       /* the last completed epoch's scalars */
@@ -298,7 +297,6 @@ typedef struct epoch_run {
     double *med;
     int nmed;
     run_stats_row last_row;
-    double last_lr;
 } epoch_run;
 
 /* Stopped inside epoch `epoch` after `steps` steps: saved there (when checkpoints are on),
@@ -356,8 +354,6 @@ static void epoch_done(epoch_run *r, const run_stats_row *row, int epoch, double
     r->out->epochs_run++;
     r->out->last_epoch = epoch;
     r->last_row = *row;
-    r->last_lr = lr;
-    r->dice = row->val_dice;
     r->done.epoch = epoch;
     r->done.val_loss_avg = row->val_loss_avg;
     r->done.val_dice = row->val_dice;
@@ -395,14 +391,14 @@ static int epoch_loop_finish(epoch_run *r, int rc, double t_train0) {
     prof_begin(PROF_CHECKPOINT);
     if (rc == 0 && !r->stop && c->checkpoint_interval > 0 && out->epochs_run > 0 &&
         r->last_saved != out->last_epoch)
-        rc = save_epoch(r->ck, r->s, r->cs, &r->last_row, r->last_lr);
+        rc = save_epoch(r->ck, r->s, r->cs, &r->last_row, r->done.lr);
     int frc = w->rank == 0 ? ckpt_finish(r->ck) : 0;
     prof_end(PROF_CHECKPOINT);
     rc = dist_agree(w, rc ? rc : frc);
     out->wall_s = time_now() - t_train0;
     out->samples_per_s = r->seconds_all > 0 ? r->samples_all / r->seconds_all : 0;
-    out->val_dice = r->dice;
-    out->converged = r->dice >= c->target_dice;
+    out->val_dice = r->done.val_dice;
+    out->converged = r->done.val_dice >= c->target_dice;
     return rc;
 }
 
@@ -411,8 +407,7 @@ static int epoch_loop_finish(epoch_run *r, int rc, double t_train0) {
 static int epoch_loop(const scaffold_config *c, train_state *s, ckpt_writer *ck, ckpt_state *cs,
                       parity_log *pl, bench_result *out) {
     const dist_world *w = s->w;
-    epoch_run r = {.c = c, .s = s, .ck = ck, .cs = cs, .out = out, .dice = cs->val_dice,
-                   .last_lr = c->starting_learning_rate, .last_saved = cs->epoch,
+    epoch_run r = {.c = c, .s = s, .ck = ck, .cs = cs, .out = out, .last_saved = cs->epoch,
                    .total_steps = cs->total_optimizer_steps, .done = *cs};
     double t_train0 = time_now();
     int epoch = cs->epoch + 1, rc = 0;
@@ -427,7 +422,7 @@ static int epoch_loop(const scaffold_config *c, train_state *s, ckpt_writer *ck,
     rc = dist_agree(w, rc);
     log_info("training: %lld batches per epoch per replica, target val dice %.3f%s",
              (long long)r.nb, c->target_dice, c->epochs > 0 ? "" : " (no epoch cap)");
-    while (rc == 0 && !r.stop && r.dice < c->target_dice) {
+    while (rc == 0 && !r.stop && r.done.val_dice < c->target_dice) {
         if (c->epochs != -1 && epoch > c->epochs)
             break;
         double t0 = time_now(), lr = train_lr(c, epoch), samples = 0;

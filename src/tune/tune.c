@@ -9,6 +9,7 @@
 #include "core/err.h"
 #include "core/fsutil.h"
 #include "core/job.h"
+#include "core/log.h"
 #include "core/sha256.h"
 
 #include <dirent.h>
@@ -19,12 +20,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static void fmt_dur(double s, char *buf, size_t cap) {
     if (!isfinite(s) || s < 0)
@@ -120,9 +115,7 @@ int tune_analyze(const char *trace_dir, const char *catalog, tune_analysis *a) {
 
 static void on_signal(int sig) {
     /* The run's supervisor ends its session (it would also notice the tuner's death). */
-    int sid = job_inflight;
-    if (sid > 0)
-        kill(sid, SIGTERM);
+    job_end_inflight();
     signal(sig, SIG_DFL);
     raise(sig);
 }
@@ -131,7 +124,7 @@ static void on_signal(int sig) {
 
 static void progress(tune_state *S, const tune_trial *t, const char *what) {
     char el[32], eta[32];
-    fmt_dur(now_s() - S->t0, el, sizeof el);
+    fmt_dur(time_now() - S->t0, el, sizeof el);
     double per = S->runs_done ? S->run_s_sum / S->runs_done : NAN;
     fmt_dur(per * (S->runs_planned - S->runs_done), eta, sizeof eta);
     int idx = (int)(t - S->trials) + 1;
@@ -346,10 +339,10 @@ static void clean_unfinished(tune_state *S) {
         fprintf(stderr, "tune: --resume: %d process%s of run %s %c%d of the killed tune still "
                 "ran (session %d); ending them\n", n, n == 1 ? "" : "es", c->trial, c->side,
                 c->rep + 1, c->sid);
-        double t0 = now_s();
+        double t0 = time_now();
         int killed = 0;
-        while ((n = job_session_kill(c->sid, c->start, 0)) > 0 && now_s() - t0 < 15) {
-            if (!killed && now_s() - t0 > 5) {
+        while ((n = job_session_kill(c->sid, c->start, 0)) > 0 && time_now() - t0 < 15) {
+            if (!killed && time_now() - t0 > 5) {
                 job_session_kill(c->sid, c->start, SIGKILL);
                 killed = 1;
             }
@@ -591,7 +584,7 @@ static int run_probes(tune_state *S) {
 static int over_budget(const tune_state *S, const char *id, int NP) {
     double per = S->runs_done ? S->run_s_sum / S->runs_done : 0;
     int resumed = tune_journal_find(&S->prev, id, 'A', 0) != NULL;
-    return S->o->budget_s > 0 && !resumed && now_s() - S->t0 + per * 2 * NP > S->o->budget_s;
+    return S->o->budget_s > 0 && !resumed && time_now() - S->t0 + per * 2 * NP > S->o->budget_s;
 }
 
 /* Trial `id`: value vi of lever li against the incumbent (NP pairs), or, past the budget, the
@@ -624,7 +617,7 @@ static int try_value(tune_state *S, const char *id, int li, int vi, int NP) {
             t->v.guard[0] ? " " : "", t->v.guard, t->v.reason);
     if (!strcmp(t->v.verdict, "accept"))
         S->incumbent = cand;
-    S->elapsed_s = now_s() - S->t0;
+    S->elapsed_s = time_now() - S->t0;
     tune_write_outputs(S);
     return 0;
 }
@@ -789,7 +782,7 @@ int tune_main(const tune_opts *o) {
     if (rc)
         goto out;
     S->o = o;
-    S->t0 = now_s();
+    S->t0 = time_now();
     S->stopped = "complete";
     if ((rc = check_opts(o)) || (rc = load_config(o, c)))
         goto out;
@@ -840,7 +833,7 @@ int tune_main(const tune_opts *o) {
             o->repeats, tune_objective_names[o->objective],
             o->levers_file ? "" : ", built-in levers + the analyzer's proposals");
     rc = tune_loop(S);
-    S->elapsed_s = now_s() - S->t0;
+    S->elapsed_s = time_now() - S->t0;
     if (S->ntrials && (rc == 0 || S->baseline->done)) {
         int wrc = tune_write_outputs(S);
         if (rc == 0)
