@@ -154,6 +154,9 @@ void conv_walk_run(const nn_tg *g, const conv_walk *w, long M, const void *Bp, c
 void conv_walk_kblocks(nn_tg g, conv_walk w, long M, const void *Bob, int K, int nkb,
                        const float *bias, int nvalid, int mode0, int last);
 
+/* Bias padded to whole column blocks (the kernels read nr floats of it), rounded in bf16. */
+float *conv_bias_padded(float *dst, const float *b, int n, int nr, nn_prec prec);
+
 /* ---- conv_wino.c: Winograd F(4x4x2, 3x3x3) --------------------------------------------- */
 
 int conv_wino_applies(int D, int H, int W, int K, int ncol, nn_prec prec, const nn_shard *sh);
@@ -258,8 +261,6 @@ void convt_amx_backward(float *din, float *dw, float *db, const float *dout, lon
 
 /* ---- convt.c: ConvTranspose3d k2 s2 ---------------------------------------------------- */
 
-/* Bias padded to whole column blocks (the kernels read nr floats of it), rounded in bf16. */
-float *conv_bias_padded(float *dst, const float *b, int n, int nr, nn_prec prec);
 /* Column-block groups per ConvTranspose3d row item: with fewer than 8 items per thread (8^3:
  * 8 planes), the items' column blocks are split into groups, so that the threads end together
  * (a tenth of an 8^3 512->256 pass was spent waiting). The results do not depend on it. */

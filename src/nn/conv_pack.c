@@ -259,3 +259,11 @@ void conv_walk_kblocks(nn_tg g, conv_walk w, long M, const void *Bob, int K, int
             conv_walk_run(&g, &w, M, B, bias, nvalid, mode);
     }
 }
+
+/* Bias padded to whole column blocks (the kernels read nr floats of it), rounded in bf16. */
+float *conv_bias_padded(float *dst, const float *b, int n, int nr, nn_prec prec) {
+    const int np = nblocks(n, nr) * nr;
+    for (int j = 0; j < np; j++)
+        dst[j] = j < n ? (prec == NN_BF16 ? nn_bf16_round(b[j]) : b[j]) : 0.0f;
+    return dst;
+}

@@ -26,14 +26,6 @@ size_t nn_convt3d_ws_floats_p(int N, int D, int H, int W, int cin, int cout, nn_
     return amx > all ? amx : all;
 }
 
-/* Bias padded to whole column blocks (the kernels read nr floats of it), rounded in bf16. */
-float *conv_bias_padded(float *dst, const float *b, int n, int nr, nn_prec prec) {
-    const int np = nblocks(n, nr) * nr;
-    for (int j = 0; j < np; j++)
-        dst[j] = j < n ? (prec == NN_BF16 ? nn_bf16_round(b[j]) : b[j]) : 0.0f;
-    return dst;
-}
-
 /* The A operand of a layer that reads its input in place: the input itself, or in bf16 a
  * rounded copy at the start of ws (*rest: the workspace after it). */
 static const float *input_prec(const float *in, size_t n, nn_prec prec, float *ws, float **rest) {

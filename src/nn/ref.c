@@ -55,11 +55,16 @@ void nn_ref_conv3d_backward(float *din, float *dw, const float *dout, const floa
                     }
 }
 
+/* Input voxel of tap t (z-major) of output voxel (n, z, y, x) of a 2x2x2 window. */
+static size_t pool_in(int n, int z, int y, int x, int t, int D, int H, int W) {
+    return (((size_t)n * D + 2 * z + t / 4) * H + 2 * y + (t / 2) % 2) * W + 2 * x + t % 2;
+}
+
 /* Output voxel of tap t (z-major over (dz, dy, dx)) of input voxel (n, z, y, x) of a k2 s2
- * transposed convolution: (n, 2z + dz, 2y + dy, 2x + dx) in the (N, 2D, 2H, 2W) output. */
+ * transposed convolution: (n, 2z + dz, 2y + dy, 2x + dx) in the (N, 2D, 2H, 2W) output, the
+ * same index as a 2x2x2 window's input in that output. */
 static size_t convt_out(int n, int z, int y, int x, int t, int D, int H, int W) {
-    const size_t oz = (size_t)n * 2 * D + 2 * z + t / 4;
-    return (oz * 2 * H + 2 * y + (t / 2) % 2) * 2 * W + 2 * x + t % 2;
+    return pool_in(n, z, y, x, t, 2 * D, 2 * H, 2 * W);
 }
 
 /* The loops of both directions: y (when given) from x, w and b; with dy (ldo floats per voxel)
@@ -217,11 +222,6 @@ void nn_ref_relu_forward(float *y, const float *x, size_t n) {
 void nn_ref_relu_backward(float *dx, const float *dy, const float *y, size_t n) {
     for (size_t i = 0; i < n; i++)
         dx[i] = y[i] > 0 ? dy[i] : 0.0f;
-}
-
-/* Input voxel of tap t (z-major) of output voxel (n, z, y, x) of a 2x2x2 window. */
-static size_t pool_in(int n, int z, int y, int x, int t, int D, int H, int W) {
-    return (((size_t)n * D + 2 * z + t / 4) * H + 2 * y + (t / 2) % 2) * W + 2 * x + t % 2;
 }
 
 /* The winning tap of a window: the first maximum, NaN winning (as PyTorch). */

@@ -2,7 +2,8 @@
  * per-op check-and-time driver (bench/nn/ops.c). Same layouts and contracts as the fast paths
  * (layers.h, loss.h, optim.h): channels-last tensors, PyTorch weight layouts, weight and bias
  * gradients accumulate, input gradients are overwritten. Plain loops over the definitions, sums
- * in double, no workspace, no blocking: slow, and meant to be read against the formula. */
+ * in double (except the Conv3d backward reference, which sums in float as it always did), no
+ * workspace, no blocking: slow, and meant to be read against the formula. */
 #ifndef SCAFFOLD_NN_REF_H
 #define SCAFFOLD_NN_REF_H
 

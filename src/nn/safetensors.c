@@ -411,7 +411,7 @@ size_t nn_st_numel(const nn_st_entry *e) {
 
 /* The header's JSON object: every tensor's entry (name, dtype, shape, byte range) into st->t, and
  * the metadata. */
-static int parse_header(jp *j, nn_st_file *st, const char *path) {
+static int parse_header(jp *j, nn_st_file *st) {
     int rc;
     if ((rc = jp_expect(j, '{')))
         return rc;
@@ -432,7 +432,7 @@ static int parse_header(jp *j, nn_st_file *st, const char *path) {
                 nn_st_entry *t = realloc(st->t, sizeof *t * (st->nt + 1));
                 if (!t) {
                     free(key);
-                    return err_set(ERR_NOMEM, "%s: out of memory", path);
+                    return err_set(ERR_NOMEM, "%s: out of memory", j->path);
                 }
                 st->t = t;
                 memset(&t[st->nt], 0, sizeof t[0]);
@@ -530,7 +530,7 @@ int nn_st_open(nn_st_file *st, const char *path) {
     hdr[n] = 0;
     st->data_start = 8 + n;
     jp j = {.s = hdr, .end = hdr + n, .path = path, .p = hdr};
-    if ((rc = parse_header(&j, st, path)))
+    if ((rc = parse_header(&j, st)))
         goto out;
     rc = check_entries(st, path, fsize - st->data_start);
 out:

@@ -87,6 +87,7 @@ if [ "${SCAFFOLD_TEST_SAN:-0}" != 1 ]; then
     SB=$BUILD/nn-asan
     if [ ! -x "$SB/test_unet" ] || [ -n "$(find src/nn src/core tests/nn tests/test.h -newer "$SB/test_unet" -name '*.[ch]' 2>/dev/null | head -1)" ]; then
         mkdir -p "$SB"
+        rm -f "$SB"/src_*.o # objects of sources since removed or renamed would link twice
         SANF="-std=c11 -D_GNU_SOURCE -O1 -g -fopenmp -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined -Isrc -Iinclude -Itests"
         ok=1
         for f in src/nn/*.c src/core/*.c; do echo "$f"; done |
