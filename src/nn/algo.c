@@ -6,6 +6,7 @@
 #include "core/fsutil.h"
 #include "core/log.h"
 #include "nn/gemm.h"
+#include "nn/settings.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -234,9 +235,9 @@ static void cache_store(const entry *e) {
 /* ---- environment --------------------------------------------------------------------------- */
 
 static void default_cache_path(char *out, size_t n) {
-    const char *e = getenv("SCAFFOLD_NN_ALGO_CACHE");
+    const char *e = nn_settings()->algo_cache;
     if (e) {
-        snprintf(out, n, "%s", strcmp(e, "0") ? e : "");
+        snprintf(out, n, "%s", e);
         return;
     }
     const char *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
@@ -253,20 +254,20 @@ static int load_env(void) {
         return 0;
     S.loaded = 1;
     int rc = 0;
-    const char *e = getenv("SCAFFOLD_NN_ALGO");
-    if (e && *e) {
-        if (!strcmp(e, "rule"))
-            S.env_mode = NN_ALGO_MODE_RULE;
-        else if (!strcmp(e, "measure"))
-            S.env_mode = NN_ALGO_MODE_MEASURE;
-        else if ((S.forced = nn_algo_parse(e)) < 0)
-            rc = err_set(ERR_CONFIG,
-                         "SCAFFOLD_NN_ALGO=%s: unknown (use rule, measure, direct, winograd, "
-                         "direct-bf16, winograd-bf16 or amx)",
-                         e);
-    }
-    const char *p = getenv("SCAFFOLD_NN_ALGO_PIN");
-    if (rc == 0 && p && *p) {
+    const struct nn_settings *set = nn_settings();
+    if (set->algo == NN_SET_ALGO_RULE)
+        S.env_mode = NN_ALGO_MODE_RULE;
+    else if (set->algo == NN_SET_ALGO_MEASURE)
+        S.env_mode = NN_ALGO_MODE_MEASURE;
+    else if (set->algo >= 0)
+        S.forced = set->algo;
+    else if (set->algo == NN_SET_UNKNOWN)
+        rc = err_set(ERR_CONFIG,
+                     "SCAFFOLD_NN_ALGO=%s: unknown (use rule, measure, direct, winograd, "
+                     "direct-bf16, winograd-bf16 or amx)",
+                     nn_settings_env("SCAFFOLD_NN_ALGO"));
+    const char *p = set->algo_pin;
+    if (rc == 0 && p) {
         rc = read_table(p, &S.pin, 1);
         if (rc)
             S.pin.n = 0;
@@ -466,8 +467,7 @@ int nn_algo_within_budget(const float *got, const float *ref, size_t n, nn_prec 
 }
 
 int nn_algo_strict(void) {
-    const char *e = getenv("SCAFFOLD_NN_ALGO_BUDGET");
-    return e && !strcmp(e, "strict");
+    return nn_settings()->algo_strict;
 }
 
 /* Runs every applicable algorithm on the job (the reference first), returns the fastest within

@@ -118,13 +118,14 @@ enum { NN_ALGO_MODE_RULE = 0, NN_ALGO_MODE_MEASURE = 1 };
 void nn_algo_set_mode(int mode);
 int nn_algo_mode(void);
 
-/* Reads SCAFFOLD_NN_ALGO and SCAFFOLD_NN_ALGO_PIN now (they are otherwise read at first use):
- * 0, or ERR_CONFIG for an unknown SCAFFOLD_NN_ALGO value and ERR_IO / ERR_FORMAT for a pinned
- * file that cannot be read or has a malformed line (the message names the file and line). */
+/* Takes SCAFFOLD_NN_ALGO and SCAFFOLD_NN_ALGO_PIN (nn/settings.h) and reads the pinned file now
+ * (they are otherwise taken at first use): 0, or ERR_CONFIG for an unknown SCAFFOLD_NN_ALGO value
+ * and ERR_IO / ERR_FORMAT for a pinned file that cannot be read or has a malformed line (the
+ * message names the file and line). */
 int nn_algo_init(void);
 
-/* Forgets every choice, the cache and the pin, and reads the environment again at next use
- * (tests). */
+/* Forgets every choice, the cache and the pin, and takes the settings again at next use
+ * (tests; after changing the environment, nn_settings_reload first). */
 void nn_algo_reset(void);
 
 /* Choices made so far in this process (each shape once), for printing and the run folder. */

@@ -140,7 +140,7 @@ void conv_pack_b(float *Bp, const float *w, int ncol, int K, int T, long sc, lon
  * [t][(k - k0)/2][nr][2] at (ob*T*Kp + T*k0)*nr elements. */
 void conv_pack_b16(uint16_t *Bp, const float *w, int ncol, int K, int T, long sc, long sk,
                    long st, int nr, int nkb, int unit);
-/* SLAB_BYTES, or SCAFFOLD_NN_SLAB_BYTES (tests: several slabs on small volumes), read once. */
+/* SCAFFOLD_NN_SLAB_BYTES (nn/settings.h; tests: several slabs on small volumes). */
 size_t conv_slab_bytes(void);
 int conv_slab_depth(int D, int H, int W, int C, const nn_shard *sh);
 /* Floats of a slab buffer (any format) for C channels. */
@@ -160,7 +160,7 @@ float *conv_bias_padded(float *dst, const float *b, int n, int nr, nn_prec prec)
 /* ---- conv_wino.c: Winograd F(4x4x2, 3x3x3) --------------------------------------------- */
 
 int conv_wino_applies(int D, int H, int W, int K, int ncol, nn_prec prec, const nn_shard *sh);
-/* WINO_UBYTES_MAX, or SCAFFOLD_NN_WINO_UMAX bytes (the tests run every layer in groups of one
+/* SCAFFOLD_NN_WINO_UMAX bytes (nn/settings.h) (the tests run every layer in groups of one
  * column block with a small one). */
 long conv_wino_umax(void);
 /* Columns per group of a Winograd pass with K input channels and ncol output columns in blocks

@@ -3,6 +3,7 @@
  * concatenation and the rounding to bf16), and the walks that run the kernels over a work item's
  * positions (conv_int.h says who uses what). */
 #include "nn/conv_int.h"
+#include "nn/settings.h"
 
 #include <omp.h>
 #include <stdlib.h>
@@ -78,17 +79,10 @@ void conv_pack_b16(uint16_t *Bp, const float *w, int ncol, int K, int T, long sc
         }
 }
 
-#define SLAB_BYTES (48u << 20) /* padded planes per slab: about this many bytes, at least 1 */
-
-/* SLAB_BYTES, or SCAFFOLD_NN_SLAB_BYTES (tests: several slabs on small volumes), read once. */
+/* Padded planes per slab: about SCAFFOLD_NN_SLAB_BYTES bytes (default NN_SETTINGS_SLAB_BYTES,
+ * 48 MiB; tests: several slabs on small volumes), at least 1. */
 size_t conv_slab_bytes(void) {
-    static size_t b;
-    if (!b) {
-        const char *e = getenv("SCAFFOLD_NN_SLAB_BYTES");
-        const size_t v = e ? (size_t)strtoull(e, NULL, 10) : 0;
-        b = v ? v : SLAB_BYTES;
-    }
-    return b;
+    return nn_settings()->slab_bytes;
 }
 
 /* Output planes per slab: depends on the shape only (so do results and workspace). A sharded

@@ -2,6 +2,7 @@
  * voxels packed into panels, reduced into per-thread copies summed in a fixed order), the bias
  * gradient, and the unpacking into PyTorch's weight layouts. */
 #include "nn/conv_int.h"
+#include "nn/settings.h"
 
 #include <omp.h>
 #include <stdlib.h>
@@ -21,7 +22,6 @@ static void tw_row(const conv_tw_src *r, long row, int t, long *ao, long *go) {
     }
 }
 
-#define DW_REPLICAS_MAX 8
 #define DW_REPLICA_BUDGET (64u << 20) /* bytes of per-thread weight-gradient copies */
 #define TW_SCRATCH 65536                /* at most this many floats of packed G panels per chunk */
 #define TW_CT_SCRATCH 196608 /* ConvTranspose3d: floats of a chunk's packed input and G */
@@ -84,18 +84,15 @@ static size_t tw_scratch_floats(int T, int H, int W, int K, int ncol, long nrows
 }
 
 /* Per-thread weight-gradient copies used for a (T, K, ncol) gradient: as many as fit the budget
- * (at most DW_REPLICAS_MAX, and at most a quarter of the chunks); 0 or 1 means "partition tiles
- * instead". Depends only on the shape, so workspace sizing and the call agree whatever the
- * thread count. */
+ * (at most SCAFFOLD_NN_DW_REPLICAS, itself at most NN_SETTINGS_DW_REPLICAS, its default, and at
+ * most a quarter of the chunks); 0 or 1 means "partition tiles instead". Depends only on the
+ * shape, so workspace sizing and the call agree whatever the thread count. */
 static int dw_replicas(int T, int K, int ncol, long nrows, int H, int W) {
     const size_t bytes = (size_t)T * K * nn_gemm_ncol_max(ncol) * sizeof(float);
     size_t r = DW_REPLICA_BUDGET / (bytes ? bytes : 1);
     const long cr = tw_chunk_rows(T, H, W, K, ncol), chunks = (nrows + cr - 1) / cr;
     /* SCAFFOLD_NN_DW_REPLICAS lowers the cap (tests use 0 to exercise the tile partition). */
-    const char *env = getenv("SCAFFOLD_NN_DW_REPLICAS");
-    size_t cap = env ? (size_t)strtoul(env, NULL, 10) : DW_REPLICAS_MAX;
-    if (cap > DW_REPLICAS_MAX)
-        cap = DW_REPLICAS_MAX;
+    size_t cap = (size_t)nn_settings()->dw_replicas;
     /* A copy costs a zeroing and a summing pass over the gradient: worth it only with several
      * chunks to spread (small volumes with wide channels partition the tiles instead). */
     if (cap > (size_t)(chunks / 4))

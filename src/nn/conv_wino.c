@@ -2,6 +2,7 @@
  * pass over a whole volume, the same on few tiles (small volumes, U never whole), and the weight
  * gradient by the same tiles. conv3d.c picks it (algo.h) and drives it. */
 #include "nn/conv_int.h"
+#include "nn/settings.h"
 
 #include <omp.h>
 #include <stdlib.h>
@@ -51,12 +52,7 @@ static long wino_dw_chunk_bytes(int K, int ncp) {
 
 /* SCAFFOLD_NN_WINOGRAD=0 turns it off (benchmarks and tests compare both). */
 static int wino_enabled(void) {
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("SCAFFOLD_NN_WINOGRAD");
-        on = !(e && e[0] == '0');
-    }
-    return on;
+    return nn_settings()->winograd;
 }
 
 int conv_wino_applies(int D, int H, int W, int K, int ncol, nn_prec prec, const nn_shard *sh) {
@@ -81,23 +77,15 @@ static long wino_chunk_tiles(int K, int ncp, long bytes) {
     return t < 16 ? 16 : t;
 }
 
-/* U (or dU) larger than this is made a group of whole column blocks at a time, each group's
- * pass over the input on its own (the input transform once per group): the workspace holds one
- * group. At scale 7 / base 64 the deepest up block's conv1 (1024 -> 512 at 16^3, U 340 MB) is
- * then three groups and the workspace 371 -> 160 MiB, at the price of 2 more input transforms of
- * its 1024 channels (a few percent of that layer's time). */
-#define WINO_UBYTES_MAX (128L << 20)
-
-/* WINO_UBYTES_MAX, or SCAFFOLD_NN_WINO_UMAX bytes (the tests run every layer in groups of one
- * column block with a small one). */
+/* U (or dU) larger than SCAFFOLD_NN_WINO_UMAX bytes (default NN_SETTINGS_WINO_UMAX, 128 MiB;
+ * the tests run every layer in groups of one column block with a small one) is made a group of
+ * whole column blocks at a time, each group's pass over the input on its own (the input
+ * transform once per group): the workspace holds one group. At scale 7 / base 64 the deepest up
+ * block's conv1 (1024 -> 512 at 16^3, U 340 MB) is then three groups and the workspace 371 ->
+ * 160 MiB, at the price of 2 more input transforms of its 1024 channels (a few percent of that
+ * layer's time). */
 long conv_wino_umax(void) {
-    static long v = -1;
-    if (v < 0) {
-        const char *e = getenv("SCAFFOLD_NN_WINO_UMAX");
-        const long x = e ? atol(e) : 0;
-        v = x > 0 ? x : WINO_UBYTES_MAX;
-    }
-    return v;
+    return (long)nn_settings()->wino_umax;
 }
 
 /* Columns per group of a Winograd pass with K input channels and ncol output columns in blocks

@@ -2,12 +2,15 @@
  *
  * The kernels themselves are in kern_tmpl.h, compiled per instruction set by kern_<isa>.c. The
  * choice is made once (pthread_once) from the CPU's feature bits, which on x86-64 also cover
- * the OS saving the wider registers (__builtin_cpu_supports checks XGETBV). */
+ * the OS saving the wider registers (__builtin_cpu_supports checks XGETBV), and the settings
+ * (nn/settings.h: SCAFFOLD_ISA, SCAFFOLD_BF16DP, SCAFFOLD_AMX); nn_settings_reload makes it
+ * again. */
 #include "nn/gemm.h"
 
 #include "core/err.h"
 #include "core/log.h"
 #include "nn/kern.h"
+#include "nn/settings.h"
 
 #include <omp.h>
 #include <pthread.h>
@@ -87,16 +90,17 @@ static int cpu_has_amx(void) {
 }
 
 static void select_isa(int isa) {
+    const struct nn_settings *s = nn_settings();
     cur_isa = isa;
     cur = isa_table(isa);
-    const char *e = getenv("SCAFFOLD_BF16DP");
-    if (e && !strcmp(e, "emulate"))
+    if (s->bf16dp == NN_SET_BF16DP_EMULATE)
         cur_bf16dp = 2;
     else
-        cur_bf16dp = isa == NN_ISA_AVX512 && cpu_has_bf16dp() && !(e && !strcmp(e, "0"));
-    const char *x = getenv("SCAFFOLD_AMX");
-    cur_amx = cur_bf16dp == 1 && cpu_has_amx() && !(x && !strcmp(x, "0"));
+        cur_bf16dp = isa == NN_ISA_AVX512 && cpu_has_bf16dp() && s->bf16dp != NN_SET_BF16DP_OFF;
+    cur_amx = cur_bf16dp == 1 && cpu_has_amx() && s->amx;
 }
+
+static int chosen; /* init_once ran */
 
 static void init_once(void) {
     int best = NN_ISA_PORTABLE;
@@ -105,24 +109,23 @@ static void init_once(void) {
             best = i;
             break;
         }
-    const char *e = getenv("SCAFFOLD_ISA");
-    if (e && *e) {
-        int want = -1;
-        for (int i = 0; i < NN_ISA_COUNT; i++)
-            if (!strcmp(e, isa_names[i]))
-                want = i;
-        if (!strcmp(e, "sse2"))
-            want = NN_ISA_PORTABLE; /* the portable path is SSE2 on x86-64 */
-        if (want < 0)
-            log_warn("SCAFFOLD_ISA=%s: unknown path (use avx512, avx2 or portable); using %s", e,
-                     isa_names[best]);
-        else if (!isa_table(want) || !nn_isa_supported(want))
-            log_warn("SCAFFOLD_ISA=%s: this CPU (%s) cannot run it; using %s", e, nn_cpu_name(),
-                     isa_names[best]);
-        else
-            best = want;
-    }
+    const int want = nn_settings()->isa;
+    const char *e = nn_settings_env("SCAFFOLD_ISA");
+    if (want == NN_SET_UNKNOWN)
+        log_warn("SCAFFOLD_ISA=%s: unknown path (use avx512, avx2 or portable); using %s", e,
+                 isa_names[best]);
+    else if (want >= 0 && (!isa_table(want) || !nn_isa_supported(want)))
+        log_warn("SCAFFOLD_ISA=%s: this CPU (%s) cannot run it; using %s", e, nn_cpu_name(),
+                 isa_names[best]);
+    else if (want >= 0)
+        best = want;
     select_isa(best);
+    chosen = 1;
+}
+
+void nn_isa_reload(void) {
+    if (chosen) /* else the first use chooses */
+        init_once();
 }
 
 static const nn_kern *K(void) {

@@ -38,6 +38,9 @@ int nn_isa_supported(int isa);
 /* Switches path (tests, benchmarks). 0, or ERR_CONFIG when the CPU cannot run it. Not
  * thread-safe: call between layers, never while a layer runs. */
 int nn_isa_set(int isa);
+/* Chooses the path again from the settings, if it was chosen already (nn_settings_reload calls
+ * it; same thread-safety as nn_isa_set). */
+void nn_isa_reload(void);
 /* 1 when the bf16 layers use the pair kernels (nn_tg_block_bf16): the path in use has
  * AVX512_BF16 (vdpbf16ps). SCAFFOLD_BF16DP=0 turns them off (the bf16 layers then use the fp32
  * kernels on bf16-rounded values); SCAFFOLD_BF16DP=emulate turns them on on any path with a

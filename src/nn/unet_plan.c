@@ -7,6 +7,7 @@
 #include "core/err.h"
 #include "core/prof.h"
 #include "nn/optim.h"
+#include "nn/settings.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,9 +187,8 @@ void unet_plan_dims(struct nn_unet_plan *p, const nn_unet_spec *s, const nn_unet
     /* A bf16 run's conv outputs hold bf16 values (the convolutions round them), so keeping
      * them as bf16 loses nothing; SCAFFOLD_NN_BF16_STORE=0 keeps them in fp32 (the tests
      * compare the two) */
-    const char *e = getenv("SCAFFOLD_NN_BF16_STORE");
     p->h16 = p->prec == NN_BF16 && !p->ckpt && L >= 1 && p->be->bf16_narrow &&
-             p->be->bf16_widen && !(e && e[0] == '0');
+             p->be->bf16_widen && nn_settings()->bf16_store;
     for (int i = 0; i <= L; i++) {
         p->dd[i] = d >> i;
         p->hh[i] = h >> i;

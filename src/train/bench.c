@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "core/prof.h"
 #include "nn/algo.h"
+#include "nn/settings.h"
 #include "train/ckpt.h"
 #include "train/plot.h"
 #include "train/runfolder.h"
@@ -513,6 +514,8 @@ int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv,
         train_device_close(&dev);
         return rc;
     }
+    if (log_verbosity() >= 2) /* -vv: the engine's settings, once (rank 0: log_info) */
+        nn_settings_log();
     /* Run folder first: an unwritable base_run_dir fails before any expensive work. */
     rc = run_folder_setup(c, w, argc, argv);
     if (rc) {

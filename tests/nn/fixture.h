@@ -7,6 +7,7 @@
 #include "nn/layers.h"
 #include "nn/gemm.h"
 #include "nn/safetensors.h"
+#include "nn/settings.h"
 #include "test.h"
 
 #include <stdio.h>
@@ -77,8 +78,8 @@ static size_t fx_numel(const int64_t *sh, int ndim) {
 /* 1 when SCAFFOLD_NN_ALGO forces an algorithm (nn/algo.h): the checks of which algorithm the
  * rule gives a shape do not hold then. */
 static inline int fx_algo_forced(void) {
-    const char *a = getenv("SCAFFOLD_NN_ALGO");
-    return a && *a && strcmp(a, "rule") && strcmp(a, "measure");
+    const int a = nn_settings()->algo;
+    return a >= 0 || a == NN_SET_UNKNOWN;
 }
 
 /* Kernel path banner: prints the path in use and checks that SCAFFOLD_ISA, when set, chose it.
@@ -96,7 +97,7 @@ static inline int fx_isa_setup(int argc, char **argv) {
         (void)nn_isa(); /* reports a bad SCAFFOLD_ISA */
         return 1;
     }
-    const char *want = getenv("SCAFFOLD_ISA");
+    const char *want = nn_settings_env("SCAFFOLD_ISA");
     printf("kernel path %s (%d floats per vector, bf16 dot products %s, AMX %s) on %s\n",
            nn_isa_name(nn_isa()), nn_gemm_vw(), nn_isa_bf16dp() ? "yes" : "no",
            nn_isa_amx() ? "yes" : "no", nn_cpu_name());

@@ -34,6 +34,18 @@ for a in direct winograd direct-bf16 winograd-bf16 amx; do
 done
 [ -z "$BF16" ] && SCAFFOLD_BF16DP=emulate t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
 SCAFFOLD_BF16DP=emulate SCAFFOLD_NN_ALGO=direct-bf16 t_cbin "$BUILD/tests/nn/test_unet" "$FIX"
+# The settings table (nn/settings.h): each variable's reading, reloads; and docs/nn.md's
+# "Environment variables" lists exactly the table's variables (each row's `SCAFFOLD_*` name)
+t_cbin "$BUILD/tests/nn/test_settings"
+table=$("$BUILD/tests/nn/test_settings" --names | sort)
+documented=$(awk '/^### Environment variables/ { on = 1; next } /^#/ { on = 0 } on' docs/nn.md |
+    grep -oE '^\| `SCAFFOLD_[A-Z0-9_]+`' | tr -d '|` ' | sort)
+if [ -n "$table" ] && [ "$table" = "$documented" ]; then
+    t_ok "nn: docs/nn.md's Environment variables are the settings table's ($(wc -l <<<"$table"))"
+else
+    t_fail "nn: docs/nn.md's Environment variables differ from the settings table" \
+        "$(diff <(echo "$table") <(echo "$documented") | grep '^[<>]' | tr '\n' ' ')"
+fi
 # The choice itself: measurement, accuracy budget, cache, pin, forcing, bad files
 t_cbin "$BUILD/tests/nn/test_algo"
 SCAFFOLD_BF16DP=emulate t_cbin "$BUILD/tests/nn/test_algo"

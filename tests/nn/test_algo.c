@@ -9,6 +9,7 @@
 #include "nn/algo.h"
 #include "nn/gemm.h"
 #include "nn/layers.h"
+#include "nn/settings.h"
 #include "test.h"
 
 #include <math.h>
@@ -97,6 +98,7 @@ static void test_measure_and_cache(void) {
     snprintf(cache, sizeof cache, "%s/sub/cache.tsv", dir);
     setenv("SCAFFOLD_NN_ALGO_CACHE", cache, 1);
     unsetenv("SCAFFOLD_NN_ALGO");
+    nn_settings_reload();
     nn_algo_reset();
     nn_algo_set_mode(NN_ALGO_MODE_MEASURE);
     const unsigned el = BIT(NN_ALGO_DIRECT) | BIT(NN_ALGO_WINOGRAD);
@@ -194,20 +196,24 @@ static void test_measure_and_cache(void) {
           "rule mode: the rule, nothing measured");
     /* SCAFFOLD_NN_ALGO=measure overrides the program's mode */
     setenv("SCAFFOLD_NN_ALGO", "measure", 1);
+    nn_settings_reload();
     nn_algo_reset();
     CHECK(nn_algo_mode() == NN_ALGO_MODE_MEASURE, "SCAFFOLD_NN_ALGO=measure");
     unsetenv("SCAFFOLD_NN_ALGO");
+    nn_settings_reload();
 
     /* an unwritable cache: a warning, the choice kept in memory */
     char bad[300];
     snprintf(bad, sizeof bad, "%s/sub/cache.tsv/x.tsv", dir); /* under a file */
     setenv("SCAFFOLD_NN_ALGO_CACHE", bad, 1);
+    nn_settings_reload();
     nn_algo_reset();
     nn_algo_set_mode(NN_ALGO_MODE_MEASURE);
     j = fake_job(NN_PASS_FWD, NN_FP32, 44, el, NN_ALGO_DIRECT);
     a = nn_algo_pick(&j, &done);
     CHECK(a >= 0 && nn_algo_count() == 1, "an unwritable cache does not stop the choice");
     setenv("SCAFFOLD_NN_ALGO_CACHE", "0", 1);
+    nn_settings_reload();
     nn_algo_reset();
     CHECK(nn_algo_cache_path() == NULL, "SCAFFOLD_NN_ALGO_CACHE=0: no cache file");
 }
@@ -217,6 +223,7 @@ static void test_pin_force_budget(void) {
     snprintf(pin, sizeof pin, "%s/pin.tsv", dir);
     setenv("SCAFFOLD_NN_ALGO_CACHE", "0", 1);
     unsetenv("SCAFFOLD_NN_ALGO");
+    nn_settings_reload();
     nn_algo_reset();
     nn_algo_set_mode(NN_ALGO_MODE_MEASURE);
     const unsigned el = BIT(NN_ALGO_DIRECT) | BIT(NN_ALGO_WINOGRAD);
@@ -230,6 +237,7 @@ static void test_pin_force_budget(void) {
           "the choices written with how they were made");
     slow_of[NN_ALGO_WINOGRAD] = 0, slow_of[NN_ALGO_DIRECT] = 0.004;
     setenv("SCAFFOLD_NN_ALGO_PIN", pin, 1);
+    nn_settings_reload();
     nn_algo_reset();
     CHECK(nn_algo_init() == 0, "a pinned file is read: %s", err_msg());
     reset_runs();
@@ -248,18 +256,21 @@ static void test_pin_force_budget(void) {
     write_text(badpin, "# comment\nAMD\tavx512\t2\tconv3d\tfwd\tfp32\t1\t16\t16\t16\t8\t0\t0\t8"
                        "\tnosuchalgo\t1.0\n");
     setenv("SCAFFOLD_NN_ALGO_PIN", badpin, 1);
+    nn_settings_reload();
     nn_algo_reset();
     int rc = nn_algo_init();
     CHECK(rc == ERR_CONFIG && strstr(err_msg(), "bad.tsv line 2"),
           "a malformed pin is refused, naming file and line: %s", err_msg());
     snprintf(badpin, sizeof badpin, "%s/none.tsv", dir);
     setenv("SCAFFOLD_NN_ALGO_PIN", badpin, 1);
+    nn_settings_reload();
     nn_algo_reset();
     rc = nn_algo_init();
     CHECK(rc == ERR_CONFIG && strstr(err_msg(), "none.tsv"), "a missing pin is refused: %s",
           err_msg());
     unsetenv("SCAFFOLD_NN_ALGO_PIN");
     setenv("SCAFFOLD_NN_ALGO", "fastest", 1);
+    nn_settings_reload();
     nn_algo_reset();
     rc = nn_algo_init();
     CHECK(rc == ERR_CONFIG && strstr(err_msg(), "SCAFFOLD_NN_ALGO=fastest"),
@@ -267,6 +278,7 @@ static void test_pin_force_budget(void) {
 
     /* forcing: the named algorithm where it applies, the rule elsewhere */
     setenv("SCAFFOLD_NN_ALGO", "winograd", 1);
+    nn_settings_reload();
     nn_algo_reset();
     reset_runs();
     j = fake_job(NN_PASS_FWD, NN_FP32, 16, el, NN_ALGO_DIRECT);
@@ -276,9 +288,11 @@ static void test_pin_force_budget(void) {
     CHECK(a == NN_ALGO_WINOGRAD && b == NN_ALGO_DIRECT && runs[0] + runs[1] == 0,
           "forced: where it applies (%s), else the rule (%s)", nn_algo_name(a), nn_algo_name(b));
     unsetenv("SCAFFOLD_NN_ALGO");
+    nn_settings_reload();
 
     /* the strict budget leaves winograd-bf16 out of the rule and the measurement */
     setenv("SCAFFOLD_NN_ALGO_BUDGET", "strict", 1);
+    nn_settings_reload();
     nn_algo_reset();
     const unsigned el16 = BIT(NN_ALGO_DIRECT_BF16) | BIT(NN_ALGO_WINOGRAD_BF16);
     slow_of[NN_ALGO_DIRECT_BF16] = 0.004;
@@ -290,6 +304,7 @@ static void test_pin_force_budget(void) {
               runs[NN_ALGO_WINOGRAD_BF16] == 0,
           "strict: winograd-bf16 neither the rule nor measured (%s)", nn_algo_name(a));
     unsetenv("SCAFFOLD_NN_ALGO_BUDGET");
+    nn_settings_reload();
     nn_algo_reset();
     j.rule = nn_algo_rule(&j);
     CHECK(j.rule == NN_ALGO_WINOGRAD_BF16, "default budget: the rule takes winograd-bf16");
@@ -340,11 +355,13 @@ static void test_real(nn_prec prec, int D, int cin, int cout) {
         y[r] = ws_alloc(P * cout), dx[r] = ws_alloc(P * cin), dw[r] = randv(nw, 4, 1, 0);
         if (r == 0) {
             setenv("SCAFFOLD_NN_ALGO", "measure", 1);
+            nn_settings_reload();
             nn_algo_reset();
         }
         for (int pass = 0; pass < 3; pass++) {
             if (r == 1) { /* each pass forced to what the measurement chose */
                 setenv("SCAFFOLD_NN_ALGO", nn_algo_name(chosen[pass]), 1);
+                nn_settings_reload();
                 nn_algo_reset();
             }
             conv_pass(pass, y[r], dx[r], dw[r], x, w, dy, D, cin, cout, prec, ws);
@@ -365,6 +382,7 @@ static void test_real(nn_prec prec, int D, int cin, int cout) {
           bf ? "bf16" : "fp32", D, cin, cout, nn_algo_name(chosen[0]), nn_algo_name(chosen[1]),
           nn_algo_name(chosen[2]));
     unsetenv("SCAFFOLD_NN_ALGO");
+    nn_settings_reload();
     nn_algo_reset();
     for (int r = 0; r < 2; r++)
         free(y[r]), free(dx[r]), free(dw[r]);
@@ -380,10 +398,12 @@ int main(void) {
     }
     unsetenv("SCAFFOLD_NN_ALGO_PIN");
     unsetenv("SCAFFOLD_NN_ALGO_BUDGET");
+    nn_settings_reload();
     test_names();
     test_measure_and_cache();
     test_pin_force_budget();
     setenv("SCAFFOLD_NN_ALGO_CACHE", "0", 1);
+    nn_settings_reload();
     test_real(NN_FP32, 16, 16, 24);
     test_real(NN_BF16, 16, 16, 24);
     test_real(NN_BF16, 8, 32, 16);

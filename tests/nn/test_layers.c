@@ -1067,8 +1067,8 @@ static void test_conv_vs_naive(void) {
             free(dwr);
     }
     if (!fx_algo_forced()) { /* the rule's choices (a forced algorithm replaces them) */
-        const char *wn = getenv("SCAFFOLD_NN_WINOGRAD");
-        const int on = !(wn && wn[0] == '0');
+        const char *wn = nn_settings_env("SCAFFOLD_NN_WINOGRAD");
+        const int on = nn_settings()->winograd;
         CHECK(nn_conv3d_winograd(1, 16, 16, 16, 16, 24, NN_FP32) == on &&
                   nn_conv3d_winograd(1, 16, 16, 16, 24, 16, NN_FP32) == on &&
                   /* bf16 where fp32 is, unless AMX tiles take the layer (K a multiple of 32) */

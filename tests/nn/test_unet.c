@@ -250,9 +250,8 @@ static void test_checkpointing(void) {
             nn_unet_init_params(&m[k], 5);
         }
         const size_t S = 16 * 16 * 16;
-        const char *wn = getenv("SCAFFOLD_NN_WINOGRAD");
         CHECK(fx_algo_forced() ||
-                  nn_conv3d_winograd(1, 16, 16, 16, 16, 16, NN_FP32) == !(wn && wn[0] == '0'),
+                  nn_conv3d_winograd(1, 16, 16, 16, 16, 16, NN_FP32) == nn_settings()->winograd,
               "the top level's fp32 convolution runs Winograd (unless SCAFFOLD_NN_WINOGRAD=0 or "
               "SCAFFOLD_NN_ALGO forces an algorithm)");
         float *x = malloc(2 * 3 * S * sizeof(float)), w[4] = {0.5f, 2, 2, 2};
@@ -295,6 +294,14 @@ static void test_checkpointing(void) {
 /* A bf16 run keeps its down blocks' conv outputs as bf16 (they hold bf16 values): logits,
  * loss, Dice, every gradient and evaluate bit-identical to keeping them in fp32
  * (SCAFFOLD_NN_BF16_STORE=0), in less memory; fp32 and checkpointed runs are unchanged. */
+static void bf16_store_env(const char *v) {
+    if (v)
+        setenv("SCAFFOLD_NN_BF16_STORE", v, 1);
+    else
+        unsetenv("SCAFFOLD_NN_BF16_STORE");
+    nn_settings_reload(); /* the engine reads its settings once */
+}
+
 static void test_bf16_store(void) {
     const char *old = getenv("SCAFFOLD_NN_BF16_STORE");
     char *saved = old ? strdup(old) : NULL;
@@ -303,10 +310,7 @@ static void test_bf16_store(void) {
         for (int k = 0; k < 2; k++) {
             nn_unet_spec s = {3, 4, levels, 16, 4};
             const nn_unet_opts o = {.precision = NN_BF16};
-            if (k)
-                setenv("SCAFFOLD_NN_BF16_STORE", "0", 1);
-            else
-                unsetenv("SCAFFOLD_NN_BF16_STORE");
+            bf16_store_env(k ? "0" : NULL);
             if (nn_unet_create_opts(&m[k], &s, &o, 2, 16, 16, 16)) {
                 CHECK(0, "create: %s", err_msg());
                 return;
@@ -352,20 +356,14 @@ static void test_bf16_store(void) {
     const nn_unet_spec s7 = {3, 6, 4, 64, 8};
     nn_unet_memory e[2][3];
     for (int k = 0; k < 2; k++) {
-        if (k)
-            setenv("SCAFFOLD_NN_BF16_STORE", "0", 1);
-        else
-            unsetenv("SCAFFOLD_NN_BF16_STORE");
+        bf16_store_env(k ? "0" : NULL);
         for (int c = 0; c < 3; c++) {
             const nn_unet_opts o = {.precision = c == 1 ? NN_FP32 : NN_BF16,
                                     .checkpointing = c == 2};
             nn_unet_memory_estimate(&s7, &o, 1, 128, 128, 128, NN_OPT_ADAM, &e[k][c]);
         }
     }
-    if (saved)
-        setenv("SCAFFOLD_NN_BF16_STORE", saved, 1);
-    else
-        unsetenv("SCAFFOLD_NN_BF16_STORE");
+    bf16_store_env(saved);
     free(saved);
     printf("scale 7 / base 64, batch 1: bf16 %.0f MiB (%.0f MiB with fp32 conv outputs), fp32 "
            "%.0f MiB\n",

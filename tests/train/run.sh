@@ -323,13 +323,19 @@ out=$(SCAFFOLD_NN_ALGO=measure SCAFFOLD_NN_ALGO_CACHE="$d/algo.tsv" "$SCAFFOLD" 
 ra=$(lastrun runsa)
 [ -s "$ra/nn_algorithms.tsv" ] && [ -s "$d/algo.tsv" ] && grep -q 'nn algorithms: [0-9]* Conv3d passes chosen by the warmup, [0-9]* measured in' <<<"$out" \
     && grep -q 'nn: conv3d fwd bf16 1x16x16x16 8+0->8: .*(measured' <<<"$out" \
-    && t_ok "measured choices: run folder, cache, cost and -v lines" || t_fail "measured choices" "$out"
+    && ! grep -q 'nn settings' <<<"$out" \
+    && t_ok "measured choices: run folder, cache, cost and -v lines (no settings table)" || t_fail "measured choices" "$out"
 out=$(SCAFFOLD_NN_ALGO=measure SCAFFOLD_NN_ALGO_CACHE=0 SCAFFOLD_NN_ALGO_PIN="$ra/nn_algorithms.tsv" "$SCAFFOLD" benchmark $cfg $amp --base-run-dir runsp2 2>&1)
 [ "$(losses runsa)" = "$(losses runsp2)" ] && ! grep -q "measured in" <<<"$out" \
     && t_ok "a pinned run reproduces the losses bit for bit, measuring nothing" || t_fail "pinned run" "$(losses runsa) / $(losses runsp2): $out"
 awk -F'\t' 'BEGIN { OFS = "\t" } /^#/ { print; next } { $15 = "direct"; print }' "$ra/nn_algorithms.tsv" > "$d/direct.tsv"
 quiet env SCAFFOLD_NN_ALGO_PIN="$d/direct.tsv" "$SCAFFOLD" benchmark $cfg $amp --base-run-dir runsp3
-quiet env SCAFFOLD_NN_ALGO=direct "$SCAFFOLD" benchmark $cfg $amp --base-run-dir runsp4
+out=$(env SCAFFOLD_NN_ALGO=direct "$SCAFFOLD" benchmark $cfg $amp --base-run-dir runsp4 -vv 2>&1)
+# -vv: the engine's settings (nn/settings.h) once, each with where it came from
+[ "$(grep -c 'nn settings (docs/nn.md' <<<"$out")" = 1 ] \
+    && grep -q '  SCAFFOLD_NN_ALGO  *direct (environment)$' <<<"$out" \
+    && grep -q '  SCAFFOLD_NN_WINOGRAD  *1 (default)$' <<<"$out" \
+    && t_ok "-vv prints the engine's settings once" || t_fail "-vv settings table" "$out"
 quiet env SCAFFOLD_NN_ALGO=winograd "$SCAFFOLD" benchmark $cfg $amp --base-run-dir runsp5
 [ "$(losses runsp3)" = "$(losses runsp4)" ] && [ "$(losses runsp3)" != "$(losses runsp5)" ] \
     && t_ok "a pin of other choices gives their losses" || t_fail "pin of direct" "$(losses runsp3) / $(losses runsp4) / $(losses runsp5)"

@@ -1,0 +1,283 @@
+/* settings: the engine's environment variables, one table, read once (see settings.h). */
+#include "nn/settings.h"
+
+#include "core/log.h"
+#include "nn/algo.h"
+#include "nn/gemm.h"
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+/* ---- parsers: each keeps the reading the engine always gave its variable ------------------ */
+
+static int *ip(void *field) {
+    return field;
+}
+
+/* Kernel path: its name, or sse2 (the portable path is SSE2 on x86-64). */
+static int parse_isa(const char *v, void *f) {
+    *ip(f) = NN_SET_UNSET;
+    if (!*v)
+        return 0;
+    for (int i = 0; i < NN_ISA_COUNT; i++)
+        if (!strcmp(v, nn_isa_name(i)))
+            *ip(f) = i;
+    if (!strcmp(v, "sse2"))
+        *ip(f) = NN_ISA_PORTABLE;
+    if (*ip(f) != NN_SET_UNSET)
+        return 0;
+    *ip(f) = NN_SET_UNKNOWN;
+    return 1;
+}
+
+static const char *label_isa(int v) {
+    return v == NN_SET_UNSET ? "best" : v == NN_SET_UNKNOWN ? "unknown" : nn_isa_name(v);
+}
+
+/* 0: off; emulate: the C stand-in; anything else: on where the path has them. */
+static int parse_bf16dp(const char *v, void *f) {
+    *ip(f) = !strcmp(v, "emulate") ? NN_SET_BF16DP_EMULATE
+             : !strcmp(v, "0")     ? NN_SET_BF16DP_OFF
+                                   : NN_SET_BF16DP_ON;
+    return *ip(f) == NN_SET_BF16DP_ON && *v && strcmp(v, "1");
+}
+
+static const char *label_bf16dp(int v) {
+    return v == NN_SET_BF16DP_OFF ? "0" : v == NN_SET_BF16DP_EMULATE ? "emulate" : "auto";
+}
+
+/* Exactly "0": off; anything else: on. */
+static int parse_on_unless_0(const char *v, void *f) {
+    *ip(f) = strcmp(v, "0") != 0;
+    return *v && strcmp(v, "0") && strcmp(v, "1");
+}
+
+/* Starting with '0': off; anything else: on. */
+static int parse_on_unless_0x(const char *v, void *f) {
+    *ip(f) = v[0] != '0';
+    return *v && v[0] != '0' && strcmp(v, "1");
+}
+
+static int parse_algo(const char *v, void *f) {
+    if (!*v)
+        *ip(f) = NN_SET_UNSET;
+    else if (!strcmp(v, "rule"))
+        *ip(f) = NN_SET_ALGO_RULE;
+    else if (!strcmp(v, "measure"))
+        *ip(f) = NN_SET_ALGO_MEASURE;
+    else if ((*ip(f) = nn_algo_parse(v)) < 0)
+        *ip(f) = NN_SET_UNKNOWN;
+    return *ip(f) == NN_SET_UNKNOWN;
+}
+
+static const char *label_algo(int v) {
+    return v == NN_SET_UNSET          ? "unset"
+           : v == NN_SET_ALGO_RULE    ? "rule"
+           : v == NN_SET_ALGO_MEASURE ? "measure"
+           : v == NN_SET_UNKNOWN      ? "unknown"
+                                      : nn_algo_name(v);
+}
+
+/* "0": no cache file (an empty value too); anything else: the file. */
+static int parse_cache(const char *v, void *f) {
+    *(const char **)f = strcmp(v, "0") ? v : "";
+    return 0;
+}
+
+/* Empty: as unset. */
+static int parse_file(const char *v, void *f) {
+    *(const char **)f = *v ? v : NULL;
+    return 0;
+}
+
+static int parse_budget(const char *v, void *f) {
+    *ip(f) = !strcmp(v, "strict");
+    return *v && !*ip(f);
+}
+
+static const char *label_budget(int v) {
+    return v ? "strict" : "default";
+}
+
+/* A count: strtoul's reading (no digits: 0), at most NN_SETTINGS_DW_REPLICAS. */
+static int parse_replicas(const char *v, void *f) {
+    char *end;
+    const unsigned long x = strtoul(v, &end, 10);
+    *ip(f) = x > NN_SETTINGS_DW_REPLICAS ? NN_SETTINGS_DW_REPLICAS : (int)x;
+    return end == v || *end;
+}
+
+/* Winograd's U: atol's reading when positive, else the default. */
+static int parse_umax(const char *v, void *f) {
+    char *end;
+    const long x = strtol(v, &end, 10);
+    *(size_t *)f = x > 0 ? (size_t)x : NN_SETTINGS_WINO_UMAX;
+    return *v && (x <= 0 || *end);
+}
+
+/* Slab bytes: strtoull's reading when not 0, else the default. */
+static int parse_slab(const char *v, void *f) {
+    char *end;
+    const unsigned long long x = strtoull(v, &end, 10);
+    *(size_t *)f = x ? (size_t)x : NN_SETTINGS_SLAB_BYTES;
+    return *v && (!x || *end);
+}
+
+/* ---- the table ------------------------------------------------------------------------------ */
+
+#define F(field) offsetof(struct nn_settings, field)
+
+static const nn_setting table[] = {
+    {"SCAFFOLD_ISA", NN_SET_ENUM, "best", "avx512, avx2, portable (sse2: portable on x86-64)",
+     "forces a kernel path; one the CPU lacks is refused with a warning, the best is used",
+     F(isa), parse_isa, label_isa},
+    {"SCAFFOLD_BF16DP", NN_SET_ENUM, "auto", "0, emulate",
+     "0: no AVX512_BF16 kernels; emulate: a C stand-in for vdpbf16ps on any CPU (tests)",
+     F(bf16dp), parse_bf16dp, label_bf16dp},
+    {"SCAFFOLD_AMX", NN_SET_BOOL, "1", "0, 1", "0: no AMX tiles (bf16 on vdpbf16ps or Winograd)",
+     F(amx), parse_on_unless_0, NULL},
+    {"SCAFFOLD_NN_ALGO", NN_SET_ENUM, "unset",
+     "rule, measure, direct, winograd, direct-bf16, winograd-bf16, amx",
+     "how each Conv3d pass gets its algorithm: a mode, or one forced; anything else exits 2",
+     F(algo), parse_algo, label_algo},
+    {"SCAFFOLD_NN_ALGO_CACHE", NN_SET_STRING,
+     "$XDG_CACHE_HOME/scaffold/nn-algo.tsv, else ~/.cache/scaffold/nn-algo.tsv", "a file, or 0",
+     "the cache file of measured choices; 0: none, choices kept in memory", F(algo_cache),
+     parse_cache, NULL},
+    {"SCAFFOLD_NN_ALGO_PIN", NN_SET_STRING, "none", "a run folder's nn_algorithms.tsv",
+     "use that file's choices, measure nothing for them; a missing or bad file exits 2",
+     F(algo_pin), parse_file, NULL},
+    {"SCAFFOLD_NN_ALGO_BUDGET", NN_SET_ENUM, "default", "strict",
+     "strict: the bf16 accuracy budget to one ulp plus 3e-5 (winograd-bf16 never chosen)",
+     F(algo_strict), parse_budget, label_budget},
+    {"SCAFFOLD_NN_DW_REPLICAS", NN_SET_INT, STR(NN_SETTINGS_DW_REPLICAS),
+     "0 to " STR(NN_SETTINGS_DW_REPLICAS),
+     "caps the per-thread weight-gradient copies (0 or 1: partition tiles instead)",
+     F(dw_replicas), parse_replicas, NULL},
+    {"SCAFFOLD_NN_WINOGRAD", NN_SET_BOOL, "1", "0, 1",
+     "0 takes both Winograd algorithms out of every Conv3d pass's choice", F(winograd),
+     parse_on_unless_0x, NULL},
+    {"SCAFFOLD_NN_WINO_UMAX", NN_SET_SIZE, STR(NN_SETTINGS_WINO_UMAX), "bytes, > 0",
+     "bytes of Winograd's transformed weights per column group (a larger U: a group at a time)",
+     F(wino_umax), parse_umax, NULL},
+    {"SCAFFOLD_NN_BF16_STORE", NN_SET_BOOL, "1", "0, 1",
+     "0 keeps a bf16 run's down-block conv outputs in fp32 (default: bf16, half the memory)",
+     F(bf16_store), parse_on_unless_0x, NULL},
+    {"SCAFFOLD_NN_SLAB_BYTES", NN_SET_SIZE, STR(NN_SETTINGS_SLAB_BYTES), "bytes, > 0",
+     "bytes of padded planes per convolution slab", F(slab_bytes), parse_slab, NULL},
+};
+#define NSET ((int)(sizeof table / sizeof table[0]))
+
+static const struct nn_settings defaults = {
+    .isa = NN_SET_UNSET,
+    .bf16dp = NN_SET_BF16DP_ON,
+    .amx = 1,
+    .algo = NN_SET_UNSET,
+    .algo_cache = NULL,
+    .algo_pin = NULL,
+    .algo_strict = 0,
+    .dw_replicas = NN_SETTINGS_DW_REPLICAS,
+    .winograd = 1,
+    .wino_umax = NN_SETTINGS_WINO_UMAX,
+    .bf16_store = 1,
+    .slab_bytes = NN_SETTINGS_SLAB_BYTES,
+};
+
+/* ---- reading -------------------------------------------------------------------------------- */
+
+static struct nn_settings cur;
+static char *text[NSET]; /* the environment's text, NULL when unset */
+static int unknown[NSET];
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void read_env(void) {
+    cur = defaults;
+    for (int i = 0; i < NSET; i++) {
+        free(text[i]);
+        const char *v = getenv(table[i].name);
+        text[i] = v ? strdup(v) : NULL;
+        unknown[i] = text[i] ? table[i].parse(text[i], (char *)&cur + table[i].off) : 0;
+    }
+}
+
+const struct nn_settings *nn_settings(void) {
+    pthread_once(&once, read_env);
+    return &cur;
+}
+
+void nn_settings_reload(void) {
+    pthread_once(&once, read_env);
+    read_env();
+    nn_isa_reload();
+}
+
+int nn_settings_count(void) {
+    return NSET;
+}
+
+const nn_setting *nn_settings_at(int i) {
+    return i >= 0 && i < NSET ? &table[i] : NULL;
+}
+
+const char *nn_settings_env(const char *name) {
+    nn_settings();
+    for (int i = 0; i < NSET; i++)
+        if (!strcmp(table[i].name, name))
+            return text[i];
+    return NULL;
+}
+
+/* Setting i's value as the engine uses it. */
+static void value_text(int i, char *buf, size_t n) {
+    const nn_setting *t = &table[i];
+    const void *f = (const char *)nn_settings() + t->off;
+    switch (t->kind) {
+    case NN_SET_BOOL:
+    case NN_SET_INT:
+        snprintf(buf, n, "%d", *(const int *)f);
+        break;
+    case NN_SET_SIZE:
+        snprintf(buf, n, "%zu", *(const size_t *)f);
+        break;
+    case NN_SET_ENUM:
+        snprintf(buf, n, "%s", t->label(*(const int *)f));
+        break;
+    case NN_SET_STRING: {
+        const char *s = *(const char *const *)f;
+        snprintf(buf, n, "%s", !s ? t->def : *s ? s : "0");
+        break;
+    }
+    }
+}
+
+void nn_settings_describe(int i, char *buf, size_t n) {
+    if (!n)
+        return;
+    buf[0] = 0;
+    if (i < 0 || i >= NSET)
+        return;
+    char v[512];
+    value_text(i, v, sizeof v);
+    if (!text[i])
+        snprintf(buf, n, "%s (default)", v);
+    else if (!strcmp(v, text[i]) && !unknown[i])
+        snprintf(buf, n, "%s (environment)", v);
+    else
+        snprintf(buf, n, "%s (environment \"%s\"%s)", v, text[i],
+                 unknown[i] ? ", not recognised" : "");
+}
+
+void nn_settings_log(void) {
+    log_info("nn settings (docs/nn.md, \"Environment variables\"):");
+    char d[1024];
+    for (int i = 0; i < NSET; i++) {
+        nn_settings_describe(i, d, sizeof d);
+        log_info("  %-24s %s", table[i].name, d);
+    }
+}
