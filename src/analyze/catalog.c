@@ -17,152 +17,93 @@
  *       guard: ""                       # optional
  *       reason: "text"                  # required
  *
- * Extra keys are ignored; a missing required key or a bad value is an error naming the file,
- * the entry (index and name) and the key. */
+ * Extra keys are ignored; a missing required key or a bad value is an error naming the file and
+ * line, the entry (index and name) and the key (core/yamlx.h). */
 #include "analyze/report.h"
 
 #include "core/err.h"
-#include "core/fsutil.h"
 #include "core/yamlx.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <yaml.h>
 
-static const char *scalar(yaml_node_t *n) {
-    return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : NULL;
-}
+static const char *const verdicts[] = {"accept", "revert", "guard-reject", "inconclusive",
+                                       "blocked", NULL};
+static const char *const objectives[] = {"throughput", "time-to-target", "epoch-time", NULL};
 
-static yaml_node_t *get(yaml_document_t *d, yaml_node_t *map, const char *key) {
-    if (!map || map->type != YAML_MAPPING_NODE)
-        return NULL;
-    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
-        const char *k = scalar(yaml_document_get_node(d, p->key));
-        if (k && !strcmp(k, key))
-            return yaml_document_get_node(d, p->value);
-    }
-    return NULL;
-}
+#define REQ_TEXT (YAMLX_REQUIRED | YAMLX_CUT)
+static const yamlx_field lever_fields[] = {
+    {"name", YAMLX_STR, YAMLX_AT(an_lever, name), .flags = REQ_TEXT},
+    {"value", YAMLX_STR, YAMLX_AT(an_lever, value), .flags = REQ_TEXT},
+    {"dimension", YAMLX_INT, YAMLX_AT(an_lever, dim), .min = 1, .max = 12, .flags = YAMLX_REQUIRED},
+    {"verdict", YAMLX_ENUM, YAMLX_AT(an_lever, verdict), .names = verdicts,
+     .flags = YAMLX_REQUIRED},
+    {"reason", YAMLX_STR, YAMLX_AT(an_lever, reason), .flags = REQ_TEXT},
+    {"guard", YAMLX_STR, YAMLX_AT(an_lever, guard), .flags = YAMLX_CUT},
+    {"fom_baseline", YAMLX_DOUBLE, YAMLX_AT(an_lever, fom_baseline)},
+    {"fom_candidate", YAMLX_DOUBLE, YAMLX_AT(an_lever, fom_candidate)},
+    {"gain", YAMLX_DOUBLE, YAMLX_AT(an_lever, gain)},
+    {"band", YAMLX_DOUBLE, YAMLX_AT(an_lever, band)},
+};
 
-static int num(const char *s, double *v) {
-    char *end;
-    *v = strtod(s, &end);
-    return end != s && !*end && isfinite(*v);
-}
+typedef struct {
+    an_catalog c;
+    char version[16];
+    yaml_node_t *levers;
+} cat_root;
 
-static int lever_of(const char *path, yaml_document_t *d, yaml_node_t *n, size_t idx, an_lever *l) {
-    memset(l, 0, sizeof *l);
-    l->fom_baseline = l->fom_candidate = l->gain = l->band = NAN;
-    size_t line = n->start_mark.line + 1;
-    if (n->type != YAML_MAPPING_NODE)
-        return err_set(ERR_CONFIG, "analyze: %s:%zu: lever %zu is not a mapping (name, value, "
-                       "dimension, verdict, reason)", path, line, idx + 1);
-    const char *name = scalar(get(d, n, "name"));
-    static const char *const req[] = {"name", "value", "dimension", "verdict", "reason"};
-    for (size_t k = 0; k < sizeof req / sizeof req[0]; k++)
-        if (!scalar(get(d, n, req[k])))
-            return err_set(ERR_CONFIG, "analyze: %s:%zu: lever %zu (%s): missing required key '%s'",
-                           path, line, idx + 1, name ? name : "unnamed", req[k]);
-    snprintf(l->name, sizeof l->name, "%s", name);
-    snprintf(l->value, sizeof l->value, "%s", scalar(get(d, n, "value")));
-    snprintf(l->reason, sizeof l->reason, "%s", scalar(get(d, n, "reason")));
-    const char *g = scalar(get(d, n, "guard"));
-    snprintf(l->guard, sizeof l->guard, "%s", g ? g : "");
-    double dim;
-    if (!num(scalar(get(d, n, "dimension")), &dim) || dim != floor(dim) || dim < 1 || dim > 12)
-        return err_set(ERR_CONFIG, "analyze: %s:%zu: lever %zu (%s): dimension must be 1..12, "
-                       "got '%s'", path, line, idx + 1, name, scalar(get(d, n, "dimension")));
-    l->dim = (int)dim;
-    const char *v = scalar(get(d, n, "verdict"));
-    static const char *const verdicts[] = {"accept", "revert", "guard-reject", "inconclusive",
-                                           "blocked"};
-    int ok = 0;
-    for (size_t k = 0; k < 5; k++)
-        ok |= !strcmp(v, verdicts[k]);
-    if (!ok)
-        return err_set(ERR_CONFIG, "analyze: %s:%zu: lever %zu (%s): verdict '%s' is not one of "
-                       "accept, revert, guard-reject, inconclusive, blocked",
-                       path, line, idx + 1, name, v);
-    snprintf(l->verdict, sizeof l->verdict, "%s", v);
-    static const char *const nums[] = {"fom_baseline", "fom_candidate", "gain", "band"};
-    double *dst[] = {&l->fom_baseline, &l->fom_candidate, &l->gain, &l->band};
-    for (size_t k = 0; k < 4; k++) {
-        const char *s = scalar(get(d, n, nums[k]));
-        if (s && *s && !num(s, dst[k]))
-            return err_set(ERR_CONFIG, "analyze: %s:%zu: lever %zu (%s): %s must be a number, got "
-                           "'%s'", path, line, idx + 1, name, nums[k], s);
+static const yamlx_field root_fields[] = {
+    {"version", YAMLX_STR, YAMLX_AT(cat_root, version), .flags = REQ_TEXT},
+    {"host", YAMLX_STR, YAMLX_AT(cat_root, c.host), .flags = YAMLX_CUT},
+    {"cpu", YAMLX_STR, YAMLX_AT(cat_root, c.cpu), .flags = YAMLX_CUT},
+    {"objective", YAMLX_ENUM, YAMLX_AT(cat_root, c.objective), .names = objectives},
+    {"levers", YAMLX_LIST, YAMLX_AT(cat_root, levers), .flags = YAMLX_REQUIRED},
+};
+
+static int read_catalog(yamlx_doc *d, an_catalog *out) {
+    yaml_node_t *root = yamlx_root(d);
+    if (!root || root->type != YAML_MAPPING_NODE)
+        return err_set(ERR_CONFIG, "%s: not a lever catalog (a mapping with version and levers)",
+                       d->label);
+    cat_root r;
+    memset(&r, 0, sizeof r);
+    int rc = yamlx_map_read(d, root, root_fields, YAMLX_N(root_fields), &r, NULL, 0);
+    if (rc)
+        return rc;
+    if (strcmp(r.version, "1"))
+        return err_set(ERR_CONFIG, "%s: version %s is not supported (this reader knows 1)",
+                       d->label, r.version);
+    size_t n = yamlx_len(r.levers);
+    *out = r.c;
+    out->levers = calloc(n ? n : 1, sizeof *out->levers);
+    if (!out->levers)
+        return err_set(ERR_NOMEM, "out of memory");
+    for (; out->n < n; out->n++) {
+        yaml_node_t *ln = yamlx_item(d, r.levers, out->n);
+        an_lever *l = &out->levers[out->n];
+        l->fom_baseline = l->fom_candidate = l->gain = l->band = NAN;
+        const char *name = yamlx_text(yamlx_get(d, ln, "name"));
+        char ctx[160];
+        snprintf(ctx, sizeof ctx, "lever %zu (%.100s)", out->n + 1, name ? name : "unnamed");
+        if ((rc = yamlx_map_read(d, ln, lever_fields, YAMLX_N(lever_fields), l, ctx, 0)))
+            return rc;
     }
     return 0;
 }
 
 int an_catalog_load(const char *path, an_catalog *c) {
     memset(c, 0, sizeof *c);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return err_set(ERR_CONFIG, "analyze: cannot open lever catalog %s", path);
-    yaml_parser_t p;
-    yaml_document_t d;
-    if (!yaml_parser_initialize(&p)) {
-        fclose(f);
-        return err_set(ERR_NOMEM, "analyze: out of memory");
+    yamlx_doc d;
+    int rc = yamlx_load_file(&d, path, "lever catalog", ERR_CONFIG);
+    if (rc == 0) {
+        rc = read_catalog(&d, c);
+        yamlx_free(&d);
     }
-    yaml_parser_set_input_file(&p, f);
-    int rc = 0;
-    if (!yaml_parser_load(&p, &d)) {
-        rc = err_set(ERR_CONFIG, "analyze: %s:%zu: YAML error: %s", path, p.problem_mark.line + 1,
-                     p.problem ? p.problem : "syntax");
-        yaml_parser_delete(&p);
-        fclose(f);
-        return rc;
-    }
-    char label[FS_PATH_MAX + 16];
-    snprintf(label, sizeof label, "analyze: %s", path);
-    if ((rc = yamlx_check_document(&d, label, ERR_CONFIG)) != 0) {
-        yaml_document_delete(&d);
-        yaml_parser_delete(&p);
-        fclose(f);
-        return rc;
-    }
-    yaml_node_t *root = yaml_document_get_root_node(&d);
-    const char *ver = scalar(get(&d, root, "version"));
-    yaml_node_t *levers = get(&d, root, "levers");
-    const char *obj = scalar(get(&d, root, "objective"));
-    if (!root || root->type != YAML_MAPPING_NODE) {
-        rc = err_set(ERR_CONFIG, "analyze: %s: not a lever catalog (a mapping with version and "
-                     "levers)", path);
-    } else if (!ver) {
-        rc = err_set(ERR_CONFIG, "analyze: %s: missing required key 'version'", path);
-    } else if (strcmp(ver, "1")) {
-        rc = err_set(ERR_CONFIG, "analyze: %s: version %s is not supported (this reader knows 1)",
-                     path, ver);
-    } else if (!levers || levers->type != YAML_SEQUENCE_NODE) {
-        rc = err_set(ERR_CONFIG, "analyze: %s: missing required key 'levers' (a list)", path);
-    } else if (obj && strcmp(obj, "throughput") && strcmp(obj, "time-to-target") &&
-               strcmp(obj, "epoch-time")) {
-        rc = err_set(ERR_CONFIG, "analyze: %s: objective '%s' is not throughput, time-to-target "
-                     "or epoch-time", path, obj);
-    } else {
-        size_t n = (size_t)(levers->data.sequence.items.top - levers->data.sequence.items.start);
-        c->levers = calloc(n ? n : 1, sizeof *c->levers);
-        if (!c->levers)
-            rc = err_set(ERR_NOMEM, "analyze: out of memory");
-        for (size_t i = 0; !rc && i < n; i++) {
-            yaml_node_t *ln = yaml_document_get_node(&d, levers->data.sequence.items.start[i]);
-            rc = lever_of(path, &d, ln, i, &c->levers[i]);
-            if (!rc)
-                c->n++;
-        }
-        const char *h = scalar(get(&d, root, "host")), *cpu = scalar(get(&d, root, "cpu"));
-        snprintf(c->host, sizeof c->host, "%s", h ? h : "");
-        snprintf(c->cpu, sizeof c->cpu, "%s", cpu ? cpu : "");
-        snprintf(c->objective, sizeof c->objective, "%s", obj ? obj : "");
-    }
-    yaml_document_delete(&d);
-    yaml_parser_delete(&p);
-    fclose(f);
-    if (rc)
+    if (rc) {
         an_catalog_free(c);
+        err_prefix("analyze");
+    }
     return rc;
 }
 

@@ -4,13 +4,11 @@
 
 #include "analyze/out.h"
 #include "core/err.h"
-#include "core/fsutil.h"
 #include "core/yamlx.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <yaml.h>
 
 #define CITE_WISIO                                                                                 \
     "Yildirim, Devarajan, Kougkas, Sun, Mohror. WisIO: Automated I/O Bottleneck Detection with "   \
@@ -141,122 +139,60 @@ void an_rules_dump(const an_ruleset *rs, FILE *out) {
     }
 }
 
+/* One entry of an overrides file; the other keys of a rule (source, citation, metric, ...) are
+ * documentation, ignored: a dumped table can be edited and fed back. */
+typedef struct {
+    char id[128];
+    double threshold, threshold2; /* NAN: not given */
+    int enabled;                  /* -1: not given */
+} rule_override;
+
+static const yamlx_field override_fields[] = {
+    {"id", YAMLX_STR, YAMLX_AT(rule_override, id), .flags = YAMLX_REQUIRED},
+    {"threshold", YAMLX_DOUBLE, YAMLX_AT(rule_override, threshold)},
+    {"threshold2", YAMLX_DOUBLE, YAMLX_AT(rule_override, threshold2)},
+    {"enabled", YAMLX_BOOL, YAMLX_AT(rule_override, enabled)},
+};
+static const yamlx_field overrides_root[] = {
+    {"rules", YAMLX_LIST, .off = 0, .size = sizeof(yaml_node_t *)},
+};
+
+/* Applies the entries of list `rules` in order. */
+static int apply_overrides(an_ruleset *rs, yamlx_doc *d, yaml_node_t *rules) {
+    for (size_t i = 0; i < yamlx_len(rules); i++) {
+        yaml_node_t *e = yamlx_item(d, rules, i);
+        rule_override o = {"", NAN, NAN, -1};
+        int rc = yamlx_map_read(d, e, override_fields, YAMLX_N(override_fields), &o, NULL, 0);
+        if (rc)
+            return rc;
+        an_rule *cur = NULL;
+        for (size_t k = 0; k < rs->n && !cur; k++)
+            if (!strcmp(rs->rules[k].id, o.id))
+                cur = &rs->rules[k];
+        if (!cur)
+            return err_set(ERR_CONFIG, "%s:%zu: unknown rule id '%s' (see scaffold analyze "
+                           "--dump-rules)", d->label, e->start_mark.line + 1, o.id);
+        if (!isnan(o.threshold))
+            cur->threshold = o.threshold;
+        if (!isnan(o.threshold2))
+            cur->threshold2 = o.threshold2;
+        if (o.enabled >= 0)
+            cur->enabled = o.enabled;
+    }
+    return 0;
+}
+
 int an_rules_load_overrides(an_ruleset *rs, const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return err_set(ERR_CONFIG, "analyze: cannot open rules file %s", path);
-    char label[FS_PATH_MAX + 16];
-    snprintf(label, sizeof label, "analyze: %s", path);
-    int drc = yamlx_check_file(path, label, ERR_CONFIG);
-    if (drc) {
-        fclose(f);
-        return drc;
+    yamlx_doc d;
+    int rc = yamlx_load_file(&d, path, "rules file", ERR_CONFIG);
+    if (rc == 0) {
+        yaml_node_t *rules = NULL;
+        rc = yamlx_map_read(&d, yamlx_root(&d), overrides_root, 1, &rules, NULL, 1);
+        if (rc == 0)
+            rc = apply_overrides(rs, &d, rules);
+        yamlx_free(&d);
     }
-    yaml_parser_t p;
-    yaml_event_t ev;
-    if (!yaml_parser_initialize(&p)) {
-        fclose(f);
-        return err_set(ERR_NOMEM, "analyze: out of memory");
-    }
-    yaml_parser_set_input_file(&p, f);
-    int rc = 0, depth = 0, done = 0;
-    char key[64] = "";
-    int expect_value = 0;
-    an_rule *cur = NULL;
-    /* Values of the current item, applied when its mapping ends (the id may come last). */
-    char id[128] = "";
-    double thr = NAN, thr2 = NAN;
-    int enabled = -1;
-    while (!done && !rc) {
-        if (!yaml_parser_parse(&p, &ev)) {
-            rc = err_set(ERR_CONFIG, "analyze: %s:%zu: YAML error: %s", path,
-                         p.problem_mark.line + 1, p.problem ? p.problem : "syntax");
-            break;
-        }
-        switch (ev.type) {
-        case YAML_STREAM_END_EVENT: done = 1; break;
-        case YAML_MAPPING_START_EVENT:
-            depth++;
-            if (depth == 2) {
-                id[0] = 0;
-                thr = thr2 = NAN;
-                enabled = -1;
-            }
-            expect_value = 0;
-            break;
-        case YAML_MAPPING_END_EVENT:
-            if (depth == 2) {
-                cur = NULL;
-                for (size_t i = 0; i < rs->n; i++)
-                    if (!strcmp(rs->rules[i].id, id))
-                        cur = &rs->rules[i];
-                if (!cur) {
-                    rc = err_set(ERR_CONFIG,
-                                 "analyze: %s:%zu: unknown rule id '%s' (see scaffold analyze "
-                                 "--dump-rules)",
-                                 path, ev.start_mark.line + 1, id);
-                } else {
-                    if (!isnan(thr))
-                        cur->threshold = thr;
-                    if (!isnan(thr2))
-                        cur->threshold2 = thr2;
-                    if (enabled >= 0)
-                        cur->enabled = enabled;
-                }
-            }
-            depth--;
-            expect_value = 0;
-            break;
-        case YAML_SCALAR_EVENT: {
-            const char *v = (const char *)ev.data.scalar.value;
-            if (depth == 1 && !expect_value) {
-                if (strcmp(v, "rules"))
-                    rc = err_set(ERR_CONFIG, "analyze: %s:%zu: unknown key '%s' (expected 'rules')",
-                                 path, ev.start_mark.line + 1, v);
-                break;
-            }
-            if (depth != 2)
-                break;
-            if (!expect_value) {
-                snprintf(key, sizeof key, "%s", v);
-                expect_value = 1;
-                break;
-            }
-            expect_value = 0;
-            char *end;
-            if (!strcmp(key, "id")) {
-                snprintf(id, sizeof id, "%s", v);
-            } else if (!strcmp(key, "threshold") || !strcmp(key, "threshold2")) {
-                double d = strtod(v, &end);
-                if (end == v || *end || !isfinite(d)) {
-                    rc = err_set(ERR_CONFIG, "analyze: %s:%zu: %s must be a number, got '%s'",
-                                 path, ev.start_mark.line + 1, key, v);
-                    break;
-                }
-                if (!strcmp(key, "threshold"))
-                    thr = d;
-                else
-                    thr2 = d;
-            } else if (!strcmp(key, "enabled")) {
-                if (!strcmp(v, "true") || !strcmp(v, "1"))
-                    enabled = 1;
-                else if (!strcmp(v, "false") || !strcmp(v, "0"))
-                    enabled = 0;
-                else
-                    rc = err_set(ERR_CONFIG, "analyze: %s:%zu: enabled must be true or false",
-                                 path, ev.start_mark.line + 1);
-            }
-            /* Other keys (source, citation, metric, ...) are documentation: a dumped table
-             * can be edited and fed back. */
-            break;
-        }
-        default: break;
-        }
-        yaml_event_delete(&ev);
-    }
-    yaml_parser_delete(&p);
-    fclose(f);
-    return rc;
+    return rc ? err_prefix("analyze") : 0;
 }
 
 const char *an_severity(double share) {

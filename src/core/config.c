@@ -6,27 +6,27 @@
 #include "core/yamlx.h"
 
 #include <ctype.h>
-#include <errno.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <yaml.h>
 
-typedef enum { T_INT, T_FLOAT, T_STR, T_LIST } cfg_type;
-#define T_INT_ T_INT
-
+/* A key: how its value is read (yamlx.h; PyYAML's types, as upstream reads the file), its
+ * default and its help. */
 typedef struct {
-    const char *name;
-    cfg_type type;
-    size_t off;
+    yamlx_field f;
     const char *def;
     const char *help;
 } cfg_desc;
 
+#define CFG_Y_INT YAMLX_INT
+#define CFG_Y_FLOAT YAMLX_DOUBLE
+#define CFG_Y_STR YAMLX_STR
+#define CFG_Y_LIST YAMLX_INTS
 static const cfg_desc cfg_table[CFG_NKEYS] = {
-#define CFG_DESC(name, type, def, help) {#name, T_##type, offsetof(scaffold_config, name), def, help},
+#define CFG_DESC(name, type, def, help)                                                            \
+    {{#name, CFG_Y_##type, YAMLX_AT(scaffold_config, name), .flags = YAMLX_TYPED}, def, help},
     CFG_KEYS(CFG_DESC)
 #undef CFG_DESC
 };
@@ -37,14 +37,14 @@ static const char *const cfg_aux[] = {
     "unet_layers", "vol_size",  "point_num",  "scheduler_metadata", "machine_name", "scale",
     "dc_total_shards", "config_files", NULL};
 
-/* Keys that hold a single value (a YAML list for them is a rejected "sweep"). */
+/* Keys that hold a list (a YAML list for another key is a rejected "sweep"). */
 static int cfg_is_list(int k) {
-    return cfg_table[k].type == T_LIST;
+    return cfg_table[k].f.type == YAMLX_INTS;
 }
 
 static int cfg_find(const char *name) {
     for (int k = 0; k < CFG_NKEYS; k++)
-        if (!strcmp(cfg_table[k].name, name))
+        if (!strcmp(cfg_table[k].f.key, name))
             return k;
     return -1;
 }
@@ -121,225 +121,89 @@ const char *config_pyfloat(double v, char *buf, size_t n) {
 }
 
 /* Where a key's value came from, for messages. */
-static void cfg_where(const scaffold_config *c, int k, const char *src, char *buf, size_t n) {
-    (void)c;
+static void cfg_where(int k, const char *src, char *buf, size_t n) {
     if (src && !strncmp(src, "--", 2))
         snprintf(buf, n, "%s", src);
     else if (src)
-        snprintf(buf, n, "%s: key '%s'", src, cfg_table[k].name);
+        snprintf(buf, n, "%s: key '%s'", src, cfg_table[k].f.key);
     else
-        snprintf(buf, n, "key '%s'", cfg_table[k].name);
+        snprintf(buf, n, "key '%s'", cfg_table[k].f.key);
 }
 
-static int parse_int(const char *s, long long *out) {
-    if (!strcasecmp(s, "true")) {
-        *out = 1;
-        return 0;
-    }
-    if (!strcasecmp(s, "false")) {
-        *out = 0;
-        return 0;
-    }
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end != '\0')
-        return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_float(const char *s, double *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end != '\0')
-        return -1;
-    *out = v;
-    return 0;
-}
-
-/* Sets key k from a scalar text. `quoted`: the YAML scalar was quoted (so never a number).
- * `src`: "file.yml" or "--flag" for messages. */
-static int cfg_set_scalar(scaffold_config *c, int k, const char *text, int quoted, const char *src) {
-    const cfg_desc *d = &cfg_table[k];
-    char *field = (char *)c + d->off;
+/* Sets key k from a text: a default, or a flag's value (`src` "--flag"; a list's values are
+ * joined with commas). */
+static int cfg_set_scalar(scaffold_config *c, int k, const char *text, const char *src) {
     char where[CFG_STR_MAX + 64];
-    cfg_where(c, k, src, where, sizeof where);
-    switch (d->type) {
-    case T_INT: {
-        long long v;
-        if (quoted || parse_int(text, &v))
-            return err_set(ERR_CONFIG, "%s: expected an integer, got '%s'", where, text);
-        if (v < -2147483647LL || v > 2147483647LL)
-            return err_set(ERR_CONFIG, "%s: integer %s out of range", where, text);
-        *(int *)field = (int)v;
-        return 0;
-    }
-    case T_FLOAT: {
-        double v;
-        if (quoted || parse_float(text, &v) || !isfinite(v))
-            return err_set(ERR_CONFIG, "%s: expected a number, got '%s'", where, text);
-        *(double *)field = v;
-        return 0;
-    }
-    case T_STR:
-        if (strlen(text) >= CFG_STR_MAX)
-            return err_set(ERR_CONFIG, "%s: value longer than %d characters", where,
-                           CFG_STR_MAX - 1);
-        strcpy(field, text);
-        return 0;
-    case T_LIST: {
-        /* A scalar for a list key: "1,1,1" or "[1, 1, 1]" from a flag. */
-        cfg_list l = {0, {0}};
-        char tmp[256];
-        snprintf(tmp, sizeof tmp, "%s", text);
-        for (char *tok = strtok(tmp, "[], "); tok; tok = strtok(NULL, "[], ")) {
-            long long v;
-            if (l.n >= CFG_LIST_MAX || parse_int(tok, &v))
-                return err_set(ERR_CONFIG, "%s: expected a list of up to %d integers, got '%s'",
-                               where, CFG_LIST_MAX, text);
-            l.v[l.n++] = (int)v;
-        }
-        if (l.n == 0)
-            return err_set(ERR_CONFIG, "%s: empty list", where);
-        *(cfg_list *)field = l;
-        return 0;
-    }
-    }
-    return err_set(ERR_INTERNAL, "bad key type");
+    cfg_where(k, src, where, sizeof where);
+    return yamlx_set(&cfg_table[k].f, c, text, where, ERR_CONFIG);
 }
 
 void config_defaults(scaffold_config *c) {
     memset(c, 0, sizeof *c);
     for (int k = 0; k < CFG_NKEYS; k++)
-        if (cfg_set_scalar(c, k, cfg_table[k].def, 0, "default") != 0)
+        if (cfg_set_scalar(c, k, cfg_table[k].def, "default") != 0)
             abort(); /* a bad default is a programming error caught by the first test run */
 }
 
-static const char *node_kind(yaml_node_t *n) {
-    return n->type == YAML_SEQUENCE_NODE ? "a list" : n->type == YAML_MAPPING_NODE ? "a mapping"
-                                                                                     : "a scalar";
+static void cfg_append(char *list, const char *key) {
+    size_t u = strlen(list);
+    snprintf(list + u, CFG_STR_MAX - u, "%s'%s'", u ? ", " : "", key);
+}
+
+/* One key of a configuration file. Unknown keys and lists for single-valued keys are collected
+ * into `unknown` and `sweeps` (CFG_STR_MAX each), to be reported together. */
+static int cfg_load_pair(scaffold_config *c, yamlx_doc *d, const yaml_node_pair_t *p,
+                         char *unknown, char *sweeps) {
+    yaml_node_t *vn = yaml_document_get_node(&d->doc, p->value);
+    const char *key = yamlx_text(yaml_document_get_node(&d->doc, p->key));
+    if (!key)
+        return err_set(ERR_CONFIG, "%s: configuration keys must be plain names", d->label);
+    if (!strcmp(key, "dataset_num_shards") || !strcmp(key, "dataset_shard_dims"))
+        return err_set(ERR_CONFIG, "%s: key '%s' is no longer supported; use "
+                       "dc_num_shards/dc_shard_dims", d->label, key);
+    if (!strcmp(key, "dist")) {
+        const char *v = yamlx_text(vn);
+        return v && !strcmp(v, "0") ? err_set(ERR_CONFIG, "%s: key 'dist': dist: 0 is not "
+                                              "supported (scaffold is always distributed; remove "
+                                              "the key)", d->label)
+                                    : 0;
+    }
+    int k = cfg_find(key);
+    if (k < 0 || (vn->type == YAML_SEQUENCE_NODE && !cfg_is_list(k))) {
+        if (k >= 0 || !cfg_is_aux(key))
+            cfg_append(k < 0 ? unknown : sweeps, key);
+        return 0;
+    }
+    char where[CFG_STR_MAX + 64];
+    cfg_where(k, d->label, where, sizeof where);
+    int rc = yamlx_set_node(d, &cfg_table[k].f, c, vn, where);
+    if (rc == 0)
+        c->from_file[k] = 1;
+    return rc;
 }
 
 int config_load_file(scaffold_config *c, const char *path) {
-    FILE *f = fs_open_read(path);
-    if (!f)
-        return err_set(ERR_CONFIG, "cannot open config file %s: %s", path, strerror(errno));
-    yaml_parser_t parser;
-    yaml_document_t doc;
-    yaml_parser_initialize(&parser);
-    yaml_parser_set_input_file(&parser, f);
-    if (!yaml_parser_load(&parser, &doc)) {
-        int rc = err_set(ERR_CONFIG, "%s:%zu:%zu: YAML syntax error: %s", path,
-                         parser.problem_mark.line + 1, parser.problem_mark.column + 1,
-                         parser.problem ? parser.problem : "unknown");
-        yaml_parser_delete(&parser);
-        fclose(f);
+    yamlx_doc d;
+    int rc = yamlx_load_file(&d, path, "config file", ERR_CONFIG);
+    if (rc)
         return rc;
-    }
-    yaml_parser_delete(&parser);
-    fclose(f);
-    int rc = 0;
-    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    yaml_node_t *root = yamlx_root(&d); /* NULL: an empty file, no overrides */
     char unknown[CFG_STR_MAX] = "", sweeps[CFG_STR_MAX] = "";
-    if (!root) {
-        goto done; /* empty file: no overrides */
-    }
-    if (root->type != YAML_MAPPING_NODE) {
-        rc = err_set(ERR_CONFIG, "%s: expected a mapping of configuration keys, found %s", path,
-                     node_kind(root));
-        goto done;
-    }
-    if ((rc = yamlx_check_document(&doc, path, ERR_CONFIG)) != 0)
-        goto done;
-    for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
-         p++) {
-        yaml_node_t *kn = yaml_document_get_node(&doc, p->key);
-        yaml_node_t *vn = yaml_document_get_node(&doc, p->value);
-        if (kn->type != YAML_SCALAR_NODE) {
-            rc = err_set(ERR_CONFIG, "%s: configuration keys must be plain names", path);
-            goto done;
-        }
-        const char *key = (const char *)kn->data.scalar.value;
-        if (!strcmp(key, "dataset_num_shards") || !strcmp(key, "dataset_shard_dims")) {
-            rc = err_set(ERR_CONFIG,
-                         "%s: key '%s' is no longer supported; use dc_num_shards/dc_shard_dims",
-                         path, key);
-            goto done;
-        }
-        if (!strcmp(key, "dist")) {
-            if (vn->type == YAML_SCALAR_NODE && !strcmp((char *)vn->data.scalar.value, "0")) {
-                rc = err_set(ERR_CONFIG, "%s: key 'dist': dist: 0 is not supported (scaffold is "
-                                         "always distributed; remove the key)", path);
-                goto done;
-            }
-            continue;
-        }
-        int k = cfg_find(key);
-        if (k < 0) {
-            if (!cfg_is_aux(key)) {
-                size_t u = strlen(unknown);
-                snprintf(unknown + u, sizeof unknown - u, "%s'%s'", u ? ", " : "", key);
-            }
-            continue;
-        }
-        if (vn->type == YAML_SEQUENCE_NODE && !cfg_is_list(k)) {
-            size_t u = strlen(sweeps);
-            snprintf(sweeps + u, sizeof sweeps - u, "%s'%s'", u ? ", " : "", key);
-            continue;
-        }
-        if (vn->type == YAML_MAPPING_NODE) {
-            rc = err_set(ERR_CONFIG, "%s: key '%s': expected a single value, found a mapping",
-                         path, key);
-            goto done;
-        }
-        if (vn->type == YAML_SEQUENCE_NODE) {
-            cfg_list l = {0, {0}};
-            for (yaml_node_item_t *it = vn->data.sequence.items.start;
-                 it < vn->data.sequence.items.top; it++) {
-                yaml_node_t *in = yaml_document_get_node(&doc, *it);
-                long long v;
-                if (in->type != YAML_SCALAR_NODE || l.n >= CFG_LIST_MAX ||
-                    parse_int((char *)in->data.scalar.value, &v)) {
-                    rc = err_set(ERR_CONFIG, "%s: key '%s': expected a list of up to %d integers",
-                                 path, key, CFG_LIST_MAX);
-                    goto done;
-                }
-                l.v[l.n++] = (int)v;
-            }
-            *(cfg_list *)((char *)c + cfg_table[k].off) = l;
-        } else {
-            const char *v = (const char *)vn->data.scalar.value;
-            int quoted = vn->data.scalar.style == YAML_SINGLE_QUOTED_SCALAR_STYLE ||
-                         vn->data.scalar.style == YAML_DOUBLE_QUOTED_SCALAR_STYLE;
-            int is_null = !quoted && (!strcmp(v, "") || !strcmp(v, "~") || !strcmp(v, "null"));
-            if (is_null) {
-                if (cfg_table[k].type != T_STR) {
-                    rc = err_set(ERR_CONFIG, "%s: key '%s' has no value", path, key);
-                    goto done;
-                }
-                v = "";
-            }
-            if ((rc = cfg_set_scalar(c, k, v, quoted, path)) != 0)
-                goto done;
-        }
-        c->from_file[k] = 1;
-    }
-    if (sweeps[0]) {
+    if (root && root->type != YAML_MAPPING_NODE)
+        rc = err_set(ERR_CONFIG, "%s: expected a mapping of configuration keys, found a %s", path,
+                     yamlx_kind(root));
+    for (yaml_node_pair_t *p = root ? root->data.mapping.pairs.start : NULL;
+         rc == 0 && root && p < root->data.mapping.pairs.top; p++)
+        rc = cfg_load_pair(c, &d, p, unknown, sweeps);
+    if (rc == 0 && sweeps[0])
         rc = err_set(ERR_CONFIG,
                      "%s: %s: parameter sweeps are no longer supported; got a list for a "
                      "single-valued key. Launch one benchmark run per parameter setting.",
                      path, sweeps);
-        goto done;
-    }
-    if (unknown[0]) {
+    if (rc == 0 && unknown[0])
         rc = err_set(ERR_CONFIG, "%s: unknown config key(s): %s (see 'scaffold benchmark --help' "
                                  "for the valid keys)", path, unknown);
-        goto done;
-    }
-done:
-    yaml_document_delete(&doc);
+    yamlx_free(&d);
     return rc;
 }
 
@@ -395,14 +259,15 @@ static int cfg_cli_build(cfg_cli *cl, scaffold_config *c, const opt_spec *extra)
                                        "resume the run in --run-dir from its checkpoints");
     cl->tab[n++] = (opt_spec)OPT_SECTION_("configuration keys (precedence: default < file < flag):");
     for (int k = 0; k < CFG_NKEYS; k++) {
-        snprintf(cl->names[k], sizeof cl->names[k], "%s", cfg_table[k].name);
+        snprintf(cl->names[k], sizeof cl->names[k], "%s", cfg_table[k].f.key);
         for (char *p = cl->names[k]; *p; p++)
             if (*p == '_')
                 *p = '-';
-        const char *arg = cfg_table[k].type == T_LIST  ? "I I I"
-                          : cfg_table[k].type == T_STR ? "STR"
-                          : cfg_table[k].type == T_INT ? "INT"
-                                                       : "NUM";
+        yamlx_type t = cfg_table[k].f.type;
+        const char *arg = t == YAMLX_INTS  ? "I I I"
+                          : t == YAMLX_STR ? "STR"
+                          : t == YAMLX_INT ? "INT"
+                                           : "NUM";
         cl->tab[n++] = (opt_spec){.name = cl->names[k], .type = OPT_FN, .fn = cfg_opt_key,
                                   .ctx = cl, .nargs = cfg_is_list(k) ? CFG_LIST_MAX : 1,
                                   .arg = arg, .help = cfg_table[k].help, .def = cfg_table[k].def};
@@ -438,7 +303,7 @@ int config_parse_args_opts(scaffold_config *c, int argc, char **argv, int requir
             snprintf(joined + u, sizeof joined - u, "%s%s", j ? "," : "", r->vals[j]);
         }
         snprintf(flag, sizeof flag, "--%s", cl->names[r->k]);
-        rc = cfg_set_scalar(c, r->k, joined, 0, flag);
+        rc = cfg_set_scalar(c, r->k, joined, flag);
         if (!rc)
             c->from_flag[r->k] = 1;
     }
@@ -455,30 +320,30 @@ int config_parse_args(scaffold_config *c, int argc, char **argv, int require_con
 static void cfg_src(const scaffold_config *c, int k, char *buf, size_t n) {
     if (c->from_flag[k]) {
         char flag[128];
-        snprintf(flag, sizeof flag, "--%s", cfg_table[k].name);
+        snprintf(flag, sizeof flag, "--%s", cfg_table[k].f.key);
         for (char *p = flag + 2; *p; p++)
             if (*p == '_')
                 *p = '-';
         snprintf(buf, n, "%s", flag);
     } else if (c->from_file[k] && c->n_files > 0) {
-        snprintf(buf, n, "%s: key '%s'", c->files[c->n_files - 1], cfg_table[k].name);
+        snprintf(buf, n, "%s: key '%s'", c->files[c->n_files - 1], cfg_table[k].f.key);
         /* Find the last file that mentions the key for an exact message. */
         for (int f = c->n_files - 1; f >= 0; f--) {
             char *txt = NULL;
             if (fs_read_file(c->files[f], &txt, NULL) == 0) {
                 char pat[160];
-                snprintf(pat, sizeof pat, "%s:", cfg_table[k].name);
+                snprintf(pat, sizeof pat, "%s:", cfg_table[k].f.key);
                 int hit = strstr(txt, pat) != NULL;
                 free(txt);
                 if (hit) {
-                    snprintf(buf, n, "%s: key '%s'", c->files[f], cfg_table[k].name);
+                    snprintf(buf, n, "%s: key '%s'", c->files[f], cfg_table[k].f.key);
                     break;
                 }
             }
         }
         err_clear();
     } else {
-        snprintf(buf, n, "default of key '%s'", cfg_table[k].name);
+        snprintf(buf, n, "default of key '%s'", cfg_table[k].f.key);
     }
 }
 
@@ -709,16 +574,16 @@ size_t config_value_text(const scaffold_config *c, int k, char *buf, size_t n) {
         buf[0] = '\0';
     if (k < 0 || k >= CFG_NKEYS)
         return 0;
-    const char *field = (const char *)c + cfg_table[k].off;
+    const char *field = (const char *)c + cfg_table[k].f.off;
     char num[64];
-    switch (cfg_table[k].type) {
-    case T_INT:
+    switch (cfg_table[k].f.type) {
+    case YAMLX_INT:
         return (size_t)snprintf(buf, n, "%d", *(const int *)field);
-    case T_FLOAT:
+    case YAMLX_DOUBLE:
         return (size_t)snprintf(buf, n, "%s", config_pyfloat(*(const double *)field, num, sizeof num));
-    case T_STR:
+    case YAMLX_STR:
         return yaml_str(buf, n, field);
-    case T_LIST: {
+    case YAMLX_INTS: {
         const cfg_list *l = (const cfg_list *)field;
         size_t o = (size_t)snprintf(buf, n, "[");
         for (int i = 0; i < l->n; i++)
@@ -727,12 +592,13 @@ size_t config_value_text(const scaffold_config *c, int k, char *buf, size_t n) {
         o += (size_t)snprintf(buf + (o < n ? o : n), o < n ? n - o : 0, "]");
         return o;
     }
+    default:
+        return 0;
     }
-    return 0;
 }
 
 const char *config_key_name(int k) {
-    return k >= 0 && k < CFG_NKEYS ? cfg_table[k].name : "";
+    return k >= 0 && k < CFG_NKEYS ? cfg_table[k].f.key : "";
 }
 
 int config_write_yaml(const scaffold_config *c, const char *path, int only_flags) {
@@ -747,7 +613,7 @@ int config_write_yaml(const scaffold_config *c, const char *path, int only_flags
         if (k == CFG_K_run_dir && !c->from_flag[k])
             continue; /* a saved config must not turn a new run into a resume */
         config_value_text(c, k, val, sizeof val);
-        fprintf(a.fp, "%s: %s\n", cfg_table[k].name, val);
+        fprintf(a.fp, "%s: %s\n", cfg_table[k].f.key, val);
     }
     if (!only_flags)
         fprintf(a.fp, "unet_layers: %d\nvol_size: %d\npoint_num: %ld\n", c->unet_layers,
@@ -763,7 +629,7 @@ char *config_canonical(const scaffold_config *c, size_t *len) {
     if (!buf)
         return NULL;
     for (int k = 0; k < CFG_NKEYS; k++) {
-        o += (size_t)snprintf(buf + o, cap - o, "%s: ", cfg_table[k].name);
+        o += (size_t)snprintf(buf + o, cap - o, "%s: ", cfg_table[k].f.key);
         size_t v = config_value_text(c, k, buf + o, cap - o);
         o += v < cap - o ? v : cap - o - 1;
         o += (size_t)snprintf(buf + o, cap - o, "\n");

@@ -1,5 +1,6 @@
-/* yamlx: checks shared by every YAML file the program reads (configurations, levers files,
- * lever catalogs, rules overrides, dataset meta.yaml).
+/* yamlx: what every YAML file the program reads (configurations, levers files, lever catalogs,
+ * rules overrides, dataset meta.yaml) shares: the checks of a loaded document, and the reading of
+ * its mappings into structs through tables of fields (below).
  *
  * libyaml accepts a mapping that names a key twice and the readers would silently keep one value
  * (the last, usually); such a file is refused instead, naming both lines.
@@ -32,9 +33,88 @@
  * ERR_NOMEM if its bookkeeping cannot be allocated; 0 otherwise. */
 int yamlx_check_document(yaml_document_t *doc, const char *label, int code);
 
-/* The same for YAML text, or a file, that a reader parses event by event. A text that does not
- * load is left to the reader (0): it reports its own syntax errors. */
-int yamlx_check_text(const char *text, size_t n, const char *label, int code);
-int yamlx_check_file(const char *path, const char *label, int code); /* label NULL: path */
+/* ------------------------------------------------------------------ reading into structs
+ *
+ * Every reader loads its file with yamlx_load_file (or _text), which refuses what
+ * yamlx_check_document refuses, then reads each mapping into a struct through a table of
+ * fields with yamlx_map_read (the configuration, whose key table is its own, value by value
+ * with yamlx_set_node). A message names the file and line, the reader's context and the key,
+ * then what was expected and what was found:
+ *   "<label>:<line>: [<ctx>: ]key 'K': expected an integer in [1, 12], got '13'"
+ *   "<label>:<line>: [<ctx>: ]key 'K': expected a list, found a scalar"
+ *   "<label>:<line>: [<ctx>: ]key 'K' has no value"                      (a null, not a text)
+ *   "<label>:<line>: [<ctx>: ]missing required key 'K'"                  (line of the mapping)
+ *   "<label>:<line>: [<ctx>: ]unknown key 'K' (valid keys: a, b, c)"     (strict tables) */
+
+/* A loaded document, the file as messages name it, and the error code of every message. */
+typedef struct yamlx_doc {
+    yaml_document_t doc;
+    const char *label; /* not copied: must outlive the reading */
+    int code;
+} yamlx_doc;
+
+/* Loads the first document of a file ("cannot open <what> <path>: <reason>"), or of a text, and
+ * checks it (yamlx_check_document). A syntax error: "<label>:<line>:<col>: YAML syntax error:
+ * <problem>". 0 (free the document with yamlx_free) or `code` (ERR_NOMEM), nothing to free. */
+int yamlx_load_file(yamlx_doc *d, const char *path, const char *what, int code);
+int yamlx_load_text(yamlx_doc *d, const char *text, size_t n, const char *label, int code);
+void yamlx_free(yamlx_doc *d);
+yaml_node_t *yamlx_root(yamlx_doc *d); /* NULL for an empty document */
+
+/* "scalar", "list" or "mapping"; a scalar node's text (NULL for another node or NULL); the value
+ * of scalar key `key` in mapping `map` (NULL when absent or `map` is no mapping); the number of
+ * items of a list (0 for another node) and item i. */
+const char *yamlx_kind(const yaml_node_t *n);
+const char *yamlx_text(const yaml_node_t *n);
+yaml_node_t *yamlx_get(yamlx_doc *d, yaml_node_t *map, const char *key);
+size_t yamlx_len(const yaml_node_t *list);
+yaml_node_t *yamlx_item(yamlx_doc *d, const yaml_node_t *list, size_t i);
+
+typedef enum {
+    YAMLX_STR = 1, /* char[size]: the text (a null value is "") */
+    YAMLX_INT,     /* int in [min, max] (any int when both are 0) */
+    YAMLX_DOUBLE,  /* finite double in [min, max] (any when both are 0) */
+    YAMLX_BOOL,    /* int 1 or 0: true or false (any case), 1 or 0 */
+    YAMLX_ENUM,    /* char[size]: one of `names` */
+    YAMLX_INTS,    /* struct {int n; int v[...];}: a list of ints in [min, max], from a YAML list
+                    * or a text such as "1,2,1" or "[1, 2, 1]" (not empty) */
+    YAMLX_LIST,    /* yaml_node_t *: the value, a list, for the reader to walk */
+    YAMLX_MAP,     /* yaml_node_t *: the value, a mapping */
+    YAMLX_SKIP     /* a known key whose value is not read */
+} yamlx_type;
+
+enum {
+    YAMLX_REQUIRED = 1, /* yamlx_map_read: the key must be present */
+    YAMLX_CUT = 2,      /* STR: a longer text is cut to size - 1 characters (else refused) */
+    YAMLX_TYPED = 4     /* PyYAML's types: a quoted scalar is a text, never a number or a
+                         * switch; INT and INTS take true and false as 1 and 0 */
+};
+
+typedef struct yamlx_field {
+    const char *key;
+    yamlx_type type;
+    size_t off, size; /* the destination in the struct: YAMLX_AT(type, member) */
+    double min, max;  /* INT, DOUBLE, INTS: inclusive range (none when both are 0) */
+    const char *const *names; /* ENUM: the accepted words, NULL-terminated */
+    unsigned flags;           /* YAMLX_REQUIRED, YAMLX_CUT, YAMLX_TYPED */
+} yamlx_field;
+
+#define YAMLX_AT(type, member) .off = offsetof(type, member), .size = sizeof(((type *)0)->member)
+#define YAMLX_N(tab) (sizeof(tab) / sizeof((tab)[0]))
+
+/* Reads mapping `map` (NULL: an empty mapping, for an empty document) into `obj` by the table
+ * (at most 64 fields):
+ * each key of the table converts its value into its field (keys left out keep their field);
+ * other keys are ignored, or refused when `strict`; then a required key left out is an error.
+ * `ctx` (NULL: none) names the mapping in messages ("levers entry 2"). 0 or d->code. */
+int yamlx_map_read(yamlx_doc *d, yaml_node_t *map, const yamlx_field *tab, size_t n, void *obj,
+                   const char *ctx, int strict);
+
+/* One value into field f of obj: from a node (its kind, null and quoting checked), or from a
+ * text (a command-line flag). `where` starts the message ("cfg.yml: key 'seed'", "--seed"):
+ * "<where>: expected an integer, got 'x'". 0 or d->code (`code`). */
+int yamlx_set_node(yamlx_doc *d, const yamlx_field *f, void *obj, yaml_node_t *v,
+                   const char *where);
+int yamlx_set(const yamlx_field *f, void *obj, const char *text, const char *where, int code);
 
 #endif

@@ -18,7 +18,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <yaml.h>
 
 static const char *const ds_include_keys[] = {
     "dataset_format_version", "n_categories", "n_instances_used_per_fractal", "problem_scale",
@@ -125,224 +124,84 @@ int ds_meta_write(const char *path, const ds_spec *c, int num_volumes, int n_tra
     return fs_atomic_commit(&a, 0);
 }
 
-/* ---- meta.yaml reader: a flat view of a two-level mapping ("key" / "parent.key"), where a
- * sequence of scalars becomes "a,b,c". */
+/* ---- meta.yaml reader */
 
-#define META_MAX 64
-typedef struct meta_kv {
-    char key[96];
-    char val[256];
-} meta_kv;
+typedef struct {
+    int n, v[3];
+} meta_ints;
 
-static int meta_parse(const char *path, meta_kv *kv, int *nkv) {
-    int drc = yamlx_check_file(path, NULL, ERR_FORMAT);
-    if (drc)
-        return err_prefix("dataset metadata");
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return err_set(ERR_IO, "cannot read %s: %s", path, strerror(errno));
-    yaml_parser_t p;
-    yaml_parser_initialize(&p);
-    yaml_parser_set_input_file(&p, f);
-    char stack[2][96] = {"", ""};
-    int depth = 0;       /* mapping depth */
-    int expect_key[3] = {1, 1, 1};
-    int in_seq = 0;
-    int n = 0, rc = 0, done = 0;
-    char cur[96] = "";
-    while (!done) {
-        yaml_event_t ev;
-        if (!yaml_parser_parse(&p, &ev)) {
-            rc = err_set(ERR_FORMAT, "%s: not valid YAML (line %zu: %s); delete this dataset "
-                         "directory to regenerate it",
-                         path, p.problem_mark.line + 1, p.problem ? p.problem : "?");
-            break;
-        }
-        switch (ev.type) {
-        case YAML_STREAM_END_EVENT:
-            done = 1;
-            break;
-        case YAML_MAPPING_START_EVENT:
-            if (depth >= 2) {
-                rc = err_set(ERR_FORMAT, "%s: unexpected nesting", path);
-                done = 1;
-                break;
-            }
-            if (depth > 0)
-                snprintf(stack[depth - 1], sizeof stack[0], "%s", cur);
-            depth++;
-            expect_key[depth] = 1;
-            break;
-        case YAML_MAPPING_END_EVENT:
-            depth--;
-            if (depth > 0)
-                expect_key[depth] = 1;
-            break;
-        case YAML_SEQUENCE_START_EVENT:
-            if (n < META_MAX) {
-                if (depth == 2)
-                    snprintf(kv[n].key, sizeof kv[n].key, "%s.%s", stack[0], cur);
-                else
-                    snprintf(kv[n].key, sizeof kv[n].key, "%s", cur);
-                kv[n].val[0] = '\0';
-            }
-            in_seq = 1;
-            break;
-        case YAML_SEQUENCE_END_EVENT:
-            in_seq = 0;
-            if (n < META_MAX)
-                n++;
-            expect_key[depth] = 1;
-            break;
-        case YAML_SCALAR_EVENT: {
-            const char *s = (const char *)ev.data.scalar.value;
-            if (in_seq) {
-                if (n < META_MAX) {
-                    size_t l = strlen(kv[n].val);
-                    snprintf(kv[n].val + l, sizeof kv[n].val - l, "%s%s", l ? "," : "", s);
-                }
-            } else if (expect_key[depth]) {
-                snprintf(cur, sizeof cur, "%s", s);
-                expect_key[depth] = 0;
-            } else {
-                if (n < META_MAX) {
-                    if (depth == 2)
-                        snprintf(kv[n].key, sizeof kv[n].key, "%s.%s", stack[0], cur);
-                    else
-                        snprintf(kv[n].key, sizeof kv[n].key, "%s", cur);
-                    snprintf(kv[n].val, sizeof kv[n].val, "%s", s);
-                    n++;
-                }
-                expect_key[depth] = 1;
-            }
-            break;
-        }
-        default:
-            break;
-        }
-        yaml_event_delete(&ev);
-    }
-    yaml_parser_delete(&p);
-    fclose(f);
-    *nkv = n;
-    return rc;
-}
+typedef struct {
+    ds_meta m;
+    yaml_node_t *subset;
+    meta_ints counts, dims;
+} meta_doc;
 
-static const char *kv_get(const meta_kv *kv, int n, const char *key) {
-    for (int i = 0; i < n; i++)
-        if (!strcmp(kv[i].key, key))
-            return kv[i].val;
-    return NULL;
-}
+#define META(k) YAMLX_AT(meta_doc, m.k)
+static const yamlx_field meta_fields[] = {
+    {"config_id", YAMLX_STR, META(config_id), .flags = YAMLX_REQUIRED},
+    {"dataset_format_version", YAMLX_INT, META(format_version), .flags = YAMLX_REQUIRED},
+    {"code_commit", YAMLX_STR, META(code_commit), .flags = YAMLX_CUT},
+    {"created_at", YAMLX_STR, META(created_at), .flags = YAMLX_CUT},
+    {"vol_size", YAMLX_INT, META(vol_size)},
+    {"num_volumes", YAMLX_INT, META(num_volumes)},
+    {"n_train", YAMLX_INT, META(n_train)},
+    {"n_val", YAMLX_INT, META(n_val)},
+    {"config_subset", YAMLX_MAP, YAMLX_AT(meta_doc, subset), .flags = YAMLX_REQUIRED},
+};
+static const yamlx_field subset_fields[] = {
+    {"n_categories", YAMLX_INT, META(n_categories), .min = 1, .max = 65535,
+     .flags = YAMLX_REQUIRED},
+    {"problem_scale", YAMLX_INT, META(problem_scale), .min = 1, .max = 16,
+     .flags = YAMLX_REQUIRED},
+    {"n_fracts_per_vol", YAMLX_INT, META(n_fracts_per_vol), .flags = YAMLX_REQUIRED},
+    {"n_instances_used_per_fractal", YAMLX_INT, META(n_instances_used_per_fractal),
+     .flags = YAMLX_REQUIRED},
+    {"seed", YAMLX_INT, META(seed), .flags = YAMLX_REQUIRED},
+    {"val_split", YAMLX_INT, META(val_split), .flags = YAMLX_REQUIRED},
+    {"variance_threshold", YAMLX_DOUBLE, META(variance_threshold)},
+    {"dc_num_shards", YAMLX_INTS, YAMLX_AT(meta_doc, counts), .flags = YAMLX_REQUIRED},
+    {"dc_shard_dims", YAMLX_INTS, YAMLX_AT(meta_doc, dims), .flags = YAMLX_REQUIRED},
+};
 
-static int kv_int(const meta_kv *kv, int n, const char *key, int *out, int required,
-                  const char *path) {
-    const char *s = kv_get(kv, n, key);
-    if (!s) {
-        if (required)
-            return err_set(ERR_FORMAT, "%s: field '%s' is missing; delete this dataset directory "
-                           "to regenerate it", path, key);
-        *out = 0;
-        return 0;
-    }
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end || errno || v < -2147483647L || v > 2147483647L)
-        return err_set(ERR_FORMAT, "%s: field '%s' is not an integer ('%s')", path, key, s);
-    *out = (int)v;
-    return 0;
-}
-
-static int kv_list(const meta_kv *kv, int n, const char *key, int *out, int *cnt,
-                   const char *path) {
-    const char *s = kv_get(kv, n, key);
-    if (!s)
-        return err_set(ERR_FORMAT, "%s: field '%s' is missing", path, key);
-    int k = 0;
-    while (*s) {
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || k >= 3)
-            return err_set(ERR_FORMAT, "%s: field '%s' must be a list of up to 3 integers", path,
-                           key);
-        out[k++] = (int)v;
-        s = end;
-        if (*s == ',')
-            s++;
-        else if (*s)
-            return err_set(ERR_FORMAT, "%s: field '%s' must be a list of integers", path, key);
-    }
-    *cnt = k;
-    return 0;
+static int meta_check(const char *path, ds_meta *m, const meta_doc *r) {
+    *m = r->m;
+    if (strlen(m->config_id) != DS_CONFIG_ID_LEN)
+        return err_set(ERR_FORMAT, "%s: config_id '%s' is not %d characters long", path,
+                       m->config_id, DS_CONFIG_ID_LEN);
+    if (r->counts.n != r->dims.n)
+        return err_set(ERR_FORMAT, "%s: dc_num_shards and dc_shard_dims differ in length", path);
+    m->layout.n = r->counts.n;
+    memcpy(m->layout.counts, r->counts.v, sizeof r->counts.v);
+    memcpy(m->layout.dims, r->dims.v, sizeof r->dims.v);
+    if (!m->vol_size)
+        m->vol_size = 1 << m->problem_scale;
+    if (m->vol_size != 1 << m->problem_scale)
+        return err_set(ERR_FORMAT, "%s: vol_size %d does not match problem_scale %d", path,
+                       m->vol_size, m->problem_scale);
+    return ds_layout_check(&m->layout, m->vol_size, ERR_FORMAT, path);
 }
 
 int ds_meta_read(const char *path, ds_meta *m) {
-    meta_kv *kv = calloc(META_MAX, sizeof *kv);
-    if (!kv)
-        return err_set(ERR_NOMEM, "out of memory");
-    int n = 0;
-    int rc = meta_parse(path, kv, &n);
+    meta_doc r;
+    memset(&r, 0, sizeof r);
     memset(m, 0, sizeof *m);
-    const char *s;
+    snprintf(r.m.code_commit, sizeof r.m.code_commit, "no-commit-id");
+    yamlx_doc d;
+    int rc = yamlx_load_file(&d, path, "dataset metadata", ERR_FORMAT);
     if (rc == 0) {
-        s = kv_get(kv, n, "config_id");
-        if (!s || strlen(s) != DS_CONFIG_ID_LEN)
-            rc = err_set(ERR_FORMAT, "%s: field 'config_id' is missing or malformed", path);
-        else
-            snprintf(m->config_id, sizeof m->config_id, "%s", s);
+        rc = yamlx_map_read(&d, yamlx_root(&d), meta_fields, YAMLX_N(meta_fields), &r, NULL, 0);
+        if (rc == 0)
+            rc = yamlx_map_read(&d, r.subset, subset_fields, YAMLX_N(subset_fields), &r,
+                                "config_subset", 0);
+        yamlx_free(&d);
     }
     if (rc == 0)
-        rc = kv_int(kv, n, "dataset_format_version", &m->format_version, 1, path);
-    if (rc == 0) {
-        s = kv_get(kv, n, "code_commit");
-        snprintf(m->code_commit, sizeof m->code_commit, "%s", s ? s : "no-commit-id");
-        s = kv_get(kv, n, "created_at");
-        snprintf(m->created_at, sizeof m->created_at, "%s", s ? s : "");
+        rc = meta_check(path, m, &r);
+    if (rc && rc != ERR_NOMEM) {
+        char why[ERR_MSG_MAX];
+        snprintf(why, sizeof why, "%s", err_msg());
+        rc = err_set(rc, "%s; delete this dataset directory to regenerate it", why);
     }
-    int cnt_n = 0, cnt_d = 0;
-    if (rc == 0)
-        rc = kv_list(kv, n, "config_subset.dc_num_shards", m->layout.counts, &cnt_n, path);
-    if (rc == 0)
-        rc = kv_list(kv, n, "config_subset.dc_shard_dims", m->layout.dims, &cnt_d, path);
-    if (rc == 0 && cnt_n != cnt_d)
-        rc = err_set(ERR_FORMAT, "%s: dc_num_shards and dc_shard_dims differ in length", path);
-    m->layout.n = cnt_n;
-    if (rc == 0)
-        rc = kv_int(kv, n, "config_subset.n_categories", &m->n_categories, 1, path);
-    if (rc == 0)
-        rc = kv_int(kv, n, "config_subset.problem_scale", &m->problem_scale, 1, path);
-    if (rc == 0)
-        rc = kv_int(kv, n, "config_subset.n_fracts_per_vol", &m->n_fracts_per_vol, 1, path);
-    if (rc == 0)
-        rc = kv_int(kv, n, "config_subset.n_instances_used_per_fractal",
-                    &m->n_instances_used_per_fractal, 1, path);
-    if (rc == 0)
-        rc = kv_int(kv, n, "config_subset.seed", &m->seed, 1, path);
-    if (rc == 0)
-        rc = kv_int(kv, n, "config_subset.val_split", &m->val_split, 1, path);
-    if (rc == 0 && (s = kv_get(kv, n, "config_subset.variance_threshold")))
-        m->variance_threshold = strtod(s, NULL);
-    if (rc == 0)
-        rc = kv_int(kv, n, "vol_size", &m->vol_size, 0, path);
-    if (rc == 0)
-        rc = kv_int(kv, n, "num_volumes", &m->num_volumes, 0, path);
-    if (rc == 0)
-        rc = kv_int(kv, n, "n_train", &m->n_train, 0, path);
-    if (rc == 0)
-        rc = kv_int(kv, n, "n_val", &m->n_val, 0, path);
-    if (rc == 0 && (m->problem_scale < 1 || m->problem_scale > 16))
-        rc = err_set(ERR_FORMAT, "%s: problem_scale %d is out of range", path, m->problem_scale);
-    if (rc == 0 && !m->vol_size)
-        m->vol_size = 1 << m->problem_scale;
-    if (rc == 0 && m->vol_size != 1 << m->problem_scale)
-        rc = err_set(ERR_FORMAT, "%s: vol_size %d does not match problem_scale %d", path,
-                     m->vol_size, m->problem_scale);
-    if (rc == 0 && (m->n_categories < 1 || m->n_categories > 65535))
-        rc = err_set(ERR_FORMAT, "%s: n_categories %d is out of range", path, m->n_categories);
-    if (rc == 0)
-        rc = ds_layout_check(&m->layout, m->vol_size, ERR_FORMAT, path);
-    free(kv);
     return rc;
 }
 

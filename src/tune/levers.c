@@ -5,15 +5,12 @@
 
 #include "core/err.h"
 #include "core/yamlx.h"
-#include "core/fsutil.h"
 
 #include <ctype.h>
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
-#include <yaml.h>
 
 static const char *const cfg_names[] = {
 #define TUNE_KEY_NAME(name, type, def, help) #name,
@@ -177,13 +174,8 @@ int tune_lever_check(tune_lever *l, int cfg_argc, char **cfg_argv) {
 
 /* ------------------------------------------------------------------ the levers file */
 
-static const char *kind_of(yaml_node_t *n) {
-    return n->type == YAML_SEQUENCE_NODE ? "a list" : n->type == YAML_MAPPING_NODE ? "a mapping"
-                                                                                     : "a scalar";
-}
-
 /* A value: a scalar, or a list of scalars for a list key (joined with commas). */
-static int value_text(yaml_document_t *doc, yaml_node_t *v, char *out, size_t cap) {
+static int value_text(yamlx_doc *d, yaml_node_t *v, char *out, size_t cap) {
     if (v->type == YAML_SCALAR_NODE) {
         if (v->data.scalar.length >= cap || memchr(v->data.scalar.value, '\n',
                                                    v->data.scalar.length))
@@ -192,13 +184,10 @@ static int value_text(yaml_document_t *doc, yaml_node_t *v, char *out, size_t ca
         out[v->data.scalar.length] = 0;
         return 0;
     }
-    if (v->type != YAML_SEQUENCE_NODE)
-        return -1;
     size_t u = 0;
     out[0] = 0;
-    for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top;
-         it++) {
-        yaml_node_t *e = yaml_document_get_node(doc, *it);
+    for (size_t i = 0; i < yamlx_len(v); i++) {
+        yaml_node_t *e = yamlx_item(d, v, i);
         if (!e || e->type != YAML_SCALAR_NODE || u + e->data.scalar.length + 2 >= cap)
             return -1;
         if (u)
@@ -210,106 +199,73 @@ static int value_text(yaml_document_t *doc, yaml_node_t *v, char *out, size_t ca
     return u ? 0 : -1;
 }
 
-static int parse_doc(yaml_document_t *doc, const char *label, int cfg_argc, char **cfg_argv,
-                     tune_levers *out) {
-    yaml_node_t *root = yaml_document_get_root_node(doc);
+typedef struct {
+    tune_lever l;
+    yaml_node_t *values;
+} lever_entry;
+
+static const yamlx_field entry_fields[] = {
+    {"name", YAMLX_STR, YAMLX_AT(lever_entry, l.name), .flags = YAMLX_REQUIRED},
+    {"values", YAMLX_LIST, YAMLX_AT(lever_entry, values), .flags = YAMLX_REQUIRED},
+    {"dimension", YAMLX_INT, YAMLX_AT(lever_entry, l.dimension), .min = 1, .max = 12},
+};
+static const yamlx_field root_fields[] = {
+    {"levers", YAMLX_LIST, .off = 0, .size = sizeof(yaml_node_t *), .flags = YAMLX_REQUIRED},
+};
+
+/* Entry `idx` (from 0) of the levers list into *l. */
+static int parse_entry(yamlx_doc *d, yaml_node_t *e, int idx, tune_lever *l) {
+    const char *label = d->label;
+    char ctx[32];
+    snprintf(ctx, sizeof ctx, "levers entry %d", idx + 1);
+    lever_entry le;
+    memset(&le, 0, sizeof le);
+    int rc = yamlx_map_read(d, e, entry_fields, YAMLX_N(entry_fields), &le, ctx, 1);
+    if (rc)
+        return rc;
+    *l = le.l;
+    if (!yamlx_len(le.values))
+        return err_set(ERR_CONFIG, "%s: levers entry %d: 'values' must be a non-empty list", label,
+                       idx + 1);
+    for (size_t i = 0; i < yamlx_len(le.values); i++) {
+        if (l->nvalues >= TUNE_MAX_VALUES)
+            return err_set(ERR_CONFIG, "%s: levers entry %d: more than %d values", label, idx + 1,
+                           TUNE_MAX_VALUES);
+        yaml_node_t *vv = yamlx_item(d, le.values, i);
+        if (!vv || value_text(d, vv, l->values[l->nvalues], TUNE_VALUE_MAX))
+            return err_set(ERR_CONFIG, "%s: levers entry %d: value %d must be a scalar (or a list "
+                           "of scalars) of at most %d characters on one line", label, idx + 1,
+                           l->nvalues + 1, TUNE_VALUE_MAX - 1);
+        for (int j = 0; j < l->nvalues; j++)
+            if (!strcmp(l->values[j], l->values[l->nvalues]))
+                return err_set(ERR_CONFIG, "%s: levers entry %d: value '%s' given twice", label,
+                               idx + 1, l->values[j]);
+        l->nvalues++;
+    }
+    return 0;
+}
+
+static int parse_doc(yamlx_doc *d, int cfg_argc, char **cfg_argv, tune_levers *out) {
+    const char *label = d->label;
+    yaml_node_t *root = yamlx_root(d), *list = NULL;
     if (!root || root->type != YAML_MAPPING_NODE)
         return err_set(ERR_CONFIG, "%s: expected a mapping with a 'levers' list, e.g.\n"
                                    "  levers:\n    - name: dataloader_num_workers\n"
                                    "      values: [0, 2]",
                        label);
-    yaml_node_t *list = NULL;
-    for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
-         p++) {
-        yaml_node_t *k = yaml_document_get_node(doc, p->key);
-        const char *ks = k && k->type == YAML_SCALAR_NODE ? (const char *)k->data.scalar.value : "";
-        if (!strcmp(ks, "levers"))
-            list = yaml_document_get_node(doc, p->value);
-        else
-            return err_set(ERR_CONFIG, "%s: unknown top-level key '%s' (only 'levers')", label,
-                           ks);
-    }
-    if (!list || list->type != YAML_SEQUENCE_NODE)
-        return err_set(ERR_CONFIG, "%s: 'levers' must be a list of {name, values} entries",
-                       label);
-    int idx = 0;
-    for (yaml_node_item_t *it = list->data.sequence.items.start; it < list->data.sequence.items.top;
-         it++, idx++) {
-        yaml_node_t *e = yaml_document_get_node(doc, *it);
+    int rc = yamlx_map_read(d, root, root_fields, 1, &list, NULL, 1);
+    for (int idx = 0; rc == 0 && (size_t)idx < yamlx_len(list); idx++) {
         if (out->n >= TUNE_MAX_LEVERS)
             return err_set(ERR_CONFIG, "%s: more than %d levers", label, TUNE_MAX_LEVERS);
-        if (!e || e->type != YAML_MAPPING_NODE)
-            return err_set(ERR_CONFIG, "%s: levers entry %d: expected a mapping {name, values}, "
-                                       "found %s", label, idx + 1, e ? kind_of(e) : "nothing");
         tune_lever *l = &out->l[out->n];
-        memset(l, 0, sizeof *l);
-        int has_values = 0;
-        for (yaml_node_pair_t *p = e->data.mapping.pairs.start; p < e->data.mapping.pairs.top;
-             p++) {
-            yaml_node_t *k = yaml_document_get_node(doc, p->key);
-            yaml_node_t *v = yaml_document_get_node(doc, p->value);
-            const char *ks =
-                k && k->type == YAML_SCALAR_NODE ? (const char *)k->data.scalar.value : "";
-            if (!v)
-                return err_set(ERR_CONFIG, "%s: levers entry %d: key '%s' has no value", label,
-                               idx + 1, ks);
-            if (!strcmp(ks, "name")) {
-                if (v->type != YAML_SCALAR_NODE || !v->data.scalar.length ||
-                    v->data.scalar.length >= sizeof l->name)
-                    return err_set(ERR_CONFIG, "%s: levers entry %d: 'name' must be a key name "
-                                               "of at most %d characters", label, idx + 1,
-                                   (int)sizeof l->name - 1);
-                memcpy(l->name, v->data.scalar.value, v->data.scalar.length + 1);
-            } else if (!strcmp(ks, "values")) {
-                if (v->type != YAML_SEQUENCE_NODE || v->data.sequence.items.top ==
-                                                         v->data.sequence.items.start)
-                    return err_set(ERR_CONFIG, "%s: levers entry %d: 'values' must be a "
-                                               "non-empty list", label, idx + 1);
-                for (yaml_node_item_t *vi = v->data.sequence.items.start;
-                     vi < v->data.sequence.items.top; vi++) {
-                    if (l->nvalues >= TUNE_MAX_VALUES)
-                        return err_set(ERR_CONFIG, "%s: levers entry %d: more than %d values",
-                                       label, idx + 1, TUNE_MAX_VALUES);
-                    yaml_node_t *vv = yaml_document_get_node(doc, *vi);
-                    if (!vv || value_text(doc, vv, l->values[l->nvalues], TUNE_VALUE_MAX))
-                        return err_set(ERR_CONFIG, "%s: levers entry %d: value %d must be a "
-                                                   "scalar (or a list of scalars) of at most %d "
-                                                   "characters on one line",
-                                       label, idx + 1, l->nvalues + 1, TUNE_VALUE_MAX - 1);
-                    for (int j = 0; j < l->nvalues; j++)
-                        if (!strcmp(l->values[j], l->values[l->nvalues]))
-                            return err_set(ERR_CONFIG, "%s: levers entry %d: value '%s' given "
-                                                       "twice", label, idx + 1,
-                                           l->values[j]);
-                    l->nvalues++;
-                }
-                has_values = 1;
-            } else if (!strcmp(ks, "dimension")) {
-                char *end;
-                long d = v->type == YAML_SCALAR_NODE
-                             ? strtol((const char *)v->data.scalar.value, &end, 10)
-                             : 0;
-                if (v->type != YAML_SCALAR_NODE || *end || d < 1 || d > 12)
-                    return err_set(ERR_CONFIG, "%s: levers entry %d: 'dimension' must be a "
-                                               "checklist dimension 1..12", label, idx + 1);
-                l->dimension = (int)d;
-            } else {
-                return err_set(ERR_CONFIG, "%s: levers entry %d: unknown key '%s' (name, values, "
-                                           "dimension)", label, idx + 1, ks);
-            }
-        }
-        if (!l->name[0])
-            return err_set(ERR_CONFIG, "%s: levers entry %d: missing key 'name'", label, idx + 1);
-        if (!has_values)
-            return err_set(ERR_CONFIG, "%s: levers entry %d (%s): missing key 'values'", label,
-                           idx + 1, l->name);
+        if ((rc = parse_entry(d, yamlx_item(d, list, (size_t)idx), idx, l)))
+            return rc;
         for (int j = 0; j < out->n; j++)
             if (!strcmp(out->l[j].name, l->name))
                 return err_set(ERR_CONFIG, "%s: levers entry %d: lever '%s' appears twice (put "
                                            "all its values in one entry)", label, idx + 1,
                                l->name);
-        int rc = tune_lever_check(l, cfg_argc, cfg_argv);
-        if (rc)
+        if (tune_lever_check(l, cfg_argc, cfg_argv))
             return err_prefix("%s: levers entry %d", label, idx + 1);
         if (!l->dimension)
             l->dimension = tune_lever_dimension(l->name);
@@ -317,45 +273,34 @@ static int parse_doc(yaml_document_t *doc, const char *label, int cfg_argc, char
         snprintf(l->origin, sizeof l->origin, "levers file");
         out->n++;
     }
-    if (!out->n)
+    if (rc == 0 && !out->n)
         return err_set(ERR_CONFIG, "%s: 'levers' is empty", label);
-    return 0;
+    return rc;
 }
 
-int tune_levers_parse(const char *text, size_t n, const char *label, int cfg_argc,
-                      char **cfg_argv, tune_levers *out) {
+/* The document, parsed; *out is left empty on an error. */
+static int parse_loaded(int rc, yamlx_doc *d, int cfg_argc, char **cfg_argv, tune_levers *out) {
     memset(out, 0, sizeof *out);
-    yaml_parser_t parser;
-    yaml_document_t doc;
-    if (!yaml_parser_initialize(&parser))
-        return err_set(ERR_NOMEM, "out of memory");
-    yaml_parser_set_input_string(&parser, (const unsigned char *)text, n);
-    if (!yaml_parser_load(&parser, &doc)) {
-        int rc = err_set(ERR_CONFIG, "%s:%zu:%zu: YAML syntax error: %s", label,
-                         parser.problem_mark.line + 1, parser.problem_mark.column + 1,
-                         parser.problem ? parser.problem : "unknown");
-        yaml_parser_delete(&parser);
+    if (rc)
         return rc;
-    }
-    yaml_parser_delete(&parser);
-    int rc = yamlx_check_document(&doc, label, ERR_CONFIG);
-    if (rc == 0)
-        rc = parse_doc(&doc, label, cfg_argc, cfg_argv, out);
-    yaml_document_delete(&doc);
+    rc = parse_doc(d, cfg_argc, cfg_argv, out);
+    yamlx_free(d);
     if (rc)
         memset(out, 0, sizeof *out);
     return rc;
 }
 
+int tune_levers_parse(const char *text, size_t n, const char *label, int cfg_argc,
+                      char **cfg_argv, tune_levers *out) {
+    yamlx_doc d;
+    int rc = yamlx_load_text(&d, text, n, label, ERR_CONFIG);
+    return parse_loaded(rc, &d, cfg_argc, cfg_argv, out);
+}
+
 int tune_levers_load(const char *path, int cfg_argc, char **cfg_argv, tune_levers *out) {
-    char *text = NULL;
-    size_t n = 0;
-    memset(out, 0, sizeof *out);
-    if (fs_read_file(path, &text, &n))
-        return err_set(ERR_CONFIG, "levers file %s: %s", path, err_msg());
-    int rc = tune_levers_parse(text, n, path, cfg_argc, cfg_argv, out);
-    free(text);
-    return rc;
+    yamlx_doc d;
+    int rc = yamlx_load_file(&d, path, "levers file", ERR_CONFIG);
+    return parse_loaded(rc, &d, cfg_argc, cfg_argv, out);
 }
 
 /* ------------------------------------------------------------------ built-in catalog */

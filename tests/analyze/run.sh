@@ -190,10 +190,10 @@ printf 'version: 1\nlevers:\n  - name: x\n    value: "1"\n    dimension: 3\n    
 t_expect_fail "catalog: a missing key names file, entry and key" 2 "cat_missing.yaml:3: lever 1 \\(x\\): missing required key 'verdict'" \
     "$SCAFFOLD" analyze --catalog "$d/cat_missing.yaml" "$d/fx/clean"
 printf 'version: 1\nlevers:\n  - {name: y, value: "1", dimension: 13, verdict: accept, reason: r}\n' >"$d/cat_dim.yaml"
-t_expect_fail "catalog: dimension out of range" 2 "dimension must be 1..12" \
+t_expect_fail "catalog: dimension out of range" 2 "cat_dim.yaml:3: lever 1 \\(y\\): key 'dimension': expected an integer in \\[1, 12\\], got '13'" \
     "$SCAFFOLD" analyze --catalog "$d/cat_dim.yaml" "$d/fx/clean"
 printf 'version: 1\nlevers:\n  - {name: z, value: "1", dimension: 2, verdict: maybe, reason: r}\n' >"$d/cat_verdict.yaml"
-t_expect_fail "catalog: unknown verdict" 2 "verdict 'maybe' is not one of" \
+t_expect_fail "catalog: unknown verdict" 2 "key 'verdict': expected one of accept, revert, guard-reject, inconclusive, blocked, got 'maybe'" \
     "$SCAFFOLD" analyze --catalog "$d/cat_verdict.yaml" "$d/fx/clean"
 t_expect_fail "catalog: missing file" 2 "cannot open lever catalog" \
     "$SCAFFOLD" analyze --catalog "$d/nope.yaml" "$d/fx/clean"
@@ -254,7 +254,7 @@ printf 'rules:\n  - id: wisio.small_reads\n    threshold: 0.5\n    threshold: 0.
 t_expect_fail "rules: a key given twice names both lines" 2 "dup.yaml: key 'threshold' appears twice in one mapping \(lines 3 and 4\)" \
     "$SCAFFOLD" analyze --rules "$d/dup.yaml" "$d/fx/small_io"
 printf 'rules:\n  - id: wisio.small_reads\n    threshold: lots\n' >"$d/bad.yaml"
-t_expect_fail "bad override value" 2 "bad.yaml:3: threshold must be a number" \
+t_expect_fail "bad override value" 2 "bad.yaml:3: key 'threshold': expected a number, got 'lots'" \
     "$SCAFFOLD" analyze --rules "$d/bad.yaml" "$d/fx/clean"
 
 # --- HTML in headless Chromium: renders without errors, screenshot, text present

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Core unit tests (err, rng, npy, fsutil, config, opt, fault, claim, cpus, job), the rank agreement of the merged
+# Core unit tests (err, rng, npy, fsutil, config, yamlx, opt, fault, claim, cpus, job), the rank agreement of the merged
 # configuration, plus .npy interoperability with numpy.
 cd "$(dirname "$0")/../.." && source tests/lib.sh
 t_cbin "$BUILD/tests/core/test_core"
 t_cbin "$BUILD/tests/core/test_config"
+t_cbin "$BUILD/tests/core/test_yamlx"
 t_cbin "$BUILD/tests/core/test_opt"
 t_cbin "$BUILD/tests/core/test_fault"
 t_cbin "$BUILD/tests/core/test_claim"

@@ -64,8 +64,9 @@ static void test_levers(void) {
         "value 'lots'");
     bad("levers:\n  - name: dataloader_num_workers\n    values: [-3]\n", "levers entry 1",
         "dataloader_num_workers");
-    bad("levers:\n  - values: [1]\n", "levers entry 1", "missing key 'name'");
-    bad("levers:\n  - name: async_save\n", "levers entry 1", "missing key 'values'");
+    bad("levers:\n  - values: [1]\n", "levers.yml:2: levers entry 1: missing required key 'name'",
+        NULL);
+    bad("levers:\n  - name: async_save\n", "levers entry 1: missing required key 'values'", NULL);
     bad("levers:\n  - name: async_save\n    values: []\n", "'values' must be a non-empty list",
         NULL);
     bad("levers:\n  - name: async_save\n    values: [1]\n    colour: red\n", "unknown key 'colour'",
@@ -77,9 +78,11 @@ static void test_levers(void) {
     bad("levers:\n  - name: env:9X\n    values: [1]\n", "variable name", NULL);
     bad("levers:\n  - name: launch:ranks_x_threads\n    values: [2by1]\n", "RANKSxTHREADS", NULL);
     bad("levers:\n  - name: launch:gpus\n    values: [1]\n", "launch:ranks_x_threads", NULL);
-    bad("levers:\n  - name: async_save\n    values: [1]\n    dimension: 13\n", "1..12", NULL);
+    bad("levers:\n  - name: async_save\n    values: [1]\n    dimension: 13\n",
+        "levers.yml:4: levers entry 1: key 'dimension': expected an integer in [1, 12], got '13'",
+        NULL);
     bad("levers: []\n", "is empty", NULL);
-    bad("other: 1\n", "unknown top-level key 'other'", NULL);
+    bad("other: 1\n", "levers.yml:1: unknown key 'other' (valid keys: levers)", NULL);
 }
 
 static void test_builtin(void) {
