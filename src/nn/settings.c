@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,25 +114,33 @@ static int parse_replicas(const char *v, void *f) {
     return end == v || *end;
 }
 
-/* Winograd's U: atol's reading when positive, else the default. */
-static int parse_umax(const char *v, void *f) {
+/* A byte count: digits with an optional binary suffix (K, M, G, with or without "iB"), e.g.
+ * 48M or 50331648; zero, no digits or another suffix keeps the default (not recognised). */
+static int parse_bytes(const char *v, size_t *f, size_t def) {
     char *end;
-    const long x = strtol(v, &end, 10);
-    *(size_t *)f = x > 0 ? (size_t)x : NN_SETTINGS_WINO_UMAX;
-    return *v && (x <= 0 || *end);
+    unsigned long long x = strtoull(v, &end, 10);
+    const char *sfx = "KMG", *p = *end ? strchr(sfx, *end) : NULL;
+    if (p && end != v) {
+        x <<= 10 * (int)(p - sfx + 1);
+        end += (end[1] == 'i' && end[2] == 'B') ? 3 : 1;
+    }
+    const int ok = end != v && x && !*end && x <= (unsigned long long)SIZE_MAX / 2;
+    *f = ok ? (size_t)x : def;
+    return !ok;
 }
 
-/* Slab bytes: strtoull's reading when not 0, else the default. */
+static int parse_umax(const char *v, void *f) {
+    return parse_bytes(v, f, NN_SETTINGS_WINO_UMAX);
+}
+
 static int parse_slab(const char *v, void *f) {
-    char *end;
-    const unsigned long long x = strtoull(v, &end, 10);
-    *(size_t *)f = x ? (size_t)x : NN_SETTINGS_SLAB_BYTES;
-    return *v && (!x || *end);
+    return parse_bytes(v, f, NN_SETTINGS_SLAB_BYTES);
 }
 
 /* ---- the table ------------------------------------------------------------------------------ */
 
 #define F(field) offsetof(struct nn_settings, field)
+#define BYTES "bytes > 0, or with K, M, G (KiB, MiB, GiB)"
 
 static const nn_setting table[] = {
     {"SCAFFOLD_ISA", NN_SET_ENUM, "best", "avx512, avx2, portable (sse2: portable on x86-64)",
@@ -163,13 +172,13 @@ static const nn_setting table[] = {
     {"SCAFFOLD_NN_WINOGRAD", NN_SET_BOOL, "1", "0, 1",
      "0 takes both Winograd algorithms out of every Conv3d pass's choice", F(winograd),
      parse_on_unless_0x, NULL},
-    {"SCAFFOLD_NN_WINO_UMAX", NN_SET_SIZE, STR(NN_SETTINGS_WINO_UMAX), "bytes, > 0",
+    {"SCAFFOLD_NN_WINO_UMAX", NN_SET_SIZE, STR(NN_SETTINGS_WINO_UMAX), BYTES,
      "bytes of Winograd's transformed weights per column group (a larger U: a group at a time)",
      F(wino_umax), parse_umax, NULL},
     {"SCAFFOLD_NN_BF16_STORE", NN_SET_BOOL, "1", "0, 1",
      "0 keeps a bf16 run's down-block conv outputs in fp32 (default: bf16, half the memory)",
      F(bf16_store), parse_on_unless_0x, NULL},
-    {"SCAFFOLD_NN_SLAB_BYTES", NN_SET_SIZE, STR(NN_SETTINGS_SLAB_BYTES), "bytes, > 0",
+    {"SCAFFOLD_NN_SLAB_BYTES", NN_SET_SIZE, STR(NN_SETTINGS_SLAB_BYTES), BYTES,
      "bytes of padded planes per convolution slab", F(slab_bytes), parse_slab, NULL},
 };
 #define NSET ((int)(sizeof table / sizeof table[0]))
@@ -279,5 +288,18 @@ void nn_settings_log(void) {
     for (int i = 0; i < NSET; i++) {
         nn_settings_describe(i, d, sizeof d);
         log_info("  %-24s %s", table[i].name, d);
+    }
+}
+
+void nn_settings_warn(void) {
+    nn_settings();
+    for (int i = 0; i < NSET; i++) {
+        /* SCAFFOLD_ISA warns where the path is chosen, SCAFFOLD_NN_ALGO is refused there */
+        if (!unknown[i] || table[i].parse == parse_isa || table[i].parse == parse_algo)
+            continue;
+        char d[1024];
+        nn_settings_describe(i, d, sizeof d);
+        log_warn("%s=\"%s\" is not a value it takes (%s); running with %s", table[i].name,
+                 text[i], table[i].allowed, d);
     }
 }

@@ -91,4 +91,9 @@ void nn_settings_describe(int i, char *buf, size_t n);
 /* The table with its values, a log_info line per variable (scaffold benchmark -vv). */
 void nn_settings_log(void);
 
+/* One warning (log_warn) per variable set to a value it does not take, naming the variable,
+ * what it takes and the value used instead; SCAFFOLD_ISA and SCAFFOLD_NN_ALGO are reported where
+ * they are used. scaffold benchmark calls it at every verbosity. */
+void nn_settings_warn(void);
+
 #endif

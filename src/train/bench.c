@@ -514,6 +514,7 @@ int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv,
         train_device_close(&dev);
         return rc;
     }
+    nn_settings_warn();
     if (log_verbosity() >= 2) /* -vv: the engine's settings, once (rank 0: log_info) */
         nn_settings_log();
     /* Run folder first: an unwritable base_run_dir fails before any expensive work. */

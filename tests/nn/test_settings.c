@@ -112,7 +112,22 @@ static void test_values(void) {
     d = set("SCAFFOLD_NN_SLAB_BYTES", "abc");
     CHECK(s->slab_bytes == NN_SETTINGS_SLAB_BYTES && strstr(d, "\"abc\", not recognised"),
           "SLAB_BYTES=abc: the default, reported: %s", d);
+    d = set("SCAFFOLD_NN_SLAB_BYTES", "48M");
+    CHECK(s->slab_bytes == 48u << 20 && !strstr(d, "not recognised"), "SLAB_BYTES=48M: %s", d);
+    d = set("SCAFFOLD_NN_SLAB_BYTES", "2GiB");
+    CHECK(s->slab_bytes == (size_t)2 << 30, "SLAB_BYTES=2GiB: %s", d);
+    d = set("SCAFFOLD_NN_SLAB_BYTES", "64k");
+    CHECK(s->slab_bytes == NN_SETTINGS_SLAB_BYTES && strstr(d, "not recognised"),
+          "SLAB_BYTES=64k (lower case): the default, reported: %s", d);
+    d = set("SCAFFOLD_NN_SLAB_BYTES", "M");
+    CHECK(s->slab_bytes == NN_SETTINGS_SLAB_BYTES && strstr(d, "not recognised"),
+          "SLAB_BYTES=M: the default, reported: %s", d);
+    d = set("SCAFFOLD_NN_SLAB_BYTES", "99999999999G");
+    CHECK(s->slab_bytes == NN_SETTINGS_SLAB_BYTES && strstr(d, "not recognised"),
+          "SLAB_BYTES overflowing: the default, reported: %s", d);
     set("SCAFFOLD_NN_SLAB_BYTES", NULL);
+    d = set("SCAFFOLD_NN_WINO_UMAX", "4K");
+    CHECK(s->wino_umax == 4096, "WINO_UMAX=4K: %s", d);
     d = set("SCAFFOLD_NN_WINO_UMAX", "4096");
     CHECK(s->wino_umax == 4096, "WINO_UMAX: %s", d);
     d = set("SCAFFOLD_NN_WINO_UMAX", "-5");

@@ -336,7 +336,10 @@ out=$(env SCAFFOLD_NN_ALGO=direct "$SCAFFOLD" benchmark $cfg $amp --base-run-dir
     && grep -q '  SCAFFOLD_NN_ALGO  *direct (environment)$' <<<"$out" \
     && grep -q '  SCAFFOLD_NN_WINOGRAD  *1 (default)$' <<<"$out" \
     && t_ok "-vv prints the engine's settings once" || t_fail "-vv settings table" "$out"
-quiet env SCAFFOLD_NN_ALGO=winograd "$SCAFFOLD" benchmark $cfg $amp --base-run-dir runsp5
+out=$(env SCAFFOLD_NN_ALGO=winograd SCAFFOLD_NN_SLAB_BYTES=lots "$SCAFFOLD" benchmark $cfg $amp --base-run-dir runsp5 2>&1)
+# a value a setting does not take: one warning at the default verbosity, the default used
+[ "$(grep -c 'SCAFFOLD_NN_SLAB_BYTES="lots" is not a value it takes (bytes > 0, or with K, M, G.*running with 50331648' <<<"$out")" = 1 ] \
+    && t_ok "a setting's bad value is warned about once" || t_fail "bad setting warning" "$out"
 [ "$(losses runsp3)" = "$(losses runsp4)" ] && [ "$(losses runsp3)" != "$(losses runsp5)" ] \
     && t_ok "a pin of other choices gives their losses" || t_fail "pin of direct" "$(losses runsp3) / $(losses runsp4) / $(losses runsp5)"
 printf 'not\ta\tchoice\n' > "$d/bad.tsv"
