@@ -6,6 +6,7 @@
 #include "core/cali.h"
 #include "core/err.h"
 #include "core/fsutil.h"
+#include "core/mem.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -88,14 +89,8 @@ static acc *table_get(table *t, const char *path) {
             return x;
         h = (h + 1) & (t->nslot - 1);
     }
-    if (t->n == t->cap) {
-        size_t cap = t->cap ? 2 * t->cap : 256;
-        acc *a = realloc(t->a, cap * sizeof *a);
-        if (!a)
-            return NULL;
-        t->a = a;
-        t->cap = cap;
-    }
+    if (MEM_RESERVE(t->a, t->cap, t->n, 256))
+        return NULL;
     acc *x = &t->a[t->n];
     memset(x, 0, sizeof *x);
     x->path = strdup(path);
@@ -221,8 +216,8 @@ int an_prof_load(const char *path, an_prof_run *run) {
     }
     for (size_t i = 0; i < t.n; i++)
         free(t.a[i].path);
-    free(t.a);
-    free(t.slot);
+    MEM_FREE(t.a, t.slot);
+
     if (rc) {
         cali_free(&f);
         an_prof_free(run);
