@@ -550,7 +550,6 @@ static int sort_perm(const int64_t *ts, size_t n, uint32_t *perm) {
 out:
     MEM_FREE(key, key2, perm2, cnt);
     return rc;
-
 }
 
 /* The time order of the chunk's events: c->order (NULL when they are already in order). The

@@ -64,7 +64,6 @@ static int obuf_room(obuf *b, size_t want) {
     return want ? MEM_RESERVE(b->p, b->cap, b->have + want - 1, OUT_BUF) : 0;
 }
 
-
 static char *dup_bytes(const char *p, size_t n) {
     char *d = malloc(n + 1);
     if (d) {

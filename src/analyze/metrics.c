@@ -713,7 +713,6 @@ static void mctx_free(mctx *c) {
     an_spans_free(&c->io_all);
     MEM_FREE(c->segs, c->pfirst, c->plast, c->fidx, c->pf, c->epochs_per_proc);
     an_imap_free(&c->pfmap);
-
 }
 
 int an_metrics_compute(const an_trace *t, double window_s, an_metrics *m) {

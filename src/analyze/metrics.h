@@ -34,7 +34,6 @@ int an_spans_add(an_spans *l, int64_t s, int64_t e);
 /* Frees the arrays (the struct itself is the caller's). */
 void an_spans_free(an_spans *l);
 
-
 typedef struct an_proc_stat {
     double span_s;          /* first event start to last event end */
     double mpi_s, mpi_wait_s; /* time in MPI calls; of it, waiting in collectives for the last

@@ -611,5 +611,4 @@ void an_report_free(an_report *r) {
         return;
     MEM_FREE(r->findings, r->skipped, r->props);
     memset(r, 0, sizeof *r);
-
 }

@@ -455,7 +455,6 @@ static int pass_link(const an_trace *t, an_metrics *m, mpi_state *s) {
 out:
     MEM_FREE(gr, start, idx);
     return rc;
-
 }
 
 int an_metrics_mpi(const an_trace *t, an_metrics *m) {

@@ -217,7 +217,6 @@ int an_prof_load(const char *path, an_prof_run *run) {
     for (size_t i = 0; i < t.n; i++)
         free(t.a[i].path);
     MEM_FREE(t.a, t.slot);
-
     if (rc) {
         cali_free(&f);
         an_prof_free(run);

@@ -59,7 +59,6 @@ typedef struct chunk {
     lproc *procs;
     uint32_t nprocs;
     size_t capprocs;
-
     /* caches of the previous event's strings */
     const char *last_name;
     size_t last_name_n;

@@ -191,7 +191,6 @@ static int imap_grow(an_imap *m) {
     }
     MEM_FREE(m->keys, m->vals);
     m->keys = k;
-
     m->vals = v;
     m->nslots = ns;
     return 0;

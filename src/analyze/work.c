@@ -176,7 +176,6 @@ out:
             an_spans_free(&pp[p].eval);
             an_spans_free(&pp[p].ckpt);
         }
-
     free(pp);
     free(ckfile);
     return rc;

@@ -3,6 +3,7 @@
 
 #include "core/err.h"
 #include "core/log.h"
+#include "core/mem.h"
 #include "core/rng.h"
 
 #include <pthread.h>
@@ -364,12 +365,7 @@ void ds_loader_destroy(ds_loader *l) {
         free(l->slots[i].vol);
         free(l->slots[i].mask);
     }
-    free(l->slots);
-    free(l->th);
-    free(l->order);
-    free(l->order_next);
-    free(l->own_vol);
-    free(l->own_mask);
+    MEM_FREE(l->slots, l->th, l->order, l->order_next, l->own_vol, l->own_mask);
     pthread_cond_destroy(&l->cv_work);
     pthread_cond_destroy(&l->cv_ready);
     pthread_mutex_destroy(&l->mu);

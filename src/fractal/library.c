@@ -6,6 +6,7 @@
 #include "core/err.h"
 #include "core/fsutil.h"
 #include "core/log.h"
+#include "core/mem.h"
 #include "core/npy.h"
 #include "core/rng.h"
 #include "core/sha256.h"
@@ -201,13 +202,7 @@ typedef struct class_search {
 #define CLASS_ATTEMPT_CAP 100000000L
 
 static void class_search_free(class_search *cs) {
-    free(cs->mine);
-    free(cs->mine_at);
-    free(cs->counts);
-    free(cs->displs);
-    free(cs->pts);
-    free(cs->valid);
-    free(cs->params);
+    MEM_FREE(cs->mine, cs->mine_at, cs->counts, cs->displs, cs->pts, cs->valid, cs->params);
 }
 
 /* Rank 0: counts the valid class files already there into *have. Too few: the search goes on

@@ -11,6 +11,7 @@
 
 #include "core/err.h"
 #include "core/log.h"
+#include "core/mem.h"
 #include "core/prof.h"
 #include "core/rng.h"
 #include "nn/backend.h"
@@ -35,9 +36,7 @@ static void *alloc64(size_t bytes) {
 void nn_unet_free(nn_unet *m) {
     if (!m)
         return;
-    free(m->tensors);
-    free(m->params);
-    free(m->grads);
+    MEM_FREE(m->tensors, m->params, m->grads);
     struct nn_unet_plan *p = m->plan;
     if (p && p->be) {
         nn_backend *be = p->be;
