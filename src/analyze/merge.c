@@ -97,6 +97,19 @@ static void join_parts(chunk *a, chunk *b) {
     free(line);
 }
 
+/* Interns key ok of part o into part c as key k's resolved string (fs = 0) or file-system type
+ * (fs = 1). 0, or -1 with c->oom set when out of memory. */
+static int import_key(chunk *c, const chunk *o, uint32_t ok, uint32_t k, int fs) {
+    uint32_t nk = an_strtab_intern(&c->keys, an_strtab_get(&o->keys, ok),
+                                   an_strtab_len(&o->keys, ok));
+    if (nk == AN_STR_NONE || an_chunk_key_cover(c, nk)) {
+        c->oom = 1;
+        return -1;
+    }
+    (fs ? c->fsof : c->resolved)[k] = nk;
+    return 0;
+}
+
 /* Resolution of a part's unresolved keys (hashes defined by an FH/HH line in another part of
  * the same file): interns the resolved string and its file-system type into this part. */
 static void share_metadata(chunk *c, chunk *group, int nparts) {
@@ -112,28 +125,12 @@ static void share_metadata(chunk *c, chunk *group, int nparts) {
             uint32_t ok = an_strtab_find(&o->keys, s, n);
             if (ok == AN_STR_NONE || ok >= o->nresolved)
                 continue;
-            if (c->resolved[k] == k && o->resolved[ok] != ok) {
-                uint32_t rk = o->resolved[ok];
-                uint32_t nk = an_strtab_intern(&c->keys, an_strtab_get(&o->keys, rk),
-                                               an_strtab_len(&o->keys, rk));
-                if (nk == AN_STR_NONE || an_chunk_key_cover(c, nk)) {
-                    c->oom = 1;
-                    return;
-                }
-                c->resolved[k] = nk;
-                s = an_strtab_get(&c->keys, k); /* the arena may have moved */
-            }
-            if (!c->fsof[k] && o->fsof[ok]) {
-                uint32_t fk = o->fsof[ok];
-                uint32_t nk = an_strtab_intern(&c->keys, an_strtab_get(&o->keys, fk),
-                                               an_strtab_len(&o->keys, fk));
-                if (nk == AN_STR_NONE || an_chunk_key_cover(c, nk)) {
-                    c->oom = 1;
-                    return;
-                }
-                c->fsof[k] = nk;
-                s = an_strtab_get(&c->keys, k);
-            }
+            if (c->resolved[k] == k && o->resolved[ok] != ok &&
+                import_key(c, o, o->resolved[ok], k, 0))
+                return;
+            if (!c->fsof[k] && o->fsof[ok] && import_key(c, o, o->fsof[ok], k, 1))
+                return;
+            s = an_strtab_get(&c->keys, k); /* the arena may have moved */
         }
     }
     /* Ranks from a PR line in another part. */
