@@ -23,6 +23,23 @@ typedef struct an_opts {
     const char *catalog;   /* lever catalog from scaffold tune (NULL: none) */
 } an_opts;
 
+/* The analysis behind `scaffold analyze` and the tuner: rules (the defaults, then o->rules),
+ * catalog (o->catalog), the traces, their metrics and the report. */
+typedef struct an_session {
+    an_ruleset rs;
+    an_catalog cat;
+    an_trace t;
+    an_metrics m;
+    an_report rep;
+} an_session;
+
+/* Runs the analysis of the traces named by paths (files, directories, globs) up to the report,
+ * printing the reader's per-file warnings on `warn` (NULL: none). 0, or an ERR_* code with the
+ * message in err_msg(); an_session_free either way. */
+int an_session_run(an_session *s, const char *const *paths, int npaths, const an_opts *o,
+                   FILE *warn);
+void an_session_free(an_session *s);
+
 /* Analyzes the traces named by paths (files, directories, globs) and writes the report to out.
  * Per-file problems (truncation, bad lines) are printed as warnings on `warn` and do not fail.
  * 0, or an ERR_* code with the message in err_msg(). */

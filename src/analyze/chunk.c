@@ -5,6 +5,7 @@
 #include "analyze/reader_int.h"
 
 #include "core/err.h"
+#include "core/mem.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,15 +29,7 @@ int an_chunk_init(chunk *c, an_input *in) {
 }
 
 void an_chunk_free_columns(chunk *c) {
-    free(c->ts);
-    free(c->dur);
-    free(c->offset);
-    free(c->bytes);
-    free(c->pair);
-    free(c->filekey);
-    free(c->proc);
-    free(c->tid);
-    free(c->flags);
+    MEM_FREE(c->ts, c->dur, c->offset, c->bytes, c->pair, c->filekey, c->proc, c->tid, c->flags);
     c->ts = c->dur = c->offset = c->bytes = NULL;
     c->pair = c->filekey = c->proc = c->tid = NULL;
     c->flags = NULL;
@@ -50,24 +43,14 @@ void an_chunk_free(chunk *c) {
     an_imap_free(&c->pairmap);
     an_imap_free(&c->threads);
     an_imap_free(&c->procmap);
-    free(c->resolved);
-    free(c->fsof);
-    free(c->key_used);
-    free(c->order);
-    free(c->proc_first);
-    free(c->head);
-    free(c->tail);
-    free(c->pairs);
-    free(c->procs);
-    free(c->ctrs);
+    MEM_FREE(c->resolved, c->fsof, c->key_used, c->order, c->proc_first, c->head, c->tail,
+             c->pairs, c->procs, c->ctrs);
 }
 
 #define GROW(ptr, cap)                                                                             \
     do {                                                                                           \
-        void *np_ = realloc((ptr), (cap) * sizeof *(ptr));                                         \
-        if (!np_)                                                                                  \
+        if (mem_resize(&(ptr), (cap), sizeof *(ptr)))                                              \
             return ERR_NOMEM;                                                                      \
-        (ptr) = np_;                                                                               \
     } while (0)
 
 static int chunk_reserve(chunk *c) {
@@ -94,17 +77,11 @@ int an_chunk_key_cover(chunk *c, uint32_t id) {
     uint32_t nc = c->nresolved ? c->nresolved : 64;
     while (nc <= id)
         nc *= 2;
-    uint32_t *r = realloc(c->resolved, nc * sizeof *r);
-    if (!r)
-        return ERR_NOMEM;
-    c->resolved = r;
-    uint32_t *fs = realloc(c->fsof, nc * sizeof *fs);
-    if (!fs)
-        return ERR_NOMEM;
-    c->fsof = fs;
+    GROW(c->resolved, nc);
+    GROW(c->fsof, nc);
     for (uint32_t i = c->nresolved; i < nc; i++) {
-        r[i] = i;
-        fs[i] = 0;
+        c->resolved[i] = i;
+        c->fsof[i] = 0;
     }
     c->nresolved = nc;
     return 0;
@@ -136,14 +113,8 @@ static uint32_t chunk_proc(chunk *c, int64_t pid, uint32_t hostkey) {
     if (!v)
         return AN_STR_NONE;
     if (ins) {
-        if (c->nprocs == c->capprocs) {
-            uint32_t nc = c->capprocs ? c->capprocs * 2 : 8;
-            lproc *p = realloc(c->procs, nc * sizeof *p);
-            if (!p)
-                return AN_STR_NONE;
-            c->procs = p;
-            c->capprocs = nc;
-        }
+        if (MEM_RESERVE(c->procs, c->capprocs, c->nprocs, 8))
+            return AN_STR_NONE;
         c->procs[c->nprocs] = (lproc){.pid = pid, .hostkey = hostkey, .rank = -1};
         return c->nprocs++;
     }
@@ -194,14 +165,8 @@ static uint32_t chunk_pair(chunk *c, const an_rawev *ev) {
         return AN_STR_NONE;
     if (!ins)
         return *v;
-    if (c->npairs == c->cappairs) {
-        uint32_t nc = c->cappairs ? c->cappairs * 2 : 64;
-        pairinfo *p = realloc(c->pairs, nc * sizeof *p);
-        if (!p)
-            return AN_STR_NONE;
-        c->pairs = p;
-        c->cappairs = nc;
-    }
+    if (MEM_RESERVE(c->pairs, c->cappairs, c->npairs, 64))
+        return AN_STR_NONE;
     const char *nm = an_strtab_get(&c->names, nid);
     size_t nl = an_strtab_len(&c->names, nid);
     const char *ct = an_strtab_get(&c->cats, cid);
@@ -311,14 +276,8 @@ static int64_t mpi_comm_key(const an_rawev *ev) {
 static int chunk_counter(chunk *c, const an_rawev *ev, uint32_t proc) {
     if (!ev->ctr_has)
         return 0;
-    if (c->nctrs == c->capctrs) {
-        size_t nc = c->capctrs ? c->capctrs * 2 : 64;
-        an_counter *n = realloc(c->ctrs, nc * sizeof *n);
-        if (!n)
-            return ERR_NOMEM;
-        c->ctrs = n;
-        c->capctrs = nc;
-    }
+    if (MEM_RESERVE(c->ctrs, c->capctrs, c->nctrs, 64))
+        return ERR_NOMEM;
     an_counter *k = &c->ctrs[c->nctrs++];
     k->proc = proc;
     k->ts = ev->ts;
@@ -589,10 +548,7 @@ static int sort_perm(const int64_t *ts, size_t n, uint32_t *perm) {
         memcpy(perm, pa, n * sizeof *perm);
     rc = 0;
 out:
-    free(key);
-    free(key2);
-    free(perm2);
-    free(cnt);
+    MEM_FREE(key, key2, perm2, cnt);
     return rc;
 }
 

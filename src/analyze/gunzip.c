@@ -10,6 +10,7 @@
 #include "analyze/reader_int.h"
 
 #include "core/err.h"
+#include "core/mem.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -60,17 +61,7 @@ typedef struct {
 } obuf;
 
 static int obuf_room(obuf *b, size_t want) {
-    if (b->cap - b->have >= want)
-        return 0;
-    size_t nc = b->cap ? b->cap : OUT_BUF;
-    while (nc - b->have < want)
-        nc *= 2;
-    char *np = realloc(b->p, nc);
-    if (!np)
-        return ERR_NOMEM;
-    b->p = np;
-    b->cap = nc;
-    return 0;
+    return want ? MEM_RESERVE(b->p, b->cap, b->have + want - 1, OUT_BUF) : 0;
 }
 
 static char *dup_bytes(const char *p, size_t n) {

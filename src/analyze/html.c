@@ -37,6 +37,13 @@ static void legend(FILE *o, int n, int y) {
                 60 + k * 95, y, COLORS[k], 74 + k * 95, y + 9, SERIES[k]);
 }
 
+/* The opening tag of an inline chart of w x h pixels. */
+static void svg_open(FILE *o, int w, int h, const char *label) {
+    fprintf(o, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+               "role=\"img\" aria-label=\"%s\">",
+            w, h, label);
+}
+
 static void timeline(FILE *o, const an_metrics *m) {
     const int W = 900, H = 260, L = 60, B = 220, T = 20;
     size_t n = m->nwindows;
@@ -46,14 +53,11 @@ static void timeline(FILE *o, const an_metrics *m) {
         double s = x->compute_s + x->fetch_s + x->ckpt_s;
         for (int k = 0; k < AN_T_COUNT; k++)
             s += x->t_s[k];
-        if (s > mx)
-            mx = s;
+        mx = fmax(mx, s);
     }
     if (mx <= 0)
         mx = 1;
-    fprintf(o, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-               "role=\"img\" aria-label=\"timeline\">",
-            W, H + 20);
+    svg_open(o, W, H + 20, "timeline");
     fprintf(o, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333\"/>", L, B, W - 10, B);
     fprintf(o, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333\"/>", L, T, L, B);
     fprintf(o, "<text x=\"4\" y=\"%d\" font-size=\"11\">%.3g s</text>", T + 8, mx);
@@ -88,9 +92,7 @@ static void histogram(FILE *o, const an_metrics *m) {
         if (m->hist_write[k] > mx)
             mx = m->hist_write[k];
     }
-    fprintf(o, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-               "role=\"img\" aria-label=\"access sizes\">",
-            W, H);
+    svg_open(o, W, H, "access sizes");
     fprintf(o, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333\"/>", L, B, W - 10, B);
     fprintf(o, "<text x=\"4\" y=\"%d\" font-size=\"11\">%llu ops</text>", T + 8,
             (unsigned long long)mx);
@@ -121,15 +123,11 @@ static void rank_bars(FILE *o, const an_trace *t, const an_metrics *m, int top) 
     double mx = 0;
     for (size_t p = 0; p < m->nprocs; p++) {
         const an_proc_stat *s = &m->procs[p];
-        double v = s->t_s[0] + s->t_s[1] + s->t_s[2] + s->t_s[3] + s->t_s[4];
-        if (v > mx)
-            mx = v;
+        mx = fmax(mx, s->t_s[0] + s->t_s[1] + s->t_s[2] + s->t_s[3] + s->t_s[4]);
     }
     if (mx <= 0)
         mx = 1;
-    fprintf(o, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-               "role=\"img\" aria-label=\"per-rank I/O\">",
-            W, H);
+    svg_open(o, W, H, "per-rank I/O");
     for (size_t p = 0; p < n; p++) {
         const an_proc_stat *s = &m->procs[p];
         char lab[64];

@@ -8,6 +8,7 @@
 #include "analyze/reader_int.h"
 
 #include "core/err.h"
+#include "core/mem.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -96,6 +97,19 @@ static void join_parts(chunk *a, chunk *b) {
     free(line);
 }
 
+/* Interns key ok of part o into part c as key k's resolved string (fs = 0) or file-system type
+ * (fs = 1). 0, or -1 with c->oom set when out of memory. */
+static int import_key(chunk *c, const chunk *o, uint32_t ok, uint32_t k, int fs) {
+    uint32_t nk = an_strtab_intern(&c->keys, an_strtab_get(&o->keys, ok),
+                                   an_strtab_len(&o->keys, ok));
+    if (nk == AN_STR_NONE || an_chunk_key_cover(c, nk)) {
+        c->oom = 1;
+        return -1;
+    }
+    (fs ? c->fsof : c->resolved)[k] = nk;
+    return 0;
+}
+
 /* Resolution of a part's unresolved keys (hashes defined by an FH/HH line in another part of
  * the same file): interns the resolved string and its file-system type into this part. */
 static void share_metadata(chunk *c, chunk *group, int nparts) {
@@ -111,28 +125,12 @@ static void share_metadata(chunk *c, chunk *group, int nparts) {
             uint32_t ok = an_strtab_find(&o->keys, s, n);
             if (ok == AN_STR_NONE || ok >= o->nresolved)
                 continue;
-            if (c->resolved[k] == k && o->resolved[ok] != ok) {
-                uint32_t rk = o->resolved[ok];
-                uint32_t nk = an_strtab_intern(&c->keys, an_strtab_get(&o->keys, rk),
-                                               an_strtab_len(&o->keys, rk));
-                if (nk == AN_STR_NONE || an_chunk_key_cover(c, nk)) {
-                    c->oom = 1;
-                    return;
-                }
-                c->resolved[k] = nk;
-                s = an_strtab_get(&c->keys, k); /* the arena may have moved */
-            }
-            if (!c->fsof[k] && o->fsof[ok]) {
-                uint32_t fk = o->fsof[ok];
-                uint32_t nk = an_strtab_intern(&c->keys, an_strtab_get(&o->keys, fk),
-                                               an_strtab_len(&o->keys, fk));
-                if (nk == AN_STR_NONE || an_chunk_key_cover(c, nk)) {
-                    c->oom = 1;
-                    return;
-                }
-                c->fsof[k] = nk;
-                s = an_strtab_get(&c->keys, k);
-            }
+            if (c->resolved[k] == k && o->resolved[ok] != ok &&
+                import_key(c, o, o->resolved[ok], k, 0))
+                return;
+            if (!c->fsof[k] && o->fsof[ok] && import_key(c, o, o->fsof[ok], k, 1))
+                return;
+            s = an_strtab_get(&c->keys, k); /* the arena may have moved */
         }
     }
     /* Ranks from a PR line in another part. */
@@ -269,30 +267,12 @@ static void heap_down(head *h, size_t n, size_t i) {
 void an_trace_free(an_trace *t) {
     if (!t)
         return;
-    free(t->ts);
-    free(t->dur);
-    free(t->offset);
-    free(t->bytes);
-    free(t->name);
-    free(t->cat);
-    free(t->file);
-    free(t->proc);
-    free(t->tid);
-    free(t->op);
-    free(t->flags);
-    free(t->file_ignored);
-    free(t->file_fstype);
-    free(t->file_fs);
-    free(t->file_fs_how);
-    an_strtab_free(&t->fstypes);
-    an_strtab_free(&t->names);
-    an_strtab_free(&t->cats);
-    an_strtab_free(&t->files);
-    an_strtab_free(&t->hosts);
-    an_strtab_free(&t->rec_cats);
-    free(t->rec_cat_n);
-    free(t->ctrs);
-    free(t->procs);
+    MEM_FREE(t->ts, t->dur, t->offset, t->bytes, t->name, t->cat, t->file, t->proc, t->tid, t->op,
+             t->flags, t->file_ignored, t->file_fstype, t->file_fs, t->file_fs_how, t->rec_cat_n,
+             t->ctrs, t->procs);
+    an_strtab *tabs[] = {&t->fstypes, &t->names, &t->cats, &t->files, &t->hosts, &t->rec_cats};
+    for (size_t i = 0; i < sizeof tabs / sizeof *tabs; i++)
+        an_strtab_free(tabs[i]);
     for (size_t i = 0; i < t->ninputs; i++)
         free(t->inputs[i].path);
     free(t->inputs);
@@ -301,17 +281,8 @@ void an_trace_free(an_trace *t) {
 
 /* The file-system type an FH line recorded for file key fk, kept for global file gf. */
 static int record_fstype(an_trace *t, const chunk *c, uint32_t fk, uint32_t gf) {
-    if (gf >= t->nfile_fstype) {
-        size_t nc = t->nfile_fstype ? 2 * t->nfile_fstype : 256;
-        while (nc <= gf)
-            nc *= 2;
-        uint32_t *n = realloc(t->file_fstype, nc * sizeof *n);
-        if (!n)
-            return ERR_NOMEM;
-        memset(n + t->nfile_fstype, 0, (nc - t->nfile_fstype) * sizeof *n);
-        t->file_fstype = n;
-        t->nfile_fstype = nc;
-    }
+    if (MEM_COVER(t->file_fstype, t->nfile_fstype, gf, 256))
+        return ERR_NOMEM;
     uint32_t k = fk < c->nresolved ? c->fsof[fk] : 0;
     if (!k || t->file_fstype[gf])
         return 0;
@@ -498,13 +469,8 @@ static int remap_procs(an_trace *t, const chunk *c, remap *r, proc_index *px) {
             return ERR_NOMEM;
         gid -= 1; /* prockeys id 0 is "" */
         if (px->keys.n != before) {
-            if (t->nprocs == px->cap) {
-                px->cap *= 2;
-                an_proc *np = realloc(t->procs, px->cap * sizeof *np);
-                if (!np)
-                    return ERR_NOMEM;
-                t->procs = np;
-            }
+            if (MEM_RESERVE(t->procs, px->cap, t->nprocs, 16))
+                return ERR_NOMEM;
             t->procs[t->nprocs++] = (an_proc){.host = hid, .pid = lp->pid, .rank = -1};
         }
         int rank = lp->rank >= 0 ? lp->rank : (c->nprocs == 1 ? c->file_rank : -1);
@@ -675,14 +641,8 @@ static int clock_skew(an_trace *t, const chunk *ch, size_t nc, const remap *rm) 
 }
 
 static void free_remaps(remap *rm, size_t nc) {
-    for (size_t k = 0; rm && k < nc; k++) {
-        free(rm[k].name);
-        free(rm[k].cat);
-        free(rm[k].op);
-        free(rm[k].flags);
-        free(rm[k].proc);
-        free(rm[k].file);
-    }
+    for (size_t k = 0; rm && k < nc; k++)
+        MEM_FREE(rm[k].name, rm[k].cat, rm[k].op, rm[k].flags, rm[k].proc, rm[k].file);
     free(rm);
 }
 
@@ -714,9 +674,7 @@ static int merge_chunks(an_trace *t, chunk *ch, size_t nc, const an_read_opts *o
     rc = 0;
 out:
     free_remaps(rm, nc);
-    free(heap);
-    free(pos);
-    free(src);
+    MEM_FREE(heap, pos, src);
     if (rc)
         err_set(ERR_NOMEM, "analyze: out of memory merging %zu events", total);
     return rc;
@@ -901,11 +859,9 @@ int an_trace_read(an_trace *t, char *const *files, size_t nfiles, const an_read_
 out:
     for (k = 0; ch && k < nc; k++)
         an_chunk_free(&ch[k]);
-    free(ch);
-    free(order);
-    free(nparts);
-    free(sizes);
-    t->load_seconds = seconds_since(&ts0);
+    MEM_FREE(ch, order, nparts, sizes);
+    t->load_seconds
+ = seconds_since(&ts0);
     t->phase_s[2] = t->load_seconds - t->phase_s[0] - t->phase_s[1];
     return rc;
 }

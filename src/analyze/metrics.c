@@ -2,6 +2,7 @@
 #include "analyze/metrics.h"
 
 #include "core/err.h"
+#include "core/mem.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -34,27 +35,11 @@ static int tclass(int op) {
 /* Interval unions per (process, class), built in one pass over start-sorted events. */
 enum { U_IO, U_COMPUTE, U_FETCH, U_CKPT, U_COMM, U_COUNT };
 
-typedef struct {
-    int64_t *s, *e;
-    size_t n, cap;
-} seglist;
-
-static int seg_add(seglist *l, int64_t s, int64_t e) {
-    if (l->n && s <= l->e[l->n - 1]) {
-        if (e > l->e[l->n - 1])
-            l->e[l->n - 1] = e;
-        return 0;
-    }
+int an_spans_add(an_spans *l, int64_t s, int64_t e) {
     if (l->n == l->cap) {
         size_t nc = l->cap ? l->cap * 2 : 64;
-        int64_t *ns = realloc(l->s, nc * sizeof *ns);
-        if (!ns)
+        if (mem_resize(&l->s, nc, sizeof *l->s) || mem_resize(&l->e, nc, sizeof *l->e))
             return ERR_NOMEM;
-        l->s = ns;
-        int64_t *ne = realloc(l->e, nc * sizeof *ne);
-        if (!ne)
-            return ERR_NOMEM;
-        l->e = ne;
         l->cap = nc;
     }
     l->s[l->n] = s;
@@ -63,14 +48,28 @@ static int seg_add(seglist *l, int64_t s, int64_t e) {
     return 0;
 }
 
-static double seg_total(const seglist *l) {
+void an_spans_free(an_spans *l) {
+    MEM_FREE(l->s, l->e);
+}
+
+/* Adds [s, e) to a union built from start-sorted spans: merged into the last one it overlaps. */
+static int seg_add(an_spans *l, int64_t s, int64_t e) {
+    if (l->n && s <= l->e[l->n - 1]) {
+        if (e > l->e[l->n - 1])
+            l->e[l->n - 1] = e;
+        return 0;
+    }
+    return an_spans_add(l, s, e);
+}
+
+static double seg_total(const an_spans *l) {
     int64_t t = 0;
     for (size_t i = 0; i < l->n; i++)
         t += l->e[i] - l->s[i];
     return (double)t / 1e6;
 }
 
-static double seg_overlap(const seglist *a, const seglist *b) {
+static double seg_overlap(const an_spans *a, const an_spans *b) {
     size_t i = 0, j = 0;
     int64_t t = 0;
     while (i < a->n && j < b->n) {
@@ -87,7 +86,7 @@ static double seg_overlap(const seglist *a, const seglist *b) {
 }
 
 /* 1 if time x lies inside a segment of l (binary search). */
-static int seg_contains(const seglist *l, int64_t x) {
+static int seg_contains(const an_spans *l, int64_t x) {
     size_t lo = 0, hi = l->n;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
@@ -144,10 +143,7 @@ static double nice_window(double wall) {
 void an_metrics_free(an_metrics *m) {
     if (!m)
         return;
-    free(m->procs);
-    free(m->files);
-    free(m->windows);
-    free(m->mpi_calls);
+    MEM_FREE(m->procs, m->files, m->windows, m->mpi_calls);
     memset(m, 0, sizeof *m);
 }
 
@@ -156,8 +152,8 @@ typedef struct mctx {
     const an_trace *t;
     an_metrics *m;
     size_t np;
-    seglist *segs;      /* [np * U_COUNT] per-process unions */
-    seglist io_all;     /* wall-clock union of every process's I/O */
+    an_spans *segs;      /* [np * U_COUNT] per-process unions */
+    an_spans io_all;     /* wall-clock union of every process's I/O */
     int64_t *pfirst, *plast;
     uint32_t *fidx;     /* per file id: index in m->files, UINT32_MAX = none yet */
     pfstate *pf;        /* per (file, process) */
@@ -209,14 +205,8 @@ static pfstate *pf_state(mctx *c, uint32_t f, uint32_t p, an_file_stat *fs) {
     if (!slot)
         return NULL;
     if (ins) {
-        if (c->npf == c->cappf) {
-            size_t nc = c->cappf ? c->cappf * 2 : 1024;
-            pfstate *n2 = realloc(c->pf, nc * sizeof *n2);
-            if (!n2)
-                return NULL;
-            c->pf = n2;
-            c->cappf = nc;
-        }
+        if (MEM_RESERVE(c->pf, c->cappf, c->npf, 1024))
+            return NULL;
         c->pf[c->npf] = (pfstate){.pos = 0, .last_end = -1, .fstat = c->fidx[f]};
         c->npf++;
         if (fs->first_proc != p)
@@ -385,7 +375,7 @@ static int pass_events(mctx *c) {
             c->plast[p] = e;
         if (e > m->t1_us)
             m->t1_us = e;
-        seglist *ps = &c->segs[(size_t)p * U_COUNT];
+        an_spans *ps = &c->segs[(size_t)p * U_COUNT];
         int u = -1;
         switch (op) {
         case AN_OP_COMPUTE: m->has_compute = 1; u = U_COMPUTE; break;
@@ -442,7 +432,7 @@ static void pass_unions(mctx *c) {
     double util_num = 0, util_den = 0;
     for (size_t p = 0; p < c->np; p++) {
         an_proc_stat *st = &m->procs[p];
-        seglist *ps = &c->segs[p * U_COUNT];
+        an_spans *ps = &c->segs[p * U_COUNT];
         st->span_s = c->pfirst[p] <= c->plast[p] ? (double)(c->plast[p] - c->pfirst[p]) / 1e6 : 0;
         st->io_s = seg_total(&ps[U_IO]);
         st->compute_s = seg_total(&ps[U_COMPUTE]);
@@ -718,18 +708,10 @@ static void pass_shape(mctx *c) {
 
 static void mctx_free(mctx *c) {
     if (c->segs)
-        for (size_t k = 0; k < c->np * U_COUNT; k++) {
-            free(c->segs[k].s);
-            free(c->segs[k].e);
-        }
-    free(c->segs);
-    free(c->io_all.s);
-    free(c->io_all.e);
-    free(c->pfirst);
-    free(c->plast);
-    free(c->fidx);
-    free(c->pf);
-    free(c->epochs_per_proc);
+        for (size_t k = 0; k < c->np * U_COUNT; k++)
+            an_spans_free(&c->segs[k]);
+    an_spans_free(&c->io_all);
+    MEM_FREE(c->segs, c->pfirst, c->plast, c->fidx, c->pf, c->epochs_per_proc);
     an_imap_free(&c->pfmap);
 }
 

@@ -22,6 +22,18 @@ int an_bucket_of(int64_t bytes);
 
 enum { AN_T_READ, AN_T_WRITE, AN_T_META, AN_T_SYNC, AN_T_OTHER, AN_T_COUNT };
 
+/* Time spans [s[i], e[i]) in start order, with a cursor for monotone queries (work.c): the
+ * interval unions of metrics.c and the phase regions of work.c. */
+typedef struct an_spans {
+    int64_t *s, *e;
+    size_t n, cap, cur;
+} an_spans;
+
+/* Appends [s, e). 0 or ERR_NOMEM. */
+int an_spans_add(an_spans *l, int64_t s, int64_t e);
+/* Frees the arrays (the struct itself is the caller's). */
+void an_spans_free(an_spans *l);
+
 typedef struct an_proc_stat {
     double span_s;          /* first event start to last event end */
     double mpi_s, mpi_wait_s; /* time in MPI calls; of it, waiting in collectives for the last

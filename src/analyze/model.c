@@ -10,6 +10,7 @@
 #include "analyze/report.h"
 
 #include "core/err.h"
+#include "core/mem.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -608,8 +609,6 @@ int an_report_build(an_report *r, const an_trace *t, const an_metrics *m, const 
 void an_report_free(an_report *r) {
     if (!r)
         return;
-    free(r->findings);
-    free(r->skipped);
-    free(r->props);
+    MEM_FREE(r->findings, r->skipped, r->props);
     memset(r, 0, sizeof *r);
 }

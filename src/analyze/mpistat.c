@@ -16,6 +16,7 @@
 #include "analyze/metrics.h"
 
 #include "core/err.h"
+#include "core/mem.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -267,13 +268,7 @@ static int state_init(mpi_state *s, const an_trace *t) {
 }
 
 static void state_free(mpi_state *s) {
-    free(s->kind);
-    free(s->callix);
-    free(s->init_end);
-    free(s->fin_start);
-    free(s->last_end);
-    free(s->ce);
-    free(s->in);
+    MEM_FREE(s->kind, s->callix, s->init_end, s->fin_start, s->last_end, s->ce, s->in);
     an_imap_free(&s->comms);
     an_imap_free(&s->seqs);
     an_imap_free(&s->insts);
@@ -313,13 +308,8 @@ static int number_collective(const an_trace *t, mpi_state *s, size_t i, uint32_t
         return ERR_NOMEM;
     uint32_t k = *ii;
     if (ins) {
-        if (s->nin == s->capin) {
-            s->capin = s->capin ? 2 * s->capin : 256;
-            inst *n2 = realloc(s->in, s->capin * sizeof *n2);
-            if (!n2)
-                return ERR_NOMEM;
-            s->in = n2;
-        }
+        if (MEM_RESERVE(s->in, s->capin, s->nin, 256))
+            return ERR_NOMEM;
         s->in[s->nin++] = (inst){t->ts[i], t->ts[i], p, 0, (uint32_t)(t->offset[i] & 0xffffff), nm, 0};
     }
     inst *x = &s->in[k];
@@ -330,13 +320,8 @@ static int number_collective(const an_trace *t, mpi_state *s, size_t i, uint32_t
         x->max_ts = t->ts[i];
         x->late = p;
     }
-    if (s->nce == s->cap) {
-        s->cap = s->cap ? 2 * s->cap : 256;
-        coll_ev *n2 = realloc(s->ce, s->cap * sizeof *n2);
-        if (!n2)
-            return ERR_NOMEM;
-        s->ce = n2;
-    }
+    if (MEM_RESERVE(s->ce, s->cap, s->nce, 256))
+        return ERR_NOMEM;
     s->ce[s->nce++] = (coll_ev){i, k, s->last_end[p]};
     return 0;
 }
@@ -413,13 +398,8 @@ static group *find_group(group **gr, size_t *ngr, size_t *capgr, uint32_t proc, 
                          (*gr)[g].l.coll == coll))
         g++;
     if (g == *ngr) {
-        if (*ngr == *capgr) {
-            *capgr = *capgr ? 2 * *capgr : 16;
-            group *n2 = realloc(*gr, *capgr * sizeof *n2);
-            if (!n2)
-                return NULL;
-            *gr = n2;
-        }
+        if (MEM_RESERVE(*gr, *capgr, *ngr, 16))
+            return NULL;
         memset(&(*gr)[*ngr], 0, sizeof **gr);
         (*gr)[*ngr].l = (an_mpi_link){.proc = proc, .activity = what, .coll = coll};
         (*ngr)++;
@@ -473,9 +453,7 @@ static int pass_link(const an_trace *t, an_metrics *m, mpi_state *s) {
     }
     rc = 0;
 out:
-    free(gr);
-    free(start);
-    free(idx);
+    MEM_FREE(gr, start, idx);
     return rc;
 }
 

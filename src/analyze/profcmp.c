@@ -6,8 +6,10 @@
 #include "core/cali.h"
 #include "core/err.h"
 #include "core/fsutil.h"
+#include "core/mem.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,14 +90,8 @@ static acc *table_get(table *t, const char *path) {
             return x;
         h = (h + 1) & (t->nslot - 1);
     }
-    if (t->n == t->cap) {
-        size_t cap = t->cap ? 2 * t->cap : 256;
-        acc *a = realloc(t->a, cap * sizeof *a);
-        if (!a)
-            return NULL;
-        t->a = a;
-        t->cap = cap;
-    }
+    if (MEM_RESERVE(t->a, t->cap, t->n, 256))
+        return NULL;
     acc *x = &t->a[t->n];
     memset(x, 0, sizeof *x);
     x->path = strdup(path);
@@ -221,8 +217,7 @@ int an_prof_load(const char *path, an_prof_run *run) {
     }
     for (size_t i = 0; i < t.n; i++)
         free(t.a[i].path);
-    free(t.a);
-    free(t.slot);
+    MEM_FREE(t.a, t.slot);
     if (rc) {
         cali_free(&f);
         an_prof_free(run);
@@ -303,22 +298,19 @@ static double side_median(const an_prof_run *r, size_t n, run_get g, const void 
     return median_of(v, k);
 }
 
-/* Samples: batches per rank times the global batch (the same per rank on 1 rank and on 8). */
-static double get_samples(const an_prof_run *r, const void *a) {
-    (void)a;
-    return r->steps >= 0 ? r->steps * r->global_batch : NAN;
-}
-static double get_epochs(const an_prof_run *r, const void *a) {
-    (void)a;
-    return r->epochs >= 0 ? r->epochs : NAN;
-}
-static double get_val(const an_prof_run *r, const void *a) {
-    (void)a;
-    return r->val_batches >= 0 ? r->val_batches * r->global_batch : NAN;
-}
-static double get_ckpt(const an_prof_run *r, const void *a) {
-    (void)a;
-    return r->ckpt_writes >= 0 ? r->ckpt_writes : NAN;
+/* A count of work that guard 2 compares: the run's field at `off` (-1: unknown), in samples when
+ * it counts minibatches (batches per rank times the global batch: the same per rank on 1 rank
+ * and on 8). */
+typedef struct work_item {
+    const char *name;
+    size_t off;
+    int samples;
+} work_item;
+
+static double get_work(const an_prof_run *r, const void *a) {
+    const work_item *w = a;
+    const double v = *(const double *)((const char *)r + w->off);
+    return v >= 0 ? (w->samples ? v * r->global_batch : v) : NAN;
 }
 /* calls per minibatch of the region at path (0 when the run lacks it) */
 static double get_calls_per_step(const an_prof_run *r, const void *a) {
@@ -328,11 +320,6 @@ static double get_calls_per_step(const an_prof_run *r, const void *a) {
     return x ? (x->calls >= 0 ? x->calls / r->steps : NAN) : 0;
 }
 
-typedef struct work_item {
-    const char *name;
-    run_get get;
-} work_item;
-
 static void add_less(an_prof_result *r, const char *what) {
     size_t ll = strlen(r->less);
     snprintf(r->less + ll, sizeof r->less - ll, "%s%s", ll ? "; " : "", what);
@@ -341,13 +328,14 @@ static void add_less(an_prof_result *r, const char *what) {
 /* Guard 2: the work of both sides. */
 static void work_check(const an_prof_run *base, size_t nb, const an_prof_run *cand, size_t nc,
                        an_prof_result *r) {
-    static const work_item items[4] = {{"epochs", get_epochs},
-                                       {"training samples", get_samples},
-                                       {"validation samples", get_val},
-                                       {"checkpoint writes", get_ckpt}};
+    static const work_item items[4] = {
+        {"epochs", offsetof(an_prof_run, epochs), 0},
+        {"training samples", offsetof(an_prof_run, steps), 1},
+        {"validation samples", offsetof(an_prof_run, val_batches), 1},
+        {"checkpoint writes", offsetof(an_prof_run, ckpt_writes), 0}};
     for (int k = 0; k < 4; k++) {
-        double b = side_median(base, nb, items[k].get, NULL),
-               c = side_median(cand, nc, items[k].get, NULL);
+        double b = side_median(base, nb, get_work, &items[k]),
+               c = side_median(cand, nc, get_work, &items[k]);
         r->work_known |= !isnan(b);
         if (b > 0 && (isnan(c) || c < 0.99 * b)) {
             char m[160];

@@ -46,7 +46,8 @@ typedef struct chunk {
     uint32_t *fsof;     /* per key: the key holding its FH "fs" type, or 0 */
     uint32_t nresolved;
     pairinfo *pairs;
-    uint32_t npairs, cappairs;
+    uint32_t npairs;
+    size_t cappairs;
     an_imap pairmap, procmap;
     an_imap threads;    /* (local proc << 32 | tid) of every thread seen */
     uint64_t last_thread;
@@ -56,7 +57,8 @@ typedef struct chunk {
     uint8_t *key_used;
     int64_t *proc_first;
     lproc *procs;
-    uint32_t nprocs, capprocs;
+    uint32_t nprocs;
+    size_t capprocs;
     /* caches of the previous event's strings */
     const char *last_name;
     size_t last_name_n;

@@ -2,6 +2,7 @@
 #include "analyze/strtab.h"
 
 #include "core/err.h"
+#include "core/mem.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -32,8 +33,7 @@ static int strtab_rehash(an_strtab *t, uint32_t nslots) {
     uint32_t *slots = calloc(nslots, sizeof *slots);
     uint64_t *shash = malloc((size_t)nslots * sizeof *shash);
     if (!slots || !shash) {
-        free(slots);
-        free(shash);
+        MEM_FREE(slots, shash);
         return err_set(ERR_NOMEM, "analyze: out of memory growing a string table");
     }
     for (uint32_t i = 0; i < t->nslots; i++) {
@@ -45,8 +45,7 @@ static int strtab_rehash(an_strtab *t, uint32_t nslots) {
         slots[j] = t->slots[i];
         shash[j] = t->shash[i];
     }
-    free(t->slots);
-    free(t->shash);
+    MEM_FREE(t->slots, t->shash);
     t->slots = slots;
     t->shash = shash;
     t->nslots = nslots;
@@ -78,11 +77,7 @@ int an_strtab_init(an_strtab *t) {
 void an_strtab_free(an_strtab *t) {
     if (!t)
         return;
-    free(t->arena);
-    free(t->off);
-    free(t->len);
-    free(t->slots);
-    free(t->shash);
+    MEM_FREE(t->arena, t->off, t->len, t->slots, t->shash);
     memset(t, 0, sizeof *t);
 }
 
@@ -125,26 +120,12 @@ uint32_t an_strtab_intern(an_strtab *t, const char *s, size_t n) {
     }
     if (t->n == t->cap) {
         uint32_t nc = t->cap * 2;
-        uint64_t *off = realloc(t->off, nc * sizeof *off);
-        if (!off)
+        if (mem_resize(&t->off, nc, sizeof *t->off) || mem_resize(&t->len, nc, sizeof *t->len))
             return AN_STR_NONE;
-        t->off = off;
-        uint32_t *len = realloc(t->len, nc * sizeof *len);
-        if (!len)
-            return AN_STR_NONE;
-        t->len = len;
         t->cap = nc;
     }
-    if (t->arena_len + n + 1 > t->arena_cap) {
-        size_t nc = t->arena_cap * 2;
-        while (nc < t->arena_len + n + 1)
-            nc *= 2;
-        char *a = realloc(t->arena, nc);
-        if (!a)
-            return AN_STR_NONE;
-        t->arena = a;
-        t->arena_cap = nc;
-    }
+    if (MEM_RESERVE(t->arena, t->arena_cap, t->arena_len + n, 4096))
+        return AN_STR_NONE;
     id = t->n++;
     t->off[id] = t->arena_len;
     t->len[id] = (uint32_t)n;
@@ -186,8 +167,7 @@ int an_imap_init(an_imap *m, uint32_t hint) {
 void an_imap_free(an_imap *m) {
     if (!m)
         return;
-    free(m->keys);
-    free(m->vals);
+    MEM_FREE(m->keys, m->vals);
     memset(m, 0, sizeof *m);
 }
 
@@ -196,8 +176,7 @@ static int imap_grow(an_imap *m) {
     uint64_t *k = malloc((size_t)ns * sizeof *k);
     uint32_t *v = malloc((size_t)ns * sizeof *v);
     if (!k || !v) {
-        free(k);
-        free(v);
+        MEM_FREE(k, v);
         return ERR_NOMEM;
     }
     memset(k, 0xff, (size_t)ns * sizeof *k);
@@ -210,8 +189,7 @@ static int imap_grow(an_imap *m) {
         k[j] = m->keys[i];
         v[j] = m->vals[i];
     }
-    free(m->keys);
-    free(m->vals);
+    MEM_FREE(m->keys, m->vals);
     m->keys = k;
     m->vals = v;
     m->nslots = ns;

@@ -10,34 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Regions of one kind on one process, in start order (the events are sorted by start), with a
- * cursor for monotone "is time s inside one?" queries. */
-typedef struct {
-    int64_t *s, *e;
-    size_t n, cap, cur;
-} regions;
-
-static int regions_add(regions *r, int64_t s, int64_t e) {
-    if (r->n == r->cap) {
-        size_t cap = r->cap ? 2 * r->cap : 16;
-        int64_t *ns = realloc(r->s, cap * sizeof *ns);
-        if (!ns)
-            return ERR_NOMEM;
-        r->s = ns;
-        int64_t *ne = realloc(r->e, cap * sizeof *ne);
-        if (!ne)
-            return ERR_NOMEM;
-        r->e = ne;
-        r->cap = cap;
-    }
-    r->s[r->n] = s;
-    r->e[r->n] = e;
-    r->n++;
-    return 0;
-}
-
-/* Queries must come in non-decreasing s (true for one process's events in trace order). */
-static int regions_inside(regions *r, int64_t s) {
+/* Regions of one kind on one process are an_spans in start order (the events are sorted by
+ * start), whose cursor serves monotone "is time s inside one?" queries: these must come in
+ * non-decreasing s (true for one process's events in trace order). */
+static int regions_inside(an_spans *r, int64_t s) {
     while (r->cur < r->n && r->e[r->cur] < s)
         r->cur++;
     return r->cur < r->n && r->s[r->cur] <= s;
@@ -46,7 +22,7 @@ static int regions_inside(regions *r, int64_t s) {
 typedef struct {
     int64_t e0, e1, warm0;  /* first epoch start, last epoch end, first fetch/compute before e0 */
     uint64_t epochs;
-    regions eval, ckpt;
+    an_spans eval, ckpt;
 } proc_phase;
 
 static int phase_of(const proc_phase *p, int64_t s) {
@@ -74,8 +50,8 @@ static int find_regions(const an_trace *t, proc_phase *pp, uint32_t step_name, i
             if (e > p->e1)
                 p->e1 = e;
             break;
-        case AN_OP_EVAL: rc = regions_add(&p->eval, s, e); break;
-        case AN_OP_CKPT: rc = regions_add(&p->ckpt, s, e); break;
+        case AN_OP_EVAL: rc = an_spans_add(&p->eval, s, e); break;
+        case AN_OP_CKPT: rc = an_spans_add(&p->ckpt, s, e); break;
         case AN_OP_FETCH:
         case AN_OP_COMPUTE:
             if (s < p->warm0)
@@ -197,10 +173,8 @@ int an_work_compute(const an_trace *t, const an_metrics *m, an_work *w) {
 out:
     if (pp)
         for (size_t p = 0; p < np; p++) {
-            free(pp[p].eval.s);
-            free(pp[p].eval.e);
-            free(pp[p].ckpt.s);
-            free(pp[p].ckpt.e);
+            an_spans_free(&pp[p].eval);
+            an_spans_free(&pp[p].ckpt);
         }
     free(pp);
     free(ckfile);

@@ -123,22 +123,19 @@ int cmd_benchmark(int argc, char **argv) {
         if (r.converged)
             printf("benchmark: reached val dice %.4f >= %.3f at epoch %d on %d rank(s); "
                    "time to target %.2f s (training wall time, I/O included); "
-                   "sum of epoch durations %.2f s; FOM (upstream, 1/sum) %.5g 1/s; "
-                   "median minibatch time %s; "
-                   "checkpoints %.1f MB in %.2f s; %.3g samples/s; peak memory per rank %.2f "
-                   "GiB (max), %.2f GiB (min); precision %s; run folder %s\n",
+                   "sum of epoch durations %.2f s; FOM (upstream, 1/sum) %.5g 1/s; ",
                    r.val_dice, c.target_dice, r.last_epoch, w.size, r.wall_s, r.sum_epoch_s,
-                   r.fom_upstream, mb, r.ckpt_bytes / 1e6, r.ckpt_s, r.samples_per_s,
-                   r.rss_max_gib, r.rss_min_gib, c.torch_amp ? "bf16" : "fp32", c.run_dir);
+                   r.fom_upstream);
         else
             printf("benchmark: stopped at epoch %d (cap %d) with val dice %.4f < %.3f on %d "
                    "rank(s); no FOM (not converged); training wall time %.2f s; sum of epoch "
-                   "durations %.2f s; median minibatch time %s; checkpoints %.1f MB in %.2f s; "
-                   "%.3g samples/s; peak memory per rank %.2f GiB (max), %.2f GiB (min); "
-                   "precision %s; run folder %s\n",
+                   "durations %.2f s; ",
                    r.last_epoch, c.epochs, r.val_dice, c.target_dice, w.size, r.wall_s,
-                   r.sum_epoch_s, mb, r.ckpt_bytes / 1e6, r.ckpt_s, r.samples_per_s,
-                   r.rss_max_gib, r.rss_min_gib, c.torch_amp ? "bf16" : "fp32", c.run_dir);
+                   r.sum_epoch_s);
+        printf("median minibatch time %s; checkpoints %.1f MB in %.2f s; %.3g samples/s; peak "
+               "memory per rank %.2f GiB (max), %.2f GiB (min); precision %s; run folder %s\n",
+               mb, r.ckpt_bytes / 1e6, r.ckpt_s, r.samples_per_s, r.rss_max_gib, r.rss_min_gib,
+               c.torch_amp ? "bf16" : "fp32", c.run_dir);
         fflush(stdout);
     }
     dist_finalize(&w);

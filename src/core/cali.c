@@ -3,6 +3,7 @@
 
 #include "core/err.h"
 #include "core/fsutil.h"
+#include "core/mem.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -126,16 +127,9 @@ static const int64_t boot_parent[FIRST_FREE] = {-1, -1, -1, -1, -1, -1, -1, -1, 
 
 void cali_free(cali_file *f) {
     for (size_t i = 0; i < f->nctx; i++) {
-        free(f->ctx[i].ref);
-        free(f->ctx[i].attr);
-        free(f->ctx[i].data);
+        MEM_FREE(f->ctx[i].ref, f->ctx[i].attr, f->ctx[i].data);
     }
-    free(f->ctx);
-    free(f->globals.ref);
-    free(f->globals.attr);
-    free(f->globals.data);
-    free(f->node);
-    free(f->text);
+    MEM_FREE(f->ctx, f->globals.ref, f->globals.attr, f->globals.data, f->node, f->text);
     memset(f, 0, sizeof *f);
 }
 
@@ -154,14 +148,8 @@ typedef struct parser {
 } parser;
 
 static int push_tok(parser *ps, char *t) {
-    if (ps->ntok == ps->cap) {
-        size_t cap = ps->cap ? 2 * ps->cap : 64;
-        char **n = realloc(ps->tok, cap * sizeof *n);
-        if (!n)
-            return ERR_NOMEM;
-        ps->tok = n;
-        ps->cap = cap;
-    }
+    if (MEM_RESERVE(ps->tok, ps->cap, ps->ntok, 64))
+        return ERR_NOMEM;
     ps->tok[ps->ntok++] = t;
     return 0;
 }
@@ -233,18 +221,7 @@ static int have_node(const cali_file *f, int64_t id) {
 }
 
 static int grow_nodes(cali_file *f, int64_t id) {
-    if ((size_t)id < f->nnode)
-        return 0;
-    size_t n = f->nnode ? f->nnode : 64;
-    while (n <= (size_t)id)
-        n *= 2;
-    cali_node *nn = realloc(f->node, n * sizeof *nn);
-    if (!nn)
-        return ERR_NOMEM;
-    memset(nn + f->nnode, 0, (n - f->nnode) * sizeof *nn);
-    f->node = nn;
-    f->nnode = n;
-    return 0;
+    return MEM_COVER(f->node, f->nnode, (size_t)id, 64);
 }
 
 /* A ctx or globals record into c: its refs (known nodes) and immediate (attr, data) pairs. */
@@ -350,9 +327,7 @@ int cali_read(const char *path, cali_file *f) {
             rc = read_ctx(f, &ps, &f->ctx[f->nctx], &why);
             f->nctx++; /* counted even on failure, so cali_free frees its arrays */
         } else if (!strcmp(k, "globals")) {
-            free(f->globals.ref);
-            free(f->globals.attr);
-            free(f->globals.data);
+            MEM_FREE(f->globals.ref, f->globals.attr, f->globals.data);
             rc = read_ctx(f, &ps, &f->globals, &why);
             f->has_globals = 1;
         } else {

@@ -239,6 +239,31 @@ int fs_read_file(const char *path, char **data, size_t *n) {
     return 0;
 }
 
+int fs_read_records(const char *path, size_t elt, int (*parse)(char *line, int lineno, void *rec),
+                    void **out, int *n) {
+    *out = NULL;
+    *n = 0;
+    if (!fs_exists(path))
+        return 0;
+    char *txt = NULL;
+    int rc = fs_read_file(path, &txt, NULL);
+    if (rc)
+        return rc;
+    size_t lines = 1;
+    for (const char *q = txt; *q; q++)
+        lines += *q == '\n';
+    char *r = malloc(lines * elt); /* one record per line at most */
+    char *save = NULL;
+    int lineno = 0;
+    for (char *l = strtok_r(txt, "\n", &save); l && r; l = strtok_r(NULL, "\n", &save))
+        *n += parse(l, lineno++, r + (size_t)*n * elt);
+    free(txt);
+    if (!r)
+        return err_set(ERR_NOMEM, "out of memory reading %s", path);
+    *out = r;
+    return 0;
+}
+
 int fs_exists(const char *path) {
     struct stat st;
     return lstat(path, &st) == 0;

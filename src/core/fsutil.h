@@ -51,6 +51,12 @@ FILE *fs_open_read(const char *path);
 /* Reads a whole file into a NUL-terminated malloc'ed buffer. 0 or ERR_IO/ERR_NOMEM. */
 int fs_read_file(const char *path, char **data, size_t *n);
 
+/* The records of an optional text file, one per line (lineno from 0, empty lines skipped) that
+ * parse() takes (returns 1 after filling rec, elt bytes): *out malloc'ed, *n of them; a missing
+ * file gives *out = NULL, *n = 0. 0, or ERR_IO/ERR_NOMEM naming the file. */
+int fs_read_records(const char *path, size_t elt, int (*parse)(char *line, int lineno, void *rec),
+                    void **out, int *n);
+
 /* 1 if `path` exists (any type), 0 otherwise. */
 int fs_exists(const char *path);
 

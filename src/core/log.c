@@ -31,37 +31,21 @@ static void log_emit(const char *level, const char *fmt, va_list ap) {
             level, msg);
 }
 
-void log_info(const char *fmt, ...) {
-    if (log_rank != 0 || log_verb < 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    log_emit("", fmt, ap);
-    va_end(ap);
-}
-
-void log_debug(const char *fmt, ...) {
-    if (log_verb < 1)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    log_emit("[debug]", fmt, ap);
-    va_end(ap);
-}
-
-void log_warn(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    log_emit("[warning]", fmt, ap);
-    va_end(ap);
-}
-
-void log_error(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    log_emit("[error]", fmt, ap);
-    va_end(ap);
-}
+/* A level's function: the message goes out when `shown`, tagged with `tag`. */
+#define LOG_LEVEL(name, shown, tag)                                                                \
+    void name(const char *fmt, ...) {                                                              \
+        if (!(shown))                                                                              \
+            return;                                                                                \
+        va_list ap;                                                                                \
+        va_start(ap, fmt);                                                                         \
+        log_emit(tag, fmt, ap);                                                                    \
+        va_end(ap);                                                                                \
+    }
+LOG_LEVEL(log_info, log_rank == 0 && log_verb >= 0, "")
+LOG_LEVEL(log_debug, log_verb >= 1, "[debug]")
+LOG_LEVEL(log_warn, 1, "[warning]")
+LOG_LEVEL(log_error, 1, "[error]")
+#undef LOG_LEVEL
 
 double time_now(void) {
     struct timespec ts;

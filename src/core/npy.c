@@ -295,25 +295,30 @@ int npy_load(const char *path, npy_header *h, void **data) {
     return 0;
 }
 
+int npy_expect(const char *path, const npy_header *h, npy_dtype dtype, int ndim,
+               const int64_t *shape) {
+    int same = h->dtype == dtype && h->ndim == ndim;
+    for (int i = 0; same && i < ndim; i++)
+        same = h->shape[i] == shape[i];
+    if (same)
+        return 0;
+    char a[128], b[128];
+    return err_set(ERR_FORMAT, "%s: expected %s %s, found %s %s", path, npy_descr(dtype),
+                   npy_shape_str(ndim, shape, a, sizeof a), npy_descr(h->dtype),
+                   npy_shape_str(h->ndim, h->shape, b, sizeof b));
+}
+
 int npy_read_into(const char *path, npy_dtype dtype, int ndim, const int64_t *shape, void *buf) {
     FILE *f = fs_open_read(path);
     if (!f)
         return err_set(ERR_IO, "cannot open %s: %s", path, strerror(errno));
     npy_header h;
     int rc = npy_read_header(f, path, &h);
+    if (!rc)
+        rc = npy_expect(path, &h, dtype, ndim, shape);
     if (rc) {
         fclose(f);
         return rc;
-    }
-    int same = h.dtype == dtype && h.ndim == ndim;
-    for (int i = 0; same && i < ndim; i++)
-        same = h.shape[i] == shape[i];
-    if (!same) {
-        char a[128], b[128];
-        fclose(f);
-        return err_set(ERR_FORMAT, "%s: expected %s %s, found %s %s", path, npy_descr(dtype),
-                       npy_shape_str(ndim, shape, a, sizeof a), npy_descr(h.dtype),
-                       npy_shape_str(h.ndim, h.shape, b, sizeof b));
     }
     if (fread(buf, 1, h.nbytes, f) != h.nbytes) {
         fclose(f);

@@ -54,6 +54,11 @@ int npy_load(const char *path, npy_header *h, void **data);
  * prod(shape)*itemsize bytes. A mismatch is ERR_FORMAT naming the file, expected and found. */
 int npy_read_into(const char *path, npy_dtype dtype, int ndim, const int64_t *shape, void *buf);
 
+/* Checks that header h (of file `path`) has the expected dtype and shape: 0, or ERR_FORMAT naming
+ * the file, expected and found. */
+int npy_expect(const char *path, const npy_header *h, npy_dtype dtype, int ndim,
+               const int64_t *shape);
+
 /* Writes the 64-byte-aligned header for (dtype, shape) to `f`. 0 or ERR_IO. */
 int npy_write_header(FILE *f, npy_dtype dtype, int ndim, const int64_t *shape);
 

@@ -2,6 +2,7 @@
 #include "core/prof.h"
 
 #include "core/err.h"
+#include "core/mem.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -136,9 +137,7 @@ long long prof_zero_unix_us(void) {
 
 static void state_free(pthread_state *t) {
     if (t) {
-        free(t->nodes);
-        free(t->ev);
-        free(t);
+        MEM_FREE(t->nodes, t->ev, t);
     }
 }
 
@@ -319,14 +318,8 @@ static int32_t mchild(mtree *m, int32_t parent, int32_t id) {
     for (int32_t c = m->nd[parent].child; c >= 0; c = m->nd[c].sibling)
         if (m->nd[c].id == id)
             return c;
-    if (m->n == m->cap) {
-        size_t cap = m->cap * 2;
-        tnode *nd = realloc(m->nd, cap * sizeof *nd);
-        if (!nd)
-            return -1;
-        m->nd = nd;
-        m->cap = cap;
-    }
+    if (MEM_RESERVE(m->nd, m->cap, m->n, 64))
+        return -1;
     int32_t c = (int32_t)m->n++;
     m->nd[c] = (tnode){id, parent, -1, -1, -1, 0, 0};
     if (m->nd[parent].last >= 0)

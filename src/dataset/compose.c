@@ -3,6 +3,7 @@
 
 #include "core/err.h"
 #include "core/fsutil.h"
+#include "core/mem.h"
 #include "core/rng.h"
 #include "fractal/ifs.h"
 
@@ -11,9 +12,7 @@
 #include <string.h>
 
 void ds_plan_free(ds_plan *p) {
-    free(p->contents);
-    free(p->is_val);
-    free(p->colors);
+    MEM_FREE(p->contents, p->is_val, p->colors);
     p->contents = NULL;
     p->is_val = NULL;
     p->colors = NULL;

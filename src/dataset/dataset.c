@@ -144,18 +144,7 @@ static int check_file(const char *path, npy_dtype dt, int ndim, const int64_t *s
     npy_header h;
     int rc = npy_read_header(f, path, &h); /* also checks the file size against the header */
     fclose(f);
-    if (rc)
-        return rc;
-    int same = h.dtype == dt && h.ndim == ndim;
-    for (int i = 0; same && i < ndim; i++)
-        same = h.shape[i] == shape[i];
-    if (!same) {
-        char a[128], b[128];
-        return err_set(ERR_FORMAT, "%s: expected %s %s, found %s %s", path, npy_descr(dt),
-                       npy_shape_str(ndim, shape, a, sizeof a), npy_descr(h.dtype),
-                       npy_shape_str(h.ndim, h.shape, b, sizeof b));
-    }
-    return 0;
+    return rc ? rc : npy_expect(path, &h, dt, ndim, shape);
 }
 
 int dataset_check(const dataset *ds) {

@@ -6,6 +6,7 @@
 #include "core/claim.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/mem.h"
 #include "core/npy.h"
 #include "dataset/compose.h"
 #include "dataset/render.h"
@@ -143,10 +144,7 @@ static int gen_alloc(gen_state *g) {
 static void gen_free(gen_state *g) {
     for (int k = 0; g->vox && k < g->plan->n_fracts_per_vol; k++)
         free(g->vox[k]);
-    free(g->vox);
-    free(g->pts);
-    free(g->vol);
-    free(g->mask);
+    MEM_FREE(g->vox, g->pts, g->vol, g->mask);
 }
 
 static int make_tree(const char *staging, const ds_plan *plan) {

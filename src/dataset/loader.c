@@ -3,6 +3,7 @@
 
 #include "core/err.h"
 #include "core/log.h"
+#include "core/mem.h"
 #include "core/rng.h"
 
 #include <pthread.h>
@@ -250,7 +251,24 @@ static ds_slot *wait_slot(ds_loader *l, int64_t b) {
     return s;
 }
 
-int ds_loader_next(ds_loader *l, float *vol, uint16_t *mask, int *count) {
+/* The W = 0 buffers of next_ref, allocated on first use. 0 or ERR_NOMEM. */
+static int own_buffers(ds_loader *l) {
+    if (l->own_vol)
+        return 0;
+    l->own_vol = malloc((size_t)l->o.batch * l->o.src.vol_elems * sizeof(float));
+    l->own_mask = malloc((size_t)l->o.batch * l->o.src.mask_elems * sizeof(uint16_t));
+    if (l->own_vol && l->own_mask)
+        return 0;
+    MEM_FREE(l->own_vol, l->own_mask);
+    l->own_vol = NULL;
+    l->own_mask = NULL;
+    return err_set(ERR_NOMEM, "loader: out of memory");
+}
+
+/* The next batch (after releasing the one held): W = 0 reads it into vol and mask (the own
+ * buffers when vol is NULL), else *slot is its ready slot, held until release_held. 1 and *count,
+ * 0 after the last batch, or the error. */
+static int next_batch(ds_loader *l, float *vol, uint16_t *mask, ds_slot **slot, int *count) {
     *count = 0;
     release_held(l);
     if (!l->started || l->next_batch >= l->nbatches)
@@ -259,80 +277,49 @@ int ds_loader_next(ds_loader *l, float *vol, uint16_t *mask, int *count) {
     const int64_t *idx;
     int n;
     batch_span(l, b, &idx, &n);
+    l->last_batch = b;
     if (l->nworkers == 0) {
+        if (!vol && own_buffers(l))
+            return ERR_NOMEM;
         double t0 = time_now();
-        int rc = l->o.src.read(l->o.src.ctx, l->o.split, idx, n, vol, mask);
+        int rc = l->o.src.read(l->o.src.ctx, l->o.split, idx, n, vol ? vol : l->own_vol,
+                               vol ? mask : l->own_mask);
         l->wait_s += time_now() - t0;
         l->next_batch++;
-        l->last_batch = b;
         if (rc)
             return rc;
         *count = n;
         return 1;
     }
-    ds_slot *s = wait_slot(l, b);
-    int rc = s->rc;
-    if (rc == 0) {
-        memcpy(vol, s->vol, (size_t)n * l->o.src.vol_elems * sizeof(float));
-        memcpy(mask, s->mask, (size_t)n * l->o.src.mask_elems * sizeof(uint16_t));
-    } else {
-        err_set(rc, "%s", s->msg);
-    }
-    pthread_mutex_lock(&l->mu);
-    s->state = SLOT_FREE;
-    l->next_batch++;
-    pthread_cond_broadcast(&l->cv_work);
-    pthread_mutex_unlock(&l->mu);
-    l->last_batch = b;
-    if (rc)
-        return rc;
+    *slot = wait_slot(l, b);
+    l->held = (int)(b % l->nslots); /* next_batch advances when the slot is released */
+    if ((*slot)->rc)
+        return err_set((*slot)->rc, "%s", (*slot)->msg);
     *count = n;
     return 1;
 }
 
+int ds_loader_next(ds_loader *l, float *vol, uint16_t *mask, int *count) {
+    ds_slot *s = NULL;
+    int rc = next_batch(l, vol, mask, &s, count);
+    if (rc == 1 && s) {
+        memcpy(vol, s->vol, (size_t)*count * l->o.src.vol_elems * sizeof(float));
+        memcpy(mask, s->mask, (size_t)*count * l->o.src.mask_elems * sizeof(uint16_t));
+    }
+    release_held(l); /* the slot is free again as soon as it is copied */
+    return rc;
+}
+
 int ds_loader_next_ref(ds_loader *l, const float **vol, const uint16_t **mask, int *count) {
-    *count = 0;
     *vol = NULL;
     *mask = NULL;
-    release_held(l);
-    if (!l->started || l->next_batch >= l->nbatches)
-        return 0;
-    int64_t b = l->next_batch;
-    const int64_t *idx;
-    int n;
-    batch_span(l, b, &idx, &n);
-    l->last_batch = b;
-    if (l->nworkers == 0) {
-        if (!l->own_vol) {
-            l->own_vol = malloc((size_t)l->o.batch * l->o.src.vol_elems * sizeof(float));
-            l->own_mask = malloc((size_t)l->o.batch * l->o.src.mask_elems * sizeof(uint16_t));
-            if (!l->own_vol || !l->own_mask) {
-                free(l->own_vol);
-                free(l->own_mask);
-                l->own_vol = NULL;
-                l->own_mask = NULL;
-                return err_set(ERR_NOMEM, "loader: out of memory");
-            }
-        }
-        double t0 = time_now();
-        int rc = l->o.src.read(l->o.src.ctx, l->o.split, idx, n, l->own_vol, l->own_mask);
-        l->wait_s += time_now() - t0;
-        l->next_batch++;
-        if (rc)
-            return rc;
-        *vol = l->own_vol;
-        *mask = l->own_mask;
-        *count = n;
-        return 1;
+    ds_slot *s = NULL;
+    int rc = next_batch(l, NULL, NULL, &s, count);
+    if (rc == 1) {
+        *vol = s ? s->vol : l->own_vol;
+        *mask = s ? s->mask : l->own_mask;
     }
-    ds_slot *s = wait_slot(l, b);
-    l->held = (int)(b % l->nslots); /* next_batch advances when the slot is released */
-    if (s->rc)
-        return err_set(s->rc, "%s", s->msg);
-    *vol = s->vol;
-    *mask = s->mask;
-    *count = n;
-    return 1;
+    return rc;
 }
 
 const int64_t *ds_loader_last_indices(const ds_loader *l) {
@@ -364,12 +351,7 @@ void ds_loader_destroy(ds_loader *l) {
         free(l->slots[i].vol);
         free(l->slots[i].mask);
     }
-    free(l->slots);
-    free(l->th);
-    free(l->order);
-    free(l->order_next);
-    free(l->own_vol);
-    free(l->own_mask);
+    MEM_FREE(l->slots, l->th, l->order, l->order_next, l->own_vol, l->own_mask);
     pthread_cond_destroy(&l->cv_work);
     pthread_cond_destroy(&l->cv_ready);
     pthread_mutex_destroy(&l->mu);

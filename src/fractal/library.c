@@ -6,6 +6,7 @@
 #include "core/err.h"
 #include "core/fsutil.h"
 #include "core/log.h"
+#include "core/mem.h"
 #include "core/npy.h"
 #include "core/rng.h"
 #include "core/sha256.h"
@@ -201,13 +202,7 @@ typedef struct class_search {
 #define CLASS_ATTEMPT_CAP 100000000L
 
 static void class_search_free(class_search *cs) {
-    free(cs->mine);
-    free(cs->mine_at);
-    free(cs->counts);
-    free(cs->displs);
-    free(cs->pts);
-    free(cs->valid);
-    free(cs->params);
+    MEM_FREE(cs->mine, cs->mine_at, cs->counts, cs->displs, cs->pts, cs->valid, cs->params);
 }
 
 /* Rank 0: counts the valid class files already there into *have. Too few: the search goes on
@@ -447,31 +442,21 @@ typedef struct lib_reject {
     int cat;
 } lib_reject;
 
-static int read_rejected(const char *path, lib_reject **out, int *n) {
-    *out = NULL;
-    *n = 0;
-    if (!fs_exists(path))
+/* A line of the rejection list; one written by someone else is ignored. */
+static int parse_reject(char *l, int lineno, void *rec) {
+    (void)lineno;
+    lib_reject x;
+    if (sscanf(l, "%15[0-9.csv],%64[0-9a-f],%d", x.name, x.sha, &x.cat) != 3)
         return 0;
-    char *txt = NULL;
-    int rc = fs_read_file(path, &txt, NULL);
-    if (rc)
-        return rc;
-    size_t lines = 1;
-    for (const char *q = txt; *q; q++)
-        lines += *q == '\n';
-    lib_reject *r = malloc(lines * sizeof *r); /* one entry per line at most */
-    char *save = NULL;
-    for (char *l = strtok_r(txt, "\n", &save); l && r; l = strtok_r(NULL, "\n", &save)) {
-        lib_reject x;
-        if (sscanf(l, "%15[0-9.csv],%64[0-9a-f],%d", x.name, x.sha, &x.cat) != 3)
-            continue; /* a line written by someone else: ignore it */
-        r[(*n)++] = x;
-    }
-    free(txt);
-    if (!r)
-        return err_set(ERR_NOMEM, "out of memory reading %s", path);
+    memcpy(rec, &x, sizeof x);
+    return 1;
+}
+
+static int read_rejected(const char *path, lib_reject **out, int *n) {
+    void *r;
+    int rc = fs_read_records(path, sizeof **out, parse_reject, &r, n);
     *out = r;
-    return 0;
+    return rc;
 }
 
 static int is_rejected(const lib_reject *r, int nr, const lib_class *c, int cat) {

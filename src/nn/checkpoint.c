@@ -3,6 +3,7 @@
 
 #include "core/err.h"
 #include "core/log.h"
+#include "core/mem.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,9 +102,7 @@ int nn_checkpoint_save(const char *path, const nn_unet *m, const nn_optim *opt,
         md[k++] = meta[i];
     rc = nn_st_write(path, t, nt, md, k / 2);
 out:
-    free(t);
-    free(md);
-    free(names);
+    MEM_FREE(t, md, names);
     return rc;
 }
 

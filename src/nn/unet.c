@@ -11,6 +11,7 @@
 
 #include "core/err.h"
 #include "core/log.h"
+#include "core/mem.h"
 #include "core/prof.h"
 #include "core/rng.h"
 #include "nn/backend.h"
@@ -35,9 +36,7 @@ static void *alloc64(size_t bytes) {
 void nn_unet_free(nn_unet *m) {
     if (!m)
         return;
-    free(m->tensors);
-    free(m->params);
-    free(m->grads);
+    MEM_FREE(m->tensors, m->params, m->grads);
     struct nn_unet_plan *p = m->plan;
     if (p && p->be) {
         nn_backend *be = p->be;
@@ -190,32 +189,30 @@ static int state_floats(const nn_unet *m, const nn_optim *o, size_t *ns) {
     return 0;
 }
 
-int nn_unet_upload(nn_unet *m, const nn_optim *o) {
+/* The host <-> device copies of the model: the parameters, the gradients (down only) and the
+ * optimizer state (o not NULL). 0 or the backend's error. */
+static int model_copy(nn_unet *m, const nn_optim *o, int down) {
     nn_backend *be = m->plan->be;
     if (!be->device)
         return 0;
     size_t ns = 0;
     int rc = o ? state_floats(m, o, &ns) : 0;
-    if (rc == 0)
-        rc = be->upload(be, m->dparams, m->params, m->nparams * sizeof(float));
-    if (rc == 0 && ns)
-        rc = be->upload(be, m->dstate, o->state, ns * sizeof(float));
+    float *const host[3] = {m->params, m->grads, o ? o->state : NULL};
+    float *const dev[3] = {m->dparams, m->dgrads, m->dstate};
+    const size_t n[3] = {m->nparams, m->nparams, ns};
+    for (int i = 0; rc == 0 && i < 3; i++)
+        if (i == 0 || (i == 1 ? down : ns != 0))
+            rc = down ? be->download(be, host[i], dev[i], n[i] * sizeof(float))
+                      : be->upload(be, dev[i], host[i], n[i] * sizeof(float));
     return rc;
 }
 
+int nn_unet_upload(nn_unet *m, const nn_optim *o) {
+    return model_copy(m, o, 0);
+}
+
 int nn_unet_download(nn_unet *m, nn_optim *o) {
-    nn_backend *be = m->plan->be;
-    if (!be->device)
-        return 0;
-    size_t ns = 0;
-    int rc = o ? state_floats(m, o, &ns) : 0;
-    if (rc == 0)
-        rc = be->download(be, m->params, m->dparams, m->nparams * sizeof(float));
-    if (rc == 0)
-        rc = be->download(be, m->grads, m->dgrads, m->nparams * sizeof(float));
-    if (rc == 0 && ns)
-        rc = be->download(be, o->state, m->dstate, ns * sizeof(float));
-    return rc;
+    return model_copy(m, o, 1);
 }
 
 int nn_unet_step(nn_unet *m, nn_optim *o, double lr, double max_norm) {
@@ -804,17 +801,30 @@ static int pass_done(struct nn_unet_plan *p, int rc) {
     return rc ? rc : st;
 }
 
+/* The first part of a pass: the batch checked and staged (*yd: the masks as the backend reads
+ * them; y and yd may be NULL), then the forward pass, which took *fwd_s seconds. 0, or the
+ * failure (the pass is then done). */
+static int pass_begin(nn_unet *m, int n, const float *x, const uint16_t *y, const uint16_t **yd,
+                      double *fwd_s) {
+    const float *xd = NULL;
+    int rc = check_batch(m, n);
+    if (rc || (rc = stage_batch(m, n, x, y, &xd, yd)))
+        return pass_done(m->plan, rc);
+    double t0 = time_now();
+    forward(m, xd, n);
+    *fwd_s = time_now() - t0;
+    return 0;
+}
+
 int nn_unet_forward_backward(nn_unet *m, const float *x, const uint16_t *y, int n,
                              const float *ce_weight, double *loss, double *dice) {
     struct nn_unet_plan *p = m->plan;
-    const float *xd = NULL;
     const uint16_t *yd = NULL;
-    int rc = check_batch(m, n);
-    if (rc || (rc = stage_batch(m, n, x, y, &xd, &yd)))
-        return pass_done(p, rc);
-    double t0 = time_now();
-    forward(m, xd, n);
-    double t1 = time_now();
+    double fwd_s, t1;
+    int rc = pass_begin(m, n, x, y, &yd, &fwd_s);
+    if (rc)
+        return rc;
+    t1 = time_now();
     prof_begin(PROF_LOSS);
     rc = OPI(loss, p->dlogits, p->logits, yd, ce_weight, n, p->S[0], p->K, loss, NULL, dice, p->ws,
              m->shard);
@@ -828,7 +838,7 @@ int nn_unet_forward_backward(nn_unet *m, const float *x, const uint16_t *y, int 
     double t2 = time_now();
     backward(m, n);
     double t3 = time_now();
-    p->t_fwd = t1 - t0;
+    p->t_fwd = fwd_s;
     p->t_loss = t2 - t1;
     p->t_bwd = t3 - t2;
     return pass_done(p, 0);
@@ -836,13 +846,12 @@ int nn_unet_forward_backward(nn_unet *m, const float *x, const uint16_t *y, int 
 
 int nn_unet_evaluate(nn_unet *m, const float *x, const uint16_t *y, int n,
                      const float *ce_weight, double *loss, float *dice) {
-    struct nn_unet_plan *p = m->plan;
-    const float *xd = NULL;
     const uint16_t *yd = NULL;
-    int rc = check_batch(m, n);
-    if (rc || (rc = stage_batch(m, n, x, y, &xd, &yd)))
-        return pass_done(p, rc);
-    forward(m, xd, n);
+    double fwd_s;
+    int rc = pass_begin(m, n, x, y, &yd, &fwd_s);
+    if (rc)
+        return rc;
+    struct nn_unet_plan *p = m->plan;
     prof_begin(PROF_LOSS);
     rc = OPI(loss, NULL, p->logits, yd, ce_weight, n, p->S[0], p->K, loss, NULL, NULL, p->ws,
              m->shard);
@@ -855,12 +864,11 @@ int nn_unet_evaluate(nn_unet *m, const float *x, const uint16_t *y, int n,
 /* The outputs go through dlogits (unused by a forward-only pass) and a download, which on the
  * CPU is a copy. */
 int nn_unet_predict(nn_unet *m, const float *x, int n, float *logits, uint16_t *mask) {
+    double fwd_s;
+    int rc = pass_begin(m, n, x, NULL, NULL, &fwd_s);
+    if (rc)
+        return rc;
     struct nn_unet_plan *p = m->plan;
-    const float *xd = NULL;
-    int rc = check_batch(m, n);
-    if (rc || (rc = stage_batch(m, n, x, NULL, &xd, NULL)))
-        return pass_done(p, rc);
-    forward(m, xd, n);
     const size_t P = (size_t)n * p->S[0];
     if (logits) {
         OP(to_channels_first, p->dlogits, p->logits, n, p->K, p->S[0]);

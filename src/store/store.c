@@ -8,6 +8,7 @@
 #include "store/store_impl.h"
 
 #include "core/err.h"
+#include "core/mem.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -150,9 +151,7 @@ int store_create(store **out, MPI_Comm comm, const store_opts *opts) {
     int mrc = MPI_Comm_dup(comm, &s->w.comm);
     if (mrc != MPI_SUCCESS) {
         /* MPI_Comm_dup is collective and fails everywhere or nowhere in practice. */
-        free(s->counts);
-        free(s->hdr);
-        free(s);
+        MEM_FREE(s->counts, s->hdr, s);
         return store_mpi_err(mrc, "store_create: MPI_Comm_dup failed");
     }
     /* Errors from our own MPI calls come back as codes (then agreed), never as aborts. */
@@ -216,9 +215,7 @@ int store_free(store **sp) {
     }
     pthread_mutex_destroy(&s->mpi_lock);
     pthread_mutex_destroy(&s->coll_lock);
-    free(s->counts);
-    free(s->hdr);
-    free(s);
+    MEM_FREE(s->counts, s->hdr, s);
     return rc;
 }
 

@@ -7,6 +7,7 @@
 
 #include "core/err.h"
 #include "core/fsutil.h"
+#include "core/mem.h"
 #include "core/rng.h"
 #include "mpi/dist.h"
 
@@ -328,10 +329,7 @@ static int bench_row_size(const store_bench_opts *o, const dist_world *w, int ri
         if (!rc)
             rc = frc;
     }
-    free(cfg);
-    free(shard);
-    free(dst);
-    free(idx);
+    MEM_FREE(cfg, shard, dst, idx);
     return rc;
 }
 

@@ -18,15 +18,14 @@
 #include "store/store_impl.h"
 
 #include "core/err.h"
+#include "core/mem.h"
 
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
 static void coll_release(store *s) {
-    free(s->sendbuf);
-    free(s->recvbuf);
-    free(s->allidx);
+    MEM_FREE(s->sendbuf, s->recvbuf, s->allidx);
     s->sendbuf = s->recvbuf = NULL;
     s->allidx = NULL;
     s->sendcap = s->recvcap = s->allidxcap = 0;

@@ -382,20 +382,20 @@ static void format_end(trc_buf *b) {
     trc_buf_u64(b, num_events + 1); /* + start */
     trc_buf_str(b, ",\"dropped\":");
     trc_buf_u64(b, dropped);
-    trc_buf_str(b, ",\"cfg\":{\"format\":");
-    trc_buf_i64(b, c->format);
-    trc_buf_str(b, ",\"posix\":");
-    trc_buf_i64(b, c->posix);
-    trc_buf_str(b, ",\"stdio\":");
-    trc_buf_i64(b, c->stdio);
-    trc_buf_str(b, ",\"metadata\":1,\"compression\":");
-    trc_buf_i64(b, c->compress);
-    trc_buf_str(b, ",\"level\":");
-    trc_buf_i64(b, c->level);
-    trc_buf_str(b, ",\"flush_ms\":");
-    trc_buf_i64(b, c->flush_ms);
-    trc_buf_str(b, ",\"metrics_ms\":");
-    trc_buf_i64(b, c->metrics_ms);
+    const struct {
+        const char *key;
+        int64_t v;
+    } cfg[] = {{",\"cfg\":{\"format\":", c->format},
+               {",\"posix\":", c->posix},
+               {",\"stdio\":", c->stdio},
+               {",\"metadata\":1,\"compression\":", c->compress},
+               {",\"level\":", c->level},
+               {",\"flush_ms\":", c->flush_ms},
+               {",\"metrics_ms\":", c->metrics_ms}};
+    for (size_t k = 0; k < sizeof cfg / sizeof *cfg; k++) {
+        trc_buf_str(b, cfg[k].key);
+        trc_buf_i64(b, cfg[k].v);
+    }
     trc_buf_str(b, ",\"clock\":");
     trc_buf_str(b, trc_clock_is_tsc ? "\"tsc\"" : "\"monotonic\"");
     trc_buf_str(b, ",\"log_file\":");

@@ -7,6 +7,7 @@
 #include "core/fault.h"
 #include "core/fsutil.h"
 #include "core/log.h"
+#include "core/mem.h"
 #include "core/prof.h"
 #include "nn/algo.h"
 #include "nn/settings.h"
@@ -33,9 +34,7 @@ static void make_figures(const scaffold_config *c) {
     }
     double *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
     if (!x || !y) {
-        free(x);
-        free(y);
-        free(rows);
+        MEM_FREE(x, y, rows);
         return;
     }
     char title[128], p[FS_PATH_MAX + 64];
@@ -56,9 +55,7 @@ static void make_figures(const scaffold_config *c) {
         if (plot_line_png(p, title, "epoch", figs[f].label, x, y, n, figs[f].logy) != 0)
             log_warn("figure %s: %s", p, err_msg());
     }
-    free(x);
-    free(y);
-    free(rows);
+    MEM_FREE(x, y, rows);
 }
 
 /* Resume from the run folder's checkpoint (restart or train_from_scratch 0) or clean it.

@@ -5,6 +5,7 @@
 #include "core/fault.h"
 #include "core/fsutil.h"
 #include "core/log.h"
+#include "core/mem.h"
 #include "core/prof.h"
 #include "nn/checkpoint.h"
 #include "nn/safetensors.h"
@@ -254,9 +255,7 @@ int ckpt_save(ckpt_writer *w, const nn_unet *m, const nn_optim *o, const ckpt_st
 
 void ckpt_writer_free(ckpt_writer *w) {
     ckpt_finish(w);
-    free(w->snap_params);
-    free(w->snap_state);
-    free(w->acc_copy);
+    MEM_FREE(w->snap_params, w->snap_state, w->acc_copy);
     w->snap_params = w->snap_state = NULL;
     w->acc_copy = NULL;
 }

@@ -5,6 +5,7 @@
 #include "core/err.h"
 #include "core/fsutil.h"
 #include "core/log.h"
+#include "core/mem.h"
 #include "nn/checkpoint.h"
 
 #include <stdarg.h>
@@ -185,8 +186,6 @@ int parity_log_flush(parity_log *p, train_state *s) {
 }
 
 void parity_log_free(parity_log *p) {
-    free(p->order);
-    free(p->sums);
-    free(p->rows);
+    MEM_FREE(p->order, p->sums, p->rows);
     memset(p, 0, sizeof *p);
 }

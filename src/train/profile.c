@@ -6,6 +6,7 @@
 #include "core/err.h"
 #include "core/fsutil.h"
 #include "core/log.h"
+#include "core/mem.h"
 #include "core/prof.h"
 #include "core/version.h"
 #include "nn/gemm.h"
@@ -157,14 +158,8 @@ static int agg_child(agg *a, int parent, int id) {
     for (int c = a->n[parent].child; c >= 0; c = a->n[c].sibling)
         if (a->n[c].id == id)
             return c;
-    if (a->nn == a->capn) {
-        size_t cap = a->capn ? 2 * a->capn : 256;
-        anode *n = realloc(a->n, cap * sizeof *n);
-        if (!n)
-            return -1;
-        a->n = n;
-        a->capn = cap;
-    }
+    if (MEM_RESERVE(a->n, a->capn, a->nn, 256))
+        return -1;
     const int c = (int)a->nn++;
     a->n[c] = (anode){.id = id, .parent = parent, .child = -1, .last = -1, .sibling = -1,
                       .depth = parent ? a->n[parent].depth + 1 : 0};
@@ -225,14 +220,8 @@ static int agg_rank(agg *a, int rank, char *text) {
         x->incl_sum += si;
         x->excl_sum += se;
         x->calls_sum += cnt;
-        if (a->nr == a->capr) {
-            size_t cap = a->capr ? 2 * a->capr : 1024;
-            arow *r = realloc(a->r, cap * sizeof *r);
-            if (!r)
-                return err_set(ERR_NOMEM, "profile: out of memory");
-            a->r = r;
-            a->capr = cap;
-        }
+        if (MEM_RESERVE(a->r, a->capr, a->nr, 1024))
+            return err_set(ERR_NOMEM, "profile: out of memory");
         a->r[a->nr++] = (arow){node, rank, cnt, si, se};
     }
     return 0;
@@ -260,10 +249,7 @@ static int table_sink(void *ctx, int rank, const char *data, size_t n, int last)
 }
 
 static void agg_free(agg *a) {
-    free(a->n);
-    free(a->r);
-    free(a->hosts);
-    free(a->buf);
+    MEM_FREE(a->n, a->r, a->hosts, a->buf);
 }
 
 /* The node of a path of fixed ids under the root, or -1. */
@@ -292,21 +278,16 @@ typedef struct meta {
 
 typedef struct metas {
     meta *m;
-    int n, cap;
+    int n;
+    size_t cap;
 } metas;
 
 static void meta_add(metas *ms, const char *name, cali_type type, const char *atype,
                      const char *sub, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 static void meta_add(metas *ms, const char *name, cali_type type, const char *atype,
                      const char *sub, const char *fmt, ...) {
-    if (ms->n == ms->cap) {
-        int cap = ms->cap ? 2 * ms->cap : 128;
-        meta *m = realloc(ms->m, (size_t)cap * sizeof *m);
-        if (!m)
-            return; /* metadata is best effort when memory runs out */
-        ms->m = m;
-        ms->cap = cap;
-    }
+    if (MEM_RESERVE(ms->m, ms->cap, (size_t)ms->n, 128))
+        return; /* metadata is best effort when memory runs out */
     va_list ap;
     va_start(ap, fmt);
     char *v = NULL;

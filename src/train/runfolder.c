@@ -344,47 +344,23 @@ int run_stats_append(const char *run_dir, const run_stats_row *r) {
     return bad ? err_set(ERR_IO, "cannot write %s", path) : 0;
 }
 
+/* A row of train_stats.csv after the header; a torn last line after a crash is skipped. */
+static int parse_stats_row(char *l, int lineno, void *rec) {
+    run_stats_row *r = rec;
+    return lineno > 0 &&
+           sscanf(l, "%d,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%ld,%ld", &r->epoch, &r->epoch_loss,
+                  &r->overall_loss, &r->val_loss_epoch, &r->val_loss_avg, &r->train_dice,
+                  &r->val_dice, &r->epoch_duration, &r->optimizer_steps,
+                  &r->total_optimizer_steps) == 10;
+}
+
 int run_stats_read(const char *run_dir, run_stats_row **rows, int *n) {
     char path[FS_PATH_MAX];
     snprintf(path, sizeof path, "%s/train_stats.csv", run_dir);
-    *rows = NULL;
-    *n = 0;
-    if (!fs_exists(path))
-        return 0;
-    char *txt = NULL;
-    int rc = fs_read_file(path, &txt, NULL);
-    if (rc)
-        return rc;
-    int cap = 16, cnt = 0;
-    run_stats_row *out = malloc((size_t)cap * sizeof *out);
-    char *save = NULL;
-    int line = 0;
-    for (char *l = strtok_r(txt, "\n", &save); l && out; l = strtok_r(NULL, "\n", &save)) {
-        if (line++ == 0)
-            continue; /* header */
-        run_stats_row r;
-        if (sscanf(l, "%d,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%ld,%ld", &r.epoch, &r.epoch_loss,
-                   &r.overall_loss, &r.val_loss_epoch, &r.val_loss_avg, &r.train_dice, &r.val_dice,
-                   &r.epoch_duration, &r.optimizer_steps, &r.total_optimizer_steps) != 10)
-            continue; /* a torn last line after a crash */
-        if (cnt == cap) {
-            cap *= 2;
-            run_stats_row *nr = realloc(out, (size_t)cap * sizeof *out);
-            if (!nr) {
-                free(out);
-                out = NULL;
-                break;
-            }
-            out = nr;
-        }
-        out[cnt++] = r;
-    }
-    free(txt);
-    if (!out)
-        return err_set(ERR_NOMEM, "out of memory reading %s", path);
-    *rows = out;
-    *n = cnt;
-    return 0;
+    void *r;
+    int rc = fs_read_records(path, sizeof **rows, parse_stats_row, &r, n);
+    *rows = r;
+    return rc;
 }
 
 int run_stats_truncate(const char *run_dir, int start_epoch) {

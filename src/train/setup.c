@@ -5,6 +5,7 @@
 #include "core/cpus.h"
 #include "core/err.h"
 #include "core/log.h"
+#include "core/mem.h"
 #include "fractal/library.h"
 #include "nn/layers.h"
 #include "nn/loss.h"
@@ -190,10 +191,7 @@ static int compute_ce_weights(train_state *s) {
         log_info("CE class weights from %lld sampled masks: background %.4g, foreground %.4g",
                  (long long)k, (double)s->ce_w[0], K > 1 ? (double)s->ce_w[1] : 0.0);
     }
-    free(idx);
-    free(counts);
-    free(mask);
-    free(vol);
+    MEM_FREE(idx, counts, mask, vol);
     return rc;
 }
 

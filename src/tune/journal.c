@@ -11,6 +11,7 @@
 #include "tune/tune.h"
 
 #include "core/err.h"
+#include "core/mem.h"
 
 #include <errno.h>
 #include <math.h>
@@ -208,10 +209,7 @@ static void set_field(tune_meas *m, const char *key, const char *val) {
 }
 
 void tune_journal_free(tune_journal *j) {
-    free(j->runs);
-    free(j->trial);
-    free(j->side);
-    free(j->rep);
+    MEM_FREE(j->runs, j->trial, j->side, j->rep);
     for (int i = 0; i < j->ndone; i++)
         free(j->done[i]);
     free(j->done);

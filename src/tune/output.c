@@ -44,12 +44,7 @@ static const char *fom_definition(tune_objective o) {
 static void side_stats(const tune_meas *m, int n, tune_objective o, double floor_, double *med,
                        double *band) {
     double v[TUNE_MAX_REPEATS];
-    int k = 0;
-    for (int i = 0; i < n && k < TUNE_MAX_REPEATS; i++) {
-        double x = tune_fom(&m[i], o);
-        if (isfinite(x))
-            v[k++] = x;
-    }
+    int k = tune_foms(m, n, o, v);
     *med = an_median(v, (size_t)k);
     *band = k ? fmax(floor_, 0.5 * (v[k - 1] - v[0]) / *med) : NAN;
 }
@@ -417,13 +412,9 @@ static void json_best(an_jw *w, const tune_state *S) {
     an_jw_end(w, '}');
 }
 
-static int write_json(const tune_state *S, const char *path) {
-    fs_atomic a;
-    int rc = fs_atomic_open(&a, path);
-    if (rc)
-        return rc;
+static void write_json(const tune_state *S, FILE *f) {
     an_jw w;
-    an_jw_init(&w, a.fp);
+    an_jw_init(&w, f);
     an_jw_obj(&w, NULL);
     json_setup(&w, S);
     json_baseline(&w, S);
@@ -440,8 +431,7 @@ static int write_json(const tune_state *S, const char *path) {
     an_jw_num(&w, "elapsed_s", S->elapsed_s);
     an_jw_i64(&w, "runs", S->runs_done);
     an_jw_end(&w, '}');
-    fputc('\n', a.fp);
-    return fs_atomic_commit(&a, 1);
+    fputc('\n', f);
 }
 
 /* ------------------------------------------------------------------ lever_catalog.yaml */
@@ -466,12 +456,7 @@ static void ynum(FILE *f, const char *key, double v) {
         fprintf(f, "    %s: %.6g\n", key, v);
 }
 
-static int write_catalog(const tune_state *S, const char *path) {
-    fs_atomic a;
-    int rc = fs_atomic_open(&a, path);
-    if (rc)
-        return rc;
-    FILE *f = a.fp;
+static void write_catalog(const tune_state *S, FILE *f) {
     fputs("# scaffold tune: every lever tried or blocked, with its evidence. Read by\n"
           "# `scaffold analyze --catalog FILE` to mark checklist dimensions applied & measured.\n",
           f);
@@ -518,17 +503,11 @@ static int write_catalog(const tune_state *S, const char *path) {
         yq(f, l->blocked);
         fputc('\n', f);
     }
-    return fs_atomic_commit(&a, 1);
 }
 
 /* ------------------------------------------------------------------ best.yml */
 
-static int write_best(const tune_state *S, const char *path) {
-    fs_atomic a;
-    int rc = fs_atomic_open(&a, path);
-    if (rc)
-        return rc;
-    FILE *f = a.fp;
+static void write_best(const tune_state *S, FILE *f) {
     tune_best b;
     tune_best_of(S, &b);
     char sent[1600];
@@ -581,7 +560,6 @@ static int write_best(const tune_state *S, const char *path) {
     }
     if (!keys)
         fputs("{}\n", f);
-    return fs_atomic_commit(&a, 1);
 }
 
 /* ------------------------------------------------------------------ report.html */
@@ -750,12 +728,7 @@ static void analysis_html(FILE *o, const char *title, const tune_analysis *a) {
     fputs("</table>\n", o);
 }
 
-static int write_html(const tune_state *S, const char *path) {
-    fs_atomic a;
-    int rc = fs_atomic_open(&a, path);
-    if (rc)
-        return rc;
-    FILE *o = a.fp;
+static void write_html(const tune_state *S, FILE *o) {
     tune_objective ob = S->o->objective;
     tune_best b;
     tune_best_of(S, &b);
@@ -861,35 +834,31 @@ static int write_html(const tune_state *S, const char *path) {
     analysis_html(o, "Baseline", &S->base_an);
     analysis_html(o, b.set ? "Best setting" : "Best setting (= baseline)", &S->best_an);
     fputs("</body></html>\n", o);
-    return fs_atomic_commit(&a, 1);
 }
 
 /* The same chart as a standalone image (for a README or a slide). */
-static int write_svg(const tune_state *S, const char *path) {
-    fs_atomic a;
-    int rc = fs_atomic_open(&a, path);
-    if (rc)
-        return rc;
-    fputs("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n", a.fp);
-    chart(a.fp, S);
-    return fs_atomic_commit(&a, 1);
+static void write_svg(const tune_state *S, FILE *f) {
+    fputs("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n", f);
+    chart(f, S);
 }
 
 int tune_write_outputs(const tune_state *S) {
-    char p[1200];
-    snprintf(p, sizeof p, "%s/tune.json", S->out);
-    int rc = write_json(S, p);
-    snprintf(p, sizeof p, "%s/lever_catalog.yaml", S->out);
-    if (rc == 0)
-        rc = write_catalog(S, p);
-    snprintf(p, sizeof p, "%s/best.yml", S->out);
-    if (rc == 0)
-        rc = write_best(S, p);
-    snprintf(p, sizeof p, "%s/report.html", S->out);
-    if (rc == 0)
-        rc = write_html(S, p);
-    snprintf(p, sizeof p, "%s/tune.svg", S->out);
-    if (rc == 0)
-        rc = write_svg(S, p);
+    static const struct {
+        const char *name;
+        void (*write)(const tune_state *S, FILE *f);
+    } out[] = {{"tune.json", write_json},   {"lever_catalog.yaml", write_catalog},
+               {"best.yml", write_best},    {"report.html", write_html},
+               {"tune.svg", write_svg}};
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < sizeof out / sizeof *out; i++) {
+        char p[1200];
+        snprintf(p, sizeof p, "%s/%s", S->out, out[i].name);
+        fs_atomic a;
+        rc = fs_atomic_open(&a, p);
+        if (rc == 0) {
+            out[i].write(S, a.fp);
+            rc = fs_atomic_commit(&a, 1);
+        }
+    }
     return rc;
 }

@@ -4,8 +4,7 @@
  * confirmation of the best setting against the baseline, the budget, resume and progress. */
 #include "tune/tune.h"
 
-#include "analyze/report.h"
-#include "analyze/rules.h"
+#include "analyze/analyze.h"
 #include "core/err.h"
 #include "core/fsutil.h"
 #include "core/job.h"
@@ -36,39 +35,13 @@ static void fmt_dur(double s, char *buf, size_t cap) {
 
 int tune_analyze(const char *trace_dir, const char *catalog, tune_analysis *a) {
     memset(a, 0, sizeof *a);
-    char **files = NULL;
-    size_t nf = 0;
     const char *p1[1] = {trace_dir};
-    int rc = an_expand_inputs(p1, 1, &files, &nf);
-    if (rc) {
-        snprintf(a->error, sizeof a->error, "%s", err_msg());
-        return rc;
-    }
-    an_trace t;
-    an_metrics m;
-    an_report rep;
-    an_ruleset rs;
-    an_catalog cat;
-    memset(&cat, 0, sizeof cat);
-    memset(&m, 0, sizeof m);
-    memset(&rep, 0, sizeof rep);
-    memset(&rs, 0, sizeof rs);
-    an_read_opts ro = {.threads = 1};
-    rc = an_trace_read(&t, files, nf, &ro);
-    for (size_t i = 0; i < nf; i++)
-        free(files[i]);
-    free(files);
-    if (rc == 0)
-        rc = an_metrics_compute(&t, 0, &m);
-    if (rc == 0)
-        rc = an_rules_default(&rs);
-    if (rc == 0 && catalog)
-        rc = an_catalog_load(catalog, &cat);
-    if (rc == 0)
-        rc = an_report_build(&rep, &t, &m, &rs, catalog ? &cat : NULL);
+    const an_opts o = {.read = {.threads = 1}, .catalog = catalog};
+    an_session s;
+    int rc = an_session_run(&s, p1, 1, &o, NULL);
     if (rc == 0) {
         for (int d = 0; d < 12 && d < AN_NDIMS; d++) {
-            const an_check *c = &rep.checklist[d];
+            const an_check *c = &s.rep.checklist[d];
             a->check[d].dim = c->dim;
             a->check[d].applicable = c->applicable;
             snprintf(a->check[d].verdict, sizeof a->check[d].verdict, "%s",
@@ -77,8 +50,8 @@ int tune_analyze(const char *trace_dir, const char *catalog, tune_analysis *a) {
             snprintf(a->check[d].name, sizeof a->check[d].name, "%s", c->name ? c->name : "");
             snprintf(a->check[d].reason, sizeof a->check[d].reason, "%s", c->reason);
         }
-        for (size_t i = 0; i < rep.nprops && a->nprops < TUNE_MAX_PROPS; i++) {
-            const an_proposal *p = &rep.props[i];
+        for (size_t i = 0; i < s.rep.nprops && a->nprops < TUNE_MAX_PROPS; i++) {
+            const an_proposal *p = &s.rep.props[i];
             int k = a->nprops++;
             snprintf(a->prop[k].key, sizeof a->prop[k].key, "%s", p->s->key);
             snprintf(a->prop[k].name, sizeof a->prop[k].name, "%s", p->s->name);
@@ -91,23 +64,19 @@ int tune_analyze(const char *trace_dir, const char *catalog, tune_analysis *a) {
          * start, generation and warmup would dilute them in short runs. */
         an_work w;
         memset(&w, 0, sizeof w);
-        double pt = m.proc_time_s;
-        if (an_work_compute(&t, &m, &w) == 0 && w.annotated && w.phase_s[AN_PH_TRAIN] > 0)
+        double pt = s.m.proc_time_s;
+        if (an_work_compute(&s.t, &s.m, &w) == 0 && w.annotated && w.phase_s[AN_PH_TRAIN] > 0)
             pt = w.phase_s[AN_PH_TRAIN] * (double)w.nprocs;
         pt = pt > 0 ? pt : 1;
-        a->loader_wait_share = fmin(1, m.stall_s / pt);
-        a->io_share = fmin(1, m.exposed_io_s / pt);
-        double wall = w.annotated ? w.phase_s[AN_PH_TRAIN] : m.wall_s;
-        a->ckpt_share = wall > 0 ? fmin(1, m.ckpt_time_s / wall) : 0;
+        a->loader_wait_share = fmin(1, s.m.stall_s / pt);
+        a->io_share = fmin(1, s.m.exposed_io_s / pt);
+        double wall = w.annotated ? w.phase_s[AN_PH_TRAIN] : s.m.wall_s;
+        a->ckpt_share = wall > 0 ? fmin(1, s.m.ckpt_time_s / wall) : 0;
         a->ok = 1;
     } else {
         snprintf(a->error, sizeof a->error, "%s", err_msg());
     }
-    an_report_free(&rep);
-    an_catalog_free(&cat);
-    an_rules_free(&rs);
-    an_metrics_free(&m);
-    an_trace_free(&t);
+    an_session_free(&s);
     return rc;
 }
 

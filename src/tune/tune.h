@@ -194,6 +194,8 @@ extern const char *const tune_objective_names[3];
 /* The figure of merit of a run for an objective, and whether higher is better. */
 double tune_fom(const tune_meas *m, tune_objective o);
 int tune_fom_higher_better(tune_objective o);
+/* The finite figures of merit of runs m[0..n) into v (TUNE_MAX_REPEATS at most); their count. */
+int tune_foms(const tune_meas *m, int n, tune_objective o, double *v);
 
 typedef struct tune_verdict {
     const char *verdict;     /* accept | revert | guard-reject | inconclusive | blocked */

@@ -33,15 +33,29 @@ int tune_fom_higher_better(tune_objective o) {
     return o == TUNE_OBJ_THROUGHPUT;
 }
 
-static double med_of(const tune_meas *m, int n, double (*get)(const tune_meas *, int), int i) {
-    double v[TUNE_MAX_REPEATS];
+/* The finite values get(&m[r], i) of runs m[0..n) into v (TUNE_MAX_REPEATS at most); their count. */
+static int finite_of(const tune_meas *m, int n, double (*get)(const tune_meas *, int), int i,
+                     double *v) {
     int k = 0;
     for (int r = 0; r < n && k < TUNE_MAX_REPEATS; r++) {
         double x = get(&m[r], i);
         if (isfinite(x))
             v[k++] = x;
     }
-    return an_median(v, (size_t)k);
+    return k;
+}
+
+static double g_fom(const tune_meas *m, int o) {
+    return tune_fom(m, (tune_objective)o);
+}
+
+int tune_foms(const tune_meas *m, int n, tune_objective o, double *v) {
+    return finite_of(m, n, g_fom, (int)o, v);
+}
+
+static double med_of(const tune_meas *m, int n, double (*get)(const tune_meas *, int), int i) {
+    double v[TUNE_MAX_REPEATS];
+    return an_median(v, (size_t)finite_of(m, n, get, i, v));
 }
 
 /* Half the relative spread of a per-epoch series over replicates. */

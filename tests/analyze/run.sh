@@ -11,7 +11,7 @@ t_cbin "$BUILD/tests/analyze/test_analyze" "$d/unit"
 # decodes the parts of a file in parallel threads), built here from the analyzer's sources (one
 # gcc call each), so the default test run catches undefined behaviour and races too.
 deflate=$(grep -q AN_HAVE_LIBDEFLATE src/analyze/module.mk && [ -f /usr/include/libdeflate.h ] && echo "-DAN_HAVE_LIBDEFLATE -ldeflate")
-san_srcs="tests/analyze/test_analyze.c src/analyze/*.c src/core/err.c src/core/fault.c src/core/fsutil.c src/core/yamlx.c src/core/cali.c"
+san_srcs="tests/analyze/test_analyze.c src/analyze/*.c src/core/err.c src/core/fault.c src/core/mem.c src/core/fsutil.c src/core/yamlx.c src/core/cali.c"
 san_build() { # NAME FLAGS...
     local name=$1
     shift

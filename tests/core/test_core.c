@@ -1,6 +1,7 @@
-/* Unit tests for src/core: err, rng, npy, fsutil. */
+/* Unit tests for src/core: err, rng, npy, fsutil, mem. */
 #include "core/err.h"
 #include "core/fsutil.h"
+#include "core/mem.h"
 #include "core/npy.h"
 #include "core/rng.h"
 #include "test.h"
@@ -102,6 +103,20 @@ static void test_fs(const char *dir) {
     CHECK(err_exit_status(ERR_CONFIG) == 2 && err_exit_status(ERR_IO) == 1, "exit statuses");
 }
 
+static void test_mem(void) {
+    int *a = NULL;
+    size_t cap = 0;
+    CHECK(MEM_RESERVE(a, cap, 0, 4) == 0 && a && cap == 4, "reserve from empty: cap %zu", cap);
+    CHECK(MEM_RESERVE(a, cap, 3, 4) == 0 && cap == 4, "reserve inside: cap %zu", cap);
+    CHECK(MEM_RESERVE(a, cap, 4, 4) == 0 && cap == 8, "reserve doubles: cap %zu", cap);
+    a[7] = 5;
+    CHECK(MEM_COVER(a, cap, 20, 4) == 0 && cap == 32 && a[7] == 5 && a[8] == 0 && a[31] == 0,
+          "cover keeps and zeroes: cap %zu", cap);
+    CHECK(mem_resize(&a, SIZE_MAX / 2, sizeof *a) == ERR_NOMEM && a[7] == 5, "resize overflow");
+    char *b = malloc(3), *c = NULL;
+    MEM_FREE(a, b, c);
+}
+
 /* Interop with numpy: `--write DIR` writes files for tests/core/npy_interop.py to load;
  * `--read DIR` reads the files that script wrote with numpy (v1.0, v2.0, 0-d, empty). */
 static int interop(const char *mode, const char *dir) {
@@ -147,6 +162,7 @@ int main(int argc, char **argv) {
     test_rng();
     test_npy(dir);
     test_fs(dir);
+    test_mem();
     fs_rm_rf(dir);
     return test_report();
 }

@@ -225,16 +225,22 @@ static const void *packed(nn_backend *b, const float *w, int ca, int cb, int cou
     return en->packed;
 }
 
+/* The packed weights of a convolution layer (see packed); NULL, skipping the layer, when the
+ * backend already failed, prec is not its precision, the layer is sharded or packing failed. */
+static const void *layer_weights(nn_backend *b, nn_prec prec, const nn_shard *sh, const float *w,
+                                 int ca, int cb, int cout, int k) {
+    if (b->status || check_prec(b, prec) || check_unsharded(b, sh))
+        return NULL;
+    return packed(b, w, ca, cb, cout, k);
+}
+
 /* ---- layers ---------------------------------------------------------------------------------- */
 
 static void conv3d_forward(nn_backend *b, float *out, const float *inA, int ca, const float *inB,
                            int cb, const float *w, int cout, int N, int D, int H, int W,
                            nn_prec prec, const nn_shard *sh, float *ws) {
     (void)ws;
-    SKIP_IF_FAILED(b);
-    if (check_prec(b, prec) || check_unsharded(b, sh))
-        return;
-    const void *wp = packed(b, w, ca, inB ? cb : 0, cout, 3);
+    const void *wp = layer_weights(b, prec, sh, w, ca, inB ? cb : 0, cout, 3);
     if (wp)
         rec(b, cu_conv3d_forward(be_of(b)->c, out, inA, ca, inB, cb, wp, cout, N, D, H, W));
 }
@@ -244,10 +250,7 @@ static void conv3d_backward(nn_backend *b, float *din, float *dinB, float *dw, c
                             int cout, int N, int D, int H, int W, nn_prec prec,
                             const nn_shard *sh, float *ws) {
     (void)ws;
-    SKIP_IF_FAILED(b);
-    if (check_prec(b, prec) || check_unsharded(b, sh))
-        return;
-    const void *wp = packed(b, w, ca, inB ? cb : 0, cout, 3);
+    const void *wp = layer_weights(b, prec, sh, w, ca, inB ? cb : 0, cout, 3);
     if (wp)
         rec(b, cu_conv3d_backward(be_of(b)->c, din, dinB, dw, dout, inA, ca, inB, cb, wp, cout, N,
                                   D, H, W));
@@ -257,10 +260,7 @@ static void convt3d_forward(nn_backend *b, float *out, const float *in, const fl
                             const float *bias, int cin, int cout, int N, int D, int H, int W,
                             nn_prec prec, float *ws) {
     (void)ws;
-    SKIP_IF_FAILED(b);
-    if (check_prec(b, prec))
-        return;
-    const void *wp = packed(b, w, cin, 0, cout, 2);
+    const void *wp = layer_weights(b, prec, NULL, w, cin, 0, cout, 2);
     if (wp)
         rec(b, cu_convt3d_forward(be_of(b)->c, out, in, wp, bias, cin, cout, N, D, H, W));
 }
@@ -269,10 +269,7 @@ static void convt3d_backward(nn_backend *b, float *din, float *dw, float *db, co
                              long ldo, const float *in, const float *w, int cin, int cout, int N,
                              int D, int H, int W, nn_prec prec, float *ws) {
     (void)ws;
-    SKIP_IF_FAILED(b);
-    if (check_prec(b, prec))
-        return;
-    const void *wp = packed(b, w, cin, 0, cout, 2);
+    const void *wp = layer_weights(b, prec, NULL, w, cin, 0, cout, 2);
     if (wp)
         rec(b, cu_convt3d_backward(be_of(b)->c, din, dw, db, dout, ldo, in, wp, cin, cout, N, D,
                                    H, W));

@@ -1,0 +1,45 @@
+/* mem: growable arrays and freeing pointer lists (see mem.h). */
+#include "core/mem.h"
+
+#include "core/err.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+int mem_resize(void *pp, size_t n, size_t elt) {
+    void *p;
+    if (elt && n > SIZE_MAX / elt)
+        return ERR_NOMEM;
+    memcpy(&p, pp, sizeof p);
+    p = realloc(p, n * elt);
+    if (!p)
+        return ERR_NOMEM;
+    memcpy(pp, &p, sizeof p);
+    return 0;
+}
+
+int mem_reserve(void *pp, size_t *cap, size_t i, size_t elt, size_t first, int zero) {
+    if (i < *cap)
+        return 0;
+    size_t nc = *cap ? *cap : first;
+    while (nc <= i) {
+        if (nc > SIZE_MAX / 2)
+            return ERR_NOMEM;
+        nc *= 2;
+    }
+    if (mem_resize(pp, nc, elt))
+        return ERR_NOMEM;
+    if (zero) {
+        char *p;
+        memcpy(&p, pp, sizeof p);
+        memset(p + *cap * elt, 0, (nc - *cap) * elt);
+    }
+    *cap = nc;
+    return 0;
+}
+
+void mem_free_n(void *const *p, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        free(p[i]);
+}
