@@ -130,24 +130,19 @@ static void wino_wblock(float *restrict ub, const float *w, int ncol, long sc, l
                         int flip, int nr, int ob, int k0, int k1, nn_prec prec, int bf16) {
     const int V = nn_gemm_vw(), ng = nr / V; /* nr: whole vectors */
     const long run = (long)(k1 - k0) * nr;
-    float wr[WINO_WV_MAX * 27]; /* bf16: the columns' kernels rounded */
+    const int round = prec == NN_BF16; /* bf16: the kernels rounded (in the transform) */
     for (int k = k0; k < k1; k++)
         for (int jg = 0; jg < ng; jg++) {
             const long col0 = (long)ob * nr + jg * V;
             /* columns < ncol (none: any valid pointer, nothing is read) */
             const int nc = ncol - col0 < V ? (ncol > col0 ? (int)(ncol - col0) : 0) : V;
             const float *src = nc ? w + col0 * sc + k * sk : w;
-            long ss = sc;
-            if (prec == NN_BF16 && nc) {
-                for (int c = 0; c < nc; c++)
-                    for (int t = 0; t < 27; t++)
-                        wr[c * 27 + t] = nn_bf16_round(src[c * sc + t]);
-                src = wr, ss = 27;
-            }
             if (bf16)
-                nn_wino16_weights(ub + (size_t)(k - k0) * nr + jg * V, run, src, ss, flip, nc);
+                nn_wino16_weights(ub + (size_t)(k - k0) * nr + jg * V, run, src, sc, flip, nc,
+                                  round);
             else
-                nn_wino_weights(ub + (size_t)(k - k0) * nr + jg * V, run, src, ss, flip, nc);
+                nn_wino_weights(ub + (size_t)(k - k0) * nr + jg * V, run, src, sc, flip, nc,
+                                round);
         }
 }
 

@@ -419,8 +419,8 @@ void nn_wino_output(float *out, long oplane, long orow, long ovox, int ncol, con
     K()->wino_out(out, oplane, orow, ovox, ncol, M, ldm);
 }
 
-void nn_wino_weights(float *u, long su, const float *w, long sc, int flip, int nc) {
-    K()->wino_w(u, su, w, sc, flip, nc);
+void nn_wino_weights(float *u, long su, const float *w, long sc, int flip, int nc, int round) {
+    K()->wino_w(u, su, w, sc, flip, nc, round);
 }
 
 void nn_wino_weights_grad(float *d, const float *u, long su) {
@@ -442,8 +442,9 @@ void nn_wino16_output(float *out, long oplane, long orow, long ovox, int ncol, c
     K()->wino_out16(out, oplane, orow, ovox, ncol, M, ldm);
 }
 
-void nn_wino16_weights(float *u, long su, const float *w, long sc, int flip, int nc) {
-    K()->wino_w16(u, su, w, sc, flip, nc);
+void nn_wino16_weights(float *u, long su, const float *w, long sc, int flip, int nc,
+                       int round) {
+    K()->wino_w16(u, su, w, sc, flip, nc, round);
 }
 
 void nn_wino16_weights_grad(float *d, const float *u, long su) {

@@ -82,10 +82,11 @@ void nn_wino_output(float *out, long oplane, long orow, long ovox, int ncol, con
                     long ldm);
 /* Weight transforms of nn_gemm_vw() columns side by side (lane v = column v), one input
  * channel: nn_wino_weights: u[xi*su + v] = (G g G^T)[xi] (whole vectors) of column v's kernel
- * g(t) = w[v*sc + t] (or w[v*sc + 26 - t] when flip; zero for v >= nc), taps t = 9z + 3y + x;
+ * g(t) = w[v*sc + t] (or w[v*sc + 26 - t] when flip; zero for v >= nc), taps t = 9z + 3y + x,
+ * each rounded to bf16 first when round (as nn_bf16_round but for NaN payloads);
  * nn_wino_weights_grad, its adjoint for the weight gradient: d[t*vw +
  * v] = (G^T dU G)[t] of u[xi*su + v] (whole vectors readable). */
-void nn_wino_weights(float *u, long su, const float *w, long sc, int flip, int nc);
+void nn_wino_weights(float *u, long su, const float *w, long sc, int flip, int nc, int round);
 void nn_wino_weights_grad(float *d, const float *u, long su);
 /* The weight gradient's output-gradient transform: dM[xi*ldm + j] = (A dY A^T)[xi] of the 2x4x4
  * block whose point (a, b, c) is at dy + a*plane + b*row + c*ldy, for j < ncol, and 0 for
@@ -105,7 +106,8 @@ void nn_wino16_input(uint16_t *V, long ldv, const float *P, long plane, long row
                      int C);
 void nn_wino16_output(float *out, long oplane, long orow, long ovox, int ncol, const float *M,
                       long ldm);
-void nn_wino16_weights(float *u, long su, const float *w, long sc, int flip, int nc);
+void nn_wino16_weights(float *u, long su, const float *w, long sc, int flip, int nc,
+                       int round);
 void nn_wino16_weights_grad(float *d, const float *u, long su);
 void nn_wino16_input_pair(uint32_t *V, long ldv, const float *P, long plane, long row, long vox,
                           int C, int odd);

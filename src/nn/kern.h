@@ -32,7 +32,7 @@ typedef struct nn_kern {
     void (*wino_in)(float *V, long ldv, const float *P, long plane, long row, long vox, int C);
     void (*wino_out)(float *out, long oplane, long orow, long ovox, int ncol, const float *M,
                      long ldm);
-    void (*wino_w)(float *u, long su, const float *w, long sc, int flip, int nc);
+    void (*wino_w)(float *u, long su, const float *w, long sc, int flip, int nc, int round);
     void (*wino_wgt)(float *d, const float *u, long su);
     void (*wino_gout)(float *Mo, long ldm, const float *dy, long plane, long row, long ldy,
                       int ncol, int ncp);
@@ -41,7 +41,7 @@ typedef struct nn_kern {
                       int C);
     void (*wino_out16)(float *out, long oplane, long orow, long ovox, int ncol, const float *M,
                        long ldm);
-    void (*wino_w16)(float *u, long su, const float *w, long sc, int flip, int nc);
+    void (*wino_w16)(float *u, long su, const float *w, long sc, int flip, int nc, int round);
     void (*wino_wgt16)(float *d, const float *u, long su);
     void (*wino_in16p)(uint32_t *V, long ldv, const float *P, long plane, long row, long vox,
                        int C, int odd);

@@ -406,10 +406,12 @@ static inline __attribute__((always_inline)) void kt_g6(kt_vf r[6], kt_vf g0, kt
 }
 
 /* Column v (< nc; zeros past it) of the kernels at w + v * sc, tap t = 9z + 3y + x at [t] (or
- * [26 - t] when flip) -> u[xi * su + v] (xi = 36a + 6b + c), whole vectors. */
+ * [26 - t] when flip) -> u[xi * su + v] (xi = 36a + 6b + c), whole vectors. round: the taps
+ * rounded to bf16 first (a bf16 run's weights; in vectors here, where a scalar copy had cost 11%
+ * of an 8^3 512 -> 512 bf16 pass). */
 static inline __attribute__((always_inline)) void kt_wino_w_p(float *u, long su, const float *w,
                                                               long sc, int flip, int nc,
-                                                              const int pts) {
+                                                              int round, const int pts) {
     float g[27 * KT_VW];
     /* column by column: each reads its 27 taps in one run */
     if (nc == KT_VW && !flip)
@@ -420,6 +422,9 @@ static inline __attribute__((always_inline)) void kt_wino_w_p(float *u, long su,
         for (int v = 0; v < KT_VW; v++)
             for (int t = 0; t < 27; t++)
                 g[t * KT_VW + v] = v < nc ? w[v * sc + (flip ? 26 - t : t)] : 0.0f;
+    if (round)
+        for (int t = 0; t < 27; t++)
+            KT_STORE(g + t * KT_VW, kt_round_bf16(KT_LOAD(g + t * KT_VW)));
     kt_vf a[3][3][6]; /* [z][y][x point] */
     for (int z = 0; z < 3; z++)
         for (int y = 0; y < 3; y++) {
@@ -445,8 +450,8 @@ static inline __attribute__((always_inline)) void kt_wino_w_p(float *u, long su,
     }
 }
 
-static void kt_wino_w(float *u, long su, const float *w, long sc, int flip, int nc) {
-    kt_wino_w_p(u, su, w, sc, flip, nc, 0);
+static void kt_wino_w(float *u, long su, const float *w, long sc, int flip, int nc, int round) {
+    kt_wino_w_p(u, su, w, sc, flip, nc, round, 0);
 }
 
 /* G^T of kt_g6 (6 points -> 3 values). */
@@ -524,8 +529,9 @@ static void kw_wino_gout16p(uint32_t *Mo, long ldm, const float *dy, long plane,
         kt_wino_gout_st(Mo, ldm, dy, plane, row, ldy, ncol, ncp, 1, KT_ST_PAIR_EVEN);
 }
 
-static void kw_wino_w16(float *u, long su, const float *w, long sc, int flip, int nc) {
-    kt_wino_w_p(u, su, w, sc, flip, nc, 1);
+static void kw_wino_w16(float *u, long su, const float *w, long sc, int flip, int nc,
+                        int round) {
+    kt_wino_w_p(u, su, w, sc, flip, nc, round, 1);
 }
 
 static void kw_wino_wgt16(float *d, const float *u, long su) {
