@@ -12,7 +12,7 @@ int mem_resize(void *pp, size_t n, size_t elt) {
     if (elt && n > SIZE_MAX / elt)
         return ERR_NOMEM;
     memcpy(&p, pp, sizeof p);
-    p = realloc(p, n * elt);
+    p = realloc(p, n && elt ? n * elt : 1); /* realloc(p, 0) may free p and return NULL */
     if (!p)
         return ERR_NOMEM;
     memcpy(pp, &p, sizeof p);

@@ -166,7 +166,9 @@ static int yx_visit(yx_walk *w, yaml_node_item_t id, int depth) {
     return n->type == YAML_MAPPING_NODE ? yx_check_dups(w, n) : 0;
 }
 
-int yamlx_check_document(yaml_document_t *doc, const char *label, int code) {
+/* The checks yamlx_load_file runs on a loaded document (yamlx.h): error `code` with its
+ * message, ERR_NOMEM when the bookkeeping cannot be allocated, else 0. */
+static int yamlx_check_document(yaml_document_t *doc, const char *label, int code) {
     if (!yaml_document_get_root_node(doc))
         return 0;
     yx_walk w = {doc, label, code, NULL, (size_t)(doc->nodes.top - doc->nodes.start), 0, NULL, 0};

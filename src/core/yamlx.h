@@ -24,19 +24,10 @@
  * <kind> to more than N nodes, though the file has M (aliases may add at most 100000 ...)". */
 #define YAMLX_MAX_ALIAS_EXPANSION 100000
 
-/* Checks a loaded document and returns error `code` (message set) for the first of:
- *   - an alias to a node that contains it: "<label>:<line>: recursive alias: ...";
- *   - nesting deeper than YAMLX_MAX_DEPTH, or aliases adding more than
- *     YAMLX_MAX_ALIAS_EXPANSION nodes (see above);
- *   - a scalar key that appears twice in one mapping: "<label>: key 'K' appears twice in one
- *     mapping (lines A and B); keep one".
- * ERR_NOMEM if its bookkeeping cannot be allocated; 0 otherwise. */
-int yamlx_check_document(yaml_document_t *doc, const char *label, int code);
-
 /* ------------------------------------------------------------------ reading into structs
  *
  * Every reader loads its file with yamlx_load_file (or _text), which refuses what
- * yamlx_check_document refuses, then reads each mapping into a struct through a table of
+ * the checks above refuse, then reads each mapping into a struct through a table of
  * fields with yamlx_map_read (the configuration, whose key table is its own, value by value
  * with yamlx_set_node). A message names the file and line, the reader's context and the key,
  * then what was expected and what was found:
@@ -54,8 +45,13 @@ typedef struct yamlx_doc {
 } yamlx_doc;
 
 /* Loads the first document of a file ("cannot open <what> <path>: <reason>"), or of a text, and
- * checks it (yamlx_check_document). A syntax error: "<label>:<line>:<col>: YAML syntax error:
- * <problem>". 0 (free the document with yamlx_free) or `code` (ERR_NOMEM), nothing to free. */
+ * checks it, refusing with error `code` (message set) the first of:
+ *   - an alias to a node that contains it: "<label>:<line>: recursive alias: ...";
+ *   - nesting deeper than YAMLX_MAX_DEPTH, or aliases adding more than
+ *     YAMLX_MAX_ALIAS_EXPANSION nodes (see above);
+ *   - a scalar key that appears twice in one mapping: "<label>: key 'K' appears twice in one
+ *     mapping (lines A and B); keep one";
+ * a syntax error: "<label>:<line>:<col>: YAML syntax error: <problem>". 0 (free the document with yamlx_free) or `code` (ERR_NOMEM), nothing to free. */
 int yamlx_load_file(yamlx_doc *d, const char *path, const char *what, int code);
 int yamlx_load_text(yamlx_doc *d, const char *text, size_t n, const char *label, int code);
 void yamlx_free(yamlx_doc *d);
