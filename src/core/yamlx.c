@@ -401,8 +401,14 @@ static int yx_ints_node(yamlx_doc *d, const yamlx_field *f, int *dst, yaml_node_
     size_t n = yamlx_len(v), o = 1;
     for (size_t i = 0; i < n && i <= YX_INTS_MAX; i++) {
         item[i] = yamlx_text(yamlx_item(d, v, i));
-        o += (size_t)snprintf(shown + o, o < sizeof shown ? sizeof shown - o : 0, "%s%s",
-                              i ? ", " : "", item[i] ? item[i] : "...");
+        /* o stays inside shown: a long list is shown cut, never written past its end */
+        if (o < sizeof shown - 1) {
+            int w = snprintf(shown + o, sizeof shown - o, "%s%s", i ? ", " : "",
+                             item[i] ? item[i] : "...");
+            o = w < 0 ? o : o + (size_t)w;
+            if (o > sizeof shown - 1)
+                o = sizeof shown - 1;
+        }
     }
     if (o + 1 < sizeof shown)
         strcpy(shown + o, "]");
