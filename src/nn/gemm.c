@@ -98,6 +98,10 @@ static void select_isa(int isa) {
     else
         cur_bf16dp = isa == NN_ISA_AVX512 && cpu_has_bf16dp() && s->bf16dp != NN_SET_BF16DP_OFF;
     cur_amx = cur_bf16dp == 1 && cpu_has_amx() && s->amx;
+#if defined(__x86_64__)
+    if (cur_bf16dp == 1) /* the same kernels, winograd-bf16's roundings on vcvtneps2bf16 */
+        cur = &nn_kern_avx512b;
+#endif
 }
 
 static int chosen; /* init_once ran */

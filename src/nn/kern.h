@@ -54,6 +54,8 @@ typedef struct nn_kern {
 extern const nn_kern nn_kern_portable;
 #if defined(__x86_64__)
 extern const nn_kern nn_kern_avx2, nn_kern_avx512;
+/* nn_kern_avx512 built with AVX512_BF16 too (kern_avx512b.c): where the bf16 kernels run */
+extern const nn_kern nn_kern_avx512b;
 /* The AVX512_BF16 pair kernels, [NV-1][m-1] for the nn_kern_avx512 block shapes: the tap GEMM
  * (nn_tg_block_bf16) and the weight-gradient tile (nn_tw_tile_bf16, [NV-1][mk-1]). */
 typedef void (*nn_twb_fn)(int X, const uint16_t *A, long lda, const uint16_t *G, long ldg,
