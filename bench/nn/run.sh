@@ -20,6 +20,8 @@
 #   NN_CONVS="32:64:64" (D:cin:cout), NN_CONVTS, NN_GNS="32:64" (D:channels) replace the mode's
 #     layers; NN_LAYERS=0 skips the per-layer tables; NN_LAYERS_BF16=0|1 skips or forces the bf16 one (by
 #     default it runs where the CPU has AVX512_BF16)
+#   NN_PAIRS=N: rounds of fp32 and bf16 processes in turn per layer for the bf16 table's last
+#     column (default 5)
 #   NN_FIRSTUSE=0 skips the table of the algorithm selection's cost on first use
 # scaffold's Conv3d algorithms are chosen by measurement (nn/algo.h) with one cache for the run;
 # SCAFFOLD_NN_ALGO=rule (the built-in rule) or an algorithm's name overrides it.
@@ -82,19 +84,38 @@ if [ "${NN_LAYERS_BF16:-$bf16dp}" = 1 ]; then
     }
     for s in $CONVS; do IFS=: read -r d ci co <<<"$s"; run_layer16 conv "$d" "$ci" "$co"; done
     for s in $CONVTS; do IFS=: read -r d ci co <<<"$s"; run_layer16 convt "$d" "$ci" "$co"; done
+    # bf16 against fp32, side by side: per layer, NN_PAIRS (default 5) rounds of an fp32 and a
+    # bf16 process in turn, each pass's median per precision. The tables above are minutes
+    # apart, and a shared host's speed drifts by more than the difference between them.
+    pairs16=$(mktemp)
+    run_pairs() { # op D cin cout
+        for _ in $(seq "${NN_PAIRS:-5}"); do
+            "$BIN" --layer "$1" "$2" "$3" "$4" --reps 3 | sed 's/^/fp32 /' >>"$pairs16"
+            "$BIN" --layer "$1" "$2" "$3" "$4" --reps 3 --bf16 | sed 's/^/bf16 /; s/_bf16 / /' >>"$pairs16"
+        done
+    }
+    for s in $CONVS; do IFS=: read -r d ci co <<<"$s"; run_pairs conv "$d" "$ci" "$co"; done
+    for s in $CONVTS; do IFS=: read -r d ci co <<<"$s"; run_pairs convt "$d" "$ci" "$co"; done
 fi
 
 peak2=$("$BIN" --peak 1 | awk '/fma_peak_gflops/ {print $2}')
 peak=$(awk -v a="$(awk '/fma_peak_gflops/ {print $2}' <<<"$peak1")" -v b="$peak2" \
     'BEGIN { print (a > b ? a : b) }')
-# layer_table FILE [FP32FILE]: each pass of FILE with its algorithm, GFLOP/s and % of the fp32
+# layer_table FILE [PAIRSFILE]: each pass of FILE with its algorithm, GFLOP/s and % of the fp32
 # FMA peak measured next to it (Winograd's counted in direct-convolution FLOPs, so above 100% is
 # possible; bf16 passes too, whose vdpbf16ps peak is twice the fp32 one), PyTorch's, and with
-# FP32FILE (the bf16 table) the bf16 pass's time against scaffold's fp32 pass
+# PAIRSFILE (the bf16 table) scaffold's fp32 pass time over its bf16 one, the medians of the
+# alternated pairs
 layer_table() {
 awk -v peak="$peak" -v ref="${2:-}" '
+    function median(p, key,   m, i, j, v, a) {
+        m = nv[p, key]
+        for (i = 1; i <= m; i++) a[i] = pv[p, key, i]
+        for (i = 2; i <= m; i++) { v = a[i]; for (j = i - 1; j >= 1 && a[j] > v; j--) a[j + 1] = a[j]; a[j + 1] = v }
+        return m % 2 ? a[(m + 1) / 2] : (a[m / 2] + a[m / 2 + 1]) / 2
+    }
     FNR == 1 { file++ }
-    ref != "" && file == 1 { if ($1 == "ours") { key = $3 " " $4 " " $5 " " $6; r[key] = $8 }; next }
+    ref != "" && file == 1 { key = $3 " " $4 " " $5 " " $6; pv[$1, key, ++nv[$1, key]] = $8; next }
     { who = $1; key = $3 " " $4 " " $5 " " $6; t[who, key] = $8; g[who, key] = $10;
       if (who == "ours" && $11 == "peak_gflops") pk[key] = $12
       if (who == "ours") al[key] = ($13 == "algo" ? $14 : "-")
@@ -107,14 +128,16 @@ awk -v peak="$peak" -v ref="${2:-}" '
             pg = go > 0 && p > 0 ? sprintf("%.0f", 100 * go / p) : "-"
             pt = gt > 0 && p > 0 ? sprintf("%.0f", 100 * gt / p) : "-"
             vs = ""
-            if (ref != "") vs = (r[order[i]] > 0 ? sprintf(" %.2fx |", r[order[i]] / t["ours", order[i]]) : " - |")
+            f32 = nv["fp32", order[i]] ? median("fp32", order[i]) : 0
+            b16 = nv["bf16", order[i]] ? median("bf16", order[i]) : 0
+            if (ref != "") vs = (f32 > 0 && b16 > 0 ? sprintf(" %.2fx |", f32 / b16) : " - |")
             printf "| %s | %s^3 | %s->%s | %s | %s | %.4f | %s | %s | %.4f | %s | %s | %.2fx |%s\n",
                 k[1], k[2], k[3], k[4], al[order[i]], (go > 0 && p > 0 ? sprintf("%.1f", p) : "-"),
                 t["ours", order[i]], (go > 0 ? go : "-"), pg,
                 t["torch", order[i]], (gt > 0 ? gt : "-"), pt,
                 t["torch", order[i]] / t["ours", order[i]], vs
             if (go > 0 && p > 0) { sum += 100 * go / p; cnt++; if (100 * go / p < mn || cnt == 1) mn = 100 * go / p }
-            if (ref != "" && r[order[i]] > 0 && t["ours", order[i]] > r[order[i]]) slower++
+            if (ref != "" && f32 > 0 && b16 > f32) slower++
         }
         if (cnt) printf "\nRESULT layers%s: scaffold convolution passes %.0f%%..., lowest %.0f%% of the fp32 FMA peak\n", (ref != "" ? " bf16" : ""), sum / cnt, mn
         if (ref != "") printf "RESULT layers bf16: %d of %d passes slower in bf16 than in fp32\n", slower, n
@@ -130,11 +153,11 @@ if [ -s "$layers" ]; then
 fi
 if [ -s "$layers16" ]; then
     echo
-    echo "## Per layer, bf16 ($cpu, $THREADS threads, median of $REPS; scaffold torch_amp: 1, PyTorch CPU autocast to bfloat16; GFLOP/s counted as fp32's and against the fp32 FMA peak measured next to the layer: vdpbf16ps peaks at twice it; the last column: scaffold's fp32 pass time over its bf16 one, above 1 when bf16 is faster)"
+    echo "## Per layer, bf16 ($cpu, $THREADS threads, median of $REPS; scaffold torch_amp: 1, PyTorch CPU autocast to bfloat16; GFLOP/s counted as fp32's and against the fp32 FMA peak measured next to the layer: vdpbf16ps peaks at twice it; the last column: scaffold's fp32 pass time over its bf16 one, above 1 when bf16 is faster, the medians of ${NN_PAIRS:-5} fp32 and bf16 processes run in turn, 3 repeats each)"
     echo
     echo "| layer | volume | channels | scaffold algorithm | FMA peak | scaffold s | GFLOP/s | % fp32 peak | PyTorch s | GFLOP/s | % fp32 peak | PyTorch/scaffold | scaffold fp32/bf16 |"
     echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-    layer_table "$layers16" "$layers"
+    layer_table "$layers16" "$pairs16"
 fi
 # ConvTranspose3d k2 s2 is three plain GEMMs (forward M = D^3, N = 8 cout, K = cin; input
 # gradient N = cin, K = 8 cout; weight gradient M = cin, N = 8 cout, K = D^3): the most a
@@ -159,7 +182,7 @@ if [ -n "$CONVTS" ]; then
         done
     done
 fi
-rm -f "$layers" "$layers16"
+rm -f "$layers" "$layers16" ${pairs16:+"$pairs16"}
 
 # ---- whole steps -------------------------------------------------------------------------
 if [ "$MODE" = full ]; then
