@@ -90,6 +90,25 @@ static void write_text(const char *path, const char *text) {
 
 #define BIT(a) (1u << (a))
 
+/* The cache file rewritten as head + its text (less its first line with drop_title), then j
+ * picked in a new process's state (nn_algo_reset). */
+static int repick(const char *cache, const char *head, int drop_title, nn_algo_job *j,
+                  int *done) {
+    char *data = NULL;
+    size_t n;
+    fs_read_file(cache, &data, &n);
+    const char *rest = data ? data : "";
+    if (drop_title && strchr(rest, '\n'))
+        rest = strchr(rest, '\n') + 1;
+    FILE *f = fopen(cache, "w");
+    fprintf(f, "%s%s", head, rest);
+    fclose(f);
+    free(data);
+    nn_algo_reset();
+    reset_runs();
+    return nn_algo_pick(j, done);
+}
+
 static void test_names(void) {
     int ok = 1;
     for (int a = 0; a < NN_ALGO_COUNT; a++)
@@ -181,30 +200,13 @@ static void test_measure_and_cache(void) {
     CHECK(a != NN_ALGO_DIRECT, "a cached choice that does not apply is not used");
 
     /* a malformed cache line is skipped (with a warning), the others still read */
-    char *data = NULL;
-    size_t n;
-    fs_read_file(cache, &data, &n);
-    FILE *f = fopen(cache, "w");
-    fprintf(f, "garbage line\nAMD\tx\t2\tconv3d\tfwd\tfp32\t-1\n%s", data);
-    fclose(f);
-    free(data);
-    nn_algo_reset();
-    reset_runs();
     j = fake_job(NN_PASS_FWD, NN_FP32, 16, el, NN_ALGO_DIRECT);
-    a = nn_algo_pick(&j, &done);
+    a = repick(cache, "garbage line\nAMD\tx\t2\tconv3d\tfwd\tfp32\t-1\n", 0, &j, &done);
     CHECK(a == NN_ALGO_WINOGRAD && runs[0] + runs[1] == 0, "malformed cache lines are skipped");
 
     /* a cache written by other kernels (an older title line) is measured again, then
      * rewritten with this revision's title */
-    fs_read_file(cache, &data, &n);
-    f = fopen(cache, "w");
-    fprintf(f, "# scaffold nn algorithm choices v1\n%s", strchr(data, '\n') + 1);
-    fclose(f);
-    free(data);
-    nn_algo_reset();
-    reset_runs();
-    j = fake_job(NN_PASS_FWD, NN_FP32, 16, el, NN_ALGO_DIRECT);
-    a = nn_algo_pick(&j, &done);
+    a = repick(cache, "# scaffold nn algorithm choices v1\n", 1, &j, &done);
     nn_algo_select_seconds(&measured);
     CHECK(a == NN_ALGO_DIRECT && measured == 1 && !strcmp(last_choice()->how, "measured") &&
               file_has(cache, "choices v1, kernels "),
