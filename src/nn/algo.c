@@ -108,9 +108,10 @@ static const char *context(void) {
 /* The kernels' revision: a cache written by another one is measured again (its timings are of
  * other code). Raise it with every change that can reorder the algorithms' speeds on some CPU. */
 #define KERNEL_REV "kernels 2"
+#define FILE_TITLE_REV FILE_TITLE ", " KERNEL_REV "\n"
 #define FILE_HEADER                                                                                \
-    FILE_TITLE ", " KERNEL_REV "\n# cpu\tpath\tthreads\top\tpass\tprec\tN\tD\tH\tW\tca\tcb"  \
-    "\tsplit\tcout\talgo\tms\thow\n"
+    FILE_TITLE_REV "# cpu\tpath\tthreads\top\tpass\tprec\tN\tD\tH\tW\tca\tcb\tsplit\tcout\talgo" \
+    "\tms\thow\n"
 
 /* Parses one line into e (ctx: the first three fields). 0, or -1 when malformed. */
 static int parse_line(char *line, entry *e) {
@@ -174,7 +175,7 @@ static int read_table(const char *path, table *t, int pin) {
         /* a cache of other kernels (or of a version before the revision was written): none of
          * its timings hold, so it is read as empty and rewritten by the next measurement */
         if (ln == 1 && !pin && !strncmp(line, FILE_TITLE, strlen(FILE_TITLE)) &&
-            strncmp(line, FILE_HEADER, strlen(FILE_TITLE ", " KERNEL_REV "\n"))) {
+            strcmp(line, FILE_TITLE_REV)) {
             static int told;
             if (!told++)
                 log_info("nn algorithm cache %s: written by other kernels; its shapes are "

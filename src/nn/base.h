@@ -27,6 +27,8 @@ static inline float nn_bf16_round(float x) {
     return x;
 }
 void nn_round_bf16(float *x, size_t n);
+/* dst[i] = nn_bf16_round(src[i]) (dst may be src) */
+void nn_round_bf16_to(float *dst, const float *src, size_t n);
 /* Storage of a tensor whose values are bf16 (a bf16 run's conv outputs) in half the bytes:
  * dst[i] = the upper 16 bits of src[i] (exact for bf16 values, denormals included), and back. */
 void nn_bf16_narrow(uint16_t *dst, const float *src, size_t n);

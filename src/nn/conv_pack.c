@@ -12,10 +12,7 @@
 /* dst[i] = src[i] (fp32) or its bf16 rounding, for the nn_prec in use. */
 void conv_copy_prec(float *dst, const float *src, size_t n, nn_prec prec) {
     if (prec == NN_BF16) {
-        /* simd: scalar, this rounding was a tenth of a bf16 ConvTranspose3d weight gradient */
-#pragma omp parallel for simd schedule(static)
-        for (size_t i = 0; i < n; i++)
-            dst[i] = nn_bf16_round(src[i]);
+        nn_round_bf16_to(dst, src, n);
     } else {
         memcpy(dst, src, n * sizeof(float));
     }

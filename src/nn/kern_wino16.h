@@ -26,27 +26,32 @@
 typedef uint16_t kt_vh __attribute__((vector_size(KT_VW * sizeof(uint16_t)), aligned(2),
                                       may_alias));
 
-/* The nearest bf16 of each lane, packed. Where the includer has a conversion instruction
- * (KT_CVTBF16: vcvtneps2bf16 on AVX512_BF16, which also flushes denormal inputs to zero and
- * keeps NaNs quiet), that one instruction; else the integer rounding (five operations and a
- * narrowing per vector, as many as the transform's own arithmetic per stored value). */
+/* The nearest bf16 of each lane: packed (kw_cvt16), or in the lower (kw_lo16) or upper
+ * (kw_hi16) halves of 32-bit words, the other half zero. Where the includer has a conversion
+ * instruction (KT_CVTBF16: vcvtneps2bf16 on AVX512_BF16, which also flushes denormal inputs to
+ * zero and keeps NaNs quiet), that one instruction; else the integer rounding (five operations
+ * per vector, as many as the transform's own arithmetic per stored value). */
+#ifdef KT_CVTBF16
 static inline __attribute__((always_inline)) kt_vh kw_cvt16(kt_vf v) {
-#ifdef KT_CVTBF16
     return (kt_vh)KT_CVTBF16(v);
-#else
-    const kt_vu u = (kt_vu)kt_round_bf16(v) >> 16;
-    return __builtin_convertvector(u, kt_vh);
-#endif
 }
-
-/* the bf16 of each lane in the upper halves of 32-bit words, the lower halves zero */
+static inline __attribute__((always_inline)) kt_vu kw_lo16(kt_vf v) {
+    return __builtin_convertvector(kw_cvt16(v), kt_vu);
+}
 static inline __attribute__((always_inline)) kt_vu kw_hi16(kt_vf v) {
-#ifdef KT_CVTBF16
-    return __builtin_convertvector(kw_cvt16(v), kt_vu) << 16;
-#else
-    return (kt_vu)kt_round_bf16(v) & 0xffff0000u;
-#endif
+    return kw_lo16(v) << 16;
 }
+#else
+static inline __attribute__((always_inline)) kt_vu kw_lo16(kt_vf v) {
+    return (kt_vu)kt_round_bf16(v) >> 16;
+}
+static inline __attribute__((always_inline)) kt_vh kw_cvt16(kt_vf v) {
+    return __builtin_convertvector(kw_lo16(v), kt_vh);
+}
+static inline __attribute__((always_inline)) kt_vu kw_hi16(kt_vf v) {
+    return (kt_vu)kt_round_bf16(v) & 0xffff0000u;
+}
+#endif
 
 static inline __attribute__((always_inline)) void kw_store16(uint16_t *p, kt_vf v, int n) {
     const kt_vh h = kw_cvt16(v);
@@ -117,10 +122,10 @@ static inline __attribute__((always_inline)) void kw_gt6(kt_vf w[3], const kt_vf
  * one merges its half into them, so the even tile of a pair must be stored first. */
 static inline __attribute__((always_inline)) void kw_store_pair(uint32_t *p, kt_vf v, int n,
                                                                 int odd) {
-    const kt_vu h = kw_hi16(v);
+    const kt_vu h = odd ? kw_hi16(v) : kw_lo16(v);
     uint32_t *q = p;
     if (n == KT_VW) {
-        kt_vu r = h >> 16;
+        kt_vu r = h;
         if (odd) {
             memcpy(&r, q, sizeof r);
             r = (r & 0xffffu) | h;
@@ -128,7 +133,7 @@ static inline __attribute__((always_inline)) void kw_store_pair(uint32_t *p, kt_
         memcpy(q, &r, sizeof r);
     } else {
         for (int k = 0; k < n; k++)
-            q[k] = odd ? (q[k] & 0xffffu) | h[k] : h[k] >> 16;
+            q[k] = odd ? (q[k] & 0xffffu) | h[k] : h[k];
     }
 }
 
@@ -136,7 +141,7 @@ static inline __attribute__((always_inline)) void kw_store_pair(uint32_t *p, kt_
  * a multiple of the vector width): two k rows of transformed weights as vdpbf16ps pairs. */
 static void kw_pack_pairs(uint32_t *dst, const float *s0, const float *s1, int n) {
     for (int j = 0; j < n; j += KT_VW) {
-        kt_vu r = kw_hi16(KT_LOAD(s0 + j)) >> 16;
+        kt_vu r = kw_lo16(KT_LOAD(s0 + j));
         if (s1)
             r |= kw_hi16(KT_LOAD(s1 + j));
         memcpy(dst + j, &r, sizeof r);
