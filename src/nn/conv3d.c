@@ -257,7 +257,7 @@ static void conv3d_winograd(const conv_args *x, int bf16) {
     const nn_prec prec = x->prec;
     if (conv_wino_small_applies(N, D, H, W, K, x->n1 + x->n2, prec, x->sh)) {
         conv_wino_small_pass(x->out1, x->n1, x->out2, x->n2, x->a, x->ca, x->b, x->cb, x->w, x->sc,
-                             x->sk, x->flip, N, D, H, W, prec, x->ws);
+                             x->sk, x->flip, N, D, H, W, prec, bf16, x->ws);
         return;
     }
     /* Winograd tiles are two planes deep: even slabs (no deeper than the workspace's) */
@@ -304,8 +304,7 @@ static unsigned conv3d_eligible(const conv_args *x) {
         el |= 1u << NN_ALGO_WINOGRAD;
     if (use_pairs(x->prec) && !x->sh) {
         el |= 1u << NN_ALGO_DIRECT_BF16;
-        if (conv_wino_applies(x->D, x->H, x->W, K, x->n1 + x->n2, x->prec, x->sh) &&
-            !conv_wino_small_applies(x->N, x->D, x->H, x->W, K, x->n1 + x->n2, x->prec, x->sh))
+        if (wino)
             el |= 1u << NN_ALGO_WINOGRAD_BF16;
         if (nn_isa_amx() && K % 32 == 0)
             el |= 1u << NN_ALGO_AMX;

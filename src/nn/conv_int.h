@@ -201,7 +201,7 @@ size_t conv_wino_small_ws_floats(int N, int D, int H, int W, int K, int ncol);
  * from it; then the block's output transform. */
 void conv_wino_small_pass(float *out1, int n1, float *out2, int n2, const float *a, int ca,
                           const float *b, int cb, const float *w, long sc, long sk, int flip,
-                          int N, int D, int H, int W, nn_prec prec, float *ws);
+                          int N, int D, int H, int W, nn_prec prec, int bf16, float *ws);
 /* dw += the weight gradient of a Conv3d k3 on few tiles (conv_wino_small_applies), per group of
  * samples: V and dM of the group's tiles, then per (column block, k chunk) dU of the chunk
  * reduced over the tiles (tiles in order: the sums do not depend on the threads) and

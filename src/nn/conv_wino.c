@@ -124,52 +124,77 @@ size_t conv_wino_ws_floats(int K, int ncol) {
  * transform took 18% of a 16^3 256->256 forward pass. */
 #define WINO_WROW 128
 
+/* Prefetch the taps of columns [ob*nr + jg*V, +V) at k (none at k1). RATIONALE: a transform
+ * reads 27 taps of each of V columns that lie a whole kernel stack apart (forward) or one run
+ * of V kernels that the loop has not touched (input gradient); the weights are larger than the
+ * L2 and too many streams for the hardware prefetchers, and the transform waited on these
+ * loads for most of its time (8^3 256->256: the transform was a quarter of the pass). One item
+ * ahead hides them behind the item's arithmetic. */
+static void wino_wprefetch(const float *w, int ncol, long sc, long sk, int nr, int ob, int k,
+                           int jg, int k1) {
+    const int V = nn_gemm_vw();
+    const long col0 = (long)ob * nr + jg * V;
+    if (k >= k1 || col0 >= ncol)
+        return;
+    const int nc = ncol - col0 < V ? (int)(ncol - col0) : V;
+    const float *p = w + col0 * sc + k * sk;
+    for (int v = 0; v < nc; v++) { /* 27 floats: at most 3 cache lines */
+        __builtin_prefetch(p + v * sc);
+        __builtin_prefetch(p + v * sc + 13);
+        __builtin_prefetch(p + v * sc + 26);
+    }
+}
+
 /* The transform of columns [ob*nr, ob*nr + nr) (zero past ncol) and k in [k0, k1): point xi's
- * run of (k1 - k0) * nr floats, k major, at ub + xi * (k1 - k0) * nr. */
-static void wino_wblock(float *restrict ub, const float *w, int ncol, long sc, long sk,
+ * run of (k1 - k0) * nr floats, k major, at ub + xi * run (run >= (k1 - k0) * nr). bf16 (k0
+ * even): winograd-bf16's, as vdpbf16ps's pairs of k, point xi's (k1 - k0 + 1) / 2 * nr 32-bit
+ * words at (uint32_t *)ub + xi * run (an odd k1 - k0's last pair with zero high halves). */
+static void wino_wblock(void *restrict ub, long run, const float *w, int ncol, long sc, long sk,
                         int flip, int nr, int ob, int k0, int k1, nn_prec prec, int bf16) {
     const int V = nn_gemm_vw(), ng = nr / V; /* nr: whole vectors */
-    const long run = (long)(k1 - k0) * nr;
     const int round = prec == NN_BF16; /* bf16: the kernels rounded (in the transform) */
-    for (int k = k0; k < k1; k++)
+    const int ks = bf16 ? 2 : 1;
+    for (int k = k0; k < k1; k += ks)
         for (int jg = 0; jg < ng; jg++) {
             const long col0 = (long)ob * nr + jg * V;
             /* columns < ncol (none: any valid pointer, nothing is read) */
             const int nc = ncol - col0 < V ? (ncol > col0 ? (int)(ncol - col0) : 0) : V;
             const float *src = nc ? w + col0 * sc + k * sk : w;
+            const int kn = jg + 1 < ng ? k : k + ks, jn = jg + 1 < ng ? jg + 1 : 0;
+            wino_wprefetch(w, ncol, sc, sk, nr, ob, kn, jn, k1);
             if (bf16)
-                nn_wino16_weights(ub + (size_t)(k - k0) * nr + jg * V, run, src, sc, flip, nc,
-                                  round);
+                wino_wprefetch(w, ncol, sc, sk, nr, ob, kn + 1, jn, k1);
+            const size_t at = (size_t)(k - k0) / ks * nr + jg * V;
+            if (bf16)
+                nn_wino16_weights((uint32_t *)ub + at, run, src,
+                                  k + 1 < k1 ? (nc ? src + sk : w) : NULL, sc, flip, nc, round);
             else
-                nn_wino_weights(ub + (size_t)(k - k0) * nr + jg * V, run, src, sc, flip, nc,
-                                round);
+                nn_wino_weights((float *)ub + at, run, src, sc, flip, nc, round);
         }
 }
 
 /* bf16: U16[xi][ob][k/2][nr][2] (Kp = K rounded up to even, the extra k zero), the pairs
- * vdpbf16ps takes, rounded to bf16. */
+ * vdpbf16ps takes, rounded to bf16. A work item's points go through the stack a cache line
+ * more than a run apart (runs of 512 bytes had put the 144 stores of a vector into 8 of the
+ * L1's 64 sets), then each into U in one piece. */
 void conv_wino_weights(void *U, const float *w, int ncol, int K, long sc, long sk, int flip,
                        int nr, nn_prec prec, int bf16) {
     const int nb = nblocks(ncol, nr), Kp = bf16 ? (K + 1) & ~1 : K;
-    const int kc = WINO_WROW / nr, nkc = (K + kc - 1) / kc;
+    const int kc = WINO_WROW / nr, nkc = (K + kc - 1) / kc; /* kc even: nr <= 64 */
 #pragma omp parallel for collapse(2) schedule(static) num_threads(nn_threads())
     for (int ob = 0; ob < nb; ob++)
         for (int c = 0; c < nkc; c++) {
             const int k0 = c * kc, k1 = k0 + kc < K ? k0 + kc : K;
-            const size_t run = (size_t)(k1 - k0) * nr; /* <= WINO_WROW: nr <= 64 */
-            float ub[WINO_NXI * WINO_WROW];
-            wino_wblock(ub, w, ncol, sc, sk, flip, nr, ob, k0, k1, prec, bf16);
+            /* floats, or bf16 pairs' words (an odd K's last pair padded) */
+            const size_t run = (size_t)(bf16 ? (k1 - k0 + 1) / 2 : k1 - k0) * nr, sr = run + 16;
+            float ub[WINO_NXI * (WINO_WROW + 16)]; /* run <= WINO_WROW: nr <= 64 */
+            wino_wblock(ub, (long)sr, w, ncol, sc, sk, flip, nr, ob, k0, k1, prec, bf16);
             for (int xi = 0; xi < WINO_NXI; xi++) {
                 const size_t at = (((size_t)xi * nb + ob) * Kp + k0) * nr;
-                if (bf16) /* k0 is even (kc is): whole pairs, an odd K's last one padded */
-                    for (int k = 0; k < k1 - k0; k += 2)
-                        nn_wino16_pack_pairs((uint32_t *)((uint16_t *)U + at + (size_t)k * nr),
-                                             ub + xi * run + (size_t)k * nr,
-                                             k0 + k + 1 < k1 ? ub + xi * run + (size_t)(k + 1) * nr
-                                                             : NULL,
-                                             nr);
+                if (bf16)
+                    memcpy((uint16_t *)U + at, ub + xi * sr, 4 * run);
                 else
-                    memcpy((float *)U + at, ub + xi * run, sizeof(float) * run);
+                    memcpy((float *)U + at, ub + xi * sr, sizeof(float) * run);
             }
         }
 }
@@ -330,21 +355,23 @@ void conv_wino_dw_slab(float *dU, const float *P, int C, const float *dy, long l
 }
 
 /* (G^T dU G)[t] of one input channel and nv <= nn_gemm_vw() output channels, whose 144 points
- * are at src + xi * sxi + v (whole vectors readable): stored in out[v * ov + t] (acc 0), added
- * to it (1), or added rounded to bf16 (2: the gradient of the bf16 weight copy). */
+ * are at src + xi * sxi + v (whole vectors readable): stored in out[v * ov + t] (acc 0) or
+ * added to it (1); rounded to bf16 first when round (the gradient of the bf16 weight copy; in
+ * the kernel's vectors: a scalar rounding made the 8^3 bf16 weight gradient 9% slower than the
+ * fp32 one). */
 static void wino_dw_pair(float *out, long ov, int acc, int nv, const float *src, long sxi,
-                         int bf16) {
+                         int bf16, int round) {
     const int V = nn_gemm_vw();
     float d[27 * WINO_WV_MAX];
     if (bf16)
-        nn_wino16_weights_grad(d, src, sxi);
+        nn_wino16_weights_grad(d, src, sxi, round);
     else
-        nn_wino_weights_grad(d, src, sxi);
+        nn_wino_weights_grad(d, src, sxi, round);
     for (int v = 0; v < nv; v++) {
         float *o = out + v * ov;
         for (int t = 0; t < 27; t++) {
             const float g = d[t * V + v];
-            o[t] = acc == 0 ? g : o[t] + (acc == 2 ? nn_bf16_round(g) : g);
+            o[t] = acc == 0 ? g : o[t] + g;
         }
     }
 }
@@ -361,9 +388,8 @@ void conv_wino_dw_finish(float *dw, const float *dU, int cin, int cout, int nr, 
     for (int ic = 0; ic < cin; ic++)
         for (int og = 0; og < ng; og++) {
             const int oc0 = og * V, nv = cout - oc0 < V ? cout - oc0 : V;
-            wino_dw_pair(dw + ((size_t)oc0 * cin + ic) * 27, (long)cin * 27,
-                         prec == NN_BF16 ? 2 : 1, nv,
-                         dU + (size_t)ic * ncp + oc0, (long)cin * ncp, bf16);
+            wino_dw_pair(dw + ((size_t)oc0 * cin + ic) * 27, (long)cin * 27, 1, nv,
+                         dU + (size_t)ic * ncp + oc0, (long)cin * ncp, bf16, prec == NN_BF16);
         }
 }
 
@@ -384,7 +410,12 @@ void conv_wino_dw_finish(float *dw, const float *dU, int cin, int cout, int nr, 
 #define WINO_SMALL_UBYTES (448u << 10) /* a thread's chunk of U (or dU): within the L2 */
 /* Floats of a thread's slot: the chunk, and the weight gradient's transformed chunk (27 taps
  * where dU has 144 points) */
-#define WINO_SMALL_SLOT ((WINO_SMALL_UBYTES / sizeof(float)) / WINO_NXI * (WINO_NXI + 27))
+#define WINO_SMALL_SLOT                                                                        \
+    ((WINO_SMALL_UBYTES / sizeof(float)) / WINO_NXI * (WINO_NXI + 27) + WINO_NXI * 16)
+/* Floats from one point's chunk of U to the next's: a whole number of cache lines more than the
+ * chunk, so that the transform's 144 stores of a vector (one per point) do not all fall into
+ * the few L1 sets a multiple of 2 KiB maps to. */
+#define WINO_SMALL_SU(nk, nr) ((long)(nk) * (nr) + 16)
 
 static long wino_ntiles(int D, int H, int W) {
     return (long)(D / 2) * (H / 4) * (W / 4);
@@ -455,10 +486,12 @@ size_t conv_wino_small_ws_floats(int N, int D, int H, int W, int K, int ncol) {
 
 /* V (k chunks of kc) of samples [n0, n0 + ns) (their tiles one after another) of cat(a, b):
  * each sample padded into P, then transformed; with dy (the weight gradient), also the output
- * gradient's dM per column block of nr. */
+ * gradient's dM per column block of nr. bf16 (winograd-bf16): each chunk's rows in bf16, nkp =
+ * its k rounded up to even per tile (the extra one zero), rows nt * nkp + 2 * WINO_LDPAD
+ * elements apart (the same bytes of padding), at the fp32 chunk's address. */
 static void wino_small_in(float *V, int kc, float *P, int fmt, const float *a, int ca,
                           const float *b, int cb, float *dM, const float *dy, int ncol, int nr,
-                          int n0, int ns, int D, int H, int W) {
+                          int n0, int ns, int D, int H, int W, int bf16) {
     const int K = ca + cb, nkc = (K + kc - 1) / kc, nb = nblocks(ncol, nr);
     const long nt1 = wino_ntiles(D, H, W), nt = ns * nt1, Tx = W / 4, Ty = H / 4;
     const long row = (long)(W + 2) * K, plane = (H + 2) * row, ldm = nt * nr + WINO_LDPAD;
@@ -471,9 +504,18 @@ static void wino_small_in(float *V, int kc, float *P, int fmt, const float *a, i
             const long t = s * nt1 + i;
             const float *pt = P + wino_at(i, Tx, Ty, plane, row, K);
             for (int c = 0; c < nkc; c++) {
-                const int k0 = c * kc, nk = K - k0 < kc ? K - k0 : kc;
-                nn_wino_input(wino_small_v(V, nt, kc, c) + t * nk, nt * nk + WINO_LDPAD, pt + k0,
-                              plane, row, K, nk);
+                const int k0 = c * kc, nk = K - k0 < kc ? K - k0 : kc, nkp = (nk + 1) & ~1;
+                if (!bf16) {
+                    nn_wino_input(wino_small_v(V, nt, kc, c) + t * nk, nt * nk + WINO_LDPAD,
+                                  pt + k0, plane, row, K, nk);
+                    continue;
+                }
+                uint16_t *v16 = (uint16_t *)wino_small_v(V, nt, kc, c) + t * nkp;
+                const long ldv = nt * nkp + 2 * WINO_LDPAD;
+                nn_wino16_input(v16, ldv, pt + k0, plane, row, K, nk);
+                if (nkp > nk)
+                    for (int xi = 0; xi < WINO_NXI; xi++)
+                        v16[xi * ldv + nk] = 0;
             }
             if (g)
                 for (int ob = 0; ob < nb; ob++) {
@@ -488,10 +530,11 @@ static void wino_small_in(float *V, int kc, float *P, int fmt, const float *a, i
 
 /* conv3d_pass's Winograd on few tiles (conv_wino_small_applies): outputs as conv3d_pass's. Per work
  * item (column block): per k chunk, the chunk of U into the thread's buffer and the 144 GEMMs
- * from it; then the block's output transform. */
+ * from it; then the block's output transform. bf16: winograd-bf16's transforms, V and U in
+ * bf16 pairs and the GEMMs on vdpbf16ps (the 8^3 layers' bf16 gain). */
 void conv_wino_small_pass(float *out1, int n1, float *out2, int n2, const float *a, int ca,
                           const float *b, int cb, const float *w, long sc, long sk, int flip,
-                          int N, int D, int H, int W, nn_prec prec, float *ws) {
+                          int N, int D, int H, int W, nn_prec prec, int bf16, float *ws) {
     const int K = ca + cb, grp = wino_small_group(N, D, H, W);
     const long nt1 = wino_ntiles(D, H, W), Tx = W / 4, Ty = H / 4;
     wino_small_ws L;
@@ -511,7 +554,7 @@ void conv_wino_small_pass(float *out1, int n1, float *out2, int n2, const float 
             /* V is chunked for the part's kc (the same for both parts but on odd widths) */
             if (part == 0 || kc != wino_small_kc(nn_gemm_nr(n1)))
                 wino_small_in(V, kc, P, prec == NN_BF16 ? PAD_F32R : PAD_F32, a, ca, b, cb, NULL,
-                              NULL, 0, nr, n0, ns, D, H, W);
+                              NULL, 0, nr, n0, ns, D, H, W, bf16);
 #pragma omp parallel num_threads(nn_threads())
             {
                 float *U = Ub + (size_t)omp_get_thread_num() * WINO_SMALL_SLOT;
@@ -520,23 +563,45 @@ void conv_wino_small_pass(float *out1, int n1, float *out2, int n2, const float 
                     float *Mb = M + (size_t)ob * WINO_NXI * ldm;
                     for (int c = 0, k0 = 0; k0 < K; c++, k0 += kc) {
                         const int k1 = k0 + kc < K ? k0 + kc : K, nk = k1 - k0;
-                        wino_wblock(U, wp, ncol, sc, sk, flip, nr, ob, k0, k1, prec, 0);
-                        const nn_tg g = {.T = 1, .K = nk, .aoff = aoff, .nr = nr};
                         const float *Vc = wino_small_v(V, nt, kc, c);
+                        if (bf16) {
+                            const int nkp = (nk + 1) & ~1;
+                            const long su16 = (long)nkp * nr + 32; /* + a cache line */
+                            const long ldv = nt * nkp + 2 * WINO_LDPAD;
+                            uint16_t *U16 = (uint16_t *)U;
+                            wino_wblock(U16, su16 / 2, wp, ncol, sc, sk, flip, nr, ob, k0, k1,
+                                        prec, 1);
+                            const nn_tg g = {.T = 1, .K = nkp, .aoff = aoff, .nr = nr};
+                            for (int xi = 0; xi < WINO_NXI; xi++) {
+                                const conv_walk wk = {
+                                    .a0 = (const uint16_t *)Vc + (size_t)xi * ldv, .a_row = 0,
+                                    .a_col = nkp, .c0 = Mb + (size_t)xi * ldm, .c_row = 0,
+                                    .c_col = nr, .Wr = (int)nt, .pairs = 1};
+                                conv_walk_run(&g, &wk, nt, U16 + (size_t)xi * su16, NULL, nr,
+                                              k0 ? NN_TG_ACCUM : NN_TG_ZERO);
+                            }
+                            continue;
+                        }
+                        wino_wblock(U, WINO_SMALL_SU(nk, nr), wp, ncol, sc, sk, flip, nr, ob, k0,
+                                    k1, prec, 0);
+                        const nn_tg g = {.T = 1, .K = nk, .aoff = aoff, .nr = nr};
                         for (int xi = 0; xi < WINO_NXI; xi++) {
                             const conv_walk wk = {.a0 = Vc + (size_t)xi * (nt * nk + WINO_LDPAD),
                                                   .a_row = 0, .a_col = nk,
                                                   .c0 = Mb + (size_t)xi * ldm, .c_row = 0,
                                                   .c_col = nr, .Wr = (int)nt};
-                            conv_walk_run(&g, &wk, nt, U + (size_t)xi * nk * nr, NULL, nr,
+                            conv_walk_run(&g, &wk, nt, U + (size_t)xi * WINO_SMALL_SU(nk, nr), NULL, nr,
                                           k0 ? NN_TG_ACCUM : NN_TG_ZERO);
                         }
                     }
                     const int nv = ncol - ob * nr < nr ? ncol - ob * nr : nr;
                     for (long i = 0; i < nt; i++) {
                         float *o = out + (size_t)(n0 + i / nt1) * D * H * W * ncol + ob * nr;
-                        nn_wino_output(o + wino_at(i % nt1, Tx, Ty, oplane, orow, ncol), oplane,
-                                       orow, ncol, nv, Mb + i * nr, ldm);
+                        float *ot = o + wino_at(i % nt1, Tx, Ty, oplane, orow, ncol);
+                        if (bf16)
+                            nn_wino16_output(ot, oplane, orow, ncol, nv, Mb + i * nr, ldm);
+                        else
+                            nn_wino_output(ot, oplane, orow, ncol, nv, Mb + i * nr, ldm);
                     }
                 }
             }
@@ -568,24 +633,26 @@ void conv_wino_small_dw(float *dw, const float *a, int ca, const float *b, int c
         const int ns = N - n0 < grp ? N - n0 : grp;
         const long nt = ns * nt1, ldm = nt * nr + WINO_LDPAD;
         wino_small_in(V, kc, P, prec == NN_BF16 ? PAD_F32R : PAD_F32, a, ca, b, cb, dM, dy, cout,
-                      nr, n0, ns, D, H, W);
+                      nr, n0, ns, D, H, W, 0);
 #pragma omp parallel num_threads(nn_threads())
         {
-            /* the slot holds 171 * kc * nr floats: kc * nr <= WINO_SMALL_UBYTES / 4 / 144 */
+            /* the slot holds 171 * kc * nr + 144 * 16 floats: kc * nr <= WINO_SMALL_UBYTES / 4 /
+             * 144 */
             float *dU = Ub + (size_t)omp_get_thread_num() * WINO_SMALL_SLOT,
-                  *dT = dU + (size_t)WINO_NXI * kc * nr;
+                  *dT = dU + (size_t)WINO_NXI * WINO_SMALL_SU(kc, nr);
 #pragma omp for collapse(2) schedule(dynamic, 1)
             for (int ob = 0; ob < nb; ob++)
                 for (int c = 0; c < nkc; c++) {
                     const int k0 = c * kc, k1 = k0 + kc < K ? k0 + kc : K, nk = k1 - k0;
                     const float *Vc = wino_small_v(V, nt, kc, c);
-                    memset(dU, 0, sizeof(float) * WINO_NXI * nk * nr);
+                    const long su = WINO_SMALL_SU(nk, nr);
+                    memset(dU, 0, sizeof(float) * WINO_NXI * su);
                     for (int xi = 0; xi < WINO_NXI; xi++) {
                         const float *gr = dM + ((size_t)ob * WINO_NXI + xi) * ldm;
                         for (int kk = 0; kk < nk; kk += mk) {
                             const float *ar = Vc + (size_t)xi * (nt * nk + WINO_LDPAD) + kk;
                             nn_tw_tile(1, &ar, &gr, (int)nt, nk, nr, nk - kk < mk ? nk - kk : mk,
-                                       nr, nr, dU + ((size_t)xi * nk + kk) * nr, nr);
+                                       nr, nr, dU + xi * su + (size_t)kk * nr, nr);
                         }
                     }
                     /* transformed into dT[oc - ob * nr][ic - k0][t], then added to dw one
@@ -596,16 +663,13 @@ void conv_wino_small_dw(float *dw, const float *a, int ca, const float *b, int c
                         for (int j = 0; j < nv; j += vw)
                             wino_dw_pair(dT + ((size_t)j * nk + ic) * 27, (long)nk * 27, 0,
                                          nv - j < vw ? nv - j : vw,
-                                         dU + (size_t)ic * nr + j, (long)nk * nr, 0);
+                                         dU + (size_t)ic * nr + j, su, 0, prec == NN_BF16);
                     for (int j = 0; j < nv; j++) {
                         float *restrict o = dw + ((size_t)(ob * nr + j) * K + k0) * 27;
                         const float *restrict d = dT + (size_t)j * nk * 27;
-                        if (prec == NN_BF16)
-                            for (int i = 0; i < nk * 27; i++)
-                                o[i] += nn_bf16_round(d[i]);
-                        else
-                            for (int i = 0; i < nk * 27; i++)
-                                o[i] += d[i];
+#pragma omp simd
+                        for (int i = 0; i < nk * 27; i++) /* d: rounded (bf16) */
+                            o[i] += d[i];
                     }
                 }
         }

@@ -427,8 +427,8 @@ void nn_wino_weights(float *u, long su, const float *w, long sc, int flip, int n
     K()->wino_w(u, su, w, sc, flip, nc, round);
 }
 
-void nn_wino_weights_grad(float *d, const float *u, long su) {
-    K()->wino_wgt(d, u, su);
+void nn_wino_weights_grad(float *d, const float *u, long su, int round) {
+    K()->wino_wgt(d, u, su, round);
 }
 
 void nn_wino_grad_output(float *Mo, long ldm, const float *dy, long plane, long row, long ldy,
@@ -446,13 +446,13 @@ void nn_wino16_output(float *out, long oplane, long orow, long ovox, int ncol, c
     K()->wino_out16(out, oplane, orow, ovox, ncol, M, ldm);
 }
 
-void nn_wino16_weights(float *u, long su, const float *w, long sc, int flip, int nc,
-                       int round) {
-    K()->wino_w16(u, su, w, sc, flip, nc, round);
+void nn_wino16_weights(uint32_t *u, long su, const float *w, const float *w1, long sc, int flip,
+                       int nc, int round) {
+    K()->wino_w16(u, su, w, w1, sc, flip, nc, round);
 }
 
-void nn_wino16_weights_grad(float *d, const float *u, long su) {
-    K()->wino_wgt16(d, u, su);
+void nn_wino16_weights_grad(float *d, const float *u, long su, int round) {
+    K()->wino_wgt16(d, u, su, round);
 }
 
 void nn_wino16_input_pair(uint32_t *V, long ldv, const float *P, long plane, long row, long vox,
@@ -488,9 +488,6 @@ void nn_tw_tile_bf16(int X, const uint16_t *A, long lda, const uint16_t *G, long
         }
 }
 
-void nn_wino16_pack_pairs(uint32_t *dst, const float *s0, const float *s1, int n) {
-    K()->pack_pairs(dst, s0, s1, n);
-}
 
 nn_tgb_fn nn_tgb_kernel(int nr, int m) {
     const nn_kern *k = K();

@@ -85,9 +85,9 @@ void nn_wino_output(float *out, long oplane, long orow, long ovox, int ncol, con
  * g(t) = w[v*sc + t] (or w[v*sc + 26 - t] when flip; zero for v >= nc), taps t = 9z + 3y + x,
  * each rounded to bf16 first when round (as nn_bf16_round but for NaN payloads);
  * nn_wino_weights_grad, its adjoint for the weight gradient: d[t*vw +
- * v] = (G^T dU G)[t] of u[xi*su + v] (whole vectors readable). */
+ * v] = (G^T dU G)[t] of u[xi*su + v] (whole vectors readable), rounded to bf16 when round. */
 void nn_wino_weights(float *u, long su, const float *w, long sc, int flip, int nc, int round);
-void nn_wino_weights_grad(float *d, const float *u, long su);
+void nn_wino_weights_grad(float *d, const float *u, long su, int round);
 /* The weight gradient's output-gradient transform: dM[xi*ldm + j] = (A dY A^T)[xi] of the 2x4x4
  * block whose point (a, b, c) is at dy + a*plane + b*row + c*ldy, for j < ncol, and 0 for
  * ncol <= j < ncp (ncp a multiple of the vector width). */
@@ -96,8 +96,9 @@ void nn_wino_grad_output(float *Mo, long ldm, const float *dy, long plane, long 
 
 /* winograd-bf16's transforms (kern_wino16.h): the tiles of nn_wino_* with F(4,3) on the points
  * 0, +-3/2, +-2/3 (a smaller error once the transformed operands are rounded to bf16).
- * nn_wino16_input writes V rounded to bf16; nn_wino16_weights, nn_wino16_weights_grad and
- * nn_wino16_output are fp32 as their nn_wino_* counterparts. The weight gradient's operands go
+ * nn_wino16_input writes V rounded to bf16; nn_wino16_weights writes the columns of two
+ * consecutive k (w, w1; w1 NULL: zero high halves) as vdpbf16ps's pairs, u[xi * su + v] (32-bit
+ * words); nn_wino16_weights_grad and nn_wino16_output are fp32 as their nn_wino_* counterparts. The weight gradient's operands go
  * in tile pairs (the reduction over tiles is vdpbf16ps's pair): nn_wino16_input_pair and
  * nn_wino16_grad_output write one tile's values as the low (even tile) or high (odd) halves of
  * 32-bit words V[xi*ldv + k], Mo[xi*ldm + j]; the even tile writes whole words (zero high
@@ -106,17 +107,13 @@ void nn_wino16_input(uint16_t *V, long ldv, const float *P, long plane, long row
                      int C);
 void nn_wino16_output(float *out, long oplane, long orow, long ovox, int ncol, const float *M,
                       long ldm);
-void nn_wino16_weights(float *u, long su, const float *w, long sc, int flip, int nc,
-                       int round);
-void nn_wino16_weights_grad(float *d, const float *u, long su);
+void nn_wino16_weights(uint32_t *u, long su, const float *w, const float *w1, long sc, int flip,
+                       int nc, int round);
+void nn_wino16_weights_grad(float *d, const float *u, long su, int round);
 void nn_wino16_input_pair(uint32_t *V, long ldv, const float *P, long plane, long row, long vox,
                           int C, int odd);
 void nn_wino16_grad_output(uint32_t *Mo, long ldm, const float *dy, long plane, long row,
                            long ldy, int ncol, int ncp, int odd);
-
-/* dst[j] = bf16(s0[j]) | bf16(s1[j]) << 16 for j < n, a multiple of nn_gemm_vw() (s1 NULL: zero
- * high halves): two k rows of fp32 transformed weights as the pairs vdpbf16ps takes. */
-void nn_wino16_pack_pairs(uint32_t *dst, const float *s0, const float *s1, int n);
 
 /* The weight-gradient tile on bf16 pairs (vdpbf16ps; emulated under SCAFFOLD_BF16DP=emulate):
  *   Wt[k*ldw + j] += sum_x sum_h A[(x*lda + k)*2 + h] * G[(x*ldg + j)*2 + h]

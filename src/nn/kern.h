@@ -33,7 +33,7 @@ typedef struct nn_kern {
     void (*wino_out)(float *out, long oplane, long orow, long ovox, int ncol, const float *M,
                      long ldm);
     void (*wino_w)(float *u, long su, const float *w, long sc, int flip, int nc, int round);
-    void (*wino_wgt)(float *d, const float *u, long su);
+    void (*wino_wgt)(float *d, const float *u, long su, int round);
     void (*wino_gout)(float *Mo, long ldm, const float *dy, long plane, long row, long ldy,
                       int ncol, int ncp);
     /* winograd-bf16's transforms (kern_wino16.h; gemm.h nn_wino16_*) */
@@ -41,13 +41,13 @@ typedef struct nn_kern {
                       int C);
     void (*wino_out16)(float *out, long oplane, long orow, long ovox, int ncol, const float *M,
                        long ldm);
-    void (*wino_w16)(float *u, long su, const float *w, long sc, int flip, int nc, int round);
-    void (*wino_wgt16)(float *d, const float *u, long su);
+    void (*wino_w16)(uint32_t *u, long su, const float *w, const float *w1, long sc, int flip,
+                     int nc, int round);
+    void (*wino_wgt16)(float *d, const float *u, long su, int round);
     void (*wino_in16p)(uint32_t *V, long ldv, const float *P, long plane, long row, long vox,
                        int C, int odd);
     void (*wino_gout16p)(uint32_t *Mo, long ldm, const float *dy, long plane, long row, long ldy,
                          int ncol, int ncp, int odd);
-    void (*pack_pairs)(uint32_t *dst, const float *s0, const float *s1, int n);
     void (*adam)(float *p, float *m, float *v, const float *g, long n, const nn_adam_coef *c);
 } nn_kern;
 

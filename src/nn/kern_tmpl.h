@@ -465,7 +465,7 @@ static inline __attribute__((always_inline)) void kt_gt6(kt_vf w[3], const kt_vf
 /* The weight gradient's G^T dU G: u[xi * su + v] (whole vectors readable) -> d[t * KT_VW + v]
  * for the 27 taps. */
 static inline __attribute__((always_inline)) void kt_wino_wgt_p(float *d, const float *u, long su,
-                                                                const int pts) {
+                                                                int round, const int pts) {
     kt_vf a[4][6][3]; /* [z point][y point][x] */
     for (int aa = 0; aa < 4; aa++)
         for (int bb = 0; bb < 6; bb++) {
@@ -491,15 +491,15 @@ static inline __attribute__((always_inline)) void kt_wino_wgt_p(float *d, const 
         for (int y = 0; y < 3; y++) {
             const kt_vf u0 = b[0][y], u1 = b[1][y], u2 = b[2][y], u3 = b[3][y];
             const kt_vf s12 = u1 + u2;
-            KT_STORE(d + (0 * 9 + y * 3 + x) * KT_VW, u0 + 0.5f * s12);
-            KT_STORE(d + (1 * 9 + y * 3 + x) * KT_VW, 0.5f * (u1 - u2));
-            KT_STORE(d + (2 * 9 + y * 3 + x) * KT_VW, 0.5f * s12 + u3);
+            kt_vf r[3] = {u0 + 0.5f * s12, 0.5f * (u1 - u2), 0.5f * s12 + u3};
+            for (int z = 0; z < 3; z++)
+                KT_STORE(d + (z * 9 + y * 3 + x) * KT_VW, round ? kt_round_bf16(r[z]) : r[z]);
         }
     }
 }
 
-static void kt_wino_wgt(float *d, const float *u, long su) {
-    kt_wino_wgt_p(d, u, su, 0);
+static void kt_wino_wgt(float *d, const float *u, long su, int round) {
+    kt_wino_wgt_p(d, u, su, round, 0);
 }
 
 /* winograd-bf16's instances (gemm.h nn_wino16_*) */
@@ -529,13 +529,27 @@ static void kw_wino_gout16p(uint32_t *Mo, long ldm, const float *dy, long plane,
         kt_wino_gout_st(Mo, ldm, dy, plane, row, ldy, ncol, ncp, 1, KT_ST_PAIR_EVEN);
 }
 
-static void kw_wino_w16(float *u, long su, const float *w, long sc, int flip, int nc,
-                        int round) {
-    kt_wino_w_p(u, su, w, sc, flip, nc, round, 1);
+/* winograd-bf16's weight transform straight into vdpbf16ps's pairs: the columns of k (at w)
+ * and of k + 1 (at w1; NULL: the high halves zero) -> u[xi * su + v] = bf16(U_k) | bf16(U_k+1)
+ * << 16. Each k's fp32 transform goes to a buffer in L1 first, so U's row of a point gets one
+ * whole-vector store (a transform into a staging buffer and a separate packing pass over it
+ * were a third of an 8^3 bf16 pass). */
+static void kw_wino_w16(uint32_t *u, long su, const float *w, const float *w1, long sc, int flip,
+                        int nc, int round) {
+    float b0[144 * KT_VW], b1[144 * KT_VW];
+    kt_wino_w_p(b0, KT_VW, w, sc, flip, nc, round, 1);
+    if (w1)
+        kt_wino_w_p(b1, KT_VW, w1, sc, flip, nc, round, 1);
+    for (int xi = 0; xi < 144; xi++) {
+        kt_vu r = kw_lo16(KT_LOAD(b0 + xi * KT_VW));
+        if (w1)
+            r |= kw_hi16(KT_LOAD(b1 + xi * KT_VW));
+        memcpy(u + xi * su, &r, sizeof r);
+    }
 }
 
-static void kw_wino_wgt16(float *d, const float *u, long su) {
-    kt_wino_wgt_p(d, u, su, 1);
+static void kw_wino_wgt16(float *d, const float *u, long su, int round) {
+    kt_wino_wgt_p(d, u, su, round, 1);
 }
 
 /* ---- Adam ---------------------------------------------------------------------------------- */
@@ -644,6 +658,5 @@ const nn_kern KT_SYM = {
     .wino_wgt16 = kw_wino_wgt16,
     .wino_in16p = kw_wino_in16p,
     .wino_gout16p = kw_wino_gout16p,
-    .pack_pairs = kw_pack_pairs,
     .adam = kt_adam,
 };

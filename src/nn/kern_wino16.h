@@ -137,13 +137,3 @@ static inline __attribute__((always_inline)) void kw_store_pair(uint32_t *p, kt_
     }
 }
 
-/* dst[j] = bf16(s0[j]) | bf16(s1[j]) << 16 (s1 NULL: zero high halves), j < n (whole vectors:
- * a multiple of the vector width): two k rows of transformed weights as vdpbf16ps pairs. */
-static void kw_pack_pairs(uint32_t *dst, const float *s0, const float *s1, int n) {
-    for (int j = 0; j < n; j += KT_VW) {
-        kt_vu r = kw_lo16(KT_LOAD(s0 + j));
-        if (s1)
-            r |= kw_hi16(KT_LOAD(s1 + j));
-        memcpy(dst + j, &r, sizeof r);
-    }
-}

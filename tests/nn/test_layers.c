@@ -767,6 +767,8 @@ static void test_conv_bf16_vs_ideal(void) {
         /* Winograd (winograd-bf16 where the CPU has the bf16 kernels) with an odd K (a zero
          * channel pads the pairs) from a concatenation, and a partial column block */
         {1, 16, 16, 16, 30, 3, 40},
+        /* the same on few tiles (8^3): k in five chunks, the last one channel (a padded pair) */
+        {1, 8, 8, 8, 61, 4, 40},
     };
     char nm[112];
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
