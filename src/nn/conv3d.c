@@ -390,7 +390,8 @@ static void dw_winograd(float *dw, const dw_args *x, int bf16) {
     const int cin = x->ca + x->cb, cout = x->cout, D = x->D, H = x->H, W = x->W;
     const nn_prec prec = x->prec;
     if (conv_wino_small_applies(x->N, D, H, W, cin, cout, prec, x->sh)) {
-        conv_wino_small_dw(dw, x->a, x->ca, x->b, x->cb, x->dy, cout, x->N, D, H, W, prec, x->ws);
+        conv_wino_small_dw(dw, x->a, x->ca, x->b, x->cb, x->dy, cout, x->N, D, H, W, prec, bf16,
+                           x->ws);
         return;
     }
     const int Zc = conv_slab_depth(D, H, W, cin, NULL) & ~1, nr = nn_gemm_nr(cout);
@@ -470,7 +471,9 @@ static nn_algo_job dw_job(float *dw, const dw_args *x) {
     unsigned el = 1u << NN_ALGO_DIRECT;
     if (wino)
         el |= 1u << NN_ALGO_WINOGRAD;
-    if (use_pairs(x->prec) && conv_wino_applies(x->D, x->H, x->W, cin, x->cout, x->prec, x->sh))
+    if (use_pairs(x->prec) &&
+        (conv_wino_applies(x->D, x->H, x->W, cin, x->cout, x->prec, x->sh) ||
+         conv_wino_small_dw16_applies(x->N, x->D, x->H, x->W, cin, x->cout, x->prec, x->sh)))
         el |= 1u << NN_ALGO_WINOGRAD_BF16;
     if (conv_amx_dw_depth(x->N, x->D, x->H, x->W, cin, x->cout, x->prec, x->sh))
         el |= 1u << NN_ALGO_AMX;

@@ -205,10 +205,15 @@ void conv_wino_small_pass(float *out1, int n1, float *out2, int n2, const float 
 /* dw += the weight gradient of a Conv3d k3 on few tiles (conv_wino_small_applies), per group of
  * samples: V and dM of the group's tiles, then per (column block, k chunk) dU of the chunk
  * reduced over the tiles (tiles in order: the sums do not depend on the threads) and
- * transformed back. */
+ * transformed back. bf16 (winograd-bf16; conv_wino_small_dw16_applies): V and dM in tile
+ * pairs, the reduction on vdpbf16ps. */
 void conv_wino_small_dw(float *dw, const float *a, int ca, const float *b, int cb,
                         const float *dy, int cout, int N, int D, int H, int W, nn_prec prec,
-                        float *ws);
+                        int bf16, float *ws);
+/* conv_wino_small_dw's bf16 form applies: few tiles, an even number per sample (a tile pair
+ * never spans two samples, which are padded one at a time). */
+int conv_wino_small_dw16_applies(int N, int D, int H, int W, int K, int ncol, nn_prec prec,
+                                 const nn_shard *sh);
 
 /* ---- conv_wgrad.c: weight-gradient driver ---------------------------------------------- */
 

@@ -436,6 +436,11 @@ int conv_wino_small_applies(int N, int D, int H, int W, int K, int ncol, nn_prec
            wino_small_group(N, D, H, W) * wino_ntiles(D, H, W) >= WINO_SMALL_MIN;
 }
 
+int conv_wino_small_dw16_applies(int N, int D, int H, int W, int K, int ncol, nn_prec prec,
+                                 const nn_shard *sh) {
+    return conv_wino_small_applies(N, D, H, W, K, ncol, prec, sh) && wino_ntiles(D, H, W) % 2 == 0;
+}
+
 /* Floats of a whole padded sample (the small path pads whole samples, whatever the slabs). */
 static size_t wino_small_pad(int D, int H, int W, int K) {
     const size_t f = ((size_t)D + 2) * (H + 2) * (W + 2) * K;
@@ -486,45 +491,67 @@ size_t conv_wino_small_ws_floats(int N, int D, int H, int W, int K, int ncol) {
 
 /* V (k chunks of kc) of samples [n0, n0 + ns) (their tiles one after another) of cat(a, b):
  * each sample padded into P, then transformed; with dy (the weight gradient), also the output
- * gradient's dM per column block of nr. bf16 (winograd-bf16): each chunk's rows in bf16, nkp =
- * its k rounded up to even per tile (the extra one zero), rows nt * nkp + 2 * WINO_LDPAD
- * elements apart (the same bytes of padding), at the fp32 chunk's address. */
+ * gradient's dM per column block of nr. The forms (WS_*): fp32; winograd-bf16's forward rows,
+ * each chunk's rows in bf16 with nkp = its k rounded up to even per tile (the extra one zero),
+ * rows nt * nkp + 2 * WINO_LDPAD elements apart (the same bytes of padding); winograd-bf16's
+ * weight gradient, V and dM in tile pairs (32-bit words of the even and the odd tile's bf16
+ * values, the pair transformed by one thread, the even tile first; a sample's tiles even in
+ * number), rows np * nkp (V) and np * nr (dM) + WINO_LDPAD words apart, np = nt / 2. Each
+ * chunk at the fp32 chunk's address. */
+enum { WS_F32, WS_ROWS16, WS_PAIRS16 };
 static void wino_small_in(float *V, int kc, float *P, int fmt, const float *a, int ca,
                           const float *b, int cb, float *dM, const float *dy, int ncol, int nr,
-                          int n0, int ns, int D, int H, int W, int bf16) {
+                          int n0, int ns, int D, int H, int W, int form) {
     const int K = ca + cb, nkc = (K + kc - 1) / kc, nb = nblocks(ncol, nr);
+    const int step = form == WS_PAIRS16 ? 2 : 1;
     const long nt1 = wino_ntiles(D, H, W), nt = ns * nt1, Tx = W / 4, Ty = H / 4;
-    const long row = (long)(W + 2) * K, plane = (H + 2) * row, ldm = nt * nr + WINO_LDPAD;
+    const long row = (long)(W + 2) * K, plane = (H + 2) * row;
+    const long ldm = (form == WS_PAIRS16 ? nt / 2 : nt) * nr + WINO_LDPAD;
     const long gplane = (long)H * W * ncol, grow = (long)W * ncol;
     for (int s = 0; s < ns; s++) {
         conv_pad_slab(P, fmt, a, ca, ca, b, cb, n0 + s, 0, D, D, H, W);
         const float *g = dy ? dy + (size_t)(n0 + s) * D * H * W * ncol : NULL;
 #pragma omp parallel for schedule(dynamic, 2) num_threads(nn_threads())
-        for (long i = 0; i < nt1; i++) {
-            const long t = s * nt1 + i;
-            const float *pt = P + wino_at(i, Tx, Ty, plane, row, K);
-            for (int c = 0; c < nkc; c++) {
-                const int k0 = c * kc, nk = K - k0 < kc ? K - k0 : kc, nkp = (nk + 1) & ~1;
-                if (!bf16) {
-                    nn_wino_input(wino_small_v(V, nt, kc, c) + t * nk, nt * nk + WINO_LDPAD,
-                                  pt + k0, plane, row, K, nk);
-                    continue;
+        for (long j = 0; j < nt1 / step; j++)
+            for (long i = j * step; i < j * step + step; i++) {
+                const long t = s * nt1 + i;
+                const int odd = (int)(t & 1);
+                const float *pt = P + wino_at(i, Tx, Ty, plane, row, K);
+                for (int c = 0; c < nkc; c++) {
+                    const int k0 = c * kc, nk = K - k0 < kc ? K - k0 : kc, nkp = (nk + 1) & ~1;
+                    float *vc = wino_small_v(V, nt, kc, c);
+                    if (form == WS_F32) {
+                        nn_wino_input(vc + t * nk, nt * nk + WINO_LDPAD, pt + k0, plane, row, K,
+                                      nk);
+                    } else if (form == WS_ROWS16) {
+                        uint16_t *v16 = (uint16_t *)vc + t * nkp;
+                        const long ldv = nt * nkp + 2 * WINO_LDPAD;
+                        nn_wino16_input(v16, ldv, pt + k0, plane, row, K, nk);
+                        if (nkp > nk)
+                            for (int xi = 0; xi < WINO_NXI; xi++)
+                                v16[xi * ldv + nk] = 0;
+                    } else {
+                        uint32_t *v32 = (uint32_t *)vc + t / 2 * nkp;
+                        const long ldv = nt / 2 * nkp + WINO_LDPAD;
+                        nn_wino16_input_pair(v32, ldv, pt + k0, plane, row, K, nk, odd);
+                        if (nkp > nk && !odd)
+                            for (int xi = 0; xi < WINO_NXI; xi++)
+                                v32[xi * ldv + nk] = 0;
+                    }
                 }
-                uint16_t *v16 = (uint16_t *)wino_small_v(V, nt, kc, c) + t * nkp;
-                const long ldv = nt * nkp + 2 * WINO_LDPAD;
-                nn_wino16_input(v16, ldv, pt + k0, plane, row, K, nk);
-                if (nkp > nk)
-                    for (int xi = 0; xi < WINO_NXI; xi++)
-                        v16[xi * ldv + nk] = 0;
+                if (g)
+                    for (int ob = 0; ob < nb; ob++) {
+                        const int n0c = ob * nr, nv = ncol - n0c < nr ? ncol - n0c : nr;
+                        float *mb = dM + (size_t)ob * WINO_NXI * ldm;
+                        const float *gt = g + wino_at(i, Tx, Ty, gplane, grow, ncol) + n0c;
+                        if (form == WS_PAIRS16)
+                            nn_wino16_grad_output((uint32_t *)mb + t / 2 * nr, ldm, gt, gplane,
+                                                  grow, ncol, nv, nr, odd);
+                        else
+                            nn_wino_grad_output(mb + t * nr, ldm, gt, gplane, grow, ncol, nv,
+                                                nr);
+                    }
             }
-            if (g)
-                for (int ob = 0; ob < nb; ob++) {
-                    const int n0c = ob * nr, nv = ncol - n0c < nr ? ncol - n0c : nr;
-                    nn_wino_grad_output(dM + (size_t)ob * WINO_NXI * ldm + t * nr, ldm,
-                                        g + wino_at(i, Tx, Ty, gplane, grow, ncol) + n0c, gplane,
-                                        grow, ncol, nv, nr);
-                }
-        }
     }
 }
 
@@ -554,7 +581,7 @@ void conv_wino_small_pass(float *out1, int n1, float *out2, int n2, const float 
             /* V is chunked for the part's kc (the same for both parts but on odd widths) */
             if (part == 0 || kc != wino_small_kc(nn_gemm_nr(n1)))
                 wino_small_in(V, kc, P, prec == NN_BF16 ? PAD_F32R : PAD_F32, a, ca, b, cb, NULL,
-                              NULL, 0, nr, n0, ns, D, H, W, bf16);
+                              NULL, 0, nr, n0, ns, D, H, W, bf16 ? WS_ROWS16 : WS_F32);
 #pragma omp parallel num_threads(nn_threads())
             {
                 float *U = Ub + (size_t)omp_get_thread_num() * WINO_SMALL_SLOT;
@@ -620,7 +647,7 @@ void conv_wino_small_pass(float *out1, int n1, float *out2, int n2, const float 
  * transformed back. */
 void conv_wino_small_dw(float *dw, const float *a, int ca, const float *b, int cb,
                         const float *dy, int cout, int N, int D, int H, int W, nn_prec prec,
-                        float *ws) {
+                        int bf16, float *ws) {
     const int K = ca + cb, grp = wino_small_group(N, D, H, W);
     const int nr = nn_gemm_nr(cout), nb = nblocks(cout, nr);
     const int mk = nn_tw_mr(nr), kc = wino_small_kc(nr), nkc = (K + kc - 1) / kc;
@@ -631,9 +658,10 @@ void conv_wino_small_dw(float *dw, const float *a, int ca, const float *b, int c
     float *P = L.P, *V = L.V, *dM = L.M, *Ub = L.slots;
     for (int n0 = 0; n0 < N; n0 += grp) {
         const int ns = N - n0 < grp ? N - n0 : grp;
-        const long nt = ns * nt1, ldm = nt * nr + WINO_LDPAD;
+        const long nt = ns * nt1, np = nt / 2;
+        const long ldm = (bf16 ? np : nt) * nr + WINO_LDPAD;
         wino_small_in(V, kc, P, prec == NN_BF16 ? PAD_F32R : PAD_F32, a, ca, b, cb, dM, dy, cout,
-                      nr, n0, ns, D, H, W, 0);
+                      nr, n0, ns, D, H, W, bf16 ? WS_PAIRS16 : WS_F32);
 #pragma omp parallel num_threads(nn_threads())
         {
             /* the slot holds 171 * kc * nr + 144 * 16 floats: kc * nr <= WINO_SMALL_UBYTES / 4 /
@@ -647,7 +675,17 @@ void conv_wino_small_dw(float *dw, const float *a, int ca, const float *b, int c
                     const float *Vc = wino_small_v(V, nt, kc, c);
                     const long su = WINO_SMALL_SU(nk, nr);
                     memset(dU, 0, sizeof(float) * WINO_NXI * su);
-                    for (int xi = 0; xi < WINO_NXI; xi++) {
+                    for (int xi = 0; xi < WINO_NXI && bf16; xi++) {
+                        const int nkp = (nk + 1) & ~1;
+                        const float *gr = dM + ((size_t)ob * WINO_NXI + xi) * ldm;
+                        const float *vr = Vc + (size_t)xi * (np * nkp + WINO_LDPAD);
+                        for (int kk = 0; kk < nk; kk += mk)
+                            nn_tw_tile_bf16((int)np, (const uint16_t *)(vr + kk), nkp,
+                                            (const uint16_t *)gr, nr,
+                                            nk - kk < mk ? nk - kk : mk, nr,
+                                            dU + xi * su + (size_t)kk * nr, nr);
+                    }
+                    for (int xi = 0; xi < WINO_NXI && !bf16; xi++) {
                         const float *gr = dM + ((size_t)ob * WINO_NXI + xi) * ldm;
                         for (int kk = 0; kk < nk; kk += mk) {
                             const float *ar = Vc + (size_t)xi * (nt * nk + WINO_LDPAD) + kk;
@@ -663,7 +701,7 @@ void conv_wino_small_dw(float *dw, const float *a, int ca, const float *b, int c
                         for (int j = 0; j < nv; j += vw)
                             wino_dw_pair(dT + ((size_t)j * nk + ic) * 27, (long)nk * 27, 0,
                                          nv - j < vw ? nv - j : vw,
-                                         dU + (size_t)ic * nr + j, su, 0, prec == NN_BF16);
+                                         dU + (size_t)ic * nr + j, su, bf16, prec == NN_BF16);
                     for (int j = 0; j < nv; j++) {
                         float *restrict o = dw + ((size_t)(ob * nr + j) * K + k0) * 27;
                         const float *restrict d = dT + (size_t)j * nk * 27;
