@@ -8,6 +8,8 @@
 
 /* ---- ConvTranspose3d k2 s2 -------------------------------------------------------------- */
 
+static size_t convt_dgrad_rows(int H, int W, int cout);
+
 size_t nn_convt3d_ws_floats_p(int N, int D, int H, int W, int cin, int cout, nn_prec prec) {
     size_t pf = packed_floats(cout, cin, 8), pb = packed_floats(cin, cout, 8);
     size_t pw = conv_weight_grad_ws(8, cin + 1, cout, (long)N * D * H, H, W); /* + the ones */
@@ -17,7 +19,12 @@ size_t nn_convt3d_ws_floats_p(int N, int D, int H, int W, int cin, int cout, nn_
     size_t bias = (size_t)NN_SLICES * cout;
     /* bf16: the input rounded to bf16 (the A operand of forward and weight gradient). */
     const size_t rin = prec == NN_BF16 ? (size_t)N * D * H * W * cin + 16 : 0;
-    const size_t all = rin + (p > bias ? p : bias) + (size_t)nn_gemm_ncol_max(cout) + 64;
+    size_t all = rin + (p > bias ? p : bias) + (size_t)nn_gemm_ncol_max(cout) + 64;
+    /* bf16 on the pair kernels: the input gradient's packed pairs and each thread's bf16 rows of
+     * the output gradient (convt_dgrad_rows) */
+    const size_t dg = pb + (size_t)NN_MAX_THREADS * convt_dgrad_rows(H, W, cout) + 64;
+    if (prec == NN_BF16 && dg > all)
+        all = dg;
     /* bf16 on AMX: the forward pass's bf16 input and packed weights fit in the above; the
      * backward pass's slabs may not */
     if (!convt_amx(cin, cout, prec))
@@ -55,6 +62,13 @@ int convt_groups(long items, int nb) {
 int convt_rows(int H, int W) {
     const int r = (CT_POS + W - 1) / W;
     return r < H ? r : H;
+}
+
+/* Floats of one thread's bf16 copy of the output-gradient rows an input-gradient work item
+ * reads (2 planes x 2 * convt_rows rows x 2W voxels x cout), whole cache lines. */
+static size_t convt_dgrad_rows(int H, int W, int cout) {
+    const size_t e = (size_t)2 * 2 * convt_rows(H, W) * 2 * W * cout;
+    return (e / 2 + 15) & ~(size_t)15;
 }
 
 void nn_convt3d_forward_p(float *out, const float *in, const float *w, const float *b, int cin,
@@ -160,8 +174,19 @@ void nn_convt3d_backward_p(float *din, float *dw, float *db, const float *dout, 
         return;
     /* din[ic] = sum_t sum_oc dout(2p + t)[oc] w[ic][oc][t]: column ic stride cout*8, k = oc. */
     const int nr = nn_gemm_nr(cin), nb = nblocks(cin, nr), nkb = kblocks(cout, 8, nr, 2);
+    /* bf16 without AMX but with vdpbf16ps: the weights as pairs of oc and each item's output
+     * gradient rows as a bf16 copy in the thread's buffer (it stays in L2 over the item's column
+     * blocks; the output gradient becomes a bf16 operand, as under autocast) */
+    const int pairs = use_pairs(prec) && !nn_isa_amx() && cout % 2 == 0;
     float *Bp = ws;
-    conv_pack_b(Bp, w, cin, cout, 8, (long)cout * 8, 8, 1, nr, nkb, prec);
+    uint16_t *rows16 = NULL;
+    const size_t nrows16 = convt_dgrad_rows(H, W, cout);
+    if (pairs) {
+        conv_pack_b16((uint16_t *)Bp, w, cin, cout, 8, (long)cout * 8, 8, 1, nr, nkb, 2);
+        rows16 = (uint16_t *)(ws + ((packed_floats(cin, cout, 8) / 2 + 15) & ~(size_t)15));
+    } else {
+        conv_pack_b(Bp, w, cin, cout, 8, (long)cout * 8, 8, 1, nr, nkb, prec);
+    }
     long aoff[8];
     for (int t = 0; t < 8; t++)
         aoff[t] = (((long)(t / 4) * 2 * H + (t / 2) % 2) * 2 * W + t % 2) * ldo;
@@ -176,7 +201,7 @@ void nn_convt3d_backward_p(float *din, float *dw, float *db, const float *dout, 
      * often its own next) over its column blocks. */
     const long prow = 2L * W * ldo; /* floats of one output-gradient row */
     const int ng = convt_groups((long)N * D * ny, nb);
-#pragma omp parallel for schedule(dynamic, 2)
+#pragma omp parallel for schedule(dynamic, 2) num_threads(nn_threads())
     for (long it = 0; it < (long)N * D * ny * ng; it++) {
         const int og = (int)(it % ng), yb = (int)(it / ng % ny), z = (int)(it / ng / ny % D);
         const int n = (int)(it / ng / ny / D), y = yb * YR, nyr = H - y < YR ? H - y : YR;
@@ -187,16 +212,38 @@ void nn_convt3d_backward_p(float *din, float *dw, float *db, const float *dout, 
         const long xn = nx / ((long)D * ny), xz = nx / ny % D, xy = nx % ny * YR;
         const long span = 2 * (H - xy < YR ? H - xy : YR) * prow;
         const int h0 = nb > 1 ? nb / 2 : 1;
+        const float *a0 = dout + (((size_t)n * 2 * D + 2 * z) * 2 * H + 2 * y) * 2 * W * ldo;
+        nn_tg gi = g;
+        long aoff16[8];
+        if (pairs) { /* the item's rows: [plane 2z + dz][row 2y + r][voxel][oc] in bf16 */
+            uint16_t *b16 = rows16 + (size_t)omp_get_thread_num() * nrows16 * 2;
+            const long nvr = 2L * W, plane16 = 2L * nyr * nvr * cout;
+            for (int dz = 0; dz < 2; dz++)
+                for (int r = 0; r < 2 * nyr; r++) {
+                    const float *src = a0 + ((size_t)dz * 2 * H + r) * 2 * W * ldo;
+                    uint16_t *dst = b16 + dz * plane16 + (size_t)r * nvr * cout;
+                    if (ldo == cout)
+                        nn_bf16_pack(dst, src, nvr * cout);
+                    else
+                        for (long v = 0; v < nvr; v++)
+                            nn_bf16_pack(dst + v * cout, src + v * ldo, cout);
+                }
+            for (int t = 0; t < 8; t++)
+                aoff16[t] = (t / 4) * plane16 + (((t / 2) % 2) * nvr + t % 2) * cout;
+            gi.aoff = aoff16;
+            a0 = (const float *)b16;
+        }
         for (int ob = og * nb / ng; ob < (og + 1) * nb / ng; ob++) {
             const int n0 = ob * nr, nvalid = cin - n0 < nr ? cin - n0 : nr;
             conv_walk wk = {
-                .a0 = dout + (((size_t)n * 2 * D + 2 * z) * 2 * H + 2 * y) * 2 * W * ldo,
-                .a_row = 4L * W * ldo,
-                .a_col = 2 * ldo,
+                .a0 = a0,
+                .a_row = 4L * W * (pairs ? cout : ldo),
+                .a_col = 2 * (pairs ? cout : ldo),
                 .c0 = din + (((size_t)n * D + z) * H + y) * W * cin + n0,
                 .c_row = (long)W * cin,
                 .c_col = cin,
                 .Wr = W,
+                .pairs = pairs,
             };
             const int half = ob >= h0, sh = half ? nb - h0 : h0, i = half ? ob - h0 : ob;
             if (xn < N && sh > 0) {
@@ -205,8 +252,10 @@ void nn_convt3d_backward_p(float *din, float *dw, float *db, const float *dout, 
                 wk.pf = (const char *)(p + span * i / sh);
                 wk.pf_bytes = (span * (i + 1) / sh - span * i / sh) * (long)sizeof(float);
             }
-            conv_walk_kblocks(g, wk, (long)nyr * W, Bp + (size_t)ob * 8 * cout * nr, cout, nkb,
-                              NULL, nvalid, NN_TG_ZERO, store_mode(prec));
+            const void *Bob = pairs ? (const void *)((const uint16_t *)Bp + (size_t)ob * 8 * cout * nr)
+                                    : (const void *)(Bp + (size_t)ob * 8 * cout * nr);
+            conv_walk_kblocks(gi, wk, (long)nyr * W, Bob, cout, nkb, NULL, nvalid, NN_TG_ZERO,
+                              store_mode(prec));
         }
     }
 }
