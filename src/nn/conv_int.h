@@ -125,6 +125,8 @@ typedef struct conv_tw_src {
     long ldg_vox; /* floats per voxel of G */
     int ones; /* ConvTranspose3d: 1 adds an input channel of ones after the cin (row cin of the
                  gradient sums G over the voxels: the bias gradient per tap) */
+    int pairs; /* ConvTranspose3d, W even: A and G packed in bf16 voxel pairs, the reduction on
+                  vdpbf16ps (A and G rounded to bf16 by the packing) */
 } conv_tw_src;
 
 /* ---- conv_pack.c: weight packing, padded slabs, position walks ------------------------- */

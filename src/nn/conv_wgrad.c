@@ -175,6 +175,29 @@ static void tw_pack_g(float *Gp, const conv_tw_src *r, long r0, int nrr, int t, 
     }
 }
 
+/* tw_pack_g's ConvTranspose3d tap pair (t, t + 1; t even) in bf16 voxel pairs (r->pairs, W
+ * even): Gp16[c][ob][voxel pair][nr][2], the chunk's voxels v = i * W + x in pairs (x, x + 1) of
+ * a row. Tap c's voxel x is at 2x + c of the output row, so a pair's halves are 2 voxels apart. */
+static void tw_pack_g16(uint16_t *Gp, const conv_tw_src *r, long r0, int nrr, int t) {
+    const int ncol = r->cout, W = r->W, nr = nn_gemm_nr(ncol), nb = nblocks(ncol, nr);
+    const long nv = (long)nrr * W, ldg = r->ldg_vox;
+    for (int i = 0; i < nrr; i++) {
+        long ao, go;
+        tw_row(r, r0 + i, t, &ao, &go);
+        for (int c = 0; c < 2; c++)
+            for (int x = 0; x < W; x += 2) {
+                const float *g = r->G + go + (2L * x + c) * ldg;
+                for (int b = 0; b < nb; b++) {
+                    uint16_t *d = Gp + (((size_t)c * nb + b) * nv + (size_t)i * W + x) * nr;
+                    const int n0 = b * nr, nvalid = ncol - n0 < nr ? ncol - n0 : nr;
+                    nn_bf16_pack_pairs(d, g + n0, 1, 2 * ldg, 1, nvalid);
+                    if (nvalid < nr)
+                        memset(d + 2 * nvalid, 0, sizeof(uint16_t) * 2 * (nr - nvalid));
+                }
+            }
+    }
+}
+
 /* Conv3d: tiles [t_lo, t_hi) (tile = (k block, column block, tap), tap fastest) of the chunk of
  * rows [r0, r0 + nrr) into Wp. A chunk is nz whole planes or ny rows of one plane
  * (tw_chunk_rows); G is packed once per chunk (tw_pack_g), and the padded input the chunk's
@@ -248,7 +271,21 @@ static void tw_chunk_convt(float *Wp, const conv_tw_src *r, long r0, int nrr, lo
     const int nr = nn_gemm_nr(ncol), nb = nblocks(ncol, nr), nkb = dw_kblocks(K, nr);
     const long nv = (long)nrr * W;
     float *Ap = Gp + (size_t)2 * nv * nn_gemm_ncol_max(ncol);
-    for (int i = 0; i < nrr; i++) {
+    for (int i = 0; i < nrr && r->pairs; i++) { /* Ap16[kb][voxel pair][mk][2] */
+        long ao, go;
+        tw_row(r, r0 + i, 0, &ao, &go);
+        for (int kb = 0; kb < nkb; kb++) {
+            const int k0 = split_at(K, nkb, kb), mk = split_at(K, nkb, kb + 1) - k0;
+            const int mc = k0 + mk <= C ? mk : mk - 1; /* the last block's channel of ones */
+            uint16_t *d = (uint16_t *)Ap + (size_t)k0 * nv + (size_t)i * W * mk;
+            for (int x = 0; x < W; x += 2, d += 2 * mk) {
+                nn_bf16_pack_pairs(d, r->A + ao + (size_t)x * C + k0, 1, C, 1, mc);
+                if (mc < mk)
+                    d[2 * mc] = d[2 * mc + 1] = 0x3f80; /* 1.0 */
+            }
+        }
+    }
+    for (int i = 0; i < nrr && !r->pairs; i++) {
         long ao, go;
         tw_row(r, r0 + i, 0, &ao, &go);
         for (int kb = 0; kb < nkb; kb++) {
@@ -283,7 +320,10 @@ static void tw_chunk_convt(float *Wp, const conv_tw_src *r, long r0, int nrr, lo
         const long tob = tile / nkb;
         const int t = (int)(tob / nb), ob = (int)(tob % nb), kb = (int)(tile % nkb);
         if (g_pair != t / 2) {
-            tw_pack_g(Gp, r, r0, nrr, t & ~1, 2);
+            if (r->pairs)
+                tw_pack_g16((uint16_t *)Gp, r, r0, nrr, t & ~1);
+            else
+                tw_pack_g(Gp, r, r0, nrr, t & ~1, 2);
             g_pair = t / 2;
             const long end = (g_pair + 1) * per_pair < t_hi ? (g_pair + 1) * per_pair : t_hi;
             pf_nrr = 0, pf_a = 0, pf_i = pf_j = 0;
@@ -311,6 +351,12 @@ static void tw_chunk_convt(float *Wp, const conv_tw_src *r, long r0, int nrr, lo
             }
         }
         const int k0 = split_at(K, nkb, kb), mk = split_at(K, nkb, kb + 1) - k0;
+        if (r->pairs) { /* the halves of each element: half as many offsets as floats */
+            nn_tw_tile_bf16((int)nv / 2, (const uint16_t *)Ap + (size_t)k0 * nv, mk,
+                            (const uint16_t *)Gp + ((size_t)(t & 1) * nb + ob) * nv * nr, nr,
+                            mk, nr, Wp + dwt_tile(k0, t, ob, K, nb, nr), nr);
+            continue;
+        }
         const float *ar = Ap + (size_t)k0 * nv, *gr = Gp + ((size_t)(t & 1) * nb + ob) * nv * nr;
         nn_tw_tile(1, &ar, &gr, (int)nv, mk, nr, mk, nr, nr, Wp + dwt_tile(k0, t, ob, K, nb, nr),
                    nr);

@@ -163,10 +163,13 @@ void nn_convt3d_backward_p(float *din, float *dw, float *db, const float *dout, 
     if (dw) {
         /* With db, the bias gradient is the weight gradient of a channel of ones: no pass of
          * its own over the output gradient (67 MB at 32^3 128->64, a seventh of the time). */
-        float *rest;
-        const float *A = input_prec(in, (size_t)rows * W * cin, prec, ws, &rest);
+        /* bf16 with vdpbf16ps and W even: the reduction over voxel pairs on the pair kernels,
+         * input and output gradient rounded by the packing (no rounded copy of the input) */
+        const int pairs = use_pairs(prec) && !nn_isa_amx() && W % 2 == 0;
+        float *rest = ws;
+        const float *A = pairs ? in : input_prec(in, (size_t)rows * W * cin, prec, ws, &rest);
         const conv_tw_src r = {.A = A, .G = dout, .kind = 1, .D = D, .H = H, .W = W, .cin = cin,
-                               .cout = cout, .ldg_vox = ldo, .ones = db != NULL};
+                               .cout = cout, .ldg_vox = ldo, .ones = db != NULL, .pairs = pairs};
         conv_weight_grad(rest, &r, rows, 8, 0);
         conv_unpack_dwt(dw, db, rest, cin, cout, prec);
     }

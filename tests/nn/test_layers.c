@@ -846,10 +846,12 @@ static void test_conv_bf16_vs_ideal(void) {
 }
 
 /* bf16 ConvTranspose3d k2 s2 on channel counts that are multiples of 32 (AMX tiles where the
- * CPU has them, else the fp32 kernels on bf16 operands), against the ideal result (bf16
- * operands, sums in double, one rounding): a partial last tile of 32 voxels and rows shorter
- * than a tile, two samples, an output gradient with a voxel stride beyond its channels (ldo),
- * and with SCAFFOLD_NN_SLAB_BYTES (tests/nn/run.sh) several backward slabs. */
+ * CPU has them, else the vdpbf16ps kernels: forward, input gradient, and the weight gradient in
+ * voxel pairs where W is even; the fp32 kernels on bf16 operands without them and for the
+ * weight gradient of an odd W), against the ideal result (bf16 operands, sums in double, one
+ * rounding): a partial last tile of 32 voxels and rows shorter than a tile, an odd W, two
+ * samples, an output gradient with a voxel stride beyond its channels (ldo), and with
+ * SCAFFOLD_NN_SLAB_BYTES (tests/nn/run.sh) several backward slabs. */
 static void test_convt_bf16_vs_ideal(void) {
     static const int shapes[][7] = {
         /* N, D, H, W, cin, cout, ldo - cout */
