@@ -157,7 +157,10 @@ int convt_amx(int cin, int cout, nn_prec prec) {
 }
 
 int nn_convt3d_algo(int cin, int cout, nn_prec prec) {
-    return convt_amx(cin, cout, prec) ? NN_ALGO_AMX : NN_ALGO_DIRECT;
+    if (convt_amx(cin, cout, prec))
+        return NN_ALGO_AMX;
+    return use_pairs(prec) && !nn_isa_amx() && cin % 2 == 0 && cout % 2 == 0 ? NN_ALGO_DIRECT_BF16
+                                                                             : NN_ALGO_DIRECT;
 }
 
 /* Input planes per slab of the backward pass, and its voxel rows' pitch (a multiple of 32):

@@ -103,7 +103,9 @@ void nn_convt3d_backward_p(float *din, float *dw, float *db, const float *dout, 
                            const float *in, const float *w, int cin, int cout, int N, int D,
                            int H, int W, nn_prec prec, float *ws);
 /* The algorithm (algo.h nn_algo) the ConvTranspose3d passes run: AMX tiles for bf16 on an AMX
- * CPU with channels multiples of 32, else the direct fp32 kernels (on bf16 operands in bf16). */
+ * CPU with channels multiples of 32; the vdpbf16ps pair kernels (direct-bf16) for bf16 on a CPU
+ * with them and even channel counts (the weight gradient where W is even); else the direct
+ * fp32 kernels (on bf16 operands in bf16). */
 int nn_convt3d_algo(int cin, int cout, nn_prec prec);
 size_t nn_convt3d_ws_floats(int N, int D, int H, int W, int cin, int cout);
 void nn_convt3d_forward(float *out, const float *in, const float *w, const float *b, int cin,
