@@ -191,10 +191,9 @@ void conv_wino_weights(void *U, const float *w, int ncol, int K, long sc, long s
             wino_wblock(ub, (long)sr, w, ncol, sc, sk, flip, nr, ob, k0, k1, prec, bf16);
             for (int xi = 0; xi < WINO_NXI; xi++) {
                 const size_t at = (((size_t)xi * nb + ob) * Kp + k0) * nr;
-                if (bf16)
-                    memcpy((uint16_t *)U + at, ub + xi * sr, 4 * run);
-                else
-                    memcpy((float *)U + at, ub + xi * sr, sizeof(float) * run);
+                /* run 32-bit elements either way: floats, or words of two bf16 */
+                memcpy(bf16 ? (void *)((uint16_t *)U + at) : (void *)((float *)U + at),
+                       ub + xi * sr, 4 * run);
             }
         }
 }
@@ -590,34 +589,20 @@ void conv_wino_small_pass(float *out1, int n1, float *out2, int n2, const float 
                     float *Mb = M + (size_t)ob * WINO_NXI * ldm;
                     for (int c = 0, k0 = 0; k0 < K; c++, k0 += kc) {
                         const int k1 = k0 + kc < K ? k0 + kc : K, nk = k1 - k0;
-                        const float *Vc = wino_small_v(V, nt, kc, c);
-                        if (bf16) {
-                            const int nkp = (nk + 1) & ~1;
-                            const long su16 = (long)nkp * nr + 32; /* + a cache line */
-                            const long ldv = nt * nkp + 2 * WINO_LDPAD;
-                            uint16_t *U16 = (uint16_t *)U;
-                            wino_wblock(U16, su16 / 2, wp, ncol, sc, sk, flip, nr, ob, k0, k1,
-                                        prec, 1);
-                            const nn_tg g = {.T = 1, .K = nkp, .aoff = aoff, .nr = nr};
-                            for (int xi = 0; xi < WINO_NXI; xi++) {
-                                const conv_walk wk = {
-                                    .a0 = (const uint16_t *)Vc + (size_t)xi * ldv, .a_row = 0,
-                                    .a_col = nkp, .c0 = Mb + (size_t)xi * ldm, .c_row = 0,
-                                    .c_col = nr, .Wr = (int)nt, .pairs = 1};
-                                conv_walk_run(&g, &wk, nt, U16 + (size_t)xi * su16, NULL, nr,
-                                              k0 ? NN_TG_ACCUM : NN_TG_ZERO);
-                            }
-                            continue;
-                        }
-                        wino_wblock(U, WINO_SMALL_SU(nk, nr), wp, ncol, sc, sk, flip, nr, ob, k0,
-                                    k1, prec, 0);
-                        const nn_tg g = {.T = 1, .K = nk, .aoff = aoff, .nr = nr};
+                        /* bf16: V's rows in bf16 (k rounded up to even, the padding in the
+                         * same bytes), U in 32-bit words of k pairs (wino_wblock) */
+                        const int per = bf16 ? 2 : 1, kk = bf16 ? (nk + 1) & ~1 : nk;
+                        const long ldv = nt * kk + per * WINO_LDPAD, /* elements */
+                            su = WINO_SMALL_SU(kk / per, nr);        /* 32-bit units */
+                        const char *Vc = (const char *)wino_small_v(V, nt, kc, c);
+                        wino_wblock(U, su, wp, ncol, sc, sk, flip, nr, ob, k0, k1, prec, bf16);
+                        const nn_tg g = {.T = 1, .K = kk, .aoff = aoff, .nr = nr};
                         for (int xi = 0; xi < WINO_NXI; xi++) {
-                            const conv_walk wk = {.a0 = Vc + (size_t)xi * (nt * nk + WINO_LDPAD),
-                                                  .a_row = 0, .a_col = nk,
+                            const conv_walk wk = {.a0 = Vc + (size_t)xi * ldv * 4 / per,
+                                                  .a_row = 0, .a_col = kk,
                                                   .c0 = Mb + (size_t)xi * ldm, .c_row = 0,
-                                                  .c_col = nr, .Wr = (int)nt};
-                            conv_walk_run(&g, &wk, nt, U + (size_t)xi * WINO_SMALL_SU(nk, nr), NULL, nr,
+                                                  .c_col = nr, .Wr = (int)nt, .pairs = bf16};
+                            conv_walk_run(&g, &wk, nt, U + (size_t)xi * su, NULL, nr,
                                           k0 ? NN_TG_ACCUM : NN_TG_ZERO);
                         }
                     }
@@ -675,22 +660,20 @@ void conv_wino_small_dw(float *dw, const float *a, int ca, const float *b, int c
                     const float *Vc = wino_small_v(V, nt, kc, c);
                     const long su = WINO_SMALL_SU(nk, nr);
                     memset(dU, 0, sizeof(float) * WINO_NXI * su);
-                    for (int xi = 0; xi < WINO_NXI && bf16; xi++) {
-                        const int nkp = (nk + 1) & ~1;
-                        const float *gr = dM + ((size_t)ob * WINO_NXI + xi) * ldm;
-                        const float *vr = Vc + (size_t)xi * (np * nkp + WINO_LDPAD);
-                        for (int kk = 0; kk < nk; kk += mk)
-                            nn_tw_tile_bf16((int)np, (const uint16_t *)(vr + kk), nkp,
-                                            (const uint16_t *)gr, nr,
-                                            nk - kk < mk ? nk - kk : mk, nr,
-                                            dU + xi * su + (size_t)kk * nr, nr);
-                    }
-                    for (int xi = 0; xi < WINO_NXI && !bf16; xi++) {
+                    const int nkp = (nk + 1) & ~1;
+                    for (int xi = 0; xi < WINO_NXI; xi++) {
                         const float *gr = dM + ((size_t)ob * WINO_NXI + xi) * ldm;
                         for (int kk = 0; kk < nk; kk += mk) {
-                            const float *ar = Vc + (size_t)xi * (nt * nk + WINO_LDPAD) + kk;
-                            nn_tw_tile(1, &ar, &gr, (int)nt, nk, nr, nk - kk < mk ? nk - kk : mk,
-                                       nr, nr, dU + xi * su + (size_t)kk * nr, nr);
+                            const int m = nk - kk < mk ? nk - kk : mk;
+                            float *o = dU + xi * su + (size_t)kk * nr;
+                            if (bf16) { /* pair rows of nkp words, np of them */
+                                const float *vr = Vc + (size_t)xi * (np * nkp + WINO_LDPAD) + kk;
+                                nn_tw_tile_bf16((int)np, (const uint16_t *)vr, nkp,
+                                                (const uint16_t *)gr, nr, m, nr, o, nr);
+                            } else {
+                                const float *ar = Vc + (size_t)xi * (nt * nk + WINO_LDPAD) + kk;
+                                nn_tw_tile(1, &ar, &gr, (int)nt, nk, nr, m, nr, nr, o, nr);
+                            }
                         }
                     }
                     /* transformed into dT[oc - ob * nr][ic - k0][t], then added to dw one

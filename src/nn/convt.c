@@ -8,7 +8,12 @@
 
 /* ---- ConvTranspose3d k2 s2 -------------------------------------------------------------- */
 
-static size_t convt_dgrad_rows(int H, int W, int cout);
+/* Floats of one thread's bf16 copy of the output-gradient rows an input-gradient work item
+ * reads (2 planes x 2 * convt_rows rows x 2W voxels x cout), whole cache lines. */
+static size_t convt_dgrad_rows(int H, int W, int cout) {
+    const size_t e = (size_t)2 * 2 * convt_rows(H, W) * 2 * W * cout;
+    return (e / 2 + 15) & ~(size_t)15;
+}
 
 size_t nn_convt3d_ws_floats_p(int N, int D, int H, int W, int cin, int cout, nn_prec prec) {
     size_t pf = packed_floats(cout, cin, 8), pb = packed_floats(cin, cout, 8);
@@ -62,13 +67,6 @@ int convt_groups(long items, int nb) {
 int convt_rows(int H, int W) {
     const int r = (CT_POS + W - 1) / W;
     return r < H ? r : H;
-}
-
-/* Floats of one thread's bf16 copy of the output-gradient rows an input-gradient work item
- * reads (2 planes x 2 * convt_rows rows x 2W voxels x cout), whole cache lines. */
-static size_t convt_dgrad_rows(int H, int W, int cout) {
-    const size_t e = (size_t)2 * 2 * convt_rows(H, W) * 2 * W * cout;
-    return (e / 2 + 15) & ~(size_t)15;
 }
 
 void nn_convt3d_forward_p(float *out, const float *in, const float *w, const float *b, int cin,
@@ -216,6 +214,7 @@ void nn_convt3d_backward_p(float *din, float *dw, float *db, const float *dout, 
         const long span = 2 * (H - xy < YR ? H - xy : YR) * prow;
         const int h0 = nb > 1 ? nb / 2 : 1;
         const float *a0 = dout + (((size_t)n * 2 * D + 2 * z) * 2 * H + 2 * y) * 2 * W * ldo;
+        const long lda = pairs ? cout : ldo; /* elements per voxel of what the walk reads */
         nn_tg gi = g;
         long aoff16[8];
         if (pairs) { /* the item's rows: [plane 2z + dz][row 2y + r][voxel][oc] in bf16 */
@@ -240,8 +239,8 @@ void nn_convt3d_backward_p(float *din, float *dw, float *db, const float *dout, 
             const int n0 = ob * nr, nvalid = cin - n0 < nr ? cin - n0 : nr;
             conv_walk wk = {
                 .a0 = a0,
-                .a_row = 4L * W * (pairs ? cout : ldo),
-                .a_col = 2 * (pairs ? cout : ldo),
+                .a_row = 4L * W * lda,
+                .a_col = 2 * lda,
                 .c0 = din + (((size_t)n * D + z) * H + y) * W * cin + n0,
                 .c_row = (long)W * cin,
                 .c_col = cin,
@@ -255,10 +254,9 @@ void nn_convt3d_backward_p(float *din, float *dw, float *db, const float *dout, 
                 wk.pf = (const char *)(p + span * i / sh);
                 wk.pf_bytes = (span * (i + 1) / sh - span * i / sh) * (long)sizeof(float);
             }
-            const void *Bob = pairs ? (const void *)((const uint16_t *)Bp + (size_t)ob * 8 * cout * nr)
-                                    : (const void *)(Bp + (size_t)ob * 8 * cout * nr);
-            conv_walk_kblocks(gi, wk, (long)nyr * W, Bob, cout, nkb, NULL, nvalid, NN_TG_ZERO,
-                              store_mode(prec));
+            const size_t bo = (size_t)ob * 8 * cout * nr * (pairs ? 2 : 4); /* bytes */
+            conv_walk_kblocks(gi, wk, (long)nyr * W, (const char *)Bp + bo, cout, nkb, NULL,
+                              nvalid, NN_TG_ZERO, store_mode(prec));
         }
     }
 }

@@ -488,7 +488,6 @@ void nn_tw_tile_bf16(int X, const uint16_t *A, long lda, const uint16_t *G, long
         }
 }
 
-
 nn_tgb_fn nn_tgb_kernel(int nr, int m) {
     const nn_kern *k = K();
 #if defined(__x86_64__)
