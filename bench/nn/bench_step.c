@@ -3,7 +3,7 @@
  *   bench_step --peak [SECONDS]
  *       CPU model, the kernel path in use, the FP32 FMA peak of that path (register-only loop on
  *       every thread) and the tap-GEMM kernel as a plain SGEMM (cache-resident).
- *   bench_step --layer conv|convt|gn D CIN COUT [--reps R] [--bf16]
+ *   bench_step --layer conv|convt|gn D CIN COUT [--reps R] [--bf16] [--no-peak]
  *       one layer at the U-Net's shapes, median of R: conv = Conv3d k3 (D^3 volume, forward,
  *       backward-data, backward-weights); convt = ConvTranspose3d k2 s2 (D^3 input, forward,
  *       backward-data, backward-weights); gn = GroupNorm(8)+ReLU over COUT channels (forward,
@@ -11,7 +11,8 @@
  *       algo A". P is the FMA peak measured next to the layer (before every repeat and after
  *       the last; the highest), so a pass and the peak it is compared with see the same state
  *       of a shared host; A the algorithm that ran (nn/algo.h). --bf16: the convolutions as
- *       torch_amp: 1 runs them (operands rounded to bf16; names end in _bf16).
+ *       torch_amp: 1 runs them (operands rounded to bf16; names end in _bf16). --no-peak: no
+ *       peak loop (P is 0), so that a profile of the run shows the passes alone.
  *   bench_step [--scale S] [--base B] [--classes K] [--reps R] [--bf16] [--ckpt]
  *       one U-Net training step (zero grad, forward, loss, backward, clip, Adam) at batch 1,
  *       median of R after a warm-up step, with the forward/loss/backward split, the model's
@@ -181,12 +182,16 @@ static double now_s(void) {
 
 /* The highest FMA peak measured during a layer's repeats (see adj_peak). */
 static double layer_peak;
+/* --no-peak: no peak loop between the repeats (peak_gflops 0), for profiling a pass alone */
+static int layer_nopeak;
 
 /* A short FMA-peak measurement between a layer's repeats. The host these benchmarks run on
  * drifts by 10-30% within a minute; a peak taken once at the start of a run can be from a
  * faster (or slower) moment than the pass it is compared with. The highest adjacent one is
  * kept: a pass is never flattered by a slow moment of the peak loop. */
 static void adj_peak(void) {
+    if (layer_nopeak)
+        return;
     const double p = nn_fma_peak_gflops(0.1);
     if (p > layer_peak)
         layer_peak = p;
@@ -371,7 +376,8 @@ static int profile_overhead(nn_unet *m, nn_optim *o, const float *x, const uint1
 
 static int usage(void) {
     fprintf(stderr, "usage: bench_step --peak [SECONDS]\n"
-                    "       bench_step --layer conv|convt|gn D CIN COUT [--reps R] [--bf16]\n"
+                    "       bench_step --layer conv|convt|gn D CIN COUT [--reps R] [--bf16] "
+                    "[--no-peak]\n"
                     "       bench_step [--scale S] [--base B] [--classes K] [--reps R] [--bf16] "
                     "[--ckpt]\n"
                     "       bench_step --profile-ab [--scale S] [--base B] [--reps R] [--bf16] "
@@ -404,6 +410,8 @@ int main(int argc, char **argv) {
             reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--bf16"))
             bf16 = 1;
+        else if (!strcmp(argv[i], "--no-peak"))
+            layer_nopeak = 1;
         else if (!strcmp(argv[i], "--ckpt"))
             ckpt = 1;
         else if (!strcmp(argv[i], "--profile-ab"))
