@@ -68,6 +68,12 @@ void conv_amx_dw(float *dw, const float *a, int ca, const float *b, int cb, cons
      * one (tap, input block) are reused by the output blocks that follow it */
     long qc = (long)(AMX_DW_CHUNK_BYTES / (2 * (size_t)cout)) & ~31L;
     qc = qc < 256 ? 256 : qc;
+    /* One pass over the positions (one sample, slab and chunk: the small volumes) with enough
+     * channel blocks for the threads: each block's 27 taps go to a per-thread buffer (in acc's
+     * place) and straight into dw, so acc never leaves L2. Through acc in memory, the finish
+     * took as long as the tile products at 8^3 512->512 (28 MiB written, read back). */
+    const int nth = nn_threads(), nblk = nig * nog;
+    const int fused = N == 1 && Zc >= D && amx_round32((long)D * HW) <= qc && nblk >= 4 * nth;
     int first = 1;
     for (int n = 0; n < N; n++)
         for (int z0 = 0; z0 < D; z0 += Zc) {
@@ -106,6 +112,20 @@ void conv_amx_dw(float *dw, const float *a, int ca, const float *b, int cb, cons
                 }
                 nn_amx_pack_pair(dyP + pp * 2 * cout, sp[0], sp[1], cout);
             }
+            if (fused) {
+#pragma omp parallel for schedule(static) num_threads(nth)
+                for (int blk = 0; blk < nblk; blk++) {
+                    const int ic0 = 32 * (blk / nog), oc0 = 32 * (blk % nog);
+                    const int ni = cin - ic0 > 16 ? 2 : 1, no = cout - oc0 > 16 ? 2 : 1;
+                    float *tb = acc + (size_t)omp_get_thread_num() * 27 * 32 * 32;
+                    for (int t = 0; t < 27; t++)
+                        nn_amx_dw(xT + ic0 * ldx + t / 9 * HW + t / 3 % 3 * Wp + t % 3, ldx,
+                                  dyP + 2 * oc0, cout, q_end, ni, no, tb + t * 32 * 32, 32, 1);
+                    nn_amx_dw_finish(dw + (size_t)oc0 * cin * 27 + (size_t)ic0 * 27,
+                                     (long)cin * 27, 27, tb, 32, 32, 16 * ni, 16 * no, 27);
+                }
+                continue;
+            }
 #pragma omp parallel
             for (long q0 = 0; q0 < q_end; q0 += qc) {
                 const long nq = q_end - q0 < qc ? q_end - q0 : qc;
@@ -124,10 +144,13 @@ void conv_amx_dw(float *dw, const float *a, int ca, const float *b, int cb, cons
             }
             first = 0;
         }
+    if (fused)
+        return;
     /* dw[oc][ic][t] += bf16(acc[t][ic][oc]): the gradient of the bf16 weight copy */
 #pragma omp parallel for schedule(static)
     for (int ic = 0; ic < cin; ic++)
-        nn_amx_dw_finish(dw, (long)cin * 27, 27, acc, cin, ic, ic + 1, cout, 27);
+        nn_amx_dw_finish(dw + (size_t)ic * 27, (long)cin * 27, 27, acc + (size_t)ic * cout, cout,
+                         cin, 1, cout, 27);
 }
 
 /* ---- bf16 ConvTranspose3d on AMX tiles -------------------------------------------------------
@@ -298,7 +321,8 @@ void convt_amx_backward(float *din, float *dw, float *db, const float *dout, lon
         return;
 #pragma omp parallel for schedule(static)
     for (int ic = 0; ic < cin; ic++)
-        nn_amx_dw_finish(dw, 8, (long)cout * 8, acc, ci, ic, ic + 1, cout, 8);
+        nn_amx_dw_finish(dw + (size_t)ic * cout * 8, 8, (long)cout * 8, acc + (size_t)ic * cout,
+                         cout, ci, 1, cout, 8);
     if (db)
         for (int oc = 0; oc < cout; oc++) {
             float s = 0;

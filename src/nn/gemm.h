@@ -208,15 +208,16 @@ void nn_tg_amx(const nn_tg *g, const uint16_t *a, long sa, const uint16_t *Bp, f
  * nn_amx_dw: the 16 or 32 (nit = 1, 2 tiles) rows x 16 or 32 (not_ tiles) columns of acc (fp32,
  *   row stride ldacc) = (init ? 0 : acc) + sum over q < nq (a multiple of 32) of
  *   xT[i*ldx + q] * dyP[(q/2)*2*cout + 2j + q%2];
- * nn_amx_dw_finish: dw[oc*soc + ic*sic + t] += nn_bf16_round(acc[(t*ldt + ic)*cout + oc]) for
- *   ic in [ic0, ic1), oc < cout (a multiple of 16), t < T (at most 32): the accumulators, tap
- *   rows ldt*cout floats apart, added to a weight gradient whose taps are consecutive. */
+ * nn_amx_dw_finish: dw[oc*soc + ic*sic + t] += nn_bf16_round(acc[(t*ldt + ic)*lda + oc]) for
+ *   ic < nic, oc < noc (a multiple of 16), t < T (at most 32): the accumulators (rows of
+ *   output channels lda floats apart, taps ldt rows apart) added to a weight gradient whose
+ *   taps are consecutive. */
 void nn_amx_pack_t(uint16_t *dst, long ldd, const float *src, long lds, int nv, int nc);
 void nn_amx_pack_pair(uint16_t *dst, const float *s0, const float *s1, int nc);
 void nn_amx_dw(const uint16_t *xT, long ldx, const uint16_t *dyP, int cout, long nq, int nit,
                int not_, float *acc, long ldacc, int init);
-void nn_amx_dw_finish(float *dw, long soc, long sic, const float *acc, int ldt, int ic0, int ic1,
-                      int cout, int T);
+void nn_amx_dw_finish(float *dw, long soc, long sic, const float *acc, long lda, long ldt,
+                      int nic, int noc, int T);
 
 /* Number of position blocks nn_tg_block needs for M positions at width nr. Callers split M
  * into that many near-equal blocks (block b starts at floor(M * b / nblocks)), so no slow

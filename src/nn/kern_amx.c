@@ -202,8 +202,8 @@ static inline __m512 amx_round16(__m512 v) {
     return _mm512_castsi512_ps(_mm512_mask_mov_epi32(r, nan, q));
 }
 
-void nn_amx_dw_finish(float *dw, long soc, long sic, const float *acc, int ldt, int ic0, int ic1,
-                      int cout, int T) {
+void nn_amx_dw_finish(float *dw, long soc, long sic, const float *acc, long lda, long ldt,
+                      int nic, int noc, int T) {
     /* one line of each tap row into an L1 block, rounded, then each output channel's T taps
      * gathered from it: the tap rows lie ldt*cout floats apart and, read element by element,
      * evict each other from one L1 set (40% of an 8^3 512->512 pass); a scalar transpose of
@@ -214,11 +214,11 @@ void nn_amx_dw_finish(float *dw, long soc, long sic, const float *acc, int ldt, 
         _mm512_set1_epi32(16));
     const __mmask16 m0 = T >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << T) - 1),
                     m1 = T > 16 ? (__mmask16)((1u << (T - 16)) - 1) : 0;
-    for (int ic = ic0; ic < ic1; ic++)
-        for (int oc0 = 0; oc0 < cout; oc0 += 16) {
+    for (int ic = 0; ic < nic; ic++)
+        for (int oc0 = 0; oc0 < noc; oc0 += 16) {
             for (int t = 0; t < T; t++)
                 _mm512_store_ps(tb + 16 * t, amx_round16(_mm512_loadu_ps(
-                                                 acc + ((size_t)t * ldt + ic) * cout + oc0)));
+                                                 acc + ((size_t)t * ldt + ic) * lda + oc0)));
             for (int j = 0; j < 16; j++) {
                 float *d = dw + (size_t)(oc0 + j) * soc + (size_t)ic * sic;
                 const __m512 g0 =
@@ -277,12 +277,12 @@ void nn_amx_dw(const uint16_t *xT, long ldx, const uint16_t *dyP, int cout, long
         }
 }
 
-void nn_amx_dw_finish(float *dw, long soc, long sic, const float *acc, int ldt, int ic0, int ic1,
-                      int cout, int T) {
-    for (int ic = ic0; ic < ic1; ic++)
-        for (int oc = 0; oc < cout; oc++)
+void nn_amx_dw_finish(float *dw, long soc, long sic, const float *acc, long lda, long ldt,
+                      int nic, int noc, int T) {
+    for (int ic = 0; ic < nic; ic++)
+        for (int oc = 0; oc < noc; oc++)
             for (int t = 0; t < T; t++)
                 dw[(size_t)oc * soc + (size_t)ic * sic + t] +=
-                    nn_bf16_round(acc[((size_t)t * ldt + ic) * cout + oc]);
+                    nn_bf16_round(acc[((size_t)t * ldt + ic) * lda + oc]);
 }
 #endif

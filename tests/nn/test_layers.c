@@ -769,6 +769,9 @@ static void test_conv_bf16_vs_ideal(void) {
         {1, 16, 16, 16, 30, 3, 40},
         /* the same on few tiles (8^3): k in five chunks, the last one channel (a padded pair) */
         {1, 8, 8, 8, 61, 4, 40},
+        /* AMX weight gradient in one pass (dw straight from per-thread tiles: one sample, one
+         * chunk, >= 4 channel blocks per thread at 4 threads) with 16-channel last blocks */
+        {1, 8, 8, 8, 128, 16, 112},
     };
     char nm[112];
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
