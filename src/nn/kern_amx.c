@@ -113,18 +113,51 @@ void nn_amx_tg(const nn_tg *g, const uint16_t *a, long sa, const uint16_t *Bp, f
 
 /* ---- weight gradient (conv_amx.c conv_amx_dw) --------------------------------------------- */
 
+/* r[c][i] = r[i][c]: a 16 x 16 transpose in registers (lanes, then pairs, then 128-bit quarters
+ * twice) */
+static inline __attribute__((always_inline)) void amx_tr16(__m512 r[16]) {
+    __m512 t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+    for (int j = 0; j < 4; j++) {
+        t[j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);
+        t[4 + j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xDD);
+        t[8 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
+        t[12 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xDD);
+    }
+    for (int j = 0; j < 4; j++) {
+        r[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);
+        r[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xDD);
+        r[4 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0x88);
+        r[12 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0xDD);
+    }
+}
+
 void nn_amx_pack_t(uint16_t *dst, long ldd, const float *src, long lds, int nv, int nc) {
-    const __m512i idx = _mm512_mullo_epi32(
-        _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-        _mm512_set1_epi32((int)lds));
+    /* 16 positions x 16 channels at a time, transposed in registers (a gather per channel and
+     * 16 positions was 2.8% of a bf16 step at 5 / 64 on a Xeon with AMX) */
     for (int v0 = 0; v0 < nv; v0 += 16) {
         const int n = nv - v0 < 16 ? nv - v0 : 16;
-        const __mmask16 mk = n == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
-        const float *s = src + (size_t)v0 * lds;
-        for (int c = 0; c < nc; c++) {
-            const __m512 g = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mk, idx, s + c, 4);
-            _mm256_mask_storeu_epi16(dst + (size_t)c * ldd + v0, mk,
-                                     (__m256i)_mm512_cvtneps_pbh(g));
+        const __mmask16 mv = n == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
+        for (int c0 = 0; c0 < nc; c0 += 16) {
+            const int m = nc - c0 < 16 ? nc - c0 : 16;
+            const __mmask16 mc = m == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << m) - 1);
+            __m512 r[16];
+            for (int i = 0; i < 16; i++)
+                r[i] = i < n ? _mm512_maskz_loadu_ps(mc, src + (size_t)(v0 + i) * lds + c0)
+                             : _mm512_setzero_ps();
+            amx_tr16(r);
+            for (int c = 0; c < m; c++)
+                _mm256_mask_storeu_epi16(dst + (size_t)(c0 + c) * ldd + v0, mv,
+                                         (__m256i)_mm512_cvtneps_pbh(r[c]));
         }
     }
 }
