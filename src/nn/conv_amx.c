@@ -73,6 +73,9 @@ void conv_amx_dw(float *dw, const float *a, int ca, const float *b, int cb, cons
      * place) and straight into dw, so acc never leaves L2. Through acc in memory, the finish
      * took as long as the tile products at 8^3 512->512 (28 MiB written, read back). */
     const int nth = nn_threads(), nblk = nig * nog;
+    long toff[27]; /* tap t's offset in xT's rows */
+    for (int t = 0; t < 27; t++)
+        toff[t] = t / 9 * HW + t / 3 % 3 * Wp + t % 3;
     const int fused = N == 1 && Zc >= D && amx_round32((long)D * HW) <= qc && nblk >= 4 * nth;
     int first = 1;
     for (int n = 0; n < N; n++)
@@ -119,8 +122,8 @@ void conv_amx_dw(float *dw, const float *a, int ca, const float *b, int cb, cons
                     const int ni = cin - ic0 > 16 ? 2 : 1, no = cout - oc0 > 16 ? 2 : 1;
                     float *tb = acc + (size_t)omp_get_thread_num() * 27 * 32 * 32;
                     for (int t = 0; t < 27; t++)
-                        nn_amx_dw(xT + ic0 * ldx + t / 9 * HW + t / 3 % 3 * Wp + t % 3, ldx,
-                                  dyP + 2 * oc0, cout, q_end, ni, no, tb + t * 32 * 32, 32, 1);
+                        nn_amx_dw(xT + ic0 * ldx + toff[t], ldx, dyP + 2 * oc0, cout, q_end, ni,
+                                  no, tb + t * 32 * 32, 32, 1);
                     nn_amx_dw_finish(dw + (size_t)oc0 * cin * 27 + (size_t)ic0 * 27,
                                      (long)cin * 27, 27, tb, 32, 32, 16 * ni, 16 * no, 27);
                 }
@@ -136,8 +139,7 @@ void conv_amx_dw(float *dw, const float *a, int ca, const float *b, int cb, cons
 #pragma omp for schedule(static)
                 for (int g = 0; g < ng; g++) {
                     const int t = g % 27, ic0 = 32 * (g / 27 / nog), oc0 = 32 * (g / 27 % nog);
-                    const long aoff = t / 9 * HW + t / 3 % 3 * Wp + t % 3;
-                    nn_amx_dw(xT + ic0 * ldx + q0 + aoff, ldx, dyP + q0 * cout + 2 * oc0, cout,
+                    nn_amx_dw(xT + ic0 * ldx + q0 + toff[t], ldx, dyP + q0 * cout + 2 * oc0, cout,
                               nq, cin - ic0 > 16 ? 2 : 1, cout - oc0 > 16 ? 2 : 1,
                               acc + ((size_t)t * cin + ic0) * cout + oc0, cout, first && !q0);
                 }

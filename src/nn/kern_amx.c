@@ -238,7 +238,7 @@ static inline __m512 amx_round16(__m512 v) {
 void nn_amx_dw_finish(float *dw, long soc, long sic, const float *acc, long lda, long ldt,
                       int nic, int noc, int T) {
     /* one line of each tap row into an L1 block, rounded, then each output channel's T taps
-     * gathered from it: the tap rows lie ldt*cout floats apart and, read element by element,
+     * gathered from it: the tap rows lie ldt*lda floats apart and, read element by element,
      * evict each other from one L1 set (40% of an 8^3 512->512 pass); a scalar transpose of
      * the block was still a third of an 8^3 256->256 AMX weight gradient */
     float tb[32 * 16] __attribute__((aligned(64)));
