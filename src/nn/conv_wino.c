@@ -204,6 +204,100 @@ static long wino_at(long t, long Tx, long Ty, long plane, long row, long vox) {
     return 2 * (t / (Tx * Ty)) * plane + 4 * (((t / Tx) % Ty) * row + (t % Tx) * vox);
 }
 
+/* One Winograd slab pass (conv_wino_slab): what its chunks share. */
+typedef struct wino_sp {
+    float *out;
+    long ldo;
+    int ncol, nr, nb, ncp, C, Kp, bf16;
+    const float *P;
+    const void *U;
+    long Tx, Ty, plane, row, oplane, orow;
+} wino_sp;
+
+/* A chunk's V and M in VM for nt tiles: rows ldv (elements of V's kind) and ldm floats apart. */
+static void wino_chunk_vm(const wino_sp *s, float *VM, long nt, float **V, float **M, long *ldv,
+                          long *ldm) {
+    /* V's rows in elements (bf16: half the bytes, the same cache-line padding) */
+    *ldv = nt * s->Kp + (s->bf16 ? 2 : 1) * WINO_LDPAD;
+    *ldm = nt * s->ncp + WINO_LDPAD;
+    *V = VM;
+    *M = VM + ((WINO_NXI * *ldv / (s->bf16 ? 2 : 1) + 15) & ~15L);
+}
+
+/* Floats of a chunk's V and M for nt tiles (wino_chunk_vm's layout). */
+static long wino_chunk_floats(const wino_sp *s, long nt) {
+    const long ldv = nt * s->Kp + (s->bf16 ? 2 : 1) * WINO_LDPAD, ldm = nt * s->ncp + WINO_LDPAD;
+    return ((WINO_NXI * ldv / (s->bf16 ? 2 : 1) + 15) & ~15L) + WINO_NXI * ldm;
+}
+
+/* Input transform of chunk tile i (tile t0 + i) into V. */
+static void wino_chunk_in(const wino_sp *s, float *V, long ldv, long t0, long i) {
+    const float *pt = s->P + wino_at(t0 + i, s->Tx, s->Ty, s->plane, s->row, s->C);
+    if (!s->bf16) {
+        nn_wino_input(V + i * s->C, ldv, pt, s->plane, s->row, s->C, s->C);
+        return;
+    }
+    uint16_t *V16 = (uint16_t *)V;
+    nn_wino16_input(V16 + i * s->Kp, ldv, pt, s->plane, s->row, s->C, s->C);
+    if (s->Kp > s->C)
+        for (int xi = 0; xi < WINO_NXI; xi++)
+            V16[xi * ldv + i * s->Kp + s->C] = 0;
+}
+
+/* Point xi's GEMM for column block ob over the chunk's nt tiles: M[xi] = V[xi] U[xi]. */
+static void wino_chunk_gemm(const wino_sp *s, const float *V, long ldv, float *M, long ldm, long nt,
+                            int xi, int ob) {
+    static const long aoff[1] = {0};
+    const nn_tg g = {.T = 1, .K = s->Kp, .aoff = aoff, .nr = s->nr};
+    const size_t u = ((size_t)xi * s->nb + ob) * s->Kp * s->nr;
+    const conv_walk wk = {.a0 = s->bf16 ? (const void *)((const uint16_t *)V + (size_t)xi * ldv)
+                                        : (const void *)(V + (size_t)xi * ldv),
+                          .a_row = 0, .a_col = s->Kp, .c0 = M + (size_t)xi * ldm + ob * s->nr,
+                          .c_row = 0, .c_col = s->ncp, .Wr = (int)nt, .pairs = s->bf16};
+    conv_walk_run(&g, &wk, nt,
+                  s->bf16 ? (const void *)((const uint16_t *)s->U + u)
+                          : (const void *)((const float *)s->U + u),
+                  NULL, s->nr, NN_TG_ZERO);
+}
+
+/* Output transform of chunk tile i (tile t0 + i) from M. */
+static void wino_chunk_out(const wino_sp *s, const float *M, long ldm, long t0, long i) {
+    float *o = s->out + wino_at(t0 + i, s->Tx, s->Ty, s->oplane, s->orow, s->ldo);
+    if (s->bf16)
+        nn_wino16_output(o, s->oplane, s->orow, s->ldo, s->ncol, M + i * s->ncp, ldm);
+    else
+        nn_wino_output(o, s->oplane, s->orow, s->ldo, s->ncol, M + i * s->ncp, ldm);
+}
+
+/* Few channels: a thread's own chunk of V and M (at most this many bytes, whole blocks of the
+ * microkernel's rows) stays in its L2 together with U (at most WINO_OWN_UMAX bytes), so each
+ * thread runs whole chunks, transform to output, with no hand-over between threads. Shared
+ * chunks of this size lost to the hand-over (1.1-1.9x slower at 16 to 64 channels); shared
+ * 6 MiB chunks leave the transforms waiting on the last-level cache (the input transform was a
+ * fifth of the quickstart's profile). */
+#define WINO_OWN_BYTES (768u << 10)
+#define WINO_OWN_UMAX (3072L << 10)
+/* The weight gradient's: each chunk adds into a whole dU (copy), so dU must stay in L2 too;
+ * WINO_OWN_DW_R copies (R - 1 of them in the workspace beside R threads' chunks) */
+#define WINO_OWN_DW_UMAX (640L << 10)
+#define WINO_OWN_DW_R 4
+
+/* Tiles per thread-own chunk, or 0 where the layer takes shared chunks: U too large for L2, a
+ * chunk under one block of rows, or the threads' chunks beyond the workspace's V and M (one
+ * shared chunk of WINO_CHUNK_BYTES, conv_wino_ws_floats). */
+static long wino_own_tiles(const wino_sp *s, long ubytes, long mr, int nth) {
+    if (ubytes > WINO_OWN_UMAX || nn_settings()->wino_own == 0)
+        return 0;
+    long per = (long)WINO_CHUNK_BYTES / nth;
+    if (per > (long)WINO_OWN_BYTES)
+        per = WINO_OWN_BYTES;
+    long nt = per / (4L * WINO_NXI * (s->Kp + s->ncp));
+    nt -= nt % mr;
+    while (nt >= mr && 4 * (wino_chunk_floats(s, nt) + 16) > per)
+        nt -= mr;
+    return nt >= mr ? nt : 0;
+}
+
 /* out (Dz, H, W, ncol; voxels ldo floats apart) = the convolution of padded slab P (Dz+2, H+2,
  * W+2, C) with the transformed weights U (conv_wino_weights, block width nr); Dz even, H and W
  * multiples of 4. VM: one chunk's V and M. bf16 (winograd-bf16): V in bf16 (Kp = C rounded
@@ -213,7 +307,33 @@ void conv_wino_slab(float *out, long ldo, int ncol, const float *P, int C, const
     const int nb = nblocks(ncol, nr), ncp = nb * nr;
     const long Tz = Dz / 2, Ty = H / 4, Tx = W / 4, ntiles = Tz * Ty * Tx;
     const long row = (long)(W + 2) * C, plane = (H + 2) * row;
-    const long oplane = (long)H * W * ldo, orow = (long)W * ldo;
+    const wino_sp s = {.out = out, .ldo = ldo, .ncol = ncol, .nr = nr, .nb = nb, .ncp = ncp,
+                       .C = C, .Kp = bf16 ? (C + 1) & ~1 : C, .bf16 = bf16, .P = P, .U = U,
+                       .Tx = Tx, .Ty = Ty, .plane = plane, .row = row,
+                       .oplane = (long)H * W * ldo, .orow = (long)W * ldo};
+    const long ubytes = 4L * WINO_NXI * C * ncp, mr = nn_tg_mr(nr);
+    const int nth = nn_threads();
+    const long own = wino_own_tiles(&s, ubytes, mr, nth);
+    if (own) {
+        /* chunks in a fixed partition of the tiles (results do not depend on the threads),
+         * taken dynamically (a busy core takes fewer) */
+        const long nck = (ntiles + own - 1) / own, slot = (wino_chunk_floats(&s, own) + 16) & ~15L;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nth)
+        for (long ck = 0; ck < nck; ck++) {
+            const long t0 = ck * own, nt = ntiles - t0 < own ? ntiles - t0 : own;
+            float *V, *M;
+            long ldv, ldm;
+            wino_chunk_vm(&s, VM + (size_t)omp_get_thread_num() * slot, nt, &V, &M, &ldv, &ldm);
+            for (long i = 0; i < nt; i++)
+                wino_chunk_in(&s, V, ldv, t0, i);
+            for (int xi = 0; xi < WINO_NXI; xi++)
+                for (int ob = 0; ob < nb; ob++)
+                    wino_chunk_gemm(&s, V, ldv, M, ldm, nt, xi, ob);
+            for (long i = 0; i < nt; i++)
+                wino_chunk_out(&s, M, ldm, t0, i);
+        }
+        return;
+    }
     /* Every chunk reads all of U: a U larger than the last-level cache gets the weight
      * gradient's largest chunks (16^3 and 32^3 256->256, U 36 MiB: 8 and 52 passes over it
      * with 6 MiB chunks; 1.5x and 1.2x faster with 24). A U that stays in cache keeps 6 MiB
@@ -221,16 +341,11 @@ void conv_wino_slab(float *out, long ldo, int ncol, const float *P, int C, const
      * blocks of the microkernel's rows (85 tiles ran a 5-row block in every GEMM), and a last
      * chunk shorter than half of one is shared with the one before (128 tiles in chunks of
      * 42 left one of 2). */
-    const long ubytes = 4L * WINO_NXI * C * ncp;
-    const long mr = nn_tg_mr(nr),
-               ct = wino_chunk_tiles(C, ncp,
+    const long ct = wino_chunk_tiles(C, ncp,
                                      ubytes > (long)WINO_DW_CHUNK_BYTES ? (long)WINO_DW_CHUNK_BYTES
                                                                         : (long)WINO_CHUNK_BYTES);
     const long chunk = ct > mr ? ct - ct % mr : ct;
-    const long aoff[1] = {0};
-    const int Kp = bf16 ? (C + 1) & ~1 : C;
-    const nn_tg g = {.T = 1, .K = Kp, .aoff = aoff, .nr = nr};
-#pragma omp parallel num_threads(nn_threads())
+#pragma omp parallel num_threads(nth)
     for (long t0 = 0, nt = 0; t0 < ntiles; t0 += nt) {
         const long left = ntiles - t0;
         nt = left <= chunk ? left
@@ -238,45 +353,84 @@ void conv_wino_slab(float *out, long ldo, int ncol, const float *P, int C, const
                                         : chunk;
         if (nt > chunk) /* the workspace holds a chunk */
             nt = chunk;
-        /* V's rows in elements (bf16: half the bytes, the same cache-line padding) */
-        const long ldv = nt * Kp + (bf16 ? 2 : 1) * WINO_LDPAD, ldm = nt * ncp + WINO_LDPAD;
-        float *V = VM, *M = VM + ((WINO_NXI * ldv / (bf16 ? 2 : 1) + 15) & ~15L);
-        uint16_t *V16 = (uint16_t *)VM;
+        float *V, *M;
+        long ldv, ldm;
+        wino_chunk_vm(&s, VM, nt, &V, &M, &ldv, &ldm);
 #pragma omp for schedule(dynamic, 8)
-        for (long i = 0; i < nt; i++) {
-            const float *pt = P + wino_at(t0 + i, Tx, Ty, plane, row, C);
-            if (!bf16) {
-                nn_wino_input(V + i * C, ldv, pt, plane, row, C, C);
-                continue;
-            }
-            nn_wino16_input(V16 + i * Kp, ldv, pt, plane, row, C, C);
-            if (Kp > C)
-                for (int xi = 0; xi < WINO_NXI; xi++)
-                    V16[xi * ldv + i * Kp + C] = 0;
-        }
+        for (long i = 0; i < nt; i++)
+            wino_chunk_in(&s, V, ldv, t0, i);
 #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int xi = 0; xi < WINO_NXI; xi++)
-            for (int ob = 0; ob < nb; ob++) {
-                const size_t u = ((size_t)xi * nb + ob) * Kp * nr;
-                const conv_walk wk = {.a0 = bf16 ? (const void *)(V16 + (size_t)xi * ldv)
-                                            : (const void *)(V + (size_t)xi * ldv),
-                                      .a_row = 0, .a_col = Kp,
-                                      .c0 = M + (size_t)xi * ldm + ob * nr, .c_row = 0,
-                                      .c_col = ncp, .Wr = (int)nt, .pairs = bf16};
-                conv_walk_run(&g, &wk, nt,
-                              bf16 ? (const void *)((const uint16_t *)U + u)
-                              : (const void *)((const float *)U + u),
-                              NULL, nr, NN_TG_ZERO);
-            }
+            for (int ob = 0; ob < nb; ob++)
+                wino_chunk_gemm(&s, V, ldv, M, ldm, nt, xi, ob);
 #pragma omp for schedule(dynamic, 8)
-        for (long i = 0; i < nt; i++) {
-            float *o = out + wino_at(t0 + i, Tx, Ty, oplane, orow, ldo);
-            if (bf16)
-                nn_wino16_output(o, oplane, orow, ldo, ncol, M + i * ncp, ldm);
-            else
-                nn_wino_output(o, oplane, orow, ldo, ncol, M + i * ncp, ldm);
+        for (long i = 0; i < nt; i++)
+            wino_chunk_out(&s, M, ldm, t0, i);
+    }
+}
+
+/* conv_wino_dw_slab's fp32 pass for few channels, or 0 where it does not apply: chunks of
+ * tiles of a thread's own (conv_wino_slab), V and dM in its L2, each chunk's products added
+ * into copy c % R of dU (copy 0: dU itself), in chunk order, the copies then added to dU in
+ * order: the sums depend on the shape only. The copies are the work items (at most R threads),
+ * R - 1 of them in the workspace beside the threads' chunks. */
+static int wino_dw_own(float *dU, const float *P, int C, const float *dy, long ldy, int ncol,
+                       int nr, int Dz, int H, int W, float *VM) {
+    const int nb = nblocks(ncol, nr), ncp = nb * nr;
+    const int mk = nn_tw_mr(nr), nkb = (C + mk - 1) / mk;
+    const long Tz = Dz / 2, Ty = H / 4, Tx = W / 4, ntiles = Tz * Ty * Tx;
+    const long row = (long)(W + 2) * C, plane = (H + 2) * row;
+    const long gplane = (long)H * W * ldy, grow = (long)W * ldy;
+    const long nu = (long)WINO_NXI * C * ncp;
+    if (!nn_settings()->wino_own || 4 * nu > WINO_OWN_DW_UMAX)
+        return 0;
+    long own = WINO_OWN_BYTES / (4L * WINO_NXI * (C + ncp) + 4L * 2 * WINO_LDPAD);
+    own = own < 16 ? 16 : own - own % 4;
+    const long nck = (ntiles + own - 1) / own, R = nck < WINO_OWN_DW_R ? nck : WINO_OWN_DW_R;
+    const long ldv = own * C + WINO_LDPAD, ldm = own * ncp + WINO_LDPAD,
+               slot = (WINO_NXI * (ldv + ldm) + 15) & ~15L, nus = (nu + 15) & ~15L;
+    if (4 * ((R - 1) * nus + R * slot) > (long)WINO_CHUNK_BYTES) /* the workspace's V and M */
+        return 0;
+    float *cps = VM, *slots = VM + (R - 1) * nus;
+    const int nth = nn_threads() < R ? nn_threads() : (int)R;
+#pragma omp parallel num_threads(nth)
+    {
+        float *V = slots + (size_t)omp_get_thread_num() * slot, *Mo = V + WINO_NXI * ldv;
+#pragma omp for schedule(dynamic, 1)
+        for (long cp = 0; cp < R; cp++) {
+            float *dUc = cp ? cps + (cp - 1) * nus : dU;
+            if (cp)
+                memset(dUc, 0, sizeof(float) * nu);
+            for (long ck = cp; ck < nck; ck += R) {
+                const long t0 = ck * own, nt = ntiles - t0 < own ? ntiles - t0 : own;
+                for (long i = 0; i < nt; i++) {
+                    nn_wino_input(V + i * C, ldv, P + wino_at(t0 + i, Tx, Ty, plane, row, C),
+                                  plane, row, C, C);
+                    nn_wino_grad_output(Mo + i * ncp, ldm,
+                                        dy + wino_at(t0 + i, Tx, Ty, gplane, grow, ldy), gplane,
+                                        grow, ldy, ncol, ncp);
+                }
+                for (int xi = 0; xi < WINO_NXI; xi++)
+                    for (int ob = 0; ob < nb; ob++) {
+                        const float *gr = Mo + (size_t)xi * ldm + ob * nr;
+                        for (int kb = 0; kb < nkb; kb++) {
+                            const int k0 = kb * mk, k1 = k0 + mk < C ? k0 + mk : C;
+                            const float *ar = V + (size_t)xi * ldv + k0;
+                            nn_tw_tile(1, &ar, &gr, (int)nt, C, ncp, k1 - k0, nr, nr,
+                                       dUc + ((size_t)xi * C + k0) * ncp + ob * nr, ncp);
+                        }
+                    }
+            }
+        }
+#pragma omp for schedule(static)
+        for (long i = 0; i < nu; i++) {
+            float sum = 0.0f;
+            for (long cp = 1; cp < R; cp++)
+                sum += cps[(cp - 1) * nus + i];
+            dU[i] += sum;
         }
     }
+    return 1;
 }
 
 /* Weight gradient by the same tiles: dU[xi] (K x ncp) += V[xi]^T dM[xi] over a slab's tiles,
@@ -293,6 +447,8 @@ void conv_wino_dw_slab(float *dU, const float *P, int C, const float *dy, long l
     const long gplane = (long)H * W * ldy, grow = (long)W * ldy;
     const long chunk = wino_chunk_tiles(C, ncp, wino_dw_chunk_bytes(C, ncp));
     const int Kp = (C + 1) & ~1;
+    if (!bf16 && wino_dw_own(dU, P, C, dy, ldy, ncol, nr, Dz, H, W, VM))
+        return;
 #pragma omp parallel num_threads(nn_threads())
     for (long t0 = 0; t0 < ntiles; t0 += chunk) {
         const long nt = ntiles - t0 < chunk ? ntiles - t0 : chunk;

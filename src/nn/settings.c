@@ -175,6 +175,10 @@ static const nn_setting table[] = {
     {"SCAFFOLD_NN_WINO_UMAX", NN_SET_SIZE, STR(NN_SETTINGS_WINO_UMAX), BYTES,
      "bytes of Winograd's transformed weights per column group (a larger U: a group at a time)",
      F(wino_umax), parse_umax, NULL},
+    {"SCAFFOLD_NN_WINO_OWN", NN_SET_BOOL, "1", "0, 1",
+     "0: every Winograd pass shares its chunks of tiles among the threads (default: layers with "
+     "few channels give each thread chunks of its own)",
+     F(wino_own), parse_on_unless_0x, NULL},
     {"SCAFFOLD_NN_BF16_STORE", NN_SET_BOOL, "1", "0, 1",
      "0 keeps a bf16 run's down-block conv outputs in fp32 (default: bf16, half the memory)",
      F(bf16_store), parse_on_unless_0x, NULL},
@@ -194,6 +198,7 @@ static const struct nn_settings defaults = {
     .dw_replicas = NN_SETTINGS_DW_REPLICAS,
     .winograd = 1,
     .wino_umax = NN_SETTINGS_WINO_UMAX,
+    .wino_own = 1,
     .bf16_store = 1,
     .slab_bytes = NN_SETTINGS_SLAB_BYTES,
 };

@@ -50,6 +50,7 @@ struct nn_settings {
     int dw_replicas;        /* SCAFFOLD_NN_DW_REPLICAS: cap on the copies, 0..8 */
     int winograd;           /* SCAFFOLD_NN_WINOGRAD: 0 takes Winograd out of every choice */
     size_t wino_umax;       /* SCAFFOLD_NN_WINO_UMAX: bytes of U per column group */
+    int wino_own;           /* SCAFFOLD_NN_WINO_OWN: 0 keeps every Winograd chunk shared */
     int bf16_store;         /* SCAFFOLD_NN_BF16_STORE: 0 keeps bf16 conv outputs in fp32 */
     size_t slab_bytes;      /* SCAFFOLD_NN_SLAB_BYTES: bytes of padded planes per slab */
 };

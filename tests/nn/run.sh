@@ -61,6 +61,9 @@ SCAFFOLD_NN_SLAB_BYTES=150000 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
 # 128 MiB, 1024 -> 512 at 16^3), here one column block per group on every Winograd shape
 SCAFFOLD_NN_WINO_UMAX=4096 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
 SCAFFOLD_NN_WINO_UMAX=4096 t_cbin "$BUILD/tests/nn/test_unet" "$FIX"
+# Winograd's chunks shared among the threads on every shape (by default the test shapes, few
+# channels, give each thread chunks of its own)
+SCAFFOLD_NN_WINO_OWN=0 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
 OMP_NUM_THREADS=3 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
 
 d=$(t_tmpdir)

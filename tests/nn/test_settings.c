@@ -68,14 +68,14 @@ static void test_defaults(void) {
         ok &= t->doc && t->doc[0] && t->allowed && t->allowed[0] &&
               nn_settings_env(t->name) == NULL;
     }
-    CHECK(ok && nn_settings_count() == 12 && nn_settings_at(12) == NULL &&
+    CHECK(ok && nn_settings_count() == 13 && nn_settings_at(13) == NULL &&
               nn_settings_env("HOME") == NULL,
           "unset: every variable shows the table's default");
     const struct nn_settings *s = nn_settings();
     CHECK(s->isa == NN_SET_UNSET && s->bf16dp == NN_SET_BF16DP_ON && s->amx == 1 &&
               s->algo == NN_SET_UNSET && !s->algo_cache && !s->algo_pin && !s->algo_strict &&
               s->dw_replicas == NN_SETTINGS_DW_REPLICAS && s->winograd == 1 &&
-              s->wino_umax == NN_SETTINGS_WINO_UMAX && s->bf16_store == 1 &&
+              s->wino_umax == NN_SETTINGS_WINO_UMAX && s->wino_own == 1 && s->bf16_store == 1 &&
               s->slab_bytes == NN_SETTINGS_SLAB_BYTES,
           "unset: the default values");
 }
@@ -133,6 +133,10 @@ static void test_values(void) {
     d = set("SCAFFOLD_NN_WINO_UMAX", "-5");
     CHECK(s->wino_umax == NN_SETTINGS_WINO_UMAX && strstr(d, "not recognised"), "%s", d);
     set("SCAFFOLD_NN_WINO_UMAX", NULL);
+    d = set("SCAFFOLD_NN_WINO_OWN", "0");
+    CHECK(s->wino_own == 0, "WINO_OWN=0: %s", d);
+    set("SCAFFOLD_NN_WINO_OWN", NULL);
+    CHECK(s->wino_own == 1, "WINO_OWN unset: on");
     d = set("SCAFFOLD_NN_DW_REPLICAS", "0");
     CHECK(s->dw_replicas == 0, "DW_REPLICAS=0: %s", d);
     d = set("SCAFFOLD_NN_DW_REPLICAS", "100");
