@@ -278,7 +278,8 @@ static void wino_chunk_out(const wino_sp *s, const float *M, long ldm, long t0, 
 #define WINO_OWN_BYTES (768u << 10)
 #define WINO_OWN_UMAX (3072L << 10)
 /* The weight gradient's: each chunk adds into a whole dU (copy), so dU must stay in L2 too;
- * WINO_OWN_DW_R copies (R - 1 of them in the workspace beside R threads' chunks) */
+ * WINO_OWN_DW_R copies (R - 1 of them in the workspace beside R threads' chunks), taken where
+ * there are at least 8 chunks per copy */
 #define WINO_OWN_DW_UMAX (640L << 10)
 #define WINO_OWN_DW_R 4
 
@@ -369,25 +370,32 @@ void conv_wino_slab(float *out, long ldo, int ncol, const float *P, int C, const
     }
 }
 
-/* conv_wino_dw_slab's fp32 pass for few channels, or 0 where it does not apply: chunks of
- * tiles of a thread's own (conv_wino_slab), V and dM in its L2, each chunk's products added
- * into copy c % R of dU (copy 0: dU itself), in chunk order, the copies then added to dU in
- * order: the sums depend on the shape only. The copies are the work items (at most R threads),
- * R - 1 of them in the workspace beside the threads' chunks. */
+/* conv_wino_dw_slab for few channels, or 0 where it does not apply: chunks of tiles of a
+ * thread's own (conv_wino_slab), V and dM in its L2, each chunk's products added into copy
+ * c % R of dU (copy 0: dU itself), in chunk order, the copies then added to dU in order: the
+ * sums depend on the shape only. The copies are the work items (at most R threads), R - 1 of
+ * them in the workspace beside the threads' chunks. bf16 (winograd-bf16): V and dM in tile
+ * pairs, as the shared chunks have them (a chunk is an even number of tiles but the last). */
 static int wino_dw_own(float *dU, const float *P, int C, const float *dy, long ldy, int ncol,
-                       int nr, int Dz, int H, int W, float *VM) {
+                       int nr, int Dz, int H, int W, float *VM, int bf16) {
     const int nb = nblocks(ncol, nr), ncp = nb * nr;
-    const int mk = nn_tw_mr(nr), nkb = (C + mk - 1) / mk;
+    const int mk = nn_tw_mr(nr), nkb = (C + mk - 1) / mk, Kp = bf16 ? (C + 1) & ~1 : C;
     const long Tz = Dz / 2, Ty = H / 4, Tx = W / 4, ntiles = Tz * Ty * Tx;
     const long row = (long)(W + 2) * C, plane = (H + 2) * row;
     const long gplane = (long)H * W * ldy, grow = (long)W * ldy;
-    const long nu = (long)WINO_NXI * C * ncp;
+    const long nu = (long)WINO_NXI * C * ncp, es = bf16 ? 2 : 4; /* bytes per value */
     if (!nn_settings()->wino_own || 4 * nu > WINO_OWN_DW_UMAX)
         return 0;
-    long own = WINO_OWN_BYTES / (4L * WINO_NXI * (C + ncp) + 4L * 2 * WINO_LDPAD);
+    long own = WINO_OWN_BYTES / (es * WINO_NXI * (Kp + ncp) + 4L * 2 * WINO_LDPAD);
     own = own < 16 ? 16 : own - own % 4;
-    const long nck = (ntiles + own - 1) / own, R = nck < WINO_OWN_DW_R ? nck : WINO_OWN_DW_R;
-    const long ldv = own * C + WINO_LDPAD, ldm = own * ncp + WINO_LDPAD,
+    /* rows of V and dM in 32-bit words (fp32 values, or bf16 pairs of tiles) */
+    const long rt = bf16 ? own / 2 : own;
+    const long nck = (ntiles + own - 1) / own, R = WINO_OWN_DW_R;
+    /* fewer chunks: zeroing and adding the copies costs more than the chunks save (16^3
+     * volumes: 32 -> 32 in bf16, 13 chunks, 0.75-0.85x; in fp32, 26 chunks, 0.87-0.9x) */
+    if (nck < 8 * R)
+        return 0;
+    const long ldv = rt * Kp + WINO_LDPAD, ldm = rt * ncp + WINO_LDPAD,
                slot = (WINO_NXI * (ldv + ldm) + 15) & ~15L, nus = (nu + 15) & ~15L;
     if (4 * ((R - 1) * nus + R * slot) > (long)WINO_CHUNK_BYTES) /* the workspace's V and M */
         return 0;
@@ -396,6 +404,7 @@ static int wino_dw_own(float *dU, const float *P, int C, const float *dy, long l
 #pragma omp parallel num_threads(nth)
     {
         float *V = slots + (size_t)omp_get_thread_num() * slot, *Mo = V + WINO_NXI * ldv;
+        uint32_t *V2 = (uint32_t *)V, *M2 = (uint32_t *)Mo;
 #pragma omp for schedule(dynamic, 1)
         for (long cp = 0; cp < R; cp++) {
             float *dUc = cp ? cps + (cp - 1) * nus : dU;
@@ -404,22 +413,37 @@ static int wino_dw_own(float *dU, const float *P, int C, const float *dy, long l
             for (long ck = cp; ck < nck; ck += R) {
                 const long t0 = ck * own, nt = ntiles - t0 < own ? ntiles - t0 : own;
                 for (long i = 0; i < nt; i++) {
-                    nn_wino_input(V + i * C, ldv, P + wino_at(t0 + i, Tx, Ty, plane, row, C),
-                                  plane, row, C, C);
-                    nn_wino_grad_output(Mo + i * ncp, ldm,
-                                        dy + wino_at(t0 + i, Tx, Ty, gplane, grow, ldy), gplane,
-                                        grow, ldy, ncol, ncp);
+                    const float *pt = P + wino_at(t0 + i, Tx, Ty, plane, row, C),
+                                *gt = dy + wino_at(t0 + i, Tx, Ty, gplane, grow, ldy);
+                    if (!bf16) {
+                        nn_wino_input(V + i * C, ldv, pt, plane, row, C, C);
+                        nn_wino_grad_output(Mo + i * ncp, ldm, gt, gplane, grow, ldy, ncol, ncp);
+                        continue;
+                    }
+                    const long ip = i / 2; /* the even tile first: it writes whole words */
+                    nn_wino16_input_pair(V2 + ip * Kp, ldv, pt, plane, row, C, C, (int)(i & 1));
+                    if (Kp > C && !(i & 1))
+                        for (int xi = 0; xi < WINO_NXI; xi++)
+                            V2[xi * ldv + ip * Kp + C] = 0;
+                    nn_wino16_grad_output(M2 + ip * ncp, ldm, gt, gplane, grow, ldy, ncol, ncp,
+                                          (int)(i & 1));
                 }
                 for (int xi = 0; xi < WINO_NXI; xi++)
-                    for (int ob = 0; ob < nb; ob++) {
-                        const float *gr = Mo + (size_t)xi * ldm + ob * nr;
+                    for (int ob = 0; ob < nb; ob++)
                         for (int kb = 0; kb < nkb; kb++) {
                             const int k0 = kb * mk, k1 = k0 + mk < C ? k0 + mk : C;
-                            const float *ar = V + (size_t)xi * ldv + k0;
-                            nn_tw_tile(1, &ar, &gr, (int)nt, C, ncp, k1 - k0, nr, nr,
-                                       dUc + ((size_t)xi * C + k0) * ncp + ob * nr, ncp);
+                            float *d = dUc + ((size_t)xi * C + k0) * ncp + ob * nr;
+                            if (bf16) {
+                                nn_tw_tile_bf16((int)((nt + 1) / 2),
+                                                (const uint16_t *)(V2 + xi * ldv + k0), Kp,
+                                                (const uint16_t *)(M2 + xi * ldm + ob * nr), ncp,
+                                                k1 - k0, nr, d, ncp);
+                                continue;
+                            }
+                            const float *ar = V + (size_t)xi * ldv + k0,
+                                        *gr = Mo + (size_t)xi * ldm + ob * nr;
+                            nn_tw_tile(1, &ar, &gr, (int)nt, C, ncp, k1 - k0, nr, nr, d, ncp);
                         }
-                    }
             }
         }
 #pragma omp for schedule(static)
@@ -447,7 +471,7 @@ void conv_wino_dw_slab(float *dU, const float *P, int C, const float *dy, long l
     const long gplane = (long)H * W * ldy, grow = (long)W * ldy;
     const long chunk = wino_chunk_tiles(C, ncp, wino_dw_chunk_bytes(C, ncp));
     const int Kp = (C + 1) & ~1;
-    if (!bf16 && wino_dw_own(dU, P, C, dy, ldy, ncol, nr, Dz, H, W, VM))
+    if (wino_dw_own(dU, P, C, dy, ldy, ncol, nr, Dz, H, W, VM, bf16))
         return;
 #pragma omp parallel num_threads(nn_threads())
     for (long t0 = 0; t0 < ntiles; t0 += chunk) {

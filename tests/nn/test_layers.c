@@ -772,6 +772,9 @@ static void test_conv_bf16_vs_ideal(void) {
         /* AMX weight gradient in one pass (dw straight from per-thread tiles: one sample, one
          * chunk, >= 4 channel blocks per thread at 4 threads) with 16-channel last blocks */
         {1, 8, 8, 8, 128, 16, 112},
+        /* winograd-bf16's weight gradient on chunks of a thread's own (4096 tiles in 37
+         * chunks of 112, a short last one) */
+        {1, 64, 64, 32, 8, 0, 8},
     };
     char nm[112];
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -1045,6 +1048,9 @@ static void test_conv_vs_naive(void) {
          * channels; 48 per chunk on AVX2, 24 on AVX-512), a partial column block; 32 tiles;
          * 17 4^3 samples (2 tiles each) in groups of 16 and 1 (which runs alone) */
         {3, 8, 8, 8, 16, 24}, {1, 8, 8, 8, 100, 72}, {2, 4, 8, 16, 24, 8}, {17, 4, 4, 4, 16, 8},
+        /* Winograd's weight gradient on chunks of a thread's own (at least 32 chunks: 2048
+         * tiles of 56) */
+        {1, 64, 32, 32, 8, 8},
     };
     char nm[96];
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
