@@ -775,6 +775,9 @@ static void test_conv_bf16_vs_ideal(void) {
         /* winograd-bf16's weight gradient on chunks of a thread's own (4096 tiles in 37
          * chunks of 112, a short last one) */
         {1, 64, 64, 32, 8, 0, 8},
+        /* two k blocks on AMX tiles (1.1 MiB of bf16 weights per column block: the second
+         * block adds to the first's results) */
+        {1, 2, 3, 4, 640, 0, 32},
     };
     char nm[112];
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
