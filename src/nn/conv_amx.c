@@ -135,8 +135,12 @@ void conv_amx_dw(float *dw, const float *a, int ca, const float *b, int cb, cons
                 /* groups of equal work, split evenly (dynamic, 1 took 7% of an 8^3 pass in
                  * the loop's bookkeeping); the 27 taps of one channel block one after the
                  * other share the block's rows of xT and dyP in L2 (1.2-1.9x faster than
-                 * taps outermost at 8^3 256->256 and 32^3 64->64 on a Xeon with AMX) */
-#pragma omp for schedule(static)
+                 * taps outermost at 8^3 256->256 and 32^3 64->64 on a Xeon with AMX). No
+                 * barrier between chunks: every chunk's loop has the same ng iterations and
+                 * schedule(static), which OpenMP assigns to the same threads, so a group's
+                 * accumulators are only ever touched by one thread (32^3 64->64, 5 chunks:
+                 * 4.2 -> 3.8 ms) */
+#pragma omp for schedule(static) nowait
                 for (int g = 0; g < ng; g++) {
                     const int t = g % 27, ic0 = 32 * (g / 27 / nog), oc0 = 32 * (g / 27 % nog);
                     nn_amx_dw(xT + ic0 * ldx + q0 + toff[t], ldx, dyP + q0 * cout + 2 * oc0, cout,
