@@ -34,7 +34,9 @@ int cli_config_start_opts(int *argc, char ***argv, dist_world *w, scaffold_confi
 /* Parses the command line of a command that does not read the configuration, with its option
  * table (core/opt.h). Returns -1 when the command should go on (*first = index of the first
  * positional argument), otherwise the exit status: 0 after printing the help, 2 after printing
- * one "scaffold NAME: message" line. Touches no MPI, so every rank reaches the same verdict. */
+ * one "scaffold NAME: message" line. Every rank reaches the same verdict without MPI; only a
+ * failure under a launcher of several ranks starts MPI, so that rank 0 has said why before any
+ * rank leaves. */
 int cli_parse(const opt_cmd *cmd, int argc, char **argv, int *first);
 
 /* This process's rank as its launcher says (dist_launcher_detect: Open MPI, Hydra/PMI, srun,

@@ -27,8 +27,26 @@ int cli_parse(const opt_cmd *cmd, int argc, char **argv, int *first) {
         return 0;
     }
     if (rc) {
-        if (speak)
-            fprintf(stderr, "scaffold %s: %s\n", cmd->name, err_msg());
+        /* Under a launcher, the first rank to exit non-zero makes mpirun kill the others: a
+         * silent rank leaving at once could take rank 0 down before it has said why (seen with 3
+         * ranks on 2 cores). So the ranks meet under MPI first, as cli_fail does after start-up:
+         * rank 0 prints, then the barrier, then everyone leaves. */
+        char msg[ERR_MSG_MAX];
+        snprintf(msg, sizeof msg, "%s", err_msg()); /* dist_init may set its own */
+        dist_launcher l;
+        dist_launcher_detect(NULL, &l);
+        dist_world w;
+        int ac = argc;
+        char **av = argv;
+        if (l.size > 1 && dist_init(&w, &ac, &av) == 0) {
+            if (w.rank == 0)
+                fprintf(stderr, "scaffold %s: %s\n", cmd->name, msg);
+            fflush(stderr);
+            dist_barrier(&w);
+            dist_finalize(&w);
+        } else if (speak) {
+            fprintf(stderr, "scaffold %s: %s\n", cmd->name, msg);
+        }
         return err_exit_status(rc);
     }
     return -1;
