@@ -214,20 +214,26 @@ typedef struct wino_sp {
     long Tx, Ty, plane, row, oplane, orow;
 } wino_sp;
 
-/* A chunk's V and M in VM for nt tiles: rows ldv (elements of V's kind) and ldm floats apart. */
-static void wino_chunk_vm(const wino_sp *s, float *VM, long nt, float **V, float **M, long *ldv,
-                          long *ldm) {
-    /* V's rows in elements (bf16: half the bytes, the same cache-line padding) */
+/* A chunk's layout for nt tiles: V's rows ldv elements (of V's kind) apart, M's ldm floats;
+ * returns M's offset from V in floats (V's rows in bf16: half the bytes, the same cache-line
+ * padding). */
+static long wino_chunk_lay(const wino_sp *s, long nt, long *ldv, long *ldm) {
     *ldv = nt * s->Kp + (s->bf16 ? 2 : 1) * WINO_LDPAD;
     *ldm = nt * s->ncp + WINO_LDPAD;
-    *V = VM;
-    *M = VM + ((WINO_NXI * *ldv / (s->bf16 ? 2 : 1) + 15) & ~15L);
+    return (WINO_NXI * *ldv / (s->bf16 ? 2 : 1) + 15) & ~15L;
 }
 
-/* Floats of a chunk's V and M for nt tiles (wino_chunk_vm's layout). */
+/* A chunk's V and M in VM for nt tiles (wino_chunk_lay). */
+static void wino_chunk_vm(const wino_sp *s, float *VM, long nt, float **V, float **M, long *ldv,
+                          long *ldm) {
+    *V = VM;
+    *M = VM + wino_chunk_lay(s, nt, ldv, ldm);
+}
+
+/* Floats of a chunk's V and M for nt tiles. */
 static long wino_chunk_floats(const wino_sp *s, long nt) {
-    const long ldv = nt * s->Kp + (s->bf16 ? 2 : 1) * WINO_LDPAD, ldm = nt * s->ncp + WINO_LDPAD;
-    return ((WINO_NXI * ldv / (s->bf16 ? 2 : 1) + 15) & ~15L) + WINO_NXI * ldm;
+    long ldv, ldm;
+    return wino_chunk_lay(s, nt, &ldv, &ldm) + WINO_NXI * ldm;
 }
 
 /* Input transform of chunk tile i (tile t0 + i) into V. */
@@ -370,32 +376,77 @@ void conv_wino_slab(float *out, long ldo, int ncol, const float *P, int C, const
     }
 }
 
+/* One Winograd weight-gradient slab pass (conv_wino_dw_slab): what its chunks share. */
+typedef struct wino_dp {
+    const float *P, *dy;
+    long ldy;
+    int C, Kp, ncol, nr, nb, ncp, mk, nkb, bf16;
+    long Tx, Ty, plane, row, gplane, grow;
+} wino_dp;
+
+/* Tile i of a chunk (tile t0 + i): its input transform into V and its output gradient's into
+ * dM, rows ldv and ldm 32-bit words apart. bf16 (winograd-bf16): V and dM in tile pairs (words
+ * of two bf16 values) for the reduction over the pairs on vdpbf16ps; both tiles of a pair by one
+ * thread, the even one first (it writes whole words). */
+static void wino_dw_tile(const wino_dp *d, float *V, long ldv, float *M, long ldm, long t0,
+                         long i) {
+    const float *pt = d->P + wino_at(t0 + i, d->Tx, d->Ty, d->plane, d->row, d->C),
+                *gt = d->dy + wino_at(t0 + i, d->Tx, d->Ty, d->gplane, d->grow, d->ldy);
+    if (!d->bf16) {
+        nn_wino_input(V + i * d->C, ldv, pt, d->plane, d->row, d->C, d->C);
+        nn_wino_grad_output(M + i * d->ncp, ldm, gt, d->gplane, d->grow, d->ldy, d->ncol,
+                            d->ncp);
+        return;
+    }
+    uint32_t *V2 = (uint32_t *)V, *M2 = (uint32_t *)M;
+    const long ip = i / 2;
+    nn_wino16_input_pair(V2 + ip * d->Kp, ldv, pt, d->plane, d->row, d->C, d->C, (int)(i & 1));
+    if (d->Kp > d->C && !(i & 1))
+        for (int xi = 0; xi < WINO_NXI; xi++)
+            V2[xi * ldv + ip * d->Kp + d->C] = 0;
+    nn_wino16_grad_output(M2 + ip * d->ncp, ldm, gt, d->gplane, d->grow, d->ldy, d->ncol, d->ncp,
+                          (int)(i & 1));
+}
+
+/* dU[xi] (C x ncp) += V[xi]^T dM[xi] over a chunk's nt tiles for column block ob, its k blocks
+ * in order: the item's dM panel stays in L1 while V[xi] streams past. */
+static void wino_dw_gemm(const wino_dp *d, const float *V, long ldv, const float *M, long ldm,
+                         long nt, int xi, int ob, float *dU) {
+    for (int kb = 0; kb < d->nkb; kb++) {
+        const int k0 = kb * d->mk, k1 = k0 + d->mk < d->C ? k0 + d->mk : d->C;
+        float *o = dU + ((size_t)xi * d->C + k0) * d->ncp + ob * d->nr;
+        if (d->bf16) {
+            nn_tw_tile_bf16((int)((nt + 1) / 2), (const uint16_t *)((const uint32_t *)V +
+                                                                    xi * ldv + k0),
+                            d->Kp, (const uint16_t *)((const uint32_t *)M + xi * ldm + ob * d->nr),
+                            d->ncp, k1 - k0, d->nr, o, d->ncp);
+            continue;
+        }
+        const float *ar = V + (size_t)xi * ldv + k0, *gr = M + (size_t)xi * ldm + ob * d->nr;
+        nn_tw_tile(1, &ar, &gr, (int)nt, d->C, d->ncp, k1 - k0, d->nr, d->nr, o, d->ncp);
+    }
+}
+
 /* conv_wino_dw_slab for few channels, or 0 where it does not apply: chunks of tiles of a
  * thread's own (conv_wino_slab), V and dM in its L2, each chunk's products added into copy
  * c % R of dU (copy 0: dU itself), in chunk order, the copies then added to dU in order: the
  * sums depend on the shape only. The copies are the work items (at most R threads), R - 1 of
  * them in the workspace beside the threads' chunks. bf16 (winograd-bf16): V and dM in tile
  * pairs, as the shared chunks have them (a chunk is an even number of tiles but the last). */
-static int wino_dw_own(float *dU, const float *P, int C, const float *dy, long ldy, int ncol,
-                       int nr, int Dz, int H, int W, float *VM, int bf16) {
-    const int nb = nblocks(ncol, nr), ncp = nb * nr;
-    const int mk = nn_tw_mr(nr), nkb = (C + mk - 1) / mk, Kp = bf16 ? (C + 1) & ~1 : C;
-    const long Tz = Dz / 2, Ty = H / 4, Tx = W / 4, ntiles = Tz * Ty * Tx;
-    const long row = (long)(W + 2) * C, plane = (H + 2) * row;
-    const long gplane = (long)H * W * ldy, grow = (long)W * ldy;
-    const long nu = (long)WINO_NXI * C * ncp, es = bf16 ? 2 : 4; /* bytes per value */
+static int wino_dw_own(const wino_dp *d, float *dU, long ntiles, float *VM) {
+    const long nu = (long)WINO_NXI * d->C * d->ncp, es = d->bf16 ? 2 : 4; /* bytes per value */
     if (!nn_settings()->wino_own || 4 * nu > WINO_OWN_DW_UMAX)
         return 0;
-    long own = WINO_OWN_BYTES / (es * WINO_NXI * (Kp + ncp) + 4L * 2 * WINO_LDPAD);
+    long own = WINO_OWN_BYTES / (es * WINO_NXI * (d->Kp + d->ncp) + 4L * 2 * WINO_LDPAD);
     own = own < 16 ? 16 : own - own % 4;
     /* rows of V and dM in 32-bit words (fp32 values, or bf16 pairs of tiles) */
-    const long rt = bf16 ? own / 2 : own;
+    const long rt = d->bf16 ? own / 2 : own;
     const long nck = (ntiles + own - 1) / own, R = WINO_OWN_DW_R;
     /* fewer chunks: zeroing and adding the copies costs more than the chunks save (16^3
      * volumes: 32 -> 32 in bf16, 13 chunks, 0.75-0.85x; in fp32, 26 chunks, 0.87-0.9x) */
     if (nck < 8 * R)
         return 0;
-    const long ldv = rt * Kp + WINO_LDPAD, ldm = rt * ncp + WINO_LDPAD,
+    const long ldv = rt * d->Kp + WINO_LDPAD, ldm = rt * d->ncp + WINO_LDPAD,
                slot = (WINO_NXI * (ldv + ldm) + 15) & ~15L, nus = (nu + 15) & ~15L;
     if (4 * ((R - 1) * nus + R * slot) > (long)WINO_CHUNK_BYTES) /* the workspace's V and M */
         return 0;
@@ -404,7 +455,6 @@ static int wino_dw_own(float *dU, const float *P, int C, const float *dy, long l
 #pragma omp parallel num_threads(nth)
     {
         float *V = slots + (size_t)omp_get_thread_num() * slot, *Mo = V + WINO_NXI * ldv;
-        uint32_t *V2 = (uint32_t *)V, *M2 = (uint32_t *)Mo;
 #pragma omp for schedule(dynamic, 1)
         for (long cp = 0; cp < R; cp++) {
             float *dUc = cp ? cps + (cp - 1) * nus : dU;
@@ -412,38 +462,11 @@ static int wino_dw_own(float *dU, const float *P, int C, const float *dy, long l
                 memset(dUc, 0, sizeof(float) * nu);
             for (long ck = cp; ck < nck; ck += R) {
                 const long t0 = ck * own, nt = ntiles - t0 < own ? ntiles - t0 : own;
-                for (long i = 0; i < nt; i++) {
-                    const float *pt = P + wino_at(t0 + i, Tx, Ty, plane, row, C),
-                                *gt = dy + wino_at(t0 + i, Tx, Ty, gplane, grow, ldy);
-                    if (!bf16) {
-                        nn_wino_input(V + i * C, ldv, pt, plane, row, C, C);
-                        nn_wino_grad_output(Mo + i * ncp, ldm, gt, gplane, grow, ldy, ncol, ncp);
-                        continue;
-                    }
-                    const long ip = i / 2; /* the even tile first: it writes whole words */
-                    nn_wino16_input_pair(V2 + ip * Kp, ldv, pt, plane, row, C, C, (int)(i & 1));
-                    if (Kp > C && !(i & 1))
-                        for (int xi = 0; xi < WINO_NXI; xi++)
-                            V2[xi * ldv + ip * Kp + C] = 0;
-                    nn_wino16_grad_output(M2 + ip * ncp, ldm, gt, gplane, grow, ldy, ncol, ncp,
-                                          (int)(i & 1));
-                }
+                for (long i = 0; i < nt; i++)
+                    wino_dw_tile(d, V, ldv, Mo, ldm, t0, i);
                 for (int xi = 0; xi < WINO_NXI; xi++)
-                    for (int ob = 0; ob < nb; ob++)
-                        for (int kb = 0; kb < nkb; kb++) {
-                            const int k0 = kb * mk, k1 = k0 + mk < C ? k0 + mk : C;
-                            float *d = dUc + ((size_t)xi * C + k0) * ncp + ob * nr;
-                            if (bf16) {
-                                nn_tw_tile_bf16((int)((nt + 1) / 2),
-                                                (const uint16_t *)(V2 + xi * ldv + k0), Kp,
-                                                (const uint16_t *)(M2 + xi * ldm + ob * nr), ncp,
-                                                k1 - k0, nr, d, ncp);
-                                continue;
-                            }
-                            const float *ar = V + (size_t)xi * ldv + k0,
-                                        *gr = Mo + (size_t)xi * ldm + ob * nr;
-                            nn_tw_tile(1, &ar, &gr, (int)nt, C, ncp, k1 - k0, nr, nr, d, ncp);
-                        }
+                    for (int ob = 0; ob < d->nb; ob++)
+                        wino_dw_gemm(d, V, ldv, Mo, ldm, nt, xi, ob, dUc);
             }
         }
 #pragma omp for schedule(static)
@@ -459,77 +482,45 @@ static int wino_dw_own(float *dU, const float *P, int C, const float *dy, long l
 
 /* Weight gradient by the same tiles: dU[xi] (K x ncp) += V[xi]^T dM[xi] over a slab's tiles,
  * V the input transform (as in the forward pass) and dM = A dY A^T the output gradient's; at
- * the end dW = G^T dU G per channel pair (conv_wino_dw_finish). Each chunk's (xi, k block, column
- * block) tiles of dU are taken by one thread and accumulate chunk after chunk, tiles in order
- * within the kernel: the sums do not depend on the threads. */
+ * the end dW = G^T dU G per channel pair (conv_wino_dw_finish). Each chunk's (xi, column block)
+ * items of dU are taken by one thread and accumulate chunk after chunk, tiles in order within
+ * the kernel: the sums do not depend on the threads. */
 void conv_wino_dw_slab(float *dU, const float *P, int C, const float *dy, long ldy, int ncol,
                        int nr, int Dz, int H, int W, float *VM, int bf16) {
-    const int nb = nblocks(ncol, nr), ncp = nb * nr;
-    const int mk = nn_tw_mr(nr), nkb = (C + mk - 1) / mk;
-    const long Tz = Dz / 2, Ty = H / 4, Tx = W / 4, ntiles = Tz * Ty * Tx;
-    const long row = (long)(W + 2) * C, plane = (H + 2) * row;
-    const long gplane = (long)H * W * ldy, grow = (long)W * ldy;
-    const long chunk = wino_chunk_tiles(C, ncp, wino_dw_chunk_bytes(C, ncp));
-    const int Kp = (C + 1) & ~1;
-    if (wino_dw_own(dU, P, C, dy, ldy, ncol, nr, Dz, H, W, VM, bf16))
+    const int nb = nblocks(ncol, nr), mk = nn_tw_mr(nr);
+    const long ntiles = (long)(Dz / 2) * (H / 4) * (W / 4), row = (long)(W + 2) * C;
+    const wino_dp d = {.P = P, .dy = dy, .ldy = ldy, .C = C, .Kp = bf16 ? (C + 1) & ~1 : C,
+                       .ncol = ncol, .nr = nr, .nb = nb, .ncp = nb * nr, .mk = mk,
+                       .nkb = (C + mk - 1) / mk, .bf16 = bf16, .Tx = W / 4, .Ty = H / 4,
+                       .plane = (H + 2) * row, .row = row, .gplane = (long)H * W * ldy,
+                       .grow = (long)W * ldy};
+    if (wino_dw_own(&d, dU, ntiles, VM))
         return;
+    const long chunk = wino_chunk_tiles(C, d.ncp, wino_dw_chunk_bytes(C, d.ncp));
 #pragma omp parallel num_threads(nn_threads())
     for (long t0 = 0; t0 < ntiles; t0 += chunk) {
         const long nt = ntiles - t0 < chunk ? ntiles - t0 : chunk;
-        if (bf16) {
-            /* winograd-bf16: V and dM in tile pairs (32-bit words of two bf16 values), the
-             * reduction over the pairs on vdpbf16ps; the tiles of a pair are transformed by one
-             * thread, the even one first (it writes whole words) */
-            const long np = (nt + 1) / 2, ldv = np * Kp + WINO_LDPAD, ldm = np * ncp + WINO_LDPAD;
-            uint32_t *V = (uint32_t *)VM, *Mo = V + WINO_NXI * ldv;
-#pragma omp for schedule(dynamic, 4)
-            for (long ip = 0; ip < np; ip++)
-                for (long i = 2 * ip; i < 2 * ip + 2 && i < nt; i++) {
-                    nn_wino16_input_pair(V + ip * Kp, ldv,
-                                         P + wino_at(t0 + i, Tx, Ty, plane, row, C), plane, row,
-                                         C, C, (int)(i & 1));
-                    if (Kp > C && !(i & 1))
-                        for (int xi = 0; xi < WINO_NXI; xi++)
-                            V[xi * ldv + ip * Kp + C] = 0;
-                    nn_wino16_grad_output(Mo + ip * ncp, ldm,
-                                          dy + wino_at(t0 + i, Tx, Ty, gplane, grow, ldy), gplane,
-                                          grow, ldy, ncol, ncp, (int)(i & 1));
-                }
-#pragma omp for collapse(2) schedule(dynamic, 1)
-            for (int xi = 0; xi < WINO_NXI; xi++)
-                for (int ob = 0; ob < nb; ob++)
-                    for (int kb = 0; kb < nkb; kb++) {
-                        const int k0 = kb * mk, k1 = k0 + mk < C ? k0 + mk : C;
-                        nn_tw_tile_bf16((int)np, (const uint16_t *)(V + xi * ldv + k0), Kp,
-                                        (const uint16_t *)(Mo + xi * ldm + ob * nr), ncp, k1 - k0,
-                                        nr, dU + ((size_t)xi * C + k0) * ncp + ob * nr, ncp);
-                    }
-            continue;
-        }
-        const long ldv = nt * C + WINO_LDPAD, ldm = nt * ncp + WINO_LDPAD;
+        /* rows in 32-bit words: bf16 holds tile pairs */
+        const long rt = bf16 ? (nt + 1) / 2 : nt;
+        const long ldv = rt * d.Kp + WINO_LDPAD, ldm = rt * d.ncp + WINO_LDPAD;
         float *V = VM, *Mo = VM + WINO_NXI * ldv;
+        if (bf16) {
+#pragma omp for schedule(dynamic, 4)
+            for (long ip = 0; ip < rt; ip++)
+                for (long i = 2 * ip; i < 2 * ip + 2 && i < nt; i++)
+                    wino_dw_tile(&d, V, ldv, Mo, ldm, t0, i);
+        } else {
 #pragma omp for schedule(dynamic, 8)
-        for (long i = 0; i < nt; i++) {
-            nn_wino_input(V + i * C, ldv, P + wino_at(t0 + i, Tx, Ty, plane, row, C), plane,
-                          row, C, C);
-            nn_wino_grad_output(Mo + i * ncp, ldm,
-                                dy + wino_at(t0 + i, Tx, Ty, gplane, grow, ldy), gplane, grow,
-                                ldy, ncol, ncp);
+            for (long i = 0; i < nt; i++)
+                wino_dw_tile(&d, V, ldv, Mo, ldm, t0, i);
         }
-        /* one (xi, column block) per item, its k blocks inside: the item's dM panel stays in
-         * L1 while V[xi] streams past, and the items are large enough that handing them out
-         * costs little (per k block, the dispatch cost up to a fifth of the kernel time) */
+        /* one (xi, column block) per item, its k blocks inside: items large enough that
+         * handing them out costs little (per k block, the dispatch cost up to a fifth of the
+         * kernel time) */
 #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int xi = 0; xi < WINO_NXI; xi++)
-            for (int ob = 0; ob < nb; ob++) {
-                const float *gr = Mo + (size_t)xi * ldm + ob * nr;
-                for (int kb = 0; kb < nkb; kb++) {
-                    const int k0 = kb * mk, k1 = k0 + mk < C ? k0 + mk : C;
-                    const float *ar = V + (size_t)xi * ldv + k0;
-                    nn_tw_tile(1, &ar, &gr, (int)nt, C, ncp, k1 - k0, nr, nr,
-                               dU + ((size_t)xi * C + k0) * ncp + ob * nr, ncp);
-                }
-            }
+            for (int ob = 0; ob < nb; ob++)
+                wino_dw_gemm(&d, V, ldv, Mo, ldm, nt, xi, ob, dU);
     }
 }
 
