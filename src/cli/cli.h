@@ -39,11 +39,6 @@ int cli_config_start_opts(int *argc, char ***argv, dist_world *w, scaffold_confi
  * rank leaves. */
 int cli_parse(const opt_cmd *cmd, int argc, char **argv, int *first);
 
-/* This process's rank as its launcher says (dist_launcher_detect: Open MPI, Hydra/PMI, srun,
- * Flux, PMIx), 0 when none says: before MPI starts, so that a message is printed by one process
- * rather than once per rank. */
-int cli_launcher_rank(void);
-
 /* Prints "scaffold CMD: <err_msg()>" on rank 0, finalises MPI, returns the exit status of rc. */
 int cli_fail(dist_world *w, const char *cmd, int rc);
 

@@ -11,16 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-int cli_launcher_rank(void) {
-    dist_launcher l;
-    dist_launcher_detect(NULL, &l);
-    return l.rank > 0 ? l.rank : 0;
-}
-
 int cli_parse(const opt_cmd *cmd, int argc, char **argv, int *first) {
     int rc = opt_parse(cmd, argc, argv, first);
-    /* Every rank reaches the same verdict; one of them says it. */
-    int speak = cli_launcher_rank() == 0;
+    /* Every rank reaches the same verdict; one of them says it: the launcher's rank 0 (or the
+     * process, when no launcher says), read before MPI starts. */
+    dist_launcher l;
+    dist_launcher_detect(NULL, &l);
+    const int speak = l.rank <= 0;
     if (rc == OPT_HELP) {
         if (speak)
             opt_usage(cmd, stdout);
@@ -33,19 +30,16 @@ int cli_parse(const opt_cmd *cmd, int argc, char **argv, int *first) {
          * rank 0 prints, then the barrier, then everyone leaves. */
         char msg[ERR_MSG_MAX];
         snprintf(msg, sizeof msg, "%s", err_msg()); /* dist_init may set its own */
-        dist_launcher l;
-        dist_launcher_detect(NULL, &l);
         dist_world w;
         int ac = argc;
         char **av = argv;
-        if (l.size > 1 && dist_init(&w, &ac, &av) == 0) {
-            if (w.rank == 0)
-                fprintf(stderr, "scaffold %s: %s\n", cmd->name, msg);
+        const int met = l.size > 1 && dist_init(&w, &ac, &av) == 0;
+        if (met ? w.rank == 0 : speak)
+            fprintf(stderr, "scaffold %s: %s\n", cmd->name, msg);
+        if (met) {
             fflush(stderr);
             dist_barrier(&w);
             dist_finalize(&w);
-        } else if (speak) {
-            fprintf(stderr, "scaffold %s: %s\n", cmd->name, msg);
         }
         return err_exit_status(rc);
     }

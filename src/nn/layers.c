@@ -405,8 +405,7 @@ static void gn_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
                            p0 + GN_ROWS < S ? p0 + GN_ROWS : S, C, relu);
             continue;
         }
-        /* x path: dx may be x or dy; each channel block is read whole into registers' worth of
-         * scratch before its gradient is stored over it. */
+        /* x path (gn_dx_x_rows): dx may be x or dy */
 #pragma omp parallel for schedule(dynamic, 1)
         for (long p0 = 0; p0 < S; p0 += GN_ROWS)
             gn_dx_x_rows(dxn, xn, &xs, mc, rc, gr, ca, cb, p0,
