@@ -111,7 +111,12 @@ size_t conv3d_ws(int N, int D, int H, int W, int cin, int cout, const nn_shard *
     if (conv_wino_small_applies(N, D, H, W, cout, cin, NN_FP32, sh) &&
         p < conv_wino_small_ws_floats(N, D, H, W, cout, cin))
         p = conv_wino_small_ws_floats(N, D, H, W, cout, cin);
-    return (sa > sb ? sa : sb) + 16 + p + 64;
+    const size_t f = (sa > sb ? sa : sb) + 16 + p + 64;
+    /* AMX's im2col forward pass on few input channels (its own layout) */
+    const size_t fi = nn_isa_amx() && conv_amx_i2c_applies(cin) && !sh
+                          ? conv_amx_i2c_ws_floats(D, H, W, cin, cout)
+                          : 0;
+    return f > fi ? f : fi;
 }
 
 /* The padded copy is made per sample (and per slab of planes); N matters only to Winograd on
@@ -306,7 +311,9 @@ static unsigned conv3d_eligible(const conv_args *x) {
         el |= 1u << NN_ALGO_DIRECT_BF16;
         if (wino)
             el |= 1u << NN_ALGO_WINOGRAD_BF16;
-        if (nn_isa_amx() && K % 32 == 0)
+        if (nn_isa_amx() &&
+            (K % 32 == 0 || (conv_amx_i2c_applies(K) && !x->flip && !x->out2 &&
+                             conv_amx_i2c_fwd_fits(x->N, x->D, x->H, x->W, K, x->n1))))
             el |= 1u << NN_ALGO_AMX;
     }
     return el;
@@ -326,7 +333,11 @@ static void conv3d_run(const nn_algo_job *j, int algo, float *dw) {
         conv3d_direct(x, PAIRS_DP);
         break;
     case NN_ALGO_AMX:
-        conv3d_direct(x, PAIRS_AMX);
+        if (conv_amx_i2c_applies(x->ca + x->cb))
+            conv_amx_i2c_fwd(x->out1, x->a, x->ca, x->b, x->cb, x->w, x->sc, x->sk, x->n1, x->N,
+                             x->D, x->H, x->W, store_mode(x->prec), x->ws);
+        else
+            conv3d_direct(x, PAIRS_AMX);
         break;
     default:
         conv3d_direct(x, 0);

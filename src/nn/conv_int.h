@@ -262,6 +262,16 @@ int conv_amx_dw_depth(int N, int D, int H, int W, int cin, int cout, nn_prec pre
                       const nn_shard *sh);
 void conv_amx_dw(float *dw, const float *a, int ca, const float *b, int cb, const float *dy,
                  int cout, int N, int D, int H, int W, int Zc, float *ws);
+/* Few input channels (27 K <= 96, the network's first layer): the taps and channels as one
+ * k dimension (im2col) on AMX tiles. conv_amx_i2c_fwd: the forward pass of w[col*sc + c*sk + t]
+ * (ca | cb -> cout), `last` the kernels' rounding bits; it needs conv_amx_i2c_fwd_fits (the
+ * workspace of conv3d_ws). The weight gradient is conv_amx_dw's. */
+int conv_amx_i2c_applies(int K);
+size_t conv_amx_i2c_ws_floats(int D, int H, int W, int K, int cout);
+int conv_amx_i2c_fwd_fits(int N, int D, int H, int W, int K, int cout);
+void conv_amx_i2c_fwd(float *out, const float *a, int ca, const float *b, int cb, const float *w,
+                      long sc, long sk, int cout, int N, int D, int H, int W, int last,
+                      float *ws);
 int convt_amx(int cin, int cout, nn_prec prec);
 /* Floats of the backward pass's layout: acc [8][cin + 16][cout] fp32; xT [cin + 16][ldv],
  * dyP [8][ldv/2][cout][2], Dt [8][ldv][cout] and the input gradient's packed weights, bf16. */

@@ -781,6 +781,11 @@ static void test_conv_bf16_vs_ideal(void) {
         /* the AMX weight gradient over two chunks of positions (4608 > 4096 for 128 output
          * channels: each tile group's accumulators carried from one chunk to the next) */
         {1, 6, 22, 30, 16, 0, 128},
+        /* few input channels (27 K <= 96: im2col on AMX tiles): a partial last tile of 32
+         * positions; two samples with a concatenation 2 | 1; one channel on rows wider than a
+         * tile; the weight gradient over three chunks of 2048 positions */
+        {1, 4, 6, 22, 3, 0, 64},   {2, 4, 8, 9, 2, 1, 48},  {1, 3, 5, 40, 1, 0, 16},
+        {1, 16, 16, 16, 3, 0, 32},
     };
     char nm[112];
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
