@@ -60,7 +60,15 @@ static int cpu_copy(nn_backend *b, void *dst, const void *src, size_t bytes) {
 
 static void cpu_zero(nn_backend *b, void *p, size_t bytes) {
     (void)b;
-    memset(p, 0, bytes);
+    /* in one piece per thread: the gradients' 22 MB at scale 5 / 64 were ~1 ms of one thread
+     * while the other waited */
+    enum { ZERO_PIECE = 1 << 20 };
+    const long np = (long)((bytes + ZERO_PIECE - 1) / ZERO_PIECE);
+#pragma omp parallel for schedule(static) num_threads(nn_threads()) if (np > 1)
+    for (long i = 0; i < np; i++)
+        memset((char *)p + (size_t)i * ZERO_PIECE, 0,
+               bytes - (size_t)i * ZERO_PIECE < ZERO_PIECE ? bytes - (size_t)i * ZERO_PIECE
+                                                           : ZERO_PIECE);
 }
 
 static void cpu_workspace(nn_backend *b, float *ws, size_t floats) {
