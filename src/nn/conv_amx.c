@@ -38,8 +38,8 @@ static long amx_round32(long v) {
  * 1-tap GEMM over rows of k' (built per work item from a padded bf16 copy of the input, where
  * the three x taps of a (z, y) tap pair are 3K consecutive values), the weight gradient
  * reduces rows of k' (each a tap-shifted copy of a channel row of xT) against dyP. On a Xeon
- * with AMX, 32^3 3->64 in bf16 on the fp32 kernels took 0.98 ms forward and 2.2 ms for the
- * weight gradient. */
+ * with AMX, 32^3 3->64 in bf16: forward 1.15 -> 0.64 ms, weight gradient 2.63 -> 0.86 ms
+ * against the fp32 kernels on bf16 operands. */
 #define AMX_I2C_K 96
 #define AMX_I2C_QC 2048 /* positions per chunk of the weight gradient's k' rows */
 
