@@ -89,6 +89,34 @@ static void amx_i2c_rows(uint16_t *xr, long ldr, const uint16_t *xT, long ldx, c
     }
 }
 
+/* One slab of the weight gradient on few input channels: per chunk of positions, groups (k'
+ * block, output block) in a static order, so that each group's accumulators stay with one
+ * thread, which builds its k' rows (xr, 32 rows per thread) once per chunk. */
+static void amx_i2c_dw_slab(float *acc, const uint16_t *xT, long ldx, const uint16_t *dyP,
+                            uint16_t *xr, const long *toff, int cin, int cout, long q_end, int nog,
+                            int nth, int first) {
+    const int ngi = AMX_I2C_K / 32 * nog;
+    const long ldr = AMX_I2C_QC + 32;
+#pragma omp parallel num_threads(nth)
+    {
+        uint16_t *rows = xr + (size_t)omp_get_thread_num() * 32 * ldr;
+        for (long q0 = 0; q0 < q_end; q0 += AMX_I2C_QC) {
+            const long nq = q_end - q0 < AMX_I2C_QC ? q_end - q0 : AMX_I2C_QC;
+            int built = -1;
+#pragma omp for schedule(static) nowait
+            for (int g = 0; g < ngi; g++) {
+                const int kg = g / nog, oc0 = 32 * (g % nog);
+                if (kg != built)
+                    amx_i2c_rows(rows, ldr, xT, ldx, toff, cin, kg, q0, nq);
+                built = kg;
+                nn_amx_dw(rows, ldr, dyP + q0 * cout + 2 * oc0, cout, nq, 2,
+                          cout - oc0 > 16 ? 2 : 1, acc + (size_t)32 * kg * cout + oc0, cout,
+                          first && !q0);
+            }
+        }
+    }
+}
+
 void conv_amx_dw(float *dw, const float *a, int ca, const float *b, int cb, const float *dy,
                  int cout, int N, int D, int H, int W, int Zc, float *ws) {
     const int cin = ca + cb, Hp = H + 2, Wp = W + 2;
@@ -156,28 +184,7 @@ void conv_amx_dw(float *dw, const float *a, int ca, const float *b, int cb, cons
                 nn_amx_pack_pair(dyP + pp * 2 * cout, sp[0], sp[1], cout);
             }
             if (i2c) {
-                /* per chunk, groups (k' block, output block) in a static order: each group's
-                 * accumulators stay with one thread, which builds its k' rows once per chunk */
-                const int ngi = AMX_I2C_K / 32 * nog;
-                const long ldr = AMX_I2C_QC + 32;
-#pragma omp parallel num_threads(nth)
-                {
-                    uint16_t *rows = xr + (size_t)omp_get_thread_num() * 32 * ldr;
-                    for (long q0 = 0; q0 < q_end; q0 += AMX_I2C_QC) {
-                        const long nq = q_end - q0 < AMX_I2C_QC ? q_end - q0 : AMX_I2C_QC;
-                        int built = -1;
-#pragma omp for schedule(static) nowait
-                        for (int g = 0; g < ngi; g++) {
-                            const int kg = g / nog, oc0 = 32 * (g % nog);
-                            if (kg != built)
-                                amx_i2c_rows(rows, ldr, xT, ldx, toff, cin, kg, q0, nq);
-                            built = kg;
-                            nn_amx_dw(rows, ldr, dyP + q0 * cout + 2 * oc0, cout, nq, 2,
-                                      cout - oc0 > 16 ? 2 : 1,
-                                      acc + (size_t)32 * kg * cout + oc0, cout, first && !q0);
-                        }
-                    }
-                }
+                amx_i2c_dw_slab(acc, xT, ldx, dyP, xr, toff, cin, cout, q_end, nog, nth, first);
                 first = 0;
                 continue;
             }
