@@ -22,6 +22,9 @@ static inline int split_at(int n, int nb, int b) {
     return (int)(((long)n * b) / nb);
 }
 
+/* Outputs larger than this (an L3's size) are written with non-temporal stores (NN_TG_STREAM). */
+#define CONV_STREAM_BYTES (32u << 20)
+
 /* The mode bit that makes the kernels round their results to bf16. */
 static inline int store_mode(nn_prec prec) {
     return prec == NN_BF16 ? NN_TG_RBF16 : 0;

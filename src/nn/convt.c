@@ -63,7 +63,6 @@ int convt_groups(long items, int nb) {
 
 /* Rows per ConvTranspose3d work item: at least CT_POS positions (whole planes when small). */
 #define CT_POS 64
-#define CT_STREAM_BYTES (32u << 20) /* outputs larger than this are streamed (an L3's size) */
 int convt_rows(int H, int W) {
     const int r = (CT_POS + W - 1) / W;
     return r < H ? r : H;
@@ -107,7 +106,7 @@ void nn_convt3d_forward_p(float *out, const float *in, const float *w, const flo
      * cached store first reads every line it fills, and the next layer reads it from memory
      * anyway (32^3 128->64, 67 MB: 1.07x). */
     const size_t obytes = (size_t)8 * V * cout * sizeof(float);
-    const int stream = obytes > CT_STREAM_BYTES && cout % 16 == 0 && (uintptr_t)out % 64 == 0;
+    const int stream = obytes > CONV_STREAM_BYTES && cout % 16 == 0 && (uintptr_t)out % 64 == 0;
     const int last = store_mode(prec) | (stream ? NN_TG_STREAM : 0);
     /* Work items are a few input rows (YR: >= CT_POS positions, so the kernel gets full
      * blocks): their channels stay in cache while every column block and tap reads them (the

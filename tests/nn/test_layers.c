@@ -862,6 +862,41 @@ static void test_conv_bf16_vs_ideal(void) {
     }
 }
 
+/* The bf16 forward of a first layer (3 input channels) whose output exceeds CONV_STREAM_BYTES
+ * (40960 voxels x 208 channels, 34 MB: on AMX, the im2col pass's non-temporal stores), against
+ * the ideal result on every 61st voxel (the whole reference would cost 0.7 G products in
+ * double). */
+static void test_conv_bf16_first_big(void) {
+    const int N = 1, D = 32, H = 32, W = 40, cin = 3, cout = 208;
+    const size_t P = (size_t)N * D * H * W, nw = 27 * (size_t)cin * cout;
+    float *x = randv(P * cin, 730, 1), *w = randv(nw, 731, 1.0f / sqrtf(27 * cin));
+    nn_round_bf16(x, P * cin);
+    nn_round_bf16(w, nw);
+    float *ws = ws_alloc(nn_conv3d_ws_floats(N, D, H, W, cin, cout)), *y = zeros(P * cout);
+    nn_conv3d_forward_p(y, x, cin, NULL, 0, w, cout, N, D, H, W, NN_BF16, NULL, ws);
+    const size_t ns = (P + 60) / 61;
+    float *got = zeros(ns * cout), *want = zeros(ns * cout);
+    for (size_t i = 0; i < ns; i++) {
+        const long v = (long)i * 61, z = v / (H * W), yy = v / W % H, xx = v % W;
+        for (int oc = 0; oc < cout; oc++) {
+            double sum = 0;
+            for (int t = 0; t < 27; t++) {
+                const long iz = z + t / 9 - 1, iy = yy + t / 3 % 3 - 1, ix = xx + t % 3 - 1;
+                if (iz < 0 || iz >= D || iy < 0 || iy >= H || ix < 0 || ix >= W)
+                    continue;
+                for (int c = 0; c < cin; c++)
+                    sum += (double)x[((iz * H + iy) * W + ix) * cin + c] *
+                           w[((size_t)oc * cin + c) * 27 + t];
+            }
+            want[i * cout + oc] = nn_bf16_round((float)sum);
+            got[i * cout + oc] = y[(size_t)v * cout + oc];
+        }
+    }
+    bf16_check("bf16 conv3d 1x32x32x40 3->208 forward (34 MB output) vs ideal, every 61st voxel",
+               got, want, ns * cout);
+    free(x), free(w), free(ws), free(y), free(got), free(want);
+}
+
 /* bf16 ConvTranspose3d k2 s2 on channel counts that are multiples of 32 (AMX tiles where the
  * CPU has them, else the vdpbf16ps kernels: forward, input gradient, and the weight gradient in
  * voxel pairs where W is even; the fp32 kernels on bf16 operands without them and for the
@@ -998,7 +1033,7 @@ static void test_bf16_fixtures(const nn_st_file *st) {
 /* ConvTranspose3d k2 s2 against naive loops: 136 output channels (the last column block
  * partial) and odd input channel counts (k blocks of unequal size); a weight gradient of
  * several chunks whose panels exceed the prefetch budget (200->136, two chunks, tiles split
- * between threads); and one whose output exceeds CT_STREAM_BYTES (42 MB, non-temporal
+ * between threads); and one whose output exceeds CONV_STREAM_BYTES (42 MB, non-temporal
  * stores) with 64 chunks summed through per-thread copies and prefetched. */
 static void test_convt_vs_naive(void) {
     static const int shapes[][6] = {{1, 2, 3, 2, 7, 136},
@@ -1209,6 +1244,7 @@ int main(int argc, char **argv) {
     test_finite_differences();
     test_conv_vs_naive();
     test_conv_bf16_vs_ideal();
+    test_conv_bf16_first_big();
     test_convt_bf16_vs_ideal();
     test_convt_vs_naive();
     return test_report();
