@@ -312,8 +312,7 @@ static unsigned conv3d_eligible(const conv_args *x) {
         if (wino)
             el |= 1u << NN_ALGO_WINOGRAD_BF16;
         if (nn_isa_amx() &&
-            (K % 32 == 0 || (conv_amx_i2c_applies(K) && !x->flip && !x->out2 &&
-                             conv_amx_i2c_fwd_fits(x->N, x->D, x->H, x->W, K, x->n1))))
+            (K % 32 == 0 || (conv_amx_i2c_applies(K) && !x->flip && !x->out2)))
             el |= 1u << NN_ALGO_AMX;
     }
     return el;

@@ -48,7 +48,8 @@ int conv_amx_i2c_applies(int K) {
 }
 
 /* Floats of the layout for slabs of Zc planes (ldx, qs: xT's row pitch, dyP's positions):
- * acc, xT, dyP, and with few input channels (i2c) a block of 32 k' rows per thread. */
+ * acc, xT, dyP, and with few input channels (i2c) a block of 32 k' rows per thread (for
+ * NN_MAX_THREADS: the workspace, planned once, must not depend on the thread count). */
 static size_t amx_dw_floats(int Zc, int H, int W, int cin, int cout, long *ldx, long *qs) {
     const long HW = (long)(H + 2) * (W + 2);
     /* A tiles read 32 positions from q + the largest tap offset, q < qs */
@@ -57,7 +58,7 @@ static size_t amx_dw_floats(int Zc, int H, int W, int cin, int cout, long *ldx, 
     const int i2c = conv_amx_i2c_applies(cin);
     return (i2c ? AMX_I2C_K : 27 * (size_t)cin) * cout + 16 +
            ((size_t)cin * *ldx + (size_t)*qs * cout) / 2 +
-           (i2c ? (size_t)nn_threads() * 16 * (AMX_I2C_QC + 32) + 16 : 0);
+           (i2c ? (size_t)NN_MAX_THREADS * 16 * (AMX_I2C_QC + 32) + 16 : 0);
 }
 
 /* The slab depth for conv_amx_dw within the layer's workspace; 0 when AMX does not apply. */
@@ -244,8 +245,10 @@ void conv_amx_dw(float *dw, const float *a, int ca, const float *b, int cb, cons
 enum { AMX_I2C_POS = 1024 }; /* positions per work item: its k' rows (192 KiB) stay in L2 */
 
 /* The layout in the workspace: the padded bf16 slab [Zc + 2][H + 2][(W + 2) K] (and 16 values
- * that the last row's copies read past it), the weights as K' x cout floats, then packed, and
- * per thread the k' rows of one work item (rows of y: yr rows, R positions). */
+ * that the last row's copies read past it; not conv_pad_slab's, whose bf16 channels pad to an
+ * even count and would break the 3K consecutive values), the weights as K' x cout floats, then
+ * packed, and per thread (NN_MAX_THREADS, as amx_dw_floats) the k' rows of one work item (rows
+ * of y: yr rows, R positions). */
 static size_t amx_i2c_fwd_floats(int D, int H, int W, int K, int cout, int *Zc, int *yr, long *R) {
     *Zc = conv_slab_depth(D, H, W, K, NULL);
     *yr = W >= AMX_I2C_POS ? 1 : AMX_I2C_POS / W < H ? AMX_I2C_POS / W : H;
@@ -253,17 +256,13 @@ static size_t amx_i2c_fwd_floats(int D, int H, int W, int K, int cout, int *Zc, 
     const size_t slab = ((size_t)(*Zc + 2) * (H + 2) * (W + 2) * K + 16) / 2 + 16;
     const size_t ncp = (size_t)(cout + 15) & ~(size_t)15;
     return slab + (size_t)cout * AMX_I2C_K + ncp * AMX_I2C_K / 2 + 16 +
-           (size_t)nn_threads() * *R * AMX_I2C_K / 2 + 16;
+           (size_t)NN_MAX_THREADS * *R * AMX_I2C_K / 2 + 16;
 }
 
 size_t conv_amx_i2c_ws_floats(int D, int H, int W, int K, int cout) {
     int Zc, yr;
     long R;
     return amx_i2c_fwd_floats(D, H, W, K, cout, &Zc, &yr, &R);
-}
-
-int conv_amx_i2c_fwd_fits(int N, int D, int H, int W, int K, int cout) {
-    return conv_amx_i2c_ws_floats(D, H, W, K, cout) <= conv3d_ws(N, D, H, W, K, cout, NULL);
 }
 
 void conv_amx_i2c_fwd(float *out, const float *a, int ca, const float *b, int cb, const float *w,
@@ -289,9 +288,8 @@ void conv_amx_i2c_fwd(float *out, const float *a, int ca, const float *b, int cb
     const int nyb = (H + yr - 1) / yr;
     /* beyond the last-level cache the output goes out with non-temporal stores (64^3 3->64:
      * 7.6 -> 3.7 ms; at 32^3, 8 MiB, the next layer reads it from cache) */
-    const int stream = (size_t)N * D * H * W * cout * sizeof(float) > CONV_STREAM_BYTES &&
-                       cout % 16 == 0 && (uintptr_t)out % 64 == 0;
-    const int mode = last | (stream ? NN_TG_STREAM : 0);
+    const int mode =
+        last | (conv_stream(out, (size_t)N * D * H * W * cout, cout) ? NN_TG_STREAM : 0);
     for (int n = 0; n < N; n++)
         for (int z0 = 0; z0 < D; z0 += Zc) {
             const int nz = z0 + Zc < D ? Zc : D - z0;

@@ -22,8 +22,12 @@ static inline int split_at(int n, int nb, int b) {
     return (int)(((long)n * b) / nb);
 }
 
-/* Outputs larger than this (an L3's size) are written with non-temporal stores (NN_TG_STREAM). */
+/* An output of n floats (cout per voxel) larger than an L3 (CONV_STREAM_BYTES) is written with
+ * non-temporal stores (NN_TG_STREAM: whole 16-float lines of 64-byte aligned rows). */
 #define CONV_STREAM_BYTES (32u << 20)
+static inline int conv_stream(const float *out, size_t n, int cout) {
+    return n * sizeof(float) > CONV_STREAM_BYTES && cout % 16 == 0 && (uintptr_t)out % 64 == 0;
+}
 
 /* The mode bit that makes the kernels round their results to bf16. */
 static inline int store_mode(nn_prec prec) {
@@ -267,11 +271,10 @@ void conv_amx_dw(float *dw, const float *a, int ca, const float *b, int cb, cons
                  int cout, int N, int D, int H, int W, int Zc, float *ws);
 /* Few input channels (27 K <= 96, the network's first layer): the taps and channels as one
  * k dimension (im2col) on AMX tiles. conv_amx_i2c_fwd: the forward pass of w[col*sc + c*sk + t]
- * (ca | cb -> cout), `last` the kernels' rounding bits; it needs conv_amx_i2c_fwd_fits (the
- * workspace of conv3d_ws). The weight gradient is conv_amx_dw's. */
+ * (ca | cb -> cout), `last` the kernels' rounding bits, in conv3d_ws's workspace (which holds
+ * conv_amx_i2c_ws_floats). The weight gradient is conv_amx_dw's. */
 int conv_amx_i2c_applies(int K);
 size_t conv_amx_i2c_ws_floats(int D, int H, int W, int K, int cout);
-int conv_amx_i2c_fwd_fits(int N, int D, int H, int W, int K, int cout);
 void conv_amx_i2c_fwd(float *out, const float *a, int ca, const float *b, int cb, const float *w,
                       long sc, long sk, int cout, int N, int D, int H, int W, int last,
                       float *ws);

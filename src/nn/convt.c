@@ -105,8 +105,7 @@ void nn_convt3d_forward_p(float *out, const float *in, const float *w, const flo
     /* An output far larger than the last-level cache is written with non-temporal stores: a
      * cached store first reads every line it fills, and the next layer reads it from memory
      * anyway (32^3 128->64, 67 MB: 1.07x). */
-    const size_t obytes = (size_t)8 * V * cout * sizeof(float);
-    const int stream = obytes > CONV_STREAM_BYTES && cout % 16 == 0 && (uintptr_t)out % 64 == 0;
+    const int stream = conv_stream(out, (size_t)8 * V * cout, cout);
     const int last = store_mode(prec) | (stream ? NN_TG_STREAM : 0);
     /* Work items are a few input rows (YR: >= CT_POS positions, so the kernel gets full
      * blocks): their channels stay in cache while every column block and tap reads them (the
