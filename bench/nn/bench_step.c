@@ -382,7 +382,7 @@ static int usage(void) {
                     "[--ckpt]\n"
                     "       bench_step --profile-ab [--scale S] [--base B] [--reps R] [--bf16] "
                     "[--ckpt]\n"
-                    "       -v: print each Conv3d algorithm choice\n");
+                    "       -v: print each Conv3d algorithm choice (-vv: and each measured run)\n");
     return 2;
 }
 
@@ -398,8 +398,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-v"))
-            log_set_verbosity(1); /* prints each algorithm choice */
+        if (!strcmp(argv[i], "-v") || !strcmp(argv[i], "-vv"))
+            log_set_verbosity(argv[i][2] ? 2 : 1); /* each algorithm choice; -vv each run */
         else if (!strcmp(argv[i], "--scale") && i + 1 < argc)
             scale = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--base") && i + 1 < argc)

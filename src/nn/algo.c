@@ -66,6 +66,8 @@ static struct {
     int nch, capch;
     double sel_s;
     int measured;
+    double min_share; /* the lowest share of the CPUs a measured run got (run_timed) */
+    int busy_warned, stale_told;
 } S = {.env_mode = -1, .forced = -1};
 
 static int table_add(table *t, const entry *e) {
@@ -411,7 +413,7 @@ void nn_algo_describe(const nn_algo_choice *c, char *buf, size_t n) {
         sep = ",";
     }
     if (at >= 0 && (size_t)at < n)
-        snprintf(buf + at, n - at, ")");
+        snprintf(buf + at, n - at, "%s)", c->busy ? "; on a busy host, not cached" : "");
 }
 
 int nn_algo_write(const char *path) {
@@ -485,14 +487,34 @@ int nn_algo_strict(void) {
     return nn_settings()->algo_strict;
 }
 
+/* One run of algorithm a on the job: its wall seconds; *quiet is 1 when the team got at least
+ * the quiet share of its CPUs during it (nn_settings: SCAFFOLD_NN_ALGO_QUIET). */
+static double run_timed(const nn_algo_job *j, int a, float *dw, int *quiet) {
+    const double c0 = nn_team_cpu_seconds(), t0 = time_now();
+    j->run(j, a, dw);
+    const double dt = time_now() - t0, cpu = nn_team_cpu_seconds() - c0;
+    const double share = dt > 0 ? cpu / (dt * nn_threads()) : 1;
+    *quiet = 100 * share >= nn_settings()->algo_quiet;
+    if (share < S.min_share)
+        S.min_share = share;
+    if (log_verbosity() >= 2)
+        log_debug("nn: conv3d %s %s: %.3f ms, %.0f%% of %d CPUs", pass_names[j->key.pass],
+                  algo_names[a], 1e3 * dt, 100 * share, nn_threads());
+    return dt;
+}
+
 /* Runs every applicable algorithm on the job (the reference first), returns the fastest within
- * the budget; *last is the last algorithm that ran. The first round runs each once and checks
- * its result against the reference; while the fastest is short (REPEAT_BELOW), up to two more
- * rounds run again, in the same order, those within the budget and within 1.5x of the fastest:
- * each keeps its best. Interleaved, a burst of noise on a shared host slows one run of each
- * instead of every run of one (measured one after the other, an 8^3 pass once kept a choice
- * 35% slower than the other for good). */
-static int measure(const nn_algo_job *j, double ms_all[NN_ALGO_COUNT], int *last) {
+ * the budget; *last is the last algorithm that ran, *busy 1 when a time that decided the
+ * choice came from a run that did not get its share of the CPUs (run_timed). The first round
+ * runs each once and checks its result against the reference. Up to two more rounds run again,
+ * in the same order, those within the budget that are within 1.5x of the fastest or whose time
+ * is not quiet, while the fastest is short (REPEAT_BELOW) or such a time is not quiet; each
+ * keeps its best quiet time (its best time while it has none). Interleaved, a burst of noise
+ * on a shared host slows one run of each instead of every run of one (measured one after the
+ * other, an 8^3 pass once kept a choice 35% slower than the other for good); times taken while
+ * the host was busy (a cache once kept direct for layers Winograd ran 2x faster, every time
+ * 4-5x too long) are repeated, and if still busy, not cached (pick). */
+static int measure(const nn_algo_job *j, double ms_all[NN_ALGO_COUNT], int *last, int *busy) {
     const double t_start = time_now();
     const int wgrad = j->key.pass == NN_PASS_BWD_WEIGHT;
     float *dw = NULL, *ref = malloc(SAMPLE_MAX * sizeof(float)),
@@ -500,25 +522,28 @@ static int measure(const nn_algo_job *j, double ms_all[NN_ALGO_COUNT], int *last
     if (wgrad && posix_memalign((void **)&dw, 64, (j->ndw + 16) * sizeof(float)))
         dw = NULL;
     const int rule = j->rule;
+    *busy = 0;
     if (!ref || !got || (wgrad && !dw)) { /* no memory to measure: the rule */
         free(ref), free(got), free(dw);
         *last = -1;
         return rule;
     }
-    int best = -1, nref = 0;
+    int best = -1, nref = 0, unsure = 0;
     double t[NN_ALGO_COUNT];
+    int q[NN_ALGO_COUNT] = {0}; /* t[a] is a quiet time */
     *last = -1;
-    for (int r = 0; r < 3 && (r == 0 || (best >= 0 && t[best] < REPEAT_BELOW)); r++) {
+    for (int r = 0; r < 3 && (r == 0 || (best >= 0 && (t[best] < REPEAT_BELOW || unsure)));
+         r++) {
         const double tb = best >= 0 ? t[best] : 0;
         for (int o = 0; o < NN_ALGO_COUNT; o++) {
             const int a = accuracy_order[o];
-            if (!(nn_algo_eligible(j) & (1u << a)) || (r && (ms_all[a] < 0 || t[a] > 1.5 * tb)))
+            if (!(nn_algo_eligible(j) & (1u << a)) ||
+                (r && (ms_all[a] < 0 || (q[a] && t[a] > 1.5 * tb))))
                 continue;
             if (dw)
                 memset(dw, 0, j->ndw * sizeof(float));
-            const double t0 = time_now();
-            j->run(j, a, dw);
-            const double dt = time_now() - t0;
+            int quiet;
+            const double dt = run_timed(j, a, dw, &quiet);
             *last = a;
             if (r == 0) {
                 size_t m = sample(nref ? got : ref, j, dw);
@@ -528,13 +553,19 @@ static int measure(const nn_algo_job *j, double ms_all[NN_ALGO_COUNT], int *last
                 else
                     ok = nn_algo_within_budget(got, ref, m, j->key.prec);
                 ms_all[a] = ok ? 1 : -1;
-                t[a] = dt;
-            } else if (dt < t[a]) {
-                t[a] = dt;
+                t[a] = dt, q[a] = quiet;
+            } else if ((quiet && !q[a]) || (quiet == q[a] && dt < t[a])) {
+                t[a] = dt, q[a] = quiet;
             }
+        }
+        /* the fastest, and whether a time that could change the choice is not quiet */
+        best = -1;
+        for (int a = 0; a < NN_ALGO_COUNT; a++)
             if (ms_all[a] > 0 && (best < 0 || t[a] < t[best]))
                 best = a;
-        }
+        unsure = 0;
+        for (int a = 0; a < NN_ALGO_COUNT; a++)
+            unsure |= ms_all[a] > 0 && !q[a];
     }
     for (int a = 0; a < NN_ALGO_COUNT; a++)
         if (ms_all[a] > 0)
@@ -542,6 +573,7 @@ static int measure(const nn_algo_job *j, double ms_all[NN_ALGO_COUNT], int *last
     free(ref), free(got), free(dw);
     S.sel_s += time_now() - t_start;
     S.measured++;
+    *busy = unsure;
     return best < 0 ? rule : best;
 }
 
@@ -552,6 +584,39 @@ static const entry *find(const table *t, const char *ctx, const nn_algo_key *k) 
         if ((!ctx || !strcmp(t->e[i].ctx, ctx)) && key_eq(&t->e[i].key, k))
             return &t->e[i];
     return NULL;
+}
+
+/* A cached choice, first used in this process: one timed run of it (the forward and input
+ * gradient into the call's outputs, *done then 1; the weight gradient into a scratch buffer).
+ * 1 when that run got its share of the CPUs and took under 1/STALE_FACTOR of the cached time:
+ * the cached time (and so the choice) was measured on a busy host, and is measured again. */
+#define STALE_FACTOR 1.5
+static int cached_stale(const nn_algo_job *j, const entry *c, int *done) {
+    const int wgrad = j->key.pass == NN_PASS_BWD_WEIGHT;
+    float *dw = NULL;
+    if (wgrad && posix_memalign((void **)&dw, 64, (j->ndw + 16) * sizeof(float)))
+        return 0; /* no memory to check: the cached choice */
+    if (dw)
+        memset(dw, 0, j->ndw * sizeof(float));
+    const double t0 = time_now();
+    int quiet;
+    const double ms = 1e3 * run_timed(j, c->algo, dw, &quiet);
+    if (wgrad) /* the others' run is the call's own */
+        S.sel_s += time_now() - t0;
+    free(dw);
+    *done = !wgrad;
+    if (!quiet || STALE_FACTOR * ms >= c->ms)
+        return 0;
+    if (!S.stale_told++)
+        log_info("nn: a cached algorithm ran in %.2f ms, the cache %s says %.2f ms (measured "
+                 "while the host was busy): measuring such choices again", ms, S.cache_path,
+                 c->ms);
+    log_debug("nn: conv3d %s %s %dx%dx%dx%d %d+%d->%d: %s ran in %.2f ms, cached %.2f ms: "
+              "measuring again",
+              pass_names[j->key.pass], j->key.prec == NN_BF16 ? "bf16" : "fp32", j->key.N,
+              j->key.D, j->key.H, j->key.W, j->key.ca, j->key.cb, j->key.cout,
+              algo_names[c->algo], ms, c->ms);
+    return 1;
 }
 
 /* nn_algo_pick, or with peek the choice it would make without measuring or recording (the
@@ -597,23 +662,37 @@ static int pick(const nn_algo_job *j, int *done, int peek) {
     }
     const entry *c = find(&S.cache, ctx, &j->key);
     if (c && ((el >> c->algo) & 1)) {
-        if (!peek)
+        if (peek)
+            return c->algo;
+        if (!cached_stale(j, c, done)) {
             announce(record(&j->key, c->algo, "cached", c->ms));
-        return c->algo;
+            return c->algo;
+        }
     }
     if (peek)
         return j->rule;
     double ms_all[NN_ALGO_COUNT] = {0};
-    int last;
-    const int a = measure(j, ms_all, &last);
+    int last, busy;
+    S.min_share = 1;
+    const int a = measure(j, ms_all, &last, &busy);
     nn_algo_choice *r = record(&j->key, a, "measured", ms_all[a] > 0 ? ms_all[a] : 0);
-    if (r)
+    if (r) {
         memcpy(r->ms_all, ms_all, sizeof ms_all);
+        r->busy = busy;
+    }
     announce(r);
     entry e = {.key = j->key, .algo = a, .ms = ms_all[a] > 0 ? ms_all[a] : 0};
     snprintf(e.ctx, sizeof e.ctx, "%s", ctx);
     table_add(&S.cache, &e);
-    cache_store(&e);
+    if (!busy)
+        cache_store(&e);
+    else if (!S.busy_warned++)
+        log_warn("nn: measuring the convolutions' algorithms, a run got only %.0f%% of the %d "
+                 "CPUs its %d threads need (other work on these cores, or fewer cores than "
+                 "threads: OMP_NUM_THREADS): choices measured so are used in this run but not "
+                 "written to the cache %s",
+                 100 * S.min_share, nn_threads(), nn_threads(),
+                 S.cache_path[0] ? S.cache_path : "(none)");
     *done = last == a && j->key.pass != NN_PASS_BWD_WEIGHT;
     return a;
 }

@@ -135,6 +135,7 @@ typedef struct nn_algo_choice {
     char how[12];      /* "measured", "cached", "pinned", "forced", "rule" */
     double ms;         /* its time (measured or from the cache), 0 when not measured */
     double ms_all[NN_ALGO_COUNT]; /* measured: each algorithm's time, 0 not run, -1 over budget */
+    int busy; /* measured while a run did not get its share of the CPUs: not cached */
 } nn_algo_choice;
 int nn_algo_count(void);
 const nn_algo_choice *nn_algo_get(int i);

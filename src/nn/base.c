@@ -3,6 +3,7 @@
 
 #include <omp.h>
 #include <string.h>
+#include <time.h>
 
 int nn_threads(void) {
     int t = omp_get_max_threads();
@@ -11,6 +12,22 @@ int nn_threads(void) {
 
 void nn_set_threads(int n) {
     omp_set_num_threads(n > 0 ? n : 1);
+}
+
+static double clock_s(clockid_t c) {
+    struct timespec ts;
+    return clock_gettime(c, &ts) ? 0 : (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+double nn_team_cpu_seconds(void) {
+#ifdef _OPENMP
+    double s = 0;
+#pragma omp parallel num_threads(nn_threads()) reduction(+ : s)
+    s += clock_s(CLOCK_THREAD_CPUTIME_ID);
+    return s;
+#else
+    return clock_s(CLOCK_PROCESS_CPUTIME_ID);
+#endif
 }
 /* ---- bf16 ------------------------------------------------------------------------------------ */
 

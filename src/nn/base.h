@@ -42,5 +42,10 @@ int nn_threads(void);
 /* Sets the threads the layers use from now on (the calling thread's OpenMP default; the
  * engine's parallel regions start from the thread that owns the model). */
 void nn_set_threads(int n);
+/* CPU seconds the threads of an nn_threads() team have run so far, summed (each read by its own
+ * thread; without OpenMP the process's). The difference across a pass against its wall time
+ * times nn_threads() is the share of the CPUs the pass got: well below 1 when other work shares
+ * the cores or there are fewer cores than threads. */
+double nn_team_cpu_seconds(void);
 
 #endif

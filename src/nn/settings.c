@@ -114,6 +114,15 @@ static int parse_replicas(const char *v, void *f) {
     return end == v || *end;
 }
 
+/* A percentage 0..100 (strtoul's reading; no digits or over 100 keeps the default). */
+static int parse_quiet(const char *v, void *f) {
+    char *end;
+    const unsigned long x = strtoul(v, &end, 10);
+    const int ok = end != v && !*end && x <= 100;
+    *ip(f) = ok ? (int)x : NN_SETTINGS_ALGO_QUIET;
+    return !ok;
+}
+
 /* A byte count: digits with an optional binary suffix (K, M, G, with or without "iB"), e.g.
  * 48M or 50331648; zero, no digits or another suffix keeps the default (not recognised). */
 static int parse_bytes(const char *v, size_t *f, size_t def) {
@@ -165,6 +174,9 @@ static const nn_setting table[] = {
     {"SCAFFOLD_NN_ALGO_BUDGET", NN_SET_ENUM, "default", "strict",
      "strict: the bf16 accuracy budget to one ulp plus 3e-5 (winograd-bf16 never chosen)",
      F(algo_strict), parse_budget, label_budget},
+    {"SCAFFOLD_NN_ALGO_QUIET", NN_SET_INT, STR(NN_SETTINGS_ALGO_QUIET), "0 to 100",
+     "percent of its CPUs a measured run must get for the choice to be cached (0: always)",
+     F(algo_quiet), parse_quiet, NULL},
     {"SCAFFOLD_NN_DW_REPLICAS", NN_SET_INT, STR(NN_SETTINGS_DW_REPLICAS),
      "0 to " STR(NN_SETTINGS_DW_REPLICAS),
      "caps the per-thread weight-gradient copies (0 or 1: partition tiles instead)",
@@ -195,6 +207,7 @@ static const struct nn_settings defaults = {
     .algo_cache = NULL,
     .algo_pin = NULL,
     .algo_strict = 0,
+    .algo_quiet = NN_SETTINGS_ALGO_QUIET,
     .dw_replicas = NN_SETTINGS_DW_REPLICAS,
     .winograd = 1,
     .wino_umax = NN_SETTINGS_WINO_UMAX,

@@ -22,6 +22,7 @@
 #define NN_SETTINGS_SLAB_BYTES 50331648 /* 48 MiB of padded planes per slab */
 #define NN_SETTINGS_WINO_UMAX 134217728 /* 128 MiB of Winograd's U per column group */
 #define NN_SETTINGS_DW_REPLICAS 8       /* per-thread weight-gradient copies, at most */
+#define NN_SETTINGS_ALGO_QUIET 80       /* percent of the CPUs a cached measurement had */
 
 /* Enum values that are no choice of the variable's own. */
 enum {
@@ -47,6 +48,8 @@ struct nn_settings {
                                file: "0" or empty) or the file */
     const char *algo_pin;   /* SCAFFOLD_NN_ALGO_PIN: NULL (unset or empty) or the file */
     int algo_strict;        /* SCAFFOLD_NN_ALGO_BUDGET: 1 for strict */
+    int algo_quiet;         /* SCAFFOLD_NN_ALGO_QUIET: percent of its CPUs a measured run must
+                               get for its choice to be cached (algo.c) */
     int dw_replicas;        /* SCAFFOLD_NN_DW_REPLICAS: cap on the copies, 0..8 */
     int winograd;           /* SCAFFOLD_NN_WINOGRAD: 0 takes Winograd out of every choice */
     size_t wino_umax;       /* SCAFFOLD_NN_WINO_UMAX: bytes of U per column group */

@@ -13,6 +13,7 @@
 #include "test.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +89,27 @@ static void write_text(const char *path, const char *text) {
     fclose(f);
 }
 
+/* Every entry's time (the last column) in the cache file set to ms. */
+static void cache_set_ms(const char *path, const char *ms) {
+    char *data = NULL;
+    size_t n;
+    if (fs_read_file(path, &data, &n))
+        return;
+    FILE *f = fopen(path, "w");
+    for (char *line = data, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+        nl = strchr(line, '\n');
+        if (nl)
+            *nl = 0;
+        char *tab = strrchr(line, '\t');
+        if (line[0] != '#' && tab)
+            fprintf(f, "%.*s\t%s\n", (int)(tab - line), line, ms);
+        else
+            fprintf(f, "%s\n", line);
+    }
+    fclose(f);
+    free(data);
+}
+
 #define BIT(a) (1u << (a))
 
 /* The cache file rewritten as head + its text (less its first line with drop_title), then j
@@ -122,6 +144,9 @@ static void test_measure_and_cache(void) {
     snprintf(cache, sizeof cache, "%s/sub/cache.tsv", dir);
     setenv("SCAFFOLD_NN_ALGO_CACHE", cache, 1);
     unsetenv("SCAFFOLD_NN_ALGO");
+    /* the synthetic runs spin on one thread of the team: every time counts as quiet here (a
+     * real busy host: test_busy_host) */
+    setenv("SCAFFOLD_NN_ALGO_QUIET", "0", 1);
     nn_settings_reload();
     nn_algo_reset();
     nn_algo_set_mode(NN_ALGO_MODE_MEASURE);
@@ -181,16 +206,22 @@ static void test_measure_and_cache(void) {
           "weight gradient: measured on scratch, run again by the caller");
 
     /* deterministic given the cache: a new process (reset) takes the cached choices without
-     * measuring, even where timing would now choose otherwise */
+     * measuring, even where timing would now choose otherwise; its first use is the checked
+     * run of the cached algorithm, the call's own (done) */
     nn_algo_reset();
     slow_of[NN_ALGO_DIRECT] = 0, slow_of[NN_ALGO_WINOGRAD] = 0.004;
     reset_runs();
     j = fake_job(NN_PASS_FWD, NN_FP32, 16, el, NN_ALGO_DIRECT);
     a = nn_algo_pick(&j, &done);
     nn_algo_select_seconds(&measured);
-    CHECK(a == NN_ALGO_WINOGRAD && measured == 0 && runs[0] + runs[1] == 0 &&
-              !strcmp(last_choice()->how, "cached"),
-          "deterministic given the cache: %s, %d measured", nn_algo_name(a), measured);
+    CHECK(a == NN_ALGO_WINOGRAD && measured == 0 && runs[NN_ALGO_DIRECT] == 0 &&
+              runs[NN_ALGO_WINOGRAD] == 1 && done && !strcmp(last_choice()->how, "cached"),
+          "deterministic given the cache: %s, %d measured, done %d", nn_algo_name(a), measured,
+          done);
+    reset_runs();
+    a = nn_algo_pick(&j, &done);
+    CHECK(a == NN_ALGO_WINOGRAD && runs[0] + runs[1] == 0 && !done,
+          "a cached choice is checked once per process");
     /* a cached choice the shape cannot take (not eligible) is measured again */
     j = fake_job(NN_PASS_FWD, NN_FP32, 16, el, NN_ALGO_DIRECT);
     j.key.D = 20; /* cached: direct */
@@ -202,7 +233,9 @@ static void test_measure_and_cache(void) {
     /* a malformed cache line is skipped (with a warning), the others still read */
     j = fake_job(NN_PASS_FWD, NN_FP32, 16, el, NN_ALGO_DIRECT);
     a = repick(cache, "garbage line\nAMD\tx\t2\tconv3d\tfwd\tfp32\t-1\n", 0, &j, &done);
-    CHECK(a == NN_ALGO_WINOGRAD && runs[0] + runs[1] == 0, "malformed cache lines are skipped");
+    CHECK(a == NN_ALGO_WINOGRAD && runs[NN_ALGO_DIRECT] == 0 &&
+              !strcmp(last_choice()->how, "cached"),
+          "malformed cache lines are skipped");
 
     /* a cache written by other kernels (an older title line) is measured again, then
      * rewritten with this revision's title */
@@ -212,6 +245,37 @@ static void test_measure_and_cache(void) {
               file_has(cache, "choices v1, kernels "),
           "a cache of other kernels is measured again and rewritten (%s, %d measured)",
           nn_algo_name(a), measured);
+
+    /* a cached time the algorithm now beats by 1.5x was taken on a busy host: measured again,
+     * the cache line replaced; a cached time it does not beat stays (the weight gradient's
+     * check runs on scratch: the caller still runs it) */
+    slow_of[NN_ALGO_DIRECT] = 0.004, slow_of[NN_ALGO_WINOGRAD] = 0;
+    nn_algo_reset();
+    j = fake_job(NN_PASS_BWD_WEIGHT, NN_FP32, 16, el, NN_ALGO_DIRECT);
+    a = nn_algo_pick(&j, &done);
+    CHECK(a == NN_ALGO_WINOGRAD && !strcmp(last_choice()->how, "measured") &&
+              file_has(cache, "\tbwd_weight\tfp32\t1\t16\t16\t16\t8\t0\t0\t8\twinograd\t"),
+          "a weight gradient measured and cached (%s)", last_choice()->how);
+    cache_set_ms(cache, "1000.000");
+    nn_algo_reset();
+    reset_runs();
+    a = nn_algo_pick(&j, &done);
+    nn_algo_select_seconds(&measured);
+    CHECK(a == NN_ALGO_WINOGRAD && measured == 1 && !strcmp(last_choice()->how, "measured") &&
+              last_choice()->ms < 1000 && !done &&
+              !file_has(cache, "\tbwd_weight\tfp32\t1\t16\t16\t16\t8\t0\t0\t8\twinograd\t1000"),
+          "a cached time 1.5x too long: measured again, the cache line replaced (%s, %d)",
+          last_choice()->how, measured);
+    cache_set_ms(cache, "0.001");
+    nn_algo_reset();
+    reset_runs();
+    a = nn_algo_pick(&j, &done);
+    nn_algo_select_seconds(&measured);
+    CHECK(a == NN_ALGO_WINOGRAD && measured == 0 && runs[NN_ALGO_WINOGRAD] == 1 && !done &&
+              !strcmp(last_choice()->how, "cached"),
+          "a cached time not beaten stays; the weight gradient's check is on scratch (%s)",
+          last_choice()->how);
+    slow_of[NN_ALGO_DIRECT] = 0, slow_of[NN_ALGO_WINOGRAD] = 0.004;
 
     /* short passes: measured in up to three interleaved rounds, each algorithm's best kept;
      * one more than 1.5x slower than the fastest is not run again */
@@ -268,6 +332,8 @@ static void test_measure_and_cache(void) {
     nn_settings_reload();
     nn_algo_reset();
     CHECK(nn_algo_cache_path() == NULL, "SCAFFOLD_NN_ALGO_CACHE=0: no cache file");
+    unsetenv("SCAFFOLD_NN_ALGO_QUIET");
+    nn_settings_reload();
 }
 
 static void test_pin_force_budget(void) {
@@ -395,19 +461,27 @@ static void conv_pass(int pass, float *y, float *dx, float *dw, const float *x, 
 }
 
 /* Measure mode on a Conv3d (forward, input and weight gradient) against the same calls with
- * the chosen algorithms forced: bit-identical (the measured call keeps exactly the chosen
- * algorithm's output; the weight gradient adds once into what dw held). */
+ * the chosen algorithms forced, and against a new process's calls with those choices cached:
+ * bit-identical (the measured call keeps exactly the chosen algorithm's output, the cached
+ * call's check run is its own output; the weight gradient adds once into what dw held). */
 static void test_real(nn_prec prec, int D, int cin, int cout) {
     const size_t P = (size_t)D * D * D, nw = 27 * (size_t)cin * cout;
     const int bf = prec == NN_BF16;
     float *x = randv(P * cin, 1, 1, bf), *w = randv(nw, 2, 0.1f, bf);
     float *dy = randv(P * cout, 3, 1, bf);
     float *ws = ws_alloc(nn_conv3d_ws_floats(1, D, D, D, cin, cout));
-    float *y[2], *dx[2], *dw[2];
-    int chosen[3];
-    for (int r = 0; r < 2; r++) {
+    float *y[3], *dx[3], *dw[3];
+    int chosen[3], cached = 0;
+    char cache[300];
+    snprintf(cache, sizeof cache, "%s/real.tsv", dir);
+    unlink(cache);
+    setenv("SCAFFOLD_NN_ALGO_CACHE", cache, 1);
+    setenv("SCAFFOLD_NN_ALGO_QUIET", "0", 1); /* cached whatever the host */
+    for (int r = 0; r < 3; r++) {
         y[r] = ws_alloc(P * cout), dx[r] = ws_alloc(P * cin), dw[r] = randv(nw, 4, 1, 0);
-        if (r == 0) {
+        if (r != 1) {
+            if (r == 2) /* cached times no run beats 1.5x: kept, not measured again */
+                cache_set_ms(cache, "0.001");
             setenv("SCAFFOLD_NN_ALGO", "measure", 1);
             nn_settings_reload();
             nn_algo_reset();
@@ -421,6 +495,9 @@ static void test_real(nn_prec prec, int D, int cin, int cout) {
             conv_pass(pass, y[r], dx[r], dw[r], x, w, dy, D, cin, cout, prec, ws);
             if (r == 0)
                 chosen[pass] = nn_conv3d_algo(pass, 1, D, D, D, cin, 0, cout, 0, prec);
+            if (r == 2)
+                cached += !strcmp(last_choice()->how, "cached") &&
+                          last_choice()->algo == chosen[pass];
         }
         if (r == 0) {
             int measured;
@@ -429,18 +506,70 @@ static void test_real(nn_prec prec, int D, int cin, int cout) {
                   bf ? "bf16" : "fp32", D, cin, cout, measured);
         }
     }
-    CHECK(!memcmp(y[0], y[1], P * cout * sizeof(float)) &&
-              !memcmp(dx[0], dx[1], P * cin * sizeof(float)) &&
-              !memcmp(dw[0], dw[1], nw * sizeof(float)),
-          "%s conv3d %d^3 %d->%d: a measured call gives the chosen algorithms' bits (%s, %s, %s)",
-          bf ? "bf16" : "fp32", D, cin, cout, nn_algo_name(chosen[0]), nn_algo_name(chosen[1]),
-          nn_algo_name(chosen[2]));
+    CHECK(cached == 3, "%s conv3d %d^3 %d->%d: a new process takes the three cached choices (%d)",
+          bf ? "bf16" : "fp32", D, cin, cout, cached);
+    for (int r = 0; r < 3; r += 2)
+        CHECK(!memcmp(y[r], y[1], P * cout * sizeof(float)) &&
+                  !memcmp(dx[r], dx[1], P * cin * sizeof(float)) &&
+                  !memcmp(dw[r], dw[1], nw * sizeof(float)),
+              "%s conv3d %d^3 %d->%d: a %s call gives the chosen algorithms' bits (%s, %s, %s)",
+              bf ? "bf16" : "fp32", D, cin, cout, r ? "cached" : "measured",
+              nn_algo_name(chosen[0]), nn_algo_name(chosen[1]), nn_algo_name(chosen[2]));
     unsetenv("SCAFFOLD_NN_ALGO");
+    unsetenv("SCAFFOLD_NN_ALGO_QUIET");
+    setenv("SCAFFOLD_NN_ALGO_CACHE", "0", 1);
     nn_settings_reload();
     nn_algo_reset();
-    for (int r = 0; r < 2; r++)
+    for (int r = 0; r < 3; r++)
         free(y[r]), free(dx[r]), free(dw[r]);
     free(x), free(w), free(dy), free(ws);
+}
+
+/* A measurement on a busy host: threads spinning on every CPU while a real Conv3d is measured
+ * (each run long enough, 10+ ms, to span many scheduler slices): the team gets about a third of
+ * its CPUs, the choice is used and marked, and not written to the cache. */
+static volatile int spin_stop;
+
+static void *spinner(void *arg) {
+    (void)arg;
+    while (!spin_stop) {
+    }
+    return NULL;
+}
+
+static void test_busy_host(void) {
+    const int D = 32, cin = 64, cout = 64;
+    const size_t P = (size_t)D * D * D, nw = 27 * (size_t)cin * cout;
+    float *x = randv(P * cin, 1, 1, 0), *w = randv(nw, 2, 0.1f, 0), *y = ws_alloc(P * cout);
+    float *ws = ws_alloc(nn_conv3d_ws_floats(1, D, D, D, cin, cout));
+    char cache[300];
+    snprintf(cache, sizeof cache, "%s/busy.tsv", dir);
+    setenv("SCAFFOLD_NN_ALGO_CACHE", cache, 1);
+    setenv("SCAFFOLD_NN_ALGO", "measure", 1);
+    nn_settings_reload();
+    nn_algo_reset();
+    const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    const int ns = ncpu > 0 && ncpu < 64 ? 2 * (int)ncpu : 4;
+    pthread_t th[128];
+    int started = 0;
+    spin_stop = 0;
+    for (int i = 0; i < ns; i++)
+        started += pthread_create(&th[started], NULL, spinner, NULL) == 0;
+    conv_pass(0, y, NULL, NULL, x, w, NULL, D, cin, cout, NN_FP32, ws);
+    spin_stop = 1;
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    const nn_algo_choice *c = last_choice();
+    CHECK(started == ns && c && !strcmp(c->how, "measured") && c->busy &&
+              !file_has(cache, "\tfwd\tfp32\t1\t32\t32\t32\t64\t0\t0\t64\t"),
+          "a measurement while %d threads spin on %ld CPUs: used, marked busy, not cached "
+          "(%s, busy %d)",
+          ns, ncpu, c ? c->how : "none", c ? c->busy : -1);
+    unsetenv("SCAFFOLD_NN_ALGO");
+    setenv("SCAFFOLD_NN_ALGO_CACHE", "0", 1);
+    nn_settings_reload();
+    nn_algo_reset();
+    free(x), free(w), free(y), free(ws);
 }
 
 int main(void) {
@@ -461,6 +590,7 @@ int main(void) {
     test_real(NN_FP32, 16, 16, 24);
     test_real(NN_BF16, 16, 16, 24);
     test_real(NN_BF16, 8, 32, 16);
+    test_busy_host();
     fs_rm_rf(dir);
     return test_report();
 }

@@ -68,7 +68,7 @@ static void test_defaults(void) {
         ok &= t->doc && t->doc[0] && t->allowed && t->allowed[0] &&
               nn_settings_env(t->name) == NULL;
     }
-    CHECK(ok && nn_settings_count() == 13 && nn_settings_at(13) == NULL &&
+    CHECK(ok && nn_settings_count() == 14 && nn_settings_at(14) == NULL &&
               nn_settings_env("HOME") == NULL,
           "unset: every variable shows the table's default");
     const struct nn_settings *s = nn_settings();
@@ -76,7 +76,8 @@ static void test_defaults(void) {
               s->algo == NN_SET_UNSET && !s->algo_cache && !s->algo_pin && !s->algo_strict &&
               s->dw_replicas == NN_SETTINGS_DW_REPLICAS && s->winograd == 1 &&
               s->wino_umax == NN_SETTINGS_WINO_UMAX && s->wino_own == 1 && s->bf16_store == 1 &&
-              s->slab_bytes == NN_SETTINGS_SLAB_BYTES,
+              s->slab_bytes == NN_SETTINGS_SLAB_BYTES &&
+              s->algo_quiet == NN_SETTINGS_ALGO_QUIET,
           "unset: the default values");
 }
 
@@ -143,6 +144,15 @@ static void test_values(void) {
     CHECK(s->dw_replicas == NN_SETTINGS_DW_REPLICAS && strstr(d, "\"100\""),
           "DW_REPLICAS=100: capped: %s", d);
     set("SCAFFOLD_NN_DW_REPLICAS", NULL);
+    d = set("SCAFFOLD_NN_ALGO_QUIET", "0");
+    CHECK(s->algo_quiet == 0, "ALGO_QUIET=0: %s", d);
+    d = set("SCAFFOLD_NN_ALGO_QUIET", "101");
+    CHECK(s->algo_quiet == NN_SETTINGS_ALGO_QUIET && strstr(d, "not recognised"),
+          "ALGO_QUIET=101: the default: %s", d);
+    d = set("SCAFFOLD_NN_ALGO_QUIET", "high");
+    CHECK(s->algo_quiet == NN_SETTINGS_ALGO_QUIET && strstr(d, "not recognised"),
+          "ALGO_QUIET=high: the default: %s", d);
+    set("SCAFFOLD_NN_ALGO_QUIET", NULL);
 
     d = set("SCAFFOLD_ISA", "bogus");
     CHECK(s->isa == NN_SET_UNKNOWN && !strcmp(nn_settings_env("SCAFFOLD_ISA"), "bogus") &&

@@ -319,7 +319,8 @@ out=$("$SCAFFOLD" trace --out "$d/envtrace" -- env 2>&1)
 # (direct everywhere), not of the rule's (winograd where it applies).
 amp="--torch-amp 1 --epochs 1"
 losses() { cut -d, -f1-7 "$(lastrun "$1")/train_stats.csv"; }
-out=$(SCAFFOLD_NN_ALGO=measure SCAFFOLD_NN_ALGO_CACHE="$d/algo.tsv" "$SCAFFOLD" benchmark $cfg $amp --base-run-dir runsa -v 2>&1)
+# (SCAFFOLD_NN_ALGO_QUIET=0: cached even if the test host is busy; that case: test_algo)
+out=$(SCAFFOLD_NN_ALGO=measure SCAFFOLD_NN_ALGO_QUIET=0 SCAFFOLD_NN_ALGO_CACHE="$d/algo.tsv" "$SCAFFOLD" benchmark $cfg $amp --base-run-dir runsa -v 2>&1)
 ra=$(lastrun runsa)
 [ -s "$ra/nn_algorithms.tsv" ] && [ -s "$d/algo.tsv" ] && grep -q 'nn algorithms: [0-9]* Conv3d passes chosen by the warmup, [0-9]* measured in' <<<"$out" \
     && grep -q 'nn: conv3d fwd bf16 1x16x16x16 8+0->8: .*(measured' <<<"$out" \
