@@ -388,6 +388,8 @@ def bench(scale, base, threads, reps=5, classes=6, bottleneck=3, bf16=False):
     w = ce_weights(lab, classes).float()
     times = []
     for i in range(reps + 1):
+        if i == 1:  # the share of its threads' CPUs the timed steps got (busy host: well under 1)
+            cpu0, wall0 = time.process_time(), time.perf_counter()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
@@ -398,9 +400,11 @@ def bench(scale, base, threads, reps=5, classes=6, bottleneck=3, bf16=False):
         opt.step()
         if i > 0:  # the first step allocates and warms up
             times.append(time.perf_counter() - t0)
+    share = (time.process_time() - cpu0) / ((time.perf_counter() - wall0) * threads)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"torch_step_s {sorted(times)[len(times) // 2]:.6f} reps {reps} threads {threads} "
-          f"maxrss_mib {rss:.0f} precision {'bf16' if bf16 else 'fp32'} torch {torch.__version__}")
+          f"maxrss_mib {rss:.0f} precision {'bf16' if bf16 else 'fp32'} torch {torch.__version__} "
+          f"cpu_share {share:.2f}")
 
 
 def _median_time(fn, reps):

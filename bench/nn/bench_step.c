@@ -464,7 +464,10 @@ int main(int argc, char **argv) {
     reps = reps < 1 ? 1 : reps > REPS_MAX - 1 ? REPS_MAX - 1 : reps;
     if (profile_ab)
         return profile_overhead(&m, &o, x, y, w, reps);
+    double cpu0 = 0, wall0 = 0;
     for (int i = 0; i <= reps; i++) { /* step 0 warms up (page faults of the slabs) */
+        if (i == 1)
+            cpu0 = nn_team_cpu_seconds(), wall0 = now_s();
         double loss, dice, t0 = now_s();
         nn_unet_zero_grad(&m);
         if (nn_unet_forward_backward(&m, x, y, 1, w, &loss, &dice)) {
@@ -478,17 +481,19 @@ int main(int argc, char **argv) {
             nn_unet_last_times(&m, &tf[i - 1], &tl[i - 1], &tb[i - 1]);
         }
     }
+    /* the share of its threads' CPUs the timed steps got: well under 1 on a busy host */
+    const double share = (nn_team_cpu_seconds() - cpu0) / ((now_s() - wall0) * nn_threads());
     const double fl = 3 * unet_fwd_flops(&s, size);
     const double med = median(t, reps);
     int measured;
     const double sel = nn_algo_select_seconds(&measured);
     printf("scaffold_step_s %.6f fwd %.4f loss %.4f bwd %.4f gflop %.2f gflops %.1f params %zu "
            "activations_mib %.0f maxrss_mib %.0f threads %d path %s precision %s ckpt %d "
-           "select_s %.3f measured %d\n",
+           "select_s %.3f measured %d cpu_share %.2f\n",
            med, median(tf, reps), median(tl, reps), median(tb, reps), fl / 1e9, fl / med / 1e9,
            m.nparams, (double)m.activation_floats * 4 / (1 << 20), max_rss_mib(),
            omp_get_max_threads(), nn_isa_name(nn_isa()), bf16 ? "bf16" : "fp32", ckpt, sel,
-           measured);
+           measured, share);
     free(x), free(y);
     nn_optim_free(&o);
     nn_unet_free(&m);

@@ -217,8 +217,10 @@ our_step() { "$BIN" --scale "$sc" --base "$b" --reps 1 $fl; }
 plain_step() { "$BIN" --scale "$sc" --base "$b" --reps 1; }
 torch_step() { $TORCH bench "$sc" "$b" "$THREADS" 1 $tf; }
 raw=$(mktemp) # the rows print as each step finishes (scale 7 takes minutes per step)
-echo "| model | precision | scaffold s | scaffold GFLOP/s | scaffold peak RSS | PyTorch s | PyTorch peak RSS | PyTorch/scaffold |"
-echo "|---|---|---|---|---|---|---|---|"
+# CPU share: of its threads' CPUs, what each engine's timed step got (1.00 quiet; a row under
+# 0.80 ran beside other work and is marked busy: not this CPU's speed)
+echo "| model | precision | scaffold s | scaffold GFLOP/s | scaffold peak RSS | PyTorch s | PyTorch peak RSS | PyTorch/scaffold | CPU share scaffold / PyTorch |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for s in $STEPS; do
     IFS=: read -r sc b <<<"$s"
     r=$REPS
@@ -250,11 +252,14 @@ for s in $STEPS; do
             n = split(o, a, " "); for (i = 1; i < n; i++) A[a[i]] = a[i + 1]
             n = split(t, c, " "); for (i = 1; i < n; i++) T[c[i]] = c[i + 1]
             ts = T["torch_step_s"] + 0
-            printf "| scale %s, base %s | %s | %.3f | %.0f | %.2f GiB | %s | %s | %s |\n", sc, b,
+            sa = ("cpu_share" in A) ? A["cpu_share"] : "-"; st = ("cpu_share" in T) ? T["cpu_share"] : "-"
+            busy = (sa != "-" && sa < 0.8) || (ts > 0 && st != "-" && st < 0.8)
+            printf "| scale %s, base %s | %s | %.3f | %.0f | %.2f GiB | %s | %s | %s | %s / %s%s |\n", sc, b,
                 (prec == "ckpt" ? "fp32, checkpointing" : prec), A["scaffold_step_s"], A["gflops"],
                 A["maxrss_mib"] / 1024, (ts > 0 ? sprintf("%.3f", ts) : "-"),
                 (ts > 0 ? sprintf("%.2f GiB", T["maxrss_mib"] / 1024) : "-"),
-                (ts > 0 ? sprintf("%.2fx", ts / A["scaffold_step_s"]) : "-")
+                (ts > 0 ? sprintf("%.2fx", ts / A["scaffold_step_s"]) : "-"), sa,
+                (ts > 0 ? st : "-"), busy ? " **busy**" : ""
         }'
         echo "$o" >>"$raw"
     done

@@ -6,6 +6,10 @@
 #   bench/nn/step_rounds.sh [ROUNDS] [SCALE] [BASE] [THREADS]
 # Each of ours is the median of 3 steps after a warm-up step (bench_step), PyTorch's one step
 # after a warm-up (tools/torch_ref.py bench). One algorithm cache for all of ours.
+# Each side also reports the share of its threads' CPUs its timed steps got (cpu_share: 1.00
+# on a quiet host, ~0.5 with as many busy processes beside it as cores): a round where one of
+# the four got under 0.8 is marked "busy" and left out of the medians (all rounds count when
+# none is quiet, with a warning).
 cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build}
 ROUNDS=${1:-12} SC=${2:-5} B=${3:-64} THREADS=${4:-$(nproc)}
@@ -18,25 +22,41 @@ CACHE=$(mktemp)
 rm -f "$CACHE"
 trap 'rm -f "$CACHE" "$CACHE.res"' EXIT
 export SCAFFOLD_NN_ALGO_CACHE=$CACHE
-ours() { "$BIN" --scale "$SC" --base "$B" --reps 3 "$@" 2>/dev/null | awk '/^scaffold_step_s/{print $2}'; }
-torch() { $PY tools/torch_ref.py bench "$SC" "$B" "$THREADS" 1 "$@" 2>/dev/null | awk '/^torch_step_s/{print $2}'; }
+# "seconds share" of a step
+share_of() { awk -v k="$1" '$1 == k { s = "1"; for (i = 1; i < NF; i++) if ($i == "cpu_share") s = $(i + 1); print $2, s }'; }
+ours() { "$BIN" --scale "$SC" --base "$B" --reps 3 "$@" 2>/dev/null | share_of scaffold_step_s; }
+torch() { $PY tools/torch_ref.py bench "$SC" "$B" "$THREADS" 1 "$@" 2>/dev/null | share_of torch_step_s; }
 ours >/dev/null && ours --bf16 >/dev/null # fill the algorithm cache
 cpu=$("$BIN" --peak 0.2 | awk '/^cpu /{sub(/^cpu /,""); print}')
 echo "# scale $SC / base $B training steps in rounds ($cpu, $THREADS threads): ours fp32, ours bf16, PyTorch fp32, PyTorch bf16 autocast"
-echo "# ours_fp32_s ours_bf16_s torch_fp32_s torch_bf16_s | ours fp32/bf16, torch/ours fp32, torch/ours bf16"
+echo "# ours_fp32_s ours_bf16_s torch_fp32_s torch_bf16_s | ours fp32/bf16, torch/ours fp32, torch/ours bf16 | cpu shares (ours fp32, bf16, torch fp32, bf16)"
 rows=$(mktemp)
 for _ in $(seq "$ROUNDS"); do
-    a=$(ours) b=$(ours --bf16) c=$(torch) d=$(torch --bf16)
+    read -r a sa <<<"$(ours)"
+    read -r b sb <<<"$(ours --bf16)"
+    read -r c sc <<<"$(torch)"
+    read -r d sd <<<"$(torch --bf16)"
     if [ -z "$a" ] || [ -z "$b" ] || [ -z "$c" ] || [ -z "$d" ]; then
         echo "step_rounds: a step failed (ours '$a' '$b', PyTorch '$c' '$d')" >&2
         rm -f "$rows"
         exit 1
     fi
-    awk -v a="$a" -v b="$b" -v c="$c" -v d="$d" \
-        'BEGIN { printf "%s %s %s %s | %.3f %.3f %.3f\n", a, b, c, d, a / b, c / a, d / b }' | tee -a "$rows"
+    awk -v a="$a" -v b="$b" -v c="$c" -v d="$d" -v sa="$sa" -v sb="$sb" -v sc="$sc" -v sd="$sd" \
+        'BEGIN { busy = sa < 0.8 || sb < 0.8 || sc < 0.8 || sd < 0.8
+                 printf "%s %s %s %s | %.3f %.3f %.3f | %s %s %s %s%s\n", a, b, c, d, a / b, c / a, d / b,
+                        sa, sb, sc, sd, busy ? " busy" : "" }' | tee -a "$rows"
 done
 med() { sort -g | awk '{v[NR] = $1} END {print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'; }
-echo "RESULT ours bf16 vs ours fp32: $(awk '{print $6}' "$rows" | med)x (median of $ROUNDS rounds' ratios)"
-echo "RESULT ours fp32 vs PyTorch fp32: $(awk '{print $7}' "$rows" | med)x"
-echo "RESULT ours bf16 vs PyTorch bf16: $(awk '{print $8}' "$rows" | med)x"
+quiet=$(grep -vc ' busy$' "$rows")
+if [ "$quiet" -gt 0 ]; then
+    sel() { grep -v ' busy$' "$rows"; }
+    note="median of the $quiet quiet rounds of $ROUNDS"
+else
+    sel() { cat "$rows"; }
+    note="median of $ROUNDS rounds, none quiet: a side got under 80% of its CPUs in every round"
+    echo "step_rounds: every round was busy (some step got under 80% of its CPUs): the ratios below are not of this CPU's speed" >&2
+fi
+echo "RESULT ours bf16 vs ours fp32: $(sel | awk '{print $6}' | med)x ($note)"
+echo "RESULT ours fp32 vs PyTorch fp32: $(sel | awk '{print $7}' | med)x"
+echo "RESULT ours bf16 vs PyTorch bf16: $(sel | awk '{print $8}' | med)x"
 rm -f "$rows"
