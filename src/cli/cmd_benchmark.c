@@ -132,11 +132,21 @@ int cmd_benchmark(int argc, char **argv) {
                    "durations %.2f s; ",
                    r.last_epoch, c.epochs, r.val_dice, c.target_dice, w.size, r.wall_s,
                    r.sum_epoch_s);
+        char wait[48] = "n/a";
+        if (r.cpu_wait >= 0)
+            snprintf(wait, sizeof wait, "%.1f%%", 100 * r.cpu_wait);
         printf("median minibatch time %s; checkpoints %.1f MB in %.2f s; %.3g samples/s; peak "
-               "memory per rank %.2f GiB (max), %.2f GiB (min); precision %s; run folder %s\n",
+               "memory per rank %.2f GiB (max), %.2f GiB (min); threads waiting for a CPU %s "
+               "(max); precision %s; run folder %s\n",
                mb, r.ckpt_bytes / 1e6, r.ckpt_s, r.samples_per_s, r.rss_max_gib, r.rss_min_gib,
-               c.torch_amp ? "bf16" : "fp32", c.run_dir);
+               wait, c.torch_amp ? "bf16" : "fp32", c.run_dir);
         fflush(stdout);
+        if (r.cpu_wait > BENCH_BUSY_WAIT)
+            log_warn("benchmark: the training threads waited %.0f%% of the time for a CPU (the "
+                     "most on any rank): other work shares these cores, or a rank runs more "
+                     "threads than it has cores (OMP_NUM_THREADS); the times and the FOM are "
+                     "not this machine's",
+                     100 * r.cpu_wait);
     }
     dist_finalize(&w);
     return 0;

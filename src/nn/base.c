@@ -2,6 +2,7 @@
 #include "nn/base.h"
 
 #include <omp.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -17,6 +18,29 @@ void nn_set_threads(int n) {
 static double clock_s(clockid_t c) {
     struct timespec ts;
     return clock_gettime(c, &ts) ? 0 : (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The calling thread's run-queue wait (/proc/thread-self/schedstat: run ns, wait ns, slices). */
+static double thread_wait_s(void) {
+    FILE *f = fopen("/proc/thread-self/schedstat", "r");
+    if (!f)
+        return -1;
+    unsigned long long run, wait;
+    const int ok = fscanf(f, "%llu %llu", &run, &wait) == 2;
+    fclose(f);
+    return ok ? 1e-9 * (double)wait : -1;
+}
+
+double nn_team_wait_seconds(void) {
+    double s = 0;
+    int bad = 0;
+#pragma omp parallel num_threads(nn_threads()) reduction(+ : s) reduction(| : bad)
+    {
+        const double w = thread_wait_s();
+        bad |= w < 0;
+        s += w < 0 ? 0 : w;
+    }
+    return bad ? -1 : s;
 }
 
 double nn_team_cpu_seconds(void) {

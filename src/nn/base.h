@@ -47,5 +47,10 @@ void nn_set_threads(int n);
  * times nn_threads() is the share of the CPUs the pass got: well below 1 when other work shares
  * the cores or there are fewer cores than threads. */
 double nn_team_cpu_seconds(void);
+/* Seconds the threads of an nn_threads() team have waited on a run queue so far, summed (Linux
+ * schedstat: ready to run while another task held the CPU); -1 where the kernel does not say.
+ * Over a run, against its wall time times nn_threads(): the share of its time the team waited
+ * for a CPU (about 0.01 on a quiet host, 0.3-0.5 with busy processes beside it). */
+double nn_team_wait_seconds(void);
 
 #endif

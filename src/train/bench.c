@@ -10,6 +10,7 @@
 #include "core/mem.h"
 #include "core/prof.h"
 #include "nn/algo.h"
+#include "nn/base.h"
 #include "nn/settings.h"
 #include "train/ckpt.h"
 #include "train/plot.h"
@@ -295,6 +296,7 @@ typedef struct epoch_run {
     double *med;
     int nmed;
     run_stats_row last_row;
+    double wait0; /* the threads' run-queue wait at the start (nn_team_wait_seconds) */
 } epoch_run;
 
 /* Stopped inside epoch `epoch` after `steps` steps: saved there (when checkpoints are on),
@@ -394,6 +396,10 @@ static int epoch_loop_finish(epoch_run *r, int rc, double t_train0) {
     prof_end(PROF_CHECKPOINT);
     rc = dist_agree(w, rc ? rc : frc);
     out->wall_s = time_now() - t_train0;
+    const double wait1 = nn_team_wait_seconds();
+    out->cpu_wait = r->wait0 >= 0 && wait1 >= 0 && out->wall_s > 0
+                        ? (wait1 - r->wait0) / (out->wall_s * nn_threads())
+                        : -1;
     out->samples_per_s = r->seconds_all > 0 ? r->samples_all / r->seconds_all : 0;
     out->val_dice = r->done.val_dice;
     out->converged = r->done.val_dice >= c->target_dice;
@@ -407,6 +413,7 @@ static int epoch_loop(const scaffold_config *c, train_state *s, ckpt_writer *ck,
     const dist_world *w = s->w;
     epoch_run r = {.c = c, .s = s, .ck = ck, .cs = cs, .out = out, .last_saved = cs->epoch,
                    .total_steps = cs->total_optimizer_steps, .done = *cs};
+    r.wait0 = nn_team_wait_seconds();
     double t_train0 = time_now();
     int epoch = cs->epoch + 1, rc = 0;
     r.ckpt_on = c->checkpoint_interval > 0 || c->checkpoint_on_signal;
@@ -490,6 +497,7 @@ static int epoch_loop(const scaffold_config *c, train_state *s, ckpt_writer *ck,
 int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv,
               const parity_opts *po, bench_result *out) {
     memset(out, 0, sizeof *out);
+    out->cpu_wait = -1;
     out->minibatch_time_s = NAN;
     ds_layout layout;
     int rc = train_check(c, w, &layout);
@@ -563,6 +571,7 @@ int bench_run(scaffold_config *c, const dist_world *w, int argc, char **argv,
     double gib = getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss / 1048576.0 : 0;
     out->rss_max_gib = dist_max_double(w, gib);
     out->rss_min_gib = -dist_max_double(w, -gib);
+    out->cpu_wait = dist_max_double(w, out->cpu_wait);
     if (w->rank == 0 && rc == 0)
         finish_run(c, out);
     train_stop_uninstall();

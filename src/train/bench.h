@@ -23,6 +23,8 @@ typedef struct bench_result {
     double loader_wait_s; /* seconds the training loop waited for batches */
     double samples_per_s; /* training samples (all replicas) / epoch durations, this invocation */
     double rss_max_gib, rss_min_gib; /* peak resident memory per rank, max and min over ranks */
+    double cpu_wait; /* share of the training's wall time its threads waited for a CPU (the
+                      * largest over ranks; nn_team_wait_seconds), -1 unknown */
     /* A stop signal (train/stop.h): the signal (0: none), where (epoch, and steps done of the
      * epoch's stop_steps; epoch 0: in the warmup) and whether a checkpoint holds that point. */
     int stop_signal, stop_epoch, stop_saved;
@@ -31,6 +33,11 @@ typedef struct bench_result {
                                  * per epoch, the median of those (NAN: no full batch) */
     long total_optimizer_steps; /* over the whole run (all invocations) */
 } bench_result;
+
+/* Above this share of waiting for a CPU, `scaffold benchmark` warns that the run's times are
+ * not the machine's: quiet runs wait about 1% (the quickstart on 2 cores), a run with as many
+ * busy processes beside it as cores 30-50%. */
+#define BENCH_BUSY_WAIT 0.10
 
 /* Runs the benchmark. `c` is finalised with absolute directories (cli_config_start); `po`
  * (NULL: none) asks for the same-data comparison outputs of parity.h. */

@@ -432,6 +432,9 @@ static void run_metadata(metas *ms, const dist_world *w, const scaffold_config *
              r->sum_epoch_s);
     meta_add(ms, "samples_per_s", CALI_TYPE_DOUBLE, "double", "performance", "%.6g",
              r->samples_per_s);
+    if (r->cpu_wait >= 0) /* a busy host's run compared with a quiet one's: see bench.h */
+        meta_add(ms, "cpu_wait_fraction", CALI_TYPE_DOUBLE, "double", "performance", "%.6f",
+                 r->cpu_wait);
     /* the figure of merit only for a run that reached the target (upstream sends FOM only
      * for epochs: -1, which runs to it) */
     if (r->converged) {

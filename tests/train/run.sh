@@ -18,6 +18,8 @@ out=$($MPIRUN -n 2 "$SCAFFOLD" benchmark $cfg --base-run-dir runs2 --checkpoint-
 rc=$?
 [ $rc -eq 0 ] && t_ok "benchmark -n 2 runs" || t_fail "benchmark -n 2 runs" "$out"
 echo "$out" | grep -q "^benchmark: " && t_ok "summary line printed" || t_fail "summary line" "$out"
+grep -Eq '^benchmark: .*; threads waiting for a CPU [0-9]+\.[0-9]% \(max\); precision fp32; run folder ' <<<"$out" \
+    && t_ok "summary line: the threads' wait for a CPU" || t_fail "summary line: wait for a CPU" "$out"
 [ "$(grep -c 'memory plan per rank: parameters .* activations .* per rank, .* for the 2 rank(s) on this node, of ' <<<"$out")" -eq 1 ] \
     && t_ok "memory plan printed once, before data generation" || t_fail "memory plan printed" "$out"
 run2=$(lastrun runs2)
@@ -349,6 +351,18 @@ t_expect_fail "a malformed pinned file" 2 "SCAFFOLD_NN_ALGO_PIN=.*bad.tsv line 1
 t_expect_fail "an unknown SCAFFOLD_NN_ALGO" 2 "SCAFFOLD_NN_ALGO=fastest: unknown" \
     env SCAFFOLD_NN_ALGO=fastest "$SCAFFOLD" benchmark $cfg --base-run-dir runsbadpin
 [ ! -d runsbadpin ] && t_ok "no run folder for a bad algorithm setting" || t_fail "no run folder for a bad algorithm setting" "$(ls runsbadpin)"
+
+# 5b. A run beside twice as many spinning processes as CPUs: its threads wait for a CPU, and the
+# summary says the times are not the machine's (a quiet host: about 1%, not tested here, since
+# a test host may be busy).
+spin=()
+for _ in $(seq $((2 * $(nproc)))); do (while :; do :; done) & spin+=($!); done
+out=$(timeout 120 "$SCAFFOLD" benchmark $cfg --base-run-dir runsbusy --epochs 4 2>&1)
+kill "${spin[@]}" 2>/dev/null; wait "${spin[@]}" 2>/dev/null
+w=$(sed -nE 's/.*threads waiting for a CPU ([0-9.]+)% .*/\1/p' <<<"$out")
+[ -n "$w" ] && awk -v w="$w" 'BEGIN { exit !(w > 10) }' \
+    && grep -q "warning.*the training threads waited [0-9]*% of the time for a CPU .* not this machine's" <<<"$out" \
+    && t_ok "a busy host: the threads waited $w% for a CPU, and a warning" || t_fail "a busy host's warning" "$out"
 
 # 6. Bad inputs at -n 2: one clear message, same exit status on all ranks, no hang.
 t_expect_fail "global batch larger than the validation set" 2 "global batch size 4 .* exceeds the validation set" \
