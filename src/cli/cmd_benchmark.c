@@ -30,6 +30,40 @@ static int profile_dir(const opt_spec *o, char **vals, int n, void *ctx) {
     return 0;
 }
 
+/* The summary line of a run that trained (rank 0), and the warning of a busy host. */
+static void print_summary(const bench_result *r, const scaffold_config *c, int ranks) {
+    char mb[48] = "n/a (no full-size batch)";
+    if (!isnan(r->minibatch_time_s))
+        snprintf(mb, sizeof mb, "%.4f s", r->minibatch_time_s);
+    if (r->converged)
+        printf("benchmark: reached val dice %.4f >= %.3f at epoch %d on %d rank(s); "
+               "time to target %.2f s (training wall time, I/O included); "
+               "sum of epoch durations %.2f s; FOM (upstream, 1/sum) %.5g 1/s; ",
+               r->val_dice, c->target_dice, r->last_epoch, ranks, r->wall_s, r->sum_epoch_s,
+               r->fom_upstream);
+    else
+        printf("benchmark: stopped at epoch %d (cap %d) with val dice %.4f < %.3f on %d "
+               "rank(s); no FOM (not converged); training wall time %.2f s; sum of epoch "
+               "durations %.2f s; ",
+               r->last_epoch, c->epochs, r->val_dice, c->target_dice, ranks, r->wall_s,
+               r->sum_epoch_s);
+    char wait[48] = "n/a";
+    if (r->cpu_wait >= 0)
+        snprintf(wait, sizeof wait, "%.1f%%", 100 * r->cpu_wait);
+    printf("median minibatch time %s; checkpoints %.1f MB in %.2f s; %.3g samples/s; peak "
+           "memory per rank %.2f GiB (max), %.2f GiB (min); threads waiting for a CPU %s "
+           "(max); precision %s; run folder %s\n",
+           mb, r->ckpt_bytes / 1e6, r->ckpt_s, r->samples_per_s, r->rss_max_gib, r->rss_min_gib,
+           wait, c->torch_amp ? "bf16" : "fp32", c->run_dir);
+    fflush(stdout);
+    if (r->cpu_wait > BENCH_BUSY_WAIT)
+        log_warn("benchmark: the training threads waited %.0f%% of the time for a CPU (the "
+                 "most on any rank): other work shares these cores, or a rank runs more "
+                 "threads than it has cores (OMP_NUM_THREADS); the times and the FOM are "
+                 "not this machine's",
+                 100 * r->cpu_wait);
+}
+
 int cmd_benchmark(int argc, char **argv) {
     dist_world w;
     scaffold_config c;
@@ -117,36 +151,7 @@ int cmd_benchmark(int argc, char **argv) {
                    r.last_epoch, c.epochs, r.val_dice, c.target_dice, c.run_dir);
         fflush(stdout);
     } else if (w.rank == 0) {
-        char mb[48] = "n/a (no full-size batch)";
-        if (!isnan(r.minibatch_time_s))
-            snprintf(mb, sizeof mb, "%.4f s", r.minibatch_time_s);
-        if (r.converged)
-            printf("benchmark: reached val dice %.4f >= %.3f at epoch %d on %d rank(s); "
-                   "time to target %.2f s (training wall time, I/O included); "
-                   "sum of epoch durations %.2f s; FOM (upstream, 1/sum) %.5g 1/s; ",
-                   r.val_dice, c.target_dice, r.last_epoch, w.size, r.wall_s, r.sum_epoch_s,
-                   r.fom_upstream);
-        else
-            printf("benchmark: stopped at epoch %d (cap %d) with val dice %.4f < %.3f on %d "
-                   "rank(s); no FOM (not converged); training wall time %.2f s; sum of epoch "
-                   "durations %.2f s; ",
-                   r.last_epoch, c.epochs, r.val_dice, c.target_dice, w.size, r.wall_s,
-                   r.sum_epoch_s);
-        char wait[48] = "n/a";
-        if (r.cpu_wait >= 0)
-            snprintf(wait, sizeof wait, "%.1f%%", 100 * r.cpu_wait);
-        printf("median minibatch time %s; checkpoints %.1f MB in %.2f s; %.3g samples/s; peak "
-               "memory per rank %.2f GiB (max), %.2f GiB (min); threads waiting for a CPU %s "
-               "(max); precision %s; run folder %s\n",
-               mb, r.ckpt_bytes / 1e6, r.ckpt_s, r.samples_per_s, r.rss_max_gib, r.rss_min_gib,
-               wait, c.torch_amp ? "bf16" : "fp32", c.run_dir);
-        fflush(stdout);
-        if (r.cpu_wait > BENCH_BUSY_WAIT)
-            log_warn("benchmark: the training threads waited %.0f%% of the time for a CPU (the "
-                     "most on any rank): other work shares these cores, or a rank runs more "
-                     "threads than it has cores (OMP_NUM_THREADS); the times and the FOM are "
-                     "not this machine's",
-                     100 * r.cpu_wait);
+        print_summary(&r, &c, w.size);
     }
     dist_finalize(&w);
     return 0;
