@@ -6,6 +6,7 @@
 #include "core/fsutil.h"
 #include "core/job.h"
 #include "core/log.h"
+#include "train/bench.h"
 #include "train/plot.h"
 #include "train/runfolder.h"
 
@@ -29,6 +30,7 @@ typedef struct sc_point {
     int ok, converged;
     char status[256];
     double sps, epoch_s, fom, ttt, rss_max, rss_min, eff;
+    double wait; /* share of the time its threads waited for a CPU (the benchmark's summary) */
 } sc_point;
 
 /* "1,2,4" -> ints (each >= 1). */
@@ -152,7 +154,7 @@ static void collect(sc_point *pt, const char *dir, int st) {
     }
     if (f)
         fclose(f);
-    pt->sps = pt->epoch_s = pt->fom = pt->ttt = pt->rss_max = pt->rss_min = NAN;
+    pt->sps = pt->epoch_s = pt->fom = pt->ttt = pt->rss_max = pt->rss_min = pt->wait = NAN;
     if (st != 0 || !summary[0]) {
         err[strcspn(err, "\n")] = '\0';
         for (char *p = err; *p; p++)
@@ -168,6 +170,7 @@ static void collect(sc_point *pt, const char *dir, int st) {
     pt->sps = samples_per_s(summary);
     pt->rss_max = after(summary, "peak memory per rank ");
     pt->rss_min = after(summary, "GiB (max), ");
+    pt->wait = after(summary, "threads waiting for a CPU ") / 100;
     if (pt->converged) {
         pt->fom = after(summary, "FOM (upstream, 1/sum) ");
         pt->ttt = after(summary, "time to target ");
@@ -191,12 +194,12 @@ static void collect(sc_point *pt, const char *dir, int st) {
 
 #define SC_HEADER                                                                                  \
     "ranks,replicas,shards,local_batch_size,status,samples_per_s,epoch_s,fom_upstream,"           \
-    "time_to_target_s,parallel_efficiency,mem_per_rank_gib_max,mem_per_rank_gib_min"
+    "time_to_target_s,parallel_efficiency,mem_per_rank_gib_max,mem_per_rank_gib_min,cpu_wait"
 
 static void row(FILE *f, const sc_point *p) {
-    fprintf(f, "%d,%d,%dx%dx%d,%d,%s,%.6g,%.6g,%.6g,%.6g,%.6g,%.4g,%.4g\n", p->ranks, p->replicas,
-            p->shards[0], p->shards[1], p->shards[2], p->batch, p->status, p->sps, p->epoch_s,
-            p->fom, p->ttt, p->eff, p->rss_max, p->rss_min);
+    fprintf(f, "%d,%d,%dx%dx%d,%d,%s,%.6g,%.6g,%.6g,%.6g,%.6g,%.4g,%.4g,%.4g\n", p->ranks,
+            p->replicas, p->shards[0], p->shards[1], p->shards[2], p->batch, p->status, p->sps,
+            p->epoch_s, p->fom, p->ttt, p->eff, p->rss_max, p->rss_min, p->wait);
 }
 
 /* result.csv of a finished point (header + row), read back on resume. */
@@ -221,11 +224,11 @@ static int load_result(const char *dir, sc_point *p) {
     int got = 0;
     if (fgets(line, sizeof line, f) && fgets(line, sizeof line, f)) {
         /* ranks,replicas,shards,batch,status,... : the status has no comma (collect). */
-        char *fld[12];
+        char *fld[13];
         int nf = 0;
-        for (char *t = strtok(line, ",\n"); t && nf < 12; t = strtok(NULL, ",\n"))
+        for (char *t = strtok(line, ",\n"); t && nf < 13; t = strtok(NULL, ",\n"))
             fld[nf++] = t;
-        if (nf == 12) {
+        if (nf == 12 || nf == 13) { /* 12: a study from before the cpu_wait column */
             snprintf(p->status, sizeof p->status, "%s", fld[4]);
             p->ok = strncmp(fld[4], "failed", 6) != 0;
             p->converged = !strcmp(fld[4], "converged");
@@ -235,6 +238,7 @@ static int load_result(const char *dir, sc_point *p) {
             p->ttt = atof(fld[8]);
             p->rss_max = atof(fld[10]);
             p->rss_min = atof(fld[11]);
+            p->wait = nf == 13 ? atof(fld[12]) : NAN;
             got = 1;
         }
     }
@@ -443,6 +447,11 @@ static int sc_run_point(const sc_study *S, sc_point *p, int i, int np) {
         log_warn("scaling: %s", err_msg());
     log_info("scaling: point %s: %s%s", p->id, p->status,
              p->ok || !fs_exists(log) ? "" : " (see its log.txt)");
+    if (p->ok && p->wait > BENCH_BUSY_WAIT)
+        log_warn("scaling: point %s: its threads waited %.0f%% of the time for a CPU: more "
+                 "ranks times threads than cores, or other work on them; its rate and "
+                 "efficiency are not the machine's",
+                 p->id, 100 * p->wait);
     return 0;
 }
 

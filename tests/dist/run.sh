@@ -196,12 +196,12 @@ sc=("$SCAFFOLD" scaling $cfg --epochs 1 --threads 1 --ranks 1,2,4 --shards "1 1 
 out=$($T "${sc[@]}" --out study 2>&1); rc=$?
 csv=study/scaling.csv
 if [ $rc -eq 0 ] && [ "$(wc -l < $csv)" -eq 7 ] &&
-    head -n 1 $csv | grep -q '^ranks,replicas,shards,local_batch_size,status,samples_per_s,epoch_s,fom_upstream,time_to_target_s,parallel_efficiency,mem_per_rank_gib_max,mem_per_rank_gib_min$'; then
+    head -n 1 $csv | grep -q '^ranks,replicas,shards,local_batch_size,status,samples_per_s,epoch_s,fom_upstream,time_to_target_s,parallel_efficiency,mem_per_rank_gib_max,mem_per_rank_gib_min,cpu_wait$'; then
     t_ok "scaling: 6 points in scaling.csv"
 else
     t_fail "scaling: scaling.csv" "exit $rc: $out $(cat $csv)"
 fi
-grep -q '^2,1,2x1x1,1,ok,[0-9.e+]*,[0-9.e+-]*,nan,nan,[0-9.e+-]*,[0-9.]*,[0-9.]*$' $csv &&
+grep -q '^2,1,2x1x1,1,ok,[0-9.e+]*,[0-9.e+-]*,nan,nan,[0-9.e+-]*,[0-9.]*,[0-9.]*,[0-9.e+-]*$' $csv &&
     grep -q '^1,1,1x1x1,1,ok,.*,1,' $csv && t_ok "scaling: samples/s, epoch time, efficiency (1 at the base), memory per rank" ||
     t_fail "scaling: point rows" "$(cat $csv)"
 grep -q '^1,0,2x1x1,1,failed: 1 ranks are not a multiple of the 2 shards' $csv &&
@@ -215,6 +215,16 @@ import struct; w, h = struct.unpack('>II', b[16:24]); assert (w, h) == (1200, 13
 " && t_ok "scaling: scaling.png is a 2-panel PNG" || t_fail "scaling.png"
 grep -qE '^scaling: 6 points \(4 ok, 2 failed\), weak mode; best [0-9.e+]+ samples/s at [0-9] rank' <<<"$out" &&
     t_ok "scaling: summary line" || t_fail "scaling: summary line" "$out"
+# each point's threads' wait for a CPU (the benchmark's summary): 4 one-thread ranks on fewer
+# than 4 CPUs wait, and the study says that point's rate is not the machine's
+w4=$(awk -F, '$1 == 4 && $5 == "ok" { print $13 }' $csv)
+if [ "$(nproc)" -lt 4 ]; then
+    awk -v w="$w4" 'BEGIN { exit !(w > 0.1) }' && grep -q "scaling: point n4_s2x1x1: its threads waited [0-9]*% of the time for a CPU" <<<"$out" &&
+        t_ok "scaling: 4 ranks on $(nproc) CPUs waited $w4 of the time for a CPU, and a warning" || t_fail "scaling: cpu_wait of 4 ranks" "$w4: $out"
+else
+    awk -v w="$w4" 'BEGIN { exit !(w >= 0 && w < 1) }' && t_ok "scaling: the 4-rank point's cpu_wait ($w4; $(nproc) CPUs: no oversubscription)" ||
+        t_fail "scaling: cpu_wait column" "$(cat $csv)"
+fi
 # A study killed (SIGTERM: the running point's process group goes with it) during its second
 # point resumes: the first is kept, the rest run.
 "${sc[@]}" --out study2 >/dev/null 2>&1 &
