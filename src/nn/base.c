@@ -1,4 +1,5 @@
-/* base: the engine's smallest shared helpers (base.h): its thread count and bf16 rounding. */
+/* base: the engine's smallest shared helpers (base.h): its thread count, what its team got of
+ * the CPUs, and bf16 rounding. */
 #include "nn/base.h"
 
 #include <omp.h>

@@ -1,6 +1,7 @@
 /* base: the engine's smallest shared helpers, below the layers and the convolutions: the
- * convolutions' precision (nn_prec), bf16 rounding and storage, and the thread count the
- * layers use (an OpenMP team bounded by NN_MAX_THREADS). Implemented in base.c. */
+ * convolutions' precision (nn_prec), bf16 rounding and storage, the thread count the layers use
+ * (an OpenMP team bounded by NN_MAX_THREADS), and what that team got of the CPUs (its CPU time,
+ * its run-queue wait: a busy host is named rather than measured). Implemented in base.c. */
 #ifndef SCAFFOLD_NN_BASE_H
 #define SCAFFOLD_NN_BASE_H
 
