@@ -39,6 +39,7 @@ static const jfield fields[] = {
     JF("epoch_s", J_DBL, epoch_s, 0),
     JF("ttt_s", J_DBL, ttt_s, 0),
     JF("wall_s", J_DBL, wall_s, 0),
+    JF("cpu_wait", J_DBL, cpu_wait, 0),
     JF("converged", J_INT, converged, 0),
     JF("nepochs", J_INT, nepochs, 0),
     JF("samples_per_epoch", J_DBL, samples_per_epoch, 0),
@@ -307,6 +308,7 @@ int tune_journal_read(const char *path, const char *signature, tune_journal *j) 
         }
         tune_meas *m = &j->runs[j->nruns];
         memset(m, 0, sizeof *m);
+        m->cpu_wait = NAN; /* a journal from before the field */
         snprintf(j->trial[j->nruns], 32, "%s", t);
         j->side[j->nruns] = sd[0];
         j->rep[j->nruns] = atoi(rp);

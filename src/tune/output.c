@@ -13,6 +13,7 @@
 #include "analyze/report.h"
 #include "core/err.h"
 #include "core/fsutil.h"
+#include "train/bench.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -69,6 +70,7 @@ static void runs_json(an_jw *w, const char *key, const tune_meas *m, int n, tune
         an_jw_num(w, "final_train_loss", r->nepochs ? r->loss[r->nepochs - 1] : NAN);
         an_jw_num(w, "final_val_dice", r->nepochs ? r->val_dice[r->nepochs - 1] : NAN);
         an_jw_num(w, "wall_s", r->wall_s);
+        an_jw_num(w, "cpu_wait", r->cpu_wait); /* over BENCH_BUSY_WAIT: a busy host's run */
         an_jw_str(w, "host", r->host);
         an_jw_str(w, "cpu", r->cpu);
         an_jw_str(w, "layout", r->layout);
@@ -220,6 +222,10 @@ void tune_print_summary(const tune_state *S, FILE *out) {
             S->stopped && !strcmp(S->stopped, "budget") ? "stopped at the budget"
                                                         : "every lever tried",
             el, S->runs_done, S->out);
+    if (S->runs_busy)
+        fprintf(out, "tune: %d of the %d runs shared their cores (threads waiting over %.0f%% of "
+                     "the time for a CPU): the verdicts rest on a busy host's times\n",
+                S->runs_busy, S->runs_done, 100 * BENCH_BUSY_WAIT);
     fflush(out);
 }
 
@@ -430,6 +436,7 @@ static void write_json(const tune_state *S, FILE *f) {
     an_jw_end(&w, '}');
     an_jw_num(&w, "elapsed_s", S->elapsed_s);
     an_jw_i64(&w, "runs", S->runs_done);
+    an_jw_i64(&w, "runs_busy", S->runs_busy);
     an_jw_end(&w, '}');
     fputc('\n', f);
 }

@@ -180,6 +180,8 @@ static void measure(const char *dir, const char *logp, int status, tune_meas *m)
     free(rows);
     qsort(ep, (size_t)ns, sizeof *ep, cmp_double);
     m->epoch_s = ns % 2 ? ep[ns / 2] : 0.5 * (ep[ns / 2 - 1] + ep[ns / 2]);
+    const char *cw = strstr(line, "threads waiting for a CPU ");
+    m->cpu_wait = cw ? strtod(cw + 26, NULL) / 100 : NAN;
     m->converged = strstr(line, "benchmark: reached") != NULL;
     const char *t = strstr(line, "time to target ");
     m->ttt_s = m->converged && t ? strtod(t + 15, NULL) : NAN;
@@ -209,7 +211,7 @@ static void measure(const char *dir, const char *logp, int status, tune_meas *m)
 int tune_run_one(const tune_launch *L, const tune_levers *lv, const tune_setting *s,
                  const char *dir, tune_meas *m) {
     memset(m, 0, sizeof *m);
-    m->ttt_s = NAN;
+    m->ttt_s = m->cpu_wait = NAN;
     if (fs_mkdir_p(dir))
         return err_prefix("tune run folder");
     char logp[1100], runbase[1100], flagbuf[TUNE_MAX_LEVERS][TUNE_NAME_MAX + TUNE_VALUE_MAX + 8];

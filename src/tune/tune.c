@@ -10,6 +10,7 @@
 #include "core/job.h"
 #include "core/log.h"
 #include "core/sha256.h"
+#include "train/bench.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -141,6 +142,12 @@ static int one_run(tune_state *S, tune_trial *t, char side, int rep, int of, tun
     S->run_s_sum += m->wall_s;
     if (!m->ok)
         fprintf(stderr, "tune:   %s failed: %s\n", dir, m->error);
+    if (m->ok && m->cpu_wait > BENCH_BUSY_WAIT) {
+        S->runs_busy++;
+        fprintf(stderr, "tune:   %s: its threads waited %.0f%% of the time for a CPU (other work "
+                "on these cores): its times measure the host, and widen this pair's noise\n",
+                dir, 100 * m->cpu_wait);
+    }
     return tune_journal_run(S->journal, t->id, side, rep, m);
 }
 

@@ -98,6 +98,8 @@ typedef struct tune_meas {
     double epoch_s;          /* median steady epoch duration */
     double ttt_s;            /* time to target (training wall time), NAN if not converged */
     double wall_s;           /* the whole command, seconds */
+    double cpu_wait;         /* share of the training its threads waited for a CPU (the
+                              * benchmark's summary line; NAN: not said) */
     int converged, nepochs;
     double samples_per_epoch, samples_per_step, batches_per_epoch;
     double loss[TUNE_MAX_EPOCHS], val_loss[TUNE_MAX_EPOCHS], val_dice[TUNE_MAX_EPOCHS];
@@ -311,6 +313,7 @@ typedef struct tune_state {
     tune_setting incumbent;
     double t0, elapsed_s, run_s_sum; /* wall clock, and the sum of run times (for the ETA) */
     int runs_done, runs_planned, trials_planned;
+    int runs_busy; /* runs of this invocation whose threads waited over BENCH_BUSY_WAIT */
     const char *stopped;         /* "complete" or "budget" */
     char untried[2048];
     /* discriminator */

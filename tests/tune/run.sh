@@ -131,6 +131,9 @@ checks = {
     "objective and FOM definition": r["objective"] == "throughput" and "steady epochs" in r["fom"]["definition"],
     "baseline FOM, median, band": len(r["baseline"]["fom"]) == 2 and r["baseline"]["fom_median"] > 0 and r["baseline"]["fom_band"] >= 0.25,
     "every run: host, CPU, layout, start, folders": all(x["host"] and x["cpu"] and x["layout"] == "1x1" and x["started"].endswith("Z") and x["run_dir"] and x["trace_dir"] for x in runs),
+    # (runs_busy counts this invocation's runs, not those the resume took from the journal)
+    "every run: its threads' CPU wait; busy runs counted": all(isinstance(x["cpu_wait"], (int, float)) and 0 <= x["cpu_wait"] < 1 for x in runs)
+        and 0 <= r["runs_busy"] <= sum(1 for x in runs if x["cpu_wait"] > 0.10),
     "discriminator class": r["discriminator"]["class"] == "input-bound" and r["discriminator"]["loader_wait_share"] > 0.3,
     "best: workers 4, gain": r["best"]["overrides"] == {"dataloader_num_workers": "4"} and r["best"]["gain"] > 0.3,
     "analysis: 12 checklist verdicts": len(r["analysis"]["baseline"]["checklist"]) == 12,
