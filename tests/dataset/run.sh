@@ -12,7 +12,9 @@ tree_hash() { (cd "$1" && find . -type f ! -name meta.yaml | sort | xargs sha256
 snap() { find "$1" -type f -exec stat -c '%i %Y.%y %s %n' {} + | sort; }
 visible() { find "$1" -mindepth 2 -maxdepth 2 ! -name '.*' | wc -l; }
 gen() { $MPIRUN -n "$1" "$SCAFFOLD" generate_dataset -c "$cfg" "${@:2}" 2>&1; }
-dir_of() { sed -n 's/.* in \(\/[^:]*\)\(: .*\)\{0,1\}$/\1/p' <<<"$1" | tail -n 1; }
+# the dataset folder from generate_dataset's closing line (stdout): not from the log's
+# "generating ... in STAGING" line (stderr), which mpirun may forward after it
+dir_of() { sed -n 's/^generate_dataset: .* in \(\/[^:]*\)\(: .*\)\{0,1\}$/\1/p' <<<"$1" | tail -n 1; }
 
 san_build() { # san_build SAN: objects once, then both test binaries, in $d/san-<SAN>/
     local o=$d/san-${1//,/-} root=$PWD
