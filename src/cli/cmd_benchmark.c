@@ -51,8 +51,8 @@ static void print_summary(const bench_result *r, const scaffold_config *c, int r
     if (r->cpu_wait >= 0)
         snprintf(wait, sizeof wait, "%.1f%%", 100 * r->cpu_wait);
     printf("median minibatch time %s; checkpoints %.1f MB in %.2f s; %.3g samples/s; peak "
-           "memory per rank %.2f GiB (max), %.2f GiB (min); threads waiting for a CPU %s "
-           "(max); precision %s; run folder %s\n",
+           "memory per rank %.2f GiB (max), %.2f GiB (min); " BENCH_WAIT_KEY "%s (max); "
+           "precision %s; run folder %s\n",
            mb, r->ckpt_bytes / 1e6, r->ckpt_s, r->samples_per_s, r->rss_max_gib, r->rss_min_gib,
            wait, c->torch_amp ? "bf16" : "fp32", c->run_dir);
     fflush(stdout);

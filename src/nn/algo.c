@@ -687,11 +687,11 @@ static int pick(const nn_algo_job *j, int *done, int peek) {
     if (!busy)
         cache_store(&e);
     else if (!S.busy_warned++)
-        log_warn("nn: measuring the convolutions' algorithms, a run got only %.0f%% of the %d "
-                 "CPUs its %d threads need (other work on these cores, or fewer cores than "
-                 "threads: OMP_NUM_THREADS): choices measured so are used in this run but not "
-                 "written to the cache %s",
-                 100 * S.min_share, nn_threads(), nn_threads(),
+        log_warn("nn: measuring the convolutions' algorithms, a run got only %.0f%% of the CPUs "
+                 "of its %d threads (other work on these cores, or fewer cores than threads: "
+                 "OMP_NUM_THREADS): choices measured so are used in this run but not written "
+                 "to the cache %s",
+                 100 * S.min_share, nn_threads(),
                  S.cache_path[0] ? S.cache_path : "(none)");
     *done = last == a && j->key.pass != NN_PASS_BWD_WEIGHT;
     return a;

@@ -32,24 +32,31 @@ static double thread_wait_s(void) {
     return ok ? 1e-9 * (double)wait : -1;
 }
 
-double nn_team_wait_seconds(void) {
+static double thread_cpu_s(void) {
+    return clock_s(CLOCK_THREAD_CPUTIME_ID);
+}
+
+/* f() summed over the threads of an nn_threads() team, each calling it itself; -1 when one of
+ * them returns a negative value (not known). */
+static double team_sum(double (*f)(void)) {
     double s = 0;
     int bad = 0;
 #pragma omp parallel num_threads(nn_threads()) reduction(+ : s) reduction(| : bad)
     {
-        const double w = thread_wait_s();
-        bad |= w < 0;
-        s += w < 0 ? 0 : w;
+        const double v = f();
+        bad |= v < 0;
+        s += v < 0 ? 0 : v;
     }
     return bad ? -1 : s;
 }
 
+double nn_team_wait_seconds(void) {
+    return team_sum(thread_wait_s);
+}
+
 double nn_team_cpu_seconds(void) {
 #ifdef _OPENMP
-    double s = 0;
-#pragma omp parallel num_threads(nn_threads()) reduction(+ : s)
-    s += clock_s(CLOCK_THREAD_CPUTIME_ID);
-    return s;
+    return team_sum(thread_cpu_s);
 #else
     return clock_s(CLOCK_PROCESS_CPUTIME_ID);
 #endif

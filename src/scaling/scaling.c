@@ -170,7 +170,7 @@ static void collect(sc_point *pt, const char *dir, int st) {
     pt->sps = samples_per_s(summary);
     pt->rss_max = after(summary, "peak memory per rank ");
     pt->rss_min = after(summary, "GiB (max), ");
-    pt->wait = after(summary, "threads waiting for a CPU ") / 100;
+    pt->wait = after(summary, BENCH_WAIT_KEY) / 100;
     if (pt->converged) {
         pt->fom = after(summary, "FOM (upstream, 1/sum) ");
         pt->ttt = after(summary, "time to target ");

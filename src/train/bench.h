@@ -38,6 +38,9 @@ typedef struct bench_result {
  * not the machine's: quiet runs wait about 1% (the quickstart on 2 cores), a run with as many
  * busy processes beside it as cores 30-50%. */
 #define BENCH_BUSY_WAIT 0.10
+/* The summary line's field of that share, in percent ("... BENCH_WAIT_KEY 0.5% (max); ..."),
+ * as `scaffold scaling` and `scaffold tune` read it back from a run's output. */
+#define BENCH_WAIT_KEY "threads waiting for a CPU "
 
 /* Runs the benchmark. `c` is finalised with absolute directories (cli_config_start); `po`
  * (NULL: none) asks for the same-data comparison outputs of parity.h. */

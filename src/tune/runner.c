@@ -11,6 +11,7 @@
 #include "core/err.h"
 #include "core/fsutil.h"
 #include "core/job.h"
+#include "train/bench.h"
 #include "train/runfolder.h"
 
 #include <dirent.h>
@@ -180,8 +181,8 @@ static void measure(const char *dir, const char *logp, int status, tune_meas *m)
     free(rows);
     qsort(ep, (size_t)ns, sizeof *ep, cmp_double);
     m->epoch_s = ns % 2 ? ep[ns / 2] : 0.5 * (ep[ns / 2 - 1] + ep[ns / 2]);
-    const char *cw = strstr(line, "threads waiting for a CPU ");
-    m->cpu_wait = cw ? strtod(cw + 26, NULL) / 100 : NAN;
+    const char *cw = strstr(line, BENCH_WAIT_KEY);
+    m->cpu_wait = cw ? strtod(cw + strlen(BENCH_WAIT_KEY), NULL) / 100 : NAN;
     m->converged = strstr(line, "benchmark: reached") != NULL;
     const char *t = strstr(line, "time to target ");
     m->ttt_s = m->converged && t ? strtod(t + 15, NULL) : NAN;
