@@ -374,6 +374,56 @@ static int profile_overhead(nn_unet *m, nn_optim *o, const float *x, const uint1
     return 0;
 }
 
+/* Where a step's time goes: R profiled steps after a warm-up, each region's exclusive time summed
+ * over its paths (the blocks' "down_list.0"... regions apart), per step, largest first; "other"
+ * is the step's time outside every region. Lines "region NAME s_per_step S share F calls C". */
+static int step_regions(nn_unet *m, nn_optim *o, const float *x, const uint16_t *y,
+                        const float *w, int reps) {
+    one_step(m, o, x, y, w);
+    if (prof_start(0))
+        return 1;
+    prof_begin(PROF_MINIBATCH);
+    for (int i = 0; i < reps; i++)
+        one_step(m, o, x, y, w);
+    prof_end(PROF_MINIBATCH);
+    prof_stop();
+    prof_node *nd;
+    size_t n;
+    if (prof_tree(&nd, &n))
+        return 1;
+    enum { MAXID = 512 };
+    static double ex[MAXID];
+    static uint64_t calls[MAXID];
+    double total = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (nd[i].id == PROF_MINIBATCH && nd[i].parent < 0)
+            total += nd[i].incl_ns * 1e-9;
+        /* the blocks' own regions hold only their layers: fold them into "other" */
+        const int id = prof_name(nd[i].id)[0] && strchr(prof_name(nd[i].id), '.')
+                           ? PROF_MINIBATCH
+                           : nd[i].id;
+        if (id >= 0 && id < MAXID) {
+            ex[id] += nd[i].excl_ns * 1e-9;
+            calls[id] += id == nd[i].id ? nd[i].count : 0;
+        }
+    }
+    free(nd);
+    for (;;) {
+        int best = -1;
+        for (int id = 0; id < MAXID; id++)
+            if (ex[id] > 0 && (best < 0 || ex[id] > ex[best]))
+                best = id;
+        if (best < 0)
+            break;
+        printf("region %-20s s_per_step %.5f share %.3f calls %.0f\n",
+               best == PROF_MINIBATCH ? "other" : prof_name(best), ex[best] / reps,
+               ex[best] / total, (double)calls[best] / reps);
+        ex[best] = 0;
+    }
+    printf("step_s %.5f (mean of %d profiled steps)\n", total / reps, reps);
+    return 0;
+}
+
 static int usage(void) {
     fprintf(stderr, "usage: bench_step --peak [SECONDS]\n"
                     "       bench_step --layer conv|convt|gn D CIN COUT [--reps R] [--bf16] "
@@ -382,12 +432,15 @@ static int usage(void) {
                     "[--ckpt]\n"
                     "       bench_step --profile-ab [--scale S] [--base B] [--reps R] [--bf16] "
                     "[--ckpt]\n"
+                    "       bench_step --regions [--scale S] [--base B] [--reps R] [--bf16] "
+                    "[--ckpt]\n"
                     "       -v: print each Conv3d algorithm choice (-vv: and each measured run)\n");
     return 2;
 }
 
 int main(int argc, char **argv) {
     int scale = 5, base = 64, classes = 6, reps = 5, bf16 = 0, ckpt = 0, profile_ab = 0;
+    int regions = 0;
     const char *layer = NULL;
     int ld = 0, lcin = 0, lcout = 0;
     /* the Conv3d algorithms by measurement, as scaffold benchmark chooses them (nn/algo.h; the
@@ -416,6 +469,8 @@ int main(int argc, char **argv) {
             ckpt = 1;
         else if (!strcmp(argv[i], "--profile-ab"))
             profile_ab = 1;
+        else if (!strcmp(argv[i], "--regions"))
+            regions = 1;
         else if (!strcmp(argv[i], "--peak")) {
             const double sec = i + 1 < argc ? atof(argv[i + 1]) : 1.0;
             printf("cpu %s\npath %s bf16dp %d amx %d\n", nn_cpu_name(), nn_isa_name(nn_isa()),
@@ -464,6 +519,8 @@ int main(int argc, char **argv) {
     reps = reps < 1 ? 1 : reps > REPS_MAX - 1 ? REPS_MAX - 1 : reps;
     if (profile_ab)
         return profile_overhead(&m, &o, x, y, w, reps);
+    if (regions)
+        return step_regions(&m, &o, x, y, w, reps);
     double cpu0 = 0, wall0 = 0;
     for (int i = 0; i <= reps; i++) { /* step 0 warms up (page faults of the slabs) */
         if (i == 1)

@@ -1,4 +1,4 @@
-/* mem: growable arrays and freeing pointer lists (see mem.h). */
+/* mem: growable arrays, freeing pointer lists and huge-page blocks (see mem.h). */
 #include "core/mem.h"
 
 #include "core/err.h"
@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 int mem_resize(void *pp, size_t n, size_t elt) {
     void *p;
@@ -42,4 +43,25 @@ int mem_reserve(void *pp, size_t *cap, size_t i, size_t elt, size_t first, int z
 void mem_free_n(void *const *p, size_t n) {
     for (size_t i = 0; i < n; i++)
         free(p[i]);
+}
+
+void mem_advise_huge(void *p, size_t bytes) {
+#ifdef MADV_HUGEPAGE
+    const uintptr_t lo = ((uintptr_t)p + MEM_HUGE_PAGE - 1) & ~(uintptr_t)(MEM_HUGE_PAGE - 1);
+    const uintptr_t hi = ((uintptr_t)p + bytes) & ~(uintptr_t)(MEM_HUGE_PAGE - 1);
+    if (hi > lo)
+        (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
+#else
+    (void)p, (void)bytes;
+#endif
+}
+
+void *mem_alloc_big(size_t bytes) {
+    void *p = NULL;
+    const int big = bytes >= MEM_HUGE_PAGE;
+    if (posix_memalign(&p, big ? MEM_HUGE_PAGE : 64, bytes ? bytes : 64))
+        return NULL;
+    if (big)
+        mem_advise_huge(p, bytes);
+    return p;
 }

@@ -3,6 +3,7 @@
 #include "nn/backend.h"
 
 #include "core/err.h"
+#include "core/mem.h"
 #include "nn/loss.h"
 
 #include <stdint.h>
@@ -27,18 +28,22 @@ int nn_backend_fail(nn_backend *b, int err) {
 /* Zeroed, 64-byte aligned; calloc's block sits in front and its address just below the result.
  * calloc, not posix_memalign and memset: a large block comes zeroed from the kernel, so the pages
  * a run never touches (the fp32 Winograd part of the workspace in a bf16 run, 0.2 GiB at scale
- * 7 / base 64) stay out of its resident memory. */
+ * 7 / base 64) stay out of its resident memory.
+ * 7 / base 64) stay out of its resident memory. From 2 MiB up the block starts on a huge page
+ * and is advised for them (core/mem.h). */
 static int cpu_alloc(nn_backend *b, void **p, size_t bytes) {
     (void)b;
     *p = NULL;
-    const size_t head = 64 + sizeof(void *);
+    const size_t align = bytes >= MEM_HUGE_PAGE ? MEM_HUGE_PAGE : 64;
+    const size_t head = align + sizeof(void *);
     char *raw = bytes <= SIZE_MAX - head ? calloc(1, bytes + head) : NULL;
     if (!raw)
         return err_set(ERR_NOMEM, "cannot allocate %.2f GiB", (double)bytes / (1u << 30));
     char *a = raw + sizeof(void *);
-    a += (64 - (uintptr_t)a % 64) % 64;
+    a += (align - (uintptr_t)a % align) % align;
     memcpy(a - sizeof(void *), &raw, sizeof raw);
     *p = a;
+    mem_advise_huge(a, bytes);
     return 0;
 }
 

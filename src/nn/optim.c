@@ -3,6 +3,7 @@
 #include "nn/optim.h"
 
 #include "core/err.h"
+#include "core/mem.h"
 #include "nn/gemm.h"
 
 #include <math.h>
@@ -53,7 +54,7 @@ int nn_optim_init(nn_optim *o, nn_optim_kind kind, size_t n) {
          * lazily zeroed mapping is first read (the shared zero page), then written, and every
          * such copy-on-write fault flushed the TLB of the other cores (about 0.1 s of the
          * first step at 5.4 M parameters) */
-        float *st = malloc(ns * sizeof(float));
+        float *st = mem_alloc_big(ns * sizeof(float));
         if (!st)
             return err_set(ERR_NOMEM, "optimizer state: cannot allocate %zu floats", ns);
 #pragma omp parallel for schedule(static)

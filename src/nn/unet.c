@@ -26,13 +26,6 @@
 
 /* ---- creation ----------------------------------------------------------------------------- */
 
-static void *alloc64(size_t bytes) {
-    void *p = NULL;
-    if (posix_memalign(&p, 64, bytes ? bytes : 64))
-        return NULL;
-    return p;
-}
-
 void nn_unet_free(nn_unet *m) {
     if (!m)
         return;
@@ -96,8 +89,8 @@ int nn_unet_create_opts(nn_unet *m, const nn_unet_spec *s, const nn_unet_opts *o
     const int N = max_batch;
     m->ntensors = unet_build_tensors(s, NULL, &m->nparams, NULL);
     m->tensors = calloc((size_t)m->ntensors, sizeof *m->tensors);
-    m->params = alloc64(m->nparams * sizeof(float));
-    m->grads = alloc64(m->nparams * sizeof(float));
+    m->params = mem_alloc_big(m->nparams * sizeof(float));
+    m->grads = mem_alloc_big(m->nparams * sizeof(float));
     if (!m->tensors || !m->params || !m->grads) {
         nn_unet_free(m);
         return err_set(ERR_NOMEM, "U-Net parameters: cannot allocate 2 x %zu floats", m->nparams);
