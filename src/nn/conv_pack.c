@@ -66,14 +66,19 @@ void conv_pack_b16(uint16_t *Bp, const float *w, int ncol, int K, int T, long sc
             /* by k pair, then tap, then column: the lines of w a k pair reads (per column, its
              * runs of taps) stay in L1 over the taps; by tap first, every tap read them again
              * from memory (44% of an 8^3 512->512 pass) */
-            for (int k = k0; k < k1; k += 2)
+            for (int k = k0; k < k1; k += 2) {
+                const int nv = k < K ? (ncol - ob * nr < nr ? ncol - ob * nr : nr) : 0;
+                const float *src = w + ob * nr * sc + k * sk;
+                const long ld = (long)(k1 - k0) * nr;
+                uint16_t *dst = blk + (size_t)(k - k0) * nr;
+                if (st == 1 && nv)
+                    nn_bf16_pack_pairs_taps(dst, ld, src, sc, sk, k + 1 < K, nv, T);
                 for (int t = 0; t < T; t++) {
-                    uint16_t *dst = blk + ((size_t)t * (k1 - k0) + (k - k0)) * nr;
-                    const int nv = k < K ? (ncol - ob * nr < nr ? ncol - ob * nr : nr) : 0;
-                    nn_bf16_pack_pairs(dst, w + ob * nr * sc + k * sk + t * st, sc, sk, k + 1 < K,
-                                       nv);
-                    memset(dst + 2 * nv, 0, sizeof(uint16_t) * 2 * (nr - nv));
+                    if (st != 1 && nv)
+                        nn_bf16_pack_pairs(dst + t * ld, src + t * st, sc, sk, k + 1 < K, nv);
+                    memset(dst + t * ld + 2 * nv, 0, sizeof(uint16_t) * 2 * (nr - nv));
                 }
+            }
         }
 }
 
