@@ -110,7 +110,7 @@ static void amx_i2c_dw_slab(float *acc, const uint16_t *xT, long ldx, const uint
                 if (kg != built)
                     amx_i2c_rows(rows, ldr, xT, ldx, toff, cin, kg, q0, nq);
                 built = kg;
-                nn_amx_dw(rows, ldr, dyP + q0 * cout + 2 * oc0, cout, nq, 2,
+                nn_amx_dw(rows, ldr, dyP + q0 * cout + 2 * oc0, cout, nn_amx_run(nq), 2,
                           cout - oc0 > 16 ? 2 : 1, acc + (size_t)32 * kg * cout + oc0, cout,
                           first && !q0);
             }
@@ -146,6 +146,19 @@ void conv_amx_dw(float *dw, const float *a, int ca, const float *b, int cb, cons
         toff[t] = t / 9 * HW + t / 3 % 3 * Wp + t % 3;
     const int fused =
         !i2c && N == 1 && Zc >= D && amx_round32((long)D * HW) <= qc && nblk >= 4 * nth;
+    /* The corner positions past a plane's H rows of output voxels, and past each row's W, have
+     * zero gradients: no products need them. Chunks of whole planes skip them: each row's W
+     * positions where W is a multiple of 32 (whole k steps; 32^3: 12% fewer products), else
+     * the plane's first H rows (16^3: 11% fewer). n2: the planes per chunk (0: positions in
+     * plain chunks, where a plane's rows are odd, or they would overrun it). */
+    nn_amx_span rows = {.n2 = 0};
+    if (HW % 2 == 0 && W % 32 == 0)
+        rows = (nn_amx_span){.len = W, .n = H, .stride = Wp, .n2 = 1, .stride2 = HW};
+    else if (HW % 2 == 0 && amx_round32((long)H * Wp) <= HW)
+        rows = (nn_amx_span){.len = amx_round32((long)H * Wp), .n = 1, .stride = 0, .n2 = 1,
+                             .stride2 = HW};
+    if (rows.n2)
+        rows.n2 = qc / HW > 1 ? qc / HW : 1;
     int first = 1;
     for (int n = 0; n < N; n++)
         for (int z0 = 0; z0 < D; z0 += Zc) {
@@ -196,7 +209,8 @@ void conv_amx_dw(float *dw, const float *a, int ca, const float *b, int cb, cons
                     const int ni = cin - ic0 > 16 ? 2 : 1, no = cout - oc0 > 16 ? 2 : 1;
                     float *tb = acc + (size_t)omp_get_thread_num() * 27 * 32 * 32;
                     for (int t = 0; t < 27; t++)
-                        nn_amx_dw(xT + ic0 * ldx + toff[t], ldx, dyP + 2 * oc0, cout, q_end, ni,
+                        nn_amx_dw(xT + ic0 * ldx + toff[t], ldx, dyP + 2 * oc0, cout,
+                                  nn_amx_run(q_end), ni,
                                   no, tb + t * 32 * 32, 32, 1);
                     nn_amx_dw_finish(dw + (size_t)oc0 * cin * 27 + (size_t)ic0 * 27,
                                      (long)cin * 27, 27, tb, 32, 32, 16 * ni, 16 * no, 27);
@@ -204,8 +218,12 @@ void conv_amx_dw(float *dw, const float *a, int ca, const float *b, int cb, cons
                 continue;
             }
 #pragma omp parallel
-            for (long q0 = 0; q0 < q_end; q0 += qc) {
-                const long nq = q_end - q0 < qc ? q_end - q0 : qc;
+            for (long q0 = 0; q0 < q_end; q0 += rows.n2 > 0 ? rows.n2 * HW : qc) {
+                nn_amx_span sp = nn_amx_run(q_end - q0 < qc ? q_end - q0 : qc);
+                if (rows.n2 > 0) { /* whole planes, their rows of output voxels only */
+                    sp = rows;
+                    sp.n2 = (nz - q0 / HW < rows.n2 ? nz - q0 / HW : rows.n2);
+                }
                 /* groups of equal work, split evenly (dynamic, 1 took 7% of an 8^3 pass in
                  * the loop's bookkeeping); the 27 taps of one channel block one after the
                  * other share the block's rows of xT and dyP in L2 (1.2-1.9x faster than
@@ -218,7 +236,7 @@ void conv_amx_dw(float *dw, const float *a, int ca, const float *b, int cb, cons
                 for (int g = 0; g < ng; g++) {
                     const int t = g % 27, ic0 = 32 * (g / 27 / nog), oc0 = 32 * (g / 27 % nog);
                     nn_amx_dw(xT + ic0 * ldx + q0 + toff[t], ldx, dyP + q0 * cout + 2 * oc0, cout,
-                              nq, cin - ic0 > 16 ? 2 : 1, cout - oc0 > 16 ? 2 : 1,
+                              sp, cin - ic0 > 16 ? 2 : 1, cout - oc0 > 16 ? 2 : 1,
                               acc + ((size_t)t * cin + ic0) * cout + oc0, cout, first && !q0);
                 }
             }
@@ -479,7 +497,8 @@ void convt_amx_backward(float *din, float *dw, float *db, const float *dout, lon
                         const int t = gi / (nig * nog), ic0 = 32 * (gi / nog % nig);
                         const int oc0 = 32 * (gi % nog);
                         nn_amx_dw(xT + (size_t)ic0 * ldv + q0, ldv,
-                                  dyP + ((size_t)t * ldv + q0) * cout + 2 * oc0, cout, nq,
+                                  dyP + ((size_t)t * ldv + q0) * cout + 2 * oc0, cout,
+                                  nn_amx_run(nq),
                                   ci - ic0 > 16 ? 2 : 1, cout - oc0 > 16 ? 2 : 1,
                                   acc + ((size_t)t * ci + ic0) * cout + oc0, cout, first && !q0);
                     }

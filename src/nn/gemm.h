@@ -210,7 +210,7 @@ void nn_tg_amx(const nn_tg *g, const uint16_t *a, long sa, const uint16_t *Bp, f
  * nn_amx_pack_pair: dst[2j + i] = bf16(s_i[j]), j < nc (a multiple of 16), s_i NULL = zeros
  *   (two positions' channels interleaved: the pair layout of a B tile);
  * nn_amx_dw: the 16 or 32 (nit = 1, 2 tiles) rows x 16 or 32 (not_ tiles) columns of acc (fp32,
- *   row stride ldacc) = (init ? 0 : acc) + sum over q < nq (a multiple of 32) of
+ *   row stride ldacc) = (init ? 0 : acc) + sum over the positions q of span sp of
  *   xT[i*ldx + q] * dyP[(q/2)*2*cout + 2j + q%2];
  * nn_amx_dw_finish: dw[oc*soc + ic*sic + t] += nn_bf16_round(acc[(t*ldt + ic)*lda + oc]) for
  *   ic < nic, oc < noc (a multiple of 16), t < T (at most 32): the accumulators (rows of
@@ -218,8 +218,17 @@ void nn_tg_amx(const nn_tg *g, const uint16_t *a, long sa, const uint16_t *Bp, f
  *   taps are consecutive. */
 void nn_amx_pack_t(uint16_t *dst, long ldd, const float *src, long lds, int nv, int nc);
 void nn_amx_pack_pair(uint16_t *dst, const float *s0, const float *s1, int nc);
-void nn_amx_dw(const uint16_t *xT, long ldx, const uint16_t *dyP, int cout, long nq, int nit,
-               int not_, float *acc, long ldacc, int init);
+/* The positions a weight-gradient product sums over: for i2 < n2, i < n, the len positions from
+ * i2*stride2 + i*stride (len a multiple of 32, every start even: the pair layout). One run of
+ * nq positions: nn_amx_run(nq). */
+typedef struct nn_amx_span {
+    long len, n, stride, n2, stride2;
+} nn_amx_span;
+static inline nn_amx_span nn_amx_run(long nq) {
+    return (nn_amx_span){.len = nq, .n = 1, .stride = 0, .n2 = 1, .stride2 = 0};
+}
+void nn_amx_dw(const uint16_t *xT, long ldx, const uint16_t *dyP, int cout, nn_amx_span sp,
+               int nit, int not_, float *acc, long ldacc, int init);
 void nn_amx_dw_finish(float *dw, long soc, long sic, const float *acc, long lda, long ldt,
                       int nic, int noc, int T);
 

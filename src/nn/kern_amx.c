@@ -148,8 +148,8 @@ void nn_amx_pack_pair(uint16_t *dst, const float *s0, const float *s1, int nc) {
     }
 }
 
-void nn_amx_dw(const uint16_t *xT, long ldx, const uint16_t *dyP, int cout, long nq, int nit,
-               int not_, float *acc, long ldacc, int init) {
+void nn_amx_dw(const uint16_t *xT, long ldx, const uint16_t *dyP, int cout, nn_amx_span sp,
+               int nit, int not_, float *acc, long ldacc, int init) {
     if (!amx_configured)
         amx_configure();
     const long sx = ldx * (long)sizeof(uint16_t), sy = (long)cout * 2 * sizeof(uint16_t),
@@ -170,7 +170,7 @@ void nn_amx_dw(const uint16_t *xT, long ldx, const uint16_t *dyP, int cout, long
                 _tile_loadd(3, acc1 + 16, sc);
         }
     }
-    const char *a0 = (const char *)xT, *a1 = a0 + 16 * sx, *b = (const char *)dyP;
+
     /* The A tiles' 16 rows are input channels a whole slab of positions apart (32 streams for
      * two tiles): the hardware prefetchers miss them, and with A fixed in L1 (a timing
      * experiment) the pass ran 1.37x faster. Their lines 4 k steps ahead, fetched by hand:
@@ -180,7 +180,12 @@ void nn_amx_dw(const uint16_t *xT, long ldx, const uint16_t *dyP, int cout, long
      * input) gain nothing. */
     enum { AMX_DW_PF = 256 };
     const int pf = sx >= 2048;
-    for (long q = 0; q < nq; q += 32, a0 += 64, a1 += 64, b += 16 * sy) {
+    for (long i2 = 0; i2 < sp.n2; i2++)
+    for (long i = 0; i < sp.n; i++) {
+    const long q0 = i2 * sp.stride2 + i * sp.stride;
+    const char *a0 = (const char *)(xT + q0), *a1 = a0 + 16 * sx;
+    const char *b = (const char *)(dyP + q0 * cout);
+    for (long q = 0; q < sp.len; q += 32, a0 += 64, a1 += 64, b += 16 * sy) {
         for (int r = 0; pf && r < 16; r++) {
             _mm_prefetch(a0 + r * sx + AMX_DW_PF, _MM_HINT_T0);
             if (nit > 1)
@@ -199,6 +204,7 @@ void nn_amx_dw(const uint16_t *xT, long ldx, const uint16_t *dyP, int cout, long
             if (not_ > 1)
                 _tile_dpbf16ps(3, 5, 7);
         }
+    }
     }
     _tile_stored(0, acc, sc);
     if (not_ > 1)
@@ -286,13 +292,16 @@ void nn_amx_pack_pair(uint16_t *dst, const float *s0, const float *s1, int nc) {
     }
 }
 
-void nn_amx_dw(const uint16_t *xT, long ldx, const uint16_t *dyP, int cout, long nq, int nit,
-               int not_, float *acc, long ldacc, int init) {
+void nn_amx_dw(const uint16_t *xT, long ldx, const uint16_t *dyP, int cout, nn_amx_span sp,
+               int nit, int not_, float *acc, long ldacc, int init) {
     for (int i = 0; i < 16 * nit; i++)
         for (int j = 0; j < 16 * not_; j++) {
             float s = init ? 0.0f : acc[i * ldacc + j];
-            for (long q = 0; q < nq; q++)
-                s += amx_val(xT[i * ldx + q]) * amx_val(dyP[(q / 2) * 2 * cout + 2 * j + q % 2]);
+            for (long i2 = 0; i2 < sp.n2; i2++)
+                for (long r = 0; r < sp.n; r++)
+                    for (long q = i2 * sp.stride2 + r * sp.stride, e = q + sp.len; q < e; q++)
+                        s += amx_val(xT[i * ldx + q]) *
+                             amx_val(dyP[(q / 2) * 2 * cout + 2 * j + q % 2]);
             acc[i * ldacc + j] = s;
         }
 }

@@ -781,6 +781,9 @@ static void test_conv_bf16_vs_ideal(void) {
         /* the AMX weight gradient over two chunks of positions (4608 > 4096 for 128 output
          * channels: each tile group's accumulators carried from one chunk to the next) */
         {1, 6, 22, 30, 16, 0, 128},
+        /* the AMX weight gradient over the rows of output voxels only (W a multiple of 32): one
+         * chunk; 33 planes in two chunks of whole planes (20 + 13 for 256 output channels) */
+        {1, 4, 5, 32, 32, 0, 32},  {1, 33, 1, 32, 16, 0, 256},
         /* few input channels (27 K <= 96: im2col on AMX tiles): a partial last tile of 32
          * positions; two samples with a concatenation 2 | 1; one channel on rows wider than a
          * tile; the weight gradient over three chunks of 2048 positions */
