@@ -451,6 +451,28 @@ void nn_relu_backward(float *dx, const float *dy, const float *y, size_t n) {
         dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
 }
 
+/* One output voxel's maxima over its 8 inputs and where each came from (the first maximum, NaN
+ * winning, as PyTorch), the channels in vectors: as a scalar loop (branches per value) the pool
+ * took 1.5% of a bf16 step at scale 5 / base 64, three times its memory traffic. */
+static GN_WIDE void pool_voxel(float *restrict o, uint8_t *restrict ix, const float *const *src,
+                               int C) {
+    const float *s0 = src[0], *s1 = src[1], *s2 = src[2], *s3 = src[3], *s4 = src[4],
+                *s5 = src[5], *s6 = src[6], *s7 = src[7];
+#pragma omp simd
+    for (int c = 0; c < C; c++) {
+        const float v[8] = {s0[c], s1[c], s2[c], s3[c], s4[c], s5[c], s6[c], s7[c]};
+        float m = v[0];
+        int k = 0;
+        for (int t = 1; t < 8; t++) {
+            const int take = v[t] > m || (v[t] != v[t] && m == m);
+            m = take ? v[t] : m;
+            k = take ? t : k;
+        }
+        o[c] = m;
+        ix[c] = (uint8_t)k;
+    }
+}
+
 void nn_maxpool3d_forward(float *out, uint8_t *idx, const float *in, int N, int D, int H, int W,
                           int C) {
     const int Do = D / 2, Ho = H / 2, Wo = W / 2;
@@ -464,20 +486,7 @@ void nn_maxpool3d_forward(float *out, uint8_t *idx, const float *in, int N, int 
                     for (int t = 0; t < 8; t++)
                         src[t] = in + ((((size_t)n * D + 2 * z + t / 4) * H + 2 * y + (t / 2) % 2) *
                                            W + 2 * x + t % 2) * C;
-                    for (int c = 0; c < C; c++) {
-                        float m = src[0][c];
-                        int k = 0;
-                        for (int t = 1; t < 8; t++) {
-                            /* PyTorch keeps the first maximum and lets NaN win. */
-                            float v = src[t][c];
-                            if (v > m || (isnan(v) && !isnan(m))) {
-                                m = v;
-                                k = t;
-                            }
-                        }
-                        out[o + c] = m;
-                        idx[o + c] = (uint8_t)k;
-                    }
+                    pool_voxel(out + o, idx + o, src, C);
                 }
 }
 

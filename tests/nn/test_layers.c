@@ -1212,6 +1212,51 @@ static void test_conv_vs_naive(void) {
     }
 }
 
+/* MaxPool3d's choices as PyTorch makes them, on 20 channels (a vector and a partial one): ties
+ * keep the first maximum, NaN wins over numbers and the first NaN wins, -inf and a lone value;
+ * the backward adds the gradient to that input only. */
+static void test_maxpool_edges(void) {
+    enum { C = 20 };
+    float in[8 * C], out[C], din[8 * C] = {0}, dout[C];
+    uint8_t idx[C];
+    int want[C];
+    for (int c = 0; c < C; c++) {
+        for (int t = 0; t < 8; t++)
+            in[t * C + c] = (float)((t * 7 + c) % 5); /* input t of the 2^3 window: voxel t */
+        const int kind = c % 5;
+        if (kind == 0) /* all equal: the first */
+            for (int t = 0; t < 8; t++)
+                in[t * C + c] = 1.5f;
+        else if (kind == 1) /* a NaN among numbers */
+            in[3 * C + c] = NAN;
+        else if (kind == 2) /* two NaNs: the first */
+            in[2 * C + c] = NAN, in[6 * C + c] = NAN;
+        else if (kind == 3) /* -inf everywhere but one */
+            for (int t = 0; t < 8; t++)
+                in[t * C + c] = t == 5 ? -3.0f : -INFINITY;
+        int k = 0;
+        for (int t = 1; t < 8; t++) {
+            const float v = in[t * C + c], m = in[k * C + c];
+            if (v > m || (isnan(v) && !isnan(m)))
+                k = t;
+        }
+        want[c] = kind == 0 ? 0 : kind == 1 ? 3 : kind == 2 ? 2 : kind == 3 ? 5 : k;
+        dout[c] = (float)(c + 1);
+    }
+    nn_maxpool3d_forward(out, idx, in, 1, 2, 2, 2, C);
+    nn_maxpool3d_backward(din, dout, idx, 1, 2, 2, 2, C);
+    int bad = 0;
+    for (int c = 0; c < C; c++) {
+        const float w = in[want[c] * C + c];
+        int off = idx[c] != want[c] || !(out[c] == w || (isnan(out[c]) && isnan(w)));
+        for (int t = 0; t < 8; t++)
+            off |= din[t * C + c] != (t == want[c] ? dout[c] : 0.0f);
+        bad += off;
+    }
+    CHECK(!bad, "maxpool ties, NaN and -inf: %d of %d channels differ from PyTorch's choice", bad,
+          C);
+}
+
 /* nn_bf16_pack_pairs_taps (transposes where the CPU has AVX512_BF16) writes, bit for bit, what
  * nn_bf16_pack_pairs writes tap by tap: column counts around the 16-lane blocks, tap counts
  * around the 16-tap groups, the second k of the pair present or not; the Conv3d weights'
@@ -1275,6 +1320,7 @@ int main(int argc, char **argv) {
     test_bf16_fixtures(&st);
     nn_st_close(&st);
     test_bf16_pack_taps();
+    test_maxpool_edges();
     test_finite_differences();
     test_conv_vs_naive();
     test_conv_bf16_vs_ideal();
