@@ -63,11 +63,37 @@ double nn_team_cpu_seconds(void) {
 }
 /* ---- bf16 ------------------------------------------------------------------------------------ */
 
-/* simd: one value at a time, the copy was a tenth of a bf16 ConvTranspose3d weight gradient */
-void nn_round_bf16_to(float *dst, const float *src, size_t n) {
-#pragma omp parallel for simd schedule(static)
+NN_WIDE void nn_round_bf16_span(float *dst, const float *src, size_t n) {
     for (size_t i = 0; i < n; i++)
         dst[i] = nn_bf16_round(src[i]);
+}
+
+static NN_WIDE void narrow_span(uint16_t *dst, const float *src, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &src[i], sizeof u);
+        dst[i] = (uint16_t)(u >> 16);
+    }
+}
+
+static NN_WIDE void widen_span(float *dst, const uint16_t *src, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const uint32_t u = (uint32_t)src[i] << 16;
+        memcpy(&dst[i], &u, sizeof u);
+    }
+}
+
+/* The element passes in pieces of BF16_PIECE values, one NN_WIDE call each. */
+enum { BF16_PIECE = 1 << 14 };
+#define BF16_PIECES(n) ((long)(((n) + BF16_PIECE - 1) / BF16_PIECE))
+#define BF16_PIECE_LEN(n, i)                                                                       \
+    ((n) - (size_t)(i) * BF16_PIECE < BF16_PIECE ? (n) - (size_t)(i) * BF16_PIECE : BF16_PIECE)
+
+void nn_round_bf16_to(float *dst, const float *src, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < BF16_PIECES(n); i++)
+        nn_round_bf16_span(dst + (size_t)i * BF16_PIECE, src + (size_t)i * BF16_PIECE,
+                           BF16_PIECE_LEN(n, i));
 }
 
 void nn_round_bf16(float *x, size_t n) {
@@ -76,17 +102,14 @@ void nn_round_bf16(float *x, size_t n) {
 
 void nn_bf16_narrow(uint16_t *dst, const float *src, size_t n) {
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &src[i], sizeof u);
-        dst[i] = (uint16_t)(u >> 16);
-    }
+    for (long i = 0; i < BF16_PIECES(n); i++)
+        narrow_span(dst + (size_t)i * BF16_PIECE, src + (size_t)i * BF16_PIECE,
+                    BF16_PIECE_LEN(n, i));
 }
 
 void nn_bf16_widen(float *dst, const uint16_t *src, size_t n) {
 #pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        const uint32_t u = (uint32_t)src[i] << 16;
-        memcpy(&dst[i], &u, sizeof u);
-    }
+    for (long i = 0; i < BF16_PIECES(n); i++)
+        widen_span(dst + (size_t)i * BF16_PIECE, src + (size_t)i * BF16_PIECE,
+                   BF16_PIECE_LEN(n, i));
 }

@@ -43,8 +43,7 @@ static void gemm_rows(float *out, int ncol, const float *in, int K, const float 
             const float *a = in + p0 * K;
             if (rt) {
                 float *r = rt + (size_t)omp_get_thread_num() * C1_ROW * K;
-                for (long i = 0; i < M * K; i++)
-                    r[i] = nn_bf16_round(a[i]);
+                nn_round_bf16_span(r, a, (size_t)M * K);
                 a = r;
             }
             const conv_walk wk = {.a0 = a, .a_row = 0, .a_col = K,
@@ -64,43 +63,50 @@ void nn_conv1_forward_p(float *out, const float *in, const float *w, const float
     gemm_rows(out, cout, in, cin, Bp, bias, P, NN_TG_BIAS | store_mode(prec), rt);
 }
 
+/* Voxels [lo, hi) of c1_grads into the slice's tile acc (built wide: NN_WIDE). */
+static NN_WIDE void c1_slice(float *acc, const float *x, float *dxr, const float *dout,
+                             const float *wr, int cin, int cout, long lo, long hi, int dw,
+                             nn_prec prec) {
+    enum { CB = 64 };
+    for (long p = lo; p < hi; p++) {
+        const float *xv = x + (size_t)p * cin, *g = dout + p * cout;
+        for (int c0 = 0; c0 < cin; c0 += CB) {
+            const int nc = cin - c0 < CB ? cin - c0 : CB;
+            float av[CB], s[CB];
+            int on[CB];
+            for (int c = 0; c < nc; c++) {
+                on[c] = xv[c0 + c] > 0.0f;
+                av[c] = prec == NN_BF16 ? nn_bf16_round(xv[c0 + c]) : xv[c0 + c];
+            }
+            for (int oc = 0; oc < cout && dw; oc++) {
+                const float go = g[oc];
+                float *accr = acc + (size_t)oc * cin + c0;
+                for (int c = 0; c < nc; c++)
+                    accr[c] += av[c] * go;
+            }
+            if (dxr) { /* after the reads of this voxel's x */
+                nn_conv1_dx_voxel(s, g, wr, cin, cout, c0, nc, prec);
+                for (int c = 0; c < nc; c++)
+                    dxr[(size_t)p * cin + c0 + c] = on[c] ? s[c] : 0.0f;
+            }
+        }
+    }
+}
+
 /* The gradients of the 1x1 convolution in one pass over x: where dw is not NULL its weight
  * gradient, where dxr is not NULL (it is x) its input gradient masked by the ReLU of x, written
  * over x. Few output channels, so each of NN_SLICES fixed voxel slices reduces into its own
  * (cout, cin) tile (vectors over the input channels), then the tiles are summed in order. The
  * input is rounded to bf16 on the fly in bf16 mode. */
 static void c1_grads(float *dw, const float *x, float *dxr, const float *dout, const float *wr,
-                  int cin, int cout, long P, nn_prec prec, float *acc0) {
-    enum { CB = 64 };
+                     int cin, int cout, long P, nn_prec prec, float *acc0) {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nn_threads())
     for (int sl = 0; sl < NN_SLICES; sl++) {
         float *acc = acc0 + (size_t)sl * cin * cout;
         if (dw)
             memset(acc, 0, sizeof(float) * cin * cout);
-        const long lo = P * sl / NN_SLICES, hi = P * (sl + 1) / NN_SLICES;
-        for (long p = lo; p < hi; p++) {
-            const float *xv = x + (size_t)p * cin, *g = dout + p * cout;
-            for (int c0 = 0; c0 < cin; c0 += CB) {
-                const int nc = cin - c0 < CB ? cin - c0 : CB;
-                float av[CB], s[CB];
-                int on[CB];
-                for (int c = 0; c < nc; c++) {
-                    on[c] = xv[c0 + c] > 0.0f;
-                    av[c] = prec == NN_BF16 ? nn_bf16_round(xv[c0 + c]) : xv[c0 + c];
-                }
-                for (int oc = 0; oc < cout && dw; oc++) {
-                    const float go = g[oc];
-                    float *accr = acc + (size_t)oc * cin + c0;
-                    for (int c = 0; c < nc; c++)
-                        accr[c] += av[c] * go;
-                }
-                if (dxr) { /* after the reads of this voxel's x */
-                    nn_conv1_dx_voxel(s, g, wr, cin, cout, c0, nc, prec);
-                    for (int c = 0; c < nc; c++)
-                        dxr[(size_t)p * cin + c0 + c] = on[c] ? s[c] : 0.0f;
-                }
-            }
-        }
+        c1_slice(acc, x, dxr, dout, wr, cin, cout, P * sl / NN_SLICES, P * (sl + 1) / NN_SLICES,
+                 dw != NULL, prec);
     }
     for (int oc = 0; oc < cout && dw; oc++)
         for (int ic = 0; ic < cin; ic++) {
@@ -137,8 +143,9 @@ void nn_conv1_backward_relu_p(float *x, float *dw, float *db, const float *dout,
              ws + (((size_t)cin * cout + 15) & ~(size_t)15));
 }
 
-void nn_conv1_dx_voxel(float *restrict d, const float *restrict dout, const float *restrict wr,
-                       int cin, int cout, int c0, int nc, nn_prec prec) {
+NN_WIDE void nn_conv1_dx_voxel(float *restrict d, const float *restrict dout,
+                               const float *restrict wr, int cin, int cout, int c0, int nc,
+                               nn_prec prec) {
     for (int c = 0; c < nc; c++)
         d[c] = 0.0f;
     for (int k = 0; k < cout; k++) {

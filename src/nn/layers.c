@@ -16,17 +16,8 @@
 
 #define GN_BLOCK 64
 
-/* GroupNorm's loops over a block of voxels are plain C over the channels, and this file is built
- * for the baseline ISA (SSE2 on x86-64): these functions are also built for AVX-512 and AVX2,
- * and the loader picks the widest the CPU has (the GroupNorm backward at 16^3 x 128 1.2x, at
- * 32^3 x 64 1.14x faster on AVX-512 than on SSE2). Each channel's sums still run over the
- * voxels in order, so a CPU's results do not depend on the threads; only FMA contraction can
- * differ between builds for different CPUs. */
-#if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__)
-#define GN_WIDE __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define GN_WIDE
-#endif
+/* GroupNorm's loops over a block of voxels are plain C over the channels, built wide (NN_WIDE,
+ * base.h): each channel's sums still run over the voxels in order. */
 
 /* Workspace: per slice 2C doubles, per thread 2C floats, then per channel 4C doubles
  * (sums, sums2, shift[2C]), 5C floats (backward coefficients) and 2C + 1 doubles (per-group
@@ -121,7 +112,7 @@ static inline void gn_x_dy(float *restrict d, const gn_xsrc *s, const float *res
 }
 
 /* gn_channel_sums' per-channel sums over voxels [b0, b1) into f1 (and f2), in voxel order. */
-static GN_WIDE void gn_block_sums(float *restrict f1, float *restrict f2, const float *x1,
+static NN_WIDE void gn_block_sums(float *restrict f1, float *restrict f2, const float *x1,
                                   const float *x2, const float *x3, const float *fshift, long b0,
                                   long b1, int C, int mode, const gn_xsrc *xs) {
     for (long p = b0; p < b1; p++) {
@@ -199,7 +190,7 @@ static void gn_channel_sums(double *out1, double *out2, const float *x1, const f
 enum { GN_ROWS = 1024 }; /* voxels per work item of the per-voxel passes */
 
 /* gn_apply over voxels [p0, p1). */
-static GN_WIDE void gn_apply_rows(float *yn, const float *xn, const float *restrict scale,
+static NN_WIDE void gn_apply_rows(float *yn, const float *xn, const float *restrict scale,
                                   const float *restrict bias, long p0, long p1, int C, int relu) {
     for (long p = p0; p < p1; p++) {
         const float *restrict a = xn + p * C;
@@ -302,7 +293,7 @@ void nn_groupnorm_backward(float *dx, float *dgamma, float *dbeta, const float *
 }
 
 /* The GroupNorm backward's dx over voxels [p0, p1), given dy (and y for the ReLU mask). */
-static GN_WIDE void gn_dx_rows(float *dxn, const float *xn, const float *dyn, const float *yn,
+static NN_WIDE void gn_dx_rows(float *dxn, const float *xn, const float *dyn, const float *yn,
                                const float *mc, const float *rc, const float *gr,
                                const float *ca, const float *cb, long p0, long p1, int C,
                                int relu) {
@@ -317,7 +308,7 @@ static GN_WIDE void gn_dx_rows(float *dxn, const float *xn, const float *dyn, co
 
 /* The same with the mask and dy made per voxel from x (gn_x_dy); dx may be x or dy: each
  * channel block is read whole into scratch before its gradient is stored over it. */
-static GN_WIDE void gn_dx_x_rows(float *dxn, const float *xn, const gn_xsrc *xs, const float *mc,
+static NN_WIDE void gn_dx_x_rows(float *dxn, const float *xn, const gn_xsrc *xs, const float *mc,
                                  const float *rc, const float *gr, const float *ca,
                                  const float *cb, long p0, long p1, int C) {
     for (long p = p0; p < p1; p++) {
@@ -454,7 +445,7 @@ void nn_relu_backward(float *dx, const float *dy, const float *y, size_t n) {
 /* One output voxel's maxima over its 8 inputs and where each came from (the first maximum, NaN
  * winning, as PyTorch), the channels in vectors: as a scalar loop (branches per value) the pool
  * took 1.5% of a bf16 step at scale 5 / base 64, three times its memory traffic. */
-static GN_WIDE void pool_voxel(float *restrict o, uint8_t *restrict ix, const float *const *src,
+static NN_WIDE void pool_voxel(float *restrict o, uint8_t *restrict ix, const float *const *src,
                                int C) {
     const float *s0 = src[0], *s1 = src[1], *s2 = src[2], *s3 = src[3], *s4 = src[4],
                 *s5 = src[5], *s6 = src[6], *s7 = src[7];
@@ -490,6 +481,19 @@ void nn_maxpool3d_forward(float *out, uint8_t *idx, const float *in, int N, int 
                 }
 }
 
+/* The gradient of one output voxel added to the input each channel's maximum came from, in
+ * vectors: each input's channels take it where the index names them (a blend, so the others
+ * keep their bits, -0 included). */
+static NN_WIDE void pool_back_voxel(float *const *dst, const float *restrict g,
+                                    const uint8_t *restrict ix, int C) {
+    for (int t = 0; t < 8; t++) {
+        float *restrict d = dst[t];
+#pragma omp simd
+        for (int c = 0; c < C; c++)
+            d[c] = ix[c] == t ? d[c] + g[c] : d[c];
+    }
+}
+
 void nn_maxpool3d_backward(float *din, const float *dout, const uint8_t *idx, int N, int D, int H,
                            int W, int C) {
     const int Do = D / 2, Ho = H / 2, Wo = W / 2;
@@ -499,11 +503,11 @@ void nn_maxpool3d_backward(float *din, const float *dout, const uint8_t *idx, in
             for (int y = 0; y < Ho; y++)
                 for (int x = 0; x < Wo; x++) {
                     const size_t o = ((((size_t)n * Do + z) * Ho + y) * Wo + x) * C;
-                    for (int c = 0; c < C; c++) {
-                        const int t = idx[o + c];
-                        din[((((size_t)n * D + 2 * z + t / 4) * H + 2 * y + (t / 2) % 2) * W +
-                             2 * x + t % 2) * C + c] += dout[o + c];
-                    }
+                    float *dst[8];
+                    for (int t = 0; t < 8; t++)
+                        dst[t] = din + ((((size_t)n * D + 2 * z + t / 4) * H + 2 * y + (t / 2) % 2) *
+                                            W + 2 * x + t % 2) * C;
+                    pool_back_voxel(dst, dout + o, idx + o, C);
                 }
 }
 
