@@ -202,6 +202,23 @@ void conv_walk_run(const nn_tg *g, const conv_walk *w, long M, const void *Bp, c
  * at padded position q = y*Lp + x, so A is one fixed stride apart), 32 padded positions per
  * call, the padding columns' results dropped (2 of Lp: 6% at 32 columns). A block whose last
  * row's reads would pass the slab's end runs on the pair kernels instead. */
+/* The 32 positions of a tile pair (A rows a + r*sa, from r = 16 on a + a16 + (r - 16)*sa) on the
+ * vdpbf16ps kernels, where the tiles' whole rows would read past the input (the walk's end). */
+static void walk_amx_rows(const nn_tg *g, const uint16_t *a, long sa, long a16, float *const *c,
+                          const void *Bp, const float *bias, int nvalid, int mode, int mr) {
+    const uint16_t *ap[NN_TG_MR_MAX];
+    float *cp[NN_TG_MR_MAX];
+    int m = 0;
+    for (int r = 0; r < 32; r++) {
+        if (c[r])
+            ap[m] = a + (r < 16 ? r * sa : a16 + (r - 16) * sa), cp[m++] = c[r];
+        if (m && (m == mr || r == 31)) {
+            nn_tg_block_bf16(g, m, ap, Bp, cp, bias, nvalid, mode);
+            m = 0;
+        }
+    }
+}
+
 static void walk_amx(const nn_tg *g, const conv_walk *w, long M, const void *Bp, const float *bias,
                      int nvalid, int mode) {
     const long Lp = w->a_row / w->a_col, Q = (M / w->Wr - 1) * Lp + w->Wr;
@@ -211,6 +228,26 @@ static void walk_amx(const nn_tg *g, const conv_walk *w, long M, const void *Bp,
     const uint16_t *a0 = w->a0, *end = w->a_end;
     const int mr = nn_tg_mr(g->nr);
     float *c[32];
+    /* Rows of 16 voxels (16^3): two rows per 32 positions, the second tile of A rows on the next
+     * row (g->a16), instead of tiles across the rows' padding (2 of every 18 positions) */
+    if (w->Wr == 16 && Lp > 16) {
+        const long nrow = M / 16;
+        nn_tg g2 = *g;
+        g2.a16 = Lp * w->a_col;
+        for (long y = 0; y < nrow; y += 2) {
+            for (int r = 0; r < 32; r++)
+                c[r] = y + r / 16 < nrow
+                           ? w->c0 + (y + r / 16) * w->c_row + (r % 16) * w->c_col
+                           : NULL;
+            const uint16_t *a = a0 + y * Lp * w->a_col;
+            if (a + g2.a16 + 15 * w->a_col + maxoff + g->K <= end) {
+                nn_tg_amx(&g2, a, w->a_col, Bp, c, bias, nvalid, mode);
+                continue;
+            }
+            walk_amx_rows(g, a, w->a_col, g2.a16, c, Bp, bias, nvalid, mode, mr);
+        }
+        return;
+    }
     long y = 0, x = 0;
     /* Rows of whole tiles (Wr a multiple of 32): each row's tiles, then the next row's,
      * skipping the padding positions between them, which a tile across two rows computes and
@@ -231,17 +268,7 @@ static void walk_amx(const nn_tg *g, const conv_walk *w, long M, const void *Bp,
             nn_tg_amx(g, a, w->a_col, Bp, c, bias, nvalid, mode);
             continue;
         }
-        const uint16_t *ap[NN_TG_MR_MAX];
-        float *cp[NN_TG_MR_MAX];
-        int m = 0;
-        for (int r = 0; r < 32; r++) {
-            if (c[r])
-                ap[m] = a + r * w->a_col, cp[m++] = c[r];
-            if (m && (m == mr || r == 31)) {
-                nn_tg_block_bf16(g, m, ap, Bp, cp, bias, nvalid, mode);
-                m = 0;
-            }
-        }
+        walk_amx_rows(g, a, w->a_col, 16 * w->a_col, c, Bp, bias, nvalid, mode, mr);
     }
 }
 

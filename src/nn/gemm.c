@@ -397,7 +397,7 @@ void nn_tg_amx(const nn_tg *g, const uint16_t *a, long sa, const uint16_t *Bp, f
     int m = 0;
     for (int r = 0; r < 32; r++)
         if (c[r])
-            ap[m] = a + (size_t)r * sa, cp[m++] = c[r];
+            ap[m] = a + (r < 16 || !g->a16 ? r * sa : g->a16 + (r - 16) * sa), cp[m++] = c[r];
     tgb_emulated(g, m, ap, Bp, cp, bias, nvalid, mode);
 }
 

@@ -145,6 +145,7 @@ typedef struct nn_tg {
     int T, K;         /* taps, reduction length per tap */
     const long *aoff; /* T offsets (elements) added to each position's A pointer, one per tap */
     int nr;           /* column-block width, from nn_gemm_nr() */
+    long a16;         /* nn_tg_amx: position 16's A row from position 0's (0: 16 rows on) */
 } nn_tg;
 
 enum { NN_TG_ZERO = 0, NN_TG_ACCUM = 1, NN_TG_BIAS = 2 };
@@ -196,7 +197,8 @@ typedef void (*nn_tgb_fn)(const nn_tg *g, const uint16_t *const *a, const uint16
                           float *const *c, const float *bias, int nvalid, int mode);
 nn_tgb_fn nn_tgb_kernel(int nr, int m);
 
-/* AMX (nn_isa_amx() only): 32 positions whose A rows are a + r*sa (uint16 elements, r < 32),
+/* AMX (nn_isa_amx() only): 32 positions whose A rows are a + r*sa (uint16 elements, r < 32; from
+ * r = 16 on a + g->a16 + (r - 16)*sa where g->a16 is set: two rows of 16 voxels),
  * the taps g->aoff, g->K a multiple of 32, Bp in the pair layout [t][K/2][g->nr][2]:
  *   c[r][j] = init + sum_t sum_k a[r*sa + aoff[t] + k] * B[t][k][j], j < nvalid,
  * init and rounding as nn_tg_block; rows with c[r] NULL are computed and dropped (the padding

@@ -79,7 +79,8 @@ void nn_amx_tg(const nn_tg *g, const uint16_t *a, long sa, const uint16_t *Bp, f
         _tile_zero(2);
         _tile_zero(3);
         for (int t = 0; t < T; t++) {
-            const char *a0 = (const char *)(a + g->aoff[t]), *a1 = a0 + 16 * sab;
+            const char *a0 = (const char *)(a + g->aoff[t]);
+            const char *a1 = g->a16 ? a0 + g->a16 * (long)sizeof(uint16_t) : a0 + 16 * sab;
             const char *b = (const char *)(Bp + (size_t)t * K * nr) + (size_t)j0 * 4;
             for (int k = 0; k < K; k += 32, a0 += 64, a1 += 64, b += 16 * sbb) {
                 _tile_loadd(4, a0, sab);
