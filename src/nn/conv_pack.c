@@ -66,19 +66,14 @@ void conv_pack_b16(uint16_t *Bp, const float *w, int ncol, int K, int T, long sc
             /* by k pair, then tap, then column: the lines of w a k pair reads (per column, its
              * runs of taps) stay in L1 over the taps; by tap first, every tap read them again
              * from memory (44% of an 8^3 512->512 pass) */
-            for (int k = k0; k < k1; k += 2) {
-                const int nv = k < K ? (ncol - ob * nr < nr ? ncol - ob * nr : nr) : 0;
-                const float *src = w + ob * nr * sc + k * sk;
-                const long ld = (long)(k1 - k0) * nr;
-                uint16_t *dst = blk + (size_t)(k - k0) * nr;
-                if (st == 1 && nv)
-                    nn_bf16_pack_pairs_taps(dst, ld, src, sc, sk, k + 1 < K, nv, T);
+            for (int k = k0; k < k1; k += 2)
                 for (int t = 0; t < T; t++) {
-                    if (st != 1 && nv)
-                        nn_bf16_pack_pairs(dst + t * ld, src + t * st, sc, sk, k + 1 < K, nv);
-                    memset(dst + t * ld + 2 * nv, 0, sizeof(uint16_t) * 2 * (nr - nv));
+                    uint16_t *dst = blk + ((size_t)t * (k1 - k0) + (k - k0)) * nr;
+                    const int nv = k < K ? (ncol - ob * nr < nr ? ncol - ob * nr : nr) : 0;
+                    nn_bf16_pack_pairs(dst, w + ob * nr * sc + k * sk + t * st, sc, sk, k + 1 < K,
+                                       nv);
+                    memset(dst + 2 * nv, 0, sizeof(uint16_t) * 2 * (nr - nv));
                 }
-            }
         }
 }
 
@@ -198,10 +193,6 @@ void conv_walk_run(const nn_tg *g, const conv_walk *w, long M, const void *Bp, c
     }
 }
 
-/* conv_walk_run on AMX: the positions taken as the padded rows they sit in (position x of row y
- * at padded position q = y*Lp + x, so A is one fixed stride apart), 32 padded positions per
- * call, the padding columns' results dropped (2 of Lp: 6% at 32 columns). A block whose last
- * row's reads would pass the slab's end runs on the pair kernels instead. */
 /* The 32 positions of a tile pair (A rows a + r*sa, from r = 16 on a + a16 + (r - 16)*sa) on the
  * vdpbf16ps kernels, where the tiles' whole rows would read past the input (the walk's end). */
 static void walk_amx_rows(const nn_tg *g, const uint16_t *a, long sa, long a16, float *const *c,
@@ -219,6 +210,11 @@ static void walk_amx_rows(const nn_tg *g, const uint16_t *a, long sa, long a16, 
     }
 }
 
+/* conv_walk_run on AMX: the positions taken as the padded rows they sit in (position x of row y
+ * at padded position q = y*Lp + x, so A is one fixed stride apart), 32 padded positions per
+ * call, the padding columns' results dropped (2 of Lp). Rows of 16 voxels go two per call and
+ * rows of whole tiles one after the other, so that no tile computes padding. A block whose last
+ * row's reads would pass the slab's end runs on the pair kernels instead. */
 static void walk_amx(const nn_tg *g, const conv_walk *w, long M, const void *Bp, const float *bias,
                      int nvalid, int mode) {
     const long Lp = w->a_row / w->a_col, Q = (M / w->Wr - 1) * Lp + w->Wr;

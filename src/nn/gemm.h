@@ -180,10 +180,6 @@ void nn_bf16_pack(uint16_t *dst, const float *src, long n);
 /* The bf16 pair rows of packed weights: dst[2j] = bf16(src[j*sj]), dst[2j + 1] =
  * bf16(src[j*sj + sk]) (0 unless two), j < n. */
 void nn_bf16_pack_pairs(uint16_t *dst, const float *src, long sj, long sk, int two, int n);
-/* nn_bf16_pack_pairs for T taps at once, tap t from src + t into dst + t*ld (the taps of one
- * column consecutive floats, as the Conv3d weights [col][k][27] hold them). */
-void nn_bf16_pack_pairs_taps(uint16_t *dst, long ld, const float *src, long sj, long sk, int two,
-                             int n, int T);
 
 /* nn_tg_block on bf16 data (AVX512_BF16 paths only, see nn_isa_bf16dp): a[i] point to bf16 values
  * (K even, aoff in bf16 elements), Bp is packed [T][K/2][nr][2] (pairs of consecutive k), and

@@ -66,9 +66,6 @@ extern const nn_twb_fn *const nn_twb_avx512bf16[NN_KERN_MAXNV];
 void nn_kb_pack(uint16_t *dst, const float *src, long n);
 /* nn_bf16_pack_pairs (gemm.h) with gathers and vcvtne2ps2bf16. */
 void nn_kb_pack_pairs(uint16_t *dst, const float *src, long sj, long sk, int two, int n);
-/* nn_bf16_pack_pairs_taps (gemm.h) with in-register transposes. */
-void nn_kb_pack_pairs_taps(uint16_t *dst, long ld, const float *src, long sj, long sk, int two,
-                           int n, int T);
 #endif
 #if defined(__x86_64__) && defined(__linux__)
 /* Asks Linux for the AMX tile data state for this process (kern_amx.c); 1 when granted. */

@@ -6,7 +6,6 @@
 #if defined(__x86_64__)
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx2,fma")
 #include "nn/kern.h"
-#include "nn/kern_tr16.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -176,37 +175,6 @@ void nn_kb_pack_pairs(uint16_t *dst, const float *src, long sj, long sk, int two
                                    : _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mk, idx, s + sk, 4);
         const __m512i ab = _mm512_permutexvar_epi16(perm, (__m512i)_mm512_cvtne2ps_pbh(b, a));
         _mm512_mask_storeu_epi32(dst + 2 * j, mk, ab);
-    }
-}
-
-void nn_kb_pack_pairs_taps(uint16_t *dst, long ld, const float *src, long sj, long sk, int two,
-                           int n, int T) {
-    /* 16 columns x 16 taps at a time: each column's taps are consecutive floats, loaded as rows
-     * and transposed in registers into one vector of the 16 columns per tap (a gather per tap
-     * and k was 3% of a bf16 step at scale 5 / base 64 on a Xeon with AMX) */
-    const __m512i perm = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
-                                          24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
-                                          16, 0);
-    for (int j0 = 0; j0 < n; j0 += 16) {
-        const int nj = n - j0 < 16 ? n - j0 : 16;
-        const __mmask16 mj = nj == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nj) - 1);
-        for (int t0 = 0; t0 < T; t0 += 16) {
-            const int nt = T - t0 < 16 ? T - t0 : 16;
-            const __mmask16 mt = nt == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nt) - 1);
-            __m512 r0[16], r1[16];
-            for (int i = 0; i < 16; i++) {
-                const float *s = src + (size_t)(j0 + i) * sj + t0;
-                r0[i] = i < nj ? _mm512_maskz_loadu_ps(mt, s) : _mm512_setzero_ps();
-                r1[i] = i < nj && two ? _mm512_maskz_loadu_ps(mt, s + sk) : _mm512_setzero_ps();
-            }
-            nn_tr16_ps(r0);
-            nn_tr16_ps(r1);
-            for (int t = 0; t < nt; t++) {
-                const __m512i ab =
-                    _mm512_permutexvar_epi16(perm, (__m512i)_mm512_cvtne2ps_pbh(r1[t], r0[t]));
-                _mm512_mask_storeu_epi32(dst + (size_t)(t0 + t) * ld + 2 * j0, mj, ab);
-            }
-        }
     }
 }
 #else

@@ -1260,36 +1260,6 @@ static void test_maxpool_edges(void) {
           C);
 }
 
-/* nn_bf16_pack_pairs_taps (transposes where the CPU has AVX512_BF16) writes, bit for bit, what
- * nn_bf16_pack_pairs writes tap by tap: column counts around the 16-lane blocks, tap counts
- * around the 16-tap groups, the second k of the pair present or not; the Conv3d weights'
- * strides (forward: columns 27 K apart, k 27; input gradient: columns 27, k 27 K), with
- * denormals and halfway cases among the values. */
-static void test_bf16_pack_taps(void) {
-    const int ns[] = {1, 7, 16, 17, 40}, Ts[] = {1, 8, 16, 27};
-    int bad = 0, cases = 0;
-    for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
-        for (size_t b = 0; b < sizeof Ts / sizeof Ts[0]; b++)
-            for (int two = 0; two < 2; two++)
-                for (int tr = 0; tr < 2; tr++) {
-                    const int n = ns[a], T = Ts[b], Kc = 3;
-                    const long sj = tr ? T : (long)T * Kc, sk = tr ? (long)T * n : T;
-                    const size_t len = (size_t)n * T * Kc + 64;
-                    float *w = randv(len, 90 + a * 8 + b, 1.0f);
-                    w[1] = 0x1p-130f, w[2] = -0x1p-140f, w[3] = 1.0f + 0x1p-8f;
-                    const long ld = 2 * (long)n + 6;
-                    uint16_t *want = calloc((size_t)T * ld, 2), *got = calloc((size_t)T * ld, 2);
-                    for (int t = 0; t < T; t++)
-                        nn_bf16_pack_pairs(want + t * ld, w + t, sj, sk, two, n);
-                    nn_bf16_pack_pairs_taps(got, ld, w, sj, sk, two, n, T);
-                    bad += memcmp(want, got, (size_t)T * ld * 2) != 0;
-                    cases++;
-                    free(w), free(want), free(got);
-                }
-    CHECK(!bad, "bf16 pair packing of all taps at once: %d of %d cases differ from tap by tap",
-          bad, cases);
-}
-
 int main(int argc, char **argv) {
     if (fx_isa_setup(argc, argv))
         return 0;
@@ -1322,7 +1292,6 @@ int main(int argc, char **argv) {
     }
     test_bf16_fixtures(&st);
     nn_st_close(&st);
-    test_bf16_pack_taps();
     test_maxpool_edges();
     test_finite_differences();
     test_conv_vs_naive();
