@@ -118,6 +118,48 @@ static void amx_i2c_dw_slab(float *acc, const uint16_t *xT, long ldx, const uint
     }
 }
 
+/* The positions conv_amx_dw's products sum over, per chunk of whole planes. The corner
+ * positions past a plane's H rows of output voxels, and past each row's W, have zero gradients:
+ * no products need them. Each row's W positions where W is a multiple of 32 (whole k steps;
+ * 32^3: 12% fewer products), else the plane's first H rows (16^3: 11% fewer); n2, the planes
+ * per chunk of about qc positions. n2 = 0: plain chunks of positions, where a plane's rows are
+ * odd (the pair layout) or their rounding up to 32 would overrun it. */
+static nn_amx_span amx_dw_rows(int H, int W, long qc) {
+    const long Wp = W + 2, HW = (long)(H + 2) * Wp, n2 = qc / HW > 1 ? qc / HW : 1;
+    if (HW % 2 == 0 && W % 32 == 0)
+        return (nn_amx_span){.len = W, .n = H, .stride = Wp, .n2 = n2, .stride2 = HW};
+    if (HW % 2 == 0 && amx_round32((long)H * Wp) <= HW)
+        return (nn_amx_span){.len = amx_round32((long)H * Wp), .n = 1, .n2 = n2, .stride2 = HW};
+    return (nn_amx_span){.n2 = 0};
+}
+
+/* xT of sample n: the padded planes z0 - 1 .. z0 + nz of the input (a | b) transposed into one
+ * row of positions per channel, then zeros to the row's end (read by the last tiles, times zero
+ * gradients: stale values could be NaN patterns). */
+static void amx_dw_pack_x(uint16_t *xT, long ldx, const float *a, int ca, const float *b, int cb,
+                          int n, int z0, int nz, int D, int H, int W) {
+    const int cin = ca + cb, Hp = H + 2, Wp = W + 2;
+    const long tail = (long)(nz + 2) * Hp * Wp;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (long zs = 0; zs < nz + 2; zs++)
+        for (long yp = 0; yp < Hp; yp++) {
+            const long p0 = (zs * Hp + yp) * Wp, z = z0 - 1 + zs, y = yp - 1;
+            if (z < 0 || z >= D || y < 0 || y >= H) {
+                for (int ic = 0; ic < cin; ic++)
+                    memset(xT + ic * ldx + p0, 0, sizeof(uint16_t) * Wp);
+                continue;
+            }
+            for (int ic = 0; ic < cin; ic++)
+                xT[ic * ldx + p0] = 0, xT[ic * ldx + p0 + Wp - 1] = 0;
+            const size_t src = (((size_t)n * D + z) * H + y) * W;
+            nn_amx_pack_t(xT + p0 + 1, ldx, a + src * ca, ca, W, ca);
+            if (cb)
+                nn_amx_pack_t(xT + (size_t)ca * ldx + p0 + 1, ldx, b + src * cb, cb, W, cb);
+        }
+    for (int ic = 0; ic < cin; ic++)
+        memset(xT + ic * ldx + tail, 0, sizeof(uint16_t) * (ldx - tail));
+}
+
 void conv_amx_dw(float *dw, const float *a, int ca, const float *b, int cb, const float *dy,
                  int cout, int N, int D, int H, int W, int Zc, float *ws) {
     const int cin = ca + cb, Hp = H + 2, Wp = W + 2;
@@ -146,45 +188,13 @@ void conv_amx_dw(float *dw, const float *a, int ca, const float *b, int cb, cons
         toff[t] = t / 9 * HW + t / 3 % 3 * Wp + t % 3;
     const int fused =
         !i2c && N == 1 && Zc >= D && amx_round32((long)D * HW) <= qc && nblk >= 4 * nth;
-    /* The corner positions past a plane's H rows of output voxels, and past each row's W, have
-     * zero gradients: no products need them. Chunks of whole planes skip them: each row's W
-     * positions where W is a multiple of 32 (whole k steps; 32^3: 12% fewer products), else
-     * the plane's first H rows (16^3: 11% fewer). n2: the planes per chunk (0: positions in
-     * plain chunks, where a plane's rows are odd, or they would overrun it). */
-    nn_amx_span rows = {.n2 = 0};
-    if (HW % 2 == 0 && W % 32 == 0)
-        rows = (nn_amx_span){.len = W, .n = H, .stride = Wp, .n2 = 1, .stride2 = HW};
-    else if (HW % 2 == 0 && amx_round32((long)H * Wp) <= HW)
-        rows = (nn_amx_span){.len = amx_round32((long)H * Wp), .n = 1, .stride = 0, .n2 = 1,
-                             .stride2 = HW};
-    if (rows.n2)
-        rows.n2 = qc / HW > 1 ? qc / HW : 1;
+    const nn_amx_span rows = amx_dw_rows(H, W, qc);
     int first = 1;
     for (int n = 0; n < N; n++)
         for (int z0 = 0; z0 < D; z0 += Zc) {
             const int nz = z0 + Zc < D ? Zc : D - z0;
-            const long q_end = amx_round32(nz * HW), tail = (nz + 2) * HW;
-            /* xT: the padded planes z0 - 1 .. z0 + nz, then zeros to the row's end (read by the
-             * last tiles, times zero gradients: stale values could be NaN patterns) */
-#pragma omp parallel for collapse(2) schedule(static)
-            for (long zs = 0; zs < nz + 2; zs++)
-                for (long yp = 0; yp < Hp; yp++) {
-                    const long p0 = (zs * Hp + yp) * Wp, z = z0 - 1 + zs, y = yp - 1;
-                    if (z < 0 || z >= D || y < 0 || y >= H) {
-                        for (int ic = 0; ic < cin; ic++)
-                            memset(xT + ic * ldx + p0, 0, sizeof(uint16_t) * Wp);
-                        continue;
-                    }
-                    for (int ic = 0; ic < cin; ic++)
-                        xT[ic * ldx + p0] = 0, xT[ic * ldx + p0 + Wp - 1] = 0;
-                    const size_t src = (((size_t)n * D + z) * H + y) * W;
-                    nn_amx_pack_t(xT + p0 + 1, ldx, a + src * ca, ca, W, ca);
-                    if (cb)
-                        nn_amx_pack_t(xT + (size_t)ca * ldx + p0 + 1, ldx, b + src * cb, cb, W,
-                                      cb);
-                }
-            for (int ic = 0; ic < cin; ic++)
-                memset(xT + ic * ldx + tail, 0, sizeof(uint16_t) * (ldx - tail));
+            const long q_end = amx_round32(nz * HW);
+            amx_dw_pack_x(xT, ldx, a, ca, b, cb, n, z0, nz, D, H, W);
             /* dyP: the pairs of corner positions below q_end */
 #pragma omp parallel for schedule(static)
             for (long pp = 0; pp < q_end / 2; pp++) {
