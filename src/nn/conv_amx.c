@@ -228,7 +228,8 @@ void conv_amx_dw(float *dw, const float *a, int ca, const float *b, int cb, cons
                 continue;
             }
 #pragma omp parallel
-            for (long q0 = 0; q0 < q_end; q0 += rows.n2 > 0 ? rows.n2 * HW : qc) {
+            for (long q0 = 0; q0 < (rows.n2 > 0 ? nz * HW : q_end);
+                 q0 += rows.n2 > 0 ? rows.n2 * HW : qc) {
                 nn_amx_span sp = nn_amx_run(q_end - q0 < qc ? q_end - q0 : qc);
                 if (rows.n2 > 0) { /* whole planes, their rows of output voxels only */
                     sp = rows;
