@@ -28,7 +28,6 @@ int nn_backend_fail(nn_backend *b, int err) {
 /* Zeroed, 64-byte aligned; calloc's block sits in front and its address just below the result.
  * calloc, not posix_memalign and memset: a large block comes zeroed from the kernel, so the pages
  * a run never touches (the fp32 Winograd part of the workspace in a bf16 run, 0.2 GiB at scale
- * 7 / base 64) stay out of its resident memory.
  * 7 / base 64) stay out of its resident memory. From 2 MiB up the block starts on a huge page
  * and is advised for them (core/mem.h). */
 static int cpu_alloc(nn_backend *b, void **p, size_t bytes) {

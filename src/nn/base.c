@@ -83,33 +83,37 @@ static NN_WIDE void widen_span(float *dst, const uint16_t *src, size_t n) {
     }
 }
 
-/* The element passes in pieces of BF16_PIECE values, one NN_WIDE call each. */
-enum { BF16_PIECE = 1 << 14 };
-#define BF16_PIECES(n) ((long)(((n) + BF16_PIECE - 1) / BF16_PIECE))
-#define BF16_PIECE_LEN(n, i)                                                                       \
-    ((n) - (size_t)(i) * BF16_PIECE < BF16_PIECE ? (n) - (size_t)(i) * BF16_PIECE : BF16_PIECE)
+enum { BF16_ROUND, BF16_NARROW, BF16_WIDEN };
+
+/* One of the bf16 element passes over n values, in pieces of 16 Ki values shared among the
+ * threads, one NN_WIDE call each (the outlined loop body itself is built for the baseline). */
+static void bf16_pass(int op, void *dst, const void *src, size_t n) {
+    enum { PIECE = 1 << 14 };
+    const long np = (long)((n + PIECE - 1) / PIECE);
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < np; i++) {
+        const size_t o = (size_t)i * PIECE, len = n - o < PIECE ? n - o : PIECE;
+        if (op == BF16_ROUND)
+            nn_round_bf16_span((float *)dst + o, (const float *)src + o, len);
+        else if (op == BF16_NARROW)
+            narrow_span((uint16_t *)dst + o, (const float *)src + o, len);
+        else
+            widen_span((float *)dst + o, (const uint16_t *)src + o, len);
+    }
+}
 
 void nn_round_bf16_to(float *dst, const float *src, size_t n) {
-#pragma omp parallel for schedule(static)
-    for (long i = 0; i < BF16_PIECES(n); i++)
-        nn_round_bf16_span(dst + (size_t)i * BF16_PIECE, src + (size_t)i * BF16_PIECE,
-                           BF16_PIECE_LEN(n, i));
+    bf16_pass(BF16_ROUND, dst, src, n);
 }
 
 void nn_round_bf16(float *x, size_t n) {
-    nn_round_bf16_to(x, x, n);
+    bf16_pass(BF16_ROUND, x, x, n);
 }
 
 void nn_bf16_narrow(uint16_t *dst, const float *src, size_t n) {
-#pragma omp parallel for schedule(static)
-    for (long i = 0; i < BF16_PIECES(n); i++)
-        narrow_span(dst + (size_t)i * BF16_PIECE, src + (size_t)i * BF16_PIECE,
-                    BF16_PIECE_LEN(n, i));
+    bf16_pass(BF16_NARROW, dst, src, n);
 }
 
 void nn_bf16_widen(float *dst, const uint16_t *src, size_t n) {
-#pragma omp parallel for schedule(static)
-    for (long i = 0; i < BF16_PIECES(n); i++)
-        widen_span(dst + (size_t)i * BF16_PIECE, src + (size_t)i * BF16_PIECE,
-                   BF16_PIECE_LEN(n, i));
+    bf16_pass(BF16_WIDEN, dst, src, n);
 }

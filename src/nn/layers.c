@@ -442,6 +442,11 @@ void nn_relu_backward(float *dx, const float *dy, const float *y, size_t n) {
         dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
 }
 
+/* Where input t (z, y, x bits 4, 2, 1) of output voxel (n, z, y, x)'s 2^3 window starts. */
+static size_t pool_input(int n, int z, int y, int x, int t, int D, int H, int W, int C) {
+    return ((((size_t)n * D + 2 * z + t / 4) * H + 2 * y + (t / 2) % 2) * W + 2 * x + t % 2) * C;
+}
+
 /* One output voxel's maxima over its 8 inputs and where each came from (the first maximum, NaN
  * winning, as PyTorch), the channels in vectors: as a scalar loop (branches per value) the pool
  * took 1.5% of a bf16 step at scale 5 / base 64, three times its memory traffic. */
@@ -475,8 +480,7 @@ void nn_maxpool3d_forward(float *out, uint8_t *idx, const float *in, int N, int 
                     const size_t o = ((((size_t)n * Do + z) * Ho + y) * Wo + x) * C;
                     const float *src[8];
                     for (int t = 0; t < 8; t++)
-                        src[t] = in + ((((size_t)n * D + 2 * z + t / 4) * H + 2 * y + (t / 2) % 2) *
-                                           W + 2 * x + t % 2) * C;
+                        src[t] = in + pool_input(n, z, y, x, t, D, H, W, C);
                     pool_voxel(out + o, idx + o, src, C);
                 }
 }
@@ -505,8 +509,7 @@ void nn_maxpool3d_backward(float *din, const float *dout, const uint8_t *idx, in
                     const size_t o = ((((size_t)n * Do + z) * Ho + y) * Wo + x) * C;
                     float *dst[8];
                     for (int t = 0; t < 8; t++)
-                        dst[t] = din + ((((size_t)n * D + 2 * z + t / 4) * H + 2 * y + (t / 2) % 2) *
-                                            W + 2 * x + t % 2) * C;
+                        dst[t] = din + pool_input(n, z, y, x, t, D, H, W, C);
                     pool_back_voxel(dst, dout + o, idx + o, C);
                 }
 }
