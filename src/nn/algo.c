@@ -14,7 +14,7 @@
 #include <string.h>
 
 static const char *const algo_names[NN_ALGO_COUNT] = {"direct", "winograd", "direct-bf16",
-                                                      "winograd-bf16", "amx"};
+                                                      "winograd-bf16", "amx", "amx-x3"};
 static const char *const pass_names[3] = {"fwd", "bwd_data", "bwd_weight"};
 
 const char *nn_algo_name(int algo) {
@@ -35,7 +35,8 @@ const char *nn_pass_name(int pass) {
 /* Accuracy order: the reference of a measurement is the first applicable algorithm of this
  * list (exact products with fp32 sums: one rounding of the bf16 result), the others are checked
  * against it. */
-static const int accuracy_order[NN_ALGO_COUNT] = {NN_ALGO_DIRECT, NN_ALGO_DIRECT_BF16, NN_ALGO_AMX,
+static const int accuracy_order[NN_ALGO_COUNT] = {NN_ALGO_DIRECT,   NN_ALGO_DIRECT_BF16,
+                                                  NN_ALGO_AMX,      NN_ALGO_AMX_X3,
                                                   NN_ALGO_WINOGRAD, NN_ALGO_WINOGRAD_BF16};
 
 /* ---- state ------------------------------------------------------------------------------- */
@@ -109,7 +110,7 @@ static const char *context(void) {
 #define FILE_TITLE "# scaffold nn algorithm choices v1"
 /* The kernels' revision: a cache written by another one is measured again (its timings are of
  * other code). Raise it with every change that can reorder the algorithms' speeds on some CPU. */
-#define KERNEL_REV "kernels 7"
+#define KERNEL_REV "kernels 8"
 #define FILE_TITLE_REV FILE_TITLE ", " KERNEL_REV "\n"
 #define FILE_HEADER                                                                                \
     FILE_TITLE_REV "# cpu\tpath\tthreads\top\tpass\tprec\tN\tD\tH\tW\tca\tcb\tsplit\tcout\talgo" \
@@ -281,7 +282,7 @@ static int load_env(void) {
     else if (set->algo == NN_SET_UNKNOWN)
         rc = err_set(ERR_CONFIG,
                      "SCAFFOLD_NN_ALGO=%s: unknown (use rule, measure, direct, winograd, "
-                     "direct-bf16, winograd-bf16 or amx)",
+                     "direct-bf16, winograd-bf16, amx or amx-x3)",
                      nn_settings_env("SCAFFOLD_NN_ALGO"));
     const char *p = set->algo_pin;
     if (rc == 0 && p) {

@@ -13,6 +13,9 @@
  *                  accumulation, the transformed operands rounded to bf16 (conv_wino.c,
  *                  kern_wino16.h, kern_avx512bf16.c)
  *   amx            AMX tiles (bf16; channels multiples of 32)
+ *   amx-x3         fp32 on AMX tiles, each product as three bf16 products (hi*hi + lo*hi +
+ *                  hi*lo, fp32 sums; about 2^-16 of each product left out, conv3d.c); fp32
+ *                  forward and input gradient, channels multiples of 32; measured or forced only
  *
  * How a pass gets its algorithm (nn_algo_pick), first match wins:
  *   1. SCAFFOLD_NN_ALGO=NAME forces NAME wherever it applies (elsewhere the rule below);
@@ -55,7 +58,8 @@ typedef enum {
     NN_ALGO_DIRECT_BF16 = 2,
     NN_ALGO_WINOGRAD_BF16 = 3,
     NN_ALGO_AMX = 4,
-    NN_ALGO_COUNT = 5
+    NN_ALGO_AMX_X3 = 5,
+    NN_ALGO_COUNT = 6
 } nn_algo;
 
 typedef enum { NN_PASS_FWD = 0, NN_PASS_BWD_DATA = 1, NN_PASS_BWD_WEIGHT = 2 } nn_pass;

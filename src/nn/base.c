@@ -68,6 +68,11 @@ NN_WIDE void nn_round_bf16_span(float *dst, const float *src, size_t n) {
         dst[i] = nn_bf16_round(src[i]);
 }
 
+NN_WIDE void nn_bf16_lo_span(float *dst, const float *src, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        dst[i] = src[i] - nn_bf16_round(src[i]);
+}
+
 static NN_WIDE void narrow_span(uint16_t *dst, const float *src, size_t n) {
     for (size_t i = 0; i < n; i++) {
         uint32_t u;

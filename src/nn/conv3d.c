@@ -91,6 +91,26 @@ static void conv27(float *out, int cdst, void *P, int csrc, int pairs, const voi
 
 /* ---- Conv3d k3 -------------------------------------------------------------------------- */
 
+/* amx-x3 (fp32 on AMX): each fp32 product as three bf16 ones, x*w ~ hi(x) hi(w) + lo(x) hi(w) +
+ * hi(x) lo(w), summed in fp32 by the AMX tiles: the direct walk over a slab of 3K bf16 channels
+ * (PAD_BF16X3) and weights of 3K rows (conv_pack_b16_x3). What it leaves out (lo(x) lo(w) and
+ * the residues past 16 significand bits) is about 2^-16 of each product: 4.4e-6 of a 1728-term
+ * sum's largest value (rms 4.4e-6 of the result against fp32 SGEMM's 7.4e-7; Winograd's ~1e-5),
+ * inside the fp32 accuracy budget (1e-4). Applies to fp32 forward and input-gradient passes
+ * with K (the reduction's channels) a multiple of 32 and K * ncol <= X3_KN_MAX, on CPUs with
+ * AMX; never chosen by the rule (measure mode or forcing only). */
+#define X3_KN_MAX 65536 /* its slab is 1.5x, its packed weights 1.5x, plus a copy of w's */
+static int conv_x3_applies(int K, int ncol, nn_prec prec, const nn_shard *sh) {
+    return prec == NN_FP32 && !sh && nn_isa_amx() && K % 32 == 0 && K <= NN_X3_KMAX &&
+           (long)K * ncol <= X3_KN_MAX;
+}
+
+/* Floats of amx-x3's workspace for K channels into ncol columns (ncol * K * 27 weights). */
+static size_t x3_ws_floats(int D, int H, int W, int K, int ncol) {
+    return ((conv_slab_floats(D, H, W, 3 * K / 2, NULL) + 15) & ~(size_t)15) +
+           ((packed_floats(ncol, 3 * K, 27) / 2 + 15) & ~(size_t)15) + (size_t)ncol * K * 27 + 64;
+}
+
 size_t conv3d_ws(int N, int D, int H, int W, int cin, int cout, const nn_shard *sh) {
     size_t sa = conv_slab_floats(D, H, W, cin, sh), sb = conv_slab_floats(D, H, W, cout, sh);
     size_t pf = packed_floats(cout, cin + 1, 27), pb = packed_floats(cin, cout + 1, 27);
@@ -111,7 +131,12 @@ size_t conv3d_ws(int N, int D, int H, int W, int cin, int cout, const nn_shard *
     if (conv_wino_small_applies(N, D, H, W, cout, cin, NN_FP32, sh) &&
         p < conv_wino_small_ws_floats(N, D, H, W, cout, cin))
         p = conv_wino_small_ws_floats(N, D, H, W, cout, cin);
-    const size_t f = (sa > sb ? sa : sb) + 16 + p + 64;
+    size_t f = (sa > sb ? sa : sb) + 16 + p + 64;
+    /* amx-x3: forward (K = cin) and input gradient (K = cout) */
+    if (conv_x3_applies(cin, cout, NN_FP32, sh) && f < x3_ws_floats(D, H, W, cin, cout))
+        f = x3_ws_floats(D, H, W, cin, cout);
+    if (conv_x3_applies(cout, cin, NN_FP32, sh) && f < x3_ws_floats(D, H, W, cout, cin))
+        f = x3_ws_floats(D, H, W, cout, cin);
     /* AMX's im2col forward pass on few input channels (its own layout) */
     const size_t fi = nn_isa_amx() && conv_amx_i2c_applies(cin) && !sh
                           ? conv_amx_i2c_ws_floats(D, H, W, cin, cout)
@@ -220,14 +245,27 @@ typedef struct conv_args {
     float *ws;
 } conv_args;
 
-/* The direct walk: pairs 0 (fp32 kernels; bf16 on rounded operands), PAIRS_DP or PAIRS_AMX. */
-static void conv3d_direct(const conv_args *x, int pairs) {
+/* The direct walk: pairs 0 (fp32 kernels; bf16 on rounded operands), PAIRS_DP or PAIRS_AMX;
+ * x3 (with PAIRS_AMX): amx-x3. */
+static void conv3d_direct(const conv_args *x, int pairs, int x3) {
     const int N = x->N, D = x->D, H = x->H, W = x->W, K = x->ca + x->cb;
     const nn_prec prec = x->prec;
-    const int fmt = pairs ? PAD_BF16 : prec == NN_BF16 ? PAD_F32R : PAD_F32;
-    const int Kp = pad_channels(fmt, K), Zc = conv_slab_depth(D, H, W, K, x->sh);
+    const int fmt = x3 ? PAD_BF16X3 : pairs ? PAD_BF16 : prec == NN_BF16 ? PAD_F32R : PAD_F32;
+    /* the slab's channels in floats' units: 3K bf16 are 1.5 K floats */
+    const int Kf = x3 ? 3 * K / 2 : K;
+    const int Kp = pad_channels(fmt, K), Zc = conv_slab_depth(D, H, W, Kf, x->sh);
     void *P = x->ws;
-    float *Bp = x->ws + ((conv_slab_floats(D, H, W, K, x->sh) + 15) & ~(size_t)15);
+    float *Bp = x->ws + ((conv_slab_floats(D, H, W, Kf, x->sh) + 15) & ~(size_t)15);
+    /* amx-x3: lo(w) = w - bf16(w) for the whole weight tensor, after the packed weights */
+    float *wlo = NULL;
+    if (x3) {
+        const int nc = x->n1 > x->n2 ? x->n1 : x->n2;
+        const long nw = (long)(x->n1 + x->n2) * K * 27;
+        wlo = Bp + ((packed_floats(nc, Kp, 27) / 2 + 15) & ~(size_t)15);
+#pragma omp parallel for schedule(static)
+        for (long i = 0; i < nw; i += 4096)
+            nn_bf16_lo_span(wlo + i, x->w + i, (size_t)(nw - i < 4096 ? nw - i : 4096));
+    }
     long aoff[27];
     taps27(aoff, H, W, Kp, x->flip);
     const int nparts = x->out2 ? 2 : 1;
@@ -242,7 +280,10 @@ static void conv3d_direct(const conv_args *x, int pairs) {
                 const int nr = nn_gemm_nr(ncol), nkb = kblocks(Kp, 27, nr, kunit(pairs));
                 if (nparts == 2 || (n == 0 && z0 == 0)) {
                     const float *wp = x->w + (part ? (long)x->n1 * x->sc : 0);
-                    if (pairs)
+                    if (x3)
+                        conv_pack_b16_x3((uint16_t *)Bp, wp, wlo + (wp - x->w), ncol, K, 27, x->sc,
+                                         x->sk, 1, nr, nkb, kunit(pairs));
+                    else if (pairs)
                         conv_pack_b16((uint16_t *)Bp, wp, ncol, K, 27, x->sc, x->sk, 1, nr, nkb,
                                       kunit(pairs));
                     else
@@ -315,6 +356,8 @@ static unsigned conv3d_eligible(const conv_args *x) {
             (K % 32 == 0 || (conv_amx_i2c_applies(K) && !x->flip && !x->out2)))
             el |= 1u << NN_ALGO_AMX;
     }
+    if (conv_x3_applies(K, x->n1 + x->n2, x->prec, x->sh))
+        el |= 1u << NN_ALGO_AMX_X3;
     return el;
 }
 
@@ -329,17 +372,20 @@ static void conv3d_run(const nn_algo_job *j, int algo, float *dw) {
         conv3d_winograd(x, 1);
         break;
     case NN_ALGO_DIRECT_BF16:
-        conv3d_direct(x, PAIRS_DP);
+        conv3d_direct(x, PAIRS_DP, 0);
+        break;
+    case NN_ALGO_AMX_X3:
+        conv3d_direct(x, PAIRS_AMX, 1);
         break;
     case NN_ALGO_AMX:
         if (conv_amx_i2c_applies(x->ca + x->cb))
             conv_amx_i2c_fwd(x->out1, x->a, x->ca, x->b, x->cb, x->w, x->sc, x->sk, x->n1, x->N,
                              x->D, x->H, x->W, store_mode(x->prec), x->ws);
         else
-            conv3d_direct(x, PAIRS_AMX);
+            conv3d_direct(x, PAIRS_AMX, 0);
         break;
     default:
-        conv3d_direct(x, 0);
+        conv3d_direct(x, 0, 0);
     }
 }
 

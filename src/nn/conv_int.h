@@ -84,14 +84,22 @@ static inline void kb_range(int K, int nkb, int kb, int unit, int *k0, int *k1) 
  * The one-voxel border (planes -1 and D, rows -1 and H, columns -1 and W) is where a spatially
  * sharded run puts its neighbours' faces (halo): conv_pad_slab writes it (zeros here) and copies
  * the tensor itself. */
-enum { PAD_F32, PAD_F32R /* fp32 holding bf16-rounded values */, PAD_BF16 /* uint16 */ };
+/* PAD_BF16X3 (amx-x3, fp32 on AMX): 3C bf16 channels per voxel, hi(x), lo(x), hi(x) with
+ * hi = bf16(x) and lo = bf16(x - hi); C even, at most NN_X3_KMAX. */
+#define NN_X3_KMAX 1024
+enum {
+    PAD_F32,
+    PAD_F32R /* fp32 holding bf16-rounded values */,
+    PAD_BF16 /* uint16 */,
+    PAD_BF16X3
+};
 
 static inline size_t pad_esize(int fmt) {
-    return fmt == PAD_BF16 ? sizeof(uint16_t) : sizeof(float);
+    return fmt >= PAD_BF16 ? sizeof(uint16_t) : sizeof(float);
 }
 
 static inline int pad_channels(int fmt, int C) {
-    return fmt == PAD_BF16 ? (C + 1) & ~1 : C;
+    return fmt == PAD_BF16X3 ? 3 * C : fmt == PAD_BF16 ? (C + 1) & ~1 : C;
 }
 
 /* Packed weights, for the widest column blocks of any path (workspace fits every path; the
@@ -157,6 +165,10 @@ void conv_pack_b(float *Bp, const float *w, int ncol, int K, int T, long sc, lon
  * [t][(k - k0)/2][nr][2] at (ob*T*Kp + T*k0)*nr elements. */
 void conv_pack_b16(uint16_t *Bp, const float *w, int ncol, int K, int T, long sc, long sk,
                    long st, int nr, int nkb, int unit);
+/* The same for amx-x3 (PAD_BF16X3's input): 3K rows, bf16(w) for k' < 2K (k = k' mod K) and
+ * bf16(wlo) for k' >= 2K, wlo = w - bf16(w) addressed as w; K even. */
+void conv_pack_b16_x3(uint16_t *Bp, const float *w, const float *wlo, int ncol, int K, int T,
+                      long sc, long sk, long st, int nr, int nkb, int unit);
 /* SCAFFOLD_NN_SLAB_BYTES (nn/settings.h; tests: several slabs on small volumes). */
 size_t conv_slab_bytes(void);
 int conv_slab_depth(int D, int H, int W, int C, const nn_shard *sh);

@@ -54,8 +54,12 @@ void conv_pack_b(float *Bp, const float *w, int ncol, int K, int T, long sc, lon
 
 /* The bf16 pair layout of conv_pack_b for Kp = K rounded up to even (k >= K is zero): per (ob, kb),
  * [t][(k - k0)/2][nr][2] at (ob*T*Kp + T*k0)*nr elements. */
-void conv_pack_b16(uint16_t *Bp, const float *w, int ncol, int K, int T, long sc, long sk,
-                   long st, int nr, int nkb, int unit) {
+/* conv_pack_b16, or with wlo conv_pack_b16_x3 (K of the weights, 3K rows). */
+static void pack_b16(uint16_t *Bp, const float *w, const float *wlo, int ncol, int K, int T,
+                     long sc, long sk, long st, int nr, int nkb, int unit) {
+    const int Kw = K; /* channels of w */
+    if (wlo)
+        K = 3 * Kw;
     const int nb = nblocks(ncol, nr), Kp = (K + 1) & ~1;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int ob = 0; ob < nb; ob++)
@@ -70,11 +74,25 @@ void conv_pack_b16(uint16_t *Bp, const float *w, int ncol, int K, int T, long sc
                 for (int t = 0; t < T; t++) {
                     uint16_t *dst = blk + ((size_t)t * (k1 - k0) + (k - k0)) * nr;
                     const int nv = k < K ? (ncol - ob * nr < nr ? ncol - ob * nr : nr) : 0;
-                    nn_bf16_pack_pairs(dst, w + ob * nr * sc + k * sk + t * st, sc, sk, k + 1 < K,
-                                       nv);
+                    /* x3: rows [0, 2Kw) are w's channels twice, [2Kw, 3Kw) wlo's (Kw even: a
+                     * pair never straddles two of them) */
+                    const float *src = !wlo || k < Kw ? w + (long)k * sk
+                                       : k < 2 * Kw   ? w + (long)(k - Kw) * sk
+                                                      : wlo + (long)(k - 2 * Kw) * sk;
+                    nn_bf16_pack_pairs(dst, src + ob * nr * sc + t * st, sc, sk, k + 1 < K, nv);
                     memset(dst + 2 * nv, 0, sizeof(uint16_t) * 2 * (nr - nv));
                 }
         }
+}
+
+void conv_pack_b16(uint16_t *Bp, const float *w, int ncol, int K, int T, long sc, long sk,
+                   long st, int nr, int nkb, int unit) {
+    pack_b16(Bp, w, NULL, ncol, K, T, sc, sk, st, nr, nkb, unit);
+}
+
+void conv_pack_b16_x3(uint16_t *Bp, const float *w, const float *wlo, int ncol, int K, int T,
+                      long sc, long sk, long st, int nr, int nkb, int unit) {
+    pack_b16(Bp, w, wlo, ncol, K, T, sc, sk, st, nr, nkb, unit);
 }
 
 /* Padded planes per slab: about SCAFFOLD_NN_SLAB_BYTES bytes (default NN_SETTINGS_SLAB_BYTES,
@@ -130,6 +148,18 @@ void conv_pad_slab(void *P, int fmt, const float *a, long lda_, int ca, const fl
                         d[c] = nn_bf16_round(sa[c]);
                     for (int c = 0; c < cb; c++)
                         d[ca + c] = nn_bf16_round(sb[c]);
+                } else if (fmt == PAD_BF16X3) {
+                    uint16_t *d = (uint16_t *)(row + (size_t)(x + 1) * C * es);
+                    const int K = ca + cb;
+                    float lo[NN_X3_KMAX];
+                    nn_bf16_pack(d, sa, ca);
+                    nn_bf16_lo_span(lo, sa, ca);
+                    if (cb) {
+                        nn_bf16_pack(d + ca, sb, cb);
+                        nn_bf16_lo_span(lo + ca, sb, cb);
+                    }
+                    nn_bf16_pack(d + K, lo, K);
+                    memcpy(d + 2 * K, d, sizeof(uint16_t) * K);
                 } else {
                     uint16_t *d = (uint16_t *)(row + (size_t)(x + 1) * C * es);
                     nn_bf16_pack(d, sa, ca);

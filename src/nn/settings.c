@@ -161,7 +161,7 @@ static const nn_setting table[] = {
     {"SCAFFOLD_AMX", NN_SET_BOOL, "1", "0, 1", "0: no AMX tiles (bf16 on vdpbf16ps or Winograd)",
      F(amx), parse_on_unless_0, NULL},
     {"SCAFFOLD_NN_ALGO", NN_SET_ENUM, "unset",
-     "rule, measure, direct, winograd, direct-bf16, winograd-bf16, amx",
+     "rule, measure, direct, winograd, direct-bf16, winograd-bf16, amx, amx-x3",
      "how each Conv3d pass gets its algorithm: a mode, or one forced; anything else exits 2",
      F(algo), parse_algo, label_algo},
     {"SCAFFOLD_NN_ALGO_CACHE", NN_SET_STRING,

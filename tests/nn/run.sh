@@ -28,7 +28,7 @@ fi
 # without AVX512_BF16. Under emulation the rule already takes winograd-bf16 where it applies.
 BF16=emulate
 [ "$(SCAFFOLD_BF16DP= "$BUILD/tests/nn/test_layers" --bf16dp)" = 1 ] && BF16=
-for a in direct winograd direct-bf16 winograd-bf16 amx; do
+for a in direct winograd direct-bf16 winograd-bf16 amx amx-x3; do
     case $a in *bf16) dp=$BF16 ;; *) dp= ;; esac
     SCAFFOLD_BF16DP=$dp SCAFFOLD_NN_ALGO=$a t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
 done

@@ -8,6 +8,7 @@
 #include "nn/layers.h"
 #include "nn/loss.h"
 #include "nn/ref.h"
+#include "nn/settings.h"
 #include "test.h"
 
 #include "core/rng.h"
@@ -1035,6 +1036,13 @@ static void test_bf16_fixtures(const nn_st_file *st) {
  * is about that much above the direct kernels' (2.4e-5 measured on these shapes; 1e-5 is the
  * direct kernels' tolerance). A wrong transform gives errors of order 1. */
 #define WINO_ATOL 6e-5f
+/* amx-x3 leaves out about 2^-16 of each product (lo(x) lo(w) and the residues past two bf16
+ * parts): 1.7e-5 at most on these shapes' O(1) results, 2.3-4.5e-6 of the largest value at
+ * 64 channels; the direct kernels' 1e-5 is too tight for it, Winograd's bound holds it. */
+static float x3_atol(int pass, int N, int D, int H, int W, int cin, int cout, float atol) {
+    return nn_conv3d_algo(pass, N, D, H, W, cin, 0, cout, 0, NN_FP32) == NN_ALGO_AMX_X3 ? WINO_ATOL
+                                                                                      : atol;
+}
 
 /* ConvTranspose3d k2 s2 against naive loops: 136 output channels (the last column block
  * partial) and odd input channel counts (k blocks of unequal size); a weight gradient of
@@ -1121,9 +1129,10 @@ static void test_conv_vs_naive(void) {
         snprintf(nm, sizeof nm, "conv3d %dx%dx%dx%d %d->%d forward vs naive", N, D, H, W, cin,
                  cout);
         const float atol = nn_conv3d_winograd(N, D, H, W, cin, cout, NN_FP32) ? WINO_ATOL : 1e-5f;
-        check_close(nm, y, yr, P * cout, atol, 1e-4f);
+        check_close(nm, y, yr, P * cout, x3_atol(NN_PASS_FWD, N, D, H, W, cin, cout, atol), 1e-4f);
         snprintf(nm, sizeof nm, "conv3d %dx%dx%dx%d %d->%d dx vs naive", N, D, H, W, cin, cout);
-        check_close(nm, dx, dxr, P * cin, atol, 1e-4f);
+        check_close(nm, dx, dxr, P * cin, x3_atol(NN_PASS_BWD_DATA, N, D, H, W, cin, cout, atol),
+                    1e-4f);
         snprintf(nm, sizeof nm, "conv3d %dx%dx%dx%d %d->%d dw vs naive", N, D, H, W, cin, cout);
         /* a sum over P voxels: its fp32 rounding grows with sqrt(P); Winograd's by the same
          * factor as its forward pass's (F(4,3)'s transforms; 65536 voxels on shared chunks:
@@ -1215,6 +1224,82 @@ static void test_conv_vs_naive(void) {
     }
 }
 
+/* Largest |a - b| over n, and the norm of a - b against b's: amx-x3's error measures. */
+static void x3_err(const float *a, const float *b, size_t n, double *maxrel, double *rms) {
+    double mx = 0, big = 0, se = 0, sr = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double e = fabs((double)a[i] - b[i]);
+        mx = e > mx ? e : mx;
+        big = fabs(b[i]) > big ? fabs(b[i]) : big;
+        se += e * e, sr += (double)b[i] * b[i];
+    }
+    *maxrel = big > 0 ? mx / big : mx, *rms = sr > 0 ? sqrt(se / sr) : sqrt(se);
+}
+
+/* amx-x3 (fp32 on AMX as three bf16 products), forced, against the naive loops: a fused
+ * concatenation (32 + 32 channels), an input gradient split into its two parts (K = 96), and
+ * 256 -> 96 (768 packed rows: several k blocks; 96 columns: a partial column block). Its bound:
+ * every element within 1e-5 of the largest value and the error's norm within 1e-5 of the
+ * result's (measured 2.3-4.5e-6 on both; one correction term left out gives about 5e-4, plain
+ * bf16 2e-3). AMX CPUs only: elsewhere amx-x3 does not apply. */
+static void test_conv_x3(void) {
+    if (!nn_isa_amx()) {
+        printf("SKIP amx-x3: this CPU has no AMX tiles\n");
+        return;
+    }
+    const char *was = getenv("SCAFFOLD_NN_ALGO");
+    char keep[64] = "";
+    if (was)
+        snprintf(keep, sizeof keep, "%s", was);
+    setenv("SCAFFOLD_NN_ALGO", "amx-x3", 1);
+    nn_settings_reload();
+    nn_algo_reset();
+    static const int sh[][5] = {{8, 32, 32, 96, 1}, {6, 256, 0, 96, 0}};
+    for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
+        const int D = sh[s][0], ca = sh[s][1], cb = sh[s][2], cout = sh[s][3], split = sh[s][4];
+        const int cin = ca + cb;
+        const size_t P = (size_t)D * D * D, nw = 27 * (size_t)cin * cout;
+        float *x = randv(P * cin, 700 + s, 1), *w = randv(nw, 710 + s, 1.0f / sqrtf(27 * cin));
+        float *dy = randv(P * cout, 720 + s, 1), *xa = zeros(P * ca), *xb = zeros(P * (cb + 1));
+        for (size_t v = 0; v < P; v++) {
+            memcpy(xa + v * ca, x + v * cin, sizeof(float) * ca);
+            memcpy(xb + v * cb, x + v * cin + ca, sizeof(float) * cb);
+        }
+        float *ws = ws_alloc(nn_conv3d_ws_floats(1, D, D, D, cin, cout));
+        float *y = zeros(P * cout), *yr = zeros(P * cout), *dx = zeros(P * cin),
+              *dxr = zeros(P * cin), *dwr = zeros(nw), *da = zeros(P * ca), *db = zeros(P * cb + 1);
+        nn_conv3d_forward_p(y, xa, ca, cb ? xb : NULL, cb, w, cout, 1, D, D, D, NN_FP32, NULL, ws);
+        nn_ref_conv3d_forward(yr, x, w, cin, cout, 1, D, D, D);
+        nn_conv3d_backward_p(split ? da : dx, split ? db : NULL, NULL, dy, xa, ca,
+                             cb ? xb : NULL, cb, w, cout, 1, D, D, D, NN_FP32, NULL, ws);
+        nn_ref_conv3d_backward(dxr, dwr, dy, x, w, cin, cout, 1, D, D, D);
+        if (split)
+            for (size_t v = 0; v < P; v++) {
+                memcpy(dx + v * cin, da + v * ca, sizeof(float) * ca);
+                memcpy(dx + v * cin + ca, db + v * cb, sizeof(float) * cb);
+            }
+        double m1, r1, m2, r2;
+        x3_err(y, yr, P * cout, &m1, &r1);
+        x3_err(dx, dxr, P * cin, &m2, &r2);
+        const int a1 = nn_conv3d_algo(NN_PASS_FWD, 1, D, D, D, ca, cb, cout, 0, NN_FP32),
+                  a2 = nn_conv3d_algo(NN_PASS_BWD_DATA, 1, D, D, D, ca, cb, cout, split, NN_FP32);
+        CHECK(a1 == NN_ALGO_AMX_X3 && m1 <= 1e-5 && r1 <= 1e-5,
+              "amx-x3 %d^3 %d+%d->%d forward: %s, max %.2e of the largest, norm %.2e", D, ca, cb,
+              cout, nn_algo_name(a1), m1, r1);
+        CHECK(a2 == NN_ALGO_AMX_X3 && m2 <= 1e-5 && r2 <= 1e-5,
+              "amx-x3 %d^3 %d+%d->%d input gradient%s: %s, max %.2e of the largest, norm %.2e", D,
+              ca, cb, cout, split ? " (two parts)" : "", nn_algo_name(a2), m2, r2);
+        free(x), free(w), free(dy), free(xa), free(xb), free(ws), free(y), free(yr), free(dx),
+            free(dxr), free(dwr), free(da), free(db);
+    }
+    if (was)
+        setenv("SCAFFOLD_NN_ALGO", keep, 1);
+    else
+        unsetenv("SCAFFOLD_NN_ALGO");
+    nn_settings_reload();
+    nn_algo_reset();
+}
+
 /* MaxPool3d's choices as PyTorch makes them, on 20 channels (a vector and a partial one): ties
  * keep the first maximum, NaN wins over numbers and the first NaN wins, -inf and a lone value;
  * the backward adds the gradient to that input only. */
@@ -1295,6 +1380,7 @@ int main(int argc, char **argv) {
     test_maxpool_edges();
     test_finite_differences();
     test_conv_vs_naive();
+    test_conv_x3();
     test_conv_bf16_vs_ideal();
     test_conv_bf16_first_big();
     test_convt_bf16_vs_ideal();

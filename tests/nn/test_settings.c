@@ -213,7 +213,7 @@ static void test_reload(void) {
     int rc = nn_algo_init();
     CHECK(rc == ERR_CONFIG && !strcmp(err_msg(), "SCAFFOLD_NN_ALGO=fastest: unknown (use rule, "
                                                  "measure, direct, winograd, direct-bf16, "
-                                                 "winograd-bf16 or amx)"),
+                                                 "winograd-bf16, amx or amx-x3)"),
           "an unknown SCAFFOLD_NN_ALGO: the same message: %s", err_msg());
     set("SCAFFOLD_NN_ALGO", "measure");
     nn_algo_reset();
