@@ -94,8 +94,8 @@ static void conv27(float *out, int cdst, void *P, int csrc, int pairs, const voi
 /* amx-x3 (fp32 on AMX): each fp32 product as three bf16 ones, x*w ~ hi(x) hi(w) + lo(x) hi(w) +
  * hi(x) lo(w), summed in fp32 by the AMX tiles: the direct walk over a slab of 3K bf16 channels
  * (PAD_BF16X3) and weights of 3K rows (conv_pack_b16_x3). What it leaves out (lo(x) lo(w) and
- * the residues past 16 significand bits) is about 2^-16 of each product: 4.4e-6 of a 1728-term
- * sum's largest value (rms 4.4e-6 of the result against fp32 SGEMM's 7.4e-7; Winograd's ~1e-5),
+ * the residues past 16 significand bits) is about 2^-16 of each product: 4.0-5.1e-6 of a
+ * 1728-term sum's largest value, 4.2-4.4e-6 of its norm (fp32 SGEMM 7.4e-7, Winograd ~1e-5),
  * inside the fp32 accuracy budget (1e-4). Applies to fp32 forward and input-gradient passes
  * with K (the reduction's channels) a multiple of 32 and K * ncol <= X3_KN_MAX, on CPUs with
  * AMX; never chosen by the rule (measure mode or forcing only). */
