@@ -97,21 +97,28 @@ static void conv27(float *out, int cdst, void *P, int csrc, int pairs, const voi
  * the residues past 16 significand bits) is about 2^-16 of each product: 4.0-5.1e-6 of a
  * 1728-term sum's largest value, 4.2-4.4e-6 of its norm (fp32 SGEMM 7.4e-7, Winograd ~1e-5),
  * inside the fp32 accuracy budget (1e-4). Applies to fp32 forward and input-gradient passes
- * with K (the reduction's channels) a multiple of 32 and K * ncol <= X3_KN_MAX, on CPUs with
- * AMX; never chosen by the rule (measure mode or forcing only). */
-#define X3_KN_MAX 65536 /* its slab is 1.5x, its packed weights 1.5x, plus a copy of w's */
-static int conv_x3_applies(int K, int ncol, nn_prec prec, const nn_shard *sh) {
-    return prec == NN_FP32 && !sh && nn_isa_amx() && K % 32 == 0 && K <= NN_X3_KMAX &&
-           (long)K * ncol <= X3_KN_MAX;
-}
-
-/* Floats of amx-x3's workspace for K channels into ncol columns (ncol * K * 27 weights). */
+ * with K (the reduction's channels) a multiple of 32, on CPUs with AMX, where its workspace
+ * (a slab of 1.5x the fp32 one, packed weights of 1.5x, a copy of the weights) fits in the one
+ * the layer has for the other algorithms: it never adds memory (a 64^3 32-channel slab would
+ * have grown the workspace by a third). Never chosen by the rule (measure mode or forcing). */
 static size_t x3_ws_floats(int D, int H, int W, int K, int ncol) {
     return ((conv_slab_floats(D, H, W, 3 * K / 2, NULL) + 15) & ~(size_t)15) +
            ((packed_floats(ncol, 3 * K, 27) / 2 + 15) & ~(size_t)15) + (size_t)ncol * K * 27 + 64;
 }
 
-size_t conv3d_ws(int N, int D, int H, int W, int cin, int cout, const nn_shard *sh) {
+static size_t conv3d_ws_base(int N, int D, int H, int W, int cin, int cout, const nn_shard *sh);
+
+/* fwd: K = cin input channels into ncol = cout; else the input gradient (K = cout, ncol = cin). */
+static int conv_x3_applies(int N, int D, int H, int W, int K, int ncol, int fwd, nn_prec prec,
+                           const nn_shard *sh) {
+    if (prec != NN_FP32 || sh || !nn_isa_amx() || K % 32 || K > NN_X3_KMAX)
+        return 0;
+    return x3_ws_floats(D, H, W, K, ncol) <=
+           conv3d_ws_base(N, D, H, W, fwd ? K : ncol, fwd ? ncol : K, NULL);
+}
+
+/* The workspace of every algorithm but AMX's im2col forward pass (conv3d_ws). */
+static size_t conv3d_ws_base(int N, int D, int H, int W, int cin, int cout, const nn_shard *sh) {
     size_t sa = conv_slab_floats(D, H, W, cin, sh), sb = conv_slab_floats(D, H, W, cout, sh);
     size_t pf = packed_floats(cout, cin + 1, 27), pb = packed_floats(cin, cout + 1, 27);
     size_t pw =
@@ -131,12 +138,11 @@ size_t conv3d_ws(int N, int D, int H, int W, int cin, int cout, const nn_shard *
     if (conv_wino_small_applies(N, D, H, W, cout, cin, NN_FP32, sh) &&
         p < conv_wino_small_ws_floats(N, D, H, W, cout, cin))
         p = conv_wino_small_ws_floats(N, D, H, W, cout, cin);
-    size_t f = (sa > sb ? sa : sb) + 16 + p + 64;
-    /* amx-x3: forward (K = cin) and input gradient (K = cout) */
-    if (conv_x3_applies(cin, cout, NN_FP32, sh) && f < x3_ws_floats(D, H, W, cin, cout))
-        f = x3_ws_floats(D, H, W, cin, cout);
-    if (conv_x3_applies(cout, cin, NN_FP32, sh) && f < x3_ws_floats(D, H, W, cout, cin))
-        f = x3_ws_floats(D, H, W, cout, cin);
+    return (sa > sb ? sa : sb) + 16 + p + 64;
+}
+
+size_t conv3d_ws(int N, int D, int H, int W, int cin, int cout, const nn_shard *sh) {
+    const size_t f = conv3d_ws_base(N, D, H, W, cin, cout, sh);
     /* AMX's im2col forward pass on few input channels (its own layout) */
     const size_t fi = nn_isa_amx() && conv_amx_i2c_applies(cin) && !sh
                           ? conv_amx_i2c_ws_floats(D, H, W, cin, cout)
@@ -356,7 +362,7 @@ static unsigned conv3d_eligible(const conv_args *x) {
             (K % 32 == 0 || (conv_amx_i2c_applies(K) && !x->flip && !x->out2)))
             el |= 1u << NN_ALGO_AMX;
     }
-    if (conv_x3_applies(K, x->n1 + x->n2, x->prec, x->sh))
+    if (conv_x3_applies(x->N, x->D, x->H, x->W, K, x->n1 + x->n2, !x->flip, x->prec, x->sh))
         el |= 1u << NN_ALGO_AMX_X3;
     return el;
 }
