@@ -88,7 +88,7 @@ static NN_WIDE void widen_span(float *dst, const uint16_t *src, size_t n) {
     }
 }
 
-enum { BF16_ROUND, BF16_NARROW, BF16_WIDEN };
+enum { BF16_ROUND, BF16_LO, BF16_NARROW, BF16_WIDEN };
 
 /* One of the bf16 element passes over n values, in pieces of 16 Ki values shared among the
  * threads, one NN_WIDE call each (the outlined loop body itself is built for the baseline). */
@@ -100,6 +100,8 @@ static void bf16_pass(int op, void *dst, const void *src, size_t n) {
         const size_t o = (size_t)i * PIECE, len = n - o < PIECE ? n - o : PIECE;
         if (op == BF16_ROUND)
             nn_round_bf16_span((float *)dst + o, (const float *)src + o, len);
+        else if (op == BF16_LO)
+            nn_bf16_lo_span((float *)dst + o, (const float *)src + o, len);
         else if (op == BF16_NARROW)
             narrow_span((uint16_t *)dst + o, (const float *)src + o, len);
         else
@@ -113,6 +115,10 @@ void nn_round_bf16_to(float *dst, const float *src, size_t n) {
 
 void nn_round_bf16(float *x, size_t n) {
     bf16_pass(BF16_ROUND, x, x, n);
+}
+
+void nn_bf16_lo(float *dst, const float *src, size_t n) {
+    bf16_pass(BF16_LO, dst, src, n);
 }
 
 void nn_bf16_narrow(uint16_t *dst, const float *src, size_t n) {

@@ -46,7 +46,9 @@ void nn_round_bf16(float *x, size_t n);
 void nn_round_bf16_to(float *dst, const float *src, size_t n);
 void nn_round_bf16_span(float *dst, const float *src, size_t n);
 /* dst[i] = src[i] - nn_bf16_round(src[i]), exact in fp32 (the low part of a bf16 split: x = hi
- * + lo with hi and bf16(lo) carrying 16 of x's 24 significand bits), on the calling thread. */
+ * + lo with hi and bf16(lo) carrying 16 of x's 24 significand bits); _span: on the calling
+ * thread. */
+void nn_bf16_lo(float *dst, const float *src, size_t n);
 void nn_bf16_lo_span(float *dst, const float *src, size_t n);
 /* Storage of a tensor whose values are bf16 (a bf16 run's conv outputs) in half the bytes:
  * dst[i] = the upper 16 bits of src[i] (exact for bf16 values, denormals included), and back. */

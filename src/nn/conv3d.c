@@ -266,11 +266,8 @@ static void conv3d_direct(const conv_args *x, int pairs, int x3) {
     float *wlo = NULL;
     if (x3) {
         const int nc = x->n1 > x->n2 ? x->n1 : x->n2;
-        const long nw = (long)(x->n1 + x->n2) * K * 27;
         wlo = Bp + ((packed_floats(nc, Kp, 27) / 2 + 15) & ~(size_t)15);
-#pragma omp parallel for schedule(static)
-        for (long i = 0; i < nw; i += 4096)
-            nn_bf16_lo_span(wlo + i, x->w + i, (size_t)(nw - i < 4096 ? nw - i : 4096));
+        nn_bf16_lo(wlo, x->w, (size_t)(x->n1 + x->n2) * K * 27);
     }
     long aoff[27];
     taps27(aoff, H, W, Kp, x->flip);
