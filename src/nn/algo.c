@@ -331,6 +331,21 @@ unsigned nn_algo_eligible(const nn_algo_job *j) {
     return j->eligible & (nn_algo_strict() ? ~(1u << NN_ALGO_WINOGRAD_BF16) : ~0u);
 }
 
+/* The algorithms a measurement runs: the eligible ones less those another eligible one
+ * dominates. In bf16 where AMX applies to the pass: the direct walks on fp32 FMAs and on
+ * vdpbf16ps, the same exact products with fp32 sums as AMX's (so AMX, next in accuracy order,
+ * is the reference) at a sixteenth of the tile instruction's rate or less. On two Xeons with
+ * AMX every Conv3d pass of the 6 / 64 model ran 2.5-11x slower on them than on AMX, and their
+ * runs were 58% of that model's first-use selection in bf16 (9.2 of 16 s). Forcing or pinning
+ * them still runs them. With one algorithm left, the rule is taken unmeasured (in bf16 it is
+ * AMX wherever AMX applies). */
+static unsigned measured_set(const nn_algo_job *j) {
+    unsigned el = nn_algo_eligible(j);
+    if (j->key.prec == NN_BF16 && (el & (1u << NN_ALGO_AMX)))
+        el &= ~(1u << NN_ALGO_DIRECT | 1u << NN_ALGO_DIRECT_BF16);
+    return el;
+}
+
 /* ---- the rule --------------------------------------------------------------------------------
  * What the measurements found on the CPUs measured (docs/nn.md, "Algorithm selection"). */
 int nn_algo_rule(const nn_algo_job *j) {
@@ -538,7 +553,7 @@ static int measure(const nn_algo_job *j, double ms_all[NN_ALGO_COUNT], int *last
         const double tb = best >= 0 ? t[best] : 0;
         for (int o = 0; o < NN_ALGO_COUNT; o++) {
             const int a = accuracy_order[o];
-            if (!(nn_algo_eligible(j) & (1u << a)) ||
+            if (!(measured_set(j) & (1u << a)) ||
                 (r && (ms_all[a] < 0 || (q[a] && t[a] > 1.5 * tb))))
                 continue;
             if (dw)
@@ -629,8 +644,8 @@ static int pick(const nn_algo_job *j, int *done, int peek) {
     for (int i = 0; i < S.nch; i++)
         if (key_eq(&S.ch[i].key, &j->key) && (j->eligible & (1u << S.ch[i].algo)))
             return S.ch[i].algo;
-    const unsigned el = nn_algo_eligible(j);
-    const int only = (el & (el - 1)) == 0;
+    const unsigned el = nn_algo_eligible(j), ms = measured_set(j);
+    const int only = (ms & (ms - 1)) == 0;
     if (S.forced >= 0) {
         const int ok = (j->eligible >> S.forced) & 1;
         if (!peek)

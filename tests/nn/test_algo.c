@@ -196,6 +196,39 @@ static void test_measure_and_cache(void) {
     a = nn_algo_pick(&j, &done);
     CHECK(a == NN_ALGO_DIRECT_BF16, "bf16: an error of 5%% is not (%s)", nn_algo_name(a));
 
+    /* bf16 where AMX applies: the direct walks (fp32 FMAs, vdpbf16ps) are not measured, AMX is
+     * the reference (an error of 5% in winograd-bf16 is still caught against it); with nothing
+     * else eligible, AMX without a measurement. fp32 is not pruned. */
+    const unsigned elx = BIT(NN_ALGO_DIRECT) | BIT(NN_ALGO_DIRECT_BF16) | BIT(NN_ALGO_AMX);
+    memset(slow_of, 0, sizeof slow_of);
+    slow_of[NN_ALGO_AMX] = 0.004;
+    reset_runs();
+    j = fake_job(NN_PASS_FWD, NN_BF16, 32, elx | BIT(NN_ALGO_WINOGRAD_BF16), NN_ALGO_AMX);
+    a = nn_algo_pick(&j, &done);
+    CHECK(a == NN_ALGO_AMX && runs[NN_ALGO_DIRECT] + runs[NN_ALGO_DIRECT_BF16] == 0 &&
+              runs[NN_ALGO_AMX] >= 1 && runs[NN_ALGO_WINOGRAD_BF16] == 1 && nseq > 0 &&
+              seq[0] == NN_ALGO_AMX && last_choice()->ms_all[NN_ALGO_WINOGRAD_BF16] < 0,
+          "bf16 with AMX: the direct walks not measured, AMX the reference (%s, runs %d %d %d)",
+          nn_algo_name(a), runs[NN_ALGO_DIRECT], runs[NN_ALGO_DIRECT_BF16], runs[NN_ALGO_AMX]);
+    reset_runs();
+    j = fake_job(NN_PASS_BWD_WEIGHT, NN_BF16, 32, elx, NN_ALGO_DIRECT);
+    j.rule = nn_algo_rule(&j);
+    a = nn_algo_pick(&j, &done);
+    CHECK(a == NN_ALGO_AMX && runs[NN_ALGO_DIRECT] + runs[NN_ALGO_DIRECT_BF16] +
+                                      runs[NN_ALGO_AMX] == 0 &&
+              !strcmp(last_choice()->how, "only"),
+          "bf16 with AMX and no other candidate: AMX, nothing run (%s, %s)", nn_algo_name(a),
+          last_choice()->how);
+    reset_runs();
+    j = fake_job(NN_PASS_FWD, NN_FP32, 32, BIT(NN_ALGO_DIRECT) | BIT(NN_ALGO_AMX_X3),
+                 NN_ALGO_DIRECT);
+    a = nn_algo_pick(&j, &done);
+    CHECK(runs[NN_ALGO_DIRECT] >= 1 && runs[NN_ALGO_AMX_X3] >= 1,
+          "fp32: direct still measured beside amx-x3 (runs %d %d)", runs[NN_ALGO_DIRECT],
+          runs[NN_ALGO_AMX_X3]);
+    err_of[NN_ALGO_WINOGRAD_BF16] = 0;
+    memset(slow_of, 0, sizeof slow_of);
+
     /* the weight gradient: measured into a scratch buffer, never "done" (it accumulates) */
     err_of[NN_ALGO_WINOGRAD] = 0;
     slow_of[NN_ALGO_DIRECT] = 0.004;
