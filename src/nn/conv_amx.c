@@ -21,6 +21,14 @@
  * the direct kernels do. Layout in the layer's workspace: acc [27][cin][cout] fp32, xT
  * [cin][ldx], dyP [qs/2][cout][2]; the slab depth is the deepest that fits. */
 #define AMX_DW_CHUNK_BYTES (1u << 20)
+/* Where W is a multiple of 32 and a whole plane's working set is larger than the L2 (dyP's rows
+ * and, for one block of 32 input channels, the xT rows its taps read from three planes: 128^3
+ * at 64 channels, 3.2 MB of xT and 2 MB of dyP per plane), the chunks are blocks of rows of a
+ * plane whose set is about AMX_DW_SET_BYTES. 128^3 64 -> 64 on a Xeon with AMX (a host with
+ * phases: the weight gradient's time over the forward pass's, same run, 4 alternated pairs):
+ * 1.59-3.63 (median 2.07) with whole planes, 1.07-1.84 (1.35) with blocks of 31 rows. */
+#define AMX_DW_L2_BYTES (2u << 20)
+#define AMX_DW_SET_BYTES (5u << 18)
 /* Fewer voxels per call, or fewer voxels than channels, and the accumulators' traffic (27*cin*cout
  * floats stored per tile group and reduced at the end) outweighs the tile products: at 8^3 (512
  * voxels) 1024->1024 the AMX pass took 89 ms against 55 for the fp32 one, 512->512 the same
@@ -124,10 +132,17 @@ static void amx_i2c_dw_slab(float *acc, const uint16_t *xT, long ldx, const uint
  * 32^3: 12% fewer products), else the plane's first H rows (16^3: 11% fewer); n2, the planes
  * per chunk of about qc positions. n2 = 0: plain chunks of positions, where a plane's rows are
  * odd (the pair layout) or their rounding up to 32 would overrun it. */
-static nn_amx_span amx_dw_rows(int H, int W, long qc) {
+static nn_amx_span amx_dw_rows(int H, int W, int cout, long qc) {
     const long Wp = W + 2, HW = (long)(H + 2) * Wp, n2 = qc / HW > 1 ? qc / HW : 1;
-    if (HW % 2 == 0 && W % 32 == 0)
+    if (HW % 2 == 0 && W % 32 == 0) {
+        /* a plane too large for the L2: blocks of rows (n < H) */
+        const long per_row = 2L * cout + 3 * 64,
+                   r = ((long)AMX_DW_SET_BYTES / Wp - 6 * 64) / per_row;
+        if (Wp * (per_row * H + 6 * 64) > (long)AMX_DW_L2_BYTES && r < H)
+            return (nn_amx_span){.len = W, .n = r > 1 ? r : 1, .stride = Wp, .n2 = 1,
+                                 .stride2 = HW};
         return (nn_amx_span){.len = W, .n = H, .stride = Wp, .n2 = n2, .stride2 = HW};
+    }
     if (HW % 2 == 0 && amx_round32((long)H * Wp) <= HW)
         return (nn_amx_span){.len = amx_round32((long)H * Wp), .n = 1, .n2 = n2, .stride2 = HW};
     return (nn_amx_span){.n2 = 0};
@@ -188,7 +203,9 @@ void conv_amx_dw(float *dw, const float *a, int ca, const float *b, int cb, cons
         toff[t] = t / 9 * HW + t / 3 % 3 * Wp + t % 3;
     const int fused =
         !i2c && N == 1 && Zc >= D && amx_round32((long)D * HW) <= qc && nblk >= 4 * nth;
-    const nn_amx_span rows = amx_dw_rows(H, W, qc);
+    const nn_amx_span rows = amx_dw_rows(H, W, cout, qc);
+    /* blocks of rows per plane (1: whole planes, or positions in runs) */
+    const long nrb = rows.n2 > 0 && rows.stride > 0 ? (H + rows.n - 1) / rows.n : 1;
     int first = 1;
     for (int n = 0; n < N; n++)
         for (int z0 = 0; z0 < D; z0 += Zc) {
@@ -227,13 +244,22 @@ void conv_amx_dw(float *dw, const float *a, int ca, const float *b, int cb, cons
                 }
                 continue;
             }
+            /* the chunks: runs of qc positions, or (rows.n2 > 0) groups of rows.n2 planes, or
+             * (nrb > 1) blocks of rows.n rows of one plane, their output voxels only */
+            const long nck = rows.n2 <= 0 ? (q_end + qc - 1) / qc
+                             : nrb > 1    ? nz * nrb
+                                          : (nz + rows.n2 - 1) / rows.n2;
 #pragma omp parallel
-            for (long q0 = 0; q0 < (rows.n2 > 0 ? nz * HW : q_end);
-                 q0 += rows.n2 > 0 ? rows.n2 * HW : qc) {
+            for (long ck = 0; ck < nck; ck++) {
+                long q0 = ck * qc;
                 nn_amx_span sp = nn_amx_run(q_end - q0 < qc ? q_end - q0 : qc);
-                if (rows.n2 > 0) { /* whole planes, their rows of output voxels only */
+                if (rows.n2 > 0) {
+                    const long z = nrb > 1 ? ck / nrb : ck * rows.n2,
+                               y0 = nrb > 1 ? ck % nrb * rows.n : 0;
+                    q0 = z * HW + y0 * Wp;
                     sp = rows;
-                    sp.n2 = (nz - q0 / HW < rows.n2 ? nz - q0 / HW : rows.n2);
+                    sp.n = H - y0 < rows.n ? H - y0 : rows.n;
+                    sp.n2 = nz - z < rows.n2 ? nz - z : rows.n2;
                 }
                 /* groups of equal work, split evenly (dynamic, 1 took 7% of an 8^3 pass in
                  * the loop's bookkeeping); the 27 taps of one channel block one after the

@@ -785,6 +785,9 @@ static void test_conv_bf16_vs_ideal(void) {
         /* the AMX weight gradient over the rows of output voxels only (W a multiple of 32): one
          * chunk; 33 planes in two chunks of whole planes (20 + 13 for 256 output channels) */
         {1, 4, 5, 32, 32, 0, 32},  {1, 33, 1, 32, 16, 0, 256},
+        /* ... and over blocks of rows of a plane too large for the L2 (96 columns, 64 output
+         * channels: 40 rows, then 26) */
+        {1, 1, 66, 96, 16, 0, 64},
         /* the tap walk two rows of 16 voxels at a time: an odd row count (the last pair half
          * empty), a concatenation */
         {1, 3, 5, 16, 32, 0, 48},  {2, 2, 4, 16, 16, 16, 32},
