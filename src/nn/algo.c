@@ -334,8 +334,9 @@ unsigned nn_algo_eligible(const nn_algo_job *j) {
 /* The algorithms a measurement runs: the eligible ones less those another eligible one
  * dominates. In bf16 where AMX applies to the pass: the direct walks on fp32 FMAs and on
  * vdpbf16ps, the same exact products with fp32 sums as AMX's (so AMX, next in accuracy order,
- * is the reference) at a sixteenth of the tile instruction's rate or less. On two Xeons with
- * AMX every Conv3d pass of the 6 / 64 model ran 2.5-11x slower on them than on AMX, and their
+ * is the reference) at an eighth of the tiles' products per cycle or less. On a Xeon with AMX
+ * (CPU model 207) every Conv3d pass of the 6 / 64 model ran 2.5-11x slower on them than on AMX
+ * (on the other Xeon measured, AMX ran 1.5-3.4x faster than the fastest fp32 pass), and their
  * runs were 58% of that model's first-use selection in bf16 (9.2 of 16 s). Forcing or pinning
  * them still runs them. With one algorithm left, the rule is taken unmeasured (in bf16 it is
  * AMX wherever AMX applies). */

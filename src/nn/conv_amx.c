@@ -24,9 +24,10 @@
 /* Where W is a multiple of 32 and a whole plane's working set is larger than the L2 (dyP's rows
  * and, for one block of 32 input channels, the xT rows its taps read from three planes: 128^3
  * at 64 channels, 3.2 MB of xT and 2 MB of dyP per plane), the chunks are blocks of rows of a
- * plane whose set is about AMX_DW_SET_BYTES. 128^3 64 -> 64 on a Xeon with AMX (a host with
- * phases: the weight gradient's time over the forward pass's, same run, 4 alternated pairs):
- * 1.59-3.63 (median 2.07) with whole planes, 1.07-1.84 (1.35) with blocks of 31 rows. */
+ * plane whose set is about AMX_DW_SET_BYTES. 128^3 64 -> 64 on a Xeon with AMX, 4 alternated
+ * pairs on a host whose speed moved in phases: 1.15-1.20 s per pass with whole planes, 0.46-0.78
+ * s with blocks of 30 rows (its time over the same run's forward pass 1.64-2.86 -> 1.10-1.63).
+ * At 64^3 128 -> 128 (a plane's set 1.9 MB, under the L2) blocks of rows gained nothing. */
 #define AMX_DW_L2_BYTES (2u << 20)
 #define AMX_DW_SET_BYTES (5u << 18)
 /* Fewer voxels per call, or fewer voxels than channels, and the accumulators' traffic (27*cin*cout
