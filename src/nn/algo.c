@@ -546,6 +546,7 @@ static int measure(const nn_algo_job *j, double ms_all[NN_ALGO_COUNT], int *last
         return rule;
     }
     int best = -1, nref = 0, unsure = 0;
+    const unsigned ms = measured_set(j);
     double t[NN_ALGO_COUNT];
     int q[NN_ALGO_COUNT] = {0}; /* t[a] is a quiet time */
     *last = -1;
@@ -554,7 +555,7 @@ static int measure(const nn_algo_job *j, double ms_all[NN_ALGO_COUNT], int *last
         const double tb = best >= 0 ? t[best] : 0;
         for (int o = 0; o < NN_ALGO_COUNT; o++) {
             const int a = accuracy_order[o];
-            if (!(measured_set(j) & (1u << a)) ||
+            if (!(ms & (1u << a)) ||
                 (r && (ms_all[a] < 0 || (q[a] && t[a] > 1.5 * tb))))
                 continue;
             if (dw)

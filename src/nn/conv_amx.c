@@ -206,7 +206,7 @@ void conv_amx_dw(float *dw, const float *a, int ca, const float *b, int cb, cons
         !i2c && N == 1 && Zc >= D && amx_round32((long)D * HW) <= qc && nblk >= 4 * nth;
     const nn_amx_span rows = amx_dw_rows(H, W, cout, qc);
     /* blocks of rows per plane (1: whole planes, or positions in runs) */
-    const long nrb = rows.n2 > 0 && rows.stride > 0 ? (H + rows.n - 1) / rows.n : 1;
+    const long nrb = rows.stride > 0 ? (H + rows.n - 1) / rows.n : 1;
     int first = 1;
     for (int n = 0; n < N; n++)
         for (int z0 = 0; z0 < D; z0 += Zc) {
@@ -245,18 +245,17 @@ void conv_amx_dw(float *dw, const float *a, int ca, const float *b, int cb, cons
                 }
                 continue;
             }
-            /* the chunks: runs of qc positions, or (rows.n2 > 0) groups of rows.n2 planes, or
-             * (nrb > 1) blocks of rows.n rows of one plane, their output voxels only */
-            const long nck = rows.n2 <= 0 ? (q_end + qc - 1) / qc
-                             : nrb > 1    ? nz * nrb
-                                          : (nz + rows.n2 - 1) / rows.n2;
+            /* the chunks: runs of qc positions, or (rows.n2 > 0) groups of rows.n2 planes, each
+             * in nrb blocks of rows.n rows (one plane per group when nrb > 1), their output
+             * voxels only */
+            const long nck =
+                rows.n2 <= 0 ? (q_end + qc - 1) / qc : nrb * ((nz + rows.n2 - 1) / rows.n2);
 #pragma omp parallel
             for (long ck = 0; ck < nck; ck++) {
                 long q0 = ck * qc;
                 nn_amx_span sp = nn_amx_run(q_end - q0 < qc ? q_end - q0 : qc);
                 if (rows.n2 > 0) {
-                    const long z = nrb > 1 ? ck / nrb : ck * rows.n2,
-                               y0 = nrb > 1 ? ck % nrb * rows.n : 0;
+                    const long z = ck / nrb * rows.n2, y0 = ck % nrb * rows.n;
                     q0 = z * HW + y0 * Wp;
                     sp = rows;
                     sp.n = H - y0 < rows.n ? H - y0 : rows.n;
