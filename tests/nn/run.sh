@@ -9,6 +9,18 @@ FIX=tests/nn/fixtures
 # binaries check that the path they ran is the one asked for.
 ISAS=$("$BUILD/tests/nn/test_layers" --list-isas)
 t_check "nn: at least the portable path is listed ($ISAS)" grep -qw portable <<<"$ISAS"
+# SCAFFOLD_TEST_NN_MATRIX=0 runs each binary once on the default path and skips the forcing
+# matrix and the sanitizer build: .ci/run sets it for its second and third builds (MPICH,
+# CUDA=1), which compile the same kernel sources with the same compiler as the first, where the
+# whole matrix runs.
+MATRIX=${SCAFFOLD_TEST_NN_MATRIX:-1}
+if [ "$MATRIX" = 0 ]; then
+    echo "nn: SCAFFOLD_TEST_NN_MATRIX=0: default path only, no forcing matrix, no sanitizer build"
+    t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
+    t_cbin "$BUILD/tests/nn/test_unet" "$FIX"
+    t_cbin "$BUILD/tests/nn/test_ops"
+    ISAS=
+fi
 for isa in $ISAS; do
     SCAFFOLD_ISA=$isa t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
     SCAFFOLD_ISA=$isa t_cbin "$BUILD/tests/nn/test_unet" "$FIX"
@@ -17,7 +29,7 @@ for isa in $ISAS; do
 done
 SCAFFOLD_NN_WINOGRAD=0 t_cbin "$BUILD/tests/nn/test_ops"
 # bf16 on the vdpbf16ps kernels where the AVX-512 path would take AMX tiles
-if grep -qw avx512 <<<"$ISAS"; then
+if [ "$MATRIX" != 0 ] && grep -qw avx512 <<<"$ISAS"; then
     SCAFFOLD_ISA=avx512 SCAFFOLD_AMX=0 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
     SCAFFOLD_ISA=avx512 SCAFFOLD_AMX=0 t_cbin "$BUILD/tests/nn/test_unet" "$FIX"
 fi
@@ -26,14 +38,16 @@ fi
 # (where a forced algorithm does not apply, the rule runs); the bf16 ones through a C stand-in
 # for vdpbf16ps (SCAFFOLD_BF16DP=emulate: the pair packing, padding and drivers) on a CPU
 # without AVX512_BF16. Under emulation the rule already takes winograd-bf16 where it applies.
-BF16=emulate
-[ "$(SCAFFOLD_BF16DP= "$BUILD/tests/nn/test_layers" --bf16dp)" = 1 ] && BF16=
-for a in direct winograd direct-bf16 winograd-bf16 amx amx-x3; do
-    case $a in *bf16) dp=$BF16 ;; *) dp= ;; esac
-    SCAFFOLD_BF16DP=$dp SCAFFOLD_NN_ALGO=$a t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
-done
-[ -z "$BF16" ] && SCAFFOLD_BF16DP=emulate t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
-SCAFFOLD_BF16DP=emulate SCAFFOLD_NN_ALGO=direct-bf16 t_cbin "$BUILD/tests/nn/test_unet" "$FIX"
+if [ "$MATRIX" != 0 ]; then
+    BF16=emulate
+    [ "$(SCAFFOLD_BF16DP= "$BUILD/tests/nn/test_layers" --bf16dp)" = 1 ] && BF16=
+    for a in direct winograd direct-bf16 winograd-bf16 amx amx-x3; do
+        case $a in *bf16) dp=$BF16 ;; *) dp= ;; esac
+        SCAFFOLD_BF16DP=$dp SCAFFOLD_NN_ALGO=$a t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
+    done
+    [ -z "$BF16" ] && SCAFFOLD_BF16DP=emulate t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
+    SCAFFOLD_BF16DP=emulate SCAFFOLD_NN_ALGO=direct-bf16 t_cbin "$BUILD/tests/nn/test_unet" "$FIX"
+fi
 # The settings table (nn/settings.h): each variable's reading, reloads; and docs/nn.md's
 # "Environment variables" lists exactly the table's variables (each row's `SCAFFOLD_*` name)
 t_cbin "$BUILD/tests/nn/test_settings"
@@ -51,20 +65,22 @@ t_cbin "$BUILD/tests/nn/test_algo"
 SCAFFOLD_BF16DP=emulate t_cbin "$BUILD/tests/nn/test_algo"
 out=$(SCAFFOLD_ISA=bogus "$BUILD/tests/nn/test_layers" --list-isas 2>&1)
 t_check "nn: SCAFFOLD_ISA=bogus is reported" grep -q "SCAFFOLD_ISA=bogus: unknown path" <<<"$out"
-# the weight gradient's second path (tile partition, used for layers too big for replicas)
-SCAFFOLD_NN_DW_REPLICAS=0 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
-# Winograd off (the direct kernels on every shape), and slabs of a few planes (odd depths, which
-# Winograd's two-plane tiles round down, and several slabs per volume on both paths).
-SCAFFOLD_NN_WINOGRAD=0 t_cbin "$BUILD/tests/nn/test_unet" "$FIX"
-SCAFFOLD_NN_SLAB_BYTES=150000 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
-# Winograd's transformed weights a column group at a time (the path of layers whose U exceeds
-# 128 MiB, 1024 -> 512 at 16^3), here one column block per group on every Winograd shape
-SCAFFOLD_NN_WINO_UMAX=4096 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
-SCAFFOLD_NN_WINO_UMAX=4096 t_cbin "$BUILD/tests/nn/test_unet" "$FIX"
-# Winograd's chunks shared among the threads on every shape (by default the test shapes, few
-# channels, give each thread chunks of its own)
-SCAFFOLD_NN_WINO_OWN=0 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
-OMP_NUM_THREADS=3 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
+if [ "$MATRIX" != 0 ]; then
+    # the weight gradient's second path (tile partition, used for layers too big for replicas)
+    SCAFFOLD_NN_DW_REPLICAS=0 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
+    # Winograd off (the direct kernels on every shape), and slabs of a few planes (odd depths, which
+    # Winograd's two-plane tiles round down, and several slabs per volume on both paths).
+    SCAFFOLD_NN_WINOGRAD=0 t_cbin "$BUILD/tests/nn/test_unet" "$FIX"
+    SCAFFOLD_NN_SLAB_BYTES=150000 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
+    # Winograd's transformed weights a column group at a time (the path of layers whose U exceeds
+    # 128 MiB, 1024 -> 512 at 16^3), here one column block per group on every Winograd shape
+    SCAFFOLD_NN_WINO_UMAX=4096 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
+    SCAFFOLD_NN_WINO_UMAX=4096 t_cbin "$BUILD/tests/nn/test_unet" "$FIX"
+    # Winograd's chunks shared among the threads on every shape (by default the test shapes, few
+    # channels, give each thread chunks of its own)
+    SCAFFOLD_NN_WINO_OWN=0 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
+    OMP_NUM_THREADS=3 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
+fi
 
 d=$(t_tmpdir)
 "$BUILD/tests/nn/test_unet" --write-ckpt "$d/c.safetensors" || t_fail "write checkpoint"
@@ -98,7 +114,7 @@ rm -rf "$d"
 
 # Sanitizers (ASan + UBSan) on the layer and U-Net tests. Built here from src/nn and src/core
 # only (the engine's whole dependency set), into $BUILD/nn-asan, when missing or stale.
-if [ "${SCAFFOLD_TEST_SAN:-0}" != 1 ]; then
+if [ "${SCAFFOLD_TEST_SAN:-0}" != 1 ] && [ "$MATRIX" != 0 ]; then
     SB=$BUILD/nn-asan
     if [ ! -x "$SB/test_unet" ] || [ -n "$(find src/nn src/core tests/nn tests/test.h -newer "$SB/test_unet" -name '*.[ch]' 2>/dev/null | head -1)" ]; then
         mkdir -p "$SB"
