@@ -477,6 +477,9 @@ int main(int argc, char **argv) {
                    nn_isa_bf16dp(), nn_isa_amx());
             printf("fma_peak_gflops %.1f threads %d\n", nn_fma_peak_gflops(sec > 0 ? sec : 1.0),
                    omp_get_max_threads());
+            if (nn_isa_amx())
+                printf("amx_peak_gflops %.1f threads %d\n", nn_amx_peak_gflops(sec > 0 ? sec : 1.0),
+                       omp_get_max_threads());
             printf("kernel_sgemm_gflops %.1f (M=4096 N=256 K=512)\n",
                    kernel_sgemm(4096, 256, 512));
             printf("kernel_l1_gflops %.1f (one block per thread, operands in L1)\n",

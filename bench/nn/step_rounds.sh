@@ -9,7 +9,12 @@
 # Each side also reports the share of its threads' CPUs its timed steps got (cpu_share: 1.00
 # on a quiet host, ~0.5 with as many busy processes beside it as cores): a round where one of
 # the four got under 0.8 is marked "busy" and left out of the medians (all rounds count when
-# none is quiet, with a warning).
+# none is quiet, with a warning). A host whose cores are shared with other tenants also changes
+# speed without taking CPU time away: the tile unit (AMX) or the FMA units are busy with the
+# other thread of the core. So each round measures the host's peak before its first step,
+# between our steps and PyTorch's, and after its last (bench_step --peak: the AMX peak where
+# the CPU has AMX, else the FMA peak); a round whose three differ by more than 1.5x is marked
+# "phase" and left out of the medians as a busy one is.
 cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build}
 ROUNDS=${1:-12} SC=${2:-5} B=${3:-64} THREADS=${4:-$(nproc)}
@@ -28,33 +33,43 @@ ours() { "$BIN" --scale "$SC" --base "$B" --reps 3 "$@" 2>/dev/null | share_of s
 torch() { $PY tools/torch_ref.py bench "$SC" "$B" "$THREADS" 1 "$@" 2>/dev/null | share_of torch_step_s; }
 ours >/dev/null && ours --bf16 >/dev/null # fill the algorithm cache
 cpu=$("$BIN" --peak 0.2 | awk '/^cpu /{sub(/^cpu /,""); print}')
+# the host's peak now (GFLOP/s): AMX where the CPU has it, else FMA
+probe() { "$BIN" --peak 0.2 | awk '/^fma_peak_gflops/ { f = $2 } /^amx_peak_gflops/ { a = $2 }
+                                  END { printf "%.0f\n", a ? a : f }'; }
 echo "# scale $SC / base $B training steps in rounds ($cpu, $THREADS threads): ours fp32, ours bf16, PyTorch fp32, PyTorch bf16 autocast"
-echo "# ours_fp32_s ours_bf16_s torch_fp32_s torch_bf16_s | ours fp32/bf16, torch/ours fp32, torch/ours bf16 | cpu shares (ours fp32, bf16, torch fp32, bf16)"
+echo "# ours_fp32_s ours_bf16_s torch_fp32_s torch_bf16_s | ours fp32/bf16, torch/ours fp32, torch/ours bf16 | cpu shares (ours fp32, bf16, torch fp32, bf16) | host peak GFLOP/s before, between, after"
 rows=$(mktemp)
 for _ in $(seq "$ROUNDS"); do
+    p1=$(probe)
     read -r a sa <<<"$(ours)"
     read -r b sb <<<"$(ours --bf16)"
+    p2=$(probe)
     read -r c sc <<<"$(torch)"
     read -r d sd <<<"$(torch --bf16)"
+    p3=$(probe)
     if [ -z "$a" ] || [ -z "$b" ] || [ -z "$c" ] || [ -z "$d" ]; then
         echo "step_rounds: a step failed (ours '$a' '$b', PyTorch '$c' '$d')" >&2
         rm -f "$rows"
         exit 1
     fi
     awk -v a="$a" -v b="$b" -v c="$c" -v d="$d" -v sa="$sa" -v sb="$sb" -v sc="$sc" -v sd="$sd" \
+        -v p1="$p1" -v p2="$p2" -v p3="$p3" \
         'BEGIN { busy = sa < 0.8 || sb < 0.8 || sc < 0.8 || sd < 0.8
-                 printf "%s %s %s %s | %.3f %.3f %.3f | %s %s %s %s%s\n", a, b, c, d, a / b, c / a, d / b,
-                        sa, sb, sc, sd, busy ? " busy" : "" }' | tee -a "$rows"
+                 hi = p1; lo = p1
+                 if (p2 > hi) hi = p2; if (p3 > hi) hi = p3; if (p2 < lo) lo = p2; if (p3 < lo) lo = p3
+                 phase = !busy && (lo <= 0 || hi > 1.5 * lo)
+                 printf "%s %s %s %s | %.3f %.3f %.3f | %s %s %s %s | %s %s %s%s\n", a, b, c, d, a / b, c / a, d / b,
+                        sa, sb, sc, sd, p1, p2, p3, busy ? " busy" : phase ? " phase" : "" }' | tee -a "$rows"
 done
 med() { sort -g | awk '{v[NR] = $1} END {print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'; }
-quiet=$(grep -vc ' busy$' "$rows")
+quiet=$(grep -vcE ' (busy|phase)$' "$rows")
 if [ "$quiet" -gt 0 ]; then
-    sel() { grep -v ' busy$' "$rows"; }
+    sel() { grep -vE ' (busy|phase)$' "$rows"; }
     note="median of the $quiet quiet rounds of $ROUNDS"
 else
     sel() { cat "$rows"; }
-    note="median of $ROUNDS rounds, none quiet: a side got under 80% of its CPUs in every round"
-    echo "step_rounds: every round was busy (some step got under 80% of its CPUs): the ratios below are not of this CPU's speed" >&2
+    note="median of $ROUNDS rounds, none quiet: in every round a side got under 80% of its CPUs or the host's peak moved by more than 1.5x"
+    echo "step_rounds: every round was busy or changed phase: the ratios below are not of this CPU's speed" >&2
 fi
 echo "RESULT ours bf16 vs ours fp32: $(sel | awk '{print $6}' | med)x ($note)"
 echo "RESULT ours fp32 vs PyTorch fp32: $(sel | awk '{print $7}' | med)x"

@@ -191,15 +191,15 @@ const char *nn_cpu_name(void) {
     return cpu_name;
 }
 
-double nn_fma_peak_gflops(double seconds) {
-    const nn_kern *k = K();
-    /* Calibrate on one thread, then run all threads for about `seconds`. */
-    long iters = 1 << 20;
+/* GFLOP/s of chains(iters) (flop floating-point operations per iteration) on every OpenMP
+ * thread: calibrated on one thread, then all threads for about `seconds`. */
+static double peak_gflops(float (*chains)(long), double flop, double seconds) {
+    long iters = 1 << 16;
     double dt = 0;
     float sink = 0;
     for (;;) {
         const double t0 = time_now();
-        sink += k->fma_chains(iters);
+        sink += chains(iters);
         dt = time_now() - t0;
         if (dt > 0.05 || iters > (1L << 40))
             break;
@@ -212,12 +212,26 @@ double nn_fma_peak_gflops(double seconds) {
     {
 #pragma omp single
         nth = omp_get_num_threads();
-        sink += k->fma_chains(iters);
+        sink += chains(iters);
     }
     const double el = time_now() - t0;
     if (sink == 12345.0f) /* uses the result */
-        log_debug("fma peak checksum %g", (double)sink);
-    return (double)iters * 12 * k->vw * 2 * nth / el / 1e9;
+        log_debug("peak checksum %g", (double)sink);
+    return (double)iters * flop * nth / el / 1e9;
+}
+
+double nn_fma_peak_gflops(double seconds) {
+    const nn_kern *k = K();
+    return peak_gflops(k->fma_chains, 12.0 * k->vw * 2, seconds);
+}
+
+double nn_amx_peak_gflops(double seconds) {
+#if defined(__x86_64__) && defined(__linux__)
+    if (nn_isa_amx())
+        return peak_gflops(nn_amx_chains, 4.0 * 16 * 16 * 32 * 2, seconds);
+#endif
+    (void)seconds;
+    return 0;
 }
 
 /* ---- block shapes ----------------------------------------------------------------------------- */

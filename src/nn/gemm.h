@@ -57,6 +57,11 @@ const char *nn_cpu_name(void);
  * vector FMAs per thread in registers, for about `seconds`. The ceiling the kernels are
  * reported against. */
 double nn_fma_peak_gflops(double seconds);
+/* The AMX tiles' bf16 peak on every OpenMP thread (GFLOP/s, 2 per product): four independent
+ * TDPBF16PS in registers per round, for about `seconds`; 0 where the run has no AMX
+ * (nn_isa_amx). On a host whose cores are shared, this is the number that moves when another
+ * tenant uses the tile unit. */
+double nn_amx_peak_gflops(double seconds);
 
 /* ---- block shapes --------------------------------------------------------------------------- */
 

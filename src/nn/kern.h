@@ -73,6 +73,10 @@ int nn_amx_request(void);
 /* nn_tg_amx (gemm.h) on AMX tiles; only after nn_amx_request() returned 1. */
 void nn_amx_tg(const nn_tg *g, const uint16_t *a, long sa, const uint16_t *Bp, float *const *c,
                const float *bias, int nvalid, int mode);
+/* iters rounds of four TDPBF16PS on tiles in registers (16x16x32 products each), the kernels'
+ * 2 x 2 tile block without its loads: the tile unit's peak (nn_amx_peak_gflops). Returns a
+ * value of the result, so that the loop is not dropped. */
+float nn_amx_chains(long iters);
 #endif
 
 #endif

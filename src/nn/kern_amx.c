@@ -112,6 +112,29 @@ void nn_amx_tg(const nn_tg *g, const uint16_t *a, long sa, const uint16_t *Bp, f
     }
 }
 
+float nn_amx_chains(long iters) {
+    if (!amx_configured)
+        amx_configure();
+    static const uint16_t zeros[16 * 32] __attribute__((aligned(64))) = {0};
+    float out[16 * 16] __attribute__((aligned(64)));
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_loadd(4, zeros, 64);
+    _tile_loadd(5, zeros, 64);
+    _tile_loadd(6, zeros, 64);
+    _tile_loadd(7, zeros, 64);
+    for (long i = 0; i < iters; i++) {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, out, 64);
+    return out[0];
+}
+
 /* ---- weight gradient (conv_amx.c conv_amx_dw) --------------------------------------------- */
 
 /* r[c][i] = r[i][c]: a 16 x 16 transpose in registers (lanes, then pairs, then 128-bit quarters

@@ -7,6 +7,7 @@
  *   test_ops --time [D [C [REPS]]] the table for an N=1 D^3 volume of C channels (default 16 32 5)
  * The fast paths run in fp32 (the bf16 paths have their own tests against bf16-rounded ideals in
  * test_layers.c); each op's table row states its tolerance. */
+#include "nn/gemm.h"
 #include "nn/layers.h"
 #include "nn/loss.h"
 #include "nn/optim.h"
@@ -444,6 +445,14 @@ int main(int argc, char **argv) {
         printf("%-24s %10s %10s %10s %11s %9s %7s  %s\n# N=%d D=H=W=%d C=%d K=%d, %d threads\n",
                "op", "ref ms", "fast ms", "speedup", "max |err|", "atol", "rtol", "check", N, D,
                C, s.K, nn_threads());
+    if (!timing) {
+        /* the peaks bench_step --peak prints: the tile unit's only where the run has AMX, and
+         * then above the FMA units' (16x16x32 products per instruction) */
+        const double fma = nn_fma_peak_gflops(0.02), amx = nn_amx_peak_gflops(0.02);
+        CHECK(fma > 0, "FMA peak %.1f GFLOP/s", fma);
+        CHECK(nn_isa_amx() ? amx > fma : amx == 0, "AMX peak %.1f GFLOP/s (FMA %.1f, amx %d)",
+              amx, fma, nn_isa_amx());
+    }
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
         op_case si = s;
         if (!strcmp(ops[i].name, "loss"))
