@@ -4,7 +4,10 @@
  * the ordinary walks (conv_pack.c) on the tile kernel. */
 #include "nn/conv_int.h"
 
+#include <immintrin.h>
 #include <omp.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -199,6 +202,10 @@ void conv_amx_dw(float *dw, const float *a, int ca, const float *b, int cb, cons
      * place) and straight into dw, so acc never leaves L2. Through acc in memory, the finish
      * took as long as the tile products at 8^3 512->512 (28 MiB written, read back). */
     const int nth = nn_threads(), nblk = nig * nog;
+    /* the chunk loop's items: per thread the next of its own, per group the chunks done (NULL
+     * without memory for it: each thread its own groups only) */
+    _Atomic long next[NN_MAX_THREADS];
+    _Atomic int *gdone = nth > 1 ? malloc(sizeof(_Atomic int) * (size_t)ng) : NULL;
     long toff[27]; /* tap t's offset in xT's rows */
     for (int t = 0; t < 27; t++)
         toff[t] = t / 9 * HW + t / 3 % 3 * Wp + t % 3;
@@ -230,8 +237,8 @@ void conv_amx_dw(float *dw, const float *a, int ca, const float *b, int cb, cons
                 first = 0;
                 continue;
             }
-            if (fused) {
-#pragma omp parallel for schedule(static) num_threads(nth)
+            if (fused) { /* blocks taken dynamically, as the chunks' groups below */
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nth)
                 for (int blk = 0; blk < nblk; blk++) {
                     const int ic0 = 32 * (blk / nog), oc0 = 32 * (blk % nog);
                     const int ni = cin - ic0 > 16 ? 2 : 1, no = cout - oc0 > 16 ? 2 : 1;
@@ -250,35 +257,57 @@ void conv_amx_dw(float *dw, const float *a, int ca, const float *b, int cb, cons
              * voxels only */
             const long nck =
                 rows.n2 <= 0 ? (q_end + qc - 1) / qc : nrb * ((nz + rows.n2 - 1) / rows.n2);
-#pragma omp parallel
-            for (long ck = 0; ck < nck; ck++) {
-                long q0 = ck * qc;
-                nn_amx_span sp = nn_amx_run(q_end - q0 < qc ? q_end - q0 : qc);
-                if (rows.n2 > 0) {
-                    const long z = ck / nrb * rows.n2, y0 = ck % nrb * rows.n;
-                    q0 = z * HW + y0 * Wp;
-                    sp = rows;
-                    sp.n = H - y0 < rows.n ? H - y0 : rows.n;
-                    sp.n2 = nz - z < rows.n2 ? nz - z : rows.n2;
-                }
-                /* groups of equal work, split evenly (dynamic, 1 took 7% of an 8^3 pass in
-                 * the loop's bookkeeping); the 27 taps of one channel block one after the
-                 * other share the block's rows of xT and dyP in L2 (1.2-1.9x faster than
-                 * taps outermost at 8^3 256->256 and 32^3 64->64 on a Xeon with AMX). No
-                 * barrier between chunks: every chunk's loop has the same ng iterations and
-                 * schedule(static), which OpenMP assigns to the same threads, so a group's
-                 * accumulators are only ever touched by one thread (32^3 64->64, 5 chunks:
-                 * 4.2 -> 3.8 ms) */
-#pragma omp for schedule(static) nowait
-                for (int g = 0; g < ng; g++) {
-                    const int t = g % 27, ic0 = 32 * (g / 27 / nog), oc0 = 32 * (g / 27 % nog);
-                    nn_amx_dw(xT + ic0 * ldx + q0 + toff[t], ldx, dyP + q0 * cout + 2 * oc0, cout,
-                              sp, cin - ic0 > 16 ? 2 : 1, cout - oc0 > 16 ? 2 : 1,
-                              acc + ((size_t)t * cin + ic0) * cout + oc0, cout, first && !q0);
+            for (int o = 0; o < nth; o++)
+                atomic_store_explicit(&next[o], 0, memory_order_relaxed);
+            for (int g = 0; gdone && g < ng; g++)
+                atomic_store_explicit(&gdone[g], 0, memory_order_relaxed);
+            /* Thread o's groups are [ng o / nth, ng (o + 1) / nth) of every chunk, taken
+             * chunk by chunk: the split of a static loop, whose groups of one channel block
+             * follow each other (the 27 taps of a block share its rows of xT and dyP in L2:
+             * 1.2-1.9x faster than taps outermost at 8^3 256->256 and 32^3 64->64 on a Xeon
+             * with AMX), and no barrier between chunks. A thread whose own groups are done
+             * takes the next ones of the others (gdone: with memory for it). Where the cores
+             * are shared with other tenants, one thread's tile unit runs 3-4x slower than the
+             * other's for seconds at a time (bench_step --peak per CPU), and a static split
+             * waits for it; taken dynamically instead, every thread reads every block's rows
+             * (16^3 128->128 7-10% slower on equal cores). A group's chunk ck runs after its
+             * chunk ck - 1 is done (gdone[g] = chunks done), so its accumulators see the same
+             * sums in the same order as on one thread. */
+            const int first_slab = first;
+#pragma omp parallel num_threads(nth)
+            {
+                const int me = omp_get_thread_num(), nt = omp_get_num_threads();
+                for (int k = 0; k < (gdone ? nt : 1); k++) {
+                    const int o = (me + k) % nt, g0 = ng * o / nt, gn = ng * (o + 1) / nt - g0;
+                    for (long j; gn > 0 &&
+                                 (j = atomic_fetch_add_explicit(&next[o], 1,
+                                                                memory_order_relaxed)) < nck * gn;) {
+                        const long ck = j / gn;
+                        const int g = g0 + (int)(j % gn);
+                        long q0 = ck * qc;
+                        nn_amx_span sp = nn_amx_run(q_end - q0 < qc ? q_end - q0 : qc);
+                        if (rows.n2 > 0) {
+                            const long z = ck / nrb * rows.n2, y0 = ck % nrb * rows.n;
+                            q0 = z * HW + y0 * Wp;
+                            sp = rows;
+                            sp.n = H - y0 < rows.n ? H - y0 : rows.n;
+                            sp.n2 = nz - z < rows.n2 ? nz - z : rows.n2;
+                        }
+                        while (gdone && atomic_load_explicit(&gdone[g], memory_order_acquire) < ck)
+                            _mm_pause();
+                        const int t = g % 27, ic0 = 32 * (g / 27 / nog), oc0 = 32 * (g / 27 % nog);
+                        nn_amx_dw(xT + ic0 * ldx + q0 + toff[t], ldx, dyP + q0 * cout + 2 * oc0,
+                                  cout, sp, cin - ic0 > 16 ? 2 : 1, cout - oc0 > 16 ? 2 : 1,
+                                  acc + ((size_t)t * cin + ic0) * cout + oc0, cout,
+                                  first_slab && !q0);
+                        if (gdone)
+                            atomic_store_explicit(&gdone[g], (int)ck + 1, memory_order_release);
+                    }
                 }
             }
             first = 0;
         }
+    free(gdone);
     if (fused)
         return;
     if (i2c) { /* dw[oc][c][t] += bf16(acc[K t + c][oc]) */
