@@ -2,7 +2,8 @@
  *
  *   bench_step --peak [SECONDS]
  *       CPU model, the kernel path in use, the FP32 FMA peak of that path (register-only loop on
- *       every thread) and the tap-GEMM kernel as a plain SGEMM (cache-resident).
+ *       every thread), where the CPU has AMX the tiles' bf16 peak (amx_peak_gflops, the same
+ *       in tile registers) and the tap-GEMM kernel as a plain SGEMM (cache-resident).
  *   bench_step --layer conv|convt|gn D CIN COUT [--reps R] [--bf16] [--no-peak]
  *       one layer at the U-Net's shapes, median of R: conv = Conv3d k3 (D^3 volume, forward,
  *       backward-data, backward-weights); convt = ConvTranspose3d k2 s2 (D^3 input, forward,

@@ -179,6 +179,80 @@ static void amx_dw_pack_x(uint16_t *xT, long ldx, const float *a, int ca, const 
         memset(xT + ic * ldx + tail, 0, sizeof(uint16_t) * (ldx - tail));
 }
 
+/* One slab of conv_amx_dw in chunks: its layout (xT, dyP, tap offsets, accumulators), the
+ * chunks (runs of qc positions below q_end, or with rows.n2 > 0 groups of rows.n2 of the nz
+ * planes, each in nrb blocks of rows.n rows: their output voxels only) and the tile groups (27
+ * taps x nig input x nog output blocks of 32 channels, ng in all); init: the first slab (the
+ * first chunk zeroes the accumulators). */
+typedef struct {
+    const uint16_t *xT, *dyP;
+    const long *toff;
+    float *acc;
+    long ldx, qc, q_end, HW, Wp, nrb;
+    nn_amx_span rows;
+    int cin, cout, nog, ng, H, nz, init;
+} amx_dw_slab;
+
+/* chunk ck's positions: its span, from *q0 */
+static nn_amx_span amx_dw_chunk(const amx_dw_slab *s, long ck, long *q0) {
+    if (s->rows.n2 <= 0) {
+        *q0 = ck * s->qc;
+        return nn_amx_run(s->q_end - *q0 < s->qc ? s->q_end - *q0 : s->qc);
+    }
+    const long z = ck / s->nrb * s->rows.n2, y0 = ck % s->nrb * s->rows.n;
+    nn_amx_span sp = s->rows;
+    *q0 = z * s->HW + y0 * s->Wp;
+    sp.n = s->H - y0 < s->rows.n ? s->H - y0 : s->rows.n;
+    sp.n2 = s->nz - z < s->rows.n2 ? s->nz - z : s->rows.n2;
+    return sp;
+}
+
+/* Thread o's groups are [ng o / nth, ng (o + 1) / nth) of every chunk, taken chunk by chunk:
+ * the split of a static loop, whose groups of one channel block follow each other (the 27
+ * taps of a block share its rows of xT and dyP in L2: 1.2-1.9x faster than taps outermost at
+ * 8^3 256->256 and 32^3 64->64 on a Xeon with AMX), and no barrier between chunks (32^3
+ * 64->64, 5 chunks: 4.2 -> 3.8 ms). A thread whose own groups are done takes the others' next
+ * ones (with gdone, ng counters). Where the cores are shared with other tenants, one thread's
+ * tile unit runs 2-4x slower than the other's for seconds at a time (bench_step --peak per
+ * CPU), and a static split waits for it; taken dynamically instead, every thread reads every
+ * block's rows (16^3 128->128 7-10% slower on equal cores). Group g's chunk ck runs after its
+ * chunk ck - 1 is done (gdone[g] = chunks done), so its accumulators see the same sums in the
+ * same order on any number of threads. */
+static void amx_dw_chunks(const amx_dw_slab *s, int nth, _Atomic int *gdone) {
+    const long nck = s->rows.n2 <= 0 ? (s->q_end + s->qc - 1) / s->qc
+                                     : s->nrb * ((s->nz + s->rows.n2 - 1) / s->rows.n2);
+    _Atomic long next[NN_MAX_THREADS]; /* per thread, the next of its own items */
+    for (int o = 0; o < nth; o++)
+        atomic_store_explicit(&next[o], 0, memory_order_relaxed);
+    for (int g = 0; gdone && g < s->ng; g++)
+        atomic_store_explicit(&gdone[g], 0, memory_order_relaxed);
+#pragma omp parallel num_threads(nth)
+    {
+        const int me = omp_get_thread_num(), nt = omp_get_num_threads(), ng = s->ng;
+        for (int k = 0; k < (gdone ? nt : 1); k++) {
+            const int o = (me + k) % nt, g0 = ng * o / nt, gn = ng * (o + 1) / nt - g0;
+            for (long j; gn > 0 && (j = atomic_fetch_add_explicit(&next[o], 1,
+                                                                   memory_order_relaxed)) <
+                                       nck * gn;) {
+                const long ck = j / gn;
+                const int g = g0 + (int)(j % gn), t = g % 27;
+                const int ic0 = 32 * (g / 27 / s->nog), oc0 = 32 * (g / 27 % s->nog);
+                long q0;
+                const nn_amx_span sp = amx_dw_chunk(s, ck, &q0);
+                while (gdone && atomic_load_explicit(&gdone[g], memory_order_acquire) < ck)
+                    _mm_pause();
+                nn_amx_dw(s->xT + ic0 * s->ldx + q0 + s->toff[t], s->ldx,
+                          s->dyP + q0 * s->cout + 2 * oc0, s->cout, sp, s->cin - ic0 > 16 ? 2 : 1,
+                          s->cout - oc0 > 16 ? 2 : 1,
+                          s->acc + ((size_t)t * s->cin + ic0) * s->cout + oc0, s->cout,
+                          s->init && !q0);
+                if (gdone)
+                    atomic_store_explicit(&gdone[g], (int)ck + 1, memory_order_release);
+            }
+        }
+    }
+}
+
 void conv_amx_dw(float *dw, const float *a, int ca, const float *b, int cb, const float *dy,
                  int cout, int N, int D, int H, int W, int Zc, float *ws) {
     const int cin = ca + cb, Hp = H + 2, Wp = W + 2;
@@ -202,9 +276,7 @@ void conv_amx_dw(float *dw, const float *a, int ca, const float *b, int cb, cons
      * place) and straight into dw, so acc never leaves L2. Through acc in memory, the finish
      * took as long as the tile products at 8^3 512->512 (28 MiB written, read back). */
     const int nth = nn_threads(), nblk = nig * nog;
-    /* the chunk loop's items: per thread the next of its own, per group the chunks done (NULL
-     * without memory for it: each thread its own groups only) */
-    _Atomic long next[NN_MAX_THREADS];
+    /* per group the chunks done (amx_dw_chunks; NULL without memory for it) */
     _Atomic int *gdone = nth > 1 ? malloc(sizeof(_Atomic int) * (size_t)ng) : NULL;
     long toff[27]; /* tap t's offset in xT's rows */
     for (int t = 0; t < 27; t++)
@@ -252,59 +324,11 @@ void conv_amx_dw(float *dw, const float *a, int ca, const float *b, int cb, cons
                 }
                 continue;
             }
-            /* the chunks: runs of qc positions, or (rows.n2 > 0) groups of rows.n2 planes, each
-             * in nrb blocks of rows.n rows (one plane per group when nrb > 1), their output
-             * voxels only */
-            const long nck =
-                rows.n2 <= 0 ? (q_end + qc - 1) / qc : nrb * ((nz + rows.n2 - 1) / rows.n2);
-            for (int o = 0; o < nth; o++)
-                atomic_store_explicit(&next[o], 0, memory_order_relaxed);
-            for (int g = 0; gdone && g < ng; g++)
-                atomic_store_explicit(&gdone[g], 0, memory_order_relaxed);
-            /* Thread o's groups are [ng o / nth, ng (o + 1) / nth) of every chunk, taken
-             * chunk by chunk: the split of a static loop, whose groups of one channel block
-             * follow each other (the 27 taps of a block share its rows of xT and dyP in L2:
-             * 1.2-1.9x faster than taps outermost at 8^3 256->256 and 32^3 64->64 on a Xeon
-             * with AMX), and no barrier between chunks. A thread whose own groups are done
-             * takes the next ones of the others (gdone: with memory for it). Where the cores
-             * are shared with other tenants, one thread's tile unit runs 3-4x slower than the
-             * other's for seconds at a time (bench_step --peak per CPU), and a static split
-             * waits for it; taken dynamically instead, every thread reads every block's rows
-             * (16^3 128->128 7-10% slower on equal cores). A group's chunk ck runs after its
-             * chunk ck - 1 is done (gdone[g] = chunks done), so its accumulators see the same
-             * sums in the same order as on one thread. */
-            const int first_slab = first;
-#pragma omp parallel num_threads(nth)
-            {
-                const int me = omp_get_thread_num(), nt = omp_get_num_threads();
-                for (int k = 0; k < (gdone ? nt : 1); k++) {
-                    const int o = (me + k) % nt, g0 = ng * o / nt, gn = ng * (o + 1) / nt - g0;
-                    for (long j; gn > 0 &&
-                                 (j = atomic_fetch_add_explicit(&next[o], 1,
-                                                                memory_order_relaxed)) < nck * gn;) {
-                        const long ck = j / gn;
-                        const int g = g0 + (int)(j % gn);
-                        long q0 = ck * qc;
-                        nn_amx_span sp = nn_amx_run(q_end - q0 < qc ? q_end - q0 : qc);
-                        if (rows.n2 > 0) {
-                            const long z = ck / nrb * rows.n2, y0 = ck % nrb * rows.n;
-                            q0 = z * HW + y0 * Wp;
-                            sp = rows;
-                            sp.n = H - y0 < rows.n ? H - y0 : rows.n;
-                            sp.n2 = nz - z < rows.n2 ? nz - z : rows.n2;
-                        }
-                        while (gdone && atomic_load_explicit(&gdone[g], memory_order_acquire) < ck)
-                            _mm_pause();
-                        const int t = g % 27, ic0 = 32 * (g / 27 / nog), oc0 = 32 * (g / 27 % nog);
-                        nn_amx_dw(xT + ic0 * ldx + q0 + toff[t], ldx, dyP + q0 * cout + 2 * oc0,
-                                  cout, sp, cin - ic0 > 16 ? 2 : 1, cout - oc0 > 16 ? 2 : 1,
-                                  acc + ((size_t)t * cin + ic0) * cout + oc0, cout,
-                                  first_slab && !q0);
-                        if (gdone)
-                            atomic_store_explicit(&gdone[g], (int)ck + 1, memory_order_release);
-                    }
-                }
-            }
+            const amx_dw_slab sl = {.xT = xT, .dyP = dyP, .toff = toff, .acc = acc, .ldx = ldx,
+                                    .qc = qc, .q_end = q_end, .HW = HW, .Wp = Wp, .nrb = nrb,
+                                    .rows = rows, .cin = cin, .cout = cout, .nog = nog, .ng = ng,
+                                    .H = H, .nz = nz, .init = first};
+            amx_dw_chunks(&sl, nth, gdone);
             first = 0;
         }
     free(gdone);
