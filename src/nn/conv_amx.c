@@ -4,12 +4,17 @@
  * the ordinary walks (conv_pack.c) on the tile kernel. */
 #include "nn/conv_int.h"
 
-#include <immintrin.h>
 #include <omp.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define AMX_SPIN() _mm_pause() /* a waiting thread's hint to the core (see amx_dw_chunks) */
+#else
+#define AMX_SPIN() ((void)0)
+#endif
 
 /* ---- bf16 weight gradient on AMX tiles ------------------------------------------------------
  * dW[t][ic][oc] = sum over voxels v of x(v + tap t)[ic] * dy(v)[oc], as tile products over the
@@ -240,7 +245,7 @@ static void amx_dw_chunks(const amx_dw_slab *s, int nth, _Atomic int *gdone) {
                 long q0;
                 const nn_amx_span sp = amx_dw_chunk(s, ck, &q0);
                 while (gdone && atomic_load_explicit(&gdone[g], memory_order_acquire) < ck)
-                    _mm_pause();
+                    AMX_SPIN();
                 nn_amx_dw(s->xT + ic0 * s->ldx + q0 + s->toff[t], s->ldx,
                           s->dyP + q0 * s->cout + 2 * oc0, s->cout, sp, s->cin - ic0 > 16 ? 2 : 1,
                           s->cout - oc0 > 16 ? 2 : 1,
