@@ -6,7 +6,6 @@
 
 #include <omp.h>
 #include <stdatomic.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #if defined(__x86_64__)
@@ -223,12 +222,18 @@ static nn_amx_span amx_dw_chunk(const amx_dw_slab *s, long ck, long *q0) {
  * block's rows (16^3 128->128 7-10% slower on equal cores). Group g's chunk ck runs after its
  * chunk ck - 1 is done (gdone[g] = chunks done), so its accumulators see the same sums in the
  * same order on any number of threads. */
-static void amx_dw_chunks(const amx_dw_slab *s, int nth, _Atomic int *gdone) {
+static void amx_dw_chunks(const amx_dw_slab *s, int nth) {
     const long nck = s->rows.n2 <= 0 ? (s->q_end + s->qc - 1) / s->qc
                                      : s->nrb * ((s->nz + s->rows.n2 - 1) / s->rows.n2);
-    _Atomic long next[NN_MAX_THREADS]; /* per thread, the next of its own items */
+    /* per thread, the next of its own items, a cache line each (every take writes it) */
+    struct {
+        _Atomic long v;
+        char pad[64 - sizeof(_Atomic long)];
+    } next[NN_MAX_THREADS];
     for (int o = 0; o < nth; o++)
-        atomic_store_explicit(&next[o], 0, memory_order_relaxed);
+        atomic_store_explicit(&next[o].v, 0, memory_order_relaxed);
+    /* NULL without memory for it: each thread runs its own groups only */
+    _Atomic int *gdone = nth > 1 ? malloc(sizeof(_Atomic int) * (size_t)s->ng) : NULL;
     for (int g = 0; gdone && g < s->ng; g++)
         atomic_store_explicit(&gdone[g], 0, memory_order_relaxed);
 #pragma omp parallel num_threads(nth)
@@ -236,7 +241,7 @@ static void amx_dw_chunks(const amx_dw_slab *s, int nth, _Atomic int *gdone) {
         const int me = omp_get_thread_num(), nt = omp_get_num_threads(), ng = s->ng;
         for (int k = 0; k < (gdone ? nt : 1); k++) {
             const int o = (me + k) % nt, g0 = ng * o / nt, gn = ng * (o + 1) / nt - g0;
-            for (long j; gn > 0 && (j = atomic_fetch_add_explicit(&next[o], 1,
+            for (long j; gn > 0 && (j = atomic_fetch_add_explicit(&next[o].v, 1,
                                                                    memory_order_relaxed)) <
                                        nck * gn;) {
                 const long ck = j / gn;
@@ -256,6 +261,7 @@ static void amx_dw_chunks(const amx_dw_slab *s, int nth, _Atomic int *gdone) {
             }
         }
     }
+    free(gdone);
 }
 
 void conv_amx_dw(float *dw, const float *a, int ca, const float *b, int cb, const float *dy,
@@ -281,8 +287,6 @@ void conv_amx_dw(float *dw, const float *a, int ca, const float *b, int cb, cons
      * place) and straight into dw, so acc never leaves L2. Through acc in memory, the finish
      * took as long as the tile products at 8^3 512->512 (28 MiB written, read back). */
     const int nth = nn_threads(), nblk = nig * nog;
-    /* per group the chunks done (amx_dw_chunks; NULL without memory for it) */
-    _Atomic int *gdone = nth > 1 ? malloc(sizeof(_Atomic int) * (size_t)ng) : NULL;
     long toff[27]; /* tap t's offset in xT's rows */
     for (int t = 0; t < 27; t++)
         toff[t] = t / 9 * HW + t / 3 % 3 * Wp + t % 3;
@@ -333,10 +337,9 @@ void conv_amx_dw(float *dw, const float *a, int ca, const float *b, int cb, cons
                                     .qc = qc, .q_end = q_end, .HW = HW, .Wp = Wp, .nrb = nrb,
                                     .rows = rows, .cin = cin, .cout = cout, .nog = nog, .ng = ng,
                                     .H = H, .nz = nz, .init = first};
-            amx_dw_chunks(&sl, nth, gdone);
+            amx_dw_chunks(&sl, nth);
             first = 0;
         }
-    free(gdone);
     if (fused)
         return;
     if (i2c) { /* dw[oc][c][t] += bf16(acc[K t + c][oc]) */
