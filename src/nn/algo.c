@@ -48,6 +48,11 @@ typedef struct entry {
     nn_algo_key key;
     int algo;
     double ms;
+    /* the runner-up (-1: none) and its time, and how many paired timings the two times are the
+     * mean of (the measurement, then the first-use checks: cached_check) */
+    int next;
+    double next_ms;
+    int n;
 } entry;
 
 typedef struct table {
@@ -104,9 +109,12 @@ static const char *context(void) {
 
 /* ---- files --------------------------------------------------------------------------------
  * One entry per line, tab-separated:
- *   cpu  path  threads  op  pass  prec  N  D  H  W  ca  cb  split  cout  algo  ms  [how]
+ *   cpu  path  threads  op  pass  prec  N  D  H  W  ca  cb  split  cout  algo  ms
+ *   [how  [next  next_ms  n]]
  * ('#' lines are comments). The cache and the run folder's nn_algorithms.tsv share it; a pin
- * reads the key and the algorithm of each line, whatever its context. */
+ * reads the key and the algorithm of each line, whatever its context. The cache's lines carry
+ * the runner-up (next, "-" for none) and n, the number of paired timings its two times are the
+ * mean of; lines without them (older caches, the run folder's) have no runner-up. */
 #define FILE_TITLE "# scaffold nn algorithm choices v1"
 /* The kernels' revision: a cache written by another one is measured again (its timings are of
  * other code). Raise it with every change that can reorder the algorithms' speeds on some CPU. */
@@ -114,13 +122,13 @@ static const char *context(void) {
 #define FILE_TITLE_REV FILE_TITLE ", " KERNEL_REV "\n"
 #define FILE_HEADER                                                                                \
     FILE_TITLE_REV "# cpu\tpath\tthreads\top\tpass\tprec\tN\tD\tH\tW\tca\tcb\tsplit\tcout\talgo" \
-    "\tms\thow\n"
+    "\tms\thow\tnext\tnext_ms\tn\n"
 
 /* Parses one line into e (ctx: the first three fields). 0, or -1 when malformed. */
 static int parse_line(char *line, entry *e) {
-    char *f[18];
+    char *f[20];
     int nf = 0;
-    for (char *p = line; nf < 18;) {
+    for (char *p = line; nf < 20;) {
         f[nf++] = p;
         char *t = strchr(p, '\t');
         if (!t)
@@ -156,6 +164,17 @@ static int parse_line(char *line, entry *e) {
     e->ms = strtod(f[15], &end);
     if (e->algo < 0 || end == f[15] || e->key.N < 1 || e->key.D < 1 || e->key.cout < 1)
         return -1;
+    e->next = -1, e->n = 1;
+    if (nf >= 20 && strcmp(f[17], "-")) {
+        char *e1, *e2;
+        e->next = nn_algo_parse(f[17]);
+        e->next_ms = strtod(f[18], &e1);
+        const long n = strtol(f[19], &e2, 10);
+        if (e->next < 0 || e->next == e->algo || e1 == f[18] || *e1 || !(e->next_ms > 0) ||
+            e2 == f[19] || *e2 || n < 1 || n > 1000000)
+            return -1;
+        e->n = (int)n;
+    }
     return 0;
 }
 
@@ -209,12 +228,19 @@ static int read_table(const char *path, table *t, int pin) {
     return rc;
 }
 
-static void write_entry(FILE *fp, const char *ctx, const nn_algo_key *k, int algo, double ms,
-                        const char *how) {
-    fprintf(fp, "%s\tconv3d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%.3f%s%s\n", ctx,
+/* One line: the run folder's with how (the choice's origin); the cache's (how NULL) with its
+ * runner-up fields. */
+static void write_entry(FILE *fp, const entry *e, const char *how) {
+    const nn_algo_key *k = &e->key;
+    fprintf(fp, "%s\tconv3d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%.3f", e->ctx,
             pass_names[k->pass], k->prec == NN_BF16 ? "bf16" : "fp32", k->N, k->D, k->H, k->W,
-            k->ca, k->cb, k->split, k->cout, algo_names[algo], ms, how ? "\t" : "",
-            how ? how : "");
+            k->ca, k->cb, k->split, k->cout, algo_names[e->algo], e->ms);
+    if (how)
+        fprintf(fp, "\t%s\n", how);
+    else if (e->next >= 0)
+        fprintf(fp, "\tmeasured\t%s\t%.3f\t%d\n", algo_names[e->next], e->next_ms, e->n);
+    else
+        fprintf(fp, "\tmeasured\t-\t0\t%d\n", e->n);
 }
 
 /* Adds e to the cache file: the file as it is now (other processes may have added to it), less
@@ -237,8 +263,8 @@ static void cache_store(const entry *e) {
         fputs(FILE_HEADER, a.fp);
         for (int i = 0; i < cur.n; i++)
             if (strcmp(cur.e[i].ctx, e->ctx) || !key_eq(&cur.e[i].key, &e->key))
-                write_entry(a.fp, cur.e[i].ctx, &cur.e[i].key, cur.e[i].algo, cur.e[i].ms, NULL);
-        write_entry(a.fp, e->ctx, &e->key, e->algo, e->ms, NULL);
+                write_entry(a.fp, &cur.e[i], NULL);
+        write_entry(a.fp, e, NULL);
         rc = fs_atomic_commit(&a, 0);
     }
     free(cur.e);
@@ -439,9 +465,12 @@ int nn_algo_write(const char *path) {
     if (rc)
         return rc;
     fputs(FILE_HEADER, a.fp);
-    const char *ctx = context();
-    for (int i = 0; i < S.nch; i++)
-        write_entry(a.fp, ctx, &S.ch[i].key, S.ch[i].algo, S.ch[i].ms, S.ch[i].how);
+    entry e = {.next = -1};
+    snprintf(e.ctx, sizeof e.ctx, "%s", context());
+    for (int i = 0; i < S.nch; i++) {
+        e.key = S.ch[i].key, e.algo = S.ch[i].algo, e.ms = S.ch[i].ms;
+        write_entry(a.fp, &e, S.ch[i].how);
+    }
     return fs_atomic_commit(&a, 0);
 }
 
@@ -597,7 +626,7 @@ static int measure(const nn_algo_job *j, double ms_all[NN_ALGO_COUNT], int *last
 
 /* ---- the choice ------------------------------------------------------------------------------ */
 
-static const entry *find(const table *t, const char *ctx, const nn_algo_key *k) {
+static entry *find(const table *t, const char *ctx, const nn_algo_key *k) {
     for (int i = t->n - 1; i >= 0; i--)
         if ((!ctx || !strcmp(t->e[i].ctx, ctx)) && key_eq(&t->e[i].key, k))
             return &t->e[i];
@@ -606,35 +635,87 @@ static const entry *find(const table *t, const char *ctx, const nn_algo_key *k) 
 
 /* A cached choice, first used in this process: one timed run of it (the forward and input
  * gradient into the call's outputs, *done then 1; the weight gradient into a scratch buffer).
- * 1 when that run got its share of the CPUs and took under 1/STALE_FACTOR of the cached time:
- * the cached time (and so the choice) was measured on a busy host, and is measured again. */
+ * 1 when that run got its share of the CPUs and took under 1/STALE_FACTOR of the cached time
+ * of one measurement: the cached time (and so the choice) was measured on a busy host, and is
+ * measured again.
+ *
+ * A runner-up within CLOSE_FACTOR of the choice runs once just before it (on the outputs or
+ * the scratch too), while the entry rests on fewer than CHECKS_MAX paired timings: both quiet,
+ * each time of the entry becomes the mean of its timings, and where the runner-up's mean is now
+ * the lower, the two swap in the cache. This process keeps the cached choice (a choice is
+ * deterministic given the cache); later ones take the new one. A host whose cores are shared
+ * slows the tile unit (AMX) or the FMA units for seconds at a time, each on its own, so one
+ * measurement can rank two close algorithms wrong for good (a cache once kept Winograd for a
+ * weight gradient AMX then ran 1.5-2.2x faster); the pairs of later starts average over such
+ * phases, at one run of the runner-up per close shape and start, CHECKS_MAX - 1 times. */
 #define STALE_FACTOR 1.5
-static int cached_stale(const nn_algo_job *j, const entry *c, int *done) {
+#define CLOSE_FACTOR 2.0
+#define CHECKS_MAX 8
+static void check_pair(entry *c, double tc, double tn);
+static int cached_check(const nn_algo_job *j, entry *c, int *done) {
     const int wgrad = j->key.pass == NN_PASS_BWD_WEIGHT;
+    const int pair = c->next >= 0 && c->n < CHECKS_MAX && ((measured_set(j) >> c->next) & 1) &&
+                     c->next_ms <= CLOSE_FACTOR * c->ms;
     float *dw = NULL;
     if (wgrad && posix_memalign((void **)&dw, 64, (j->ndw + 16) * sizeof(float)))
         return 0; /* no memory to check: the cached choice */
+    const double t0 = time_now();
+    int quiet, qn = 0;
+    double tn = 0;
+    if (pair) {
+        if (dw)
+            memset(dw, 0, j->ndw * sizeof(float));
+        tn = 1e3 * run_timed(j, c->next, dw, &qn);
+    }
+    const double t1 = time_now();
     if (dw)
         memset(dw, 0, j->ndw * sizeof(float));
-    const double t0 = time_now();
-    int quiet;
     const double ms = 1e3 * run_timed(j, c->algo, dw, &quiet);
-    if (wgrad) /* the others' run is the call's own */
-        S.sel_s += time_now() - t0;
+    /* the runner-up's run, and the weight gradient's (the call runs its own), are selection */
+    S.sel_s += (t1 - t0) + (wgrad ? time_now() - t1 : 0);
     free(dw);
     *done = !wgrad;
-    if (!quiet || STALE_FACTOR * ms >= c->ms)
-        return 0;
-    if (!S.stale_told++)
-        log_info("nn: a cached algorithm ran in %.2f ms, the cache %s says %.2f ms (measured "
-                 "while the host was busy): measuring such choices again", ms, S.cache_path,
-                 c->ms);
-    log_debug("nn: conv3d %s %s %dx%dx%dx%d %d+%d->%d: %s ran in %.2f ms, cached %.2f ms: "
-              "measuring again",
-              pass_names[j->key.pass], j->key.prec == NN_BF16 ? "bf16" : "fp32", j->key.N,
-              j->key.D, j->key.H, j->key.W, j->key.ca, j->key.cb, j->key.cout,
-              algo_names[c->algo], ms, c->ms);
-    return 1;
+    /* (an entry that is a mean of paired timings is kept by them: on a host whose speed moves
+     * in phases, a fast one would otherwise throw the mean away) */
+    if (quiet && c->n == 1 && STALE_FACTOR * ms < c->ms) {
+        if (!S.stale_told++)
+            log_info("nn: a cached algorithm ran in %.2f ms, the cache %s says %.2f ms (measured "
+                     "while the host was busy): measuring such choices again",
+                     ms, S.cache_path, c->ms);
+        log_debug("nn: conv3d %s %s %dx%dx%dx%d %d+%d->%d: %s ran in %.2f ms, cached %.2f ms: "
+                  "measuring again",
+                  pass_names[j->key.pass], j->key.prec == NN_BF16 ? "bf16" : "fp32", j->key.N,
+                  j->key.D, j->key.H, j->key.W, j->key.ca, j->key.cb, j->key.cout,
+                  algo_names[c->algo], ms, c->ms);
+        return 1;
+    }
+    if (pair && quiet && qn)
+        check_pair(c, ms, tn);
+    return 0;
+}
+
+/* Adds a paired timing (the choice tc, the runner-up tn, ms) to c and to the cache file. */
+static void check_pair(entry *c, double tc, double tn) {
+    const entry before = *c;
+    c->n++;
+    c->ms += (tc - c->ms) / c->n;
+    c->next_ms += (tn - c->next_ms) / c->n;
+    if (c->next_ms < c->ms) {
+        const int a = c->algo;
+        const double m = c->ms;
+        c->algo = c->next, c->ms = c->next_ms;
+        c->next = a, c->next_ms = m;
+        log_info("nn: conv3d %s %s %dx%dx%dx%d %d+%d->%d: %s now %.2f ms against the cached %s "
+                 "%.2f ms (means of %d timings; %s %.2f, %s %.2f now): the cache %s takes %s "
+                 "from the next run on (this run keeps %s)",
+                 pass_names[c->key.pass], c->key.prec == NN_BF16 ? "bf16" : "fp32", c->key.N,
+                 c->key.D, c->key.H, c->key.W, c->key.ca, c->key.cb, c->key.cout,
+                 algo_names[c->algo], c->ms, algo_names[c->next], c->next_ms, c->n,
+                 algo_names[before.algo], tc, algo_names[before.next], tn,
+                 S.cache_path[0] ? S.cache_path : "(in memory)", algo_names[c->algo],
+                 algo_names[before.algo]);
+    }
+    cache_store(c);
 }
 
 /* nn_algo_pick, or with peek the choice it would make without measuring or recording (the
@@ -678,13 +759,15 @@ static int pick(const nn_algo_job *j, int *done, int peek) {
         if (S.cache_path[0])
             read_table(S.cache_path, &S.cache, 0);
     }
-    const entry *c = find(&S.cache, ctx, &j->key);
+    entry *c = find(&S.cache, ctx, &j->key);
     if (c && ((el >> c->algo) & 1)) {
         if (peek)
             return c->algo;
-        if (!cached_stale(j, c, done)) {
-            announce(record(&j->key, c->algo, "cached", c->ms));
-            return c->algo;
+        const int algo = c->algo;
+        const double cms = c->ms;
+        if (!cached_check(j, c, done)) {
+            announce(record(&j->key, algo, "cached", cms));
+            return algo;
         }
     }
     if (peek)
@@ -699,7 +782,10 @@ static int pick(const nn_algo_job *j, int *done, int peek) {
         r->busy = busy;
     }
     announce(r);
-    entry e = {.key = j->key, .algo = a, .ms = ms_all[a] > 0 ? ms_all[a] : 0};
+    entry e = {.key = j->key, .algo = a, .ms = ms_all[a] > 0 ? ms_all[a] : 0, .next = -1, .n = 1};
+    for (int b = 0; b < NN_ALGO_COUNT; b++)
+        if (b != a && ms_all[b] > 0 && (e.next < 0 || ms_all[b] < e.next_ms))
+            e.next = b, e.next_ms = ms_all[b];
     snprintf(e.ctx, sizeof e.ctx, "%s", ctx);
     table_add(&S.cache, &e);
     if (!busy)

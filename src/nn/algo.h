@@ -31,9 +31,13 @@
  *      fastest of the others (best of up to 3 runs) is kept, added to the cache and used.
  *      A run whose OpenMP team got under SCAFFOLD_NN_ALGO_QUIET percent of its CPUs
  *      (nn_team_cpu_seconds) is not quiet: such times are run again, and a choice that still
- *      rests on one is used but not cached (busy). A cached choice's first use in a process is
- *      timed; quiet and 1.5x faster than the cached time, the entry was measured on a busy
- *      host: the shape is measured again before it is used;
+ *      rests on one is used but not cached (busy). The cache keeps each choice's runner-up.
+ *      A cached choice's first use in a process is timed; quiet and 1.5x faster than the time
+ *      of one measurement, the entry was measured on a busy host: the shape is measured again
+ *      before it is used. A runner-up within 2x runs once just before it (up to 7 process
+ *      starts): the entry's two times become the means of these pairs, and where the
+ *      runner-up's is the lower the cache swaps them for later processes (this one keeps its
+ *      choice: deterministic given the cache);
  *   4. otherwise the built-in rule (nn_algo_rule: the choice the measurements below gave on
  *      the CPUs measured; the library's default mode, so a test is deterministic).
  * The accuracy budget (nn_algo_within_budget): fp32, every sampled element within 1e-4 of the

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static char dir[256];
@@ -29,7 +30,14 @@ static int runs[NN_ALGO_COUNT];
 static double err_of[NN_ALGO_COUNT];  /* relative error each algorithm writes */
 static double slow_of[NN_ALGO_COUNT]; /* seconds each algorithm spends */
 
+static int sleepy; /* the runs sleep instead of spinning: they get none of the CPUs */
+
 static void spin(double s) {
+    if (sleepy && s > 0) {
+        const struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+        nanosleep(&ts, NULL);
+        return;
+    }
     const double t0 = time_now();
     while (time_now() - t0 < s) {
     }
@@ -89,8 +97,9 @@ static void write_text(const char *path, const char *text) {
     fclose(f);
 }
 
-/* Every entry's time (the last column) in the cache file set to ms. */
-static void cache_set_ms(const char *path, const char *ms) {
+/* Field `field` (0-based: 15 the time, 17-19 the runner-up, its time and the timings' count)
+ * of every entry in the cache file set to value. */
+static void cache_set(const char *path, int field, const char *value) {
     char *data = NULL;
     size_t n;
     if (fs_read_file(path, &data, &n))
@@ -100,14 +109,48 @@ static void cache_set_ms(const char *path, const char *ms) {
         nl = strchr(line, '\n');
         if (nl)
             *nl = 0;
-        char *tab = strrchr(line, '\t');
-        if (line[0] != '#' && tab)
-            fprintf(f, "%.*s\t%s\n", (int)(tab - line), line, ms);
-        else
+        if (line[0] == '#') {
             fprintf(f, "%s\n", line);
+            continue;
+        }
+        const char *p = line;
+        for (int i = 0; i < field && p; i++)
+            p = strchr(p, '\t') ? strchr(p, '\t') + 1 : NULL;
+        if (!p) {
+            fprintf(f, "%s\n", line);
+            continue;
+        }
+        const char *end = strchr(p, '\t');
+        fprintf(f, "%.*s%s%s\n", (int)(p - line), line, value, end ? end : "");
     }
     fclose(f);
     free(data);
+}
+
+/* Every entry of the cache file cut after its first nf fields. */
+static void cache_cut(const char *path, int nf) {
+    char *data = NULL;
+    size_t n;
+    if (fs_read_file(path, &data, &n))
+        return;
+    FILE *f = fopen(path, "w");
+    for (char *line = data, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+        nl = strchr(line, '\n');
+        if (nl)
+            *nl = 0;
+        char *t = line;
+        for (int i = 0; line[0] != '#' && t && i < nf; i++)
+            t = strchr(t + (i > 0), '\t');
+        if (line[0] != '#' && t)
+            *t = 0;
+        fprintf(f, "%s\n", line);
+    }
+    fclose(f);
+    free(data);
+}
+
+static void cache_set_ms(const char *path, const char *ms) {
+    cache_set(path, 15, ms);
 }
 
 #define BIT(a) (1u << (a))
@@ -605,6 +648,131 @@ static void test_busy_host(void) {
     free(x), free(w), free(y), free(ws);
 }
 
+/* The runner-up: stored with the choice; while close, timed beside the cached choice at each
+ * process's first use, the two times averaged over those pairs; where the runner-up's mean
+ * becomes the lower, the cache swaps them for later processes and this one keeps its choice. */
+static void test_runner_up(void) {
+    char cache[300];
+    snprintf(cache, sizeof cache, "%s/runner-up.tsv", dir);
+    setenv("SCAFFOLD_NN_ALGO_CACHE", cache, 1);
+    unsetenv("SCAFFOLD_NN_ALGO");
+    setenv("SCAFFOLD_NN_ALGO_QUIET", "0", 1);
+    nn_settings_reload();
+    nn_algo_reset();
+    nn_algo_set_mode(NN_ALGO_MODE_MEASURE);
+    const unsigned el = BIT(NN_ALGO_DIRECT) | BIT(NN_ALGO_WINOGRAD);
+    memset(err_of, 0, sizeof err_of), memset(slow_of, 0, sizeof slow_of);
+    slow_of[NN_ALGO_DIRECT] = 0.005, slow_of[NN_ALGO_WINOGRAD] = 0.004;
+    nn_algo_job j = fake_job(NN_PASS_FWD, NN_FP32, 16, el, NN_ALGO_DIRECT);
+    int done, a = nn_algo_pick(&j, &done);
+    CHECK(a == NN_ALGO_WINOGRAD && file_has(cache, "\twinograd\t4.") &&
+              file_has(cache, "\tmeasured\tdirect\t5.") && file_has(cache, "\t1\n"),
+          "measured: the choice cached with its runner-up and one timing (%s)",
+          nn_algo_name(a));
+
+    /* direct now faster: this process keeps winograd (the cache's choice), having run direct
+     * once before it (winograd's run is the call's output); the means (4, 3) swap them */
+    slow_of[NN_ALGO_DIRECT] = 0.001;
+    nn_algo_reset();
+    reset_runs();
+    a = nn_algo_pick(&j, &done);
+    int measured;
+    nn_algo_select_seconds(&measured);
+    CHECK(a == NN_ALGO_WINOGRAD && measured == 0 && done && nseq == 2 &&
+              seq[0] == NN_ALGO_DIRECT && seq[1] == NN_ALGO_WINOGRAD &&
+              !strcmp(last_choice()->how, "cached"),
+          "a close runner-up runs once before the cached choice, which this process keeps "
+          "(%s, %d runs)", nn_algo_name(a), nseq);
+    CHECK(file_has(cache, "\tdirect\t3.") && file_has(cache, "\tmeasured\twinograd\t4.") &&
+              file_has(cache, "\t2\n"),
+          "the means of two timings: the runner-up's is lower, the cache swaps them");
+    nn_algo_reset();
+    reset_runs();
+    a = nn_algo_pick(&j, &done);
+    CHECK(a == NN_ALGO_DIRECT && nseq == 2 && seq[0] == NN_ALGO_WINOGRAD &&
+              seq[1] == NN_ALGO_DIRECT && file_has(cache, "\t3\n"),
+          "the next process takes the swapped choice, and checks the pair again (%s)",
+          nn_algo_name(a));
+
+    /* settled (8 timings), or a runner-up more than 2x slower: only the cached choice runs */
+    cache_set(cache, 19, "8");
+    nn_algo_reset();
+    reset_runs();
+    a = nn_algo_pick(&j, &done);
+    CHECK(a == NN_ALGO_DIRECT && nseq == 1 && file_has(cache, "\t8\n"),
+          "after 8 timings the pair is settled: one run, the cache unchanged (%d runs)", nseq);
+    cache_set(cache, 19, "2");
+    cache_set(cache, 18, "100");
+    nn_algo_reset();
+    reset_runs();
+    a = nn_algo_pick(&j, &done);
+    CHECK(a == NN_ALGO_DIRECT && nseq == 1,
+          "a runner-up more than 2x slower is not run (%d runs)", nseq);
+
+    /* the weight gradient: the pair on scratch, the call still runs its own */
+    slow_of[NN_ALGO_DIRECT] = 0.005, slow_of[NN_ALGO_WINOGRAD] = 0.004;
+    nn_algo_job w = fake_job(NN_PASS_BWD_WEIGHT, NN_FP32, 16, el, NN_ALGO_DIRECT);
+    a = nn_algo_pick(&w, &done);
+    slow_of[NN_ALGO_DIRECT] = 0.001;
+    nn_algo_reset();
+    reset_runs();
+    a = nn_algo_pick(&w, &done);
+    CHECK(a == NN_ALGO_WINOGRAD && !done && nseq == 2 && seq[0] == NN_ALGO_DIRECT &&
+              file_has(cache, "\tbwd_weight\tfp32\t1\t16\t16\t16\t8\t0\t0\t8\tdirect\t3."),
+          "weight gradient: the pair timed on scratch and swapped in the cache (%s, done %d)",
+          nn_algo_name(a), done);
+
+    /* runs that did not get their share of the CPUs change nothing (runs that sleep) */
+    cache_set(cache, 18, "4.000");
+    cache_set(cache, 19, "2");
+    char *before = NULL, *after = NULL;
+    size_t nb, na;
+    fs_read_file(cache, &before, &nb);
+    unsetenv("SCAFFOLD_NN_ALGO_QUIET");
+    nn_settings_reload();
+    sleepy = 1;
+    nn_algo_reset();
+    reset_runs();
+    a = nn_algo_pick(&j, &done);
+    sleepy = 0;
+    fs_read_file(cache, &after, &na);
+    CHECK(nseq == 2 && before && after && !strcmp(before, after),
+          "timings that were not quiet leave the cache as it was (%d runs)", nseq);
+    free(before), free(after);
+    setenv("SCAFFOLD_NN_ALGO_QUIET", "0", 1);
+    nn_settings_reload();
+
+    /* an older cache's line (no runner-up fields) is read as before; a runner-up field that
+     * cannot be read makes the line malformed: skipped, the shape measured again */
+    cache_set_ms(cache, "1.000");
+    cache_cut(cache, 16); /* the time the last field, as older caches wrote it */
+    const int ok = !file_has(cache, "\tmeasured");
+    nn_algo_reset();
+    reset_runs();
+    a = nn_algo_pick(&j, &done);
+    nn_algo_select_seconds(&measured);
+    CHECK(ok && measured == 0 && nseq == 1 && !strcmp(last_choice()->how, "cached"),
+          "a line without the runner-up fields: the cached choice, no pair (%d runs)", nseq);
+    write_text(cache, "");
+    nn_algo_reset();
+    a = nn_algo_pick(&j, &done); /* measured, cached with its runner-up again */
+    cache_set(cache, 17, "bogus");
+    nn_algo_reset();
+    reset_runs();
+    a = nn_algo_pick(&j, &done);
+    nn_algo_select_seconds(&measured);
+    CHECK(measured == 1 && !strcmp(last_choice()->how, "measured"),
+          "an unknown runner-up: the line skipped, the shape measured again");
+    cache_set(cache, 19, "0");
+    nn_algo_reset();
+    a = nn_algo_pick(&j, &done);
+    nn_algo_select_seconds(&measured);
+    CHECK(measured == 1, "a count of 0 timings: the line skipped, measured again");
+    memset(slow_of, 0, sizeof slow_of);
+    unsetenv("SCAFFOLD_NN_ALGO_QUIET");
+    nn_settings_reload();
+}
+
 int main(void) {
     const char *tmp = getenv("TMPDIR");
     snprintf(dir, sizeof dir, "%s/scaffold-test-algo.XXXXXX", tmp ? tmp : "/tmp");
@@ -618,6 +786,7 @@ int main(void) {
     test_names();
     test_measure_and_cache();
     test_pin_force_budget();
+    test_runner_up();
     setenv("SCAFFOLD_NN_ALGO_CACHE", "0", 1);
     nn_settings_reload();
     test_real(NN_FP32, 16, 16, 24);
