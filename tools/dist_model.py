@@ -146,7 +146,7 @@ def slab_depth(D, H, W, C, sharded):
     return max(1, min(D, SLAB_BYTES // ((H + 2) * (W + 2) * C * 4) - 2))
 
 
-WINO_CHUNK_BYTES, WINO_DW_CHUNK_BYTES = 6 << 20, 24 << 20
+WINO_CHUNK_BYTES, WINO_DW_CHUNK_BYTES = 6 << 20, 48 << 20
 WINO_KMAX, WINO_VOX_MIN, WINO_LDPAD, WINO_NXI = 256 * 320, 4096, 16, 144
 
 
@@ -159,7 +159,7 @@ def wino_applies(D, H, W, K, ncol, sharded):
 
 
 def wino_dw_chunk_bytes(K, ncp):
-    """conv.c wino_dw_chunk_bytes: 2.5 times dU, between 6 and 24 MiB."""
+    """conv_wino.c wino_dw_chunk_bytes: 2.5 times dU, between 6 and 48 MiB."""
     return min(max(4 * WINO_NXI * K * ncp * 5 // 2, WINO_CHUNK_BYTES), WINO_DW_CHUNK_BYTES)
 
 

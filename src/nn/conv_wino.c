@@ -30,11 +30,17 @@
 /* The weight gradient's chunks grow with dU: each chunk adds its tiles into all of dU (144 * K *
  * ncp floats), so the longer the chunk, the fewer times dU is read and written and the longer
  * the microkernel's reduction; but V and M then leave the last-level cache. 2.5 dU, between 6
- * and 24 MiB: 128 -> 128 channels (dU 9 MiB) get 22.5 MiB, 64 -> 64 (2.25 MiB) keep 6.
+ * and 48 MiB: 128 -> 128 channels (dU 9 MiB) get 22.5 MiB, 64 -> 64 (2.25 MiB) keep 6.
  * Measured with 24 against 6 MiB, alternated: 32^3 128 -> 128 0.11-0.13 s against 0.14-0.25 s,
  * 16^3 128 -> 128 0.017-0.024 against 0.028-0.030 s, but 64^3 64 -> 64 0.34-0.40 s against
- * 0.17-0.29 s and 32^3 64 -> 64 no change. */
-#define WINO_DW_CHUNK_BYTES (24u << 20)
+ * 0.17-0.29 s and 32^3 64 -> 64 no change. 48 against 24 MiB (Xeon with AMX, 4 alternated
+ * rounds): 32^3 256 -> 256 faster in 4 of 4 (227-282 -> 212-241 ms), 512 -> 256 in 4 of 4
+ * (510-713 -> 380-673), 16^3 256 -> 512, 512 -> 512 and 1024 -> 512 in 3 of 4 (8-15%), 32^3
+ * 128 -> 256 and 16^3 256 -> 256 within noise; 96 MiB lost at 32^3 256 -> 256 (234-320 ms). The
+ * forward and input gradient keep 24 (WINO_BIG_CHUNK_BYTES): larger chunks were 1.3-1.6x slower
+ * at 16^3 256 -> 256 there. */
+#define WINO_BIG_CHUNK_BYTES (24u << 20)
+#define WINO_DW_CHUNK_BYTES (48u << 20)
 static long wino_dw_chunk_bytes(int K, int ncp) {
     const long b = 4L * WINO_NXI * K * ncp * 5 / 2;
     return b < (long)WINO_CHUNK_BYTES ? (long)WINO_CHUNK_BYTES
@@ -341,16 +347,16 @@ void conv_wino_slab(float *out, long ldo, int ncol, const float *P, int C, const
         }
         return;
     }
-    /* Every chunk reads all of U: a U larger than the last-level cache gets the weight
-     * gradient's largest chunks (16^3 and 32^3 256->256, U 36 MiB: 8 and 52 passes over it
-     * with 6 MiB chunks; 1.5x and 1.2x faster with 24). A U that stays in cache keeps 6 MiB
+    /* Every chunk reads all of U: a U larger than the last-level cache gets chunks of 24 MiB
+     * (16^3 and 32^3 256->256, U 36 MiB: 8 and 52 passes over it with 6 MiB chunks; 1.5x and
+     * 1.2x faster with 24). A U that stays in cache keeps 6 MiB
      * (32^3 128->128, U 9 MiB: 0.88x with 24, V and M then leave the cache). Chunks are whole
      * blocks of the microkernel's rows (85 tiles ran a 5-row block in every GEMM), and a last
      * chunk shorter than half of one is shared with the one before (128 tiles in chunks of
      * 42 left one of 2). */
     const long ct = wino_chunk_tiles(C, ncp,
-                                     ubytes > (long)WINO_DW_CHUNK_BYTES ? (long)WINO_DW_CHUNK_BYTES
-                                                                        : (long)WINO_CHUNK_BYTES);
+                                     ubytes > (long)WINO_BIG_CHUNK_BYTES ? (long)WINO_BIG_CHUNK_BYTES
+                                                                         : (long)WINO_CHUNK_BYTES);
     const long chunk = ct > mr ? ct - ct % mr : ct;
 #pragma omp parallel num_threads(nth)
     for (long t0 = 0, nt = 0; t0 < ntiles; t0 += nt) {
