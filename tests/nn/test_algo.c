@@ -98,7 +98,7 @@ static void write_text(const char *path, const char *text) {
 }
 
 /* Field `field` (0-based: 15 the time, 17-19 the runner-up, its time and the timings' count)
- * of every entry in the cache file set to value. */
+ * of every entry in the cache file set to value; value NULL: each entry cut before the field. */
 static void cache_set(const char *path, int field, const char *value) {
     char *data = NULL;
     size_t n;
@@ -121,29 +121,10 @@ static void cache_set(const char *path, int field, const char *value) {
             continue;
         }
         const char *end = strchr(p, '\t');
-        fprintf(f, "%.*s%s%s\n", (int)(p - line), line, value, end ? end : "");
-    }
-    fclose(f);
-    free(data);
-}
-
-/* Every entry of the cache file cut after its first nf fields. */
-static void cache_cut(const char *path, int nf) {
-    char *data = NULL;
-    size_t n;
-    if (fs_read_file(path, &data, &n))
-        return;
-    FILE *f = fopen(path, "w");
-    for (char *line = data, *nl; line && *line; line = nl ? nl + 1 : NULL) {
-        nl = strchr(line, '\n');
-        if (nl)
-            *nl = 0;
-        char *t = line;
-        for (int i = 0; line[0] != '#' && t && i < nf; i++)
-            t = strchr(t + (i > 0), '\t');
-        if (line[0] != '#' && t)
-            *t = 0;
-        fprintf(f, "%s\n", line);
+        if (value)
+            fprintf(f, "%.*s%s%s\n", (int)(p - line), line, value, end ? end : "");
+        else
+            fprintf(f, "%.*s\n", (int)(p - line - 1), line);
     }
     fclose(f);
     free(data);
@@ -182,17 +163,21 @@ static void test_names(void) {
           "algorithm names round-trip, unknown ones are refused");
 }
 
-static void test_measure_and_cache(void) {
-    char cache[300];
-    snprintf(cache, sizeof cache, "%s/sub/cache.tsv", dir);
+/* Measure mode with the cache file dir/name (into cache), every synthetic time quiet (the runs
+ * spin on one thread of the team; a real busy host: test_busy_host), a new process's state. */
+static void measure_with_cache(char *cache, size_t n, const char *name) {
+    snprintf(cache, n, "%s/%s", dir, name);
     setenv("SCAFFOLD_NN_ALGO_CACHE", cache, 1);
     unsetenv("SCAFFOLD_NN_ALGO");
-    /* the synthetic runs spin on one thread of the team: every time counts as quiet here (a
-     * real busy host: test_busy_host) */
     setenv("SCAFFOLD_NN_ALGO_QUIET", "0", 1);
     nn_settings_reload();
     nn_algo_reset();
     nn_algo_set_mode(NN_ALGO_MODE_MEASURE);
+}
+
+static void test_measure_and_cache(void) {
+    char cache[300];
+    measure_with_cache(cache, sizeof cache, "sub/cache.tsv");
     const unsigned el = BIT(NN_ALGO_DIRECT) | BIT(NN_ALGO_WINOGRAD);
 
     /* the faster correct algorithm wins; each runs at least once, the reference first */
@@ -653,13 +638,7 @@ static void test_busy_host(void) {
  * becomes the lower, the cache swaps them for later processes and this one keeps its choice. */
 static void test_runner_up(void) {
     char cache[300];
-    snprintf(cache, sizeof cache, "%s/runner-up.tsv", dir);
-    setenv("SCAFFOLD_NN_ALGO_CACHE", cache, 1);
-    unsetenv("SCAFFOLD_NN_ALGO");
-    setenv("SCAFFOLD_NN_ALGO_QUIET", "0", 1);
-    nn_settings_reload();
-    nn_algo_reset();
-    nn_algo_set_mode(NN_ALGO_MODE_MEASURE);
+    measure_with_cache(cache, sizeof cache, "runner-up.tsv");
     const unsigned el = BIT(NN_ALGO_DIRECT) | BIT(NN_ALGO_WINOGRAD);
     memset(err_of, 0, sizeof err_of), memset(slow_of, 0, sizeof slow_of);
     slow_of[NN_ALGO_DIRECT] = 0.005, slow_of[NN_ALGO_WINOGRAD] = 0.004;
@@ -745,7 +724,7 @@ static void test_runner_up(void) {
     /* an older cache's line (no runner-up fields) is read as before; a runner-up field that
      * cannot be read makes the line malformed: skipped, the shape measured again */
     cache_set_ms(cache, "1.000");
-    cache_cut(cache, 16); /* the time the last field, as older caches wrote it */
+    cache_set(cache, 16, NULL); /* the time the last field, as older caches wrote it */
     const int ok = !file_has(cache, "\tmeasured");
     nn_algo_reset();
     reset_runs();
