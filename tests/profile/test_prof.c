@@ -9,12 +9,14 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Spins at least us microseconds (in nanoseconds: a microsecond count truncated a negative
+ * nanosecond difference toward zero when the spin crossed a second, ending up to 1 us early). */
 static void spin_us(long us) {
     struct timespec t0, t;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     do
         clock_gettime(CLOCK_MONOTONIC, &t);
-    while ((t.tv_sec - t0.tv_sec) * 1000000L + (t.tv_nsec - t0.tv_nsec) / 1000 < us);
+    while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < us * 1000L);
 }
 
 /* The node of a path ("a/b") in a tree, or -1. */
