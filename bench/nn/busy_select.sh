@@ -16,12 +16,12 @@ BUILD=${BUILD:-build}
 ROUNDS=${1:-5} SC=${2:-5} B=${3:-64} PREC=${4:-}
 BIN=$BUILD/bench/nn/bench_step
 [ -x "$BIN" ] || { echo "build first: make"; exit 1; }
+source bench/nn/lib.sh
 d=$(mktemp -d)
 spin=()
 stop_spin() { [ ${#spin[@]} -gt 0 ] && kill "${spin[@]}" 2>/dev/null; wait "${spin[@]}" 2>/dev/null; spin=(); }
 trap 'stop_spin; rm -rf "$d"' EXIT
 step() { "$BIN" --scale "$SC" --base "$B" --reps 3 $PREC "$@" 2>/dev/null; }
-field() { awk -v k="$1" '/^scaffold_step_s/ { for (i = 1; i < NF; i++) if ($i == k) print $(i + 1) }'; }
 lines() { [ -f "$1" ] && grep -vc '^#' "$1" || echo 0; }
 
 cpu=$("$BIN" --peak 0.2 | awk '/^cpu /{sub(/^cpu /,""); print}')
@@ -29,22 +29,19 @@ n=$((2 * $(nproc)))
 echo "# scale $SC / base $B ${PREC:+bf16 }step; $cpu, $(nproc) CPUs; $n spinning processes beside the busy measurements"
 for _ in $(seq "$n"); do (while :; do :; done) & spin+=($!); done
 sleep 0.5
-busy=$(SCAFFOLD_NN_ALGO_QUIET=0 SCAFFOLD_NN_ALGO_CACHE="$d/busy.tsv" step | field select_s)
-guarded=$(SCAFFOLD_NN_ALGO_CACHE="$d/guarded.tsv" step | field select_s)
+busy=$(SCAFFOLD_NN_ALGO_QUIET=0 SCAFFOLD_NN_ALGO_CACHE="$d/busy.tsv" step | step_field select_s)
+guarded=$(SCAFFOLD_NN_ALGO_CACHE="$d/guarded.tsv" step | step_field select_s)
 stop_spin
 [ -s "$d/busy.tsv" ] || { echo "busy_select: the busy measurement wrote no cache" >&2; exit 1; }
 echo "busy measurement: $busy s unguarded, $(lines "$d/busy.tsv") passes cached; $guarded s guarded, $(lines "$d/guarded.tsv") cached"
 cp "$d/busy.tsv" "$d/heal.tsv"
 rows=$d/rows
 for r in $(seq "$ROUNDS"); do
-    a=$(SCAFFOLD_NN_ALGO_CACHE=0 SCAFFOLD_NN_ALGO_PIN="$d/busy.tsv" step | field scaffold_step_s)
+    a=$(SCAFFOLD_NN_ALGO_CACHE=0 SCAFFOLD_NN_ALGO_PIN="$d/busy.tsv" step | step_field scaffold_step_s)
     out=$(SCAFFOLD_NN_ALGO_CACHE="$d/heal.tsv" step)
-    b=$(field scaffold_step_s <<<"$out") s=$(field select_s <<<"$out") m=$(field measured <<<"$out")
+    b=$(step_field scaffold_step_s <<<"$out") s=$(step_field select_s <<<"$out") m=$(step_field measured <<<"$out")
     [ -n "$a" ] && [ -n "$b" ] || { echo "busy_select: a step failed ('$a' '$b')" >&2; exit 1; }
     echo "round $r: busy choices pinned $a s, checked cache $b s (selection $s s, $m passes measured again) | $(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", a / b }')" | tee -a "$rows"
 done
-diff=$(awk -F'\t' 'FNR == NR { if (!/^#/) k[$5 FS $6 FS $7 FS $8 FS $9 FS $10 FS $11 FS $12 FS $13 FS $14] = $15; next }
-    !/^#/ { key = $5 FS $6 FS $7 FS $8 FS $9 FS $10 FS $11 FS $12 FS $13 FS $14; if ((key in k) && k[key] != $15) c++ }
-    END { print c + 0 }' "$d/busy.tsv" "$d/heal.tsv")
-med() { sort -g | awk '{v[NR] = $1} END {print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'; }
+diff=$(cache_differ "$d/busy.tsv" "$d/heal.tsv")
 echo "RESULT busy measurement's choices (unchecked) vs checked cache: $(awk '{print $NF}' "$rows" | med)x the step time (median of $ROUNDS rounds; $diff passes chose differently after healing)"

@@ -20,10 +20,10 @@ BUILD=${BUILD:-build}
 ROUNDS=${1:-8} SC=${2:-5} B=${3:-64} PREC=${4:-}
 BIN=$BUILD/bench/nn/bench_step
 [ -x "$BIN" ] || { echo "build first: make"; exit 1; }
+source bench/nn/lib.sh
 d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT
 step() { "$BIN" --scale "$SC" --base "$B" --reps 3 $PREC "$@" 2>/dev/null; }
-field() { awk -v k="$1" '/^scaffold_step_s/ { for (i = 1; i < NF; i++) if ($i == k) print $(i + 1) }'; }
 
 cpu=$("$BIN" --peak 0.2 | awk '/^cpu /{sub(/^cpu /,""); print}')
 echo "# scale $SC / base $B ${PREC:+bf16 }step; $cpu, $(nproc) CPUs"
@@ -39,17 +39,12 @@ swapped=$(awk -F'\t' '!/^#/ && NF >= 20 && $18 != "-" && $19 <= 2 * $16 { c++ } 
 echo "cache: $total passes, $swapped with a runner-up within 2x (swapped in the wrong cache)"
 [ "$swapped" -gt 0 ] || { echo "runner_up: no close pair to swap at this shape" >&2; exit 1; }
 cp "$d/wrong.tsv" "$d/checked.tsv"
-# passes whose choice differs between two caches
-differ() { awk -F'\t' 'FNR == NR { if (!/^#/) k[$5 FS $6 FS $7 FS $8 FS $9 FS $10 FS $11 FS $12 FS $13 FS $14] = $15; next }
-    !/^#/ { key = $5 FS $6 FS $7 FS $8 FS $9 FS $10 FS $11 FS $12 FS $13 FS $14; if ((key in k) && k[key] != $15) c++ }
-    END { print c + 0 }' "$1" "$2"; }
 rows=$d/rows
 for r in $(seq "$ROUNDS"); do
-    a=$(SCAFFOLD_NN_ALGO_CACHE=0 SCAFFOLD_NN_ALGO_PIN="$d/wrong.tsv" step | field scaffold_step_s)
+    a=$(SCAFFOLD_NN_ALGO_CACHE=0 SCAFFOLD_NN_ALGO_PIN="$d/wrong.tsv" step | step_field scaffold_step_s)
     out=$(SCAFFOLD_NN_ALGO_CACHE="$d/checked.tsv" step)
-    b=$(field scaffold_step_s <<<"$out") s=$(field select_s <<<"$out") m=$(field measured <<<"$out")
+    b=$(step_field scaffold_step_s <<<"$out") s=$(step_field select_s <<<"$out") m=$(step_field measured <<<"$out")
     [ -n "$a" ] && [ -n "$b" ] || { echo "runner_up: a step failed ('$a' '$b')" >&2; exit 1; }
-    echo "round $r: wrong choices pinned $a s, checked cache $b s (checks $s s, $m passes measured again; $(differ "$d/true.tsv" "$d/checked.tsv") of $swapped still differ from the fresh measurement) | $(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", a / b }')" | tee -a "$rows"
+    echo "round $r: wrong choices pinned $a s, checked cache $b s (checks $s s, $m passes measured again; $(cache_differ "$d/true.tsv" "$d/checked.tsv") of $swapped still differ from the fresh measurement) | $(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", a / b }')" | tee -a "$rows"
 done
-med() { sort -g | awk '{v[NR] = $1} END {print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'; }
-echo "RESULT wrong close choices (unchecked) vs checked cache: $(awk '{print $NF}' "$rows" | med)x the step time (median of $ROUNDS rounds; the checked cache chose as the fresh measurement on $((swapped - $(differ "$d/true.tsv" "$d/checked.tsv"))) of the $swapped swapped passes at the end)"
+echo "RESULT wrong close choices (unchecked) vs checked cache: $(awk '{print $NF}' "$rows" | med)x the step time (median of $ROUNDS rounds; the checked cache chose as the fresh measurement on $((swapped - $(cache_differ "$d/true.tsv" "$d/checked.tsv"))) of the $swapped swapped passes at the end)"

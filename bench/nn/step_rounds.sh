@@ -22,6 +22,7 @@ export OMP_NUM_THREADS=$THREADS OMP_PROC_BIND=${OMP_PROC_BIND:-false}
 BIN=$BUILD/bench/nn/bench_step
 [ -x "$BIN" ] || { echo "build first: make"; exit 1; }
 source bench/venv.sh
+source bench/nn/lib.sh
 PY=$(bench_venv torch) || { echo "bench/nn: no PyTorch venv (PyPI unreachable?)"; exit 1; }
 CACHE=$(mktemp)
 rm -f "$CACHE"
@@ -61,7 +62,6 @@ for _ in $(seq "$ROUNDS"); do
                  printf "%s %s %s %s | %.3f %.3f %.3f | %s %s %s %s | %s %s %s%s\n", a, b, c, d, a / b, c / a, d / b,
                         sa, sb, sc, sd, p1, p2, p3, busy ? " busy" : phase ? " phase" : "" }' | tee -a "$rows"
 done
-med() { sort -g | awk '{v[NR] = $1} END {print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'; }
 quiet=$(grep -vcE ' (busy|phase)$' "$rows")
 if [ "$quiet" -gt 0 ]; then
     sel() { grep -vE ' (busy|phase)$' "$rows"; }

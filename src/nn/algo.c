@@ -237,10 +237,9 @@ static void write_entry(FILE *fp, const entry *e, const char *how) {
             k->ca, k->cb, k->split, k->cout, algo_names[e->algo], e->ms);
     if (how)
         fprintf(fp, "\t%s\n", how);
-    else if (e->next >= 0)
-        fprintf(fp, "\tmeasured\t%s\t%.3f\t%d\n", algo_names[e->next], e->next_ms, e->n);
     else
-        fprintf(fp, "\tmeasured\t-\t0\t%d\n", e->n);
+        fprintf(fp, "\tmeasured\t%s\t%.3f\t%d\n", e->next >= 0 ? algo_names[e->next] : "-",
+                e->next >= 0 ? e->next_ms : 0, e->n);
 }
 
 /* Adds e to the cache file: the file as it is now (other processes may have added to it), less
@@ -633,6 +632,30 @@ static entry *find(const table *t, const char *ctx, const nn_algo_key *k) {
     return NULL;
 }
 
+/* Adds a paired timing (the choice tc, the runner-up tn, ms) to c and to the cache file. */
+static void check_pair(entry *c, double tc, double tn) {
+    const entry before = *c;
+    c->n++;
+    c->ms += (tc - c->ms) / c->n;
+    c->next_ms += (tn - c->next_ms) / c->n;
+    if (c->next_ms < c->ms) {
+        const int a = c->algo;
+        const double m = c->ms;
+        c->algo = c->next, c->ms = c->next_ms;
+        c->next = a, c->next_ms = m;
+        log_info("nn: conv3d %s %s %dx%dx%dx%d %d+%d->%d: %s now %.2f ms against the cached %s "
+                 "%.2f ms (means of %d timings; %s %.2f, %s %.2f now): the cache %s takes %s "
+                 "from the next run on (this run keeps %s)",
+                 pass_names[c->key.pass], c->key.prec == NN_BF16 ? "bf16" : "fp32", c->key.N,
+                 c->key.D, c->key.H, c->key.W, c->key.ca, c->key.cb, c->key.cout,
+                 algo_names[c->algo], c->ms, algo_names[c->next], c->next_ms, c->n,
+                 algo_names[before.algo], tc, algo_names[before.next], tn,
+                 S.cache_path[0] ? S.cache_path : "(in memory)", algo_names[c->algo],
+                 algo_names[before.algo]);
+    }
+    cache_store(c);
+}
+
 /* A cached choice, first used in this process: one timed run of it (the forward and input
  * gradient into the call's outputs, *done then 1; the weight gradient into a scratch buffer).
  * 1 when that run got its share of the CPUs and took under 1/STALE_FACTOR of the cached time
@@ -651,7 +674,6 @@ static entry *find(const table *t, const char *ctx, const nn_algo_key *k) {
 #define STALE_FACTOR 1.5
 #define CLOSE_FACTOR 2.0
 #define CHECKS_MAX 8
-static void check_pair(entry *c, double tc, double tn);
 static int cached_check(const nn_algo_job *j, entry *c, int *done) {
     const int wgrad = j->key.pass == NN_PASS_BWD_WEIGHT;
     const int pair = c->next >= 0 && c->n < CHECKS_MAX && ((measured_set(j) >> c->next) & 1) &&
@@ -692,30 +714,6 @@ static int cached_check(const nn_algo_job *j, entry *c, int *done) {
     if (pair && quiet && qn)
         check_pair(c, ms, tn);
     return 0;
-}
-
-/* Adds a paired timing (the choice tc, the runner-up tn, ms) to c and to the cache file. */
-static void check_pair(entry *c, double tc, double tn) {
-    const entry before = *c;
-    c->n++;
-    c->ms += (tc - c->ms) / c->n;
-    c->next_ms += (tn - c->next_ms) / c->n;
-    if (c->next_ms < c->ms) {
-        const int a = c->algo;
-        const double m = c->ms;
-        c->algo = c->next, c->ms = c->next_ms;
-        c->next = a, c->next_ms = m;
-        log_info("nn: conv3d %s %s %dx%dx%dx%d %d+%d->%d: %s now %.2f ms against the cached %s "
-                 "%.2f ms (means of %d timings; %s %.2f, %s %.2f now): the cache %s takes %s "
-                 "from the next run on (this run keeps %s)",
-                 pass_names[c->key.pass], c->key.prec == NN_BF16 ? "bf16" : "fp32", c->key.N,
-                 c->key.D, c->key.H, c->key.W, c->key.ca, c->key.cb, c->key.cout,
-                 algo_names[c->algo], c->ms, algo_names[c->next], c->next_ms, c->n,
-                 algo_names[before.algo], tc, algo_names[before.next], tn,
-                 S.cache_path[0] ? S.cache_path : "(in memory)", algo_names[c->algo],
-                 algo_names[before.algo]);
-    }
-    cache_store(c);
 }
 
 /* nn_algo_pick, or with peek the choice it would make without measuring or recording (the

@@ -349,14 +349,12 @@ void conv_wino_slab(float *out, long ldo, int ncol, const float *P, int C, const
     }
     /* Every chunk reads all of U: a U larger than the last-level cache gets chunks of 24 MiB
      * (16^3 and 32^3 256->256, U 36 MiB: 8 and 52 passes over it with 6 MiB chunks; 1.5x and
-     * 1.2x faster with 24). A U that stays in cache keeps 6 MiB
-     * (32^3 128->128, U 9 MiB: 0.88x with 24, V and M then leave the cache). Chunks are whole
-     * blocks of the microkernel's rows (85 tiles ran a 5-row block in every GEMM), and a last
-     * chunk shorter than half of one is shared with the one before (128 tiles in chunks of
-     * 42 left one of 2). */
-    const long ct = wino_chunk_tiles(C, ncp,
-                                     ubytes > (long)WINO_BIG_CHUNK_BYTES ? (long)WINO_BIG_CHUNK_BYTES
-                                                                         : (long)WINO_CHUNK_BYTES);
+     * 1.2x faster with 24). A U that stays in cache keeps 6 MiB (32^3 128->128, U 9 MiB: 0.88x
+     * with 24, V and M then leave the cache). Chunks are whole blocks of the microkernel's
+     * rows (85 tiles ran a 5-row block in every GEMM), and a last chunk shorter than half of
+     * one is shared with the one before (128 tiles in chunks of 42 left one of 2). */
+    const long big = WINO_BIG_CHUNK_BYTES;
+    const long ct = wino_chunk_tiles(C, ncp, ubytes > big ? big : (long)WINO_CHUNK_BYTES);
     const long chunk = ct > mr ? ct - ct % mr : ct;
 #pragma omp parallel num_threads(nth)
     for (long t0 = 0, nt = 0; t0 < ntiles; t0 += nt) {
