@@ -256,20 +256,26 @@ static void wino_chunk_in(const wino_sp *s, float *V, long ldv, long t0, long i)
             V16[xi * ldv + i * s->Kp + s->C] = 0;
 }
 
-/* Point xi's GEMM for column block ob over the chunk's nt tiles: M[xi] = V[xi] U[xi]. */
+/* Point xi's GEMMs for column blocks ob0 <= ob < ob1 over the chunk's nt tiles: M[xi] = V[xi]
+ * U[xi]. One item takes all of a point's blocks where there are enough points for the threads:
+ * as items of their own, each block read V[xi] again from the last-level cache (a shared chunk
+ * is larger than L2); 16^3 forward passes to 128 columns (4 blocks) took 1.3-1.45x this time,
+ * 32^3 64 -> 128 1.44x, input gradients of 128 channels 1.2-1.3x (Xeon with AMX, alternated). */
 static void wino_chunk_gemm(const wino_sp *s, const float *V, long ldv, float *M, long ldm, long nt,
-                            int xi, int ob) {
+                            int xi, int ob0, int ob1) {
     static const long aoff[1] = {0};
     const nn_tg g = {.T = 1, .K = s->Kp, .aoff = aoff, .nr = s->nr};
-    const size_t u = ((size_t)xi * s->nb + ob) * s->Kp * s->nr;
-    const conv_walk wk = {.a0 = s->bf16 ? (const void *)((const uint16_t *)V + (size_t)xi * ldv)
-                                        : (const void *)(V + (size_t)xi * ldv),
-                          .a_row = 0, .a_col = s->Kp, .c0 = M + (size_t)xi * ldm + ob * s->nr,
-                          .c_row = 0, .c_col = s->ncp, .Wr = (int)nt, .pairs = s->bf16};
-    conv_walk_run(&g, &wk, nt,
-                  s->bf16 ? (const void *)((const uint16_t *)s->U + u)
-                          : (const void *)((const float *)s->U + u),
-                  NULL, s->nr, NN_TG_ZERO);
+    for (int ob = ob0; ob < ob1; ob++) {
+        const size_t u = ((size_t)xi * s->nb + ob) * s->Kp * s->nr;
+        const conv_walk wk = {.a0 = s->bf16 ? (const void *)((const uint16_t *)V + (size_t)xi * ldv)
+                                            : (const void *)(V + (size_t)xi * ldv),
+                              .a_row = 0, .a_col = s->Kp, .c0 = M + (size_t)xi * ldm + ob * s->nr,
+                              .c_row = 0, .c_col = s->ncp, .Wr = (int)nt, .pairs = s->bf16};
+        conv_walk_run(&g, &wk, nt,
+                      s->bf16 ? (const void *)((const uint16_t *)s->U + u)
+                              : (const void *)((const float *)s->U + u),
+                      NULL, s->nr, NN_TG_ZERO);
+    }
 }
 
 /* Output transform of chunk tile i (tile t0 + i) from M. */
@@ -340,8 +346,7 @@ void conv_wino_slab(float *out, long ldo, int ncol, const float *P, int C, const
             for (long i = 0; i < nt; i++)
                 wino_chunk_in(&s, V, ldv, t0, i);
             for (int xi = 0; xi < WINO_NXI; xi++)
-                for (int ob = 0; ob < nb; ob++)
-                    wino_chunk_gemm(&s, V, ldv, M, ldm, nt, xi, ob);
+                wino_chunk_gemm(&s, V, ldv, M, ldm, nt, xi, 0, nb);
             for (long i = 0; i < nt; i++)
                 wino_chunk_out(&s, M, ldm, t0, i);
         }
@@ -356,6 +361,7 @@ void conv_wino_slab(float *out, long ldo, int ncol, const float *P, int C, const
     const long big = WINO_BIG_CHUNK_BYTES;
     const long ct = wino_chunk_tiles(C, ncp, ubytes > big ? big : (long)WINO_CHUNK_BYTES);
     const long chunk = ct > mr ? ct - ct % mr : ct;
+    const int ngw = (8 * nth + WINO_NXI - 1) / WINO_NXI, ng = ngw < nb ? ngw : nb;
 #pragma omp parallel num_threads(nth)
     for (long t0 = 0, nt = 0; t0 < ntiles; t0 += nt) {
         const long left = ntiles - t0;
@@ -372,8 +378,8 @@ void conv_wino_slab(float *out, long ldo, int ncol, const float *P, int C, const
             wino_chunk_in(&s, V, ldv, t0, i);
 #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int xi = 0; xi < WINO_NXI; xi++)
-            for (int ob = 0; ob < nb; ob++)
-                wino_chunk_gemm(&s, V, ldv, M, ldm, nt, xi, ob);
+            for (int g = 0; g < ng; g++)
+                wino_chunk_gemm(&s, V, ldv, M, ldm, nt, xi, g * nb / ng, (g + 1) * nb / ng);
 #pragma omp for schedule(dynamic, 8)
         for (long i = 0; i < nt; i++)
             wino_chunk_out(&s, M, ldm, t0, i);
