@@ -7,6 +7,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- Winograd F(4x4x2, 3x3x3) ------------------------------------------------------------
  * A stride-1 3x3x3 convolution computes each block of 2 x 4 x 4 outputs (a tile: z, y, x) from
@@ -47,6 +48,29 @@ static long wino_dw_chunk_bytes(int K, int ncp) {
            : b > (long)WINO_DW_CHUNK_BYTES ? (long)WINO_DW_CHUNK_BYTES
                                            : b;
 }
+/* The forward and input gradient's shared chunks where U is at most 24 MiB: 2.5 U as the
+ * weight gradient's (so that U is read fewer times), between 6 and 24 MiB, and at most a
+ * quarter of the last-level cache; 6 MiB where its size is unknown. With V read once per point
+ * (wino_chunk_gemm), on a Xeon with AMX (300 MiB of last-level cache), against 6 MiB, 3-4
+ * alternated rounds: 16^3 128 -> 128 forward 1.19x and input gradient 1.11x, 16^3 256 -> 128
+ * within noise, 32^3 128 -> 64 1.1x; 2.5 U up to 48 MiB made 16^3 and 32^3 256 -> 128 slower.
+ * Before that order, on other hosts, 24 MiB chunks at 32^3 128 -> 128 (U 9 MiB) ran 0.88x:
+ * V and M left their last-level cache. It fits the workspace: conv_wino_ws_floats holds the
+ * weight gradient's chunk, never smaller. */
+static long wino_fwd_chunk_bytes(int K, int ncp) {
+    static long llc = -1;
+    if (llc < 0) {
+        const long v = sysconf(_SC_LEVEL3_CACHE_SIZE);
+        llc = v > 0 ? v : 0;
+    }
+    long b = wino_dw_chunk_bytes(K, ncp), cap = llc / 4;
+    if (cap > (long)WINO_BIG_CHUNK_BYTES)
+        cap = WINO_BIG_CHUNK_BYTES;
+    if (b > cap)
+        b = cap;
+    return b < (long)WINO_CHUNK_BYTES ? (long)WINO_CHUNK_BYTES : b;
+}
+
 /* K * ncol above this: direct. U (144 K ncol floats) is read once per chunk of tiles, and the
  * widest chunks of the large-K layers are few tiles (27 at K = 1024): 512 -> 256 at 32^3 and
  * 512 and 1024 -> 512 at 16^3 (U 94 to 340 MB) still ran 2.2-2.7x faster than direct (280
@@ -358,12 +382,12 @@ void conv_wino_slab(float *out, long ldo, int ncol, const float *P, int C, const
     }
     /* Every chunk reads all of U: a U larger than the last-level cache gets chunks of 24 MiB
      * (16^3 and 32^3 256->256, U 36 MiB: 8 and 52 passes over it with 6 MiB chunks; 1.5x and
-     * 1.2x faster with 24). A U that stays in cache keeps 6 MiB (32^3 128->128, U 9 MiB: 0.88x
-     * with 24, V and M then leave the cache). Chunks are whole blocks of the microkernel's
-     * rows (85 tiles ran a 5-row block in every GEMM), and a last chunk shorter than half of
-     * one is shared with the one before (128 tiles in chunks of 42 left one of 2). */
+     * 1.2x faster with 24). Below that, wino_fwd_chunk_bytes. Chunks are whole blocks of the
+     * microkernel's rows (85 tiles ran a 5-row block in every GEMM), and a last chunk shorter
+     * than half of one is shared with the one before (128 tiles in chunks of 42 left one of
+     * 2). */
     const long big = WINO_BIG_CHUNK_BYTES;
-    const long ct = wino_chunk_tiles(C, ncp, ubytes > big ? big : (long)WINO_CHUNK_BYTES);
+    const long ct = wino_chunk_tiles(C, ncp, ubytes > big ? big : wino_fwd_chunk_bytes(C, ncp));
     const long chunk = ct > mr ? ct - ct % mr : ct;
     const int ngw = (8 * nth + WINO_NXI - 1) / WINO_NXI, ng = ngw < nb ? ngw : nb;
 #pragma omp parallel num_threads(nth)
