@@ -211,9 +211,9 @@ void conv_wino_slab(float *out, long ldo, int ncol, const float *P, int C, const
                     int nr, int Dz, int H, int W, float *VM, int bf16);
 /* Weight gradient by the same tiles: dU[xi] (K x ncp) += V[xi]^T dM[xi] over a slab's tiles,
  * V the input transform (as in the forward pass) and dM = A dY A^T the output gradient's; at
- * the end dW = G^T dU G per channel pair (conv_wino_dw_finish). Each chunk's (xi, k block, column
- * block) tiles of dU are taken by one thread and accumulate chunk after chunk, tiles in order
- * within the kernel: the sums do not depend on the threads. */
+ * the end dW = G^T dU G per channel pair (conv_wino_dw_finish). Each chunk's point xi of dU (or
+ * a group of its column blocks) is taken by one thread and accumulates chunk after chunk, tiles
+ * in order within the kernel: the sums do not depend on the threads. */
 void conv_wino_dw_slab(float *dU, const float *P, int C, const float *dy, long ldy, int ncol,
                        int nr, int Dz, int H, int W, float *VM, int bf16);
 /* dw (PyTorch layout, w[oc][ic][t]; dU's cout columns in blocks of nr) += G^T dU G for each

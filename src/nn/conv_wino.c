@@ -71,6 +71,14 @@ static long wino_fwd_chunk_bytes(int K, int ncp) {
     return b < (long)WINO_CHUNK_BYTES ? (long)WINO_CHUNK_BYTES : b;
 }
 
+/* Groups of a point's nb column blocks taken as one GEMM work item: one group (a point's V
+ * read once from the last-level cache for all its blocks) unless 144 items would be under 8 per
+ * thread. */
+static int wino_col_groups(int nb, int nth) {
+    const int g = (8 * nth + WINO_NXI - 1) / WINO_NXI;
+    return g < nb ? g : nb;
+}
+
 /* K * ncol above this: direct. U (144 K ncol floats) is read once per chunk of tiles, and the
  * widest chunks of the large-K layers are few tiles (27 at K = 1024): 512 -> 256 at 32^3 and
  * 512 and 1024 -> 512 at 16^3 (U 94 to 340 MB) still ran 2.2-2.7x faster than direct (280
@@ -289,12 +297,13 @@ static void wino_chunk_gemm(const wino_sp *s, const float *V, long ldv, float *M
                             int xi, int ob0, int ob1) {
     static const long aoff[1] = {0};
     const nn_tg g = {.T = 1, .K = s->Kp, .aoff = aoff, .nr = s->nr};
+    conv_walk wk = {.a0 = s->bf16 ? (const void *)((const uint16_t *)V + (size_t)xi * ldv)
+                                  : (const void *)(V + (size_t)xi * ldv),
+                    .a_row = 0, .a_col = s->Kp, .c_row = 0, .c_col = s->ncp, .Wr = (int)nt,
+                    .pairs = s->bf16};
     for (int ob = ob0; ob < ob1; ob++) {
         const size_t u = ((size_t)xi * s->nb + ob) * s->Kp * s->nr;
-        const conv_walk wk = {.a0 = s->bf16 ? (const void *)((const uint16_t *)V + (size_t)xi * ldv)
-                                            : (const void *)(V + (size_t)xi * ldv),
-                              .a_row = 0, .a_col = s->Kp, .c0 = M + (size_t)xi * ldm + ob * s->nr,
-                              .c_row = 0, .c_col = s->ncp, .Wr = (int)nt, .pairs = s->bf16};
+        wk.c0 = M + (size_t)xi * ldm + ob * s->nr;
         conv_walk_run(&g, &wk, nt,
                       s->bf16 ? (const void *)((const uint16_t *)s->U + u)
                               : (const void *)((const float *)s->U + u),
@@ -389,7 +398,7 @@ void conv_wino_slab(float *out, long ldo, int ncol, const float *P, int C, const
     const long big = WINO_BIG_CHUNK_BYTES;
     const long ct = wino_chunk_tiles(C, ncp, ubytes > big ? big : wino_fwd_chunk_bytes(C, ncp));
     const long chunk = ct > mr ? ct - ct % mr : ct;
-    const int ngw = (8 * nth + WINO_NXI - 1) / WINO_NXI, ng = ngw < nb ? ngw : nb;
+    const int ng = wino_col_groups(nb, nth);
 #pragma omp parallel num_threads(nth)
     for (long t0 = 0, nt = 0; t0 < ntiles; t0 += nt) {
         const long left = ntiles - t0;
@@ -540,7 +549,7 @@ void conv_wino_dw_slab(float *dU, const float *P, int C, const float *dy, long l
     if (wino_dw_own(&d, dU, ntiles, VM))
         return;
     const long chunk = wino_chunk_tiles(C, d.ncp, wino_dw_chunk_bytes(C, d.ncp));
-    const int ngw = (8 * nn_threads() + WINO_NXI - 1) / WINO_NXI, ng = ngw < nb ? ngw : nb;
+    const int ng = wino_col_groups(nb, nn_threads());
 #pragma omp parallel num_threads(nn_threads())
     for (long t0 = 0; t0 < ntiles; t0 += chunk) {
         const long nt = ntiles - t0 < chunk ? ntiles - t0 : chunk;
