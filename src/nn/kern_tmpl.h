@@ -235,35 +235,37 @@ static inline __attribute__((always_inline)) void kt_put(void *V, long at, kt_vf
 }
 
 /* The input transform of one vector of channels (nk of them) of the tile at P into V + k0
- * (elements of the store's kind). */
+ * (elements of the store's kind). z first, on the loaded values: each of its four output planes
+ * is the sum or difference of two input planes, so one plane's 36 values (x, then y) stay in
+ * registers; transforming along x and y first kept all 144 on the stack, and the spills bound
+ * this kernel (about 14% of a 5 / 64 step). */
 static inline __attribute__((always_inline)) void kt_wi_vec(void *V, long k0, long ldv,
                                                             const float *P, long plane, long row,
                                                             long C, int nk, const int pts,
                                                             const int st) {
-    kt_vf t[4][6][6];
+    /* B^T of F(2,3): plane a = input plane za[a] + sign * input plane zb[a] */
+    static const int za[4] = {0, 1, 2, 1}, zb[4] = {2, 2, 1, 3};
     for (int a = 0; a < 4; a++) {
+        kt_vf t[6][6];
         for (int b = 0; b < 6; b++) {
             kt_vf d[6];
-            for (int c = 0; c < 6; c++)
-                d[c] = kt_load_n(P + a * plane + b * row + c * C, nk);
-            kt_bt(t[a][b], d, pts);
+            for (int c = 0; c < 6; c++) {
+                const float *q = P + b * row + c * C;
+                const kt_vf u = kt_load_n(q + za[a] * plane, nk);
+                const kt_vf w = kt_load_n(q + zb[a] * plane, nk);
+                d[c] = a == 1 ? u + w : u - w;
+            }
+            kt_bt(t[b], d, pts);
         }
         for (int c = 0; c < 6; c++) {
             kt_vf d[6], r[6];
             for (int b = 0; b < 6; b++)
-                d[b] = t[a][b][c];
+                d[b] = t[b][c];
             kt_bt(r, d, pts);
             for (int b = 0; b < 6; b++)
-                t[a][b][c] = r[b];
+                kt_put(V, (a * 36 + b * 6 + c) * ldv + k0, r[b], nk, st);
         }
     }
-    for (int b = 0; b < 6; b++)
-        for (int c = 0; c < 6; c++) {
-            const kt_vf r[4] = {t[0][b][c] - t[2][b][c], t[1][b][c] + t[2][b][c],
-                                t[2][b][c] - t[1][b][c], t[1][b][c] - t[3][b][c]};
-            for (int a = 0; a < 4; a++)
-                kt_put(V, (a * 36 + b * 6 + c) * ldv + k0, r[a], nk, st);
-        }
 }
 
 static inline __attribute__((always_inline)) void
@@ -281,16 +283,22 @@ static void kt_wino_in(float *V, long ldv, const float *P, long plane, long row,
     kt_wino_in_st(V, ldv, P, plane, row, vox, C, 0, KT_ST_F32);
 }
 
+/* The output transform of one vector of columns: z first, as in kt_wi_vec (each output plane
+ * sums three of M's planes), then x and y on one plane's 36 values in registers. */
 static inline __attribute__((always_inline)) void kt_wo_vec(float *out, long oplane, long orow,
                                                             long ncol, const float *M, long ldm,
                                                             int nc, const int pts) {
-    kt_vf f[4][4][4];
-    for (int a = 0; a < 4; a++) {
+    for (int a = 0; a < 2; a++) {
         kt_vf e[6][4];
         for (int b = 0; b < 6; b++) {
             kt_vf m[6];
-            for (int c = 0; c < 6; c++)
-                m[c] = KT_LOAD(M + (a * 36 + b * 6 + c) * ldm);
+            for (int c = 0; c < 6; c++) {
+                const float *q = M + (b * 6 + c) * ldm;
+                /* A^T of F(2,3): out0 = m0 + m1 + m2, out1 = m1 - m2 - m3 */
+                m[c] = a == 0 ? KT_LOAD(q) + KT_LOAD(q + 36 * ldm) + KT_LOAD(q + 72 * ldm)
+                              : KT_LOAD(q + 36 * ldm) - KT_LOAD(q + 72 * ldm) -
+                                    KT_LOAD(q + 108 * ldm);
+            }
             kt_at(e[b], m, pts);
         }
         for (int c = 0; c < 4; c++) {
@@ -299,16 +307,9 @@ static inline __attribute__((always_inline)) void kt_wo_vec(float *out, long opl
                 m[b] = e[b][c];
             kt_at(o, m, pts);
             for (int b = 0; b < 4; b++)
-                f[a][b][c] = o[b];
+                kt_store_n(out + a * oplane + b * orow + c * ncol, o[b], nc);
         }
     }
-    for (int b = 0; b < 4; b++)
-        for (int c = 0; c < 4; c++) {
-            const kt_vf r[2] = {f[0][b][c] + f[1][b][c] + f[2][b][c],
-                                f[1][b][c] - f[2][b][c] - f[3][b][c]};
-            for (int a = 0; a < 2; a++)
-                kt_store_n(out + a * oplane + b * orow + c * ncol, r[a], nc);
-        }
 }
 
 /* M's rows are padded to whole column blocks (multiples of the vector width): the last vector
@@ -351,13 +352,23 @@ kt_wino_gout_st(void *Mo, long ldm, const float *dy, long plane, long row, long 
                 int ncp, const int pts, const int st) {
     for (int c0 = 0; c0 < ncp; c0 += KT_VW) {
         const int nc = ncol - c0 >= KT_VW ? KT_VW : ncol > c0 ? ncol - c0 : 0;
-        kt_vf h[2][6][6];
-        for (int a = 0; a < 2; a++) {
+        /* z first, as in kt_wi_vec: plane a of dM is dy0, dy0 + dy1, dy0 - dy1 or -dy1 */
+        for (int a = 0; a < 4; a++) {
             kt_vf g[4][6];
             for (int b = 0; b < 4; b++) {
                 kt_vf y[4];
-                for (int c = 0; c < 4; c++)
-                    y[c] = kt_load_n(dy + a * plane + b * row + c * ldy + c0, nc);
+                for (int c = 0; c < 4; c++) {
+                    const float *q = dy + b * row + c * ldy + c0;
+                    const kt_vf y0 = kt_load_n(q, nc), y1 = kt_load_n(q + plane, nc);
+                    if (a == 0)
+                        y[c] = y0;
+                    else if (a == 1)
+                        y[c] = y0 + y1;
+                    else if (a == 2)
+                        y[c] = y0 - y1;
+                    else
+                        y[c] = -y1;
+                }
                 if (pts)
                     kw_a4(g[b], y);
                 else
@@ -372,16 +383,9 @@ kt_wino_gout_st(void *Mo, long ldm, const float *dy, long plane, long row, long 
                 else
                     kt_a4(r, y);
                 for (int b = 0; b < 6; b++)
-                    h[a][b][c] = r[b];
+                    kt_put(Mo, (a * 36 + b * 6 + c) * ldm + c0, r[b], KT_VW, st);
             }
         }
-        for (int b = 0; b < 6; b++)
-            for (int c = 0; c < 6; c++) {
-                const kt_vf r[4] = {h[0][b][c], h[0][b][c] + h[1][b][c], h[0][b][c] - h[1][b][c],
-                                    -h[1][b][c]};
-                for (int a = 0; a < 4; a++)
-                    kt_put(Mo, (a * 36 + b * 6 + c) * ldm + c0, r[a], KT_VW, st);
-            }
     }
 }
 
