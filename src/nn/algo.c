@@ -573,6 +573,13 @@ static int measure(const nn_algo_job *j, double ms_all[NN_ALGO_COUNT], int *last
         *last = -1;
         return rule;
     }
+    /* The outputs are fresh activations on the first step: whichever algorithm ran first paid
+     * their page faults (scale 7 / 64 bf16, 128^3 64 -> 64 forward: amx timed at about 1.1 s
+     * against 0.63 s warm, and winograd-bf16, 0.97 s, kept for good). Touched here first; every
+     * runner overwrites them whole (algo.h). */
+    for (int p = 0; p < 2; p++)
+        if (j->out[p] && j->nout[p])
+            memset((void *)j->out[p], 0, j->nout[p] * sizeof(float));
     int best = -1, nref = 0, unsure = 0;
     const unsigned ms = measured_set(j);
     double t[NN_ALGO_COUNT];
