@@ -574,9 +574,9 @@ static int measure(const nn_algo_job *j, double ms_all[NN_ALGO_COUNT], int *last
         return rule;
     }
     /* The outputs are fresh activations on the first step: whichever algorithm ran first paid
-     * their page faults (scale 7 / 64 bf16, 128^3 64 -> 64 forward: amx timed at about 1.1 s
-     * against 0.63 s warm, and winograd-bf16, 0.97 s, kept for good). Touched here first; every
-     * runner overwrites them whole (algo.h). */
+     * their page faults (scale 7 / 64 bf16, 128^3 64 -> 64 forward: amx, first, over 1.1 s
+     * where it runs in 0.63-0.71 s, so winograd-bf16, 0.97 s, was kept for good). Touched here
+     * first; every runner overwrites them whole (algo.h). */
     for (int p = 0; p < 2; p++)
         if (j->out[p] && j->nout[p])
             memset((void *)j->out[p], 0, j->nout[p] * sizeof(float));
