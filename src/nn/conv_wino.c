@@ -247,6 +247,7 @@ typedef struct wino_sp {
     float *out;
     long ldo;
     int ncol, nr, nb, ncp, C, Kp, bf16;
+    int nxi; /* points per chunk: all 144, or a plane group's 36 * zg (conv_wino_slab) */
     const float *P;
     const void *U;
     long Tx, Ty, plane, row, oplane, orow;
@@ -258,7 +259,7 @@ typedef struct wino_sp {
 static long wino_chunk_lay(const wino_sp *s, long nt, long *ldv, long *ldm) {
     *ldv = nt * s->Kp + (s->bf16 ? 2 : 1) * WINO_LDPAD;
     *ldm = nt * s->ncp + WINO_LDPAD;
-    return (WINO_NXI * *ldv / (s->bf16 ? 2 : 1) + 15) & ~15L;
+    return (s->nxi * *ldv / (s->bf16 ? 2 : 1) + 15) & ~15L;
 }
 
 /* A chunk's V and M in VM for nt tiles (wino_chunk_lay). */
@@ -271,14 +272,15 @@ static void wino_chunk_vm(const wino_sp *s, float *VM, long nt, float **V, float
 /* Floats of a chunk's V and M for nt tiles. */
 static long wino_chunk_floats(const wino_sp *s, long nt) {
     long ldv, ldm;
-    return wino_chunk_lay(s, nt, &ldv, &ldm) + WINO_NXI * ldm;
+    return wino_chunk_lay(s, nt, &ldv, &ldm) + s->nxi * ldm;
 }
 
-/* Input transform of chunk tile i (tile t0 + i) into V. */
-static void wino_chunk_in(const wino_sp *s, float *V, long ldv, long t0, long i) {
+/* Input transform of chunk tile i (tile t0 + i) into V: planes [a0, a0 + s->nxi / 36) (all of
+ * them in bf16). */
+static void wino_chunk_in(const wino_sp *s, float *V, long ldv, long t0, long i, int a0) {
     const float *pt = s->P + wino_at(t0 + i, s->Tx, s->Ty, s->plane, s->row, s->C);
     if (!s->bf16) {
-        nn_wino_input(V + i * s->C, ldv, pt, s->plane, s->row, s->C, s->C);
+        nn_wino_input(V + i * s->C, ldv, pt, s->plane, s->row, s->C, s->C, a0, s->nxi / 36);
         return;
     }
     uint16_t *V16 = (uint16_t *)V;
@@ -289,12 +291,12 @@ static void wino_chunk_in(const wino_sp *s, float *V, long ldv, long t0, long i)
 }
 
 /* Point xi's GEMMs for column blocks ob0 <= ob < ob1 over the chunk's nt tiles: M[xi] = V[xi]
- * U[xi]. One item takes all of a point's blocks where there are enough points for the threads:
+ * U[xu] (xu = xi but in a plane group, whose first point is xu - xi). One item takes all of a point's blocks where there are enough points for the threads:
  * as items of their own, each block read V[xi] again from the last-level cache (a shared chunk
  * is larger than L2); 16^3 forward passes to 128 columns (4 blocks) took 1.3-1.45x this time,
  * 32^3 64 -> 128 1.44x, input gradients of 128 channels 1.2-1.3x (Xeon with AMX, alternated). */
 static void wino_chunk_gemm(const wino_sp *s, const float *V, long ldv, float *M, long ldm, long nt,
-                            int xi, int ob0, int ob1) {
+                            int xi, int xu, int ob0, int ob1) {
     static const long aoff[1] = {0};
     const nn_tg g = {.T = 1, .K = s->Kp, .aoff = aoff, .nr = s->nr};
     conv_walk wk = {.a0 = s->bf16 ? (const void *)((const uint16_t *)V + (size_t)xi * ldv)
@@ -302,7 +304,7 @@ static void wino_chunk_gemm(const wino_sp *s, const float *V, long ldv, float *M
                     .a_row = 0, .a_col = s->Kp, .c_row = 0, .c_col = s->ncp, .Wr = (int)nt,
                     .pairs = s->bf16};
     for (int ob = ob0; ob < ob1; ob++) {
-        const size_t u = ((size_t)xi * s->nb + ob) * s->Kp * s->nr;
+        const size_t u = ((size_t)xu * s->nb + ob) * s->Kp * s->nr;
         wk.c0 = M + (size_t)xi * ldm + ob * s->nr;
         conv_walk_run(&g, &wk, nt,
                       s->bf16 ? (const void *)((const uint16_t *)s->U + u)
@@ -311,13 +313,14 @@ static void wino_chunk_gemm(const wino_sp *s, const float *V, long ldv, float *M
     }
 }
 
-/* Output transform of chunk tile i (tile t0 + i) from M. */
-static void wino_chunk_out(const wino_sp *s, const float *M, long ldm, long t0, long i) {
+/* Output transform of chunk tile i (tile t0 + i) from M (planes from a0, as wino_chunk_in). */
+static void wino_chunk_out(const wino_sp *s, const float *M, long ldm, long t0, long i, int a0) {
     float *o = s->out + wino_at(t0 + i, s->Tx, s->Ty, s->oplane, s->orow, s->ldo);
     if (s->bf16)
         nn_wino16_output(o, s->oplane, s->orow, s->ldo, s->ncol, M + i * s->ncp, ldm);
     else
-        nn_wino_output(o, s->oplane, s->orow, s->ldo, s->ncol, M + i * s->ncp, ldm);
+        nn_wino_output(o, s->oplane, s->orow, s->ldo, s->ncol, M + i * s->ncp, ldm, a0,
+                       s->nxi / 36);
 }
 
 /* Few channels: a thread's own chunk of V and M (at most this many bytes, whole blocks of the
@@ -338,16 +341,39 @@ static void wino_chunk_out(const wino_sp *s, const float *M, long ldm, long t0, 
 #define WINO_OWN_DW_R 4
 #define WINO_OWN_DW_BYTES (768u << 10) /* a chunk's V and dM beside its copy of dU */
 
+/* Planes of the transformed tile per pass over the tiles (4, 2 or 1) in fp32: all four where
+ * U is small, else the fewest whose share of U (U / 4 per plane) stays in L2 beside the chunks
+ * (at most WINO_ZG_UBYTES), each group a pass of its own that transforms the input planes it
+ * needs and adds its part of the outputs. Where all of U streamed past every chunk, from the
+ * last-level cache, that stream bounded the GEMMs. */
+#define WINO_ZG_UBYTES (640L << 10)
+#ifndef WINO_ZG_OWN_BYTES
+#define WINO_ZG_OWN_BYTES (512L << 10)
+#endif
+#ifndef WINO_ZG_OWN_UMAX
+#define WINO_ZG_OWN_UMAX (1280L << 10)
+#endif
+static int wino_zgroup(long ubytes) {
+    if (nn_settings()->wino_planes)
+        return nn_settings()->wino_planes;
+    int g = 4;
+    while (g > 1 && ubytes / 4 * g > WINO_ZG_UBYTES)
+        g /= 2;
+    return g;
+}
+
 /* Tiles per thread-own chunk, or 0 where the layer takes shared chunks: U too large for L2, a
  * chunk under one block of rows, or the threads' chunks beyond the workspace's V and M (one
  * shared chunk of WINO_CHUNK_BYTES, conv_wino_ws_floats). */
 static long wino_own_tiles(const wino_sp *s, long ubytes, long mr, int nth) {
-    if (ubytes > WINO_OWN_UMAX || nn_settings()->wino_own == 0)
+    if (ubytes > (s->nxi < WINO_NXI ? WINO_ZG_OWN_UMAX : WINO_OWN_UMAX) ||
+        nn_settings()->wino_own == 0)
         return 0;
+    const long cap = s->nxi < WINO_NXI ? WINO_ZG_OWN_BYTES : WINO_OWN_BYTES;
     long per = (long)WINO_CHUNK_BYTES / nth;
-    if (per > (long)WINO_OWN_BYTES)
-        per = WINO_OWN_BYTES;
-    long nt = per / (4L * WINO_NXI * (s->Kp + s->ncp));
+    if (per > cap)
+        per = cap;
+    long nt = per / (4L * s->nxi * (s->Kp + s->ncp));
     nt -= nt % mr;
     while (nt >= mr && 4 * (wino_chunk_floats(s, nt) + 16) > per)
         nt -= mr;
@@ -363,32 +389,39 @@ void conv_wino_slab(float *out, long ldo, int ncol, const float *P, int C, const
     const int nb = nblocks(ncol, nr), ncp = nb * nr;
     const long Tz = Dz / 2, Ty = H / 4, Tx = W / 4, ntiles = Tz * Ty * Tx;
     const long row = (long)(W + 2) * C, plane = (H + 2) * row;
-    const wino_sp s = {.out = out, .ldo = ldo, .ncol = ncol, .nr = nr, .nb = nb, .ncp = ncp,
-                       .C = C, .Kp = bf16 ? (C + 1) & ~1 : C, .bf16 = bf16, .P = P, .U = U,
-                       .Tx = Tx, .Ty = Ty, .plane = plane, .row = row,
-                       .oplane = (long)H * W * ldo, .orow = (long)W * ldo};
     const long ubytes = 4L * WINO_NXI * C * ncp, mr = nn_tg_mr(nr);
+    const int zg = bf16 ? 4 : wino_zgroup(ubytes);
+    wino_sp s = {.out = out, .ldo = ldo, .ncol = ncol, .nr = nr, .nb = nb, .ncp = ncp,
+                 .C = C, .Kp = bf16 ? (C + 1) & ~1 : C, .bf16 = bf16, .nxi = 36 * zg, .P = P,
+                 .U = U, .Tx = Tx, .Ty = Ty, .plane = plane, .row = row,
+                 .oplane = (long)H * W * ldo, .orow = (long)W * ldo};
     const int nth = nn_threads();
-    const long own = wino_own_tiles(&s, ubytes, mr, nth);
+    const long own = wino_own_tiles(&s, ubytes * zg / 4, mr, nth);
     if (own) {
         /* chunks in a fixed partition of the tiles (results do not depend on the threads),
-         * taken dynamically (a busy core takes fewer) */
+         * taken dynamically (a busy core takes fewer); plane groups one after the other (a
+         * tile's later groups add to what its earlier ones stored) */
         const long nck = (ntiles + own - 1) / own, slot = (wino_chunk_floats(&s, own) + 16) & ~15L;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nth)
-        for (long ck = 0; ck < nck; ck++) {
-            const long t0 = ck * own, nt = ntiles - t0 < own ? ntiles - t0 : own;
-            float *V, *M;
-            long ldv, ldm;
-            wino_chunk_vm(&s, VM + (size_t)omp_get_thread_num() * slot, nt, &V, &M, &ldv, &ldm);
-            for (long i = 0; i < nt; i++)
-                wino_chunk_in(&s, V, ldv, t0, i);
-            for (int xi = 0; xi < WINO_NXI; xi++)
-                wino_chunk_gemm(&s, V, ldv, M, ldm, nt, xi, 0, nb);
-            for (long i = 0; i < nt; i++)
-                wino_chunk_out(&s, M, ldm, t0, i);
+#pragma omp parallel num_threads(nth)
+        for (int a0 = 0; a0 < 4; a0 += zg) {
+#pragma omp for schedule(dynamic, 1)
+            for (long ck = 0; ck < nck; ck++) {
+                const long t0 = ck * own, nt = ntiles - t0 < own ? ntiles - t0 : own;
+                float *V, *M;
+                long ldv, ldm;
+                wino_chunk_vm(&s, VM + (size_t)omp_get_thread_num() * slot, nt, &V, &M, &ldv,
+                              &ldm);
+                for (long i = 0; i < nt; i++)
+                    wino_chunk_in(&s, V, ldv, t0, i, a0);
+                for (int xi = 0; xi < s.nxi; xi++)
+                    wino_chunk_gemm(&s, V, ldv, M, ldm, nt, xi, 36 * a0 + xi, 0, nb);
+                for (long i = 0; i < nt; i++)
+                    wino_chunk_out(&s, M, ldm, t0, i, a0);
+            }
         }
         return;
     }
+    s.nxi = WINO_NXI; /* shared chunks: all planes at once */
     /* Every chunk reads all of U: a U larger than the last-level cache gets chunks of 24 MiB
      * (16^3 and 32^3 256->256, U 36 MiB: 8 and 52 passes over it with 6 MiB chunks; 1.5x and
      * 1.2x faster with 24). Below that, wino_fwd_chunk_bytes. Chunks are whole blocks of the
@@ -412,14 +445,14 @@ void conv_wino_slab(float *out, long ldo, int ncol, const float *P, int C, const
         wino_chunk_vm(&s, VM, nt, &V, &M, &ldv, &ldm);
 #pragma omp for schedule(dynamic, 8)
         for (long i = 0; i < nt; i++)
-            wino_chunk_in(&s, V, ldv, t0, i);
+            wino_chunk_in(&s, V, ldv, t0, i, 0);
 #pragma omp for collapse(2) schedule(dynamic, 1)
         for (int xi = 0; xi < WINO_NXI; xi++)
             for (int g = 0; g < ng; g++)
-                wino_chunk_gemm(&s, V, ldv, M, ldm, nt, xi, g * nb / ng, (g + 1) * nb / ng);
+                wino_chunk_gemm(&s, V, ldv, M, ldm, nt, xi, xi, g * nb / ng, (g + 1) * nb / ng);
 #pragma omp for schedule(dynamic, 8)
         for (long i = 0; i < nt; i++)
-            wino_chunk_out(&s, M, ldm, t0, i);
+            wino_chunk_out(&s, M, ldm, t0, i, 0);
     }
 }
 
@@ -429,6 +462,7 @@ typedef struct wino_dp {
     long ldy;
     int C, Kp, ncol, nr, nb, ncp, mk, nkb, bf16;
     long Tx, Ty, plane, row, gplane, grow;
+    int nxi; /* points per chunk: 144, or a plane group's 36 * zg (wino_dw_own) */
 } wino_dp;
 
 /* Tile i of a chunk (tile t0 + i): its input transform into V and its output gradient's into
@@ -436,13 +470,13 @@ typedef struct wino_dp {
  * of two bf16 values) for the reduction over the pairs on vdpbf16ps; both tiles of a pair by one
  * thread, the even one first (it writes whole words). */
 static void wino_dw_tile(const wino_dp *d, float *V, long ldv, float *M, long ldm, long t0,
-                         long i) {
+                         long i, int a0) {
     const float *pt = d->P + wino_at(t0 + i, d->Tx, d->Ty, d->plane, d->row, d->C),
                 *gt = d->dy + wino_at(t0 + i, d->Tx, d->Ty, d->gplane, d->grow, d->ldy);
     if (!d->bf16) {
-        nn_wino_input(V + i * d->C, ldv, pt, d->plane, d->row, d->C, d->C);
+        nn_wino_input(V + i * d->C, ldv, pt, d->plane, d->row, d->C, d->C, a0, d->nxi / 36);
         nn_wino_grad_output(M + i * d->ncp, ldm, gt, d->gplane, d->grow, d->ldy, d->ncol,
-                            d->ncp);
+                            d->ncp, a0, d->nxi / 36);
         return;
     }
     uint32_t *V2 = (uint32_t *)V, *M2 = (uint32_t *)M;
@@ -484,13 +518,19 @@ static void wino_dw_gemm(const wino_dp *d, const float *V, long ldv, const float
  * thread's own (conv_wino_slab), V and dM in its L2, each chunk's products added into copy
  * c % R of dU (copy 0: dU itself), in chunk order, the copies then added to dU in order: the
  * sums depend on the shape only. The copies are the work items (at most R threads), R - 1 of
- * them in the workspace beside the threads' chunks. bf16 (winograd-bf16): V and dM in tile
- * pairs, as the shared chunks have them (a chunk is an even number of tiles but the last). */
-static int wino_dw_own(const wino_dp *d, float *dU, long ntiles, float *VM) {
-    const long nu = (long)WINO_NXI * d->C * d->ncp, es = d->bf16 ? 2 : 4; /* bytes per value */
-    if (!nn_settings()->wino_own || 4 * nu > WINO_OWN_DW_UMAX)
+ * them in the workspace beside the threads' chunks. fp32 with a dU too large for L2 runs
+ * plane groups (wino_zgroup), each a pass of its own over the tiles with its share of dU in the
+ * copies. bf16 (winograd-bf16): V and dM in tile pairs, as the shared chunks have them (a chunk
+ * is an even number of tiles but the last). */
+static int wino_dw_own(wino_dp *d, float *dU, long ntiles, float *VM) {
+    const long es = d->bf16 ? 2 : 4; /* bytes per value */
+    const int zg = d->bf16 ? 4 : wino_zgroup(4L * WINO_NXI * d->C * d->ncp);
+    const long nu = 36L * zg * d->C * d->ncp; /* a group's share of dU */
+    if (!nn_settings()->wino_own || 4 * nu > (zg < 4 ? WINO_ZG_OWN_UMAX : WINO_OWN_DW_UMAX))
         return 0;
-    long own = WINO_OWN_DW_BYTES / (es * WINO_NXI * (d->Kp + d->ncp) + 4L * 2 * WINO_LDPAD);
+    d->nxi = 36 * zg;
+    long own = (zg < 4 ? WINO_ZG_OWN_BYTES : WINO_OWN_DW_BYTES) /
+               (es * d->nxi * (d->Kp + d->ncp) + 4L * 2 * WINO_LDPAD);
     own = own < 16 ? 16 : own - own % 4;
     /* rows of V and dM in 32-bit words (fp32 values, or bf16 pairs of tiles) */
     const long rt = d->bf16 ? own / 2 : own;
@@ -500,33 +540,36 @@ static int wino_dw_own(const wino_dp *d, float *dU, long ntiles, float *VM) {
     if (nck < 8 * R)
         return 0;
     const long ldv = rt * d->Kp + WINO_LDPAD, ldm = rt * d->ncp + WINO_LDPAD,
-               slot = (WINO_NXI * (ldv + ldm) + 15) & ~15L, nus = (nu + 15) & ~15L;
+               slot = (d->nxi * (ldv + ldm) + 15) & ~15L, nus = (nu + 15) & ~15L;
     if (4 * ((R - 1) * nus + R * slot) > (long)WINO_CHUNK_BYTES) /* the workspace's V and M */
         return 0;
     float *cps = VM, *slots = VM + (R - 1) * nus;
     const int nth = nn_threads() < R ? nn_threads() : (int)R;
 #pragma omp parallel num_threads(nth)
     {
-        float *V = slots + (size_t)omp_get_thread_num() * slot, *Mo = V + WINO_NXI * ldv;
+        float *V = slots + (size_t)omp_get_thread_num() * slot, *Mo = V + d->nxi * ldv;
+        for (int a0 = 0; a0 < 4; a0 += zg) {
+            float *dUg = dU + (size_t)36 * a0 * d->C * d->ncp;
 #pragma omp for schedule(dynamic, 1)
-        for (long cp = 0; cp < R; cp++) {
-            float *dUc = cp ? cps + (cp - 1) * nus : dU;
-            if (cp)
-                memset(dUc, 0, sizeof(float) * nu);
-            for (long ck = cp; ck < nck; ck += R) {
-                const long t0 = ck * own, nt = ntiles - t0 < own ? ntiles - t0 : own;
-                for (long i = 0; i < nt; i++)
-                    wino_dw_tile(d, V, ldv, Mo, ldm, t0, i);
-                for (int xi = 0; xi < WINO_NXI; xi++)
-                    wino_dw_gemm(d, V, ldv, Mo, ldm, nt, xi, 0, d->nb, dUc);
+            for (long cp = 0; cp < R; cp++) {
+                float *dUc = cp ? cps + (cp - 1) * nus : dUg;
+                if (cp)
+                    memset(dUc, 0, sizeof(float) * nu);
+                for (long ck = cp; ck < nck; ck += R) {
+                    const long t0 = ck * own, nt = ntiles - t0 < own ? ntiles - t0 : own;
+                    for (long i = 0; i < nt; i++)
+                        wino_dw_tile(d, V, ldv, Mo, ldm, t0, i, a0);
+                    for (int xi = 0; xi < d->nxi; xi++)
+                        wino_dw_gemm(d, V, ldv, Mo, ldm, nt, xi, 0, d->nb, dUc);
+                }
             }
-        }
 #pragma omp for schedule(static)
-        for (long i = 0; i < nu; i++) {
-            float sum = 0.0f;
-            for (long cp = 1; cp < R; cp++)
-                sum += cps[(cp - 1) * nus + i];
-            dU[i] += sum;
+            for (long i = 0; i < nu; i++) {
+                float sum = 0.0f;
+                for (long cp = 1; cp < R; cp++)
+                    sum += cps[(cp - 1) * nus + i];
+                dUg[i] += sum;
+            }
         }
     }
     return 1;
@@ -541,13 +584,14 @@ void conv_wino_dw_slab(float *dU, const float *P, int C, const float *dy, long l
                        int nr, int Dz, int H, int W, float *VM, int bf16) {
     const int nb = nblocks(ncol, nr), mk = nn_tw_mr(nr);
     const long ntiles = (long)(Dz / 2) * (H / 4) * (W / 4), row = (long)(W + 2) * C;
-    const wino_dp d = {.P = P, .dy = dy, .ldy = ldy, .C = C, .Kp = bf16 ? (C + 1) & ~1 : C,
-                       .ncol = ncol, .nr = nr, .nb = nb, .ncp = nb * nr, .mk = mk,
-                       .nkb = (C + mk - 1) / mk, .bf16 = bf16, .Tx = W / 4, .Ty = H / 4,
-                       .plane = (H + 2) * row, .row = row, .gplane = (long)H * W * ldy,
-                       .grow = (long)W * ldy};
+    wino_dp d = {.P = P, .dy = dy, .ldy = ldy, .C = C, .Kp = bf16 ? (C + 1) & ~1 : C,
+                 .ncol = ncol, .nr = nr, .nb = nb, .ncp = nb * nr, .mk = mk,
+                 .nkb = (C + mk - 1) / mk, .bf16 = bf16, .Tx = W / 4, .Ty = H / 4,
+                 .plane = (H + 2) * row, .row = row, .gplane = (long)H * W * ldy,
+                 .grow = (long)W * ldy, .nxi = WINO_NXI};
     if (wino_dw_own(&d, dU, ntiles, VM))
         return;
+    d.nxi = WINO_NXI;
     const long chunk = wino_chunk_tiles(C, d.ncp, wino_dw_chunk_bytes(C, d.ncp));
     const int ng = wino_col_groups(nb, nn_threads());
 #pragma omp parallel num_threads(nn_threads())
@@ -561,11 +605,11 @@ void conv_wino_dw_slab(float *dU, const float *P, int C, const float *dy, long l
 #pragma omp for schedule(dynamic, 4)
             for (long ip = 0; ip < rt; ip++)
                 for (long i = 2 * ip; i < 2 * ip + 2 && i < nt; i++)
-                    wino_dw_tile(&d, V, ldv, Mo, ldm, t0, i);
+                    wino_dw_tile(&d, V, ldv, Mo, ldm, t0, i, 0);
         } else {
 #pragma omp for schedule(dynamic, 8)
             for (long i = 0; i < nt; i++)
-                wino_dw_tile(&d, V, ldv, Mo, ldm, t0, i);
+                wino_dw_tile(&d, V, ldv, Mo, ldm, t0, i, 0);
         }
         /* one (xi, group of column blocks) per item, its k blocks inside: items large enough
          * that handing them out costs little (per k block, the dispatch cost up to a fifth of
@@ -746,7 +790,7 @@ static void wino_small_in(float *V, int kc, float *P, int fmt, const float *a, i
                     float *vc = wino_small_v(V, nt, kc, c);
                     if (form == WS_F32) {
                         nn_wino_input(vc + t * nk, nt * nk + WINO_LDPAD, pt + k0, plane, row, K,
-                                      nk);
+                                      nk, 0, 4);
                     } else if (form == WS_ROWS16) {
                         uint16_t *v16 = (uint16_t *)vc + t * nkp;
                         const long ldv = nt * nkp + 2 * WINO_LDPAD;
@@ -773,7 +817,7 @@ static void wino_small_in(float *V, int kc, float *P, int fmt, const float *a, i
                                                   grow, ncol, nv, nr, odd);
                         else
                             nn_wino_grad_output(mb + t * nr, ldm, gt, gplane, grow, ncol, nv,
-                                                nr);
+                                                nr, 0, 4);
                     }
             }
     }
@@ -838,7 +882,7 @@ void conv_wino_small_pass(float *out1, int n1, float *out2, int n2, const float 
                         if (bf16)
                             nn_wino16_output(ot, oplane, orow, ncol, nv, Mb + i * nr, ldm);
                         else
-                            nn_wino_output(ot, oplane, orow, ncol, nv, Mb + i * nr, ldm);
+                            nn_wino_output(ot, oplane, orow, ncol, nv, Mb + i * nr, ldm, 0, 4);
                     }
                 }
             }

@@ -428,13 +428,14 @@ void nn_tw_tile(int nrows, const float *const *arows, const float *const *grows,
     k->tw[nr / k->vw - 1][mk - 1](nrows, arows, grows, X, lda, ldg, Wt, ldw);
 }
 
-void nn_wino_input(float *V, long ldv, const float *P, long plane, long row, long vox, int C) {
-    K()->wino_in(V, ldv, P, plane, row, vox, C);
+void nn_wino_input(float *V, long ldv, const float *P, long plane, long row, long vox, int C,
+                   int a0, int na) {
+    K()->wino_in(V, ldv, P, plane, row, vox, C, a0, na);
 }
 
 void nn_wino_output(float *out, long oplane, long orow, long ovox, int ncol, const float *M,
-                    long ldm) {
-    K()->wino_out(out, oplane, orow, ovox, ncol, M, ldm);
+                    long ldm, int a0, int na) {
+    K()->wino_out(out, oplane, orow, ovox, ncol, M, ldm, a0, na);
 }
 
 void nn_wino_weights(float *u, long su, const float *w, long sc, int flip, int nc, int round) {
@@ -446,8 +447,8 @@ void nn_wino_weights_grad(float *d, const float *u, long su, int round) {
 }
 
 void nn_wino_grad_output(float *Mo, long ldm, const float *dy, long plane, long row, long ldy,
-                         int ncol, int ncp) {
-    K()->wino_gout(Mo, ldm, dy, plane, row, ldy, ncol, ncp);
+                         int ncol, int ncp, int a0, int na) {
+    K()->wino_gout(Mo, ldm, dy, plane, row, ldy, ncol, ncp, a0, na);
 }
 
 void nn_wino16_input(uint16_t *V, long ldv, const float *P, long plane, long row, long vox,

@@ -81,10 +81,15 @@ int nn_gemm_ncol_max(int n);
  * whose point (a, b, c) is at P + a*plane + b*row + c*vox (channels k < C of each point: a
  * slice of a wider tensor when C < vox). nn_wino_output: the 2x4x4 outputs A^T M A of
  * M[xi*ldm + j] (rows readable to whole vectors past ncol) into out + a*oplane + b*orow +
- * c*ovox, columns j < ncol. */
-void nn_wino_input(float *V, long ldv, const float *P, long plane, long row, long vox, int C);
+ * c*ovox, columns j < ncol. Both take the transformed planes a0 <= a < a0 + na only ((a0, na)
+ * one of (0, 4), (0, 2), (2, 2), (a0, 1)), V's and M's rows numbered from plane a0: the output
+ * stores a plane of the tile at its first contribution (out0 = m0 + m1 + m2 at a = 0, out1 =
+ * m1 - m2 - m3 at a = 1) and adds the later ones, so the passes over the groups in order leave
+ * the whole result (conv_wino_slab's plane groups). */
+void nn_wino_input(float *V, long ldv, const float *P, long plane, long row, long vox, int C,
+                   int a0, int na);
 void nn_wino_output(float *out, long oplane, long orow, long ovox, int ncol, const float *M,
-                    long ldm);
+                    long ldm, int a0, int na);
 /* Weight transforms of nn_gemm_vw() columns side by side (lane v = column v), one input
  * channel: nn_wino_weights: u[xi*su + v] = (G g G^T)[xi] (whole vectors) of column v's kernel
  * g(t) = w[v*sc + t] (or w[v*sc + 26 - t] when flip; zero for v >= nc), taps t = 9z + 3y + x,
@@ -95,9 +100,10 @@ void nn_wino_weights(float *u, long su, const float *w, long sc, int flip, int n
 void nn_wino_weights_grad(float *d, const float *u, long su, int round);
 /* The weight gradient's output-gradient transform: dM[xi*ldm + j] = (A dY A^T)[xi] of the 2x4x4
  * block whose point (a, b, c) is at dy + a*plane + b*row + c*ldy, for j < ncol, and 0 for
- * ncol <= j < ncp (ncp a multiple of the vector width). */
+ * ncol <= j < ncp (ncp a multiple of the vector width); the planes a0 <= a < a0 + na of dM only,
+ * its rows numbered from plane a0 (as nn_wino_input). */
 void nn_wino_grad_output(float *Mo, long ldm, const float *dy, long plane, long row, long ldy,
-                         int ncol, int ncp);
+                         int ncol, int ncp, int a0, int na);
 
 /* winograd-bf16's transforms (kern_wino16.h): the tiles of nn_wino_* with F(4,3) on the points
  * 0, +-3/2, +-2/3 (a smaller error once the transformed operands are rounded to bf16).

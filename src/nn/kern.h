@@ -29,13 +29,14 @@ typedef struct nn_kern {
      * peak loop); returns a value that depends on the result, so nothing is optimised away. */
     float (*fma_chains)(long iters);
     /* Winograd F(4x4x2, 3x3x3) input and output transforms of one tile (gemm.h) */
-    void (*wino_in)(float *V, long ldv, const float *P, long plane, long row, long vox, int C);
+    void (*wino_in)(float *V, long ldv, const float *P, long plane, long row, long vox, int C,
+                    int a0, int na);
     void (*wino_out)(float *out, long oplane, long orow, long ovox, int ncol, const float *M,
-                     long ldm);
+                     long ldm, int a0, int na);
     void (*wino_w)(float *u, long su, const float *w, long sc, int flip, int nc, int round);
     void (*wino_wgt)(float *d, const float *u, long su, int round);
     void (*wino_gout)(float *Mo, long ldm, const float *dy, long plane, long row, long ldy,
-                      int ncol, int ncp);
+                      int ncol, int ncp, int a0, int na);
     /* winograd-bf16's transforms (kern_wino16.h; gemm.h nn_wino16_*) */
     void (*wino_in16)(uint16_t *V, long ldv, const float *P, long plane, long row, long vox,
                       int C);

@@ -242,10 +242,11 @@ static inline __attribute__((always_inline)) void kt_put(void *V, long at, kt_vf
 static inline __attribute__((always_inline)) void kt_wi_vec(void *V, long k0, long ldv,
                                                             const float *P, long plane, long row,
                                                             long C, int nk, const int pts,
-                                                            const int st) {
+                                                            const int st, const int a0,
+                                                            const int na) {
     /* B^T of F(2,3): plane a = input plane za[a] + sign * input plane zb[a] */
     static const int za[4] = {0, 1, 2, 1}, zb[4] = {2, 2, 1, 3};
-    for (int a = 0; a < 4; a++) {
+    for (int a = a0; a < a0 + na; a++) {
         kt_vf t[6][6];
         for (int b = 0; b < 6; b++) {
             kt_vf d[6];
@@ -263,41 +264,71 @@ static inline __attribute__((always_inline)) void kt_wi_vec(void *V, long k0, lo
                 d[b] = t[b][c];
             kt_bt(r, d, pts);
             for (int b = 0; b < 6; b++)
-                kt_put(V, (a * 36 + b * 6 + c) * ldv + k0, r[b], nk, st);
+                kt_put(V, ((a - a0) * 36 + b * 6 + c) * ldv + k0, r[b], nk, st);
         }
     }
 }
 
 static inline __attribute__((always_inline)) void
 kt_wino_in_st(void *V, long ldv, const float *P, long plane, long row, long vox, int C,
-              const int pts, const int st) {
+              const int pts, const int st, const int a0, const int na) {
     int k0 = 0;
     for (; k0 + KT_VW <= C; k0 += KT_VW)
-        kt_wi_vec(V, k0, ldv, P + k0, plane, row, vox, KT_VW, pts, st);
+        kt_wi_vec(V, k0, ldv, P + k0, plane, row, vox, KT_VW, pts, st, a0, na);
     if (k0 < C)
-        kt_wi_vec(V, k0, ldv, P + k0, plane, row, vox, C - k0, pts, st);
+        kt_wi_vec(V, k0, ldv, P + k0, plane, row, vox, C - k0, pts, st, a0, na);
 }
 
-static void kt_wino_in(float *V, long ldv, const float *P, long plane, long row, long vox,
-                       int C) {
-    kt_wino_in_st(V, ldv, P, plane, row, vox, C, 0, KT_ST_F32);
+/* The plane groups a pass may take (gemm.h nn_wino_input): each an instance of its own, so that
+ * the loops over the planes stay straight-line code. */
+#define KT_ZG_CASES(F)                                                                            \
+    switch (a0 * 8 + na) {                                                                        \
+    case 2: F(0, 2); break;                                                                       \
+    case 18: F(2, 2); break;                                                                      \
+    case 1: F(0, 1); break;                                                                       \
+    case 9: F(1, 1); break;                                                                       \
+    case 17: F(2, 1); break;                                                                      \
+    case 25: F(3, 1); break;                                                                      \
+    default: F(0, 4); break;                                                                      \
+    }
+
+static void kt_wino_in(float *V, long ldv, const float *P, long plane, long row, long vox, int C,
+                       int a0, int na) {
+#define KT_WI_F(A0, NA) kt_wino_in_st(V, ldv, P, plane, row, vox, C, 0, KT_ST_F32, A0, NA)
+    KT_ZG_CASES(KT_WI_F)
+#undef KT_WI_F
 }
 
 /* The output transform of one vector of columns: z first, as in kt_wi_vec (each output plane
  * sums three of M's planes), then x and y on one plane's 36 values in registers. */
 static inline __attribute__((always_inline)) void kt_wo_vec(float *out, long oplane, long orow,
                                                             long ncol, const float *M, long ldm,
-                                                            int nc, const int pts) {
+                                                            int nc, const int pts, const int a0,
+                                                            const int na) {
+    /* A^T of F(2,3): out0 = m0 + m1 + m2, out1 = m1 - m2 - m3; M holds planes [a0, a0 + na).
+     * An output plane's first plane stores it, the later ones add to it (nn_wino_output). */
+    static const int co[2][4] = {{1, 1, 1, 0}, {0, 1, -1, -1}};
     for (int a = 0; a < 2; a++) {
+        int zf = a0; /* the first plane of the group that output plane a takes */
+        while (zf < a0 + na && !co[a][zf])
+            zf++;
+        if (zf == a0 + na)
+            continue;
+        const int first = a == 0 ? a0 == 0 : a0 <= 1;
         kt_vf e[6][4];
         for (int b = 0; b < 6; b++) {
             kt_vf m[6];
             for (int c = 0; c < 6; c++) {
                 const float *q = M + (b * 6 + c) * ldm;
-                /* A^T of F(2,3): out0 = m0 + m1 + m2, out1 = m1 - m2 - m3 */
-                m[c] = a == 0 ? KT_LOAD(q) + KT_LOAD(q + 36 * ldm) + KT_LOAD(q + 72 * ldm)
-                              : KT_LOAD(q + 36 * ldm) - KT_LOAD(q + 72 * ldm) -
-                                    KT_LOAD(q + 108 * ldm);
+                const kt_vf v0 = KT_LOAD(q + (zf - a0) * 36 * ldm);
+                m[c] = co[a][zf] > 0 ? v0 : -v0;
+                for (int z = zf + 1; z < a0 + na; z++) {
+                    const kt_vf v = KT_LOAD(q + (z - a0) * 36 * ldm);
+                    if (co[a][z] > 0)
+                        m[c] += v;
+                    else if (co[a][z] < 0)
+                        m[c] -= v;
+                }
             }
             kt_at(e[b], m, pts);
         }
@@ -306,8 +337,13 @@ static inline __attribute__((always_inline)) void kt_wo_vec(float *out, long opl
             for (int b = 0; b < 6; b++)
                 m[b] = e[b][c];
             kt_at(o, m, pts);
-            for (int b = 0; b < 4; b++)
-                kt_store_n(out + a * oplane + b * orow + c * ncol, o[b], nc);
+            for (int b = 0; b < 4; b++) {
+                float *p = out + a * oplane + b * orow + c * ncol;
+                if (first)
+                    kt_store_n(p, o[b], nc);
+                else
+                    kt_store_n(p, kt_load_n(p, nc) + o[b], nc);
+            }
         }
     }
 }
@@ -317,17 +353,20 @@ static inline __attribute__((always_inline)) void kt_wo_vec(float *out, long opl
 static inline __attribute__((always_inline)) void kt_wino_out_p(float *out, long oplane, long orow,
                                                                 long ovox, int ncol,
                                                                 const float *M, long ldm,
-                                                                const int pts) {
+                                                                const int pts, const int a0,
+                                                                const int na) {
     int c0 = 0;
     for (; c0 + KT_VW <= ncol; c0 += KT_VW)
-        kt_wo_vec(out + c0, oplane, orow, ovox, M + c0, ldm, KT_VW, pts);
+        kt_wo_vec(out + c0, oplane, orow, ovox, M + c0, ldm, KT_VW, pts, a0, na);
     if (c0 < ncol)
-        kt_wo_vec(out + c0, oplane, orow, ovox, M + c0, ldm, ncol - c0, pts);
+        kt_wo_vec(out + c0, oplane, orow, ovox, M + c0, ldm, ncol - c0, pts, a0, na);
 }
 
 static void kt_wino_out(float *out, long oplane, long orow, long ovox, int ncol, const float *M,
-                        long ldm) {
-    kt_wino_out_p(out, oplane, orow, ovox, ncol, M, ldm, 0);
+                        long ldm, int a0, int na) {
+#define KT_WO_F(A0, NA) kt_wino_out_p(out, oplane, orow, ovox, ncol, M, ldm, 0, A0, NA)
+    KT_ZG_CASES(KT_WO_F)
+#undef KT_WO_F
 }
 
 /* The adjoint of kt_at4: dm = A dy, dm0 = y0, dm1..4 = y0 + (±1)y1 + y2 + (±1)y3 and
@@ -349,11 +388,11 @@ static inline __attribute__((always_inline)) void kt_a4(kt_vf r[6], const kt_vf 
  * zero past ncol. */
 static inline __attribute__((always_inline)) void
 kt_wino_gout_st(void *Mo, long ldm, const float *dy, long plane, long row, long ldy, int ncol,
-                int ncp, const int pts, const int st) {
+                int ncp, const int pts, const int st, const int a0, const int na) {
     for (int c0 = 0; c0 < ncp; c0 += KT_VW) {
         const int nc = ncol - c0 >= KT_VW ? KT_VW : ncol > c0 ? ncol - c0 : 0;
         /* z first, as in kt_wi_vec: plane a of dM is dy0, dy0 + dy1, dy0 - dy1 or -dy1 */
-        for (int a = 0; a < 4; a++) {
+        for (int a = a0; a < a0 + na; a++) {
             kt_vf g[4][6];
             for (int b = 0; b < 4; b++) {
                 kt_vf y[4];
@@ -383,15 +422,17 @@ kt_wino_gout_st(void *Mo, long ldm, const float *dy, long plane, long row, long 
                 else
                     kt_a4(r, y);
                 for (int b = 0; b < 6; b++)
-                    kt_put(Mo, (a * 36 + b * 6 + c) * ldm + c0, r[b], KT_VW, st);
+                    kt_put(Mo, ((a - a0) * 36 + b * 6 + c) * ldm + c0, r[b], KT_VW, st);
             }
         }
     }
 }
 
 static void kt_wino_gout(float *Mo, long ldm, const float *dy, long plane, long row, long ldy,
-                         int ncol, int ncp) {
-    kt_wino_gout_st(Mo, ldm, dy, plane, row, ldy, ncol, ncp, 0, KT_ST_F32);
+                         int ncol, int ncp, int a0, int na) {
+#define KT_WG_F(A0, NA) kt_wino_gout_st(Mo, ldm, dy, plane, row, ldy, ncol, ncp, 0, KT_ST_F32, A0, NA)
+    KT_ZG_CASES(KT_WG_F)
+#undef KT_WG_F
 }
 
 /* ---- Winograd weight transforms (conv_wino.c) -----------------------------------------------
@@ -509,28 +550,28 @@ static void kt_wino_wgt(float *d, const float *u, long su, int round) {
 /* winograd-bf16's instances (gemm.h nn_wino16_*) */
 static void kw_wino_in16(uint16_t *V, long ldv, const float *P, long plane, long row, long vox,
                          int C) {
-    kt_wino_in_st(V, ldv, P, plane, row, vox, C, 1, KT_ST_BF16);
+    kt_wino_in_st(V, ldv, P, plane, row, vox, C, 1, KT_ST_BF16, 0, 4);
 }
 
 static void kw_wino_in16p(uint32_t *V, long ldv, const float *P, long plane, long row, long vox,
                           int C, int odd) {
     if (odd)
-        kt_wino_in_st(V, ldv, P, plane, row, vox, C, 1, KT_ST_PAIR_ODD);
+        kt_wino_in_st(V, ldv, P, plane, row, vox, C, 1, KT_ST_PAIR_ODD, 0, 4);
     else
-        kt_wino_in_st(V, ldv, P, plane, row, vox, C, 1, KT_ST_PAIR_EVEN);
+        kt_wino_in_st(V, ldv, P, plane, row, vox, C, 1, KT_ST_PAIR_EVEN, 0, 4);
 }
 
 static void kw_wino_out16(float *out, long oplane, long orow, long ovox, int ncol, const float *M,
                           long ldm) {
-    kt_wino_out_p(out, oplane, orow, ovox, ncol, M, ldm, 1);
+    kt_wino_out_p(out, oplane, orow, ovox, ncol, M, ldm, 1, 0, 4);
 }
 
 static void kw_wino_gout16p(uint32_t *Mo, long ldm, const float *dy, long plane, long row,
                             long ldy, int ncol, int ncp, int odd) {
     if (odd)
-        kt_wino_gout_st(Mo, ldm, dy, plane, row, ldy, ncol, ncp, 1, KT_ST_PAIR_ODD);
+        kt_wino_gout_st(Mo, ldm, dy, plane, row, ldy, ncol, ncp, 1, KT_ST_PAIR_ODD, 0, 4);
     else
-        kt_wino_gout_st(Mo, ldm, dy, plane, row, ldy, ncol, ncp, 1, KT_ST_PAIR_EVEN);
+        kt_wino_gout_st(Mo, ldm, dy, plane, row, ldy, ncol, ncp, 1, KT_ST_PAIR_EVEN, 0, 4);
 }
 
 /* winograd-bf16's weight transform straight into vdpbf16ps's pairs: the columns of k (at w)

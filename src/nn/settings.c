@@ -114,6 +114,13 @@ static int parse_replicas(const char *v, void *f) {
     return end == v || *end;
 }
 
+/* Winograd's planes per pass: 0 (by U's size), 1, 2 or 4; anything else keeps 0. */
+static int parse_planes(const char *v, void *f) {
+    const int ok = !strcmp(v, "0") || !strcmp(v, "1") || !strcmp(v, "2") || !strcmp(v, "4");
+    *ip(f) = ok ? v[0] - '0' : 0;
+    return !ok;
+}
+
 /* A percentage 0..100 (strtoul's reading; no digits or over 100 keeps the default). */
 static int parse_quiet(const char *v, void *f) {
     char *end;
@@ -191,6 +198,10 @@ static const nn_setting table[] = {
      "0: every Winograd pass shares its chunks of tiles among the threads (default: layers with "
      "few channels give each thread chunks of its own)",
      F(wino_own), parse_on_unless_0x, NULL},
+    {"SCAFFOLD_NN_WINO_PLANES", NN_SET_INT, "0", "0, 1, 2, 4",
+     "transformed planes per fp32 Winograd pass over a thread's own chunks (0: by the size of "
+     "U; the tests force each)",
+     F(wino_planes), parse_planes, NULL},
     {"SCAFFOLD_NN_BF16_STORE", NN_SET_BOOL, "1", "0, 1",
      "0 keeps a bf16 run's down-block conv outputs in fp32 (default: bf16, half the memory)",
      F(bf16_store), parse_on_unless_0x, NULL},
@@ -212,6 +223,7 @@ static const struct nn_settings defaults = {
     .winograd = 1,
     .wino_umax = NN_SETTINGS_WINO_UMAX,
     .wino_own = 1,
+    .wino_planes = 0,
     .bf16_store = 1,
     .slab_bytes = NN_SETTINGS_SLAB_BYTES,
 };

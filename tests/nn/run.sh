@@ -79,6 +79,13 @@ if [ "$MATRIX" != 0 ]; then
     # Winograd's chunks shared among the threads on every shape (by default the test shapes, few
     # channels, give each thread chunks of its own)
     SCAFFOLD_NN_WINO_OWN=0 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
+    # fp32 Winograd's plane groups (one pass over the tiles per plane or pair of planes of the
+    # transformed tile; by default only where U is larger than 640 KiB) on every shape, against
+    # the naive loops, and on the U-Net
+    for planes in 1 2; do
+        SCAFFOLD_NN_WINO_PLANES=$planes t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
+    done
+    SCAFFOLD_NN_WINO_PLANES=1 t_cbin "$BUILD/tests/nn/test_unet" "$FIX"
     OMP_NUM_THREADS=3 t_cbin "$BUILD/tests/nn/test_layers" "$FIX"
 fi
 

@@ -1324,6 +1324,83 @@ static void test_conv_x3(void) {
     nn_algo_reset();
 }
 
+/* Sets (v) or unsets (NULL) an environment variable and reloads the settings. */
+static void set_env(const char *name, const char *v) {
+    if (v)
+        setenv(name, v, 1);
+    else
+        unsetenv(name);
+    nn_settings_reload();
+    nn_algo_reset();
+}
+
+/* fp32 Winograd's plane groups (SCAFFOLD_NN_WINO_PLANES 1 and 2: a pass over the tiles per one
+ * or two of the transformed tile's four z planes, each adding its part of the outputs; of dU in
+ * the weight gradient) against all four planes at once, forced, on shapes that take them by
+ * default: 32^3 64 -> 64 (1024 tiles: the forward and input gradient on a thread's own chunks,
+ * the weight gradient on 37 own chunks where all planes at once share them) and a fused
+ * concatenation 32 + 32 -> 48 at 16^3 with its input gradient in two parts (a partial column
+ * vector; its weight gradient, 128 tiles, too few own chunks, shares them either way: the same
+ * bits). The sums run in another order, so the results differ in their last bits (which shows
+ * that another path ran): the forward and input gradient within 1e-5 of the largest value
+ * (measured 2.5-3.4e-6), the weight gradient, sums over 32768 voxels, within 1e-4 (measured
+ * 1.9-2.3e-5). The naive-loop comparisons run with each group size forced in tests/nn/run.sh. */
+static void test_wino_planes(void) {
+    if (fx_algo_forced() || !nn_settings()->winograd || !nn_settings()->wino_own ||
+        nn_settings()->wino_planes) {
+        printf("SKIP Winograd plane groups: an algorithm, Winograd off, shared chunks or the "
+               "planes forced by the environment\n");
+        return;
+    }
+    set_env("SCAFFOLD_NN_ALGO", "winograd");
+    /* D, ca, cb, cout, split, own chunks for the weight gradient's groups */
+    static const int sh[][6] = {{32, 64, 0, 64, 0, 1}, {16, 32, 32, 48, 1, 0}};
+    for (size_t s = 0; s < sizeof sh / sizeof sh[0]; s++) {
+        const int D = sh[s][0], ca = sh[s][1], cb = sh[s][2], cout = sh[s][3], split = sh[s][4];
+        const int cin = ca + cb;
+        const size_t P = (size_t)D * D * D, nw = 27 * (size_t)cin * cout;
+        float *xa = randv(P * ca, 800 + s, 1), *xb = randv(P * cb + 1, 810 + s, 1);
+        float *w = randv(nw, 820 + s, 1.0f / sqrtf(27 * cin)), *dy = randv(P * cout, 830 + s, 1);
+        float *ws = ws_alloc(nn_conv3d_ws_floats(1, D, D, D, cin, cout));
+        float *out[3][4]; /* [planes 4, 1, 2][y, dx (first part), dx second part, dw] */
+        static const char *const planes[3] = {"4", "1", "2"};
+        for (int g = 0; g < 3; g++) {
+            set_env("SCAFFOLD_NN_WINO_PLANES", planes[g]);
+            float *y = zeros(P * cout), *da = zeros(P * ca), *db = zeros(P * cb + 1),
+                  *dw = zeros(nw);
+            nn_conv3d_forward_p(y, xa, ca, cb ? xb : NULL, cb, w, cout, 1, D, D, D, NN_FP32,
+                                NULL, ws);
+            nn_conv3d_backward_p(da, split ? db : NULL, dw, dy, xa, ca, cb ? xb : NULL, cb, w,
+                                 cout, 1, D, D, D, NN_FP32, NULL, ws);
+            out[g][0] = y, out[g][1] = da, out[g][2] = db, out[g][3] = dw;
+        }
+        static const char *const what[4] = {"forward", "input gradient", "second input gradient",
+                                            "weight gradient"};
+        const size_t n[4] = {P * cout, P * ca, split ? P * cb : 0, nw};
+        for (int g = 1; g < 3; g++)
+            for (int k = 0; k < 4; k++) {
+                if (!n[k])
+                    continue;
+                double mx, rms;
+                x3_err(out[g][k], out[0][k], n[k], &mx, &rms);
+                const int same = !memcmp(out[g][k], out[0][k], sizeof(float) * n[k]);
+                const int moved = k < 3 || sh[s][5];
+                CHECK(same != moved && mx <= (k < 3 ? 1e-5 : 1e-4),
+                      "Winograd %s plane(s) per pass, %d^3 %d+%d->%d %s: %s (%s), max %.2e of "
+                      "the largest, norm %.2e",
+                      planes[g], D, ca, cb, cout, what[k],
+                      moved ? "another order of sums" : "the same path",
+                      same ? "bit-identical" : "differs", mx, rms);
+            }
+        for (int g = 0; g < 3; g++)
+            for (int k = 0; k < 4; k++)
+                free(out[g][k]);
+        free(xa), free(xb), free(w), free(dy), free(ws);
+    }
+    set_env("SCAFFOLD_NN_WINO_PLANES", NULL);
+    set_env("SCAFFOLD_NN_ALGO", NULL);
+}
+
 /* MaxPool3d's choices as PyTorch makes them, on 20 channels (a vector and a partial one): ties
  * keep the first maximum, NaN wins over numbers and the first NaN wins, -inf and a lone value;
  * the backward adds the gradient to that input only. */
@@ -1405,6 +1482,7 @@ int main(int argc, char **argv) {
     test_finite_differences();
     test_conv_vs_naive();
     test_conv_x3();
+    test_wino_planes();
     test_conv_bf16_vs_ideal();
     test_conv_bf16_first_big();
     test_convt_bf16_vs_ideal();

@@ -68,14 +68,14 @@ static void test_defaults(void) {
         ok &= t->doc && t->doc[0] && t->allowed && t->allowed[0] &&
               nn_settings_env(t->name) == NULL;
     }
-    CHECK(ok && nn_settings_count() == 14 && nn_settings_at(14) == NULL &&
+    CHECK(ok && nn_settings_count() == 15 && nn_settings_at(15) == NULL &&
               nn_settings_env("HOME") == NULL,
           "unset: every variable shows the table's default");
     const struct nn_settings *s = nn_settings();
     CHECK(s->isa == NN_SET_UNSET && s->bf16dp == NN_SET_BF16DP_ON && s->amx == 1 &&
               s->algo == NN_SET_UNSET && !s->algo_cache && !s->algo_pin && !s->algo_strict &&
               s->dw_replicas == NN_SETTINGS_DW_REPLICAS && s->winograd == 1 &&
-              s->wino_umax == NN_SETTINGS_WINO_UMAX && s->wino_own == 1 && s->bf16_store == 1 &&
+              s->wino_umax == NN_SETTINGS_WINO_UMAX && s->wino_own == 1 && s->wino_planes == 0 && s->bf16_store == 1 &&
               s->slab_bytes == NN_SETTINGS_SLAB_BYTES &&
               s->algo_quiet == NN_SETTINGS_ALGO_QUIET,
           "unset: the default values");
@@ -138,6 +138,14 @@ static void test_values(void) {
     CHECK(s->wino_own == 0, "WINO_OWN=0: %s", d);
     set("SCAFFOLD_NN_WINO_OWN", NULL);
     CHECK(s->wino_own == 1, "WINO_OWN unset: on");
+    d = set("SCAFFOLD_NN_WINO_PLANES", "2");
+    CHECK(s->wino_planes == 2 && !strcmp(d, "2 (environment)"), "WINO_PLANES=2: %s", d);
+    d = set("SCAFFOLD_NN_WINO_PLANES", "3");
+    CHECK(s->wino_planes == 0 && strstr(d, "not recognised"), "WINO_PLANES=3: 0, reported: %s",
+          d);
+    d = set("SCAFFOLD_NN_WINO_PLANES", "1x");
+    CHECK(s->wino_planes == 0 && strstr(d, "not recognised"), "WINO_PLANES=1x: %s", d);
+    set("SCAFFOLD_NN_WINO_PLANES", NULL);
     d = set("SCAFFOLD_NN_DW_REPLICAS", "0");
     CHECK(s->dw_replicas == 0, "DW_REPLICAS=0: %s", d);
     d = set("SCAFFOLD_NN_DW_REPLICAS", "100");
