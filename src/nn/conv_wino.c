@@ -291,10 +291,11 @@ static void wino_chunk_in(const wino_sp *s, float *V, long ldv, long t0, long i,
 }
 
 /* Point xi's GEMMs for column blocks ob0 <= ob < ob1 over the chunk's nt tiles: M[xi] = V[xi]
- * U[xu] (xu = xi but in a plane group, whose first point is xu - xi). One item takes all of a point's blocks where there are enough points for the threads:
- * as items of their own, each block read V[xi] again from the last-level cache (a shared chunk
- * is larger than L2); 16^3 forward passes to 128 columns (4 blocks) took 1.3-1.45x this time,
- * 32^3 64 -> 128 1.44x, input gradients of 128 channels 1.2-1.3x (Xeon with AMX, alternated). */
+ * U[xu] (xu = xi but in a plane group, whose first point is xu - xi). One item takes all of a
+ * point's blocks where there are enough points for the threads: as items of their own, each
+ * block read V[xi] again from the last-level cache (a shared chunk is larger than L2); 16^3
+ * forward passes to 128 columns (4 blocks) took 1.3-1.45x this time, 32^3 64 -> 128 1.44x,
+ * input gradients of 128 channels 1.2-1.3x (Xeon with AMX, alternated). */
 static void wino_chunk_gemm(const wino_sp *s, const float *V, long ldv, float *M, long ldm, long nt,
                             int xi, int xu, int ob0, int ob1) {
     static const long aoff[1] = {0};
@@ -419,7 +420,10 @@ void conv_wino_slab(float *out, long ldo, int ncol, const float *P, int C, const
         }
         return;
     }
-    s.nxi = WINO_NXI; /* shared chunks: all planes at once */
+    /* shared chunks, in the same plane groups: a group's V, M and share of U pass through the
+     * last-level cache together (16^3 128 -> 128: 7 MiB against 28; 16^3 256 -> 128 forward
+     * and weight gradient 1.2-1.4x, the scale 5 / 64 fp32 step 1.07x, Xeon with AMX) */
+    s.nxi = 36 * zg;
     /* Every chunk reads all of U: a U larger than the last-level cache gets chunks of 24 MiB
      * (16^3 and 32^3 256->256, U 36 MiB: 8 and 52 passes over it with 6 MiB chunks; 1.5x and
      * 1.2x faster with 24). Below that, wino_fwd_chunk_bytes. Chunks are whole blocks of the
@@ -441,16 +445,19 @@ void conv_wino_slab(float *out, long ldo, int ncol, const float *P, int C, const
         float *V, *M;
         long ldv, ldm;
         wino_chunk_vm(&s, VM, nt, &V, &M, &ldv, &ldm);
+        for (int a0 = 0; a0 < 4; a0 += zg) {
 #pragma omp for schedule(dynamic, 8)
-        for (long i = 0; i < nt; i++)
-            wino_chunk_in(&s, V, ldv, t0, i, 0);
+            for (long i = 0; i < nt; i++)
+                wino_chunk_in(&s, V, ldv, t0, i, a0);
 #pragma omp for collapse(2) schedule(dynamic, 1)
-        for (int xi = 0; xi < WINO_NXI; xi++)
-            for (int g = 0; g < ng; g++)
-                wino_chunk_gemm(&s, V, ldv, M, ldm, nt, xi, xi, g * nb / ng, (g + 1) * nb / ng);
+            for (int xi = 0; xi < s.nxi; xi++)
+                for (int g = 0; g < ng; g++)
+                    wino_chunk_gemm(&s, V, ldv, M, ldm, nt, xi, 36 * a0 + xi, g * nb / ng,
+                                    (g + 1) * nb / ng);
 #pragma omp for schedule(dynamic, 8)
-        for (long i = 0; i < nt; i++)
-            wino_chunk_out(&s, M, ldm, t0, i, 0);
+            for (long i = 0; i < nt; i++)
+                wino_chunk_out(&s, M, ldm, t0, i, a0);
+        }
     }
 }
 
@@ -589,7 +596,9 @@ void conv_wino_dw_slab(float *dU, const float *P, int C, const float *dy, long l
                  .grow = (long)W * ldy, .nxi = WINO_NXI};
     if (wino_dw_own(&d, dU, ntiles, VM))
         return;
-    d.nxi = WINO_NXI;
+    /* shared chunks, in plane groups as conv_wino_slab's */
+    const int zg = bf16 ? 4 : wino_zgroup(4L * WINO_NXI * C * d.ncp);
+    d.nxi = 36 * zg;
     const long chunk = wino_chunk_tiles(C, d.ncp, wino_dw_chunk_bytes(C, d.ncp));
     const int ng = wino_col_groups(nb, nn_threads());
 #pragma omp parallel num_threads(nn_threads())
@@ -598,25 +607,28 @@ void conv_wino_dw_slab(float *dU, const float *P, int C, const float *dy, long l
         /* rows in 32-bit words: bf16 holds tile pairs */
         const long rt = bf16 ? (nt + 1) / 2 : nt;
         const long ldv = rt * d.Kp + WINO_LDPAD, ldm = rt * d.ncp + WINO_LDPAD;
-        float *V = VM, *Mo = VM + WINO_NXI * ldv;
-        if (bf16) {
+        float *V = VM, *Mo = VM + d.nxi * ldv;
+        for (int a0 = 0; a0 < 4; a0 += zg) {
+            if (bf16) {
 #pragma omp for schedule(dynamic, 4)
-            for (long ip = 0; ip < rt; ip++)
-                for (long i = 2 * ip; i < 2 * ip + 2 && i < nt; i++)
-                    wino_dw_tile(&d, V, ldv, Mo, ldm, t0, i, 0);
-        } else {
+                for (long ip = 0; ip < rt; ip++)
+                    for (long i = 2 * ip; i < 2 * ip + 2 && i < nt; i++)
+                        wino_dw_tile(&d, V, ldv, Mo, ldm, t0, i, 0);
+            } else {
 #pragma omp for schedule(dynamic, 8)
-            for (long i = 0; i < nt; i++)
-                wino_dw_tile(&d, V, ldv, Mo, ldm, t0, i, 0);
-        }
-        /* one (xi, group of column blocks) per item, its k blocks inside: items large enough
-         * that handing them out costs little (per k block, the dispatch cost up to a fifth of
-         * the kernel time); the blocks in groups of their own only where 144 items would be
-         * under 8 per thread */
+                for (long i = 0; i < nt; i++)
+                    wino_dw_tile(&d, V, ldv, Mo, ldm, t0, i, a0);
+            }
+            /* one (xi, group of column blocks) per item, its k blocks inside: items large
+             * enough that handing them out costs little (per k block, the dispatch cost up to a
+             * fifth of the kernel time); the blocks in groups of their own only where 144 items
+             * would be under 8 per thread */
 #pragma omp for collapse(2) schedule(dynamic, 1)
-        for (int xi = 0; xi < WINO_NXI; xi++)
-            for (int g = 0; g < ng; g++)
-                wino_dw_gemm(&d, V, ldv, Mo, ldm, nt, xi, g * nb / ng, (g + 1) * nb / ng, dU);
+            for (int xi = 0; xi < d.nxi; xi++)
+                for (int g = 0; g < ng; g++)
+                    wino_dw_gemm(&d, V, ldv, Mo, ldm, nt, xi, g * nb / ng, (g + 1) * nb / ng,
+                                 dU + (size_t)36 * a0 * C * d.ncp);
+        }
     }
 }
 

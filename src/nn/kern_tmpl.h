@@ -430,7 +430,8 @@ kt_wino_gout_st(void *Mo, long ldm, const float *dy, long plane, long row, long 
 
 static void kt_wino_gout(float *Mo, long ldm, const float *dy, long plane, long row, long ldy,
                          int ncol, int ncp, int a0, int na) {
-#define KT_WG_F(A0, NA) kt_wino_gout_st(Mo, ldm, dy, plane, row, ldy, ncol, ncp, 0, KT_ST_F32, A0, NA)
+#define KT_WG_F(A0, NA)                                                                           \
+    kt_wino_gout_st(Mo, ldm, dy, plane, row, ldy, ncol, ncp, 0, KT_ST_F32, A0, NA)
     KT_ZG_CASES(KT_WG_F)
 #undef KT_WG_F
 }

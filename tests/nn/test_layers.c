@@ -1336,15 +1336,16 @@ static void set_env(const char *name, const char *v) {
 
 /* fp32 Winograd's plane groups (SCAFFOLD_NN_WINO_PLANES 1 and 2: a pass over the tiles per one
  * or two of the transformed tile's four z planes, each adding its part of the outputs; of dU in
- * the weight gradient) against all four planes at once, forced, on shapes that take them by
- * default: 32^3 64 -> 64 (1024 tiles: the forward and input gradient on a thread's own chunks,
- * the weight gradient on 37 own chunks where all planes at once share them) and a fused
- * concatenation 32 + 32 -> 48 at 16^3 with its input gradient in two parts (a partial column
- * vector; its weight gradient, 128 tiles, too few own chunks, shares them either way: the same
- * bits). The sums run in another order, so the results differ in their last bits (which shows
- * that another path ran): the forward and input gradient within 1e-5 of the largest value
- * (measured 2.5-3.4e-6), the weight gradient, sums over 32768 voxels, within 1e-4 (measured
- * 1.9-2.3e-5). The naive-loop comparisons run with each group size forced in tests/nn/run.sh. */
+ * the weight gradient) against all four planes at once, forced, on a thread's own chunks and on
+ * shared ones (SCAFFOLD_NN_WINO_OWN=0): 32^3 64 -> 64 (1024 tiles: the weight gradient on 37 own
+ * chunks where all planes at once share them) and a fused concatenation 32 + 32 -> 48 at 16^3
+ * with its input gradient in two parts (a partial column vector). The forward's and input
+ * gradient's outputs add their groups, so their sums run in another order and differ in their
+ * last bits (which shows that another path ran), within 1e-5 of the largest value (measured
+ * 2.5-3.4e-6). A weight gradient whose chunks are the same either way (shared ones; 16^3 has
+ * too few tiles for own ones) sums each point of dU in the same order: the same bits; the 32^3
+ * one's own chunks differ in size, within 1e-4 (sums over 32768 voxels; measured 1.9-2.3e-5).
+ * The naive-loop comparisons run with each group size forced in tests/nn/run.sh. */
 static void test_wino_planes(void) {
     if (fx_algo_forced() || !nn_settings()->winograd || !nn_settings()->wino_own ||
         nn_settings()->wino_planes) {
@@ -1352,6 +1353,10 @@ static void test_wino_planes(void) {
                "planes forced by the environment\n");
         return;
     }
+    const char *was = getenv("SCAFFOLD_NN_ALGO");
+    char keep[64] = "";
+    if (was)
+        snprintf(keep, sizeof keep, "%s", was);
     set_env("SCAFFOLD_NN_ALGO", "winograd");
     /* D, ca, cb, cout, split, own chunks for the weight gradient's groups */
     static const int sh[][6] = {{32, 64, 0, 64, 0, 1}, {16, 32, 32, 48, 1, 0}};
@@ -1367,43 +1372,47 @@ static void test_wino_planes(void) {
         float *xa = randv(P * ca, 800 + s, 1), *xb = randv(P * cb + 1, 810 + s, 1);
         float *w = randv(nw, 820 + s, 1.0f / sqrtf(27 * cin)), *dy = randv(P * cout, 830 + s, 1);
         float *ws = ws_alloc(nn_conv3d_ws_floats(1, D, D, D, cin, cout));
-        float *out[3][4]; /* [planes 4, 1, 2][y, dx (first part), dx second part, dw] */
-        static const char *const planes[3] = {"4", "1", "2"};
-        for (int g = 0; g < 3; g++) {
-            set_env("SCAFFOLD_NN_WINO_PLANES", planes[g]);
-            float *y = zeros(P * cout), *da = zeros(P * ca), *db = zeros(P * cb + 1),
-                  *dw = zeros(nw);
-            nn_conv3d_forward_p(y, xa, ca, cb ? xb : NULL, cb, w, cout, 1, D, D, D, NN_FP32,
-                                NULL, ws);
-            nn_conv3d_backward_p(da, split ? db : NULL, dw, dy, xa, ca, cb ? xb : NULL, cb, w,
-                                 cout, 1, D, D, D, NN_FP32, NULL, ws);
-            out[g][0] = y, out[g][1] = da, out[g][2] = db, out[g][3] = dw;
-        }
-        static const char *const what[4] = {"forward", "input gradient", "second input gradient",
-                                            "weight gradient"};
-        const size_t n[4] = {P * cout, P * ca, split ? P * cb : 0, nw};
-        for (int g = 1; g < 3; g++)
-            for (int k = 0; k < 4; k++) {
-                if (!n[k])
-                    continue;
-                double mx, rms;
-                x3_err(out[g][k], out[0][k], n[k], &mx, &rms);
-                const int same = !memcmp(out[g][k], out[0][k], sizeof(float) * n[k]);
-                const int moved = k < 3 || sh[s][5];
-                CHECK(same != moved && mx <= (k < 3 ? 1e-5 : 1e-4),
-                      "Winograd %s plane(s) per pass, %d^3 %d+%d->%d %s: %s (%s), max %.2e of "
-                      "the largest, norm %.2e",
-                      planes[g], D, ca, cb, cout, what[k],
-                      moved ? "another order of sums" : "the same path",
-                      same ? "bit-identical" : "differs", mx, rms);
+        for (int own = 1; own >= 0; own--) {
+            set_env("SCAFFOLD_NN_WINO_OWN", own ? NULL : "0");
+            float *out[3][4]; /* [planes 4, 1, 2][y, dx (first part), dx second part, dw] */
+            static const char *const planes[3] = {"4", "1", "2"};
+            for (int g = 0; g < 3; g++) {
+                set_env("SCAFFOLD_NN_WINO_PLANES", planes[g]);
+                float *y = zeros(P * cout), *da = zeros(P * ca), *db = zeros(P * cb + 1),
+                      *dw = zeros(nw);
+                nn_conv3d_forward_p(y, xa, ca, cb ? xb : NULL, cb, w, cout, 1, D, D, D, NN_FP32,
+                                    NULL, ws);
+                nn_conv3d_backward_p(da, split ? db : NULL, dw, dy, xa, ca, cb ? xb : NULL, cb, w,
+                                     cout, 1, D, D, D, NN_FP32, NULL, ws);
+                out[g][0] = y, out[g][1] = da, out[g][2] = db, out[g][3] = dw;
             }
-        for (int g = 0; g < 3; g++)
-            for (int k = 0; k < 4; k++)
-                free(out[g][k]);
+            static const char *const what[4] = {"forward", "input gradient",
+                                                "second input gradient", "weight gradient"};
+            const size_t n[4] = {P * cout, P * ca, split ? P * cb : 0, nw};
+            for (int g = 1; g < 3; g++)
+                for (int k = 0; k < 4; k++) {
+                    if (!n[k])
+                        continue;
+                    double mx, rms;
+                    x3_err(out[g][k], out[0][k], n[k], &mx, &rms);
+                    const int same = !memcmp(out[g][k], out[0][k], sizeof(float) * n[k]);
+                    const int moved = k < 3 || (own && sh[s][5]);
+                    CHECK(same != moved && mx <= (k < 3 ? 1e-5 : 1e-4),
+                          "Winograd %s plane(s) per pass, %s chunks, %d^3 %d+%d->%d %s: %s (%s), "
+                          "max %.2e of the largest, norm %.2e",
+                          planes[g], own ? "own" : "shared", D, ca, cb, cout, what[k],
+                          moved ? "another order of sums" : "the same order of sums",
+                          same ? "bit-identical" : "differs", mx, rms);
+                }
+            for (int g = 0; g < 3; g++)
+                for (int k = 0; k < 4; k++)
+                    free(out[g][k]);
+        }
         free(xa), free(xb), free(w), free(dy), free(ws);
     }
+    set_env("SCAFFOLD_NN_WINO_OWN", NULL);
     set_env("SCAFFOLD_NN_WINO_PLANES", NULL);
-    set_env("SCAFFOLD_NN_ALGO", NULL);
+    set_env("SCAFFOLD_NN_ALGO", was ? keep : NULL);
 }
 
 /* MaxPool3d's choices as PyTorch makes them, on 20 channels (a vector and a partial one): ties
