@@ -352,7 +352,9 @@ static void wino_chunk_out(const wino_sp *s, const float *M, long ldm, long t0, 
 #define WINO_ZG_UBYTES (640L << 10)
 #define WINO_ZG_OWN_BYTES (512L << 10) /* a grouped chunk's V and M (or dM) */
 #define WINO_ZG_OWN_UMAX (1280L << 10) /* a group's share of U (dU), at most */
-static int wino_zgroup(long ubytes) {
+static int wino_zgroup(long ubytes, int bf16) {
+    if (bf16) /* winograd-bf16: all planes at once */
+        return 4;
     if (nn_settings()->wino_planes)
         return nn_settings()->wino_planes;
     int g = 4;
@@ -389,11 +391,11 @@ void conv_wino_slab(float *out, long ldo, int ncol, const float *P, int C, const
     const long Tz = Dz / 2, Ty = H / 4, Tx = W / 4, ntiles = Tz * Ty * Tx;
     const long row = (long)(W + 2) * C, plane = (H + 2) * row;
     const long ubytes = 4L * WINO_NXI * C * ncp, mr = nn_tg_mr(nr);
-    const int zg = bf16 ? 4 : wino_zgroup(ubytes);
-    wino_sp s = {.out = out, .ldo = ldo, .ncol = ncol, .nr = nr, .nb = nb, .ncp = ncp,
-                 .C = C, .Kp = bf16 ? (C + 1) & ~1 : C, .bf16 = bf16, .nxi = 36 * zg, .P = P,
-                 .U = U, .Tx = Tx, .Ty = Ty, .plane = plane, .row = row,
-                 .oplane = (long)H * W * ldo, .orow = (long)W * ldo};
+    const int zg = wino_zgroup(ubytes, bf16);
+    const wino_sp s = {.out = out, .ldo = ldo, .ncol = ncol, .nr = nr, .nb = nb, .ncp = ncp,
+                       .C = C, .Kp = bf16 ? (C + 1) & ~1 : C, .bf16 = bf16, .nxi = 36 * zg,
+                       .P = P, .U = U, .Tx = Tx, .Ty = Ty, .plane = plane, .row = row,
+                       .oplane = (long)H * W * ldo, .orow = (long)W * ldo};
     const int nth = nn_threads();
     const long own = wino_own_tiles(&s, ubytes * zg / 4, mr, nth);
     if (own) {
@@ -423,7 +425,6 @@ void conv_wino_slab(float *out, long ldo, int ncol, const float *P, int C, const
     /* shared chunks, in the same plane groups: a group's V, M and share of U pass through the
      * last-level cache together (16^3 128 -> 128: 7 MiB against 28; 16^3 256 -> 128 forward
      * and weight gradient 1.2-1.4x, the scale 5 / 64 fp32 step 1.07x, Xeon with AMX) */
-    s.nxi = 36 * zg;
     /* Every chunk reads all of U: a U larger than the last-level cache gets chunks of 24 MiB
      * (16^3 and 32^3 256->256, U 36 MiB: 8 and 52 passes over it with 6 MiB chunks; 1.5x and
      * 1.2x faster with 24). Below that, wino_fwd_chunk_bytes. Chunks are whole blocks of the
@@ -467,7 +468,7 @@ typedef struct wino_dp {
     long ldy;
     int C, Kp, ncol, nr, nb, ncp, mk, nkb, bf16;
     long Tx, Ty, plane, row, gplane, grow;
-    int nxi; /* points per chunk: 144, or a plane group's 36 * zg (wino_dw_own) */
+    int nxi; /* points per chunk: 144, or a plane group's 36 * zg (wino_zgroup) */
 } wino_dp;
 
 /* Tile i of a chunk (tile t0 + i): its input transform into V and its output gradient's into
@@ -523,17 +524,15 @@ static void wino_dw_gemm(const wino_dp *d, const float *V, long ldv, const float
  * thread's own (conv_wino_slab), V and dM in its L2, each chunk's products added into copy
  * c % R of dU (copy 0: dU itself), in chunk order, the copies then added to dU in order: the
  * sums depend on the shape only. The copies are the work items (at most R threads), R - 1 of
- * them in the workspace beside the threads' chunks. fp32 with a dU too large for L2 runs
- * plane groups (wino_zgroup), each a pass of its own over the tiles with its share of dU in the
- * copies. bf16 (winograd-bf16): V and dM in tile pairs, as the shared chunks have them (a chunk
+ * them in the workspace beside the threads' chunks. In plane groups (d->nxi < 144: dU too
+ * large for L2), each a pass of its own over the tiles with its share of dU in the copies. bf16 (winograd-bf16): V and dM in tile pairs, as the shared chunks have them (a chunk
  * is an even number of tiles but the last). */
-static int wino_dw_own(wino_dp *d, float *dU, long ntiles, float *VM) {
+static int wino_dw_own(const wino_dp *d, float *dU, long ntiles, float *VM) {
     const long es = d->bf16 ? 2 : 4; /* bytes per value */
-    const int zg = d->bf16 ? 4 : wino_zgroup(4L * WINO_NXI * d->C * d->ncp);
-    const long nu = 36L * zg * d->C * d->ncp; /* a group's share of dU */
+    const int zg = d->nxi / 36;
+    const long nu = (long)d->nxi * d->C * d->ncp; /* a group's share of dU */
     if (!nn_settings()->wino_own || 4 * nu > (zg < 4 ? WINO_ZG_OWN_UMAX : WINO_OWN_DW_UMAX))
         return 0;
-    d->nxi = 36 * zg;
     long own = (zg < 4 ? WINO_ZG_OWN_BYTES : WINO_OWN_DW_BYTES) /
                (es * d->nxi * (d->Kp + d->ncp) + 4L * 2 * WINO_LDPAD);
     own = own < 16 ? 16 : own - own % 4;
@@ -589,16 +588,15 @@ void conv_wino_dw_slab(float *dU, const float *P, int C, const float *dy, long l
                        int nr, int Dz, int H, int W, float *VM, int bf16) {
     const int nb = nblocks(ncol, nr), mk = nn_tw_mr(nr);
     const long ntiles = (long)(Dz / 2) * (H / 4) * (W / 4), row = (long)(W + 2) * C;
-    wino_dp d = {.P = P, .dy = dy, .ldy = ldy, .C = C, .Kp = bf16 ? (C + 1) & ~1 : C,
-                 .ncol = ncol, .nr = nr, .nb = nb, .ncp = nb * nr, .mk = mk,
-                 .nkb = (C + mk - 1) / mk, .bf16 = bf16, .Tx = W / 4, .Ty = H / 4,
-                 .plane = (H + 2) * row, .row = row, .gplane = (long)H * W * ldy,
-                 .grow = (long)W * ldy, .nxi = WINO_NXI};
+    /* own or shared chunks, in plane groups as conv_wino_slab's */
+    const int zg = wino_zgroup(4L * WINO_NXI * C * nb * nr, bf16);
+    const wino_dp d = {.P = P, .dy = dy, .ldy = ldy, .C = C, .Kp = bf16 ? (C + 1) & ~1 : C,
+                       .ncol = ncol, .nr = nr, .nb = nb, .ncp = nb * nr, .mk = mk,
+                       .nkb = (C + mk - 1) / mk, .bf16 = bf16, .Tx = W / 4, .Ty = H / 4,
+                       .plane = (H + 2) * row, .row = row, .gplane = (long)H * W * ldy,
+                       .grow = (long)W * ldy, .nxi = 36 * zg};
     if (wino_dw_own(&d, dU, ntiles, VM))
         return;
-    /* shared chunks, in plane groups as conv_wino_slab's */
-    const int zg = bf16 ? 4 : wino_zgroup(4L * WINO_NXI * C * d.ncp);
-    d.nxi = 36 * zg;
     const long chunk = wino_chunk_tiles(C, d.ncp, wino_dw_chunk_bytes(C, d.ncp));
     const int ng = wino_col_groups(nb, nn_threads());
 #pragma omp parallel num_threads(nn_threads())
@@ -613,7 +611,7 @@ void conv_wino_dw_slab(float *dU, const float *P, int C, const float *dy, long l
 #pragma omp for schedule(dynamic, 4)
                 for (long ip = 0; ip < rt; ip++)
                     for (long i = 2 * ip; i < 2 * ip + 2 && i < nt; i++)
-                        wino_dw_tile(&d, V, ldv, Mo, ldm, t0, i, 0);
+                        wino_dw_tile(&d, V, ldv, Mo, ldm, t0, i, a0);
             } else {
 #pragma omp for schedule(dynamic, 8)
                 for (long i = 0; i < nt; i++)

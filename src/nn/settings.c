@@ -199,8 +199,8 @@ static const nn_setting table[] = {
      "few channels give each thread chunks of its own)",
      F(wino_own), parse_on_unless_0x, NULL},
     {"SCAFFOLD_NN_WINO_PLANES", NN_SET_INT, "0", "0, 1, 2, 4",
-     "transformed planes per fp32 Winograd pass over a thread's own chunks (0: by the size of "
-     "U; the tests force each)",
+     "transformed planes per fp32 Winograd pass over the tiles (0: by the size of U; the tests "
+     "force each)",
      F(wino_planes), parse_planes, NULL},
     {"SCAFFOLD_NN_BF16_STORE", NN_SET_BOOL, "1", "0, 1",
      "0 keeps a bf16 run's down-block conv outputs in fp32 (default: bf16, half the memory)",

@@ -54,8 +54,8 @@ struct nn_settings {
     int winograd;           /* SCAFFOLD_NN_WINOGRAD: 0 takes Winograd out of every choice */
     size_t wino_umax;       /* SCAFFOLD_NN_WINO_UMAX: bytes of U per column group */
     int wino_own;           /* SCAFFOLD_NN_WINO_OWN: 0 keeps every Winograd chunk shared */
-    int wino_planes;        /* SCAFFOLD_NN_WINO_PLANES: transformed planes per fp32 pass over
-                               a thread's own chunks, 1, 2 or 4; 0 by the size of U */
+    int wino_planes;        /* SCAFFOLD_NN_WINO_PLANES: transformed planes per fp32 Winograd
+                               pass over the tiles, 1, 2 or 4; 0 by the size of U */
     int bf16_store;         /* SCAFFOLD_NN_BF16_STORE: 0 keeps bf16 conv outputs in fp32 */
     size_t slab_bytes;      /* SCAFFOLD_NN_SLAB_BYTES: bytes of padded planes per slab */
 };
