@@ -6,7 +6,8 @@
 #  3. training throughput on 2 ranks vs 1 rank (same local batch; baseline: 1 rank)
 #  4. time to the target Dice on configs/quickstart.yml vs bench/train/torch_train.py (upstream's
 #     training in PyTorch 2.x from the bench venv: same model, loss, CE weights, Adam, clipping,
-#     schedule, metric, reading scaffold's dataset files), same thread count, one seed
+#     schedule, metric, reading scaffold's dataset files), same thread count, one seed; PyTorch
+#     in both memory formats (contiguous and channels_last_3d), the faster one the baseline
 #  5. contention: the same time to target quiet and with BUSY (default 1) of the cores taken by
 #     another process (a busy loop), for scaffold, for scaffold with libgomp's own spin before
 #     sleeping (GOMP_SPINCOUNT=300000, the previous behaviour) and for PyTorch 2.x (the harness
@@ -80,10 +81,15 @@ if has 4 && [ -n "$PY" ]; then
     ts=$(sed -nE 's/.*time to target ([0-9.]+) s.*/\1/p' <<<"$out")
     es=$(tail -n +2 "$(ls -d ttt/*/ | tail -n 1)/train_stats.csv" | wc -l)
     ds=$(ls -d datasets/*/*/ | head -n 1)
-    tout=$("$PY" "$root/bench/train/torch_train.py" "$ds" --scaffold-config "$(ls -d ttt/*/ | tail -n 1)/config.yaml" \
-        --threads 2 --quiet | tail -n 1)
-    tt=$(awk '{print $2}' <<<"$tout"); et=$(awk '{print $4}' <<<"$tout")
-    echo "time to val dice 0.95, quickstart, 2 threads: scaffold ${ts:-not reached} s ($es epochs) vs PyTorch $("$PY" -c 'import torch; print(torch.__version__)') ${tt} s ($et epochs): ratio $(awk -v a="$tt" -v b="${ts:-0}" 'BEGIN{if(b>0) printf "%.2f", a/b; else print "n/a"}')x (one seed: the epochs differ by the draw; part 5 compares distributions)"
+    # PyTorch in both memory formats, contiguous (upstream's) and channels_last_3d (PyTorch's
+    # CPU tuning advice); the faster is the baseline
+    tcfg1="$(ls -d ttt/*/ | tail -n 1)/config.yaml"
+    tout=$( { for f in "" --channels-last; do
+                  "$PY" "$root/bench/train/torch_train.py" "$ds" --scaffold-config "$tcfg1" \
+                      --threads 2 --quiet $f | tail -n 1 | sed "s/\$/ format ${f:---contiguous}/"
+              done; } | awk '$1 == "torch_time_to_target_s" && (l == "" || $2 < t) { t = $2; l = $0 } END { print l }')
+    tt=$(awk '{print $2}' <<<"$tout"); et=$(awk '{print $4}' <<<"$tout"); tf=$(awk '{print $NF}' <<<"$tout"); tf=${tf#--}
+    echo "time to val dice 0.95, quickstart, 2 threads: scaffold ${ts:-not reached} s ($es epochs) vs PyTorch $("$PY" -c 'import torch; print(torch.__version__)') ${tt} s ($et epochs, $tf, the faster format): ratio $(awk -v a="$tt" -v b="${ts:-0}" 'BEGIN{if(b>0) printf "%.2f", a/b; else print "n/a"}')x (one seed: the epochs differ by the draw; part 5 compares distributions)"
 elif has 4; then
     echo "part 4 skipped: no PyTorch 2.x venv (bench/venv.sh needs PyPI)"
 fi

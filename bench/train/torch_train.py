@@ -27,14 +27,15 @@ usage: torch_train.py DATASET_DIR [--scaffold-config RUN/config.yaml] [--classes
          [--no-scheduler] [--seed 42] [--sampler torch|scaffold] [--sampler-seed S]
          [--target 0.95] [--epochs N] [--max-epochs 100] [--threads N] [--ce-fraction 0.1] [--warmup 0] [--amp]
          [--dtype float32|float64] [--init-ulp-noise SEED] [--steps-out CSV] [--stats-out CSV]
-         [--quiet]
+         [--channels-last] [--quiet]
 --scaffold-config takes the hyperparameters of a scaffold run folder's config.yaml (model,
 optimizer, learning rates, schedule, batch, seed, warmup, target, CE fraction, torch_amp);
 explicit options override it. --classes is the number of output classes (n_categories + 1);
 with --init the architecture is read from the file. --amp runs the forward pass under CPU
-autocast to bfloat16 (upstream's torch_amp: 1); the default is fp32. --init-ulp-noise moves
-every initial weight by one float32 ulp (random direction): the spread of such runs is the size
-of fp32 noise. --epochs N trains exactly
+autocast to bfloat16 (upstream's torch_amp: 1); the default is fp32. --channels-last keeps the
+model and every batch in torch.channels_last_3d (PyTorch's CPU tuning advice for oneDNN).
+--init-ulp-noise moves every initial weight by one float32 ulp (random direction): the spread of
+such runs is the size of fp32 noise. --epochs N trains exactly
 N epochs (no early stop); otherwise training stops at the first epoch whose validation Dice
 reaches --target, or after --max-epochs.
 Prints one line per epoch and, last,
@@ -252,6 +253,7 @@ def main():
     ap.add_argument("--T0", type=int)
     ap.add_argument("--Tmult", type=int)
     ap.add_argument("--no-scheduler", action="store_const", const=True)
+    ap.add_argument("--channels-last", action="store_true")
     ap.add_argument("--seed", type=int)
     ap.add_argument("--sampler", choices=["torch", "scaffold"], default="torch")
     ap.add_argument("--sampler-seed", type=int)
@@ -312,6 +314,9 @@ def main():
                 p.copy_(torch.where(up, torch.nextafter(p, torch.full_like(p, math.inf)),
                                     torch.nextafter(p, torch.full_like(p, -math.inf))))
     model = model.to(dtype)
+    fmt = torch.channels_last_3d
+    if a.channels_last:  # before the optimizer takes the parameters
+        model = model.to(memory_format=fmt)
     classes = model.up_list[-1].conv.out_channels
 
     # CE class weights (reference §11.4): masks at linspace indices of the sorted ids.
@@ -349,6 +354,8 @@ def main():
         out = []
         for ids in step:
             x, y = data.batch("training", ids)
+            if a.channels_last:
+                x = x.to(memory_format=fmt)
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.amp):
                 logits = model(x)
             loss, dice = scaffold_loss(logits.to(dtype), y, w)
@@ -375,6 +382,8 @@ def main():
                 if max_batches is not None and b >= max_batches:
                     break
                 x, y = data.batch("validation", ids)
+                if a.channels_last:
+                    x = x.to(memory_format=fmt)
                 with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.amp):
                     logits = model(x).to(dtype)
                 loss, _ = scaffold_loss(logits, y, w)
