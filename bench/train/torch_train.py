@@ -314,9 +314,8 @@ def main():
                 p.copy_(torch.where(up, torch.nextafter(p, torch.full_like(p, math.inf)),
                                     torch.nextafter(p, torch.full_like(p, -math.inf))))
     model = model.to(dtype)
-    fmt = torch.channels_last_3d
     if a.channels_last:  # before the optimizer takes the parameters
-        model = model.to(memory_format=fmt)
+        model = model.to(memory_format=torch.channels_last_3d)
     classes = model.up_list[-1].conv.out_channels
 
     # CE class weights (reference §11.4): masks at linspace indices of the sorted ids.
@@ -355,7 +354,7 @@ def main():
         for ids in step:
             x, y = data.batch("training", ids)
             if a.channels_last:
-                x = x.to(memory_format=fmt)
+                x = x.to(memory_format=torch.channels_last_3d)
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.amp):
                 logits = model(x)
             loss, dice = scaffold_loss(logits.to(dtype), y, w)
@@ -383,7 +382,7 @@ def main():
                     break
                 x, y = data.batch("validation", ids)
                 if a.channels_last:
-                    x = x.to(memory_format=fmt)
+                    x = x.to(memory_format=torch.channels_last_3d)
                 with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.amp):
                     logits = model(x).to(dtype)
                 loss, _ = scaffold_loss(logits, y, w)
