@@ -135,6 +135,15 @@ void conv_pad_slab(void *P, int fmt, const float *a, long lda_, int ca, const fl
             memset(row, 0, C * es);
             memset(row + rowb - C * es, 0, C * es);
             const size_t src = (((size_t)n * D + z) * H + y) * W;
+            /* one input alone, its voxels' channels consecutive: the row in one run (a copy
+             * per voxel was 4% of an fp32 step at 5 / 64 on a Xeon with AMX) */
+            if (!cb && C == ca && lda_ == ca && (fmt == PAD_F32 || fmt == PAD_BF16)) {
+                if (fmt == PAD_F32)
+                    memcpy(row + C * es, a + src * ca, sizeof(float) * W * ca);
+                else
+                    nn_bf16_pack((uint16_t *)(row + C * es), a + src * ca, (long)W * ca);
+                continue;
+            }
             for (int x = 0; x < W; x++) {
                 const float *sa = a + (src + x) * lda_, *sb = b ? b + (src + x) * cb : NULL;
                 if (fmt == PAD_F32) {

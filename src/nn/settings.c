@@ -53,6 +53,16 @@ static const char *label_bf16dp(int v) {
     return v == NN_SET_BF16DP_OFF ? "0" : v == NN_SET_BF16DP_EMULATE ? "emulate" : "auto";
 }
 
+/* SCAFFOLD_NN_BF16_STORE: starting with '0' off, "1" on, anything else auto. */
+static int parse_store(const char *v, void *f) {
+    *ip(f) = v[0] == '0' ? 0 : !strcmp(v, "1") ? 1 : NN_SET_STORE_AUTO;
+    return *v && v[0] != '0' && strcmp(v, "1") && strcmp(v, "auto");
+}
+
+static const char *label_store(int v) {
+    return v == 0 ? "0" : v == 1 ? "1" : "auto";
+}
+
 /* Exactly "0": off; anything else: on. */
 static int parse_on_unless_0(const char *v, void *f) {
     *ip(f) = strcmp(v, "0") != 0;
@@ -202,9 +212,10 @@ static const nn_setting table[] = {
      "transformed planes per fp32 Winograd pass over the tiles (0: by the size of U; the tests "
      "force each)",
      F(wino_planes), parse_planes, NULL},
-    {"SCAFFOLD_NN_BF16_STORE", NN_SET_BOOL, "1", "0, 1",
-     "0 keeps a bf16 run's down-block conv outputs in fp32 (default: bf16, half the memory)",
-     F(bf16_store), parse_on_unless_0x, NULL},
+    {"SCAFFOLD_NN_BF16_STORE", NN_SET_ENUM, "auto", "0, 1",
+     "1 keeps a bf16 run's down-block conv outputs as bf16 (half the memory, two passes more), "
+     "0 in fp32; auto: as bf16 where that saves 256 MiB a sample, or on a GPU",
+     F(bf16_store), parse_store, label_store},
     {"SCAFFOLD_NN_SLAB_BYTES", NN_SET_SIZE, STR(NN_SETTINGS_SLAB_BYTES), BYTES,
      "bytes of padded planes per convolution slab", F(slab_bytes), parse_slab, NULL},
 };
@@ -224,7 +235,7 @@ static const struct nn_settings defaults = {
     .wino_umax = NN_SETTINGS_WINO_UMAX,
     .wino_own = 1,
     .wino_planes = 0,
-    .bf16_store = 1,
+    .bf16_store = NN_SET_STORE_AUTO,
     .slab_bytes = NN_SETTINGS_SLAB_BYTES,
 };
 

@@ -33,6 +33,8 @@ enum {
 enum { NN_SET_ALGO_RULE = -3, NN_SET_ALGO_MEASURE = -4 };
 /* SCAFFOLD_BF16DP. */
 enum { NN_SET_BF16DP_OFF = 0, NN_SET_BF16DP_ON = 1, NN_SET_BF16DP_EMULATE = 2 };
+/* SCAFFOLD_NN_BF16_STORE: 0 off, 1 on, or by what it saves (unet_plan.c). */
+enum { NN_SET_STORE_AUTO = 2 };
 
 /* The values the engine uses. The strings point into copies of the environment's text that
  * live until the next nn_settings_reload. */
@@ -56,7 +58,8 @@ struct nn_settings {
     int wino_own;           /* SCAFFOLD_NN_WINO_OWN: 0 keeps every Winograd chunk shared */
     int wino_planes;        /* SCAFFOLD_NN_WINO_PLANES: transformed planes per fp32 Winograd
                                pass over the tiles, 1, 2 or 4; 0 by the size of U */
-    int bf16_store;         /* SCAFFOLD_NN_BF16_STORE: 0 keeps bf16 conv outputs in fp32 */
+    int bf16_store;         /* SCAFFOLD_NN_BF16_STORE: 0 keeps bf16 conv outputs in fp32, 1
+                               as bf16, NN_SET_STORE_AUTO as bf16 where that saves much */
     size_t slab_bytes;      /* SCAFFOLD_NN_SLAB_BYTES: bytes of padded planes per slab */
 };
 

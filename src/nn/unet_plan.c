@@ -13,6 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Bytes per sample the bf16 conv outputs must save for SCAFFOLD_NN_BF16_STORE=auto to keep them
+ * (see unet_plan_dims). */
+#define NN_BF16_STORE_AUTO_BYTES (256.0 * 1048576)
+
 int nn_unet_spec_check(const nn_unet_spec *s, int d, int h, int w) {
     if (s->layers < 1 || s->layers > MAXL)
         return err_set(ERR_CONFIG,
@@ -184,11 +188,6 @@ void unet_plan_dims(struct nn_unet_plan *p, const nn_unet_spec *s, const nn_unet
     p->ckpt = o->checkpointing;
     p->ck2 = p->ckpt && p->be->groupnorm_backward_x;
     p->sharded = o->sharded;
-    /* A bf16 run's conv outputs hold bf16 values (the convolutions round them), so keeping
-     * them as bf16 loses nothing; SCAFFOLD_NN_BF16_STORE=0 keeps them in fp32 (the tests
-     * compare the two) */
-    p->h16 = p->prec == NN_BF16 && !p->ckpt && L >= 1 && p->be->bf16_narrow &&
-             p->be->bf16_widen && nn_settings()->bf16_store;
     for (int i = 0; i <= L; i++) {
         p->dd[i] = d >> i;
         p->hh[i] = h >> i;
@@ -199,6 +198,20 @@ void unet_plan_dims(struct nn_unet_plan *p, const nn_unet_spec *s, const nn_unet
     }
     for (int j = 0; j < L; j++)
         p->up[j].level = L - 1 - j;
+    /* A bf16 run's conv outputs hold bf16 values (the convolutions round them), so keeping
+     * them as bf16 loses nothing (the tests compare the two) but costs a pass each way over
+     * them: 2% of a bf16 step at scale 5 / 64 and 6 / 64 on a Xeon with AMX, for 10 and 80 MiB
+     * of 195 MiB and 1.3 GiB. So by default only where it saves at least
+     * NN_BF16_STORE_AUTO_BYTES per sample (scale 7 / base 64: 640 MiB), or on a GPU, whose
+     * memory is scarcer and whose passes are cheap. */
+    const int store = nn_settings()->bf16_store;
+    double saves = 0; /* bytes per sample: c1 and c2 of the down blocks above the bottleneck */
+    for (int i = 0; i < L; i++)
+        saves += 2.0 * p->S[i] * p->ch[i] * (sizeof(float) - sizeof(uint16_t));
+    p->h16 = p->prec == NN_BF16 && !p->ckpt && L >= 1 && p->be->bf16_narrow &&
+             p->be->bf16_widen &&
+             (store == 1 || (store == NN_SET_STORE_AUTO &&
+                             (p->be->device || saves >= NN_BF16_STORE_AUTO_BYTES)));
     p->prof_layers = !p->be->device || p->be->host_access;
     char nm[32];
     for (int i = 0; i <= L; i++) {

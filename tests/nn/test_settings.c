@@ -75,7 +75,8 @@ static void test_defaults(void) {
     CHECK(s->isa == NN_SET_UNSET && s->bf16dp == NN_SET_BF16DP_ON && s->amx == 1 &&
               s->algo == NN_SET_UNSET && !s->algo_cache && !s->algo_pin && !s->algo_strict &&
               s->dw_replicas == NN_SETTINGS_DW_REPLICAS && s->winograd == 1 &&
-              s->wino_umax == NN_SETTINGS_WINO_UMAX && s->wino_own == 1 && s->wino_planes == 0 && s->bf16_store == 1 &&
+              s->wino_umax == NN_SETTINGS_WINO_UMAX && s->wino_own == 1 && s->wino_planes == 0 &&
+              s->bf16_store == NN_SET_STORE_AUTO &&
               s->slab_bytes == NN_SETTINGS_SLAB_BYTES &&
               s->algo_quiet == NN_SETTINGS_ALGO_QUIET,
           "unset: the default values");
@@ -94,7 +95,14 @@ static void test_values(void) {
     set("SCAFFOLD_NN_WINOGRAD", NULL);
     d = set("SCAFFOLD_NN_BF16_STORE", "0");
     CHECK(s->bf16_store == 0, "BF16_STORE=0: %s", d);
-    set("SCAFFOLD_NN_BF16_STORE", NULL);
+    d = set("SCAFFOLD_NN_BF16_STORE", "1");
+    CHECK(s->bf16_store == 1 && !strcmp(d, "1 (environment)"), "BF16_STORE=1: %s", d);
+    d = set("SCAFFOLD_NN_BF16_STORE", "yes");
+    CHECK(s->bf16_store == NN_SET_STORE_AUTO && strstr(d, "not recognised"),
+          "BF16_STORE=yes: auto, reported: %s", d);
+    d = set("SCAFFOLD_NN_BF16_STORE", NULL);
+    CHECK(s->bf16_store == NN_SET_STORE_AUTO && !strcmp(d, "auto (default)"),
+          "BF16_STORE unset: %s", d);
     d = set("SCAFFOLD_AMX", "0");
     CHECK(s->amx == 0, "AMX=0: %s", d);
     d = set("SCAFFOLD_AMX", "00");
