@@ -135,8 +135,8 @@ void conv_pad_slab(void *P, int fmt, const float *a, long lda_, int ca, const fl
             memset(row, 0, C * es);
             memset(row + rowb - C * es, 0, C * es);
             const size_t src = (((size_t)n * D + z) * H + y) * W;
-            /* one input alone, its voxels' channels consecutive: the row in one run (a copy
-             * per voxel was 4% of an fp32 step at 5 / 64 on a Xeon with AMX) */
+            /* one input alone, its voxels' channels consecutive: the row in one run (32^3 64
+             * channels to bf16: 0.37 -> 0.30 ms, a call per voxel before; Xeon with AMX) */
             if (!cb && C == ca && lda_ == ca && (fmt == PAD_F32 || fmt == PAD_BF16)) {
                 if (fmt == PAD_F32)
                     memcpy(row + C * es, a + src * ca, sizeof(float) * W * ca);
