@@ -2,9 +2,11 @@
  * conversion, forward and backward, channels-last (see layers.h). The convolutions are in
  * conv3d.c, convt.c and conv1.c (and the conv_*.c they share).
  *
- * GroupNorm statistics: each thread sums its share of voxels per channel (float partial sums over
- * blocks of 64 voxels, added into double), the per-thread sums are combined per group, and the
- * variance is a second pass around the mean (no E[x^2] - mean^2 cancellation). */
+ * GroupNorm statistics: one pass over the voxels in fixed slices; per block of 64 voxels (in L1)
+ * each channel's mean and sum of squares around it, in float, merged in double into the slice's
+ * (the pairwise update of Chan, Golub and LeVeque), the slices merged in order, then the
+ * channels per group: the variance never comes from E[x^2] - mean^2 (no cancellation), and x is
+ * read once, not once for the mean and again for the variance around it. */
 #include "nn/layers.h"
 
 #include "core/prof.h"
@@ -15,15 +17,16 @@
 #include <string.h>
 
 #define GN_BLOCK 64
+#define GN_MB 64 /* channels per merge of a block into its slice (stack arrays) */
 
 /* GroupNorm's loops over a block of voxels are plain C over the channels, built wide (NN_WIDE,
  * base.h): each channel's sums still run over the voxels in order. */
 
-/* Workspace: per slice 2C doubles, per thread 2C floats, then per channel 4C doubles
+/* Workspace: per slice 2C doubles, per thread 3C floats, then per channel 4C doubles
  * (sums, sums2, shift[2C]), 5C floats (backward coefficients) and 2C + 1 doubles (per-group
  * sums of the backward pass). */
 static size_t gn_scratch_floats(int C) {
-    return ((size_t)NN_SLICES * 4 + (size_t)NN_MAX_THREADS * 2 + 2) * (size_t)C;
+    return ((size_t)NN_SLICES * 4 + (size_t)NN_MAX_THREADS * 3 + 2) * (size_t)C;
 }
 
 size_t nn_groupnorm_ws_floats(int C) {
@@ -117,15 +120,7 @@ static NN_WIDE void gn_block_sums(float *restrict f1, float *restrict f2, const 
                                   long b1, int C, int mode, const gn_xsrc *xs) {
     for (long p = b0; p < b1; p++) {
         const float *a = x1 + p * C;
-        if (mode == 0) {
-            for (int c = 0; c < C; c++)
-                f1[c] += a[c];
-        } else if (mode == 1) {
-            for (int c = 0; c < C; c++) {
-                float d = a[c] - fshift[c];
-                f1[c] += d * d;
-            }
-        } else if (mode == 2) {
+        if (mode == 2) {
             gn_bwd_sums_voxel(f1, f2, a, x2 + p * C, x3 ? x3 + p * C : NULL, fshift,
                               fshift + C, C);
         } else {
@@ -140,23 +135,20 @@ static NN_WIDE void gn_block_sums(float *restrict f1, float *restrict f2, const 
     }
 }
 
-/* Per-channel sums over voxels [0,S) of f(x) for sample n, into dsum[c] (double) per thread. */
+/* The GroupNorm backward's per-channel sums over voxels [0,S) of sample n, in double. */
 static void gn_channel_sums(double *out1, double *out2, const float *x1, const float *x2,
                             const float *x3, long S, int C, const double *shift, float *ws,
                             int mode, const gn_xsrc *xs) {
-    /* mode 0: out1 = sum x1.
-     * mode 1: out1 = sum (x1 - shift[c])^2.
-     * mode 2 (GN backward): dy = x2 * (x3 > 0 or x3 NULL); xhat = (x1 - shift[c]) * shift[C+c];
+    /* mode 2: dy = x2 * (x3 > 0 or x3 NULL); xhat = (x1 - shift[c]) * shift[C+c];
      *         out1 = sum dy, out2 = sum dy * xhat.
      * mode 3: as mode 2 with dy from xs (gn_x_dy). */
     const int nth = nn_threads();
     double *dacc = (double *)ws; /* NN_SLICES * 2C doubles */
     float *facc = ws + (size_t)NN_SLICES * C * 4;
     /* The shifts as floats, converted once rather than per voxel (same values). */
-    float *fshift = facc + (size_t)NN_MAX_THREADS * 2 * C;
-    if (shift)
-        for (int c = 0; c < (mode >= 2 ? 2 * C : C); c++)
-            fshift[c] = (float)shift[c];
+    float *fshift = facc + (size_t)NN_MAX_THREADS * 3 * C;
+    for (int c = 0; c < 2 * C; c++)
+        fshift[c] = (float)shift[c];
     /* NN_SLICES fixed slices of voxels, taken dynamically (balanced when cores are shared); each
      * sums its blocks in order into its own slot, so the result is independent of the threads. */
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nth)
@@ -182,9 +174,87 @@ static void gn_channel_sums(double *out1, double *out2, const float *x1, const f
             s2 += dacc[(size_t)t * 2 * C + C + c];
         }
         out1[c] = s1;
-        if (out2)
-            out2[c] = s2;
+        out2[c] = s2;
     }
+}
+
+/* One block of nb voxels from x (C channels): its channels' sums into f1, then around their
+ * means (f1 / nb, kept in f1) the deviations' sums and squares into g1 and g2; the block is
+ * read twice while it is in L1. */
+static NN_WIDE void gn_block_moments(float *restrict f1, float *restrict g1, float *restrict g2,
+                                     const float *x, long nb, int C) {
+    for (int c = 0; c < C; c++)
+        f1[c] = g1[c] = g2[c] = 0.0f;
+    for (long p = 0; p < nb; p++) {
+        const float *restrict a = x + p * C;
+        for (int c = 0; c < C; c++)
+            f1[c] += a[c];
+    }
+    const float inv = 1.0f / (float)nb;
+    for (int c = 0; c < C; c++)
+        f1[c] *= inv;
+    for (long p = 0; p < nb; p++) {
+        const float *restrict a = x + p * C;
+        for (int c = 0; c < C; c++) {
+            const float d = a[c] - f1[c];
+            g1[c] += d;
+            g2[c] += d * d;
+        }
+    }
+}
+
+/* (n, mean, m2) += a set of nb values with mean mb and sum of squared deviations m2b, per
+ * channel (the pairwise update: exact in exact arithmetic, no cancellation). */
+static void gn_merge(double *mean, double *m2, double n, const double *mb, const double *m2b,
+                     double nb, int C) {
+    const double t = n + nb, w = nb / t, cross = n * nb / t;
+    for (int c = 0; c < C; c++) {
+        const double d = mb[c] - mean[c];
+        mean[c] += d * w;
+        m2[c] += m2b[c] + d * d * cross;
+    }
+}
+
+/* Per channel over voxels [0, S): sum[c] = S * its mean, m2[c] = the sum of squared deviations
+ * from its mean; NN_SLICES fixed slices taken dynamically, each merging its blocks in order,
+ * then the slices merged in order: the same bits whatever the threads. */
+static void gn_channel_moments(double *sum, double *m2, const float *x, long S, int C,
+                               float *ws) {
+    double *dacc = (double *)ws; /* per slice: mean (C), m2 (C) */
+    float *facc = ws + (size_t)NN_SLICES * C * 4;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nn_threads())
+    for (int sl = 0; sl < NN_SLICES; sl++) {
+        double *mean_s = dacc + (size_t)sl * 2 * C, *m2_s = mean_s + C;
+        float *f1 = facc + (size_t)omp_get_thread_num() * 3 * C, *g1 = f1 + C, *g2 = g1 + C;
+        double mb[GN_MB], m2b[GN_MB];
+        memset(mean_s, 0, sizeof(double) * 2 * C);
+        const long lo = S * sl / NN_SLICES, hi = S * (sl + 1) / NN_SLICES;
+        for (long b0 = lo; b0 < hi; b0 += GN_BLOCK) {
+            const long nb = b0 + GN_BLOCK < hi ? GN_BLOCK : hi - b0;
+            gn_block_moments(f1, g1, g2, x + b0 * C, nb, C);
+            for (int c0 = 0; c0 < C; c0 += GN_MB) {
+                const int nc = C - c0 < GN_MB ? C - c0 : GN_MB;
+                for (int c = 0; c < nc; c++) { /* the block's own mean and m2, in double */
+                    const double g = g1[c0 + c];
+                    mb[c] = f1[c0 + c] + g / nb;
+                    m2b[c] = g2[c0 + c] - g * g / nb;
+                }
+                gn_merge(mean_s + c0, m2_s + c0, (double)(b0 - lo), mb, m2b, (double)nb, nc);
+            }
+        }
+    }
+    for (int c = 0; c < C; c++)
+        sum[c] = m2[c] = 0.0;
+    double n = 0;
+    for (int sl = 0; sl < NN_SLICES; sl++) {
+        const double ns = (double)(S * (sl + 1) / NN_SLICES - S * sl / NN_SLICES);
+        if (ns == 0)
+            continue;
+        gn_merge(sum, m2, n, dacc + (size_t)sl * 2 * C, dacc + (size_t)sl * 2 * C + C, ns, C);
+        n += ns;
+    }
+    for (int c = 0; c < C; c++)
+        sum[c] *= (double)S; /* the mean, as the sum its group adds */
 }
 
 enum { GN_ROWS = 1024 }; /* voxels per work item of the per-voxel passes */
@@ -258,14 +328,22 @@ void nn_groupnorm_forward_sh(float *y, float *mean, float *rstd, const float *x,
     double *sums = gn_channel_area(ws, C);
     double *chm = sums + C;     /* per channel: its group's mean */
     double *grp = sums + 2 * C; /* G + 1 <= 2C doubles, free in the forward pass */
+    /* per channel: the squared deviations from its mean, in the backward pass's per-group
+     * sums (2C + 1 doubles after its 5C floats of coefficients; see gn_backward) */
+    double *m2 = sums + 4 * C + (5 * C + 1) / 2 + 1;
     for (int n = 0; n < N; n++) {
         const float *xn = x + (size_t)n * S * C;
-        gn_channel_sums(sums, NULL, xn, NULL, NULL, S, C, NULL, ws, 0, NULL);
+        gn_channel_moments(sums, m2, xn, S, C, ws);
         gn_group_sums(grp, sums, S, C, G, sh);
         const double cnt = grp[G] * cg;
         for (int c = 0; c < C; c++)
             chm[c] = grp[c / cg] / cnt;
-        gn_channel_sums(sums, NULL, xn, NULL, NULL, S, C, chm, ws, 1, NULL);
+        /* around the group's mean (over all shards when the statistics are global): the
+         * channel's own deviations plus S times its mean's offset, squared */
+        for (int c = 0; c < C; c++) {
+            const double d = sums[c] / (double)S - chm[c];
+            sums[c] = m2[c] + (double)S * d * d;
+        }
         gn_group_sums(grp, sums, S, C, G, sh);
         for (int g = 0; g < G; g++) {
             const double var = grp[g] / cnt;

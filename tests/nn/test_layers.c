@@ -217,6 +217,65 @@ static void test_gn_round(void) {
         free(db), free(ws);
 }
 
+/* GroupNorm's statistics (one pass: per block of voxels its channels' means and squared
+ * deviations, merged pairwise) against a two-pass double reference: channels whose mean is
+ * 10^4 times their spread (E[x^2] - mean^2 in float would lose every digit of the variance),
+ * a channel of one value repeated (variance 0), volumes that are not whole blocks or fewer
+ * voxels than slices, more channels than one merge chunk, bit-identical on any thread count. */
+static void test_gn_stats(void) {
+    const struct { int N, C, G; long S; float off, spread; } cs[] = {
+        {2, 48, 4, 333, 1e4f, 1.0f}, {1, 96, 8, 40, 0.0f, 1.0f},  {1, 80, 5, 4097, -3e3f, 1e-2f},
+        {1, 16, 16, 64, 5.0f, 1.0f}, {2, 8, 2, 1, 1.0f, 1.0f},    {1, 130, 10, 700, 0.25f, 1.0f},
+    };
+    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+        const int N = cs[k].N, C = cs[k].C, G = cs[k].G, cg = C / G;
+        const long S = cs[k].S;
+        const size_t n = (size_t)N * S * C;
+        float *x = randv(n, 91 + k, cs[k].spread), *g = randv(C, 92, 1), *b = randv(C, 93, 1);
+        for (size_t i = 0; i < n; i++)
+            x[i] += cs[k].off * (float)(1 + (int)(i % C) % 3); /* offsets differ by channel */
+        for (long p = 0; p < S; p++) /* channel 3: one value */
+            for (int s = 0; s < N; s++)
+                x[((size_t)s * S + p) * C + 3] = cs[k].off + 0.5f;
+        float *y = zeros(n), *mean = zeros(N * G), *rstd = zeros(N * G), *m2 = zeros(N * G),
+              *r2 = zeros(N * G), *ws = ws_alloc(nn_groupnorm_ws_floats(C));
+        nn_groupnorm_forward(y, mean, rstd, x, g, b, N, S, C, G, 0, ws);
+        int bad = 0;
+        for (int s = 0; s < N; s++)
+            for (int gi = 0; gi < G; gi++) {
+                double sum = 0, sq = 0;
+                for (long p = 0; p < S; p++)
+                    for (int c = gi * cg; c < (gi + 1) * cg; c++)
+                        sum += x[((size_t)s * S + p) * C + c];
+                const double mu = sum / ((double)S * cg);
+                for (long p = 0; p < S; p++)
+                    for (int c = gi * cg; c < (gi + 1) * cg; c++) {
+                        const double d = x[((size_t)s * S + p) * C + c] - mu;
+                        sq += d * d;
+                    }
+                const double rs = 1.0 / sqrt(sq / ((double)S * cg) + NN_GN_EPS);
+                const float mf = mean[s * G + gi], rf = rstd[s * G + gi];
+                if (fabs(mf - mu) > 1e-6 * fabs(mu) + 1e-6 || fabs(rf - rs) > 1e-5 * rs) {
+                    if (bad++ < 3)
+                        printf("  case %zu sample %d group %d: mean %.9g vs %.9g, rstd %.9g vs "
+                               "%.9g\n",
+                               k, s, gi, mf, mu, rf, rs);
+                }
+            }
+        CHECK(bad == 0, "gn statistics case %zu (N %d, S %ld, C %d, G %d, offset %g, spread %g): "
+                        "%d groups off the double reference",
+              k, N, S, C, G, cs[k].off, cs[k].spread, bad);
+        /* the same bits on one thread */
+        const int th = nn_threads();
+        nn_set_threads(1);
+        nn_groupnorm_forward(y, m2, r2, x, g, b, N, S, C, G, 0, ws);
+        nn_set_threads(th);
+        CHECK(!memcmp(mean, m2, sizeof(float) * N * G) && !memcmp(rstd, r2, sizeof(float) * N * G),
+              "gn statistics case %zu: 1 thread and %d give different bits", k, th);
+        free(x), free(g), free(b), free(y), free(mean), free(rstd), free(m2), free(r2), free(ws);
+    }
+}
+
 /* nn_groupnorm_backward_x (the ReLU output not kept) equals, bit for bit, the GroupNorm
  * backward given that output, with dy given (in place over dy) and with dy made from a 1x1
  * convolution's output gradient (in place over x); 320 channels: two channel blocks. Five
@@ -1480,6 +1539,7 @@ int main(int argc, char **argv) {
     test_gn_backward_x(NN_FP32);
     test_gn_backward_x(NN_BF16);
     test_gn_round();
+    test_gn_stats();
     test_gn_fixture(&st, "groupnorm", 4, 0);
     test_gn_fixture(&st, "gnrelu", 2, 1);
     test_small_fixtures(&st);
