@@ -17,7 +17,6 @@
 #include <string.h>
 
 #define GN_BLOCK 64
-#define GN_MB 64 /* channels per merge of a block into its slice (stack arrays) */
 
 /* GroupNorm's loops over a block of voxels are plain C over the channels, built wide (NN_WIDE,
  * base.h): each channel's sums still run over the voxels in order. */
@@ -226,20 +225,17 @@ static void gn_channel_moments(double *sum, double *m2, const float *x, long S, 
     for (int sl = 0; sl < NN_SLICES; sl++) {
         double *mean_s = dacc + (size_t)sl * 2 * C, *m2_s = mean_s + C;
         float *f1 = facc + (size_t)omp_get_thread_num() * 3 * C, *g1 = f1 + C, *g2 = g1 + C;
-        double mb[GN_MB], m2b[GN_MB];
         memset(mean_s, 0, sizeof(double) * 2 * C);
         const long lo = S * sl / NN_SLICES, hi = S * (sl + 1) / NN_SLICES;
         for (long b0 = lo; b0 < hi; b0 += GN_BLOCK) {
             const long nb = b0 + GN_BLOCK < hi ? GN_BLOCK : hi - b0;
             gn_block_moments(f1, g1, g2, x + b0 * C, nb, C);
-            for (int c0 = 0; c0 < C; c0 += GN_MB) {
-                const int nc = C - c0 < GN_MB ? C - c0 : GN_MB;
-                for (int c = 0; c < nc; c++) { /* the block's own mean and m2, in double */
-                    const double g = g1[c0 + c];
-                    mb[c] = f1[c0 + c] + g / nb;
-                    m2b[c] = g2[c0 + c] - g * g / nb;
-                }
-                gn_merge(mean_s + c0, m2_s + c0, (double)(b0 - lo), mb, m2b, (double)nb, nc);
+            /* the block's own mean and m2 in double, merged as gn_merge does */
+            const double n = (double)(b0 - lo), t = n + nb, w = nb / t, cross = n * nb / t;
+            for (int c = 0; c < C; c++) {
+                const double g = g1[c], mb = f1[c] + g / nb, d = mb - mean_s[c];
+                mean_s[c] += d * w;
+                m2_s[c] += (g2[c] - g * g / nb) + d * d * cross;
             }
         }
     }
