@@ -304,6 +304,15 @@ static void test_gn_backward_x(nn_prec prec) {
     float *dwz = zeros((size_t)K * C), *dbz = zeros(K);
     memcpy(d2, y, n * sizeof(float));
     nn_conv1_backward_relu_p(d2, dwz, dbz, dz, wz, C, K, (long)N * S, prec, ws);
+    {   /* its weight gradient over whole blocks of 64 channels, against the naive sums in double
+         * (bf16: one rounding of the sum) */
+        float *dwr = zeros((size_t)K * C), *dbr = zeros(K);
+        nn_ref_conv1_backward(NULL, dwr, dbr, dz, y, wz, C, K, (long)N * S);
+        char nm[48];
+        snprintf(nm, sizeof nm, "gn x %s: 1x1 conv dw", pn);
+        check_close(nm, dwz, dwr, (size_t)K * C, 1e-5f, prec == NN_BF16 ? 8e-3f : 1e-5f);
+        free(dwr), free(dbr);
+    }
     memset(dg, 0, C * sizeof(float)), memset(db, 0, C * sizeof(float));
     memset(dg2, 0, C * sizeof(float)), memset(db2, 0, C * sizeof(float));
     nn_groupnorm_backward(dx, dg, db, d2, x, NULL, mean, rstd, g, N, S, C, G, 0, ws);
