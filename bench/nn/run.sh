@@ -45,6 +45,7 @@ export SCAFFOLD_NN_ALGO=${SCAFFOLD_NN_ALGO:-measure} SCAFFOLD_NN_ALGO_CACHE=${SC
 BIN=$BUILD/bench/nn/bench_step
 [ -x "$BIN" ] || { echo "build first: make"; exit 1; }
 source bench/venv.sh
+source bench/nn/lib.sh
 PY=$(bench_venv torch) || { echo "bench/nn: no PyTorch venv (PyPI unreachable?)"; exit 1; }
 TORCH="$PY tools/torch_ref.py"
 
@@ -232,7 +233,8 @@ torch_step() {
 }
 raw=$(mktemp) # the rows print as each step finishes (scale 7 takes minutes per step)
 # CPU share: of its threads' CPUs, what each engine's timed step got (1.00 quiet; a row under
-# 0.80 ran beside other work and is marked busy: not this CPU's speed)
+# BUSY_SHARE, 0.95 (bench/nn/lib.sh), ran beside other work and is marked busy: not this CPU's
+# speed)
 echo "| model | precision | scaffold s | scaffold GFLOP/s | scaffold peak RSS | PyTorch s | PyTorch peak RSS | PyTorch/scaffold | CPU share scaffold / PyTorch |"
 echo "|---|---|---|---|---|---|---|---|---|"
 for s in $STEPS; do
@@ -262,12 +264,12 @@ for s in $STEPS; do
             o=$(median_of scaffold_step_s "${out1[@]}")
             t=$(median_of torch_step_s "${out2[@]}")
         fi
-        awk -v o="$o" -v t="$t" -v sc="$sc" -v b="$b" -v prec="$prec" 'BEGIN {
+        awk -v o="$o" -v t="$t" -v sc="$sc" -v b="$b" -v prec="$prec" -v thr="$BUSY_SHARE" 'BEGIN {
             n = split(o, a, " "); for (i = 1; i < n; i++) A[a[i]] = a[i + 1]
             n = split(t, c, " "); for (i = 1; i < n; i++) T[c[i]] = c[i + 1]
             ts = T["torch_step_s"] + 0
             sa = ("cpu_share" in A) ? A["cpu_share"] : "-"; st = ("cpu_share" in T) ? T["cpu_share"] : "-"
-            busy = (sa != "-" && sa < 0.8) || (ts > 0 && st != "-" && st < 0.8)
+            busy = (sa != "-" && sa < thr) || (ts > 0 && st != "-" && st < thr)
             printf "| scale %s, base %s | %s | %.3f | %.0f | %.2f GiB | %s | %s | %s | %s / %s%s |\n", sc, b,
                 (prec == "ckpt" ? "fp32, checkpointing" : prec), A["scaffold_step_s"], A["gflops"],
                 A["maxrss_mib"] / 1024, (ts > 0 ? sprintf("%.3f", ts) : "-"),

@@ -12,7 +12,7 @@
 # precision (c: contiguous, cl: channels_last_3d). TORCH_FORMATS="c" (or "cl") runs one only.
 # Each side also reports the share of its threads' CPUs its timed steps got (cpu_share: 1.00
 # on a quiet host, ~0.5 with as many busy processes beside it as cores): a round where one of
-# the four got under 0.8 is marked "busy" and left out of the medians (all rounds count when
+# the four got under BUSY_SHARE (0.95, bench/nn/lib.sh) is marked "busy" and left out of the medians (all rounds count when
 # none is quiet, with a warning). A host whose cores are shared with other tenants also changes
 # speed without taking CPU time away: the tile unit (AMX) or the FMA units are busy with the
 # other thread of the core. So each round measures the host's peak before its first step,
@@ -73,9 +73,9 @@ for _ in $(seq "$ROUNDS"); do
         rm -f "$rows"
         exit 1
     fi
-    awk -v a="$a" -v b="$b" -v c="$c" -v d="$d" -v sa="$sa" -v sb="$sb" -v sc="$sc" -v sd="$sd" \
+    awk -v a="$a" -v b="$b" -v c="$c" -v d="$d" -v sa="$sa" -v sb="$sb" -v sc="$sc" -v sd="$sd" -v thr="$BUSY_SHARE" \
         -v p1="$p1" -v p2="$p2" -v p3="$p3" -v fc="$fc" -v fd="$fd" \
-        'BEGIN { busy = sa < 0.8 || sb < 0.8 || sc < 0.8 || sd < 0.8
+        'BEGIN { busy = sa < thr || sb < thr || sc < thr || sd < thr
                  hi = p1; lo = p1
                  if (p2 > hi) hi = p2; if (p3 > hi) hi = p3; if (p2 < lo) lo = p2; if (p3 < lo) lo = p3
                  phase = !busy && (lo <= 0 || hi > 1.5 * lo)
@@ -88,7 +88,7 @@ if [ "$quiet" -gt 0 ]; then
     note="median of the $quiet quiet rounds of $ROUNDS"
 else
     sel() { cat "$rows"; }
-    note="median of $ROUNDS rounds, none quiet: in every round a side got under 80% of its CPUs or the host's peak moved by more than 1.5x"
+    note="median of $ROUNDS rounds, none quiet: in every round a side got under $BUSY_SHARE of its CPUs or the host's peak moved by more than 1.5x"
     echo "step_rounds: every round was busy or changed phase: the ratios below are not of this CPU's speed" >&2
 fi
 echo "RESULT ours bf16 vs ours fp32: $(sel | awk '{print $6}' | med)x ($note)"
