@@ -73,7 +73,8 @@ static void loss_slice_sums(double *acc, size_t per, float *dlogits, const float
             for (int c = 1; c < K; c++)
                 m = z[c] > m ? z[c] : m;
             /* one exponential per class, the probabilities as e / sum: the form
-             * exp(z - lse) took a second exponential per class, half of the loss's time */
+             * exp(z - lse) took a second one per class (5 / 64 step: 1.95 -> 1.57 ms). In
+             * double: with expf the training-parity test moved 4x past its tolerance. */
             float *pv = dlogits ? dlogits + v * K : pbuf;
             double e[256], s = 0;
             for (int c = 0; c < K; c++) {
