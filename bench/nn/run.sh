@@ -233,8 +233,8 @@ torch_step() {
 }
 raw=$(mktemp) # the rows print as each step finishes (scale 7 takes minutes per step)
 # CPU share: of its threads' CPUs, what each engine's timed step got (1.00 quiet; a row under
-# BUSY_SHARE, 0.95 (bench/nn/lib.sh), ran beside other work and is marked busy: not this CPU's
-# speed)
+# BUSY_SHARE, 0.80 (bench/nn/lib.sh), ran beside other work and is marked busy: not this CPU's
+# speed; bench/nn/step_rounds.sh also measures the other work itself)
 echo "| model | precision | scaffold s | scaffold GFLOP/s | scaffold peak RSS | PyTorch s | PyTorch peak RSS | PyTorch/scaffold | CPU share scaffold / PyTorch |"
 echo "|---|---|---|---|---|---|---|---|---|"
 for s in $STEPS; do
