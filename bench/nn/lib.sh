@@ -11,7 +11,7 @@
 # and the rule for a timed step that ran beside other work ("busy": not this CPU's speed):
 # others at or above BUSY_OTHERS (0.05), or its threads' share of their CPUs (cpu_share) under
 # BUSY_SHARE (0.80). The share alone cannot tell interference from an engine's own serial phases:
-# PyTorch's steps at 7 / 64 on a quiet Xeon with AMX got 0.93-0.94 (fp32) and 0.88-0.89 (bf16)
+# PyTorch's steps at 7 / 64 on a quiet Xeon with AMX got 0.93-0.94 (fp32) and 0.88-0.90 (bf16)
 # of their threads' CPUs in every round while the host's peak held steady, and a threshold of
 # 0.95 marked all of them busy.
 med() { sort -g | awk '{v[NR] = $1} END {print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'; }

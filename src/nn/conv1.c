@@ -63,15 +63,53 @@ void nn_conv1_forward_p(float *out, const float *in, const float *w, const float
     gemm_rows(out, cout, in, cin, Bp, bias, P, NN_TG_BIAS | store_mode(prec), rt);
 }
 
+typedef float c1_vf __attribute__((vector_size(64), aligned(4), may_alias));
+typedef int32_t c1_vi __attribute__((vector_size(64), aligned(4), may_alias));
+
+/* nn_conv1_dx_voxel, inlined into its wide callers: each 64 channels' sums over the classes in
+ * four vector registers (summed in memory, and through a call per voxel, the 1x1 conv's
+ * backward took 0.74 instead of 0.58 ms at 32^3 x 64 -> 6), the rest in memory; each channel
+ * sums its classes in order either way. */
+static inline __attribute__((always_inline)) void c1_dx(float *restrict d,
+                                                        const float *restrict dout,
+                                                        const float *restrict wr, int cin,
+                                                        int cout, int c0, int nc, nn_prec prec) {
+    int c = 0;
+    for (; c + 64 <= nc; c += 64) {
+        c1_vf s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+        for (int k = 0; k < cout; k++) {
+            const float gk = dout[k], *wk = wr + (size_t)k * cin + c0 + c;
+            s0 += gk * *(const c1_vf *)wk;
+            s1 += gk * *(const c1_vf *)(wk + 16);
+            s2 += gk * *(const c1_vf *)(wk + 32);
+            s3 += gk * *(const c1_vf *)(wk + 48);
+        }
+        *(c1_vf *)(d + c) = s0, *(c1_vf *)(d + c + 16) = s1;
+        *(c1_vf *)(d + c + 32) = s2, *(c1_vf *)(d + c + 48) = s3;
+        if (prec == NN_BF16) /* over a fixed count: vectorized whole */
+            for (int j = 0; j < 64; j++)
+                d[c + j] = nn_bf16_round(d[c + j]);
+    }
+    const int r = c;
+    for (c = r; c < nc; c++)
+        d[c] = 0.0f;
+    for (int k = 0; k < cout && r < nc; k++) {
+        const float gk = dout[k], *wk = wr + (size_t)k * cin + c0;
+        for (c = r; c < nc; c++)
+            d[c] += gk * wk[c];
+    }
+    if (prec == NN_BF16)
+        for (c = r; c < nc; c++)
+            d[c] = nn_bf16_round(d[c]);
+}
+
 /* Voxels [lo, hi) of c1_grads into the slice's tile acc (built wide: NN_WIDE), C1_VB voxels at a
  * time: each (output channel, block of 64 input channels) row of acc stays in four vector
  * registers over the block's voxels, where per voxel it was loaded and stored (24 loads and 24
- * stores a voxel at 6 classes: the pass ran at 12 GB/s, bound by its stores), and a full
- * block's input gradient is summed and masked in vectors. The sums keep their order (voxel by
+ * stores a voxel at 6 classes: the pass ran at 12 GB/s, bound by its stores); the input
+ * gradient is summed by c1_dx and masked in whole vectors. The sums keep their order (voxel by
  * voxel, class by class), so the bits are the same. 32^3 x 64 -> 6 with the ReLU, 2 threads:
- * 1.11 -> 0.58 ms fp32, 1.36 -> 0.63 ms bf16 (Intel Xeon with AMX, CPU model 167). */
-typedef float c1_vf __attribute__((vector_size(64), aligned(4), may_alias));
-typedef int32_t c1_vi __attribute__((vector_size(64), aligned(4), may_alias));
+ * 1.11 -> 0.58-0.63 ms fp32, 1.36 -> 0.63-0.70 ms bf16 (Intel Xeon with AMX, CPU model 167). */
 enum { C1_CB = 64, C1_VB = 16 };
 static NN_WIDE void c1_slice(float *acc, const float *x, float *dxr, const float *dout,
                              const float *wr, int cin, int cout, long lo, long hi, int dw,
@@ -80,17 +118,13 @@ static NN_WIDE void c1_slice(float *acc, const float *x, float *dxr, const float
         const int nv = hi - p0 < C1_VB ? (int)(hi - p0) : C1_VB;
         for (int c0 = 0; c0 < cin; c0 += C1_CB) {
             const int nc = cin - c0 < C1_CB ? cin - c0 : C1_CB;
-            /* the block's inputs (rounded in bf16), and a partial block's as they are for the
-             * ReLU mask: read before dxr, which may be x, is written */
+            /* the block's inputs, rounded in bf16 (the ReLU mask reads x itself, each voxel's
+             * before its gradient is stored over it: dxr may be x) */
             float av[C1_VB][C1_CB] __attribute__((aligned(64)));
-            float xr[C1_VB][C1_CB] __attribute__((aligned(64)));
             for (int v = 0; v < nv; v++) {
                 const float *xv = x + (size_t)(p0 + v) * cin + c0;
                 for (int c = 0; c < nc; c++)
                     av[v][c] = prec == NN_BF16 ? nn_bf16_round(xv[c]) : xv[c];
-                if (nc < C1_CB) /* the full blocks read x for the mask in vectors */
-                    for (int c = 0; c < nc; c++)
-                        xr[v][c] = xv[c];
             }
             for (int oc = 0; oc < cout && dw; oc++) {
                 float *accr = acc + (size_t)oc * cin + c0;
@@ -117,33 +151,16 @@ static NN_WIDE void c1_slice(float *acc, const float *x, float *dxr, const float
             for (int v = 0; v < nv && dxr; v++) {
                 float s[C1_CB] __attribute__((aligned(64)));
                 const long p = p0 + v;
-                if (nc == C1_CB) { /* nn_conv1_dx_voxel's sums, in registers */
-                    const float *g = dout + p * cout;
-                    c1_vf s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
-                    for (int k = 0; k < cout; k++) {
-                        const float gk = g[k], *wk = wr + (size_t)k * cin + c0;
-                        s0 += gk * *(const c1_vf *)wk;
-                        s1 += gk * *(const c1_vf *)(wk + 16);
-                        s2 += gk * *(const c1_vf *)(wk + 32);
-                        s3 += gk * *(const c1_vf *)(wk + 48);
-                    }
-                    *(c1_vf *)s = s0, *(c1_vf *)(s + 16) = s1;
-                    *(c1_vf *)(s + 32) = s2, *(c1_vf *)(s + 48) = s3;
-                    if (prec == NN_BF16)
-                        for (int c = 0; c < C1_CB; c++)
-                            s[c] = nn_bf16_round(s[c]);
-                    /* the ReLU mask from x, loaded before dxr (which may be x) is stored */
-                    float *d = dxr + (size_t)p * cin + c0;
-                    const float *xv = x + (size_t)p * cin + c0;
-                    for (int j = 0; j < C1_CB; j += 16) {
-                        const c1_vi on = *(const c1_vf *)(xv + j) > 0.0f;
-                        *(c1_vf *)(d + j) = (c1_vf)(on & *(const c1_vi *)(s + j));
-                    }
-                    continue;
+                c1_dx(s, dout + p * cout, wr, cin, cout, c0, nc, prec);
+                float *d = dxr + (size_t)p * cin + c0;
+                const float *xv = x + (size_t)p * cin + c0;
+                int c = 0;
+                for (; c + 16 <= nc; c += 16) { /* whole vectors: loaded, then stored */
+                    const c1_vi on = *(const c1_vf *)(xv + c) > 0.0f;
+                    *(c1_vf *)(d + c) = (c1_vf)(on & *(const c1_vi *)(s + c));
                 }
-                nn_conv1_dx_voxel(s, dout + p * cout, wr, cin, cout, c0, nc, prec);
-                for (int c = 0; c < nc; c++)
-                    dxr[(size_t)p * cin + c0 + c] = xr[v][c] > 0.0f ? s[c] : 0.0f;
+                for (; c < nc; c++)
+                    d[c] = xv[c] > 0.0f ? s[c] : 0.0f;
             }
         }
     }
@@ -202,16 +219,7 @@ void nn_conv1_backward_relu_p(float *x, float *dw, float *db, const float *dout,
 NN_WIDE void nn_conv1_dx_voxel(float *restrict d, const float *restrict dout,
                                const float *restrict wr, int cin, int cout, int c0, int nc,
                                nn_prec prec) {
-    for (int c = 0; c < nc; c++)
-        d[c] = 0.0f;
-    for (int k = 0; k < cout; k++) {
-        const float gk = dout[k], *wk = wr + (size_t)k * cin + c0;
-        for (int c = 0; c < nc; c++)
-            d[c] += gk * wk[c];
-    }
-    if (prec == NN_BF16)
-        for (int c = 0; c < nc; c++)
-            d[c] = nn_bf16_round(d[c]);
+    c1_dx(d, dout, wr, cin, cout, c0, nc, prec);
 }
 
 size_t nn_conv1_ws_floats(long P, int cin, int cout) {

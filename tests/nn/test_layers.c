@@ -304,14 +304,21 @@ static void test_gn_backward_x(nn_prec prec) {
     float *dwz = zeros((size_t)K * C), *dbz = zeros(K);
     memcpy(d2, y, n * sizeof(float));
     nn_conv1_backward_relu_p(d2, dwz, dbz, dz, wz, C, K, (long)N * S, prec, ws);
-    {   /* its weight gradient over whole blocks of 64 channels, against the naive sums in double
-         * (bf16: one rounding of the sum) */
-        float *dwr = zeros((size_t)K * C), *dbr = zeros(K);
-        nn_ref_conv1_backward(NULL, dwr, dbr, dz, y, wz, C, K, (long)N * S);
+    {   /* its weight and input gradients over whole blocks of 64 channels, against the naive
+         * sums in double (bf16: one rounding of the sum), the input gradient through the ReLU */
+        float *dwr = zeros((size_t)K * C), *dbr = zeros(K), *dxr = zeros(n);
+        float *wzr = zeros((size_t)K * C);
+        for (size_t i = 0; i < (size_t)K * C; i++)
+            wzr[i] = prec == NN_BF16 ? nn_bf16_round(wz[i]) : wz[i];
+        nn_ref_conv1_backward(dxr, dwr, dbr, dz, y, wzr, C, K, (long)N * S);
+        for (size_t i = 0; i < n; i++)
+            dxr[i] = y[i] > 0.0f ? dxr[i] : 0.0f;
         char nm[48];
         snprintf(nm, sizeof nm, "gn x %s: 1x1 conv dw", pn);
         check_close(nm, dwz, dwr, (size_t)K * C, 1e-5f, prec == NN_BF16 ? 8e-3f : 1e-5f);
-        free(dwr), free(dbr);
+        snprintf(nm, sizeof nm, "gn x %s: 1x1 conv dx", pn);
+        check_close(nm, d2, dxr, n, 1e-5f, prec == NN_BF16 ? 8e-3f : 1e-5f);
+        free(dwr), free(dbr), free(dxr), free(wzr);
     }
     memset(dg, 0, C * sizeof(float)), memset(db, 0, C * sizeof(float));
     memset(dg2, 0, C * sizeof(float)), memset(db2, 0, C * sizeof(float));
