@@ -69,19 +69,27 @@ static void pack_b16(uint16_t *Bp, const float *w, const float *wlo, int ncol, i
             uint16_t *blk = Bp + ((size_t)ob * T * Kp + (size_t)T * k0) * nr;
             /* by k pair, then tap, then column: the lines of w a k pair reads (per column, its
              * runs of taps) stay in L1 over the taps; by tap first, every tap read them again
-             * from memory (44% of an 8^3 512->512 pass) */
-            for (int k = k0; k < k1; k += 2)
-                for (int t = 0; t < T; t++) {
-                    uint16_t *dst = blk + ((size_t)t * (k1 - k0) + (k - k0)) * nr;
-                    const int nv = k < K ? (ncol - ob * nr < nr ? ncol - ob * nr : nr) : 0;
-                    /* x3: rows [0, 2Kw) are w's channels twice, [2Kw, 3Kw) wlo's (Kw even: a
-                     * pair never straddles two of them) */
-                    const float *src = !wlo || k < Kw ? w + (long)k * sk
-                                       : k < 2 * Kw   ? w + (long)(k - Kw) * sk
-                                                      : wlo + (long)(k - 2 * Kw) * sk;
-                    nn_bf16_pack_pairs(dst, src + ob * nr * sc + t * st, sc, sk, k + 1 < K, nv);
-                    memset(dst + 2 * nv, 0, sizeof(uint16_t) * 2 * (nr - nv));
-                }
+             * from memory (44% of an 8^3 512->512 pass). Contiguous taps (st 1) are packed all
+             * at once: each column's run read in one piece, not element by element with
+             * gathers (4.2 ms of a 5 / 64 bf16 step on a Xeon with AMX). */
+            for (int k = k0; k < k1; k += 2) {
+                uint16_t *dst = blk + (size_t)(k - k0) * nr;
+                const long ldt = (long)(k1 - k0) * nr;
+                const int nv = k < K ? (ncol - ob * nr < nr ? ncol - ob * nr : nr) : 0;
+                /* x3: rows [0, 2Kw) are w's channels twice, [2Kw, 3Kw) wlo's (Kw even: a
+                 * pair never straddles two of them) */
+                const float *src = (!wlo || k < Kw ? w + (long)k * sk
+                                    : k < 2 * Kw   ? w + (long)(k - Kw) * sk
+                                                   : wlo + (long)(k - 2 * Kw) * sk) +
+                                   ob * nr * sc;
+                if (st == 1 && T >= 8)
+                    nn_bf16_pack_taps(dst, ldt, src, sc, sk, k + 1 < K, nv, T);
+                else
+                    for (int t = 0; t < T; t++)
+                        nn_bf16_pack_pairs(dst + t * ldt, src + t * st, sc, sk, k + 1 < K, nv);
+                for (int t = 0; nv < nr && t < T; t++)
+                    memset(dst + t * ldt + 2 * nv, 0, sizeof(uint16_t) * 2 * (nr - nv));
+            }
         }
 }
 

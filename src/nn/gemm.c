@@ -384,6 +384,19 @@ void nn_bf16_pack_pairs(uint16_t *dst, const float *src, long sj, long sk, int t
     }
 }
 
+void nn_bf16_pack_taps(uint16_t *dst, long ldt, const float *src, long sj, long sk, int two, int n,
+                       int T) {
+    K();
+#if defined(__x86_64__)
+    if (cur_bf16dp == 1) {
+        nn_kb_pack_taps(dst, ldt, src, sj, sk, two, n, T);
+        return;
+    }
+#endif
+    for (int t = 0; t < T; t++)
+        nn_bf16_pack_pairs(dst + (size_t)t * ldt, src + t, sj, sk, two, n);
+}
+
 void nn_tg_amx(const nn_tg *g, const uint16_t *a, long sa, const uint16_t *Bp, float *const *c,
                const float *bias, int nvalid, int mode) {
 #if defined(__x86_64__) && defined(__linux__)

@@ -191,6 +191,11 @@ void nn_bf16_pack(uint16_t *dst, const float *src, long n);
 /* The bf16 pair rows of packed weights: dst[2j] = bf16(src[j*sj]), dst[2j + 1] =
  * bf16(src[j*sj + sk]) (0 unless two), j < n. */
 void nn_bf16_pack_pairs(uint16_t *dst, const float *src, long sj, long sk, int two, int n);
+/* nn_bf16_pack_pairs of T taps at once, the taps contiguous in src: the pairs of tap t (src + t)
+ * to dst + t*ldt, t < T. The same values; it reads each column's run of taps in one piece
+ * instead of one element of 16 columns at a time. */
+void nn_bf16_pack_taps(uint16_t *dst, long ldt, const float *src, long sj, long sk, int two, int n,
+                       int T);
 
 /* nn_tg_block on bf16 data (AVX512_BF16 paths only, see nn_isa_bf16dp): a[i] point to bf16 values
  * (K even, aoff in bf16 elements), Bp is packed [T][K/2][nr][2] (pairs of consecutive k), and

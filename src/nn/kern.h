@@ -67,6 +67,9 @@ extern const nn_twb_fn *const nn_twb_avx512bf16[NN_KERN_MAXNV];
 void nn_kb_pack(uint16_t *dst, const float *src, long n);
 /* nn_bf16_pack_pairs (gemm.h) with gathers and vcvtne2ps2bf16. */
 void nn_kb_pack_pairs(uint16_t *dst, const float *src, long sj, long sk, int two, int n);
+/* nn_bf16_pack_taps (gemm.h) by 16 x 16 transposes in registers and vcvtne2ps2bf16. */
+void nn_kb_pack_taps(uint16_t *dst, long ldt, const float *src, long sj, long sk, int two, int n,
+                     int T);
 #endif
 #if defined(__x86_64__) && defined(__linux__)
 /* Asks Linux for the AMX tile data state for this process (kern_amx.c); 1 when granted. */

@@ -11,6 +11,7 @@
 #if defined(__x86_64__) && defined(__linux__)
 #pragma GCC target("amx-tile,amx-bf16,avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx2,fma")
 #include "nn/kern.h"
+#include "nn/kern_tr16.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -137,34 +138,6 @@ float nn_amx_chains(long iters) {
 
 /* ---- weight gradient (conv_amx.c conv_amx_dw) --------------------------------------------- */
 
-/* r[c][i] = r[i][c]: a 16 x 16 transpose in registers (lanes, then pairs, then 128-bit quarters
- * twice) */
-static inline __attribute__((always_inline)) void amx_tr16(__m512 r[16]) {
-    __m512 t[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; i++) {
-        r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
-        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
-    }
-    for (int j = 0; j < 4; j++) {
-        t[j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);
-        t[4 + j] = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xDD);
-        t[8 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
-        t[12 + j] = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xDD);
-    }
-    for (int j = 0; j < 4; j++) {
-        r[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);
-        r[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xDD);
-        r[4 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0x88);
-        r[12 + j] = _mm512_shuffle_f32x4(t[4 + j], t[12 + j], 0xDD);
-    }
-}
-
 void nn_amx_pack_t(uint16_t *dst, long ldd, const float *src, long lds, int nv, int nc) {
     /* 16 positions x 16 channels at a time, transposed in registers (a gather per channel and
      * 16 positions was 2.8% of a bf16 step at 5 / 64 on a Xeon with AMX) */
@@ -178,7 +151,7 @@ void nn_amx_pack_t(uint16_t *dst, long ldd, const float *src, long lds, int nv, 
             for (int i = 0; i < 16; i++)
                 r[i] = i < n ? _mm512_maskz_loadu_ps(mc, src + (size_t)(v0 + i) * lds + c0)
                              : _mm512_setzero_ps();
-            amx_tr16(r);
+            nn_tr16(r);
             for (int c = 0; c < m; c++)
                 _mm256_mask_storeu_epi16(dst + (size_t)(c0 + c) * ldd + v0, mv,
                                          (__m256i)_mm512_cvtneps_pbh(r[c]));

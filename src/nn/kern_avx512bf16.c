@@ -6,6 +6,7 @@
 #if defined(__x86_64__)
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx2,fma")
 #include "nn/kern.h"
+#include "nn/kern_tr16.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -175,6 +176,39 @@ void nn_kb_pack_pairs(uint16_t *dst, const float *src, long sj, long sk, int two
                                    : _mm512_mask_i32gather_ps(_mm512_setzero_ps(), mk, idx, s + sk, 4);
         const __m512i ab = _mm512_permutexvar_epi16(perm, (__m512i)_mm512_cvtne2ps_pbh(b, a));
         _mm512_mask_storeu_epi32(dst + 2 * j, mk, ab);
+    }
+}
+void nn_kb_pack_taps(uint16_t *dst, long ldt, const float *src, long sj, long sk, int two, int n,
+                     int T) {
+    enum { PF = 8 };
+    const __m512i perm = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
+                                          24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
+                                          16, 0);
+    /* 16 columns x 16 taps of k and of k + 1, each read as rows of taps and transposed in
+     * registers; then per tap the pairs as nn_kb_pack_pairs makes them (the same rounding) */
+    for (int j0 = 0; j0 < n; j0 += 16) {
+        const int m = n - j0 < 16 ? n - j0 : 16;
+        const __mmask16 mk = m == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << m) - 1);
+        for (int t0 = 0; t0 < T; t0 += 16) {
+            const int nt = T - t0 < 16 ? T - t0 : 16;
+            const __mmask16 mt = nt == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nt) - 1);
+            __m512 a[16], b[16];
+            for (int i = 0; i < 16; i++) {
+                const float *s = src + (size_t)(j0 + i) * sj + t0;
+                if (i < m)
+                    for (int l = 0; l < 16 * 4; l += 16)
+                        _mm_prefetch((const char *)(s + PF * sk + l), _MM_HINT_T0);
+                a[i] = i < m ? _mm512_maskz_loadu_ps(mt, s) : _mm512_setzero_ps();
+                b[i] = i < m && two ? _mm512_maskz_loadu_ps(mt, s + sk) : _mm512_setzero_ps();
+            }
+            nn_tr16(a);
+            nn_tr16(b);
+            for (int t = 0; t < nt; t++) {
+                const __m512i ab =
+                    _mm512_permutexvar_epi16(perm, (__m512i)_mm512_cvtne2ps_pbh(b[t], a[t]));
+                _mm512_mask_storeu_epi32(dst + (size_t)(t0 + t) * ldt + 2 * j0, mk, ab);
+            }
+        }
     }
 }
 #else

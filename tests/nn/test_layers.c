@@ -217,6 +217,48 @@ static void test_gn_round(void) {
         free(db), free(ws);
 }
 
+/* The weights' bf16 pairs of all taps at once (nn_bf16_pack_taps, transposed in registers on
+ * AVX512_BF16) against tap-by-tap nn_bf16_pack_pairs, bit for bit, and both against the scalar
+ * rounding: 8 and 27 taps (a partial second block of 16), a last partial block of columns, an
+ * odd k's missing partner (two = 0), the columns' stride of the forward (taps of one k
+ * contiguous, columns far apart) and of the input gradient (columns 27 apart). Words past a
+ * tap's 2n must stay untouched. */
+static void test_pack_taps(void) {
+    static const int Ts[] = {8, 27}, ns[] = {1, 15, 16, 17, 40};
+    for (size_t it = 0; it < sizeof Ts / sizeof Ts[0]; it++)
+        for (size_t in = 0; in < sizeof ns / sizeof ns[0]; in++)
+            for (int two = 0; two < 2; two++)
+                for (int lay = 0; lay < 2; lay++) {
+                    const int T = Ts[it], n = ns[in], K = 3;
+                    /* lay 0: w[col][k][t]; lay 1: w[k][col][t] */
+                    const long sj = lay ? T : (long)K * T, sk = lay ? (long)n * T : T;
+                    const size_t nw = (size_t)n * K * T;
+                    float *w = randv(nw, 91 + 7 * n + T, 1);
+                    const long ldt = 2L * n + 6; /* a gap after each tap's pairs */
+                    const size_t nd = (size_t)T * ldt;
+                    uint16_t *a = malloc(nd * sizeof *a), *b = malloc(nd * sizeof *b);
+                    memset(a, 0xA5, nd * sizeof *a), memset(b, 0xA5, nd * sizeof *b);
+                    nn_bf16_pack_taps(a, ldt, w + sk, sj, sk, two, n, T);
+                    for (int t = 0; t < T; t++)
+                        nn_bf16_pack_pairs(b + t * ldt, w + sk + t, sj, sk, two, n);
+                    int ref_ok = 1;
+                    for (int t = 0; t < T && ref_ok; t++)
+                        for (int j = 0; j < n && ref_ok; j++) {
+                            const float lo = nn_bf16_round(w[sk + j * sj + t]),
+                                        hi = two ? nn_bf16_round(w[2 * sk + j * sj + t]) : 0.0f;
+                            uint32_t ul, uh;
+                            memcpy(&ul, &lo, 4), memcpy(&uh, &hi, 4);
+                            ref_ok = a[t * ldt + 2 * j] == (uint16_t)(ul >> 16) &&
+                                     a[t * ldt + 2 * j + 1] == (uint16_t)(uh >> 16);
+                        }
+                    CHECK(!memcmp(a, b, nd * sizeof *a) && ref_ok,
+                          "pack_taps T=%d n=%d two=%d layout %d: = tap by tap (%d) and = the "
+                          "scalar rounding (%d)",
+                          T, n, two, lay, !memcmp(a, b, nd * sizeof *a), ref_ok);
+                    free(w), free(a), free(b);
+                }
+}
+
 /* GroupNorm's statistics (one pass: per block of voxels its channels' means and squared
  * deviations, merged pairwise) against a two-pass double reference: channels whose mean is
  * 10^4 times their spread (E[x^2] - mean^2 in float would lose every digit of the variance),
@@ -1544,6 +1586,7 @@ int main(int argc, char **argv) {
     test_gn_backward_x(NN_FP32);
     test_gn_backward_x(NN_BF16);
     test_gn_round();
+    test_pack_taps();
     test_gn_stats();
     test_gn_fixture(&st, "groupnorm", 4, 0);
     test_gn_fixture(&st, "gnrelu", 2, 1);
