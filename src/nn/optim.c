@@ -107,25 +107,42 @@ void nn_optim_step(nn_optim *o, float *params, const float *grads, double lr) {
     }
 }
 
-/* Sum of squares in 64 fixed slices added in order: the same value whatever the threads. */
+/* Sum of squares in 64 fixed slices added in order: the same value whatever the threads. A
+ * thread runs NORM_GROUP consecutive slices side by side, each with its own 8 interleaved
+ * partial sums in its own order (so each slice's sum is the one it has alone). One slice at a
+ * time, one sequential stream per core read the gradients at about 12 GB/s after a backward
+ * pass; four at once let the memory system overlap their misses: 1.72-1.81 -> 1.15-1.17 ms of
+ * a 5 / 64 bf16 step (Intel Xeon with AMX, 2 threads; eight at once 1.08-1.13 ms, but 8 work
+ * items for the threads instead of 16), the same bits. */
 #define NORM_SLICES 64
+#define NORM_GROUP 4
+static void norm_slices(double *part, const float *grads, size_t n, int s0) {
+    double a[NORM_GROUP][8] = {{0}};
+    size_t lo[NORM_GROUP], hi[NORM_GROUP], len = 0;
+    for (int g = 0; g < NORM_GROUP; g++) {
+        lo[g] = n * (size_t)(s0 + g) / NORM_SLICES, hi[g] = n * (size_t)(s0 + g + 1) / NORM_SLICES;
+        len = hi[g] - lo[g] > len ? hi[g] - lo[g] : len;
+    }
+    /* 8 interleaved partial sums per slice: one chain of dependent double adds ran at the add's
+     * latency (the compiler may not reorder them), 2.5% of a bf16 step */
+    for (size_t i = 0; i + 8 <= len; i += 8)
+        for (int g = 0; g < NORM_GROUP; g++)
+            if (lo[g] + i + 8 <= hi[g])
+                for (int j = 0; j < 8; j++)
+                    a[g][j] += (double)grads[lo[g] + i + j] * grads[lo[g] + i + j];
+    for (int g = 0; g < NORM_GROUP; g++) {
+        for (size_t i = lo[g] + (hi[g] - lo[g]) / 8 * 8; i < hi[g]; i++)
+            a[g][0] += (double)grads[i] * grads[i];
+        part[s0 + g] = ((a[g][0] + a[g][1]) + (a[g][2] + a[g][3])) +
+                       ((a[g][4] + a[g][5]) + (a[g][6] + a[g][7]));
+    }
+}
+
 double nn_grad_norm(const float *grads, size_t n) {
     double part[NORM_SLICES];
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int sl = 0; sl < NORM_SLICES; sl++) {
-        const size_t lo = n * sl / NORM_SLICES, hi = n * (sl + 1) / NORM_SLICES;
-        /* 8 interleaved partial sums: one chain of dependent double adds ran at the add's
-         * latency (the compiler may not reorder them), 2.5% of a bf16 step; the order is still
-         * fixed by the slice alone */
-        double a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        size_t i = lo;
-        for (; i + 8 <= hi; i += 8)
-            for (int j = 0; j < 8; j++)
-                a[j] += (double)grads[i + j] * grads[i + j];
-        for (; i < hi; i++)
-            a[0] += (double)grads[i] * grads[i];
-        part[sl] = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-    }
+    for (int sl = 0; sl < NORM_SLICES; sl += NORM_GROUP)
+        norm_slices(part, grads, n, sl);
     double s = 0;
     for (int sl = 0; sl < NORM_SLICES; sl++)
         s += part[sl];

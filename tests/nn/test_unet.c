@@ -632,6 +632,41 @@ static void test_optim_formulas(void) {
     float c2[2] = {0.3f, 0.4f};
     nn_clip_grad_norm(c2, 2, 1.0);
     CHECK(c2[0] == 0.3f && c2[1] == 0.4f, "no clipping under the max norm");
+    /* the norm's sum, bit for bit: 64 fixed slices, each 8 interleaved partial sums in double
+     * (its last n % 8 into the first), slices added in order; on 1 thread and on several, for
+     * sizes with empty, short and uneven slices */
+    static const size_t ns[] = {1, 7, 63, 64, 1000, 100003};
+    for (size_t t = 0; t < sizeof ns / sizeof ns[0]; t++) {
+        const size_t nn = ns[t];
+        float *gv = malloc(nn * sizeof *gv);
+        for (size_t i = 0; i < nn; i++)
+            gv[i] = (float)sin(0.37 * (double)i + 1.0) * (i % 3 ? 1.0f : 1e-3f);
+        double total = 0, plain = 0;
+        for (int sl = 0; sl < 64; sl++) {
+            const size_t lo = nn * sl / 64, hi = nn * (sl + 1) / 64;
+            double a[8] = {0};
+            size_t i = lo;
+            for (; i + 8 <= hi; i += 8)
+                for (int j = 0; j < 8; j++)
+                    a[j] += (double)gv[i + j] * gv[i + j];
+            for (; i < hi; i++)
+                a[0] += (double)gv[i] * gv[i];
+            total += ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+        }
+        for (size_t i = 0; i < nn; i++)
+            plain += (double)gv[i] * gv[i];
+        const int nth = omp_get_max_threads();
+        omp_set_num_threads(1);
+        const double n1 = nn_grad_norm(gv, nn);
+        omp_set_num_threads(nth > 1 ? nth : 2);
+        const double n2 = nn_grad_norm(gv, nn);
+        omp_set_num_threads(nth);
+        CHECK(n1 == sqrt(total) && n2 == n1 && fabs(n1 - sqrt(plain)) <= 1e-12 * sqrt(plain),
+              "grad norm of %zu values: %.17g (1 thread) %.17g (%d) against %.17g by its "
+              "definition, %.17g plainly summed",
+              nn, n1, n2, nth > 1 ? nth : 2, sqrt(total), sqrt(plain));
+        free(gv);
+    }
     /* CosineAnnealingWarmRestarts(T_0 = 10, T_mult = 2, eta_min = 1e-5), lr0 = 1e-3 */
     const double lr0 = 1e-3, emin = 1e-5;
     CHECK(nn_lr_cosine_warm(lr0, 10, 2, emin, 0) == lr0, "epoch 1 runs at lr0");
