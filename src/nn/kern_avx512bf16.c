@@ -192,10 +192,10 @@ void nn_kb_pack_taps(uint16_t *dst, long ldt, const float *src, long sj, long sk
      * registers; then per tap the pairs as nn_kb_pack_pairs makes them (the same rounding) */
     for (int j0 = 0; j0 < n; j0 += 16) {
         const int m = n - j0 < 16 ? n - j0 : 16;
-        const __mmask16 mk = m == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << m) - 1);
+        const __mmask16 mk = nn_mask16(m);
         for (int t0 = 0; t0 < T; t0 += 16) {
             const int nt = T - t0 < 16 ? T - t0 : 16;
-            const __mmask16 mt = nt == 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nt) - 1);
+            const __mmask16 mt = nn_mask16(nt);
             __m512 a[16], b[16];
             for (int i = 0; i < 16; i++) {
                 const float *s = src + (size_t)(j0 + i) * sj + t0;

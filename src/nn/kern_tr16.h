@@ -1,10 +1,16 @@
-/* kern_tr16: the 16 x 16 fp32 transpose in AVX-512 registers that the repacking kernels share
- * (kern_amx.c: the weight gradient's transposed input; kern_avx512bf16.c: the weights' bf16
- * pairs). Included only by files compiled for an AVX-512 target. */
+/* kern_tr16: the 16 x 16 fp32 transpose in AVX-512 registers, and a lane mask, that the
+ * repacking kernels share (kern_amx.c: the weight gradient's transposed input;
+ * kern_avx512bf16.c: the weights' bf16 pairs). Included only by files compiled for an AVX-512
+ * target. */
 #ifndef NN_KERN_TR16_H
 #define NN_KERN_TR16_H
 
 #include <immintrin.h>
+
+/* The first n (at most 16) lanes. */
+static inline __mmask16 nn_mask16(int n) {
+    return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
+}
 
 /* r[c][i] = r[i][c]: lanes, then pairs, then 128-bit quarters twice (64 shuffles, where 16
  * gathers of 16 lanes cost about a cycle a lane) */
