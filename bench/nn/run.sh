@@ -10,7 +10,9 @@
 #   3. whole training steps (forward, loss, backward, clip, Adam; batch 1), fp32, bf16
 #      (torch_amp: 1 / PyTorch CPU autocast) and with activation checkpointing, with peak RSS;
 #      scaffold's and PyTorch's steps alternate, REPS rounds, the median of each engine's;
-#      checkpointed steps alternate with plain ones the same way for their time ratio.
+#      checkpointed steps alternate with plain ones the same way for their time ratio. A row
+#      that ran beside other work is marked busy (bench/nn/lib.sh: the engines' CPU shares and
+#      the share of the machine other work took meanwhile).
 # Usage: bench/nn/run.sh [REPS] [THREADS] [quick|full]
 #   quick (default): layers at 32^3 and below, steps at scale 5/64 and 6/32
 #   full: every layer, steps also at 6/64 and one step at 7/64 (~10 GiB each: run it alone)
@@ -223,19 +225,31 @@ alternate() {
         out2+=("$("$3")")
     done
 }
+# KEY's line of a command's output with " others F" appended: the share of the machine's CPU
+# time other work used while it ran (with_others, bench/nn/lib.sh)
+with_others_line() { # KEY CMD...
+    local k=$1
+    shift
+    with_others "$@" | awk -v k="$k" '$1 == k { l = $0 } $1 == "others" { o = $2 } END { if (l != "") print l, "others", o }'
+}
 # one warm-up and one timed step each, of the current scale ($sc), base ($b) and flags
-our_step() { "$BIN" --scale "$sc" --base "$b" --reps 1 $fl; }
-plain_step() { "$BIN" --scale "$sc" --base "$b" --reps 1; }
+our_step() { with_others_line scaffold_step_s "$BIN" --scale "$sc" --base "$b" --reps 1 $fl; }
+plain_step() { with_others_line scaffold_step_s "$BIN" --scale "$sc" --base "$b" --reps 1; }
 # PyTorch's step in both memory formats (as its layers), the faster one's line
-torch_step() {
+torch_both() {
     { $TORCH bench "$sc" "$b" "$THREADS" 1 $tf; $TORCH bench "$sc" "$b" "$THREADS" 1 $tf --channels-last; } |
         awk '$1 == "torch_step_s" && (l == "" || $2 < t) { t = $2; l = $0 } END { print l }'
 }
+torch_step() { with_others_line torch_step_s torch_both; }
+# the most any of the lines says others took
+others_max() { printf '%s\n' "$@" | awk '{ for (i = 1; i < NF; i++) if ($i == "others" && $(i + 1) > m) m = $(i + 1) } END { printf "%.2f\n", m }'; }
 raw=$(mktemp) # the rows print as each step finishes (scale 7 takes minutes per step)
-# CPU share: of its threads' CPUs, what each engine's timed step got (1.00 quiet; a row under
-# BUSY_SHARE, 0.80 (bench/nn/lib.sh), ran beside other work and is marked busy: not this CPU's
-# speed; bench/nn/step_rounds.sh also measures the other work itself)
-echo "| model | precision | scaffold s | scaffold GFLOP/s | scaffold peak RSS | PyTorch s | PyTorch peak RSS | PyTorch/scaffold | CPU share scaffold / PyTorch |"
+# CPU share: of its threads' CPUs, what each engine's timed step got (1.00 quiet); others: the
+# most of the machine's CPU time that other work took while either engine's steps of the row
+# ran (with_others). A row where a share fell under BUSY_SHARE (0.80) or others reached
+# BUSY_OTHERS (0.05) (bench/nn/lib.sh) ran beside other work and is marked busy: not this CPU's
+# speed
+echo "| model | precision | scaffold s | scaffold GFLOP/s | scaffold peak RSS | PyTorch s | PyTorch peak RSS | PyTorch/scaffold | CPU share scaffold / PyTorch, others |"
 echo "|---|---|---|---|---|---|---|---|---|"
 for s in $STEPS; do
     IFS=: read -r sc b <<<"$s"
@@ -253,9 +267,11 @@ for s in $STEPS; do
             o=$(median_of scaffold_step_s "${out2[@]}")
             echo "$(median_of scaffold_step_s "${out1[@]}") pair 1" >>"$raw"
             t="torch_step_s 0 maxrss_mib 0"
+            om=$(others_max "${out1[@]}" "${out2[@]}")
         elif [ "$sc" -ge 7 ]; then
             o=$(our_step)
             t=$(torch_step)
+            om=$(others_max "$o" "$t")
         else
             # Side by side: r rounds of (scaffold, PyTorch), each a warm-up and one timed step,
             # the median of each engine's rounds: a drift of the machine's speed (a virtual
@@ -263,19 +279,21 @@ for s in $STEPS; do
             alternate "$r" our_step torch_step
             o=$(median_of scaffold_step_s "${out1[@]}")
             t=$(median_of torch_step_s "${out2[@]}")
+            om=$(others_max "${out1[@]}" "${out2[@]}")
         fi
-        awk -v o="$o" -v t="$t" -v sc="$sc" -v b="$b" -v prec="$prec" -v thr="$BUSY_SHARE" 'BEGIN {
+        awk -v o="$o" -v t="$t" -v sc="$sc" -v b="$b" -v prec="$prec" -v thr="$BUSY_SHARE" \
+            -v om="$om" -v tho="$BUSY_OTHERS" 'BEGIN {
             n = split(o, a, " "); for (i = 1; i < n; i++) A[a[i]] = a[i + 1]
             n = split(t, c, " "); for (i = 1; i < n; i++) T[c[i]] = c[i + 1]
             ts = T["torch_step_s"] + 0
             sa = ("cpu_share" in A) ? A["cpu_share"] : "-"; st = ("cpu_share" in T) ? T["cpu_share"] : "-"
-            busy = (sa != "-" && sa < thr) || (ts > 0 && st != "-" && st < thr)
-            printf "| scale %s, base %s | %s | %.3f | %.0f | %.2f GiB | %s | %s | %s | %s / %s%s |\n", sc, b,
+            busy = (sa != "-" && sa < thr) || (ts > 0 && st != "-" && st < thr) || om + 0 >= tho
+            printf "| scale %s, base %s | %s | %.3f | %.0f | %.2f GiB | %s | %s | %s | %s / %s, %s%s |\n", sc, b,
                 (prec == "ckpt" ? "fp32, checkpointing" : prec), A["scaffold_step_s"], A["gflops"],
                 A["maxrss_mib"] / 1024, (ts > 0 ? sprintf("%.3f", ts) : "-"),
                 (ts > 0 ? sprintf("%.2f GiB", T["maxrss_mib"] / 1024) : "-"),
                 (ts > 0 ? sprintf("%.2fx", ts / A["scaffold_step_s"]) : "-"), sa,
-                (ts > 0 ? st : "-"), busy ? " **busy**" : ""
+                (ts > 0 ? st : "-"), om, busy ? " **busy**" : ""
         }'
         echo "$o" >>"$raw"
     done
