@@ -16,12 +16,13 @@
 # (others: other processes and steal time, bench/nn/lib.sh with_others): a round where one of
 # the four had others at or above BUSY_OTHERS (0.05) or a share under BUSY_SHARE (0.80) is
 # marked "busy" and left out of the medians (all rounds count when none is quiet, with a
-# warning). The share alone also drops in an engine's own serial phases (PyTorch at 7 / 64). A host whose cores are shared with other tenants also changes
-# speed without taking CPU time away: the tile unit (AMX) or the FMA units are busy with the
-# other thread of the core. So each round measures the host's peak before its first step,
-# between our steps and PyTorch's, and after its last (bench_step --peak: the AMX peak where
-# the CPU has AMX, else the FMA peak); a round whose three differ by more than 1.5x is marked
-# "phase" and left out of the medians as a busy one is.
+# warning). The share alone also drops in an engine's own serial phases (PyTorch at 7 / 64).
+# A host whose cores are shared with other tenants also changes speed without taking CPU time
+# away: the tile unit (AMX) or the FMA units are busy with the other thread of the core. So
+# each round measures the host's peak before its first step, between our steps and PyTorch's,
+# and after its last (bench_step --peak: the AMX peak where the CPU has AMX, else the FMA
+# peak); a round whose three differ by more than 1.5x is marked "phase" and left out of the
+# medians as a busy one is.
 cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build}
 ROUNDS=${1:-12} SC=${2:-5} B=${3:-64} THREADS=${4:-$(nproc)}

@@ -285,9 +285,9 @@ static void conv3d_direct(const conv_args *x, int pairs, int x3) {
                     const float *wp = x->w + (part ? (long)x->n1 * x->sc : 0);
                     if (x3)
                         conv_pack_b16_x3((uint16_t *)Bp, wp, wlo + (wp - x->w), ncol, K, 27, x->sc,
-                                         x->sk, 1, nr, nkb, kunit(pairs));
+                                         x->sk, nr, nkb, kunit(pairs));
                     else if (pairs)
-                        conv_pack_b16((uint16_t *)Bp, wp, ncol, K, 27, x->sc, x->sk, 1, nr, nkb,
+                        conv_pack_b16((uint16_t *)Bp, wp, ncol, K, 27, x->sc, x->sk, nr, nkb,
                                       kunit(pairs));
                     else
                         conv_pack_b(Bp, wp, ncol, K, 27, x->sc, x->sk, 1, nr, nkb, prec);

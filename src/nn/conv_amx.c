@@ -398,7 +398,7 @@ void conv_amx_i2c_fwd(float *out, const float *a, int ca, const float *b, int cb
         for (int k = 0; k < AMX_I2C_K; k++)
             w96[(size_t)col * AMX_I2C_K + k] =
                 k < 27 * K ? w[col * sc + (k % K) * sk + k / K] : 0.0f;
-    conv_pack_b16(Bp, w96, cout, AMX_I2C_K, 1, AMX_I2C_K, 1, 1, nr, 1, 32);
+    conv_pack_b16(Bp, w96, cout, AMX_I2C_K, 1, AMX_I2C_K, 1, nr, 1, 32);
     static const long aoff0[1] = {0};
     const nn_tg g = {.T = 1, .K = AMX_I2C_K, .aoff = aoff0, .nr = nr};
     const int nyb = (H + yr - 1) / yr;
@@ -566,7 +566,7 @@ void convt_amx_backward(float *din, float *dw, float *db, const float *dout, lon
     const nn_tg g = {.T = 8, .K = cout, .aoff = aoff, .nr = nr};
     const int YR = convt_rows(H, W), ny = (H + YR - 1) / YR;
     if (din)
-        conv_pack_b16(Bp, w, cin, cout, 8, (long)cout * 8, 8, 1, nr, nkb, 32);
+        conv_pack_b16(Bp, w, cin, cout, 8, (long)cout * 8, 8, nr, nkb, 32);
     int first = 1;
     for (int n = 0; n < N; n++)
         for (int z0 = 0; z0 < D; z0 += Zc) {

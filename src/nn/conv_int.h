@@ -162,13 +162,13 @@ void conv_copy_prec(float *dst, const float *src, size_t n, nn_prec prec);
 void conv_pack_b(float *Bp, const float *w, int ncol, int K, int T, long sc, long sk, long st,
                  int nr, int nkb, nn_prec prec);
 /* The bf16 pair layout of conv_pack_b for Kp = K rounded up to even (k >= K is zero): per (ob, kb),
- * [t][(k - k0)/2][nr][2] at (ob*T*Kp + T*k0)*nr elements. */
-void conv_pack_b16(uint16_t *Bp, const float *w, int ncol, int K, int T, long sc, long sk,
-                   long st, int nr, int nkb, int unit);
+ * [t][(k - k0)/2][nr][2] at (ob*T*Kp + T*k0)*nr elements; the taps contiguous in w (st 1). */
+void conv_pack_b16(uint16_t *Bp, const float *w, int ncol, int K, int T, long sc, long sk, int nr,
+                   int nkb, int unit);
 /* The same for amx-x3 (PAD_BF16X3's input): 3K rows, bf16(w) for k' < 2K (k = k' mod K) and
  * bf16(wlo) for k' >= 2K, wlo = w - bf16(w) addressed as w; K even. */
 void conv_pack_b16_x3(uint16_t *Bp, const float *w, const float *wlo, int ncol, int K, int T,
-                      long sc, long sk, long st, int nr, int nkb, int unit);
+                      long sc, long sk, int nr, int nkb, int unit);
 /* SCAFFOLD_NN_SLAB_BYTES (nn/settings.h; tests: several slabs on small volumes). */
 size_t conv_slab_bytes(void);
 int conv_slab_depth(int D, int H, int W, int C, const nn_shard *sh);

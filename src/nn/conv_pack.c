@@ -56,7 +56,7 @@ void conv_pack_b(float *Bp, const float *w, int ncol, int K, int T, long sc, lon
  * [t][(k - k0)/2][nr][2] at (ob*T*Kp + T*k0)*nr elements. */
 /* conv_pack_b16, or with wlo conv_pack_b16_x3 (K of the weights, 3K rows). */
 static void pack_b16(uint16_t *Bp, const float *w, const float *wlo, int ncol, int K, int T,
-                     long sc, long sk, long st, int nr, int nkb, int unit) {
+                     long sc, long sk, int nr, int nkb, int unit) {
     const int Kw = K; /* channels of w */
     if (wlo)
         K = 3 * Kw;
@@ -69,9 +69,9 @@ static void pack_b16(uint16_t *Bp, const float *w, const float *wlo, int ncol, i
             uint16_t *blk = Bp + ((size_t)ob * T * Kp + (size_t)T * k0) * nr;
             /* by k pair, then tap, then column: the lines of w a k pair reads (per column, its
              * runs of taps) stay in L1 over the taps; by tap first, every tap read them again
-             * from memory (44% of an 8^3 512->512 pass). Contiguous taps (st 1) are packed all
-             * at once: each column's run read in one piece, not element by element with
-             * gathers (4.2 ms of a 5 / 64 bf16 step on a Xeon with AMX). */
+             * from memory (44% of an 8^3 512->512 pass). All taps of a pair at once
+             * (nn_bf16_pack_taps): each column's run read in one piece, not element by element
+             * with gathers (4.2 ms of a 5 / 64 bf16 step on a Xeon with AMX). */
             for (int k = k0; k < k1; k += 2) {
                 uint16_t *dst = blk + (size_t)(k - k0) * nr;
                 const long ldt = (long)(k1 - k0) * nr;
@@ -82,25 +82,21 @@ static void pack_b16(uint16_t *Bp, const float *w, const float *wlo, int ncol, i
                                     : k < 2 * Kw   ? w + (long)(k - Kw) * sk
                                                    : wlo + (long)(k - 2 * Kw) * sk) +
                                    ob * nr * sc;
-                if (st == 1 && T >= 8)
-                    nn_bf16_pack_taps(dst, ldt, src, sc, sk, k + 1 < K, nv, T);
-                else
-                    for (int t = 0; t < T; t++)
-                        nn_bf16_pack_pairs(dst + t * ldt, src + t * st, sc, sk, k + 1 < K, nv);
+                nn_bf16_pack_taps(dst, ldt, src, sc, sk, k + 1 < K, nv, T);
                 for (int t = 0; nv < nr && t < T; t++)
                     memset(dst + t * ldt + 2 * nv, 0, sizeof(uint16_t) * 2 * (nr - nv));
             }
         }
 }
 
-void conv_pack_b16(uint16_t *Bp, const float *w, int ncol, int K, int T, long sc, long sk,
-                   long st, int nr, int nkb, int unit) {
-    pack_b16(Bp, w, NULL, ncol, K, T, sc, sk, st, nr, nkb, unit);
+void conv_pack_b16(uint16_t *Bp, const float *w, int ncol, int K, int T, long sc, long sk, int nr,
+                   int nkb, int unit) {
+    pack_b16(Bp, w, NULL, ncol, K, T, sc, sk, nr, nkb, unit);
 }
 
 void conv_pack_b16_x3(uint16_t *Bp, const float *w, const float *wlo, int ncol, int K, int T,
-                      long sc, long sk, long st, int nr, int nkb, int unit) {
-    pack_b16(Bp, w, wlo, ncol, K, T, sc, sk, st, nr, nkb, unit);
+                      long sc, long sk, int nr, int nkb, int unit) {
+    pack_b16(Bp, w, wlo, ncol, K, T, sc, sk, nr, nkb, unit);
 }
 
 /* Padded planes per slab: about SCAFFOLD_NN_SLAB_BYTES bytes (default NN_SETTINGS_SLAB_BYTES,

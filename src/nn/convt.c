@@ -90,7 +90,7 @@ void nn_convt3d_forward_p(float *out, const float *in, const float *w, const flo
                          nA - i * chunk < chunk ? nA - i * chunk : chunk);
         A = A16;
         Bp = A16 + ((V * cin + 31) & ~(size_t)31);
-        conv_pack_b16(Bp, w, cout, cin, 8, 8, (long)cout * 8, 1, nr, 1, amx ? 32 : 2);
+        conv_pack_b16(Bp, w, cout, cin, 8, 8, (long)cout * 8, nr, 1, amx ? 32 : 2);
         bias = (float *)((uint16_t *)Bp + 8 * (size_t)nb * nr * cin);
     } else {
         float *rest;
@@ -181,7 +181,7 @@ void nn_convt3d_backward_p(float *din, float *dw, float *db, const float *dout, 
     uint16_t *rows16 = NULL;
     const size_t nrows16 = convt_dgrad_rows(H, W, cout);
     if (pairs) {
-        conv_pack_b16((uint16_t *)Bp, w, cin, cout, 8, (long)cout * 8, 8, 1, nr, nkb, 2);
+        conv_pack_b16((uint16_t *)Bp, w, cin, cout, 8, (long)cout * 8, 8, nr, nkb, 2);
         rows16 = (uint16_t *)(ws + ((packed_floats(cin, cout, 8) / 2 + 15) & ~(size_t)15));
     } else {
         conv_pack_b(Bp, w, cin, cout, 8, (long)cout * 8, 8, 1, nr, nkb, prec);

@@ -388,7 +388,8 @@ void nn_bf16_pack_taps(uint16_t *dst, long ldt, const float *src, long sj, long 
                        int T) {
     K();
 #if defined(__x86_64__)
-    if (cur_bf16dp == 1) {
+    /* under 8 taps the 16 x 16 transposes would be mostly padding: tap by tap below */
+    if (cur_bf16dp == 1 && T >= 8) {
         nn_kb_pack_taps(dst, ldt, src, sj, sk, two, n, T);
         return;
     }
