@@ -74,6 +74,8 @@ static struct {
     int measured;
     double min_share; /* the lowest share of the CPUs a measured run got (run_timed) */
     int busy_warned, stale_told;
+    const float *ws_base; /* the workspace nn_algo_touch_ws last zeroed, and how far */
+    size_t ws_touched;
 } S = {.env_mode = -1, .forced = -1};
 
 static int table_add(table *t, const entry *e) {
@@ -548,6 +550,17 @@ static double run_timed(const nn_algo_job *j, int a, float *dw, int *quiet) {
     return dt;
 }
 
+void nn_algo_touch_ws(const nn_algo_job *j) {
+    if (!j->ws || !j->nws)
+        return;
+    if (j->ws != S.ws_base)
+        S.ws_base = j->ws, S.ws_touched = 0;
+    if (j->nws > S.ws_touched) {
+        memset(j->ws + S.ws_touched, 0, (j->nws - S.ws_touched) * sizeof(float));
+        S.ws_touched = j->nws;
+    }
+}
+
 /* Runs every applicable algorithm on the job (the reference first), returns the fastest within
  * the budget; *last is the last algorithm that ran, *busy 1 when a time that decided the
  * choice came from a run that did not get its share of the CPUs (run_timed). The first round
@@ -580,6 +593,12 @@ static int measure(const nn_algo_job *j, double ms_all[NN_ALGO_COUNT], int *last
     for (int p = 0; p < 2; p++)
         if (j->out[p] && j->nout[p])
             memset((void *)j->out[p], 0, j->nout[p] * sizeof(float));
+    /* So is the workspace: its part that no pass has used yet comes in huge pages, which the
+     * kernel may first compact memory for (madvise defrag), and the first algorithm to reach
+     * it paid that (scale 5 / 64 fp32: winograd's first run of the 16^3 128 + 128 -> 128
+     * forward, the first to need 18 MiB of transformed weights, 9-32 ms where it runs in 7-8;
+     * amx-x3, 8.1-8.5 ms, was kept). */
+    nn_algo_touch_ws(j);
     int best = -1, nref = 0, unsure = 0;
     const unsigned ms = measured_set(j);
     double t[NN_ALGO_COUNT];
@@ -688,6 +707,7 @@ static int cached_check(const nn_algo_job *j, entry *c, int *done) {
     float *dw = NULL;
     if (wgrad && posix_memalign((void **)&dw, 64, (j->ndw + 16) * sizeof(float)))
         return 0; /* no memory to check: the cached choice */
+    nn_algo_touch_ws(j); /* as measure(): the runner-up runs first */
     const double t0 = time_now();
     int quiet, qn = 0;
     double tn = 0;

@@ -96,7 +96,16 @@ typedef struct nn_algo_job {
     const float *out[2];
     size_t nout[2];
     size_t ndw;
+    /* the workspace the runners share (nws floats from ws; scratch at the call, NULL: none):
+     * its pages not yet touched are touched before any timed run (nn_algo_touch_ws) */
+    float *ws;
+    size_t nws;
 } nn_algo_job;
+
+/* Zeroes the part of the job's workspace beyond what earlier calls on the same workspace
+ * zeroed (a high-water mark: the runners use a prefix of it), so that the first runner to reach
+ * pages no pass has used yet does not pay their faults inside its timing. */
+void nn_algo_touch_ws(const nn_algo_job *j);
 
 /* The algorithm for this job (see above). *done is set to 1 when a measurement left the
  * chosen algorithm's own result in the outputs (forward and input gradient: nothing more to

@@ -405,7 +405,10 @@ static nn_algo_job conv3d_job(const conv_args *x, int pass) {
                      .ctx = (void *)x,
                      .out = {x->out1, x->out2},
                      .nout = {(size_t)x->N * x->D * x->H * x->W * x->n1,
-                              x->out2 ? (size_t)x->N * x->D * x->H * x->W * x->n2 : 0}};
+                              x->out2 ? (size_t)x->N * x->D * x->H * x->W * x->n2 : 0},
+                     .ws = x->ws};
+    if (x->ws) /* the layer's workspace (cat(ca, cb) -> cout), which every algorithm fits */
+        j.nws = conv3d_ws(x->N, x->D, x->H, x->W, j.key.ca + j.key.cb, j.key.cout, x->sh);
     j.rule = nn_algo_rule(&j);
     return j;
 }
@@ -541,7 +544,9 @@ static nn_algo_job dw_job(float *dw, const dw_args *x) {
                      .eligible = el,
                      .run = dw_run,
                      .ctx = (void *)x,
-                     .ndw = 27 * (size_t)cin * x->cout};
+                     .ndw = 27 * (size_t)cin * x->cout,
+                     .ws = x->ws,
+                     .nws = x->ws ? conv3d_ws(x->N, x->D, x->H, x->W, cin, x->cout, x->sh) : 0};
     (void)dw;
     j.rule = nn_algo_rule(&j);
     return j;
