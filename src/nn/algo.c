@@ -707,7 +707,6 @@ static int cached_check(const nn_algo_job *j, entry *c, int *done) {
     float *dw = NULL;
     if (wgrad && posix_memalign((void **)&dw, 64, (j->ndw + 16) * sizeof(float)))
         return 0; /* no memory to check: the cached choice */
-    nn_algo_touch_ws(j); /* as measure(): the runner-up runs first */
     const double t0 = time_now();
     int quiet, qn = 0;
     double tn = 0;

@@ -97,7 +97,9 @@ typedef struct nn_algo_job {
     size_t nout[2];
     size_t ndw;
     /* the workspace the runners share (nws floats from ws; scratch at the call, NULL: none):
-     * its pages not yet touched are touched before any timed run (nn_algo_touch_ws) */
+     * its pages not yet touched are touched before a measurement's first run
+     * (nn_algo_touch_ws; not before a cached choice's run, which touches only what that
+     * algorithm uses: a bf16 run keeps fp32 Winograd's part of the workspace out of memory) */
     float *ws;
     size_t nws;
 } nn_algo_job;
