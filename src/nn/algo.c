@@ -74,7 +74,7 @@ static struct {
     int measured;
     double min_share; /* the lowest share of the CPUs a measured run got (run_timed) */
     int busy_warned, stale_told;
-    const float *ws_base; /* the workspace nn_algo_touch_ws last zeroed, and how far */
+    const float *ws_base; /* the workspace touch_ws last zeroed, and how far */
     size_t ws_touched;
 } S = {.env_mode = -1, .forced = -1};
 
@@ -550,7 +550,8 @@ static double run_timed(const nn_algo_job *j, int a, float *dw, int *quiet) {
     return dt;
 }
 
-void nn_algo_touch_ws(const nn_algo_job *j) {
+/* Zeroes the job's workspace past what earlier calls on the same workspace zeroed (algo.h). */
+static void touch_ws(const nn_algo_job *j) {
     if (!j->ws || !j->nws)
         return;
     if (j->ws != S.ws_base)
@@ -598,7 +599,7 @@ static int measure(const nn_algo_job *j, double ms_all[NN_ALGO_COUNT], int *last
      * it paid that (scale 5 / 64 fp32: winograd's first run of the 16^3 128 + 128 -> 128
      * forward, the first to need 18 MiB of transformed weights, 9-32 ms where it runs in 7-8;
      * amx-x3, 8.1-8.5 ms, was kept). */
-    nn_algo_touch_ws(j);
+    touch_ws(j);
     int best = -1, nref = 0, unsure = 0;
     const unsigned ms = measured_set(j);
     double t[NN_ALGO_COUNT];

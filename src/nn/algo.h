@@ -97,17 +97,14 @@ typedef struct nn_algo_job {
     size_t nout[2];
     size_t ndw;
     /* the workspace the runners share (nws floats from ws; scratch at the call, NULL: none):
-     * its pages not yet touched are touched before a measurement's first run
-     * (nn_algo_touch_ws; not before a cached choice's run, which touches only what that
-     * algorithm uses: a bf16 run keeps fp32 Winograd's part of the workspace out of memory) */
+     * its pages that no earlier measurement on it reached are zeroed before a measurement's
+     * first run (a high-water mark: the runners use a prefix of it), so that the first runner
+     * to reach fresh pages does not pay their faults inside its timing; not before a cached
+     * choice's run, which touches only what that algorithm uses (a bf16 run keeps fp32
+     * Winograd's part of the workspace out of memory) */
     float *ws;
     size_t nws;
 } nn_algo_job;
-
-/* Zeroes the part of the job's workspace beyond what earlier calls on the same workspace
- * zeroed (a high-water mark: the runners use a prefix of it), so that the first runner to reach
- * pages no pass has used yet does not pay their faults inside its timing. */
-void nn_algo_touch_ws(const nn_algo_job *j);
 
 /* The algorithm for this job (see above). *done is set to 1 when a measurement left the
  * chosen algorithm's own result in the outputs (forward and input gradient: nothing more to
