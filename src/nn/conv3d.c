@@ -126,6 +126,8 @@ static size_t conv3d_ws_base(int N, int D, int H, int W, int cin, int cout, cons
     size_t p = pf > pb ? pf : pb;
     if (p < pw)
         p = pw;
+    if (conv_dw_i2c_applies(cin, sh) && p < conv_dw_i2c_ws_floats(W, cin, cout))
+        p = conv_dw_i2c_ws_floats(W, cin, cout);
     /* Winograd (forward: K = cin, input gradient: K = cout), whose slabs are no deeper */
     if (conv_wino_applies(D, H, W, cin, cout, NN_FP32, sh) && p < conv_wino_ws_floats(cin, cout))
         p = conv_wino_ws_floats(cin, cout);
@@ -476,17 +478,14 @@ static void dw_winograd(float *dw, const dw_args *x, int bf16) {
     float *VM = P + ((conv_slab_floats(D, H, W, cin, NULL) + 15) & ~(size_t)15);
     for (int c0 = 0; c0 < cout; c0 += gc) {
         const int cg = cout - c0 < gc ? cout - c0 : gc;
-        const size_t nu = WINO_NXI * (size_t)cin * nblocks(cg, nr) * nr;
-#pragma omp parallel for schedule(static) num_threads(nn_threads())
-        for (size_t i = 0; i < nu; i++)
-            dU[i] = 0.0f;
         for (int n = 0; n < x->N; n++)
             for (int z0 = 0; z0 < D; z0 += Zc) {
                 const int z1 = z0 + Zc < D ? z0 + Zc : D;
                 conv_pad_slab(P, prec == NN_BF16 ? PAD_F32R : PAD_F32, x->a, x->ca, x->ca, x->b,
                               x->cb, n, z0, z1, D, H, W);
                 const float *g = x->dy + (((size_t)n * D + z0) * H * W) * cout + c0;
-                conv_wino_dw_slab(dU, P, cin, g, cout, cg, nr, z1 - z0, H, W, VM, bf16);
+                conv_wino_dw_slab(dU, P, cin, g, cout, cg, nr, z1 - z0, H, W, VM, bf16,
+                                  n == 0 && z0 == 0);
             }
         conv_wino_dw_finish(dw + (size_t)c0 * cin * 27, dU, cin, cg, nr, prec, bf16);
     }
@@ -496,6 +495,10 @@ static void dw_winograd(float *dw, const dw_args *x, int bf16) {
 static void dw_direct(float *dw, const dw_args *x) {
     const int cin = x->ca + x->cb, cout = x->cout, D = x->D, H = x->H, W = x->W;
     const nn_shard *sh = x->sh;
+    if (!x->cb && conv_dw_i2c_applies(cin, sh)) {
+        conv_dw_i2c(dw, x->a, cin, x->dy, cout, x->N, D, H, W, x->prec, x->ws);
+        return;
+    }
     const int Zc = conv_slab_depth(D, H, W, cin, sh);
     float *P = x->ws, *Wp = x->ws + ((conv_slab_floats(D, H, W, cin, sh) + 15) & ~(size_t)15);
     for (int n = 0; n < x->N; n++)

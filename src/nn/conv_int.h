@@ -213,9 +213,10 @@ void conv_wino_slab(float *out, long ldo, int ncol, const float *P, int C, const
  * V the input transform (as in the forward pass) and dM = A dY A^T the output gradient's; at
  * the end dW = G^T dU G per channel pair (conv_wino_dw_finish). Each chunk's point xi of dU (or
  * a group of its column blocks) is taken by one thread and accumulates chunk after chunk, tiles
- * in order within the kernel: the sums do not depend on the threads. */
+ * in order within the kernel: the sums do not depend on the threads. first: the layer's first
+ * slab, whose first chunk sets dU (= instead of +=), so dU needs no zeroing pass. */
 void conv_wino_dw_slab(float *dU, const float *P, int C, const float *dy, long ldy, int ncol,
-                       int nr, int Dz, int H, int W, float *VM, int bf16);
+                       int nr, int Dz, int H, int W, float *VM, int bf16, int first);
 /* dw (PyTorch layout, w[oc][ic][t]; dU's cout columns in blocks of nr) += G^T dU G for each
  * channel pair, a vector of output channels at a time (runs of dU's rows, as in conv_wino_weights;
  * the groups of one input channel run one after the other, so the second half of each cache
@@ -256,6 +257,14 @@ size_t conv_weight_grad_ws(int T, int K, int ncol, long nrows, int H, int W);
  * pairs taken dynamically: balanced when cores are shared, and no barrier per chunk. Without
  * copies (huge layers) each share of tiles is one work item over all chunks. */
 void conv_weight_grad(float *dWp, const conv_tw_src *r, long nrows, int T, int accumulate);
+/* The direct weight gradient of a layer of K <= 3 input channels (27 K <= 96, unsharded), the
+ * taps and channels as one k dimension (im2col): dw (cout, K, 3,3,3) += that of input a
+ * (N,D,H,W,K) and output gradient dy (N,D,H,W,cout); bf16: the operands and the result
+ * rounded, as the direct path. Workspace: conv_dw_i2c_ws_floats. */
+int conv_dw_i2c_applies(int K, const nn_shard *sh);
+size_t conv_dw_i2c_ws_floats(int W, int K, int cout);
+void conv_dw_i2c(float *dw, const float *a, int K, const float *dy, int cout, int N, int D,
+                 int H, int W, nn_prec prec, float *ws);
 /* db[c] += sum over P voxels of dout[p*ldo + c], in NN_SLICES fixed slices summed in order
  * (rounded to bf16 in bf16 mode). */
 void conv_bias_grad(float *db, const float *dout, long ldo, long P, int C, nn_prec prec,

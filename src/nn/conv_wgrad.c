@@ -245,7 +245,7 @@ static void tw_chunk_conv(float *Wp, const conv_tw_src *r, long r0, int nrr, lon
             gr[i] = Gp + ((size_t)ob * nv + (size_t)i * W) * nr;
         }
         nn_tw_tile(nrr, ar, gr, W, mk, nr, mk, nr, nr, Wp + dw_tile(k0, mk, t, ob, 27, nb, nr),
-                   nr);
+                   nr, 0);
     }
 }
 
@@ -376,7 +376,7 @@ static void tw_chunk_convt(float *Wp, const conv_tw_src *r, long r0, int nrr, lo
         }
         const float *ar = Ap + (size_t)k0 * nv, *gr = Gp + ((size_t)(t & 1) * nb + ob) * nv * nr;
         nn_tw_tile(1, &ar, &gr, (int)nv, mk, nr, mk, nr, nr, Wp + dwt_tile(k0, t, ob, K, nb, nr),
-                   nr);
+                   nr, 0);
     }
 }
 
@@ -515,4 +515,113 @@ void conv_unpack_dwt(float *dw, float *db, const float *Wp, int cin, int cout, n
             s += Wp[dwt_tile(cin, t, ob, K, nb, nr) + j];
         db[oc] += prec == NN_BF16 ? nn_bf16_round(s) : s;
     }
+}
+
+/* ---- few input channels: im2col over the taps ------------------------------------------------
+ * A layer of K <= 3 input channels (the network's first) gives the direct weight gradient's
+ * tap tiles K of the kernel tile's 6 to 14 rows: 32^3 3->64 ran at 115 GFLOP/s (Intel Xeon with
+ * AMX, 2 threads, 2.95 ms). Its 27 taps x K channels instead make one k dimension k' = t K + c,
+ * packed per chunk of voxels (rows of W) straight from the unpadded input into k blocks of
+ * whole kernel tiles. Chunk c adds into copy c mod R of the gradient, each copy's chunks in
+ * order on one thread, the copies then summed in order: the sums do not depend on the
+ * threads. */
+#define DW_I2C_KMAX 96
+#define DW_I2C_R 8
+#define DW_I2C_VOX 128 /* voxels per chunk, at least a row */
+
+int conv_dw_i2c_applies(int K, const nn_shard *sh) {
+    return !sh && K >= 1 && 27 * K <= DW_I2C_KMAX;
+}
+
+static long dw_i2c_rows(int W) {
+    return W >= DW_I2C_VOX ? 1 : DW_I2C_VOX / W;
+}
+
+/* Floats of one thread's panel: a chunk's k' values per voxel. */
+static size_t dw_i2c_slot(int W, int K) {
+    return ((size_t)dw_i2c_rows(W) * W * 27 * K + (size_t)(W + 2) * K + 31) & ~(size_t)15;
+}
+
+size_t conv_dw_i2c_ws_floats(int W, int K, int cout) {
+    const size_t copy = ((size_t)27 * K * nn_gemm_ncol_max(cout) + 15) & ~(size_t)15;
+    return DW_I2C_R * copy + (size_t)NN_MAX_THREADS * dw_i2c_slot(W, K) + 16;
+}
+
+/* n = 3 K floats (K <= 3) from s to d: fixed-size copies the compiler inlines */
+static inline void dw_i2c_copy(float *restrict d, const float *restrict s, int n) {
+    switch (n) {
+    case 9: memcpy(d, s, 9 * sizeof(float)); break;
+    case 6: memcpy(d, s, 6 * sizeof(float)); break;
+    default: memcpy(d, s, 3 * sizeof(float)); break;
+    }
+}
+
+/* The k' values of the chunk of rows [r0, r0 + nrr) (row = (n, z, y)) into Ap ([voxel][27 K]:
+ * each k block of the kernel reads its mk of a voxel's row in place). Per (row, dz, dy), the
+ * input row zero-padded (and rounded) once into pr, whose windows of 3 voxels are the x taps'
+ * values of each voxel. */
+static void dw_i2c_pack(float *Ap, float *pr, const float *a, int K, int D, int H, int W,
+                        long r0, long nrr, int round) {
+    const int kp = 27 * K, n3 = 3 * K;
+    memset(pr, 0, sizeof(float) * K);
+    memset(pr + (size_t)(W + 1) * K, 0, sizeof(float) * K);
+    for (long i = 0; i < nrr; i++) {
+        const long row = r0 + i, y = row % H, z = row / H % D, n = row / ((long)H * D);
+        float *col = Ap + (size_t)i * W * kp;
+        for (int t9 = 0; t9 < 9; t9++) { /* (dz, dy) */
+            const long zz = z + t9 / 3 - 1, yy = y + t9 % 3 - 1;
+            if (zz < 0 || zz >= D || yy < 0 || yy >= H) {
+                for (int x = 0; x < W; x++)
+                    memset(col + (size_t)x * kp + t9 * n3, 0, sizeof(float) * n3);
+                continue;
+            }
+            const float *s = a + ((n * D + zz) * H + yy) * W * K;
+            if (round)
+                for (long e = 0; e < (long)W * K; e++)
+                    pr[K + e] = nn_bf16_round(s[e]);
+            else
+                memcpy(pr + K, s, sizeof(float) * W * K);
+            for (int x = 0; x < W; x++)
+                dw_i2c_copy(col + (size_t)x * kp + t9 * n3, pr + (size_t)x * K, n3);
+        }
+    }
+}
+
+void conv_dw_i2c(float *dw, const float *a, int K, const float *dy, int cout, int N, int D,
+                 int H, int W, nn_prec prec, float *ws) {
+    const int kp = 27 * K, nr = nn_gemm_nr(cout), nb = nblocks(cout, nr), ncp = nb * nr;
+    const int mkmax = nn_tw_mr(nr), nkb = (kp + mkmax - 1) / mkmax;
+    const long rows = (long)N * D * H, rc = dw_i2c_rows(W), nch = (rows + rc - 1) / rc;
+    const long R = nch < DW_I2C_R ? nch : DW_I2C_R;
+    const size_t copy = ((size_t)kp * ncp + 15) & ~(size_t)15, slot = dw_i2c_slot(W, K);
+    float *slots = ws + DW_I2C_R * copy;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nn_threads())
+    for (long r = 0; r < R; r++) {
+        float *Wr = ws + r * copy, *Ap = slots + (size_t)omp_get_thread_num() * slot;
+        float *pr = Ap + (size_t)rc * W * kp;
+        for (long ch = r; ch < nch; ch += R) { /* the copy's first chunk sets it */
+            const long r0 = ch * rc, nrr = rows - r0 < rc ? rows - r0 : rc, nv = nrr * W;
+            dw_i2c_pack(Ap, pr, a, K, D, H, W, r0, nrr, prec == NN_BF16);
+            /* the gradient's rows in place: the chunk's voxels are consecutive */
+            for (int kb = 0; kb < nkb; kb++) {
+                const int k0 = split_at(kp, nkb, kb), mk = split_at(kp, nkb, kb + 1) - k0;
+                const float *ar = Ap + k0;
+                for (int ob = 0; ob < nb; ob++) {
+                    const float *gr = dy + (size_t)r0 * W * cout + (size_t)ob * nr;
+                    const int nvalid = cout - ob * nr < nr ? cout - ob * nr : nr;
+                    nn_tw_tile(1, &ar, &gr, (int)nv, kp, cout, mk, nr, nvalid,
+                               Wr + (size_t)k0 * ncp + (size_t)ob * nr, ncp, ch == r);
+                }
+            }
+        }
+    }
+    /* dw[oc][c][t] += the copies' sum at row t K + c, in copy order */
+#pragma omp parallel for schedule(static) num_threads(nn_threads())
+    for (int oc = 0; oc < cout; oc++)
+        for (int k = 0; k < kp; k++) {
+            float s = ws[(size_t)k * ncp + oc];
+            for (long r = 1; r < R; r++)
+                s += ws[r * copy + (size_t)k * ncp + oc];
+            dw[((size_t)oc * K + k % K) * 27 + k / K] += prec == NN_BF16 ? nn_bf16_round(s) : s;
+        }
 }

@@ -502,12 +502,14 @@ static void wino_dw_tile(const wino_dp *d, float *V, long ldv, float *M, long ld
  * output columns (4 blocks), 64 -> 128, 128 -> 128 and 256 -> 128 weight gradients took
  * 1.45x, 1.16x and 1.11x this order's time (Xeon with AMX, 4 alternated rounds). */
 static void wino_dw_gemm(const wino_dp *d, const float *V, long ldv, const float *M, long ldm,
-                         long nt, int xi, int ob0, int ob1, float *dU) {
+                         long nt, int xi, int ob0, int ob1, float *dU, int init) {
     for (int kb = 0; kb < d->nkb; kb++) {
         const int k0 = kb * d->mk, k1 = k0 + d->mk < d->C ? k0 + d->mk : d->C;
         for (int ob = ob0; ob < ob1; ob++) {
             float *o = dU + ((size_t)xi * d->C + k0) * d->ncp + ob * d->nr;
             if (d->bf16) {
+                for (int k = 0; init && k < k1 - k0; k++)
+                    memset(o + (size_t)k * d->ncp, 0, sizeof(float) * d->nr);
                 nn_tw_tile_bf16((int)((nt + 1) / 2),
                                 (const uint16_t *)((const uint32_t *)V + xi * ldv + k0), d->Kp,
                                 (const uint16_t *)((const uint32_t *)M + xi * ldm + ob * d->nr),
@@ -515,7 +517,7 @@ static void wino_dw_gemm(const wino_dp *d, const float *V, long ldv, const float
                 continue;
             }
             const float *ar = V + (size_t)xi * ldv + k0, *gr = M + (size_t)xi * ldm + ob * d->nr;
-            nn_tw_tile(1, &ar, &gr, (int)nt, d->C, d->ncp, k1 - k0, d->nr, d->nr, o, d->ncp);
+            nn_tw_tile(1, &ar, &gr, (int)nt, d->C, d->ncp, k1 - k0, d->nr, d->nr, o, d->ncp, init);
         }
     }
 }
@@ -527,7 +529,7 @@ static void wino_dw_gemm(const wino_dp *d, const float *V, long ldv, const float
  * them in the workspace beside the threads' chunks. In plane groups (d->nxi < 144: dU too
  * large for L2), each a pass of its own over the tiles with its share of dU in the copies. bf16 (winograd-bf16): V and dM in tile pairs, as the shared chunks have them (a chunk
  * is an even number of tiles but the last). */
-static int wino_dw_own(const wino_dp *d, float *dU, long ntiles, float *VM) {
+static int wino_dw_own(const wino_dp *d, float *dU, long ntiles, float *VM, int first) {
     const long es = d->bf16 ? 2 : 4; /* bytes per value */
     const int zg = d->nxi / 36;
     const long nu = (long)d->nxi * d->C * d->ncp; /* a group's share of dU */
@@ -557,14 +559,15 @@ static int wino_dw_own(const wino_dp *d, float *dU, long ntiles, float *VM) {
 #pragma omp for schedule(dynamic, 1)
             for (long cp = 0; cp < R; cp++) {
                 float *dUc = cp ? cps + (cp - 1) * nus : dUg;
-                if (cp)
-                    memset(dUc, 0, sizeof(float) * nu);
+                /* a copy's first chunk sets it (nck >= 8 R: every copy has chunks), dU's own
+                 * only in the first slab */
                 for (long ck = cp; ck < nck; ck += R) {
                     const long t0 = ck * own, nt = ntiles - t0 < own ? ntiles - t0 : own;
                     for (long i = 0; i < nt; i++)
                         wino_dw_tile(d, V, ldv, Mo, ldm, t0, i, a0);
                     for (int xi = 0; xi < d->nxi; xi++)
-                        wino_dw_gemm(d, V, ldv, Mo, ldm, nt, xi, 0, d->nb, dUc);
+                        wino_dw_gemm(d, V, ldv, Mo, ldm, nt, xi, 0, d->nb, dUc,
+                                     ck == cp && (cp || first));
                 }
             }
 #pragma omp for schedule(static)
@@ -585,7 +588,7 @@ static int wino_dw_own(const wino_dp *d, float *dU, long ntiles, float *VM) {
  * items of dU are taken by one thread and accumulate chunk after chunk, tiles in order within
  * the kernel: the sums do not depend on the threads. */
 void conv_wino_dw_slab(float *dU, const float *P, int C, const float *dy, long ldy, int ncol,
-                       int nr, int Dz, int H, int W, float *VM, int bf16) {
+                       int nr, int Dz, int H, int W, float *VM, int bf16, int first) {
     const int nb = nblocks(ncol, nr), mk = nn_tw_mr(nr);
     const long ntiles = (long)(Dz / 2) * (H / 4) * (W / 4), row = (long)(W + 2) * C;
     /* own or shared chunks, in plane groups as conv_wino_slab's */
@@ -595,7 +598,7 @@ void conv_wino_dw_slab(float *dU, const float *P, int C, const float *dy, long l
                        .nkb = (C + mk - 1) / mk, .bf16 = bf16, .Tx = W / 4, .Ty = H / 4,
                        .plane = (H + 2) * row, .row = row, .gplane = (long)H * W * ldy,
                        .grow = (long)W * ldy, .nxi = 36 * zg};
-    if (wino_dw_own(&d, dU, ntiles, VM))
+    if (wino_dw_own(&d, dU, ntiles, VM, first))
         return;
     const long chunk = wino_chunk_tiles(C, d.ncp, wino_dw_chunk_bytes(C, d.ncp));
     const int ng = wino_col_groups(nb, nn_threads());
@@ -625,7 +628,7 @@ void conv_wino_dw_slab(float *dU, const float *P, int C, const float *dy, long l
             for (int xi = 0; xi < d.nxi; xi++)
                 for (int g = 0; g < ng; g++)
                     wino_dw_gemm(&d, V, ldv, Mo, ldm, nt, xi, g * nb / ng, (g + 1) * nb / ng,
-                                 dU + (size_t)36 * a0 * C * d.ncp);
+                                 dU + (size_t)36 * a0 * C * d.ncp, first && t0 == 0);
         }
     }
 }
@@ -936,7 +939,8 @@ void conv_wino_small_dw(float *dw, const float *a, int ca, const float *b, int c
                     const int k0 = c * kc, k1 = k0 + kc < K ? k0 + kc : K, nk = k1 - k0;
                     const float *Vc = wino_small_v(V, nt, kc, c);
                     const long su = WINO_SMALL_SU(nk, nr);
-                    memset(dU, 0, sizeof(float) * WINO_NXI * su);
+                    if (bf16) /* the fp32 tiles set their dU (init) */
+                        memset(dU, 0, sizeof(float) * WINO_NXI * su);
                     const int nkp = (nk + 1) & ~1;
                     for (int xi = 0; xi < WINO_NXI; xi++) {
                         const float *gr = dM + ((size_t)ob * WINO_NXI + xi) * ldm;
@@ -949,7 +953,7 @@ void conv_wino_small_dw(float *dw, const float *a, int ca, const float *b, int c
                                                 (const uint16_t *)gr, nr, m, nr, o, nr);
                             } else {
                                 const float *ar = Vc + (size_t)xi * (nt * nk + WINO_LDPAD) + kk;
-                                nn_tw_tile(1, &ar, &gr, (int)nt, nk, nr, m, nr, nr, o, nr);
+                                nn_tw_tile(1, &ar, &gr, (int)nt, nk, nr, m, nr, nr, o, nr, 1);
                             }
                         }
                     }

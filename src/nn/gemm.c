@@ -419,7 +419,7 @@ void nn_tg_amx(const nn_tg *g, const uint16_t *a, long sa, const uint16_t *Bp, f
 /* Partial-width tiles (fewer valid columns than a vector block: the 1x1 output convolution
  * with a handful of classes, tiny test models). Plain loops; these are a small share of work. */
 static void tw_partial(int nrows, const float *const *arows, const float *const *grows, int X,
-                       long lda, long ldg, int mk, int nvalid, float *Wt, long ldw) {
+                       long lda, long ldg, int mk, int nvalid, float *Wt, long ldw, int init) {
     for (int m = 0; m < mk; m++)
         for (int j = 0; j < nvalid; j++) {
             float s = 0.0f;
@@ -428,18 +428,18 @@ static void tw_partial(int nrows, const float *const *arows, const float *const 
                 for (int x = 0; x < X; x++)
                     s += a[x * lda] * gg[x * ldg];
             }
-            Wt[m * ldw + j] += s;
+            Wt[m * ldw + j] = init ? s : Wt[m * ldw + j] + s;
         }
 }
 
 void nn_tw_tile(int nrows, const float *const *arows, const float *const *grows, int X, long lda,
-                long ldg, int mk, int nr, int nvalid, float *Wt, long ldw) {
+                long ldg, int mk, int nr, int nvalid, float *Wt, long ldw, int init) {
     if (nvalid < nr) {
-        tw_partial(nrows, arows, grows, X, lda, ldg, mk, nvalid, Wt, ldw);
+        tw_partial(nrows, arows, grows, X, lda, ldg, mk, nvalid, Wt, ldw, init);
         return;
     }
     const nn_kern *k = K();
-    k->tw[nr / k->vw - 1][mk - 1](nrows, arows, grows, X, lda, ldg, Wt, ldw);
+    k->tw[nr / k->vw - 1][mk - 1](nrows, arows, grows, X, lda, ldg, Wt, ldw, init);
 }
 
 void nn_wino_input(float *V, long ldv, const float *P, long plane, long row, long vox, int C,

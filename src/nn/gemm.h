@@ -253,9 +253,10 @@ int nn_tg_nblocks(long M, int nr);
 
 /* Weight-gradient tile over `nrows` rows of X positions each:
  *   Wt[k*ldw + j] += sum_r sum_x arows[r][x*lda + k] * grows[r][x*ldg + j]
- * for k < mk (mk <= nn_tw_mr(nr)) and j < nvalid (<= nr). When nvalid < nr the G rows are read
- * only up to nvalid columns. */
+ * for k < mk (mk <= nn_tw_mr(nr)) and j < nvalid (<= nr); init: = instead of += (the tile is
+ * not read: no zeroing pass before a first chunk). When nvalid < nr the G rows are read only
+ * up to nvalid columns. */
 void nn_tw_tile(int nrows, const float *const *arows, const float *const *grows, int X, long lda,
-                long ldg, int mk, int nr, int nvalid, float *Wt, long ldw);
+                long ldg, int mk, int nr, int nvalid, float *Wt, long ldw, int init);
 
 #endif

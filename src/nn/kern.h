@@ -13,7 +13,7 @@
 /* nn_tg_fn (gemm.h): one block of m output positions (m is the index into the per-NV table,
  * plus one). */
 typedef void (*nn_tw_fn)(int nrows, const float *const *arows, const float *const *grows, int X,
-                         long lda, long ldg, float *Wt, long ldw);
+                         long lda, long ldg, float *Wt, long ldw, int init);
 
 #define NN_KERN_MAXNV 4
 

@@ -161,13 +161,13 @@ kt_tg(const nn_tg *restrict g, const float *const *ap, const float *restrict Bp,
 
 static inline __attribute__((always_inline)) void
 kt_tw(int nrows, const float *const *arows, const float *const *grows, int X, long lda, long ldg,
-      float *restrict Wt, long ldw, const int MR, const int NV) {
+      float *restrict Wt, long ldw, int init, const int MR, const int NV) {
     kt_vf acc[KT_MRMAX][NN_KERN_MAXNV];
 #pragma GCC unroll 16
     for (int m = 0; m < MR; m++)
 #pragma GCC unroll 4
         for (int j = 0; j < NV; j++)
-            acc[m][j] = KT_LOAD(Wt + m * ldw + j * KT_VW);
+            acc[m][j] = init ? (kt_vf){0} : KT_LOAD(Wt + m * ldw + j * KT_VW);
     for (int r = 0; r < nrows; r++) {
         const float *restrict a = arows[r];
         const float *restrict gg = grows[r];
@@ -678,8 +678,8 @@ static float kt_fma_chains(long iters) {
         kt_tg(g, a, Bp, c, bias, nvalid, mode, MR, NV);                                            \
     }                                                                                              \
     static void kt_tw_##MR##_##NV(int nrows, const float *const *ar, const float *const *gr,      \
-                                  int X, long lda, long ldg, float *Wt, long ldw) {                \
-        kt_tw(nrows, ar, gr, X, lda, ldg, Wt, ldw, MR, NV);                                        \
+                                  int X, long lda, long ldg, float *Wt, long ldw, int init) {      \
+        kt_tw(nrows, ar, gr, X, lda, ldg, Wt, ldw, init, MR, NV);                                  \
     }
 
 /* KT_SEQ_n(F, NV) applies F(m, NV) for m = 1..n; KT_LIST_n lists P##m##_##NV. */
