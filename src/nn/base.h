@@ -27,6 +27,13 @@ static inline float nn_bf16_round(float x) {
     memcpy(&x, &u, sizeof x);
     return x;
 }
+/* The bf16 bits of nn_bf16_round(x) (vdpbf16ps operands, AMX tiles). */
+static inline uint16_t nn_bf16_bits(float x) {
+    const float r = nn_bf16_round(x);
+    uint32_t u;
+    memcpy(&u, &r, sizeof u);
+    return (uint16_t)(u >> 16);
+}
 /* The element loops outside the kernels are plain C, and the library is built for the baseline
  * ISA (SSE2 on x86-64, see the Makefile): NN_WIDE builds a function also for AVX-512 and AVX2,
  * and the loader picks the widest the CPU has (GroupNorm's backward at 32^3 x 64 1.14x; per bf16

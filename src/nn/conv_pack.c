@@ -148,14 +148,6 @@ static NN_WIDE void pad_row_cat(float *restrict d, const float *restrict a, long
     }
 }
 
-/* fp32 -> bf16 bits, nearest even, a NaN kept quiet: nn_bf16_pack's values */
-static inline uint16_t pad_bf16_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40u)
-                                           : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
 /* The same in bf16 (PAD_BF16; C > ca + cb: the extra channel zero): a call of nn_bf16_pack per
  * input and voxel cost as much again as the conversion at 32^3 64 + 64 */
 static NN_WIDE void pad_row_cat16(uint16_t *restrict d, const float *restrict a, long lda_,
@@ -164,11 +156,11 @@ static NN_WIDE void pad_row_cat16(uint16_t *restrict d, const float *restrict a,
         uint16_t *restrict o = d + (size_t)x * C;
         const float *restrict sa = a + (size_t)x * lda_;
         for (int c = 0; c < ca; c++)
-            o[c] = pad_bf16_bits(sa[c]);
+            o[c] = nn_bf16_bits(sa[c]);
         if (b) {
             const float *restrict sb = b + (size_t)x * cb;
             for (int c = 0; c < cb; c++)
-                o[ca + c] = pad_bf16_bits(sb[c]);
+                o[ca + c] = nn_bf16_bits(sb[c]);
         }
         if (C > ca + cb)
             o[C - 1] = 0;
@@ -187,9 +179,9 @@ static NN_WIDE void pad_row_x3(uint16_t *restrict d, const float *restrict a, lo
             const int n = part ? cb : ca;
             for (int c = 0; c < n; c++) {
                 const float v = s[c];
-                const uint16_t hi = pad_bf16_bits(v);
+                const uint16_t hi = nn_bf16_bits(v);
                 o[c] = hi;
-                o[K + c] = pad_bf16_bits(v - nn_bf16_round(v));
+                o[K + c] = nn_bf16_bits(v - nn_bf16_round(v));
                 o[2 * K + c] = hi;
             }
         }

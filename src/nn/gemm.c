@@ -9,6 +9,7 @@
 
 #include "core/err.h"
 #include "core/log.h"
+#include "nn/base.h"
 #include "nn/kern.h"
 #include "nn/settings.h"
 
@@ -351,13 +352,6 @@ void nn_tg_block_bf16(const nn_tg *g, int m, const uint16_t *const *a, const uin
     tgb_emulated(g, m, a, Bp, c, bias, nvalid, mode);
 }
 
-static uint16_t bf16_of(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40u) /* quiet NaN */
-                                           : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
 void nn_bf16_pack(uint16_t *dst, const float *src, long n) {
     K();
 #if defined(__x86_64__)
@@ -367,7 +361,7 @@ void nn_bf16_pack(uint16_t *dst, const float *src, long n) {
     }
 #endif
     for (long i = 0; i < n; i++)
-        dst[i] = bf16_of(src[i]);
+        dst[i] = nn_bf16_bits(src[i]);
 }
 
 void nn_bf16_pack_pairs(uint16_t *dst, const float *src, long sj, long sk, int two, int n) {
@@ -379,8 +373,8 @@ void nn_bf16_pack_pairs(uint16_t *dst, const float *src, long sj, long sk, int t
     }
 #endif
     for (int j = 0; j < n; j++) {
-        dst[2 * j] = bf16_of(src[j * sj]);
-        dst[2 * j + 1] = two ? bf16_of(src[j * sj + sk]) : 0;
+        dst[2 * j] = nn_bf16_bits(src[j * sj]);
+        dst[2 * j + 1] = two ? nn_bf16_bits(src[j * sj + sk]) : 0;
     }
 }
 
