@@ -138,8 +138,10 @@ static int dw_kblocks(int K, int nr) {
  * weight gradient). */
 static inline void copy_run(float *restrict d, const float *restrict s, int n) {
     switch (n) {
+    case 3: memcpy(d, s, 3 * sizeof(float)); break; /* im2col rows: 3 K, K <= 3 */
     case 5: memcpy(d, s, 5 * sizeof(float)); break;
     case 6: memcpy(d, s, 6 * sizeof(float)); break;
+    case 9: memcpy(d, s, 9 * sizeof(float)); break;
     case 16: memcpy(d, s, 16 * sizeof(float)); break;
     case 32: memcpy(d, s, 32 * sizeof(float)); break;
     default: memcpy(d, s, (size_t)n * sizeof(float)); break;
@@ -549,15 +551,6 @@ size_t conv_dw_i2c_ws_floats(int W, int K, int cout) {
     return DW_I2C_R * copy + (size_t)NN_MAX_THREADS * dw_i2c_slot(W, K) + 16;
 }
 
-/* n = 3 K floats (K <= 3) from s to d: fixed-size copies the compiler inlines */
-static inline void dw_i2c_copy(float *restrict d, const float *restrict s, int n) {
-    switch (n) {
-    case 9: memcpy(d, s, 9 * sizeof(float)); break;
-    case 6: memcpy(d, s, 6 * sizeof(float)); break;
-    default: memcpy(d, s, 3 * sizeof(float)); break;
-    }
-}
-
 /* The k' values of the chunk of rows [r0, r0 + nrr) (row = (n, z, y)) into Ap ([voxel][27 K]:
  * each k block of the kernel reads its mk of a voxel's row in place). Per (row, dz, dy), the
  * input row zero-padded (and rounded) once into pr, whose windows of 3 voxels are the x taps'
@@ -579,12 +572,11 @@ static void dw_i2c_pack(float *Ap, float *pr, const float *a, int K, int D, int 
             }
             const float *s = a + ((n * D + zz) * H + yy) * W * K;
             if (round)
-                for (long e = 0; e < (long)W * K; e++)
-                    pr[K + e] = nn_bf16_round(s[e]);
+                nn_round_bf16_span(pr + K, s, (size_t)W * K);
             else
                 memcpy(pr + K, s, sizeof(float) * W * K);
             for (int x = 0; x < W; x++)
-                dw_i2c_copy(col + (size_t)x * kp + t9 * n3, pr + (size_t)x * K, n3);
+                copy_run(col + (size_t)x * kp + t9 * n3, pr + (size_t)x * K, n3);
         }
     }
 }
@@ -592,7 +584,7 @@ static void dw_i2c_pack(float *Ap, float *pr, const float *a, int K, int D, int 
 void conv_dw_i2c(float *dw, const float *a, int K, const float *dy, int cout, int N, int D,
                  int H, int W, nn_prec prec, float *ws) {
     const int kp = 27 * K, nr = nn_gemm_nr(cout), nb = nblocks(cout, nr), ncp = nb * nr;
-    const int mkmax = nn_tw_mr(nr), nkb = (kp + mkmax - 1) / mkmax;
+    const int nkb = dw_kblocks(kp, nr);
     const long rows = (long)N * D * H, rc = dw_i2c_rows(W), nch = (rows + rc - 1) / rc;
     const long R = nch < DW_I2C_R ? nch : DW_I2C_R;
     const size_t copy = ((size_t)kp * ncp + 15) & ~(size_t)15, slot = dw_i2c_slot(W, K);
