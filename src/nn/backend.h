@@ -103,8 +103,10 @@ struct nn_backend {
                                const float *rstd, const float *gamma, int N, long S, int C, int G,
                                int relu, float *ws, const nn_shard *sh);
     /* Optional: nn_groupnorm_backward_x, with its workspace at least groupnorm_x_ws(C, K)
-     * floats. With it an activation-checkpointed model keeps two top-level buffers fewer
-     * (unet.c); that plan also relies on conv3d_backward with dw NULL not reading inA and inB,
+     * floats (in bf16 dx rounded to bf16 where gn_round is set). With it every GroupNorm
+     * backward with a ReLU takes its mask from x (one array fewer read) and an
+     * activation-checkpointed model keeps two top-level buffers fewer (unet.c); that plan also
+     * relies on conv3d_backward with dw NULL not reading inA and inB,
      * so that din and dinB may be their buffers. */
     void (*groupnorm_backward_x)(nn_backend *b, float *dx, float *dgamma, float *dbeta,
                                  const float *dy, const float *dz, const float *wz, int K,

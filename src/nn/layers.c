@@ -36,17 +36,35 @@ static double *gn_channel_area(float *ws, int C) {
     return (double *)(ws + gn_scratch_floats(C));
 }
 
+/* Where a GroupNorm backward's ReLU mask comes from: y > 0 (y, the forward output), or
+ * x * sc + bi > thr (the forward's own expression and its scale and bias per channel; thr is
+ * 2^-134 where y was rounded to bf16, below which a positive value rounds to zero), or none. */
+typedef struct {
+    const float *y, *sc, *bi;
+    float thr;
+} gn_mask;
+
 /* The GroupNorm backward's loops over the channels of one voxel. The pointers never alias
  * (restrict spares GCC's run-time overlap checks, which sent these loops to their scalar
  * versions) and both operands of the ReLU mask are loaded unconditionally, so the loops
  * vectorize; each channel's arithmetic is unchanged. */
 static inline void gn_bwd_sums_voxel(float *restrict f1, float *restrict f2,
                                      const float *restrict x, const float *restrict g,
-                                     const float *restrict y, const float *restrict mean,
+                                     const gn_mask *mk, const float *restrict mean,
                                      const float *restrict rstd, int C) {
-    if (y) {
+    if (mk->y) {
+        const float *restrict y = mk->y;
         for (int c = 0; c < C; c++) {
             const float gv = g[c], dy = y[c] > 0.0f ? gv : 0.0f;
+            const float xh = (x[c] - mean[c]) * rstd[c];
+            f1[c] += dy;
+            f2[c] += dy * xh;
+        }
+    } else if (mk->sc) {
+        const float *restrict sc = mk->sc, *restrict bi = mk->bi;
+        const float thr = mk->thr;
+        for (int c = 0; c < C; c++) {
+            const float v = x[c] * sc[c] + bi[c], dy = v > thr ? g[c] : 0.0f;
             const float xh = (x[c] - mean[c]) * rstd[c];
             f1[c] += dy;
             f2[c] += dy * xh;
@@ -61,13 +79,22 @@ static inline void gn_bwd_sums_voxel(float *restrict f1, float *restrict f2,
 }
 
 static inline void gn_bwd_dx_voxel(float *restrict o, const float *restrict x,
-                                   const float *restrict g, const float *restrict y,
+                                   const float *restrict g, const gn_mask *mk,
                                    const float *restrict mc, const float *restrict rc,
                                    const float *restrict gr, const float *restrict ca,
                                    const float *restrict cb, int C) {
-    if (y) {
+    if (mk->y) {
+        const float *restrict y = mk->y;
         for (int c = 0; c < C; c++) {
             const float gv = g[c], d = y[c] > 0.0f ? gv : 0.0f;
+            const float xh = (x[c] - mc[c]) * rc[c];
+            o[c] = rc[c] * (gr[c] * d - ca[c] - xh * cb[c]);
+        }
+    } else if (mk->sc) {
+        const float *restrict sc = mk->sc, *restrict bi = mk->bi;
+        const float thr = mk->thr;
+        for (int c = 0; c < C; c++) {
+            const float v = x[c] * sc[c] + bi[c], d = v > thr ? g[c] : 0.0f;
             const float xh = (x[c] - mc[c]) * rc[c];
             o[c] = rc[c] * (gr[c] * d - ca[c] - xh * cb[c]);
         }
@@ -113,21 +140,33 @@ static inline void gn_x_dy(float *restrict d, const gn_xsrc *s, const float *res
     }
 }
 
+/* The ReLU mask of the x path given dy: the forward's y > 0 as x * scale + bias > thr. */
+static inline gn_mask gn_x_mask(const gn_xsrc *s) {
+    return (gn_mask){.sc = s->scale, .bi = s->bias, .thr = s->bf16 ? 0x1p-134f : 0.0f};
+}
+
 /* gn_channel_sums' per-channel sums over voxels [b0, b1) into f1 (and f2), in voxel order. */
 static NN_WIDE void gn_block_sums(float *restrict f1, float *restrict f2, const float *x1,
                                   const float *x2, const float *x3, const float *fshift, long b0,
                                   long b1, int C, int mode, const gn_xsrc *xs) {
+    const gn_mask none = {0};
+    if (mode == 3 && xs->dy) { /* dy given: the mask from x, in the same loop */
+        const gn_mask mk = gn_x_mask(xs);
+        for (long p = b0; p < b1; p++)
+            gn_bwd_sums_voxel(f1, f2, x1 + p * C, xs->dy + p * C, &mk, fshift, fshift + C, C);
+        return;
+    }
     for (long p = b0; p < b1; p++) {
         const float *a = x1 + p * C;
         if (mode == 2) {
-            gn_bwd_sums_voxel(f1, f2, a, x2 + p * C, x3 ? x3 + p * C : NULL, fshift,
-                              fshift + C, C);
+            const gn_mask mk = {.y = x3 ? x3 + p * C : NULL};
+            gn_bwd_sums_voxel(f1, f2, a, x2 + p * C, &mk, fshift, fshift + C, C);
         } else {
             float d[GN_XCB];
             for (int c0 = 0; c0 < C; c0 += GN_XCB) {
                 const int nc = C - c0 < GN_XCB ? C - c0 : GN_XCB;
                 gn_x_dy(d, xs, x1, p, C, c0, nc);
-                gn_bwd_sums_voxel(f1 + c0, f2 + c0, a + c0, d, NULL, fshift + c0,
+                gn_bwd_sums_voxel(f1 + c0, f2 + c0, a + c0, d, &none, fshift + c0,
                                   fshift + C + c0, nc);
             }
         }
@@ -366,32 +405,50 @@ void nn_groupnorm_backward(float *dx, float *dgamma, float *dbeta, const float *
                              NULL);
 }
 
+static inline void gn_round_row(float *restrict v, int n) {
+    for (int c = 0; c < n; c++)
+        v[c] = nn_bf16_round(v[c]);
+}
+
 /* The GroupNorm backward's dx over voxels [p0, p1), given dy (and y for the ReLU mask). */
 static NN_WIDE void gn_dx_rows(float *dxn, const float *xn, const float *dyn, const float *yn,
                                const float *mc, const float *rc, const float *gr,
                                const float *ca, const float *cb, long p0, long p1, int C,
                                int relu) {
     for (long p = p0; p < p1; p++) {
-        gn_bwd_dx_voxel(dxn + p * C, xn + p * C, dyn + p * C, yn ? yn + p * C : NULL, mc, rc, gr,
-                        ca, cb, C);
+        const gn_mask mk = {.y = yn ? yn + p * C : NULL};
+        gn_bwd_dx_voxel(dxn + p * C, xn + p * C, dyn + p * C, &mk, mc, rc, gr, ca, cb, C);
         if (relu & NN_GN_RBF16)
-            for (int c = 0; c < C; c++)
-                dxn[p * C + c] = nn_bf16_round(dxn[p * C + c]);
+            gn_round_row(dxn + p * C, C);
     }
 }
 
-/* The same with the mask and dy made per voxel from x (gn_x_dy); dx may be x or dy: each
- * channel block is read whole into scratch before its gradient is stored over it. */
+/* The same with the mask made from x (gn_x_mask) and dy given, or made per voxel (gn_x_dy);
+ * dx may be x or dy: each value, or without dy each channel block read whole into scratch, is
+ * read before its gradient is stored over it. rb: round dx to bf16. */
 static NN_WIDE void gn_dx_x_rows(float *dxn, const float *xn, const gn_xsrc *xs, const float *mc,
                                  const float *rc, const float *gr, const float *ca,
-                                 const float *cb, long p0, long p1, int C) {
+                                 const float *cb, long p0, long p1, int C, int rb) {
+    if (xs->dy) {
+        const gn_mask mk = gn_x_mask(xs);
+        for (long p = p0; p < p1; p++) {
+            gn_bwd_dx_voxel(dxn + p * C, xn + p * C, xs->dy + p * C, &mk, mc, rc, gr, ca, cb,
+                            C);
+            if (rb)
+                gn_round_row(dxn + p * C, C);
+        }
+        return;
+    }
+    const gn_mask none = {0};
     for (long p = p0; p < p1; p++) {
         float d[GN_XCB], o[GN_XCB];
         for (int c0 = 0; c0 < C; c0 += GN_XCB) {
             const int nc = C - c0 < GN_XCB ? C - c0 : GN_XCB;
             gn_x_dy(d, xs, xn, p, C, c0, nc);
-            gn_bwd_dx_voxel(o, xn + p * C + c0, d, NULL, mc + c0, rc + c0, gr + c0, ca + c0,
+            gn_bwd_dx_voxel(o, xn + p * C + c0, d, &none, mc + c0, rc + c0, gr + c0, ca + c0,
                             cb + c0, nc);
+            if (rb)
+                gn_round_row(o, nc);
             memcpy(dxn + p * C + c0, o, sizeof(float) * nc);
         }
     }
@@ -474,7 +531,7 @@ static void gn_backward(float *dx, float *dgamma, float *dbeta, const float *dy,
 #pragma omp parallel for schedule(dynamic, 1)
         for (long p0 = 0; p0 < S; p0 += GN_ROWS)
             gn_dx_x_rows(dxn, xn, &xs, mc, rc, gr, ca, cb, p0,
-                         p0 + GN_ROWS < S ? p0 + GN_ROWS : S, C);
+                         p0 + GN_ROWS < S ? p0 + GN_ROWS : S, C, relu & NN_GN_RBF16);
     }
 }
 
@@ -501,7 +558,8 @@ void nn_groupnorm_backward_x(float *dx, float *dgamma, float *dbeta, const float
             wr[i] = xo.bf16 ? nn_bf16_round(wz[i]) : wz[i];
         xo.wz = wr;
     }
-    gn_backward(dx, dgamma, dbeta, dy, x, NULL, mean, rstd, gamma, N, S, C, G, 1, ws, sh, &xo);
+    gn_backward(dx, dgamma, dbeta, dy, x, NULL, mean, rstd, gamma, N, S, C, G,
+                1 | (xo.bf16 ? NN_GN_RBF16 : 0), ws, sh, &xo);
 }
 
 void nn_relu_forward(float *y, const float *x, size_t n) {

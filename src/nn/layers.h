@@ -174,8 +174,10 @@ void nn_groupnorm_backward_sh(float *dx, float *dgamma, float *dbeta, const floa
  * rounded). The output gradient is dy, or when dy is NULL the input gradient of the 1x1
  * convolution that followed (dz (N, S, K) times wz (K, C), PyTorch's (cout=K, cin=C) layout,
  * summed as nn_conv1_backward_relu_p does). dx may equal dy or x. The results equal, bit for
- * bit, nn_groupnorm_backward_sh given y (relu 1) and, for dz, the gradient that
- * nn_conv1_backward_relu_p writes. Workspace: nn_groupnorm_x_ws_floats(C, K). */
+ * bit, nn_groupnorm_backward_sh given y (relu 1, and in bf16 NN_GN_RBF16: dx is rounded to
+ * bf16) and, for dz, the gradient that nn_conv1_backward_relu_p writes. Given dy it reads one
+ * array fewer than nn_groupnorm_backward_sh (x rather than x and y). Workspace:
+ * nn_groupnorm_x_ws_floats(C, K). */
 size_t nn_groupnorm_x_ws_floats(int C, int K);
 void nn_groupnorm_backward_x(float *dx, float *dgamma, float *dbeta, const float *dy,
                              const float *dz, const float *wz, int K, const float *x,

@@ -373,6 +373,8 @@ static size_t plan_ws(const struct nn_unet_plan *p, int N) {
         ws = maxz(ws, conv3d_ws(p, N, l, blk->cin, blk->cout, p->sharded));
         ws = maxz(ws, conv3d_ws(p, N, l, blk->cout, blk->cout, p->sharded));
         ws = maxz(ws, be->groupnorm_ws(N, p->S[l], blk->cout));
+        if (be->groupnorm_x_ws) /* the backward's masks from x (unet.c dc_backward_bufs) */
+            ws = maxz(ws, be->groupnorm_x_ws(blk->cout, 0));
     }
     for (int j = 0; j < L; j++) {
         const int l = L - 1 - j;

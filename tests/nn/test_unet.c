@@ -228,7 +228,8 @@ static void rand_batch(float *x, uint16_t *y, size_t S, uint64_t seed) {
 
 /* Activation checkpointing recomputes each block from its saved input: logits, loss, Dice and
  * every gradient bit-identical to the plain model, in fp32 and bf16, with less memory; also on
- * a backend without groupnorm_backward_x (as the CUDA backend), which keeps more. */
+ * a backend without groupnorm_backward_x (as the CUDA backend), which keeps more, and whose
+ * plain run takes the GroupNorm backward's ReLU masks from the outputs, not the inputs. */
 static void test_checkpointing(void) {
     static nn_backend nox;
     nox = *nn_backend_cpu();
@@ -237,11 +238,11 @@ static void test_checkpointing(void) {
      * the top keeps c2, with up blocks between two such levels) */
     for (int pl = 0; pl < 6; pl++) {
         const int prec = pl & 1, levels = pl < 4 ? 2 - pl / 2 : 4;
-        nn_unet m[3];
-        for (int k = 0; k < 3; k++) {
+        nn_unet m[4]; /* plain, checkpointed, checkpointed and plain without the x op */
+        for (int k = 0; k < 4; k++) {
             nn_unet_spec s = {3, 4, levels, 16, 4};
-            const nn_unet_opts o = {.precision = prec, .checkpointing = k > 0,
-                                    .backend = k == 2 ? &nox : NULL};
+            const nn_unet_opts o = {.precision = prec, .checkpointing = k == 1 || k == 2,
+                                    .backend = k >= 2 ? &nox : NULL};
             /* 16^3 with 16 channels: the top level's fp32 convolutions take the Winograd path */
             if (nn_unet_create_opts(&m[k], &s, &o, 2, 16, 16, 16)) {
                 CHECK(0, "create: %s", err_msg());
@@ -257,17 +258,18 @@ static void test_checkpointing(void) {
         float *x = malloc(2 * 3 * S * sizeof(float)), w[4] = {0.5f, 2, 2, 2};
         uint16_t *y = malloc(2 * S * sizeof(uint16_t));
         rand_batch(x, y, S, 6);
-        double l[3], d[3];
+        double l[4], d[4];
         for (int rep = 0; rep < 2; rep++) /* twice: the second step starts from used slabs */
-            for (int k = 0; k < 3; k++) {
+            for (int k = 0; k < 4; k++) {
                 nn_unet_zero_grad(&m[k]);
                 nn_unet_forward_backward(&m[k], x, y, 2, w, &l[k], &d[k]);
             }
-        for (int k = 1; k < 3; k++)
+        for (int k = 1; k < 4; k++)
             CHECK(!memcmp(m[0].grads, m[k].grads, m[0].nparams * sizeof(float)) &&
                       l[0] == l[k] && d[0] == d[k],
-                  "%s: checkpointed gradients, loss or Dice differ from the plain run (%s)",
-                  prec ? "bf16" : "fp32", k == 2 ? "without groupnorm_backward_x" : "cpu");
+                  "%s: %s gradients, loss or Dice differ from the plain run (%s)",
+                  prec ? "bf16" : "fp32", k == 3 ? "plain" : "checkpointed",
+                  k >= 2 ? "without groupnorm_backward_x" : "cpu");
         CHECK(l[0] == l[1] && d[0] == d[1], "%s: checkpointed loss %.17g / dice %.17g vs %.17g / "
                                             "%.17g",
               prec ? "bf16" : "fp32", l[1], d[1], l[0], d[0]);
@@ -286,7 +288,7 @@ static void test_checkpointing(void) {
               "of %zu)",
               m[1].activation_floats, m[2].activation_floats, m[0].activation_floats);
         free(x), free(y);
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < 4; k++)
             nn_unet_free(&m[k]);
     }
 }
