@@ -157,12 +157,17 @@ static nn_amx_span amx_dw_rows(int H, int W, int cout, long qc) {
 }
 
 /* xT of sample n: the padded planes z0 - 1 .. z0 + nz of the input (a | b) transposed into one
- * row of positions per channel, then zeros to the row's end (read by the last tiles, times zero
- * gradients: stale values could be NaN patterns). */
+ * row of positions per channel, then zeros up to the last position a tile reads (read by the
+ * last tiles, times zero gradients: stale values could be NaN patterns). Only up to there, not
+ * to the row's end: a slab shallower than the layout's (the last of a volume) zeroed the rest
+ * of every row, 3.1 ms of a 64^3 64->64 weight gradient's 45 (Xeon with AMX). */
 static void amx_dw_pack_x(uint16_t *xT, long ldx, const float *a, int ca, const float *b, int cb,
                           int n, int z0, int nz, int D, int H, int W) {
     const int cin = ca + cb, Hp = H + 2, Wp = W + 2;
-    const long tail = (long)(nz + 2) * Hp * Wp;
+    const long HW = (long)Hp * Wp, tail = (nz + 2) * HW;
+    /* past the last position q < q_end plus the largest tap offset, a tile's 32 positions */
+    const long read = amx_round32(nz * HW) + 2 * HW + 2 * Wp + 2 + 32,
+               end = read < ldx ? read : ldx;
 #pragma omp parallel for collapse(2) schedule(static)
     for (long zs = 0; zs < nz + 2; zs++)
         for (long yp = 0; yp < Hp; yp++) {
@@ -179,8 +184,8 @@ static void amx_dw_pack_x(uint16_t *xT, long ldx, const float *a, int ca, const 
             if (cb)
                 nn_amx_pack_t(xT + (size_t)ca * ldx + p0 + 1, ldx, b + src * cb, cb, W, cb);
         }
-    for (int ic = 0; ic < cin; ic++)
-        memset(xT + ic * ldx + tail, 0, sizeof(uint16_t) * (ldx - tail));
+    for (int ic = 0; end > tail && ic < cin; ic++)
+        memset(xT + ic * ldx + tail, 0, sizeof(uint16_t) * (end - tail));
 }
 
 /* One slab of conv_amx_dw in chunks: its layout (xT, dyP, tap offsets, accumulators), the

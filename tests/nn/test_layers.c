@@ -18,11 +18,18 @@
 #include <stdint.h>
 #include <string.h>
 
-static float *ws_alloc(size_t n) {
-    /* 64-byte aligned, as the engine's tensors (the streamed ConvTranspose3d output needs it) */
+/* 64-byte aligned, as the engine's tensors (the streamed ConvTranspose3d output needs it),
+ * filled with byte b */
+static float *aligned_fill(size_t n, int b) {
     float *p = aligned_alloc(64, ((n + 64) * sizeof(float) + 63) & ~(size_t)63);
-    memset(p, 0, (n + 64) * sizeof(float));
+    memset(p, b, (n + 64) * sizeof(float));
     return p;
+}
+
+/* A workspace full of NaN patterns (fp32 and bf16 alike), as a reused one may hold: a kernel
+ * that reads workspace it did not write makes NaN results */
+static float *ws_alloc(size_t n) {
+    return aligned_fill(n, 0xff);
 }
 
 static float *randv(size_t n, uint64_t seed, float scale) {
@@ -34,7 +41,7 @@ static float *randv(size_t n, uint64_t seed, float scale) {
 }
 
 static float *zeros(size_t n) {
-    return ws_alloc(n);
+    return aligned_fill(n, 0);
 }
 
 /* Tolerances (fp32 kernels vs float64 PyTorch): forward 1e-4 abs + 1e-4 rel; gradients that
