@@ -160,32 +160,34 @@ static nn_amx_span amx_dw_rows(int H, int W, int cout, long qc) {
  * row of positions per channel, then zeros up to the last position a tile reads (read by the
  * last tiles, times zero gradients: stale values could be NaN patterns). Only up to there, not
  * to the row's end: a slab shallower than the layout's (the last of a volume) zeroed the rest
- * of every row, 3.1 ms of a 64^3 64->64 weight gradient's 45 (Xeon with AMX). */
+ * of every row, 3.1 ms of a 64^3 64->64 weight gradient's 45 (Xeon with AMX). Written 32
+ * positions (one line of each row) at a time, padding positions as zeros in the same lines:
+ * by rows of voxels, each row's runs began mid-line and every line was read for ownership
+ * before its parts were written (64^3 64->64: 40.5 -> 37.8 ms; non-temporal stores gained
+ * nothing more). */
 static void amx_dw_pack_x(uint16_t *xT, long ldx, const float *a, int ca, const float *b, int cb,
                           int n, int z0, int nz, int D, int H, int W) {
-    const int cin = ca + cb, Hp = H + 2, Wp = W + 2;
-    const long HW = (long)Hp * Wp, tail = (nz + 2) * HW;
-    /* past the last position q < q_end plus the largest tap offset, a tile's 32 positions */
+    const int Hp = H + 2, Wp = W + 2;
+    const long HW = (long)Hp * Wp;
+    /* past the last position q < q_end plus the largest tap offset, a tile's 32 positions (ldx
+     * is a multiple of 32) */
     const long read = amx_round32(nz * HW) + 2 * HW + 2 * Wp + 2 + 32,
-               end = read < ldx ? read : ldx;
-#pragma omp parallel for collapse(2) schedule(static)
-    for (long zs = 0; zs < nz + 2; zs++)
-        for (long yp = 0; yp < Hp; yp++) {
-            const long p0 = (zs * Hp + yp) * Wp, z = z0 - 1 + zs, y = yp - 1;
-            if (z < 0 || z >= D || y < 0 || y >= H) {
-                for (int ic = 0; ic < cin; ic++)
-                    memset(xT + ic * ldx + p0, 0, sizeof(uint16_t) * Wp);
-                continue;
-            }
-            for (int ic = 0; ic < cin; ic++)
-                xT[ic * ldx + p0] = 0, xT[ic * ldx + p0 + Wp - 1] = 0;
-            const size_t src = (((size_t)n * D + z) * H + y) * W;
-            nn_amx_pack_t(xT + p0 + 1, ldx, a + src * ca, ca, W, ca);
-            if (cb)
-                nn_amx_pack_t(xT + (size_t)ca * ldx + p0 + 1, ldx, b + src * cb, cb, W, cb);
+               nblk = amx_round32(read < ldx ? read : ldx) / 32;
+#pragma omp parallel for schedule(static) num_threads(nn_threads())
+    for (long j = 0; j < nblk; j++) {
+        const float *pa[32], *pb[32];
+        for (int i = 0; i < 32; i++) {
+            const long q = 32 * j + i, zs = q / HW, yp = q % HW / Wp, xp = q % Wp;
+            const long z = z0 - 1 + zs, y = yp - 1, x = xp - 1;
+            const int in = zs < nz + 2 && z >= 0 && z < D && y >= 0 && y < H && x >= 0 && x < W;
+            const size_t src = (((size_t)n * D + z) * H + y) * W + x;
+            pa[i] = in ? a + src * ca : NULL;
+            pb[i] = in && cb ? b + src * cb : NULL;
         }
-    for (int ic = 0; end > tail && ic < cin; ic++)
-        memset(xT + ic * ldx + tail, 0, sizeof(uint16_t) * (end - tail));
+        nn_amx_pack_t32(xT + 32 * j, ldx, pa, ca);
+        if (cb)
+            nn_amx_pack_t32(xT + (size_t)ca * ldx + 32 * j, ldx, pb, cb);
+    }
 }
 
 /* One slab of conv_amx_dw in chunks: its layout (xT, dyP, tap offsets, accumulators), the

@@ -221,6 +221,8 @@ void nn_tg_amx(const nn_tg *g, const uint16_t *a, long sa, const uint16_t *Bp, f
 /* AMX weight-gradient pieces (nn_isa_amx() only; conv_amx.c):
  * nn_amx_pack_t: dst[c*ldd + v] = bf16(src[v*lds + c]), v < nv, c < nc (the transposed
  *   operand: one row of positions per channel);
+ * nn_amx_pack_t32: the same for 32 positions, each from its own row (src[i], NULL = zeros),
+ *   dst and ldd on whole 64-byte lines;
  * nn_amx_pack_pair: dst[2j + i] = bf16(s_i[j]), j < nc (a multiple of 16), s_i NULL = zeros
  *   (two positions' channels interleaved: the pair layout of a B tile);
  * nn_amx_dw: the 16 or 32 (nit = 1, 2 tiles) rows x 16 or 32 (not_ tiles) columns of acc (fp32,
@@ -231,6 +233,7 @@ void nn_tg_amx(const nn_tg *g, const uint16_t *a, long sa, const uint16_t *Bp, f
  *   output channels lda floats apart, taps ldt rows apart) added to a weight gradient whose
  *   taps are consecutive. */
 void nn_amx_pack_t(uint16_t *dst, long ldd, const float *src, long lds, int nv, int nc);
+void nn_amx_pack_t32(uint16_t *dst, long ldd, const float *const *src, int nc);
 void nn_amx_pack_pair(uint16_t *dst, const float *s0, const float *s1, int nc);
 /* The positions a weight-gradient product sums over: for i2 < n2, i < n, the len positions from
  * i2*stride2 + i*stride (len a multiple of 32, every start even: the pair layout). One run of

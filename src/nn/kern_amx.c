@@ -159,6 +159,26 @@ void nn_amx_pack_t(uint16_t *dst, long ldd, const float *src, long lds, int nv, 
     }
 }
 
+void nn_amx_pack_t32(uint16_t *dst, long ldd, const float *const *src, int nc) {
+    /* two blocks of 16 positions x 16 channels transposed in registers, each channel's 32
+     * values one whole line: no line is read for ownership to be written in parts */
+    for (int c0 = 0; c0 < nc; c0 += 16) {
+        const int m = nc - c0 < 16 ? nc - c0 : 16;
+        const __mmask16 mc = nn_mask16(m);
+        __m512 r[16], q[16];
+        for (int i = 0; i < 16; i++) {
+            r[i] = src[i] ? _mm512_maskz_loadu_ps(mc, src[i] + c0) : _mm512_setzero_ps();
+            q[i] = src[16 + i] ? _mm512_maskz_loadu_ps(mc, src[16 + i] + c0)
+                               : _mm512_setzero_ps();
+        }
+        nn_tr16(r);
+        nn_tr16(q);
+        for (int c = 0; c < m; c++) {
+            _mm512_store_si512(dst + (size_t)(c0 + c) * ldd,
+                               (__m512i)_mm512_cvtne2ps_pbh(q[c], r[c]));
+        }
+    }
+}
 void nn_amx_pack_pair(uint16_t *dst, const float *s0, const float *s1, int nc) {
     /* cvtne2ps_pbh(b, a) holds a's 16 values then b's: interleave them into (a[j], b[j]) */
     const __m512i perm = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
@@ -308,6 +328,12 @@ void nn_amx_pack_t(uint16_t *dst, long ldd, const float *src, long lds, int nv, 
     for (int v = 0; v < nv; v++)
         for (int c = 0; c < nc; c++)
             dst[(size_t)c * ldd + v] = amx_bits(src[(size_t)v * lds + c]);
+}
+
+void nn_amx_pack_t32(uint16_t *dst, long ldd, const float *const *src, int nc) {
+    for (int i = 0; i < 32; i++)
+        for (int c = 0; c < nc; c++)
+            dst[(size_t)c * ldd + i] = src[i] ? amx_bits(src[i][c]) : 0;
 }
 
 void nn_amx_pack_pair(uint16_t *dst, const float *s0, const float *s1, int nc) {
