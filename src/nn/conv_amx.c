@@ -502,6 +502,10 @@ static int ct_amx_slab(int D, int H, int W, int cin, int cout, long *ldv) {
     const size_t plane = (size_t)H * W * (cin + 16 + 16 * (size_t)cout) * sizeof(uint16_t);
     int Zc = (int)(conv_slab_bytes() / 2 / plane);
     Zc = Zc < 1 ? 1 : Zc > D ? D : Zc;
+    /* slabs of equal depth: 32 planes in slabs of at most 10 as 8, 8, 8, 8, not 10, 10, 10, 2
+     * (a last slab's products and packing ran over the whole layout's positions) */
+    const int ns = (D + Zc - 1) / Zc;
+    Zc = (D + ns - 1) / ns;
     *ldv = amx_round32((long)Zc * H * W);
     return Zc;
 }
@@ -523,11 +527,11 @@ size_t convt_amx_ws_floats(int D, int H, int W, int cin, int cout) {
  * NULL. */
 static void ct_amx_pack_dout(uint16_t *Dt, uint16_t *dyP, const float *dout, long ldo, int cout,
                              int n, int z0, int nz, int D, int H, int W, long ldv) {
-    const long HW = (long)H * W, nv = nz * HW;
+    const long HW = (long)H * W, nv = nz * HW, lv = amx_round32(nv);
     /* voxel pairs in order, all taps of a pair together: dout is read as 4 rows streaming
      * forward (by tap first, every other voxel of each row, 8 times: 1.6x slower at 64^3) */
 #pragma omp parallel for schedule(static)
-    for (long pp = 0; pp < ldv / 2; pp++)
+    for (long pp = 0; pp < lv / 2; pp++) /* the positions the products read (convt_amx_backward) */
         for (int t = 0; t < 8; t++) {
             const float *sp[2];
             for (int i = 0; i < 2; i++) {
@@ -585,16 +589,18 @@ void convt_amx_backward(float *din, float *dw, float *db, const float *dout, lon
                 for (long v0 = 0; v0 < nv; v0 += 256)
                     nn_amx_pack_t(xT + v0, ldv, in + (((size_t)n * D + z0) * HW + v0) * cin,
                                   cin, (int)(nv - v0 < 256 ? nv - v0 : 256), cin);
-                for (int ic = 0; ic < cin; ic++) /* zeros after the slab's voxels */
-                    memset(xT + (size_t)ic * ldv + nv, 0, sizeof(uint16_t) * (ldv - nv));
+                /* the products run over the slab's voxels rounded up to 32 (lv): zeros there */
+                const long lv = amx_round32(nv);
+                for (int ic = 0; ic < cin; ic++)
+                    memset(xT + (size_t)ic * ldv + nv, 0, sizeof(uint16_t) * (lv - nv));
                 if (db && first) { /* bf16 1.0 (0x3F80), then zero rows */
                     for (long q = 0; q < ldv; q++)
                         xT[(size_t)cin * ldv + q] = 0x3F80;
                     memset(xT + ((size_t)cin + 1) * ldv, 0, sizeof(uint16_t) * 15 * ldv);
                 }
 #pragma omp parallel
-                for (long q0 = 0; q0 < ldv; q0 += qc) {
-                    const long nq = ldv - q0 < qc ? ldv - q0 : qc;
+                for (long q0 = 0; q0 < lv; q0 += qc) {
+                    const long nq = lv - q0 < qc ? lv - q0 : qc;
                     /* split evenly, as conv_amx_dw (here taps outermost: each tap has its
                      * own dyP rows, and taps innermost ran 1.1-1.4x slower) */
 #pragma omp for schedule(static)
