@@ -53,7 +53,8 @@ static const char *label_bf16dp(int v) {
     return v == NN_SET_BF16DP_OFF ? "0" : v == NN_SET_BF16DP_EMULATE ? "emulate" : "auto";
 }
 
-/* SCAFFOLD_NN_BF16_STORE: starting with '0' off, "1" on, anything else auto. */
+/* SCAFFOLD_NN_BF16_STORE, SCAFFOLD_NN_KEEP_A1: starting with '0' off, "1" on, anything else
+ * auto. */
 static int parse_store(const char *v, void *f) {
     *ip(f) = v[0] == '0' ? 0 : !strcmp(v, "1") ? 1 : NN_SET_STORE_AUTO;
     return *v && v[0] != '0' && strcmp(v, "1") && strcmp(v, "auto");
@@ -216,6 +217,11 @@ static const nn_setting table[] = {
      "1 keeps a bf16 run's down-block conv outputs as bf16 (half the memory, two passes more), "
      "0 in fp32; auto: as bf16 where that saves 256 MiB a sample, or on a GPU",
      F(bf16_store), parse_store, label_store},
+    {"SCAFFOLD_NN_KEEP_A1", NN_SET_ENUM, "auto", "0, 1",
+     "1 keeps each block's inner activation relu(gn(conv1)) from the forward pass for the "
+     "backward pass, 0 makes it again there; auto: kept where all of them take at most 256 MiB "
+     "a sample (without checkpointing)",
+     F(keep_a1), parse_store, label_store},
     {"SCAFFOLD_NN_SLAB_BYTES", NN_SET_SIZE, STR(NN_SETTINGS_SLAB_BYTES), BYTES,
      "bytes of padded planes per convolution slab", F(slab_bytes), parse_slab, NULL},
 };
@@ -236,6 +242,7 @@ static const struct nn_settings defaults = {
     .wino_own = 1,
     .wino_planes = 0,
     .bf16_store = NN_SET_STORE_AUTO,
+    .keep_a1 = NN_SET_STORE_AUTO,
     .slab_bytes = NN_SETTINGS_SLAB_BYTES,
 };
 

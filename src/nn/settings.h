@@ -33,7 +33,7 @@ enum {
 enum { NN_SET_ALGO_RULE = -3, NN_SET_ALGO_MEASURE = -4 };
 /* SCAFFOLD_BF16DP. */
 enum { NN_SET_BF16DP_OFF = 0, NN_SET_BF16DP_ON = 1, NN_SET_BF16DP_EMULATE = 2 };
-/* SCAFFOLD_NN_BF16_STORE: 0 off, 1 on, or by what it saves (unet_plan.c). */
+/* SCAFFOLD_NN_BF16_STORE and SCAFFOLD_NN_KEEP_A1: 0 off, 1 on, or by the memory (unet_plan.c). */
 enum { NN_SET_STORE_AUTO = 2 };
 
 /* The values the engine uses. The strings point into copies of the environment's text that
@@ -60,6 +60,9 @@ struct nn_settings {
                                pass over the tiles, 1, 2 or 4; 0 by the size of U */
     int bf16_store;         /* SCAFFOLD_NN_BF16_STORE: 0 keeps bf16 conv outputs in fp32, 1
                                as bf16, NN_SET_STORE_AUTO as bf16 where that saves much */
+    int keep_a1;            /* SCAFFOLD_NN_KEEP_A1: 0 makes each block's inner activation again
+                               in the backward pass, 1 keeps it from the forward pass,
+                               NN_SET_STORE_AUTO keeps it where that takes little memory */
     size_t slab_bytes;      /* SCAFFOLD_NN_SLAB_BYTES: bytes of padded planes per slab */
 };
 

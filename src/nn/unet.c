@@ -420,7 +420,7 @@ static void dc_backward_bufs(nn_unet *m, dc_block *b, float *dY, int masked, int
     const int l = b->level;
     const int D = p->dd[l], H = p->hh[l], W = p->ww[l];
     const size_t n = (size_t)N * p->S[l] * b->cout;
-    if (!p->ckpt)
+    if (!p->ckpt && !b->a1)
         gn_remake(m, b, 0, a1, c1, N);
     if (!single || !p->be->conv_round)
         to_prec(p, dY, n); /* e.g. skip + pool gradients, summed in bf16 by autograd */
@@ -465,7 +465,7 @@ static void dc_backward_tail(nn_unet *m, dc_block *b, float *dY, int masked, int
         OP(bf16_widen, b->c2, b->h2, n);
     }
     const int k2 = keeps_c2(p, b);
-    dc_backward_bufs(m, b, dY, masked, single, N, p->ckpt ? p->cs : b->c1, p->gH,
+    dc_backward_bufs(m, b, dY, masked, single, N, p->ckpt ? p->cs : b->c1, b->a1 ? b->a1 : p->gH,
                      k2 ? b->a2 : p->ckpt ? p->gT : b->c2, p->gT, k2);
 }
 
@@ -576,7 +576,7 @@ static void block_forward(nn_unet *m, dc_block *b, int is_up, int j, int N, int 
     else if (p->ckpt)
         dc_forward(m, b, inA, ca, inB, cb, N, p->cs, p->gT, p->cs, b->a2);
     else
-        dc_forward(m, b, inA, ca, inB, cb, N, b->c1, p->gT, b->c2, b->a2);
+        dc_forward(m, b, inA, ca, inB, cb, N, b->c1, b->a1 ? b->a1 : p->gT, b->c2, b->a2);
     if (b->h1 && !recompute) {
         const size_t n = (size_t)N * p->S[b->level] * b->cout;
         OP(bf16_narrow, b->h1, b->c1, n);

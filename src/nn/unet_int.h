@@ -24,6 +24,9 @@ typedef struct dc_block {
      * the backward pass; c1 and c2 are then the same-level up block's, free scratch at both
      * ends */
     uint16_t *h1, *h2;
+    /* keep_a1: a1 = relu(gn(c1)) kept from the forward pass for conv2's weight gradient (NULL:
+     * made again in the backward pass from c1 and the saved statistics) */
+    float *a1;
 } dc_block;
 
 struct nn_unet_plan {
@@ -35,6 +38,7 @@ struct nn_unet_plan {
                * is tX and tY, and the other levels' is carved from them (ckpt_roles) */
     int sharded; /* ws sized for whole-block padded copies (sharded convolutions) */
     int h16;     /* bf16 without checkpointing: the down blocks' conv outputs kept as bf16 */
+    int keep_a1; /* every block's a1 kept (dc_block.a1) */
     float *ws_sh; /* a sharded model created unsharded: its whole-block workspace, allocated at
                    * the first step when ws is smaller (NULL until then, or if ws suffices) */
     int dd[MAXL + 1], hh[MAXL + 1], ww[MAXL + 1], ch[MAXL + 1];

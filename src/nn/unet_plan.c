@@ -16,6 +16,8 @@
 /* Bytes per sample the bf16 conv outputs must save for SCAFFOLD_NN_BF16_STORE=auto to keep them
  * (see unet_plan_dims). */
 #define NN_BF16_STORE_AUTO_BYTES (256.0 * 1048576)
+/* Bytes per sample up to which SCAFFOLD_NN_KEEP_A1=auto keeps the blocks' a1 (unet_plan_dims). */
+#define NN_KEEP_A1_AUTO_BYTES (256.0 * 1048576)
 
 int nn_unet_spec_check(const nn_unet_spec *s, int d, int h, int w) {
     if (s->layers < 1 || s->layers > MAXL)
@@ -212,6 +214,17 @@ void unet_plan_dims(struct nn_unet_plan *p, const nn_unet_spec *s, const nn_unet
              p->be->bf16_widen &&
              (store == 1 || (store == NN_SET_STORE_AUTO &&
                              (p->be->device || saves >= NN_BF16_STORE_AUTO_BYTES)));
+    /* a1 (GN1's output, conv2's input) made again in the backward pass costs a read of c1 and
+     * a write per block. Where the tensors stay in cache that costs nothing (scale 5 / 64, 21
+     * MiB: the remade a1 is read hot), beyond it 1.3% of a bf16 step (6 / 64, 155 MiB, Xeon
+     * with AMX, 3 of 3 alternated). Kept by default where that memory is small; at 7 / 64 (1.2
+     * GiB a sample) and with checkpointing made again. */
+    double a1_bytes = 0;
+    for (int i = 0; i <= L; i++)
+        a1_bytes += (i < L ? 2.0 : 1.0) * p->S[i] * p->ch[i] * sizeof(float);
+    const int keep = nn_settings()->keep_a1;
+    p->keep_a1 = !p->ckpt && !p->be->device &&
+                 (keep == 1 || (keep == NN_SET_STORE_AUTO && a1_bytes <= NN_KEEP_A1_AUTO_BYTES));
     p->prof_layers = !p->be->device || p->be->host_access;
     char nm[32];
     for (int i = 0; i <= L; i++) {
@@ -275,6 +288,7 @@ static void carve_blocks(struct nn_unet_plan *p, slab_carve *c, int N) {
             blk->c2 = take(c, n);
         }
         blk->a2 = take(c, n);
+        blk->a1 = p->keep_a1 ? take(c, n) : NULL;
         blk->m1 = take(c, (size_t)N * G);
         blk->r1 = take(c, (size_t)N * G);
         blk->m2 = take(c, (size_t)N * G);

@@ -68,7 +68,7 @@ static void test_defaults(void) {
         ok &= t->doc && t->doc[0] && t->allowed && t->allowed[0] &&
               nn_settings_env(t->name) == NULL;
     }
-    CHECK(ok && nn_settings_count() == 15 && nn_settings_at(15) == NULL &&
+    CHECK(ok && nn_settings_count() == 16 && nn_settings_at(16) == NULL &&
               nn_settings_env("HOME") == NULL,
           "unset: every variable shows the table's default");
     const struct nn_settings *s = nn_settings();
@@ -76,7 +76,7 @@ static void test_defaults(void) {
               s->algo == NN_SET_UNSET && !s->algo_cache && !s->algo_pin && !s->algo_strict &&
               s->dw_replicas == NN_SETTINGS_DW_REPLICAS && s->winograd == 1 &&
               s->wino_umax == NN_SETTINGS_WINO_UMAX && s->wino_own == 1 && s->wino_planes == 0 &&
-              s->bf16_store == NN_SET_STORE_AUTO &&
+              s->bf16_store == NN_SET_STORE_AUTO && s->keep_a1 == NN_SET_STORE_AUTO &&
               s->slab_bytes == NN_SETTINGS_SLAB_BYTES &&
               s->algo_quiet == NN_SETTINGS_ALGO_QUIET,
           "unset: the default values");
@@ -103,6 +103,16 @@ static void test_values(void) {
     d = set("SCAFFOLD_NN_BF16_STORE", NULL);
     CHECK(s->bf16_store == NN_SET_STORE_AUTO && !strcmp(d, "auto (default)"),
           "BF16_STORE unset: %s", d);
+    d = set("SCAFFOLD_NN_KEEP_A1", "0");
+    CHECK(s->keep_a1 == 0 && !strcmp(d, "0 (environment)"), "KEEP_A1=0: %s", d);
+    d = set("SCAFFOLD_NN_KEEP_A1", "1");
+    CHECK(s->keep_a1 == 1, "KEEP_A1=1: %s", d);
+    d = set("SCAFFOLD_NN_KEEP_A1", "always");
+    CHECK(s->keep_a1 == NN_SET_STORE_AUTO && strstr(d, "not recognised"),
+          "KEEP_A1=always: auto, reported: %s", d);
+    d = set("SCAFFOLD_NN_KEEP_A1", NULL);
+    CHECK(s->keep_a1 == NN_SET_STORE_AUTO && !strcmp(d, "auto (default)"), "KEEP_A1 unset: %s",
+          d);
     d = set("SCAFFOLD_AMX", "0");
     CHECK(s->amx == 0, "AMX=0: %s", d);
     d = set("SCAFFOLD_AMX", "00");

@@ -397,6 +397,74 @@ static void test_bf16_store(void) {
           e[2][0].total, e[0][0].total);
 }
 
+/* Each block's inner activation a1 kept from the forward pass (SCAFFOLD_NN_KEEP_A1=1, the
+ * default on small models) or made again in the backward pass (=0): logits, loss, Dice and
+ * every gradient bit-identical, fp32 and bf16, with one (N, S_l, cout) tensor more per block
+ * kept; at scale 7 / base 64 auto makes it again (1.2 GiB a sample). */
+static void keep_a1_env(const char *v) {
+    if (v)
+        setenv("SCAFFOLD_NN_KEEP_A1", v, 1);
+    else
+        unsetenv("SCAFFOLD_NN_KEEP_A1");
+    nn_settings_reload();
+}
+
+static void test_keep_a1(void) {
+    const char *old = getenv("SCAFFOLD_NN_KEEP_A1");
+    char *saved = old ? strdup(old) : NULL;
+    for (int prec = 0; prec < 2; prec++) {
+        nn_unet m[2];
+        const int levels = 2;
+        for (int k = 0; k < 2; k++) {
+            nn_unet_spec s = {3, 4, levels, 16, 4};
+            const nn_unet_opts o = {.precision = prec};
+            keep_a1_env(k ? "0" : NULL);
+            if (nn_unet_create_opts(&m[k], &s, &o, 2, 16, 16, 16)) {
+                CHECK(0, "create: %s", err_msg());
+                return;
+            }
+            nn_unet_init_params(&m[k], 9);
+        }
+        const size_t S = 16 * 16 * 16;
+        float *x = malloc(2 * 3 * S * sizeof(float)), w[4] = {0.5f, 2, 2, 2};
+        uint16_t *y = malloc(2 * S * sizeof(uint16_t));
+        rand_batch(x, y, S, 10);
+        double l[2], d[2];
+        for (int rep = 0; rep < 2; rep++)
+            for (int k = 0; k < 2; k++) {
+                nn_unet_zero_grad(&m[k]);
+                nn_unet_forward_backward(&m[k], x, y, 2, w, &l[k], &d[k]);
+            }
+        CHECK(!memcmp(m[0].grads, m[1].grads, m[0].nparams * sizeof(float)) && l[0] == l[1] &&
+                  d[0] == d[1] &&
+                  !memcmp(nn_unet_logits(&m[0]), nn_unet_logits(&m[1]), 2 * S * 4 * sizeof(float)),
+              "%s: gradients, loss, Dice or logits differ with a1 made again (loss %.17g vs %.17g)",
+              prec ? "bf16" : "fp32", l[0], l[1]);
+        size_t kept = 0; /* a1 of every block: 2 per level above the bottleneck, 1 at it */
+        for (int lv = 0; lv <= levels; lv++) {
+            const size_t n = (size_t)2 * (S >> (3 * lv)) * (16u << lv);
+            kept += (lv < levels ? 2 : 1) * ((n + 15) & ~(size_t)15);
+        }
+        CHECK(m[0].activation_floats - m[1].activation_floats == kept,
+              "%s: a1 kept takes %zu activation floats more, expected %zu",
+              prec ? "bf16" : "fp32", m[0].activation_floats - m[1].activation_floats, kept);
+        free(x), free(y);
+        for (int k = 0; k < 2; k++)
+            nn_unet_free(&m[k]);
+    }
+    const nn_unet_spec s7 = {3, 6, 4, 64, 8};
+    const nn_unet_opts o7 = {.precision = NN_BF16};
+    nn_unet_memory e[2];
+    for (int k = 0; k < 2; k++) {
+        keep_a1_env(k ? "0" : NULL);
+        nn_unet_memory_estimate(&s7, &o7, 1, 128, 128, 128, NN_OPT_ADAM, &e[k]);
+    }
+    CHECK(e[0].total == e[1].total, "scale 7 / base 64: auto keeps a1 (%zu bytes, %zu without)",
+          e[0].total, e[1].total);
+    keep_a1_env(saved);
+    free(saved);
+}
+
 /* nn_unet_memory_estimate is what nn_unet_create allocates, byte for byte. */
 static void test_memory_estimate(void) {
     const int shapes[][4] = {{1, 16, 16, 16}, {2, 16, 8, 32}, {1, 32, 32, 32}};
@@ -860,6 +928,7 @@ int main(int argc, char **argv) {
     test_unet_bf16(dir);
     test_checkpointing();
     test_bf16_store();
+    test_keep_a1();
     test_memory_estimate();
     return test_report();
 }
