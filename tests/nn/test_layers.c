@@ -518,6 +518,37 @@ static void test_loss_fixture(const nn_st_file *st) {
         nn_hard_dice(&d1, zz, yy, 1, 2, 3);
         CHECK(fabsf(d1 - 1.0f) < 1e-6f, "absent class should score 1, got %g", (double)d1);
     }
+    /* the softmax's exponentials against the C library's in double, over logits whose
+     * differences span 0 to -800 (past -708, where the loss's exp gives 0) and a NaN voxel */
+    {
+        enum { V = 64, KK = 3 };
+        float zz[V * KK], gg[V * KK], ww[KK] = {1, 2, 0.5f};
+        uint16_t yy[V];
+        for (int v = 0; v < V; v++) {
+            zz[v * KK] = 0.0f;
+            zz[v * KK + 1] = -12.5f * (float)v;        /* 0 .. -787.5 */
+            zz[v * KK + 2] = -0.37f * (float)(v % 9); /* 0 .. -2.96 */
+            yy[v] = (uint16_t)(v % KK);
+        }
+        float *ws2 = ws_alloc(nn_loss_ws_floats(1, KK));
+        double l2, ce2, d2;
+        CHECK(nn_loss(gg, zz, yy, ww, 1, V, KK, &l2, &ce2, &d2, ws2) == 0, "loss on wide logits");
+        double num = 0, den = 0, worst = 0;
+        for (int v = 0; v < V; v++) {
+            double sum = 0;
+            for (int c = 0; c < KK; c++)
+                sum += exp((double)zz[v * KK + c]); /* the maximum is 0 */
+            num += ww[yy[v]] * (log(sum) - zz[v * KK + yy[v]]);
+            den += ww[yy[v]];
+        }
+        worst = fabs(ce2 - num / den) / (num / den);
+        CHECK(isfinite(l2) && worst < 1e-12, "cross-entropy on wide logits %.17g, the C "
+              "library's exp gives %.17g", ce2, num / den);
+        zz[5 * KK + 1] = NAN;
+        CHECK(nn_loss(gg, zz, yy, ww, 1, V, KK, &l2, &ce2, &d2, ws2) == 0 && l2 != l2,
+              "a NaN logit makes the loss NaN (got %g)", l2);
+        free(ws2);
+    }
     /* bad label */
     lab[3] = (uint16_t)K;
     CHECK(nn_loss(g, z, lab, w, N, S, K, &loss, &ce, &dice, ws) == ERR_RANGE,
