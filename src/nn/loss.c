@@ -72,10 +72,11 @@ static inline double loss_exp(double x) {
     p = 0.5 + r * p;
     p = 1.0 + r * p;
     p = 1.0 + r * p;
-    /* t's low bits hold k (two's complement): 2^k = ((k + 1023) << 52) as a double */
-    int64_t tb;
+    /* t's low bits hold k (two's complement, unsigned arithmetic modulo 2^64): 2^k =
+     * ((k + 1023) << 52) as a double */
+    uint64_t tb;
     memcpy(&tb, &t, sizeof tb);
-    const int64_t sb = (tb + 1023) << 52;
+    const uint64_t sb = (tb + 1023) << 52;
     double sc;
     memcpy(&sc, &sb, sizeof sc);
     const double e = p * sc;
