@@ -298,12 +298,47 @@ static void test_checkpointing(void) {
  * keeping them in fp32 (=0), in less memory; fp32 and checkpointed runs are unchanged. By
  * default (auto) only where that saves 256 MiB a sample: at scale 7 / base 64, not on these
  * small models. */
-static void bf16_store_env(const char *v) {
+static void setting_env(const char *name, const char *v) {
     if (v)
-        setenv("SCAFFOLD_NN_BF16_STORE", v, 1);
+        setenv(name, v, 1);
     else
-        unsetenv("SCAFFOLD_NN_BF16_STORE");
+        unsetenv(name);
     nn_settings_reload(); /* the engine reads its settings once */
+}
+
+static void bf16_store_env(const char *v) {
+    setting_env("SCAFFOLD_NN_BF16_STORE", v);
+}
+
+/* Two models of 2 samples of 16^3 (spec {3, 4, levels, 16, 4}) in precision prec, the first
+ * created with setting name = a, the second with = b (NULL: unset), from the same weights, each
+ * run twice on the same batch (the second step starts from used slabs): their last losses and
+ * Dice in l and d. 0, or -1 (reported) when a model cannot be created. */
+static int twin_steps(nn_unet m[2], int levels, int prec, const char *name, const char *a,
+                      const char *b, uint64_t seed, double l[2], double d[2]) {
+    for (int k = 0; k < 2; k++) {
+        nn_unet_spec s = {3, 4, levels, 16, 4};
+        const nn_unet_opts o = {.precision = prec};
+        setting_env(name, k ? b : a);
+        if (nn_unet_create_opts(&m[k], &s, &o, 2, 16, 16, 16)) {
+            CHECK(0, "create: %s", err_msg());
+            if (k)
+                nn_unet_free(&m[0]);
+            return -1;
+        }
+        nn_unet_init_params(&m[k], seed);
+    }
+    const size_t S = 16 * 16 * 16;
+    float *x = malloc(2 * 3 * S * sizeof(float)), w[4] = {0.5f, 2, 2, 2};
+    uint16_t *y = malloc(2 * S * sizeof(uint16_t));
+    rand_batch(x, y, S, seed + 1);
+    for (int rep = 0; rep < 2; rep++)
+        for (int k = 0; k < 2; k++) {
+            nn_unet_zero_grad(&m[k]);
+            nn_unet_forward_backward(&m[k], x, y, 2, w, &l[k], &d[k]);
+        }
+    free(x), free(y);
+    return 0;
 }
 
 static void test_bf16_store(void) {
@@ -311,26 +346,15 @@ static void test_bf16_store(void) {
     char *saved = old ? strdup(old) : NULL;
     for (int levels = 1; levels <= 2; levels++) {
         nn_unet m[2];
-        for (int k = 0; k < 2; k++) {
-            nn_unet_spec s = {3, 4, levels, 16, 4};
-            const nn_unet_opts o = {.precision = NN_BF16};
-            bf16_store_env(k ? "0" : "1");
-            if (nn_unet_create_opts(&m[k], &s, &o, 2, 16, 16, 16)) {
-                CHECK(0, "create: %s", err_msg());
-                return;
-            }
-            nn_unet_init_params(&m[k], 7);
-        }
         const size_t S = 16 * 16 * 16;
         float *x = malloc(2 * 3 * S * sizeof(float)), w[4] = {0.5f, 2, 2, 2};
         uint16_t *y = malloc(2 * S * sizeof(uint16_t));
         rand_batch(x, y, S, 8);
         double l[2], d[2];
-        for (int rep = 0; rep < 2; rep++)
-            for (int k = 0; k < 2; k++) {
-                nn_unet_zero_grad(&m[k]);
-                nn_unet_forward_backward(&m[k], x, y, 2, w, &l[k], &d[k]);
-            }
+        if (twin_steps(m, levels, NN_BF16, "SCAFFOLD_NN_BF16_STORE", "1", "0", 7, l, d)) {
+            free(x), free(y);
+            return;
+        }
         CHECK(!memcmp(m[0].grads, m[1].grads, m[0].nparams * sizeof(float)) && l[0] == l[1] &&
                   d[0] == d[1],
               "bf16 (%d levels): gradients, loss or Dice differ with the conv outputs kept as "
@@ -402,11 +426,7 @@ static void test_bf16_store(void) {
  * every gradient bit-identical, fp32 and bf16, with one (N, S_l, cout) tensor more per block
  * kept; at scale 7 / base 64 auto makes it again (1.2 GiB a sample). */
 static void keep_a1_env(const char *v) {
-    if (v)
-        setenv("SCAFFOLD_NN_KEEP_A1", v, 1);
-    else
-        unsetenv("SCAFFOLD_NN_KEEP_A1");
-    nn_settings_reload();
+    setting_env("SCAFFOLD_NN_KEEP_A1", v);
 }
 
 static void test_keep_a1(void) {
@@ -415,26 +435,10 @@ static void test_keep_a1(void) {
     for (int prec = 0; prec < 2; prec++) {
         nn_unet m[2];
         const int levels = 2;
-        for (int k = 0; k < 2; k++) {
-            nn_unet_spec s = {3, 4, levels, 16, 4};
-            const nn_unet_opts o = {.precision = prec};
-            keep_a1_env(k ? "0" : NULL);
-            if (nn_unet_create_opts(&m[k], &s, &o, 2, 16, 16, 16)) {
-                CHECK(0, "create: %s", err_msg());
-                return;
-            }
-            nn_unet_init_params(&m[k], 9);
-        }
         const size_t S = 16 * 16 * 16;
-        float *x = malloc(2 * 3 * S * sizeof(float)), w[4] = {0.5f, 2, 2, 2};
-        uint16_t *y = malloc(2 * S * sizeof(uint16_t));
-        rand_batch(x, y, S, 10);
         double l[2], d[2];
-        for (int rep = 0; rep < 2; rep++)
-            for (int k = 0; k < 2; k++) {
-                nn_unet_zero_grad(&m[k]);
-                nn_unet_forward_backward(&m[k], x, y, 2, w, &l[k], &d[k]);
-            }
+        if (twin_steps(m, levels, prec, "SCAFFOLD_NN_KEEP_A1", NULL, "0", 9, l, d))
+            return;
         CHECK(!memcmp(m[0].grads, m[1].grads, m[0].nparams * sizeof(float)) && l[0] == l[1] &&
                   d[0] == d[1] &&
                   !memcmp(nn_unet_logits(&m[0]), nn_unet_logits(&m[1]), 2 * S * 4 * sizeof(float)),
@@ -448,7 +452,6 @@ static void test_keep_a1(void) {
         CHECK(m[0].activation_floats - m[1].activation_floats == kept,
               "%s: a1 kept takes %zu activation floats more, expected %zu",
               prec ? "bf16" : "fp32", m[0].activation_floats - m[1].activation_floats, kept);
-        free(x), free(y);
         for (int k = 0; k < 2; k++)
             nn_unet_free(&m[k]);
     }
