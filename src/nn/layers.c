@@ -120,6 +120,14 @@ typedef struct {
 
 enum { GN_XCB = 256 }; /* channels per block of the per-voxel dy */
 
+/* The ReLU mask of the x path: the forward's y > 0 as x * scale + bias > thr. y > 0: v > 0,
+ * and in bf16 also bf16(v) > 0, i.e. v above 2^-134 (below it a positive v rounds to zero); as
+ * one comparison, so that the loops vectorize (gn_x_dy ran scalar, 5x the time of the backward
+ * pass given y). */
+static inline gn_mask gn_x_mask(const gn_xsrc *s) {
+    return (gn_mask){.sc = s->scale, .bi = s->bias, .thr = s->bf16 ? 0x1p-134f : 0.0f};
+}
+
 /* The masked output gradient of voxel p, channels [c0, c0 + nc), into d. */
 static inline void gn_x_dy(float *restrict d, const gn_xsrc *s, const float *restrict x, long p,
                            int C, int c0, int nc) {
@@ -129,20 +137,12 @@ static inline void gn_x_dy(float *restrict d, const gn_xsrc *s, const float *res
     else
         nn_conv1_dx_voxel(d, s->dz + (size_t)p * s->K, s->wz, C, s->K, c0, nc,
                           s->bf16 ? NN_BF16 : NN_FP32);
-    /* y > 0: v > 0, and in bf16 also bf16(v) > 0, i.e. v above 2^-134 (below it a positive v
-     * rounds to zero); as one comparison, so that the loop vectorizes (it ran scalar, 5x the
-     * time of the backward pass given y) */
-    const float thr = s->bf16 ? 0x1p-134f : 0.0f;
+    const float thr = gn_x_mask(s).thr;
     const float *restrict sc = s->scale + c0, *restrict bi = s->bias + c0;
     for (int c = 0; c < nc; c++) {
         const float v = xv[c] * sc[c] + bi[c];
         d[c] = v > thr ? d[c] : 0.0f;
     }
-}
-
-/* The ReLU mask of the x path given dy: the forward's y > 0 as x * scale + bias > thr. */
-static inline gn_mask gn_x_mask(const gn_xsrc *s) {
-    return (gn_mask){.sc = s->scale, .bi = s->bias, .thr = s->bf16 ? 0x1p-134f : 0.0f};
 }
 
 /* gn_channel_sums' per-channel sums over voxels [b0, b1) into f1 (and f2), in voxel order. */
