@@ -163,7 +163,7 @@ static nn_amx_span amx_dw_rows(int H, int W, int cout, long qc) {
  * of every row, 3.1 ms of a 64^3 64->64 weight gradient's 45 (Xeon with AMX). Written 32
  * positions (one line of each row) at a time, padding positions as zeros in the same lines:
  * by rows of voxels, each row's runs began mid-line and every line was read for ownership
- * before its parts were written (64^3 64->64: 40.5 -> 37.8 ms; non-temporal stores gained
+ * before its parts were written (64^3 64->64: 40.5 -> 36.4 ms; non-temporal stores gained
  * nothing more). */
 static void amx_dw_pack_x(uint16_t *xT, long ldx, const float *a, int ca, const float *b, int cb,
                           int n, int z0, int nz, int D, int H, int W) {
