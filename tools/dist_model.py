@@ -233,8 +233,11 @@ def act_parts(D, H, W, c0, L, sharded, n=1):
     S = [(D >> i) * (H >> i) * (W >> i) for i in range(L + 1)]
     f = 0
     stats = 4 * up16(n * G) * (2 * L + 1)      # per DoubleConv block: 4 GroupNorm statistics
-    for lvl, _, cout, _ in convs(c0, L)[::2]:  # and c1, c2, a2
-        f += 3 * up16(n * S[lvl] * cout)
+    # SCAFFOLD_NN_KEEP_A1=auto (unet_plan.c): each block's a1 kept where all of them take at
+    # most 256 MiB a sample
+    keep_a1 = sum((2 if i < L else 1) * S[i] * ch[i] * 4 for i in range(L + 1)) <= 256 * 2**20
+    for lvl, _, cout, _ in convs(c0, L)[::2]:  # and c1, c2, a2 (and a1 where kept)
+        f += (4 if keep_a1 else 3) * up16(n * S[lvl] * cout)
     for i in range(1, L + 1):                  # pooled inputs
         f += up16(n * S[i] * ch[i - 1])
     for lvl in range(L):                       # ConvTranspose outputs
