@@ -205,6 +205,12 @@ static void cpu_maxpool3d_backward(nn_backend *b, float *din, const float *dout,
     nn_maxpool3d_backward(din, dout, idx, N, D, H, W, C);
 }
 
+static void cpu_maxpool3d_backward_rbf16(nn_backend *b, float *din, const float *dout,
+                                         const uint8_t *idx, int N, int D, int H, int W, int C) {
+    (void)b;
+    nn_maxpool3d_backward_rbf16(din, dout, idx, N, D, H, W, C);
+}
+
 static void cpu_to_channels_last(nn_backend *b, float *dst, const float *src, int N, int C,
                                  long S) {
     (void)b;
@@ -294,6 +300,7 @@ static nn_backend cpu_table = {
     .groupnorm_x_ws = nn_groupnorm_x_ws_floats,
     .maxpool3d_forward = cpu_maxpool3d_forward,
     .maxpool3d_backward = cpu_maxpool3d_backward,
+    .maxpool3d_backward_rbf16 = cpu_maxpool3d_backward_rbf16,
     .to_channels_last = cpu_to_channels_last,
     .to_channels_first = cpu_to_channels_first,
     .round_bf16 = cpu_round_bf16,

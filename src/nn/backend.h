@@ -118,6 +118,10 @@ struct nn_backend {
                               int D, int H, int W, int C);
     void (*maxpool3d_backward)(nn_backend *b, float *din, const float *dout, const uint8_t *idx,
                                int N, int D, int H, int W, int C);
+    /* Optional: nn_maxpool3d_backward_rbf16. With it (and conv_round) a bf16 run's skip + pool
+     * gradient needs no rounding pass of its own (unet.c). */
+    void (*maxpool3d_backward_rbf16)(nn_backend *b, float *din, const float *dout,
+                                     const uint8_t *idx, int N, int D, int H, int W, int C);
     void (*to_channels_last)(nn_backend *b, float *dst, const float *src, int N, int C, long S);
     void (*to_channels_first)(nn_backend *b, float *dst, const float *src, int N, int C, long S);
     void (*round_bf16)(nn_backend *b, float *x, size_t n);

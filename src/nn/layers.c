@@ -619,19 +619,25 @@ void nn_maxpool3d_forward(float *out, uint8_t *idx, const float *in, int N, int 
 
 /* The gradient of one output voxel added to the input each channel's maximum came from, in
  * vectors: each input's channels take it where the index names them (a blend, so the others
- * keep their bits, -0 included). */
+ * keep their bits, -0 included); rbf16: each sum rounded to bf16. */
 static NN_WIDE void pool_back_voxel(float *const *dst, const float *restrict g,
-                                    const uint8_t *restrict ix, int C) {
+                                    const uint8_t *restrict ix, int C, int rbf16) {
     for (int t = 0; t < 8; t++) {
         float *restrict d = dst[t];
+        if (rbf16) {
 #pragma omp simd
-        for (int c = 0; c < C; c++)
-            d[c] = ix[c] == t ? d[c] + g[c] : d[c];
+            for (int c = 0; c < C; c++)
+                d[c] = ix[c] == t ? nn_bf16_round(d[c] + g[c]) : d[c];
+        } else {
+#pragma omp simd
+            for (int c = 0; c < C; c++)
+                d[c] = ix[c] == t ? d[c] + g[c] : d[c];
+        }
     }
 }
 
-void nn_maxpool3d_backward(float *din, const float *dout, const uint8_t *idx, int N, int D, int H,
-                           int W, int C) {
+static void pool_backward(float *din, const float *dout, const uint8_t *idx, int N, int D, int H,
+                          int W, int C, int rbf16) {
     const int Do = D / 2, Ho = H / 2, Wo = W / 2;
 #pragma omp parallel for collapse(3) schedule(static)
     for (int n = 0; n < N; n++)
@@ -642,8 +648,18 @@ void nn_maxpool3d_backward(float *din, const float *dout, const uint8_t *idx, in
                     float *dst[8];
                     for (int t = 0; t < 8; t++)
                         dst[t] = din + pool_input(n, z, y, x, t, D, H, W, C);
-                    pool_back_voxel(dst, dout + o, idx + o, C);
+                    pool_back_voxel(dst, dout + o, idx + o, C, rbf16);
                 }
+}
+
+void nn_maxpool3d_backward(float *din, const float *dout, const uint8_t *idx, int N, int D, int H,
+                           int W, int C) {
+    pool_backward(din, dout, idx, N, D, H, W, C, 0);
+}
+
+void nn_maxpool3d_backward_rbf16(float *din, const float *dout, const uint8_t *idx, int N, int D,
+                                 int H, int W, int C) {
+    pool_backward(din, dout, idx, N, D, H, W, C, 1);
 }
 
 void nn_concat_forward(float *out, const float *a, int ca, const float *b, int cb, long P) {

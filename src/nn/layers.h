@@ -197,6 +197,11 @@ void nn_maxpool3d_forward(float *out, uint8_t *idx, const float *in, int N, int 
                           int C);
 void nn_maxpool3d_backward(float *din, const float *dout, const uint8_t *idx, int N, int D, int H,
                            int W, int C);
+/* nn_maxpool3d_backward with each sum it makes rounded to bf16 (the elements it adds to; the
+ * others keep their bits): for a din that holds bf16 values, the backward and a rounding pass
+ * over din in one pass. */
+void nn_maxpool3d_backward_rbf16(float *din, const float *dout, const uint8_t *idx, int N, int D,
+                                 int H, int W, int C);
 
 /* ---- Channel concatenation (skip first) ------------------------------------------------------
  * out (P, ca+cb) = [a (P, ca) | b (P, cb)]; backward splits dout into da, db (overwritten). */

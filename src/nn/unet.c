@@ -264,6 +264,7 @@ enum {
     OPR_groupnorm_backward_x = PROF_GNRELU_BWD,
     OPR_maxpool3d_forward = PROF_MAXPOOL_FWD,
     OPR_maxpool3d_backward = PROF_MAXPOOL_BWD,
+    OPR_maxpool3d_backward_rbf16 = PROF_MAXPOOL_BWD,
     OPR_round_bf16 = PROF_ROUND_BF16,
     OPR_bf16_narrow = PROF_BF16_STORE,
     OPR_bf16_widen = PROF_BF16_STORE
@@ -353,6 +354,15 @@ static int keeps_c2(const struct nn_unet_plan *p, const dc_block *b) {
     return p->ck2 && b->level > 0;
 }
 
+/* bf16 where the backend's convolutions round and its pool backward can round: a down block's
+ * output gradient (skip + pool) is rounded by the pool's backward, which adds the pool part
+ * (only there does the sum differ from the skip part, already bf16), not by a pass of its own:
+ * at scale 6 / base 64 that pass read and wrote 64 MiB per sample (round_bf16 3.9 ms a step on
+ * a Xeon with AMX). */
+static int pool_rounds(const struct nn_unet_plan *p) {
+    return p->prec == NN_BF16 && p->be->conv_round && p->be->maxpool3d_backward_rbf16;
+}
+
 static void gn_to_prec(const struct nn_unet_plan *p, float *x, size_t n) {
     if (!p->be->gn_round)
         to_prec(p, x, n);
@@ -412,8 +422,8 @@ static void dc_forward(nn_unet *m, dc_block *b, const float *inA, int ca, const 
  * the usual ones): without checkpointing c1, c2 are the block's own and a1 is recomputed here;
  * with checkpointing the caller has just recomputed c1, a1 and c2 (c2 may be tmp: dead once
  * GN2's backward has read it). gn2_x: b->a2 is gone, GN2 takes its ReLU mask from c2. single:
- * dY is one convolution op's input gradient, not a sum (rounded already where the backend's
- * convolutions round). */
+ * dY is rounded already where the backend's convolutions round: one convolution op's input
+ * gradient, not a sum, or a skip + pool sum rounded by the pool's backward (pool_rounds). */
 static void dc_backward_bufs(nn_unet *m, dc_block *b, float *dY, int masked, int single, int N,
                              const float *c1, float *a1, const float *c2, float *tmp, int gn2_x) {
     struct nn_unet_plan *p = m->plan;
@@ -670,7 +680,7 @@ static void down0_backward_ck2(nn_unet *m, int N) {
     float *c1 = p->up[p->L - 1].a2, *a1 = p->tX, *c2 = b->a2;
     dc_forward(m, b, p->xin, ci, NULL, 0, N, c1, a1, c2, NULL);
     /* conv2's input gradient over c2 (read by GN2's backward only) */
-    dc_backward_bufs(m, b, p->tY, 0, 0, N, c1, a1, c2, c2, 1);
+    dc_backward_bufs(m, b, p->tY, 0, p->L > 0 && pool_rounds(p), N, c1, a1, c2, c2, 1);
     conv3d_bwd(p, NULL, NULL, G_(m, b->w1), c2, p->xin, ci, NULL, 0, P_(m, b->w1), c, N, D, H, W,
                p->prec, m->shard, conv_ws(m));
     grad_ready(m, b->w1);
@@ -752,10 +762,14 @@ static void backward(nn_unet *m, int N) {
             block_forward(m, b, 0, 0, N, 1);
             lay_end(p, PROF_RECOMPUTE);
         }
-        dc_backward_tail(m, b, p->dr[i], 0, i == L, N); /* below L: skip + pool */
+        /* below L: skip + pool */
+        dc_backward_tail(m, b, p->dr[i], 0, i == L || pool_rounds(p), N);
         block_input(m, b, 0, 0, &inA, &ca, &inB, &cb);
         dc_backward_conv1(m, b, inA, ca, inB, cb, i == 0 ? NULL : p->gH, NULL, N);
-        if (i > 0)
+        if (i > 0 && pool_rounds(p))
+            OP(maxpool3d_backward_rbf16, p->dr[i - 1], p->gH, p->pidx[i], N, p->dd[i - 1],
+               p->hh[i - 1], p->ww[i - 1], p->ch[i - 1]);
+        else if (i > 0)
             OP(maxpool3d_backward, p->dr[i - 1], p->gH, p->pidx[i], N, p->dd[i - 1], p->hh[i - 1],
                p->ww[i - 1], p->ch[i - 1]);
         lay_end(p, p->prof_down[i]);

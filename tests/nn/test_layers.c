@@ -1610,6 +1610,56 @@ static void test_maxpool_edges(void) {
           C);
 }
 
+/* nn_maxpool3d_backward_rbf16 is the backward with each sum it makes rounded to bf16, bit for
+ * bit: over a din of bf16 values (a skip gradient), the backward then a rounding pass over din;
+ * the elements it does not add to keep their bits even when not bf16 values; NaN sums stay NaN.
+ * Odd extents: the last plane, row and column belong to no window and are left alone. */
+static void test_maxpool_backward_rbf16(void) {
+    enum { N = 2, D = 5, H = 4, W = 7, C = 35 };
+    const size_t ni = (size_t)N * D * H * W * C, no = (size_t)N * (D / 2) * (H / 2) * (W / 2) * C;
+    float *in = malloc(ni * sizeof(float)), *skip = malloc(ni * sizeof(float)),
+          *d1 = malloc(ni * sizeof(float)), *d2 = malloc(ni * sizeof(float)),
+          *out = malloc(no * sizeof(float)), *g = malloc(no * sizeof(float));
+    uint8_t *idx = malloc(no);
+    rng r = rng_make(41, RNG_TEST, 0, 0);
+    for (size_t i = 0; i < ni; i++) {
+        in[i] = (float)rng_normal(&r);
+        skip[i] = nn_bf16_round((float)rng_normal(&r));
+    }
+    for (size_t i = 0; i < no; i++)
+        g[i] = nn_bf16_round((float)rng_normal(&r) * 0.01f);
+    g[3] = NAN;
+    nn_maxpool3d_forward(out, idx, in, N, D, H, W, C);
+    memcpy(d1, skip, ni * sizeof(float));
+    memcpy(d2, skip, ni * sizeof(float));
+    nn_maxpool3d_backward(d1, g, idx, N, D, H, W, C);
+    nn_round_bf16(d1, ni);
+    nn_maxpool3d_backward_rbf16(d2, g, idx, N, D, H, W, C);
+    size_t bad = 0, changed = 0;
+    for (size_t i = 0; i < ni; i++) {
+        bad += memcmp(&d1[i], &d2[i], sizeof(float)) != 0;
+        changed += memcmp(&d2[i], &skip[i], sizeof(float)) != 0;
+    }
+    CHECK(!bad, "maxpool backward rbf16: %zu of %zu values differ from backward + rounding", bad,
+          ni);
+    CHECK(changed > no / 2, "maxpool backward rbf16 added to %zu of %zu values", changed, ni);
+    /* din not bf16 values: only the sums are rounded */
+    for (size_t i = 0; i < ni; i++)
+        skip[i] = (float)rng_normal(&r);
+    memcpy(d1, skip, ni * sizeof(float));
+    memcpy(d2, skip, ni * sizeof(float));
+    nn_maxpool3d_backward(d1, g, idx, N, D, H, W, C);
+    nn_maxpool3d_backward_rbf16(d2, g, idx, N, D, H, W, C);
+    bad = 0;
+    for (size_t i = 0; i < ni; i++) {
+        const int added = memcmp(&d1[i], &skip[i], sizeof(float)) != 0;
+        const float want = added ? nn_bf16_round(d1[i]) : skip[i];
+        bad += memcmp(&want, &d2[i], sizeof(float)) != 0 && !(isnan(want) && isnan(d2[i]));
+    }
+    CHECK(!bad, "maxpool backward rbf16 over non-bf16 din: %zu values differ", bad);
+    free(in), free(skip), free(d1), free(d2), free(out), free(g), free(idx);
+}
+
 int main(int argc, char **argv) {
     if (fx_isa_setup(argc, argv))
         return 0;
@@ -1623,6 +1673,7 @@ int main(int argc, char **argv) {
     }
     test_conv3d_fixture(&st, "conv3d");
     test_conv3d_fixture(&st, "conv3d_wide");
+    test_maxpool_backward_rbf16();
     test_convt_fixture(&st);
     test_conv1_fixture(&st);
     test_conv1_relu(&st, NN_FP32);

@@ -229,11 +229,13 @@ static void rand_batch(float *x, uint16_t *y, size_t S, uint64_t seed) {
 /* Activation checkpointing recomputes each block from its saved input: logits, loss, Dice and
  * every gradient bit-identical to the plain model, in fp32 and bf16, with less memory; also on
  * a backend without groupnorm_backward_x (as the CUDA backend), which keeps more, and whose
- * plain run takes the GroupNorm backward's ReLU masks from the outputs, not the inputs. */
+ * plain run takes the GroupNorm backward's ReLU masks from the outputs, not the inputs, and
+ * rounds the skip + pool gradients in a pass of their own (no maxpool3d_backward_rbf16). */
 static void test_checkpointing(void) {
     static nn_backend nox;
     nox = *nn_backend_cpu();
     nox.groupnorm_backward_x = NULL;
+    nox.maxpool3d_backward_rbf16 = NULL; /* and the skip + pool gradient's rounding pass */
     /* fp32, bf16; 2 levels, 1 (the top up block is up[0]), 4 (as scale 7: every block below
      * the top keeps c2, with up blocks between two such levels) */
     for (int pl = 0; pl < 6; pl++) {
