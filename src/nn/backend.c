@@ -166,6 +166,15 @@ static void cpu_groupnorm_forward(nn_backend *b, float *y, float *mean, float *r
     nn_groupnorm_forward_sh(y, mean, rstd, x, gamma, beta, N, S, C, G, relu, ws, sh);
 }
 
+static void cpu_groupnorm_forward_pool(nn_backend *b, float *y, float *mean, float *rstd,
+                                       const float *x, const float *gamma, const float *beta,
+                                       int N, int D, int H, int W, int C, int G, int relu,
+                                       float *ws, float *pool, uint8_t *idx) {
+    (void)b;
+    nn_groupnorm_forward_pool(y, mean, rstd, x, gamma, beta, N, D, H, W, C, G, relu, ws, pool,
+                              idx);
+}
+
 static void cpu_groupnorm_apply(nn_backend *b, float *y, const float *x, const float *mean,
                                 const float *rstd, const float *gamma, const float *beta, int N,
                                 long S, int C, int G, int relu, float *ws) {
@@ -294,6 +303,7 @@ static nn_backend cpu_table = {
     .conv1_backward = cpu_conv1_backward,
     .conv1_backward_relu = cpu_conv1_backward_relu,
     .groupnorm_forward = cpu_groupnorm_forward,
+    .groupnorm_forward_pool = cpu_groupnorm_forward_pool,
     .groupnorm_apply = cpu_groupnorm_apply,
     .groupnorm_backward = cpu_groupnorm_backward,
     .groupnorm_backward_x = cpu_groupnorm_backward_x,

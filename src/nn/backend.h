@@ -95,6 +95,12 @@ struct nn_backend {
     void (*groupnorm_forward)(nn_backend *b, float *y, float *mean, float *rstd, const float *x,
                               const float *gamma, const float *beta, int N, long S, int C, int G,
                               int relu, float *ws, const nn_shard *sh);
+    /* Optional: nn_groupnorm_forward_pool (unsharded). With it a down block's second GroupNorm
+     * also makes the pool below it, one pass over its output fewer (unet.c). */
+    void (*groupnorm_forward_pool)(nn_backend *b, float *y, float *mean, float *rstd,
+                                   const float *x, const float *gamma, const float *beta, int N,
+                                   int D, int H, int W, int C, int G, int relu, float *ws,
+                                   float *pool, uint8_t *idx);
     void (*groupnorm_apply)(nn_backend *b, float *y, const float *x, const float *mean,
                             const float *rstd, const float *gamma, const float *beta, int N,
                             long S, int C, int G, int relu, float *ws);

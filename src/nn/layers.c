@@ -315,21 +315,73 @@ static NN_WIDE void gn_apply_rows(float *yn, const float *xn, const float *restr
     }
 }
 
+/* The per-channel scale = gamma*rstd and bias = beta - mean*scale of one sample into sb (2C
+ * floats). */
+static void gn_coeffs(float *sb, const float *mean, const float *rstd, const float *gamma,
+                      const float *beta, int C, int G) {
+    const int cg = C / G;
+    for (int c = 0; c < C; c++) {
+        const int g = c / cg;
+        sb[c] = gamma[c] * rstd[g];
+        sb[C + c] = beta[c] - mean[g] * sb[c];
+    }
+}
+
 /* y = x * scale[c] + bias[c] (then ReLU) for one sample, with scale = gamma*rstd and
  * bias = beta - mean*scale per channel (sb: 2C floats of scratch). */
 static void gn_apply(float *yn, const float *xn, const float *mean, const float *rstd,
                      const float *gamma, const float *beta, long S, int C, int G, int relu,
                      float *sb) {
-    const int cg = C / G;
-    float *scale = sb, *bias = sb + C;
-    for (int c = 0; c < C; c++) {
-        const int g = c / cg;
-        scale[c] = gamma[c] * rstd[g];
-        bias[c] = beta[c] - mean[g] * scale[c];
-    }
+    gn_coeffs(sb, mean, rstd, gamma, beta, C, G);
+    const float *scale = sb, *bias = sb + C;
 #pragma omp parallel for schedule(dynamic, 1)
     for (long p0 = 0; p0 < S; p0 += GN_ROWS)
         gn_apply_rows(yn, xn, scale, bias, p0, p0 + GN_ROWS < S ? p0 + GN_ROWS : S, C, relu);
+}
+
+static NN_WIDE void pool_voxel(float *restrict o, uint8_t *restrict ix, const float *const *src,
+                               int C);
+static size_t pool_input(int n, int z, int y, int x, int t, int D, int H, int W, int C);
+
+/* gn_apply over a (D, H, W) sample, fused with the MaxPool3d(2) of its output (pool, idx: the
+ * sample's): each item applies the two rows of two planes that one row of pool windows reads,
+ * then pools them while they are in cache. A separate pool read the whole output back (at
+ * scale 6 / base 64, 64 MiB from memory a sample). The planes, rows and columns past the last
+ * window are applied alone. The same values and bits as gn_apply then nn_maxpool3d_forward. */
+static void gn_apply_pool(float *yn, const float *xn, const float *sb, int D, int H, int W, int C,
+                          int relu, float *pool, uint8_t *idx) {
+    const float *scale = sb, *bias = sb + C;
+    const int Do = D / 2, Ho = H / 2, Wo = W / 2;
+#pragma omp parallel for collapse(2) schedule(dynamic, 2)
+    for (int z = 0; z < Do; z++)
+        for (int y = 0; y < Ho; y++) {
+            for (int r = 0; r < 4; r++) {
+                const long p0 = ((long)(2 * z + r / 2) * H + 2 * y + r % 2) * W;
+                gn_apply_rows(yn, xn, scale, bias, p0, p0 + W, C, relu);
+            }
+            for (int x = 0; x < Wo; x++) {
+                const size_t o = (((size_t)z * Ho + y) * Wo + x) * C;
+                const float *src[8];
+                for (int t = 0; t < 8; t++)
+                    src[t] = yn + pool_input(0, z, y, x, t, D, H, W, C);
+                pool_voxel(pool + o, idx + o, src, C);
+            }
+        }
+    /* the rows in no window: an odd H's last row of the paired planes, an odd D's last plane */
+    if (H % 2)
+#pragma omp parallel for schedule(static)
+        for (int z = 0; z < 2 * Do; z++) {
+            const long p0 = ((long)z * H + H - 1) * W;
+            gn_apply_rows(yn, xn, scale, bias, p0, p0 + W, C, relu);
+        }
+    if (D % 2) {
+        const long p0 = (long)(D - 1) * H * W;
+#pragma omp parallel for schedule(dynamic, 1)
+        for (long q = p0; q < p0 + (long)H * W; q += GN_ROWS)
+            gn_apply_rows(yn, xn, scale, bias, q, q + GN_ROWS < p0 + (long)H * W ? q + GN_ROWS
+                                                                             : p0 + (long)H * W,
+                          C, relu);
+    }
 }
 
 void nn_groupnorm_forward(float *y, float *mean, float *rstd, const float *x, const float *gamma,
@@ -356,9 +408,11 @@ static void gn_group_sums(double *grp, const double *ch, long S, int C, int G,
     }
 }
 
-void nn_groupnorm_forward_sh(float *y, float *mean, float *rstd, const float *x,
-                             const float *gamma, const float *beta, int N, long S, int C, int G,
-                             int relu, float *ws, const nn_shard *sh) {
+/* The forward pass; with ext (D, H, W of S voxels) and pool, fused with the MaxPool3d(2) of y
+ * (gn_apply_pool). */
+static void gn_forward(float *y, float *mean, float *rstd, const float *x, const float *gamma,
+                       const float *beta, int N, long S, int C, int G, int relu, float *ws,
+                       const nn_shard *sh, const int *ext, float *pool, uint8_t *idx) {
     const int cg = C / G;
     double *sums = gn_channel_area(ws, C);
     double *chm = sums + C;     /* per channel: its group's mean */
@@ -385,9 +439,30 @@ void nn_groupnorm_forward_sh(float *y, float *mean, float *rstd, const float *x,
             mean[n * G + g] = (float)chm[g * cg];
             rstd[n * G + g] = (float)(1.0 / sqrt(var + NN_GN_EPS));
         }
-        gn_apply(y + (size_t)n * S * C, xn, mean + n * G, rstd + n * G, gamma, beta, S, C, G,
-                 relu, (float *)(sums + 4 * C));
+        if (pool) {
+            const size_t so = (size_t)n * (ext[0] / 2) * (ext[1] / 2) * (ext[2] / 2) * C;
+            gn_coeffs((float *)(sums + 4 * C), mean + n * G, rstd + n * G, gamma, beta, C, G);
+            gn_apply_pool(y + (size_t)n * S * C, xn, (float *)(sums + 4 * C), ext[0], ext[1],
+                          ext[2], C, relu, pool + so, idx + so);
+        } else {
+            gn_apply(y + (size_t)n * S * C, xn, mean + n * G, rstd + n * G, gamma, beta, S, C, G,
+                     relu, (float *)(sums + 4 * C));
+        }
     }
+}
+
+void nn_groupnorm_forward_sh(float *y, float *mean, float *rstd, const float *x,
+                             const float *gamma, const float *beta, int N, long S, int C, int G,
+                             int relu, float *ws, const nn_shard *sh) {
+    gn_forward(y, mean, rstd, x, gamma, beta, N, S, C, G, relu, ws, sh, NULL, NULL, NULL);
+}
+
+void nn_groupnorm_forward_pool(float *y, float *mean, float *rstd, const float *x,
+                               const float *gamma, const float *beta, int N, int D, int H, int W,
+                               int C, int G, int relu, float *ws, float *pool, uint8_t *idx) {
+    const int ext[3] = {D, H, W};
+    gn_forward(y, mean, rstd, x, gamma, beta, N, (long)D * H * W, C, G, relu, ws, NULL, ext, pool,
+               idx);
 }
 
 void nn_groupnorm_apply(float *y, const float *x, const float *mean, const float *rstd,

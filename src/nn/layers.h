@@ -164,6 +164,11 @@ void nn_groupnorm_backward(float *dx, float *dgamma, float *dbeta, const float *
 void nn_groupnorm_forward_sh(float *y, float *mean, float *rstd, const float *x,
                              const float *gamma, const float *beta, int N, long S, int C, int G,
                              int relu, float *ws, const nn_shard *sh);
+/* nn_groupnorm_forward over (N, D, H, W, C) fused with the MaxPool3d(2) of y (pool and idx as
+ * nn_maxpool3d_forward's out and idx): the same values, one pass over y fewer. */
+void nn_groupnorm_forward_pool(float *y, float *mean, float *rstd, const float *x,
+                               const float *gamma, const float *beta, int N, int D, int H, int W,
+                               int C, int G, int relu, float *ws, float *pool, uint8_t *idx);
 void nn_groupnorm_backward_sh(float *dx, float *dgamma, float *dbeta, const float *dy,
                               const float *x, const float *y, const float *mean,
                               const float *rstd, const float *gamma, int N, long S, int C, int G,

@@ -259,6 +259,7 @@ enum {
     OPR_conv1_backward = PROF_CONV1_BWD,
     OPR_conv1_backward_relu = PROF_CONV1_BWD,
     OPR_groupnorm_forward = PROF_GNRELU_FWD,
+    OPR_groupnorm_forward_pool = PROF_GNRELU_FWD,
     OPR_groupnorm_apply = PROF_GNRELU_APPLY,
     OPR_groupnorm_backward = PROF_GNRELU_BWD,
     OPR_groupnorm_backward_x = PROF_GNRELU_BWD,
@@ -380,6 +381,16 @@ static void gn_remake(nn_unet *m, const dc_block *b, int second, float *y, const
     gn_to_prec(p, y, (size_t)N * p->S[l] * b->cout);
 }
 
+/* Down block b's GroupNorm 2 also makes the pool below it (groupnorm_forward_pool), where every
+ * block has its own buffers (no checkpointing), the volume is whole and the op's output is the
+ * block's (rounded inside the op in bf16); pool_forward then has nothing to do. At scale 6 /
+ * base 64 the pool read 64 MiB of the top block's output back from memory a sample. */
+static int pool_in_gn(const nn_unet *m, const dc_block *b) {
+    const struct nn_unet_plan *p = m->plan;
+    return p->be->groupnorm_forward_pool && !p->ckpt && !m->shard && b->level < p->L &&
+           b == &p->down[b->level] && (p->prec != NN_BF16 || p->be->gn_round);
+}
+
 /* Forward of one DoubleConv: c1 = conv(in), a1 = relu(gn(c1)), c2 = conv(a1), and (a2 given)
  * a2 = relu(gn(c2)) with the statistics saved. The caller chooses where c1, a1, c2 and a2 live:
  * without checkpointing c1 and c2 are the block's own (kept for backward) and a1 goes to the
@@ -409,7 +420,10 @@ static void dc_forward(nn_unet *m, dc_block *b, const float *inA, int ca, const 
         return;
     OP(conv3d_forward, c2, a1, b->cout, NULL, 0, P_(m, b->w2), b->cout, N, D, H, W, p->prec, sh,
        conv_ws(m));
-    if (a2) {
+    if (a2 && pool_in_gn(m, b)) {
+        OP(groupnorm_forward_pool, a2, b->m2, b->r2, c2, P_(m, b->g2w), P_(m, b->g2b), N, D, H, W,
+           b->cout, p->G, gn_bits(p, 1), p->ws, p->pool[l + 1], p->pidx[l + 1]);
+    } else if (a2) {
         OP(groupnorm_forward, a2, b->m2, b->r2, c2, P_(m, b->g2w), P_(m, b->g2b), N, p->S[l],
            b->cout, p->G, gn_bits(p, 1), p->ws, sh);
         gn_to_prec(p, a2, n);
@@ -571,7 +585,8 @@ static void block_forward(nn_unet *m, dc_block *b, int is_up, int j, int N, int 
             p->upt[j] = p->gH;
         up_forward(m, j, N, block_out(m, up_src(p, j), p->ub, N));
         block_out(m, &p->down[b->level], p->sb, N); /* the skip, for block_input */
-    } else if (b->level > 0) { /* the forward pass left the previous block's output in sb */
+    } else if (b->level > 0 && !pool_in_gn(m, &p->down[b->level - 1])) {
+        /* the forward pass left the previous block's output in sb */
         const dc_block *prev = &p->down[b->level - 1];
         pool_forward(m, b->level, N,
                      recompute ? block_out(m, prev, p->sb, N) : out_at(p, prev, p->sb));

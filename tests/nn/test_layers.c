@@ -1660,6 +1660,44 @@ static void test_maxpool_backward_rbf16(void) {
     free(in), free(skip), free(d1), free(d2), free(out), free(g), free(idx);
 }
 
+/* nn_groupnorm_forward_pool equals nn_groupnorm_forward then nn_maxpool3d_forward bit for bit
+ * (y, statistics, pool and argmax), with and without the ReLU and bf16 rounding, on even and
+ * odd extents (voxels in no pool window are normalized all the same). */
+static void test_groupnorm_forward_pool(void) {
+    static const int ext[][3] = {{4, 6, 8}, {5, 3, 7}, {3, 5, 2}, {1, 2, 2}};
+    enum { N = 2, C = 24, G = 4 };
+    for (int e = 0; e < 4; e++)
+        for (int bits = 0; bits < 4; bits++) {
+            const int D = ext[e][0], H = ext[e][1], W = ext[e][2];
+            const long S = (long)D * H * W;
+            const size_t n = (size_t)N * S * C,
+                         np = (size_t)N * (D / 2) * (H / 2) * (W / 2) * C;
+            float *x = malloc(n * sizeof(float)), *y1 = malloc(n * sizeof(float)),
+                  *y2 = malloc(n * sizeof(float)), *p1 = malloc((np + 1) * sizeof(float)),
+                  *p2 = malloc((np + 1) * sizeof(float)), g[C], b[C], st[4][N * G];
+            uint8_t *i1 = malloc(np + 1), *i2 = malloc(np + 1);
+            float *ws = malloc(nn_groupnorm_ws_floats(C) * sizeof(float));
+            rng r = rng_make(43, RNG_TEST, (uint64_t)e, (uint64_t)bits);
+            for (size_t i = 0; i < n; i++)
+                x[i] = (float)rng_normal(&r) * 2.0f + 0.3f;
+            for (int c = 0; c < C; c++)
+                g[c] = 0.5f + (float)rng_uniform(&r), b[c] = (float)rng_normal(&r) * 0.1f;
+            memset(y2, 0xff, n * sizeof(float));
+            memset(p2, 0xff, np * sizeof(float));
+            memset(i2, 0xff, np);
+            nn_groupnorm_forward(y1, st[0], st[1], x, g, b, N, S, C, G, bits, ws);
+            nn_maxpool3d_forward(p1, i1, y1, N, D, H, W, C);
+            nn_groupnorm_forward_pool(y2, st[2], st[3], x, g, b, N, D, H, W, C, G, bits, ws, p2,
+                                      i2);
+            CHECK(!memcmp(y1, y2, n * sizeof(float)) && !memcmp(st[0], st[2], sizeof st[0]) &&
+                      !memcmp(st[1], st[3], sizeof st[1]) &&
+                      !memcmp(p1, p2, np * sizeof(float)) && !memcmp(i1, i2, np),
+                  "groupnorm_forward_pool %dx%dx%d bits %d differs from the two ops", D, H, W,
+                  bits);
+            free(x), free(y1), free(y2), free(p1), free(p2), free(i1), free(i2), free(ws);
+        }
+}
+
 int main(int argc, char **argv) {
     if (fx_isa_setup(argc, argv))
         return 0;
@@ -1674,6 +1712,7 @@ int main(int argc, char **argv) {
     test_conv3d_fixture(&st, "conv3d");
     test_conv3d_fixture(&st, "conv3d_wide");
     test_maxpool_backward_rbf16();
+    test_groupnorm_forward_pool();
     test_convt_fixture(&st);
     test_conv1_fixture(&st);
     test_conv1_relu(&st, NN_FP32);

@@ -230,12 +230,14 @@ static void rand_batch(float *x, uint16_t *y, size_t S, uint64_t seed) {
  * every gradient bit-identical to the plain model, in fp32 and bf16, with less memory; also on
  * a backend without groupnorm_backward_x (as the CUDA backend), which keeps more, and whose
  * plain run takes the GroupNorm backward's ReLU masks from the outputs, not the inputs, and
- * rounds the skip + pool gradients in a pass of their own (no maxpool3d_backward_rbf16). */
+ * rounds the skip + pool gradients in a pass of their own (no maxpool3d_backward_rbf16) and
+ * pools in a pass of its own (no groupnorm_forward_pool). */
 static void test_checkpointing(void) {
     static nn_backend nox;
     nox = *nn_backend_cpu();
     nox.groupnorm_backward_x = NULL;
     nox.maxpool3d_backward_rbf16 = NULL; /* and the skip + pool gradient's rounding pass */
+    nox.groupnorm_forward_pool = NULL;   /* and the pools after the GroupNorms */
     /* fp32, bf16; 2 levels, 1 (the top up block is up[0]), 4 (as scale 7: every block below
      * the top keeps c2, with up blocks between two such levels) */
     for (int pl = 0; pl < 6; pl++) {
