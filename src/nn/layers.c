@@ -190,7 +190,8 @@ static void gn_channel_sums(double *out1, double *out2, const float *x1, const f
     /* NN_SLICES fixed slices of voxels, taken dynamically (balanced when cores are shared); each
      * sums its blocks in order into its own slot, so the result is independent of the threads. */
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nth)
-    for (int sl = 0; sl < NN_SLICES; sl++) {
+    for (int i = 0; i < NN_SLICES; i++) {
+        const int sl = NN_SLICES - 1 - i; /* last first: see gn_channel_moments */
         double *d1 = dacc + (size_t)sl * 2 * C, *d2 = d1 + C;
         float *f1 = facc + (size_t)omp_get_thread_num() * 2 * C, *f2 = f1 + C;
         memset(d1, 0, sizeof(double) * 2 * C);
@@ -255,13 +256,20 @@ static void gn_merge(double *mean, double *m2, double n, const double *mb, const
 
 /* Per channel over voxels [0, S): sum[c] = S * its mean, m2[c] = the sum of squared deviations
  * from its mean; NN_SLICES fixed slices taken dynamically, each merging its blocks in order,
- * then the slices merged in order: the same bits whatever the threads. */
+ * then the slices merged in order: the same bits whatever the threads. The slices are taken
+ * last first (so are the backward's sums, gn_channel_sums): the pass that wrote x (a
+ * convolution) went first to last, so its last lines are the ones still in cache, and the pass
+ * after this one (gn_apply, the backward's dx) goes first to last again and finds the first
+ * slices cached. A 64^3 x 64 fp32 tensor (64 MiB) is about twice the cache a core pair gets on
+ * a Xeon with AMX (reads: 40 GB/s up to 32 MiB, 17-18 GB/s from 64 MiB); at 6 / 64 bf16 the
+ * GroupNorm passes 99.6 -> 97.3 and 102.8 -> 98.6 ms a step. The same bits. */
 static void gn_channel_moments(double *sum, double *m2, const float *x, long S, int C,
                                float *ws) {
     double *dacc = (double *)ws; /* per slice: mean (C), m2 (C) */
     float *facc = ws + (size_t)NN_SLICES * C * 4;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nn_threads())
-    for (int sl = 0; sl < NN_SLICES; sl++) {
+    for (int i = 0; i < NN_SLICES; i++) {
+        const int sl = NN_SLICES - 1 - i;
         double *mean_s = dacc + (size_t)sl * 2 * C, *m2_s = mean_s + C;
         float *f1 = facc + (size_t)omp_get_thread_num() * 3 * C, *g1 = f1 + C, *g2 = g1 + C;
         memset(mean_s, 0, sizeof(double) * 2 * C);
