@@ -72,11 +72,13 @@ def main():
     check("hatchet: (node, rank) index", list(df.index.names) == ["node", "rank"], df.index.names)
     check("hatchet: time and time (inc) columns", "time" in df.columns and "time (inc)" in df.columns, list(df.columns))
     names = set(df["name"])
+    # no maxpool_fwd: on the CPU without checkpointing the pool is made inside the GroupNorm
+    # before it (gnrelu_fwd, docs/profile.md)
     expected = ["main", "benchmark", "setup", "warmup", "epoch", "batch_loop", "loader_wait",
                 "minibatch", "forward", "loss", "backward", "all_reduce", "optimizer",
                 "update_loss", "validation", "checkpoint", "capture", "write", "down_list.0",
                 "up_list.0", "conv3d_fwd", "conv3d_bwd_data", "conv3d_bwd_weight", "gnrelu_fwd",
-                "gnrelu_bwd", "maxpool_fwd", "maxpool_bwd", "convt3d_fwd", "convt3d_bwd_data",
+                "gnrelu_bwd", "maxpool_bwd", "convt3d_fwd", "convt3d_bwd_data",
                 "convt3d_bwd_weight", "conv1_fwd", "conv1_bwd", "MPI_Allreduce", "MPI_Waitall"]
     missing = [n for n in expected if n not in names]
     check("hatchet: the tree has the regions", not missing, missing)
