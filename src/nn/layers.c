@@ -335,16 +335,21 @@ static void gn_coeffs(float *sb, const float *mean, const float *rstd, const flo
     }
 }
 
+/* gn_apply_rows over voxels [p0, p1) in work items of GN_ROWS voxels. */
+static void gn_apply_range(float *yn, const float *xn, const float *scale, const float *bias,
+                           long p0, long p1, int C, int relu) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (long q = p0; q < p1; q += GN_ROWS)
+        gn_apply_rows(yn, xn, scale, bias, q, q + GN_ROWS < p1 ? q + GN_ROWS : p1, C, relu);
+}
+
 /* y = x * scale[c] + bias[c] (then ReLU) for one sample, with scale = gamma*rstd and
  * bias = beta - mean*scale per channel (sb: 2C floats of scratch). */
 static void gn_apply(float *yn, const float *xn, const float *mean, const float *rstd,
                      const float *gamma, const float *beta, long S, int C, int G, int relu,
                      float *sb) {
     gn_coeffs(sb, mean, rstd, gamma, beta, C, G);
-    const float *scale = sb, *bias = sb + C;
-#pragma omp parallel for schedule(dynamic, 1)
-    for (long p0 = 0; p0 < S; p0 += GN_ROWS)
-        gn_apply_rows(yn, xn, scale, bias, p0, p0 + GN_ROWS < S ? p0 + GN_ROWS : S, C, relu);
+    gn_apply_range(yn, xn, sb, sb + C, 0, S, C, relu);
 }
 
 static NN_WIDE void pool_voxel(float *restrict o, uint8_t *restrict ix, const float *const *src,
@@ -356,8 +361,10 @@ static size_t pool_input(int n, int z, int y, int x, int t, int D, int H, int W,
  * then pools them while they are in cache. A separate pool read the whole output back (at
  * scale 6 / base 64, 64 MiB from memory a sample). The planes, rows and columns past the last
  * window are applied alone. The same values and bits as gn_apply then nn_maxpool3d_forward. */
-static void gn_apply_pool(float *yn, const float *xn, const float *sb, int D, int H, int W, int C,
-                          int relu, float *pool, uint8_t *idx) {
+static void gn_apply_pool(float *yn, const float *xn, const float *mean, const float *rstd,
+                          const float *gamma, const float *beta, int D, int H, int W, int C,
+                          int G, int relu, float *sb, float *pool, uint8_t *idx) {
+    gn_coeffs(sb, mean, rstd, gamma, beta, C, G);
     const float *scale = sb, *bias = sb + C;
     const int Do = D / 2, Ho = H / 2, Wo = W / 2;
 #pragma omp parallel for collapse(2) schedule(dynamic, 2)
@@ -382,14 +389,8 @@ static void gn_apply_pool(float *yn, const float *xn, const float *sb, int D, in
             const long p0 = ((long)z * H + H - 1) * W;
             gn_apply_rows(yn, xn, scale, bias, p0, p0 + W, C, relu);
         }
-    if (D % 2) {
-        const long p0 = (long)(D - 1) * H * W;
-#pragma omp parallel for schedule(dynamic, 1)
-        for (long q = p0; q < p0 + (long)H * W; q += GN_ROWS)
-            gn_apply_rows(yn, xn, scale, bias, q, q + GN_ROWS < p0 + (long)H * W ? q + GN_ROWS
-                                                                             : p0 + (long)H * W,
-                          C, relu);
-    }
+    if (D % 2)
+        gn_apply_range(yn, xn, scale, bias, (long)(D - 1) * H * W, (long)D * H * W, C, relu);
 }
 
 void nn_groupnorm_forward(float *y, float *mean, float *rstd, const float *x, const float *gamma,
@@ -449,9 +450,9 @@ static void gn_forward(float *y, float *mean, float *rstd, const float *x, const
         }
         if (pool) {
             const size_t so = (size_t)n * (ext[0] / 2) * (ext[1] / 2) * (ext[2] / 2) * C;
-            gn_coeffs((float *)(sums + 4 * C), mean + n * G, rstd + n * G, gamma, beta, C, G);
-            gn_apply_pool(y + (size_t)n * S * C, xn, (float *)(sums + 4 * C), ext[0], ext[1],
-                          ext[2], C, relu, pool + so, idx + so);
+            gn_apply_pool(y + (size_t)n * S * C, xn, mean + n * G, rstd + n * G, gamma, beta,
+                          ext[0], ext[1], ext[2], C, G, relu, (float *)(sums + 4 * C), pool + so,
+                          idx + so);
         } else {
             gn_apply(y + (size_t)n * S * C, xn, mean + n * G, rstd + n * G, gamma, beta, S, C, G,
                      relu, (float *)(sums + 4 * C));
